@@ -1,0 +1,51 @@
+# Two commands do everything (README quickstart): `make run` and `make test`.
+# Each target is idempotent: stamps under .venv/.stamps skip steps whose inputs did not change.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMPS := $(VENV)/.stamps
+PYTEST_ARGS ?=
+
+RUST_SRC   := $(shell find bindings/src bindings/python -type f 2>/dev/null) bindings/Cargo.toml bindings/pyproject.toml
+CYTHON_SRC := $(wildcard core_ext/*.pyx core_ext/*.pxd) setup.py pyproject.toml
+
+.PHONY: setup run test bench clean
+
+setup: $(STAMPS)/core_ext
+
+run: setup
+	$(VENV)/bin/pyengine demo
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m benchmarks kernels
+
+$(STAMPS)/apt: scripts/apt-packages.txt scripts/apt-install
+	scripts/apt-install scripts/apt-packages.txt
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/venv: $(STAMPS)/apt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@mkdir -p $(STAMPS) && touch $@
+
+# Third-party Python packages, exact versions from constraints.txt.
+$(STAMPS)/deps: $(STAMPS)/venv requirements.txt constraints.txt
+	$(PY) -m pip install -q -c constraints.txt -r requirements.txt
+	@touch $@
+
+# Rust kernels (bindings/), a release build by maturin installed into the venv.
+$(STAMPS)/bindings: $(STAMPS)/deps $(RUST_SRC)
+	$(PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall ./bindings
+	@touch $@
+
+# Root distribution: Cython extensions built in place (editable install).
+$(STAMPS)/core_ext: $(STAMPS)/bindings $(CYTHON_SRC)
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	@touch $@
+
+clean:
+	rm -rf build dist *.egg-info core_ext/*.c core_ext/*.so bindings/target
