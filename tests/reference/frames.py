@@ -80,8 +80,7 @@ def _decode_body(body: bytes, verify: bool) -> PyFrame:
             raise MalformedFrame("checksum cut off")
         _, checksum = _MAGIC_AND_U32.unpack_from(body, pos)
         pos += 6
-        if verify and google_crc32c.value(body[pos:]) != checksum:
-            raise ChecksumMismatch("CRC32C mismatch")
+    checked_from = pos
 
     if size - pos < 4:
         raise MalformedFrame("metadata size cut off")
@@ -89,6 +88,9 @@ def _decode_body(body: bytes, verify: bool) -> PyFrame:
     pos += 4
     if metadata_size > size - pos:
         raise MalformedFrame("metadata overruns the frame")
+    # Structure first, then the checksum: the order in which core_ext.frames reports errors.
+    if verify and checksum is not None and google_crc32c.value(body[checked_from:]) != checksum:
+        raise ChecksumMismatch("CRC32C mismatch")
     metadata = body[pos:pos + metadata_size]
     payload = body[pos + metadata_size:]
     return PyFrame(command, broker_entry_metadata, metadata, payload, checksum)
