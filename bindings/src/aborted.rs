@@ -64,7 +64,9 @@ impl AbortedTxnSet {
     /// A membership probe that remembers its last answer: the rows of one transaction are
     /// adjacent in a topic, so most probes repeat the previous one.
     pub fn lookup(&self) -> Lookup<'_> {
-        Lookup { bitmaps: &self.bitmaps, last: (-1, -1), last_hit: false }
+        // (-1, -1) is not transactional, so "not aborted" is the right cached answer for it,
+        // and no coordinator has id -1.
+        Lookup { bitmaps: &self.bitmaps, last: (-1, -1), last_hit: false, coordinator: -1, bitmap: None }
     }
 
     /// Format version 1 (all integers little-endian):
@@ -180,6 +182,10 @@ pub struct Lookup<'a> {
     bitmaps: &'a BTreeMap<i64, RoaringTreemap>,
     last: (i64, i64),
     last_hit: bool,
+    /// The coordinator of the last probe and its bitmap: coordinators change far less often
+    /// than transactions.
+    coordinator: i64,
+    bitmap: Option<&'a RoaringTreemap>,
 }
 
 impl Lookup<'_> {
@@ -188,8 +194,11 @@ impl Lookup<'_> {
     pub fn contains(&mut self, most: i64, least: i64) -> bool {
         if (most, least) != self.last {
             self.last = (most, least);
-            self.last_hit = least >= 0
-                && self.bitmaps.get(&most).is_some_and(|bitmap| bitmap.contains(least as u64));
+            if most != self.coordinator {
+                self.coordinator = most;
+                self.bitmap = self.bitmaps.get(&most);
+            }
+            self.last_hit = least >= 0 && self.bitmap.is_some_and(|b| b.contains(least as u64));
         }
         self.last_hit
     }

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use arrow_array::ffi::{from_ffi, to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::{Array, BooleanArray, Int64Array};
-use arrow_buffer::{BooleanBuffer, NullBuffer};
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
 use numpy::ndarray::ArrayView1;
@@ -249,7 +249,7 @@ enum BoolValues<'a> {
 /// Row flags in their cheapest readable form: one byte or one bit per row.
 pub enum Flags<'a> {
     Bytes(Cow<'a, [bool]>),
-    Bits(BooleanBuffer),
+    Bits(BitWords),
 }
 
 impl<'a> BoolView<'a> {
@@ -258,10 +258,36 @@ impl<'a> BoolView<'a> {
     pub fn flags(&self) -> Flags<'a> {
         match &self.0 {
             BoolValues::NumPy(values) => Flags::Bytes(values.to_cow()),
-            BoolValues::Arrow(array) => Flags::Bits(match array.nulls() {
+            BoolValues::Arrow(array) => Flags::Bits(BitWords::new(&match array.nulls() {
                 Some(nulls) if nulls.null_count() > 0 => array.values() & nulls.inner(),
                 _ => array.values().clone(),
-            }),
+            })),
+        }
+    }
+}
+
+/// A bitmap read 64 rows at a time: word `k` holds rows `64k..64k+64`, LSB first.
+pub struct BitWords {
+    /// Starts at bit 0 (any bit offset of the source is sliced away).
+    bytes: Buffer,
+}
+
+impl BitWords {
+    pub fn new(bits: &BooleanBuffer) -> Self {
+        BitWords { bytes: bits.sliced() }
+    }
+
+    /// Bits past the end of the bitmap are unspecified; callers mask them.
+    #[inline]
+    pub fn word(&self, k: usize) -> u64 {
+        let tail = &self.bytes[k * 8..];
+        match tail.first_chunk::<8>() {
+            Some(chunk) => u64::from_le_bytes(*chunk),
+            None => {
+                let mut chunk = [0u8; 8];
+                chunk[..tail.len()].copy_from_slice(tail);
+                u64::from_le_bytes(chunk)
+            }
         }
     }
 }

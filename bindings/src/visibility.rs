@@ -2,30 +2,44 @@
 //!
 //! A row is visible iff it is not a txn marker, its position is at or before the transaction
 //! buffer's max read position, and it does not belong to an aborted transaction.
+//!
+//! Rows are processed 64 at a time into one word of visibility bits: the position test and
+//! the marker flags are combined without branches, and the aborted-set probe runs only for
+//! the rows still visible, and only when some transaction was aborted at all. Blocks are
+//! spread over the rayon pool in tasks of `TASK_BLOCKS` words, each with its own probe cache.
 
-use arrow_buffer::{BooleanBuffer, NullBuffer};
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
 use pyo3::prelude::*;
+use rayon::prelude::*;
 
 use crate::aborted::{AbortedTxnSet, Lookup};
-use crate::arrow_io::{require_same_len, BoolColumn, BoolOutput, Flags, Int64Column};
+use crate::arrow_io::{require_same_len, BitWords, BoolColumn, BoolOutput, Flags, Int64Column};
 use crate::position::Position;
 
-/// Per-row boolean input, read without branching on its representation.
-trait RowFlag: Sync {
-    fn get(&self, i: usize) -> bool;
+const BLOCK_ROWS: usize = 64;
+/// 64K rows per task: large enough to amortise task overhead, small enough to balance two
+/// cores, and a cache-miss-free restart for the per-task probe cache.
+const TASK_BLOCKS: usize = 1024;
+
+/// Per-row flags, read a block of 64 rows at a time.
+trait BlockFlags: Sync {
+    /// Bit j is row `64 * k + j`; bits at or past `len` rows are unspecified.
+    fn word(&self, k: usize) -> u64;
 }
 
-impl RowFlag for [bool] {
-    #[inline(always)]
-    fn get(&self, i: usize) -> bool {
-        self[i]
+impl BlockFlags for [bool] {
+    #[inline]
+    fn word(&self, k: usize) -> u64 {
+        let start = k * BLOCK_ROWS;
+        let rows = &self[start..self.len().min(start + BLOCK_ROWS)];
+        rows.iter().enumerate().fold(0, |word, (j, &flag)| word | (u64::from(flag) << j))
     }
 }
 
-impl RowFlag for BooleanBuffer {
-    #[inline(always)]
-    fn get(&self, i: usize) -> bool {
-        self.value(i)
+impl BlockFlags for BitWords {
+    #[inline]
+    fn word(&self, k: usize) -> u64 {
+        BitWords::word(self, k)
     }
 }
 
@@ -34,11 +48,12 @@ struct TxnRows<'a> {
     most: &'a [i64],
     least: &'a [i64],
     /// Rows whose ids are both non-null; `None` when there is no null.
-    valid: Option<&'a NullBuffer>,
-    lookup: Lookup<'a>,
+    valid: Option<BitWords>,
+    aborted: &'a AbortedTxnSet,
 }
 
 struct Rows<'a, M: ?Sized> {
+    len: usize,
     ledger: &'a [i64],
     entry: &'a [i64],
     is_marker: &'a M,
@@ -46,29 +61,70 @@ struct Rows<'a, M: ?Sized> {
     txns: Option<TxnRows<'a>>,
 }
 
-impl<M: RowFlag + ?Sized> Rows<'_, M> {
-    #[inline(always)]
-    fn visible(&mut self, i: usize) -> bool {
-        let (ledger, entry) = (self.ledger[i], self.entry[i]);
-        // Non-short-circuit operators: no branch per row on data-dependent comparisons.
-        let readable = (ledger < self.max.ledger_id)
-            | ((ledger == self.max.ledger_id) & (entry <= self.max.entry_id));
-        let visible = readable & !self.is_marker.get(i);
-        match &mut self.txns {
-            // Invisible rows need no lookup.
-            Some(txns) if visible => {
-                let transactional = txns.valid.is_none_or(|v| v.is_valid(i));
-                !(transactional && txns.lookup.contains(txns.most[i], txns.least[i]))
+impl<M: BlockFlags + ?Sized> Rows<'_, M> {
+    /// Visibility bits of block `k`; bits past the last row are zero.
+    #[inline]
+    fn block(&self, k: usize, lookup: &mut Option<Lookup<'_>>) -> u64 {
+        let start = k * BLOCK_ROWS;
+        let end = self.len.min(start + BLOCK_ROWS);
+        let (ledger, entry) = (&self.ledger[start..end], &self.entry[start..end]);
+        let (max_ledger, max_entry) = (self.max.ledger_id, self.max.entry_id);
+        let mut visible = ledger.iter().zip(entry).enumerate().fold(0u64, |word, (j, (&l, &e))| {
+            // Non-short-circuit operators keep the loop branch-free.
+            let readable = (l < max_ledger) | ((l == max_ledger) & (e <= max_entry));
+            word | (u64::from(readable) << j)
+        });
+        visible &= !self.is_marker.word(k);
+        if let (Some(txns), Some(lookup)) = (&self.txns, lookup) {
+            let mut candidates = visible & txns.valid.as_ref().map_or(u64::MAX, |v| v.word(k));
+            while candidates != 0 {
+                let j = candidates.trailing_zeros() as usize;
+                candidates &= candidates - 1;
+                if lookup.contains(txns.most[start + j], txns.least[start + j]) {
+                    visible &= !(1 << j);
+                }
             }
-            _ => visible,
         }
+        visible
     }
 
-    fn collect(mut self, len: usize, arrow: bool) -> BoolOutput {
+    fn lookup(&self) -> Option<Lookup<'_>> {
+        self.txns.as_ref().map(|txns| txns.aborted.lookup())
+    }
+
+    /// Bit-packed result, for Arrow.
+    fn words(&self) -> Vec<u64> {
+        let mut words = vec![0u64; self.len.div_ceil(BLOCK_ROWS)];
+        words.par_chunks_mut(TASK_BLOCKS).enumerate().for_each(|(task, out)| {
+            let mut lookup = self.lookup();
+            for (i, word) in out.iter_mut().enumerate() {
+                *word = self.block(task * TASK_BLOCKS + i, &mut lookup);
+            }
+        });
+        words
+    }
+
+    /// One byte per row, for NumPy.
+    fn bytes(&self) -> Vec<bool> {
+        let mut bytes = vec![false; self.len];
+        bytes.par_chunks_mut(TASK_BLOCKS * BLOCK_ROWS).enumerate().for_each(|(task, out)| {
+            let mut lookup = self.lookup();
+            for (i, rows) in out.chunks_mut(BLOCK_ROWS).enumerate() {
+                let word = self.block(task * TASK_BLOCKS + i, &mut lookup);
+                for (j, row) in rows.iter_mut().enumerate() {
+                    *row = (word >> j) & 1 == 1;
+                }
+            }
+        });
+        bytes
+    }
+
+    fn collect(&self, arrow: bool) -> BoolOutput {
         if arrow {
-            BoolOutput::Arrow(BooleanBuffer::collect_bool(len, |i| self.visible(i)))
+            let bits = BooleanBuffer::new(Buffer::from_vec(self.words()), 0, self.len);
+            BoolOutput::Arrow(bits)
         } else {
-            BoolOutput::NumPy((0..len).map(|i| self.visible(i)).collect())
+            BoolOutput::NumPy(self.bytes())
         }
     }
 }
@@ -107,23 +163,24 @@ pub fn visibility_mask<'py>(
     let aborted: &AbortedTxnSet = &aborted;
     let mask = py.detach(|| {
         let (ledger, entry) = (ledger.values(), entry.values());
-        let (most_values, least_values) = (most.values(), least.values());
-        let valid = NullBuffer::union(most.nulls, least.nulls);
-        let txns = (!aborted.is_empty()).then(|| TxnRows {
-            most: &most_values[..len],
-            least: &least_values[..len],
-            valid: valid.as_ref(),
-            lookup: aborted.lookup(),
+        // With nothing aborted the txn columns are never read (nor copied if strided).
+        let txn_values = (!aborted.is_empty()).then(|| (most.values(), least.values()));
+        let txns = txn_values.as_ref().map(|(most_values, least_values)| TxnRows {
+            most: most_values,
+            least: least_values,
+            valid: NullBuffer::union(most.nulls, least.nulls).map(|v| BitWords::new(v.inner())),
+            aborted,
         });
-        let (ledger, entry) = (&ledger[..len], &entry[..len]);
         match is_marker.flags() {
             Flags::Bytes(flags) => {
-                Rows { ledger, entry, is_marker: &flags[..], max: max_read_position, txns }
-                    .collect(len, arrow)
+                let is_marker = &flags[..];
+                Rows { len, ledger: &ledger, entry: &entry, is_marker, max: max_read_position, txns }
+                    .collect(arrow)
             }
             Flags::Bits(flags) => {
-                Rows { ledger, entry, is_marker: &flags, max: max_read_position, txns }
-                    .collect(len, arrow)
+                let is_marker = &flags;
+                Rows { len, ledger: &ledger, entry: &entry, is_marker, max: max_read_position, txns }
+                    .collect(arrow)
             }
         }
     });
