@@ -1,0 +1,16 @@
+"""Order-preserving LMDB keys (compiled): bytewise order of keys == numeric order of values."""
+
+from collections.abc import Sequence
+from typing import SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer
+
+_Int64s = Sequence[SupportsIndex] | npt.NDArray[np.int64]
+
+def pack_position(ledger_id: SupportsIndex, entry_id: SupportsIndex) -> bytes: ...
+def unpack_position(key: Buffer) -> tuple[int, int]: ...
+def pack_positions(ledger_ids: _Int64s, entry_ids: _Int64s) -> list[bytes]: ...
+def pack_i64(value: SupportsIndex) -> bytes: ...
+def unpack_i64(key: Buffer) -> int: ...
