@@ -123,9 +123,12 @@ impl AbortedTxnSet {
             let bitmap_bytes = input.take(bitmap_len)?;
             let bitmap = RoaringTreemap::deserialize_from(bitmap_bytes)
                 .map_err(|e| format!("coordinator {most}: corrupt bitmap: {e}"))?;
-            // Also catches duplicate high keys, which the roaring reader silently merges.
-            if bitmap.serialized_size() != bitmap_len {
-                return Err(format!("coordinator {most}: bitmap length does not match its content"));
+            // Only the canonical encoding is accepted: the roaring reader silently lets
+            // duplicate high keys overwrite each other and ignores container offsets.
+            let mut canonical = Vec::with_capacity(bitmap_len);
+            bitmap.serialize_into(&mut canonical).expect("writing to a Vec cannot fail");
+            if canonical != bitmap_bytes {
+                return Err(format!("coordinator {most}: non-canonical bitmap encoding"));
             }
             match bitmap.max() {
                 None => return Err(format!("coordinator {most}: empty bitmap")),
