@@ -11,7 +11,7 @@ use numpy::{PyArray1, PyUntypedArray};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::arrow_io::{require_same_len, Int64Column, Int64View};
+use crate::arrow_io::{python_type_name, require_same_len, Int64Column, Int64View};
 
 const WORD_BITS: usize = 64;
 
@@ -113,7 +113,7 @@ fn words_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i64>> {
         } else {
             PyTypeError::new_err(format!(
                 "{name}: expected a sequence of ints or an int64 array, got {}",
-                obj.get_type().qualname().map(|n| n.to_string()).unwrap_or_default()
+                python_type_name(obj)
             ))
         }
     })

@@ -34,7 +34,7 @@ fn extract_source<'py, T: Element>(
     obj: &Bound<'py, PyAny>,
     name: &str,
     arrow_type: &DataType,
-    numpy_dtype: &str,
+    type_name: &str,
 ) -> PyResult<Source<'py, T, ArrayData>> {
     if let Ok(array) = obj.cast::<PyUntypedArray>() {
         if array.ndim() != 1 {
@@ -45,7 +45,7 @@ fn extract_source<'py, T: Element>(
         }
         let typed = array.cast::<PyArray1<T>>().map_err(|_| {
             PyTypeError::new_err(format!(
-                "{name}: expected a NumPy array of dtype {numpy_dtype}, got dtype {}",
+                "{name}: expected a NumPy array of dtype {type_name}, got dtype {}",
                 array.dtype()
             ))
         })?;
@@ -58,7 +58,7 @@ fn extract_source<'py, T: Element>(
         let data = import_arrow(obj, name)?;
         if data.data_type() != arrow_type {
             return Err(PyTypeError::new_err(format!(
-                "{name}: expected an Arrow {arrow_type} array, got {}",
+                "{name}: expected an Arrow {type_name} array, got {}",
                 data.data_type()
             )));
         }
@@ -68,17 +68,17 @@ fn extract_source<'py, T: Element>(
         return Err(PyTypeError::new_err(format!(
             "{name}: chunked Arrow data ({}) is not supported; pass a single array, \
              e.g. chunked.combine_chunks()",
-            type_name(obj)
+            python_type_name(obj)
         )));
     }
     Err(PyTypeError::new_err(format!(
-        "{name}: expected a 1-D NumPy {numpy_dtype} array or an Arrow {arrow_type} array \
+        "{name}: expected a 1-D NumPy {type_name} array or an Arrow {type_name} array \
          (an object with __arrow_c_array__), got {}",
-        type_name(obj)
+        python_type_name(obj)
     )))
 }
 
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
+pub fn python_type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .qualname()
         .map(|n| n.to_string())
