@@ -30,9 +30,9 @@ class Frame:
 
 @final
 class FrameDecoder:
-    def __init__(
-        self, max_frame_size: int = ..., verify_checksum: bool = True
-    ) -> None: ...
+    def __new__(
+        cls, max_frame_size: int = ..., verify_checksum: bool = True
+    ) -> FrameDecoder: ...
     @property
     def buffered(self) -> int: ...
     def feed(self, data: Buffer) -> list[Frame]:

@@ -21,7 +21,7 @@ from libc.string cimport memcpy, memset
 
 from ._endian cimport load_be16, load_be32, store_be16, store_be32
 
-# Straight from the C extension: the package root silently falls back to pure Python.
+# Straight from the C extension: the package root would fall back to a slow pure-Python one.
 from google_crc32c import cext as _google_crc32c
 
 DEFAULT_MAX_FRAME_SIZE = 5 * 1024 * 1024 + 10 * 1024
@@ -89,6 +89,7 @@ cdef class Frame:
 
 
 @cython.final
+@cython.auto_pickle(False)   # a borrowed pointer must never be serialized
 cdef class _CrcWindow:
     """A read-only buffer over memory owned by someone else, set up for one CRC call.
 
@@ -119,7 +120,8 @@ cdef class _CrcWindow:
 
 
 cdef inline tuple _crc_args():
-    """Arguments for google_crc32c's value(): a 1-tuple holding a fresh window, reused per call."""
+    """Arguments for google_crc32c's value(): a 1-tuple of a fresh window, kept by its owner
+    and re-aimed for each call, so a call allocates nothing but its result."""
     return (_CrcWindow.__new__(_CrcWindow),)
 
 

@@ -28,6 +28,7 @@ cdef int64_t _as_int64(object value, str name, Py_ssize_t index=-1) except? -1:
 
 
 @cython.final
+@cython.auto_pickle(False)
 cdef class _Int64Column:
     """The values of a native int64 buffer (read in place) or of a sequence of ints (converted
     one by one, with a range check)."""

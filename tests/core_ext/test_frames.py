@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import struct
 
 import pytest
@@ -417,6 +418,13 @@ def test_decoder_rejects_bad_limits(kwargs):
 def test_decoder_rejects_non_int_limit():
     with pytest.raises(TypeError):
         FrameDecoder(max_frame_size="big")
+
+
+def test_frames_pickle():
+    frame = decode_frame(encode_payload_frame(b"cmd", b"meta", b"x", b"be"))
+    assert as_tuple(pickle.loads(pickle.dumps(frame))) == as_tuple(frame)
+    with pytest.raises(TypeError):
+        pickle.dumps(FrameDecoder())
 
 
 def test_frames_are_read_only_and_not_constructible():
