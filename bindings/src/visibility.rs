@@ -17,8 +17,8 @@ use crate::arrow_io::{require_same_len, BitWords, BoolColumn, BoolOutput, Flags,
 use crate::position::Position;
 
 const BLOCK_ROWS: usize = 64;
-/// 64K rows per task: large enough to amortise task overhead, small enough to balance two
-/// cores, and a cache-miss-free restart for the per-task probe cache.
+/// 64K rows per task: large enough to amortise the task overhead and the cold probe cache
+/// each task starts with, small enough to balance the load across cores.
 const TASK_BLOCKS: usize = 1024;
 
 /// Per-row flags, read a block of 64 rows at a time.
