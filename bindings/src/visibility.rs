@@ -4,9 +4,11 @@
 //! buffer's max read position, and it does not belong to an aborted transaction.
 //!
 //! Rows are processed 64 at a time into one word of visibility bits: the position test and
-//! the marker flags are combined without branches, and the aborted-set probe runs only for
-//! the rows still visible, and only when some transaction was aborted at all. Blocks are
+//! the marker flags are combined without branches, and the aborted set is probed once per run
+//! of rows of one txn that has a visible row, and only when some txn was aborted at all. Blocks are
 //! spread over the rayon pool in tasks of `TASK_BLOCKS` words, each with its own probe cache.
+
+use std::ops::Range;
 
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
 use pyo3::prelude::*;
@@ -52,6 +54,34 @@ struct TxnRows<'a> {
     aborted: &'a AbortedTxnSet,
 }
 
+impl TxnRows<'_> {
+    /// Bits of the rows of block `k` (`rows`) that belong to an aborted txn.
+    ///
+    /// The rows of one txn are adjacent, so the block is cut into runs of equal ids and each
+    /// run that has a visible row is probed once, through its first row.
+    #[inline]
+    fn aborted(&self, k: usize, rows: Range<usize>, visible: u64, lookup: &mut Lookup<'_>) -> u64 {
+        let (most, least) = (&self.most[rows.clone()], &self.least[rows]);
+        // Bit j: row j starts a run (row 0 always does).
+        let mut starts = most.windows(2).zip(least.windows(2)).enumerate().fold(
+            1u64,
+            |starts, (j, (m, l))| starts | (u64::from((m[0] != m[1]) | (l[0] != l[1])) << (j + 1)),
+        );
+        let mut aborted = 0u64;
+        while starts != 0 {
+            let first = starts.trailing_zeros() as usize;
+            starts &= starts - 1;
+            let end = if starts == 0 { most.len() } else { starts.trailing_zeros() as usize };
+            let run = (u64::MAX >> (BLOCK_ROWS - (end - first))) << first;
+            if visible & run != 0 && lookup.contains(most[first], least[first]) {
+                aborted |= run;
+            }
+        }
+        // A null id is "not transactional", whatever value sits in its slot.
+        aborted & self.valid.as_ref().map_or(u64::MAX, |v| v.word(k))
+    }
+}
+
 struct Rows<'a, M: ?Sized> {
     len: usize,
     ledger: &'a [i64],
@@ -76,14 +106,7 @@ impl<M: BlockFlags + ?Sized> Rows<'_, M> {
         });
         visible &= !self.is_marker.word(k);
         if let (Some(txns), Some(lookup)) = (&self.txns, lookup) {
-            let mut candidates = visible & txns.valid.as_ref().map_or(u64::MAX, |v| v.word(k));
-            while candidates != 0 {
-                let j = candidates.trailing_zeros() as usize;
-                candidates &= candidates - 1;
-                if lookup.contains(txns.most[start + j], txns.least[start + j]) {
-                    visible &= !(1 << j);
-                }
-            }
+            visible &= !txns.aborted(k, start..end, visible, lookup);
         }
         visible
     }
