@@ -44,10 +44,14 @@ impl AbortedTxnSet {
         if !self.markers.insert(txn, marker) {
             return false;
         }
-        self.bitmaps.entry(txn.most_bits).or_default().insert(txn.least_bits as u64);
+        self.bitmaps
+            .entry(txn.most_bits)
+            .or_default()
+            .insert(txn.least_bits as u64);
         true
     }
 
+    /// Drops `txn` from its coordinator's bitmap; the caller drops its marker.
     fn forget(&mut self, txn: TxnId) {
         if let Some(bitmap) = self.bitmaps.get_mut(&txn.most_bits) {
             bitmap.remove(txn.least_bits as u64);
@@ -66,7 +70,13 @@ impl AbortedTxnSet {
     pub fn lookup(&self) -> Lookup<'_> {
         // (-1, -1) is not transactional, so "not aborted" is the right cached answer for it,
         // and no coordinator has id -1.
-        Lookup { bitmaps: &self.bitmaps, last: (-1, -1), last_hit: false, coordinator: -1, bitmap: None }
+        Lookup {
+            bitmaps: &self.bitmaps,
+            last: (-1, -1),
+            last_hit: false,
+            coordinator: -1,
+            bitmap: None,
+        }
     }
 
     /// Format version 1 (all integers little-endian):
@@ -80,8 +90,14 @@ impl AbortedTxnSet {
     /// ```
     fn serialize(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
-            MAGIC.len() + 9 + self.markers.len() * MARKER_BYTES
-                + self.bitmaps.values().map(|b| 16 + b.serialized_size()).sum::<usize>(),
+            MAGIC.len()
+                + 9
+                + self.markers.len() * MARKER_BYTES
+                + self
+                    .bitmaps
+                    .values()
+                    .map(|b| 16 + b.serialized_size())
+                    .sum::<usize>(),
         );
         out.extend_from_slice(MAGIC);
         out.push(FORMAT_VERSION);
@@ -89,9 +105,14 @@ impl AbortedTxnSet {
         for (&most, bitmap) in &self.bitmaps {
             out.extend_from_slice(&most.to_le_bytes());
             out.extend_from_slice(&(bitmap.serialized_size() as u64).to_le_bytes());
-            bitmap.serialize_into(&mut out).expect("writing to a Vec cannot fail");
+            bitmap
+                .serialize_into(&mut out)
+                .expect("writing to a Vec cannot fail");
             for least in bitmap {
-                let txn = TxnId { most_bits: most, least_bits: least as i64 };
+                let txn = TxnId {
+                    most_bits: most,
+                    least_bits: least as i64,
+                };
                 let marker = self.markers.get(txn).expect("bitmaps mirror the markers");
                 out.extend_from_slice(&marker.ledger_id.to_le_bytes());
                 out.extend_from_slice(&marker.entry_id.to_le_bytes());
@@ -108,7 +129,9 @@ impl AbortedTxnSet {
         }
         let version = input.take(1)?[0];
         if version != FORMAT_VERSION {
-            return Err(format!("unsupported AbortedTxnSet format version {version}"));
+            return Err(format!(
+                "unsupported AbortedTxnSet format version {version}"
+            ));
         }
         let coordinators = input.u64()?;
         let mut set = AbortedTxnSet::default();
@@ -126,14 +149,18 @@ impl AbortedTxnSet {
             // Only the canonical encoding is accepted: the roaring reader silently lets
             // duplicate high keys overwrite each other and ignores container offsets.
             let mut canonical = Vec::with_capacity(bitmap_len);
-            bitmap.serialize_into(&mut canonical).expect("writing to a Vec cannot fail");
+            bitmap
+                .serialize_into(&mut canonical)
+                .expect("writing to a Vec cannot fail");
             if canonical != bitmap_bytes {
                 return Err(format!("coordinator {most}: non-canonical bitmap encoding"));
             }
             match bitmap.max() {
                 None => return Err(format!("coordinator {most}: empty bitmap")),
                 Some(max) if max > i64::MAX as u64 => {
-                    return Err(format!("coordinator {most}: sequence {max} exceeds 2**63-1"))
+                    return Err(format!(
+                        "coordinator {most}: sequence {max} exceeds 2**63-1"
+                    ))
                 }
                 Some(_) => {}
             }
@@ -147,8 +174,17 @@ impl AbortedTxnSet {
                 if ledger_id < 0 || entry_id < 0 {
                     return Err(format!("invalid marker position {ledger_id}:{entry_id}"));
                 }
-                let txn = TxnId { most_bits: most, least_bits: least as i64 };
-                set.markers.insert(txn, Position { ledger_id, entry_id });
+                let txn = TxnId {
+                    most_bits: most,
+                    least_bits: least as i64,
+                };
+                set.markers.insert(
+                    txn,
+                    Position {
+                        ledger_id,
+                        entry_id,
+                    },
+                );
             }
             set.bitmaps.insert(most, bitmap);
         }
@@ -165,7 +201,10 @@ struct Reader<'a>(&'a [u8]);
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         if n > self.0.len() {
-            return Err(format!("truncated input: needed {n} more bytes, {} left", self.0.len()));
+            return Err(format!(
+                "truncated input: needed {n} more bytes, {} left",
+                self.0.len()
+            ));
         }
         let (head, tail) = self.0.split_at(n);
         self.0 = tail;
@@ -173,11 +212,15 @@ impl<'a> Reader<'a> {
     }
 
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("took 8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("took 8 bytes"),
+        ))
     }
 
     fn i64(&mut self) -> Result<i64, String> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("took 8 bytes")))
+        Ok(i64::from_le_bytes(
+            self.take(8)?.try_into().expect("took 8 bytes"),
+        ))
     }
 }
 
@@ -244,7 +287,10 @@ impl AbortedTxnSet {
         most: &Bound<'py, PyAny>,
         least: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<bool>>> {
-        let (most, least) = (Int64Column::extract(most, "most")?, Int64Column::extract(least, "least")?);
+        let (most, least) = (
+            Int64Column::extract(most, "most")?,
+            Int64Column::extract(least, "least")?,
+        );
         let n = require_same_len(&[("most", most.len()), ("least", least.len())])?;
         let (most, least) = (most.view(), least.view());
         let hits = py.detach(|| {
@@ -279,7 +325,10 @@ impl AbortedTxnSet {
 
     /// Ordered by marker position.
     fn items(&self) -> Vec<(TxnId, Position)> {
-        self.markers.iter().map(|(position, txn)| (txn, position)).collect()
+        self.markers
+            .iter()
+            .map(|(position, txn)| (txn, position))
+            .collect()
     }
 
     fn coordinator_ids(&self) -> Vec<i64> {
@@ -289,12 +338,16 @@ impl AbortedTxnSet {
     /// The coordinator's bitmap in the roaring 64-bit portable format (empty if unknown).
     fn bitmap_bytes<'py>(&self, py: Python<'py>, most: i64) -> PyResult<Bound<'py, PyBytes>> {
         if most < 0 {
-            return Err(PyValueError::new_err(format!("coordinator id must be >= 0, got {most}")));
+            return Err(PyValueError::new_err(format!(
+                "coordinator id must be >= 0, got {most}"
+            )));
         }
         let empty = RoaringTreemap::new();
         let bitmap = self.bitmaps.get(&most).unwrap_or(&empty);
         let mut out = Vec::with_capacity(bitmap.serialized_size());
-        bitmap.serialize_into(&mut out).expect("writing to a Vec cannot fail");
+        bitmap
+            .serialize_into(&mut out)
+            .expect("writing to a Vec cannot fail");
         Ok(PyBytes::new(py, &out))
     }
 
@@ -325,4 +378,3 @@ impl AbortedTxnSet {
         )
     }
 }
-

@@ -98,14 +98,19 @@ fn batch_size_arg(batch_size: i64) -> PyResult<usize> {
         .ok()
         .filter(|_| batch_size <= i64::from(i32::MAX))
         .ok_or_else(|| {
-            PyValueError::new_err(format!("batch_size must be in [0, 2**31-1], got {batch_size}"))
+            PyValueError::new_err(format!(
+                "batch_size must be in [0, 2**31-1], got {batch_size}"
+            ))
         })
 }
 
 /// An ack set given as a sequence of signed 64-bit ints, or a NumPy/Arrow int64 array.
 fn words_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i64>> {
     if obj.cast::<PyUntypedArray>().is_ok() || obj.hasattr("__arrow_c_array__")? {
-        return Ok(Int64Column::extract_non_null(obj, name)?.view().values().into_owned());
+        return Ok(Int64Column::extract_non_null(obj, name)?
+            .view()
+            .values()
+            .into_owned());
     }
     obj.extract::<Vec<i64>>().map_err(|e| {
         if e.is_instance_of::<PyOverflowError>(obj.py()) {
@@ -139,7 +144,9 @@ impl<'a> RaggedView<'a> {
         let prefix = self.prefix;
         let invalid = |what: String| PyValueError::new_err(format!("{prefix}offsets: {what}"));
         if offsets.first() != Some(&0) {
-            return Err(invalid("must start with 0 (n + 1 offsets for n ack sets)".into()));
+            return Err(invalid(
+                "must start with 0 (n + 1 offsets for n ack sets)".into(),
+            ));
         }
         if let Some(i) = offsets.windows(2).position(|pair| pair[1] < pair[0]) {
             return Err(invalid(format!(
@@ -190,7 +197,11 @@ impl<'py> RaggedColumn<'py> {
             )));
         }
         let words = Int64Column::extract_non_null(words, &format!("{prefix}words"))?;
-        Ok(RaggedColumn { prefix, offsets, words })
+        Ok(RaggedColumn {
+            prefix,
+            offsets,
+            words,
+        })
     }
 
     fn rows(&self) -> usize {
@@ -198,7 +209,11 @@ impl<'py> RaggedColumn<'py> {
     }
 
     fn view(&self) -> RaggedView<'_> {
-        RaggedView { prefix: self.prefix, offsets: self.offsets.view(), words: self.words.view() }
+        RaggedView {
+            prefix: self.prefix,
+            offsets: self.offsets.view(),
+            words: self.words.view(),
+        }
     }
 }
 
@@ -217,7 +232,9 @@ fn batch_sizes_values(sizes: &Int64View<'_>) -> PyResult<Vec<usize>> {
 #[pyfunction]
 pub fn ackset_new(batch_size: i64) -> PyResult<Vec<i64>> {
     let size = batch_size_arg(batch_size)?;
-    Ok((0..size.div_ceil(WORD_BITS)).map(|i| batch_mask(i, size)).collect())
+    Ok((0..size.div_ceil(WORD_BITS))
+        .map(|i| batch_mask(i, size))
+        .collect())
 }
 
 fn merge_scalar(op: MergeOp, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
@@ -303,7 +320,10 @@ pub fn ackset_merge_many<'py>(
         }
         Ok((offsets, words))
     })?;
-    Ok((PyArray1::from_vec(py, offsets), PyArray1::from_vec(py, words)))
+    Ok((
+        PyArray1::from_vec(py, offsets),
+        PyArray1::from_vec(py, words),
+    ))
 }
 
 #[pyfunction]
@@ -315,12 +335,16 @@ pub fn ackset_fully_acked_many<'py>(
     batch_sizes: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray1<bool>>> {
     let sets = RaggedColumn::extract("", offsets, words)?;
-    let sizes = batch_sizes.map(|s| batch_sizes_arg(s, sets.rows())).transpose()?;
+    let sizes = batch_sizes
+        .map(|s| batch_sizes_arg(s, sets.rows()))
+        .transpose()?;
     let (sets, sizes) = (sets.view(), sizes.as_ref().map(Int64Column::view));
     let acked = py.detach(|| -> PyResult<Vec<bool>> {
         let sets = sets.materialise()?;
         Ok(match sizes.as_ref().map(batch_sizes_values).transpose()? {
-            None => (0..sets.rows()).map(|i| is_fully_acked(sets.row(i), None)).collect(),
+            None => (0..sets.rows())
+                .map(|i| is_fully_acked(sets.row(i), None))
+                .collect(),
             Some(sizes) => (0..sets.rows())
                 .map(|i| is_fully_acked(sets.row(i), Some(sizes[i])))
                 .collect(),
@@ -346,7 +370,9 @@ pub fn ackset_conflicts_many<'py>(
     let hits = py.detach(|| -> PyResult<Vec<bool>> {
         let (a, b) = (a.materialise()?, b.materialise()?);
         let sizes = batch_sizes_values(&sizes)?;
-        Ok((0..a.rows()).map(|i| conflicts(a.row(i), b.row(i), sizes[i])).collect())
+        Ok((0..a.rows())
+            .map(|i| conflicts(a.row(i), b.row(i), sizes[i]))
+            .collect())
     })?;
     Ok(PyArray1::from_vec(py, hits))
 }

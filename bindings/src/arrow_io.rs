@@ -90,14 +90,20 @@ pub fn python_type_name(obj: &Bound<'_, PyAny>) -> String {
 /// The `FFI_ArrowArray` is moved out of its capsule (leaving a released struct behind), so the
 /// producer's release callback runs exactly once, when the last Rust buffer referencing it drops.
 fn import_arrow(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<ArrayData> {
-    let (schema, array): (Bound<'_, PyCapsule>, Bound<'_, PyCapsule>) =
-        obj.call_method0("__arrow_c_array__")?.extract().map_err(|_| {
+    let (schema, array): (Bound<'_, PyCapsule>, Bound<'_, PyCapsule>) = obj
+        .call_method0("__arrow_c_array__")?
+        .extract()
+        .map_err(|_| {
             PyTypeError::new_err(format!(
                 "{name}: __arrow_c_array__() must return a (schema, array) pair of PyCapsules"
             ))
         })?;
-    let schema_ptr = schema.pointer_checked(Some(ARROW_SCHEMA))?.cast::<FFI_ArrowSchema>();
-    let array_ptr = array.pointer_checked(Some(ARROW_ARRAY))?.cast::<FFI_ArrowArray>();
+    let schema_ptr = schema
+        .pointer_checked(Some(ARROW_SCHEMA))?
+        .cast::<FFI_ArrowSchema>();
+    let array_ptr = array
+        .pointer_checked(Some(ARROW_ARRAY))?
+        .cast::<FFI_ArrowArray>();
     // SAFETY: the capsule names guarantee the pointee types (Arrow PyCapsule interface);
     // `from_raw` moves the struct out and marks the capsule's copy as released.
     let ffi_array = unsafe { FFI_ArrowArray::from_raw(array_ptr.as_ptr()) };
@@ -181,7 +187,10 @@ impl<'py> Int64Column<'py> {
     /// A `Send` view, usable with the GIL released.
     pub fn view(&self) -> Int64View<'_> {
         match &self.source {
-            Source::NumPy(array) => Int64View { values: Values::of(array.as_array()), nulls: None },
+            Source::NumPy(array) => Int64View {
+                values: Values::of(array.as_array()),
+                nulls: None,
+            },
             Source::Arrow(array) => Int64View {
                 values: Values::Slice(array.values()),
                 nulls: array.nulls().filter(|n| n.null_count() > 0),
@@ -274,7 +283,9 @@ pub struct BitWords {
 
 impl BitWords {
     pub fn new(bits: &BooleanBuffer) -> Self {
-        BitWords { bytes: bits.sliced() }
+        BitWords {
+            bytes: bits.sliced(),
+        }
     }
 
     /// Bits past the end of the bitmap are unspecified; callers mask them.

@@ -48,7 +48,10 @@ impl OngoingTxnMap {
     }
 
     fn items(&self) -> Vec<(TxnId, Position)> {
-        self.index.iter().map(|(position, txn)| (txn, position)).collect()
+        self.index
+            .iter()
+            .map(|(position, txn)| (txn, position))
+            .collect()
     }
 
     fn clear(&mut self) {

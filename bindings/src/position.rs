@@ -9,7 +9,15 @@ use pyo3::types::PyType;
 /// `(ledger_id, entry_id)`, ordered lexicographically like Pulsar's `PositionImpl`.
 ///
 /// Field order matters: the derived `Ord` is the lexicographic order.
-#[pyclass(module = "pyengine_kernels", frozen, eq, ord, hash, str, from_py_object)]
+#[pyclass(
+    module = "pyengine_kernels",
+    frozen,
+    eq,
+    ord,
+    hash,
+    str,
+    from_py_object
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Position {
     #[pyo3(get)]
@@ -19,8 +27,14 @@ pub struct Position {
 }
 
 impl Position {
-    pub const EARLIEST: Position = Position { ledger_id: -1, entry_id: -1 };
-    pub const LATEST: Position = Position { ledger_id: i64::MAX, entry_id: i64::MAX };
+    pub const EARLIEST: Position = Position {
+        ledger_id: -1,
+        entry_id: -1,
+    };
+    pub const LATEST: Position = Position {
+        ledger_id: i64::MAX,
+        entry_id: i64::MAX,
+    };
 
     /// Pulsar uses -1 as "before the first" in both components; nothing lower is meaningful.
     pub fn new(ledger_id: i64, entry_id: i64) -> PyResult<Self> {
@@ -29,7 +43,10 @@ impl Position {
                 "Position ids must be >= -1, got ({ledger_id}, {entry_id})"
             )));
         }
-        Ok(Position { ledger_id, entry_id })
+        Ok(Position {
+            ledger_id,
+            entry_id,
+        })
     }
 
     /// Checks that this is the position of a stored entry (both ids >= 0), as opposed to
@@ -51,7 +68,10 @@ impl Position {
                 "{self} is already before the first entry of its ledger; it has no previous position"
             )));
         }
-        Ok(Position { entry_id: self.entry_id - 1, ..self })
+        Ok(Position {
+            entry_id: self.entry_id - 1,
+            ..self
+        })
     }
 }
 
@@ -87,7 +107,9 @@ impl Position {
 
     fn next(&self) -> PyResult<Self> {
         let entry_id = self.entry_id.checked_add(1).ok_or_else(|| {
-            PyValueError::new_err(format!("{self} is the last representable position of its ledger"))
+            PyValueError::new_err(format!(
+                "{self} is the last representable position of its ledger"
+            ))
         })?;
         Ok(Position { entry_id, ..*self })
     }

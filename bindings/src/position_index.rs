@@ -52,7 +52,13 @@ impl TxnPositionIndex {
     /// Removes and returns every entry whose position is strictly below `bound`.
     pub fn drain_before(&mut self, bound: Position) -> Vec<(Position, TxnId)> {
         // Everything at or above the smallest possible key at `bound` stays.
-        let kept = self.by_position.split_off(&(bound, TxnId { most_bits: i64::MIN, least_bits: i64::MIN }));
+        let kept = self.by_position.split_off(&(
+            bound,
+            TxnId {
+                most_bits: i64::MIN,
+                least_bits: i64::MIN,
+            },
+        ));
         let drained = std::mem::replace(&mut self.by_position, kept);
         for (_, txn) in &drained {
             self.by_txn.remove(txn);

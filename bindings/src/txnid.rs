@@ -10,7 +10,15 @@ use pyo3::types::PyType;
 ///
 /// Both are non-negative signed 64-bit values (Pulsar never issues negative ones), which lets
 /// NumPy/Arrow columns use negative values or nulls for "not transactional".
-#[pyclass(module = "pyengine_kernels", frozen, eq, ord, hash, str, from_py_object)]
+#[pyclass(
+    module = "pyengine_kernels",
+    frozen,
+    eq,
+    ord,
+    hash,
+    str,
+    from_py_object
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxnId {
     #[pyo3(get)]
@@ -26,7 +34,10 @@ impl TxnId {
                 "TxnId bits must be >= 0, got ({most_bits}, {least_bits})"
             )));
         }
-        Ok(TxnId { most_bits, least_bits })
+        Ok(TxnId {
+            most_bits,
+            least_bits,
+        })
     }
 }
 

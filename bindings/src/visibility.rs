@@ -34,7 +34,9 @@ impl BlockFlags for [bool] {
     fn word(&self, k: usize) -> u64 {
         let start = k * BLOCK_ROWS;
         let rows = &self[start..self.len().min(start + BLOCK_ROWS)];
-        rows.iter().enumerate().fold(0, |word, (j, &flag)| word | (u64::from(flag) << j))
+        rows.iter()
+            .enumerate()
+            .fold(0, |word, (j, &flag)| word | (u64::from(flag) << j))
     }
 }
 
@@ -63,15 +65,22 @@ impl TxnRows<'_> {
     fn aborted(&self, k: usize, rows: Range<usize>, visible: u64, lookup: &mut Lookup<'_>) -> u64 {
         let (most, least) = (&self.most[rows.clone()], &self.least[rows]);
         // Bit j: row j starts a run (row 0 always does).
-        let mut starts = most.windows(2).zip(least.windows(2)).enumerate().fold(
-            1u64,
-            |starts, (j, (m, l))| starts | (u64::from((m[0] != m[1]) | (l[0] != l[1])) << (j + 1)),
-        );
+        let mut starts = most
+            .windows(2)
+            .zip(least.windows(2))
+            .enumerate()
+            .fold(1u64, |starts, (j, (m, l))| {
+                starts | (u64::from((m[0] != m[1]) | (l[0] != l[1])) << (j + 1))
+            });
         let mut aborted = 0u64;
         while starts != 0 {
             let first = starts.trailing_zeros() as usize;
             starts &= starts - 1;
-            let end = if starts == 0 { most.len() } else { starts.trailing_zeros() as usize };
+            let end = if starts == 0 {
+                most.len()
+            } else {
+                starts.trailing_zeros() as usize
+            };
             let run = (u64::MAX >> (BLOCK_ROWS - (end - first))) << first;
             if visible & run != 0 && lookup.contains(most[first], least[first]) {
                 aborted |= run;
@@ -99,11 +108,15 @@ impl<M: BlockFlags + ?Sized> Rows<'_, M> {
         let end = self.len.min(start + BLOCK_ROWS);
         let (ledger, entry) = (&self.ledger[start..end], &self.entry[start..end]);
         let (max_ledger, max_entry) = (self.max.ledger_id, self.max.entry_id);
-        let mut visible = ledger.iter().zip(entry).enumerate().fold(0u64, |word, (j, (&l, &e))| {
-            // Non-short-circuit operators keep the loop branch-free.
-            let readable = (l < max_ledger) | ((l == max_ledger) & (e <= max_entry));
-            word | (u64::from(readable) << j)
-        });
+        let mut visible = ledger
+            .iter()
+            .zip(entry)
+            .enumerate()
+            .fold(0u64, |word, (j, (&l, &e))| {
+                // Non-short-circuit operators keep the loop branch-free.
+                let readable = (l < max_ledger) | ((l == max_ledger) & (e <= max_entry));
+                word | (u64::from(readable) << j)
+            });
         visible &= !self.is_marker.word(k);
         if let (Some(txns), Some(lookup)) = (&self.txns, lookup) {
             visible &= !txns.aborted(k, start..end, visible, lookup);
@@ -118,27 +131,33 @@ impl<M: BlockFlags + ?Sized> Rows<'_, M> {
     /// Bit-packed result, for Arrow.
     fn words(&self) -> Vec<u64> {
         let mut words = vec![0u64; self.len.div_ceil(BLOCK_ROWS)];
-        words.par_chunks_mut(TASK_BLOCKS).enumerate().for_each(|(task, out)| {
-            let mut lookup = self.lookup();
-            for (i, word) in out.iter_mut().enumerate() {
-                *word = self.block(task * TASK_BLOCKS + i, &mut lookup);
-            }
-        });
+        words
+            .par_chunks_mut(TASK_BLOCKS)
+            .enumerate()
+            .for_each(|(task, out)| {
+                let mut lookup = self.lookup();
+                for (i, word) in out.iter_mut().enumerate() {
+                    *word = self.block(task * TASK_BLOCKS + i, &mut lookup);
+                }
+            });
         words
     }
 
     /// One byte per row, for NumPy.
     fn bytes(&self) -> Vec<bool> {
         let mut bytes = vec![false; self.len];
-        bytes.par_chunks_mut(TASK_BLOCKS * BLOCK_ROWS).enumerate().for_each(|(task, out)| {
-            let mut lookup = self.lookup();
-            for (i, rows) in out.chunks_mut(BLOCK_ROWS).enumerate() {
-                let word = self.block(task * TASK_BLOCKS + i, &mut lookup);
-                for (j, row) in rows.iter_mut().enumerate() {
-                    *row = (word >> j) & 1 == 1;
+        bytes
+            .par_chunks_mut(TASK_BLOCKS * BLOCK_ROWS)
+            .enumerate()
+            .for_each(|(task, out)| {
+                let mut lookup = self.lookup();
+                for (i, rows) in out.chunks_mut(BLOCK_ROWS).enumerate() {
+                    let word = self.block(task * TASK_BLOCKS + i, &mut lookup);
+                    for (j, row) in rows.iter_mut().enumerate() {
+                        *row = (word >> j) & 1 == 1;
+                    }
                 }
-            }
-        });
+            });
         bytes
     }
 
@@ -181,29 +200,50 @@ pub fn visibility_mask<'py>(
         || most.is_arrow()
         || least.is_arrow()
         || is_marker.is_arrow();
-    let (ledger, entry, most, least, is_marker) =
-        (ledger.view(), entry.view(), most.view(), least.view(), is_marker.view());
+    let (ledger, entry, most, least, is_marker) = (
+        ledger.view(),
+        entry.view(),
+        most.view(),
+        least.view(),
+        is_marker.view(),
+    );
     let aborted: &AbortedTxnSet = &aborted;
     let mask = py.detach(|| {
         let (ledger, entry) = (ledger.values(), entry.values());
         // With nothing aborted the txn columns are never read (nor copied if strided).
         let txn_values = (!aborted.is_empty()).then(|| (most.values(), least.values()));
-        let txns = txn_values.as_ref().map(|(most_values, least_values)| TxnRows {
-            most: most_values,
-            least: least_values,
-            valid: NullBuffer::union(most.nulls, least.nulls).map(|v| BitWords::new(v.inner())),
-            aborted,
-        });
+        let txns = txn_values
+            .as_ref()
+            .map(|(most_values, least_values)| TxnRows {
+                most: most_values,
+                least: least_values,
+                valid: NullBuffer::union(most.nulls, least.nulls).map(|v| BitWords::new(v.inner())),
+                aborted,
+            });
         match is_marker.flags() {
             Flags::Bytes(flags) => {
                 let is_marker = &flags[..];
-                Rows { len, ledger: &ledger, entry: &entry, is_marker, max: max_read_position, txns }
-                    .collect(arrow)
+                Rows {
+                    len,
+                    ledger: &ledger,
+                    entry: &entry,
+                    is_marker,
+                    max: max_read_position,
+                    txns,
+                }
+                .collect(arrow)
             }
             Flags::Bits(flags) => {
                 let is_marker = &flags;
-                Rows { len, ledger: &ledger, entry: &entry, is_marker, max: max_read_position, txns }
-                    .collect(arrow)
+                Rows {
+                    len,
+                    ledger: &ledger,
+                    entry: &entry,
+                    is_marker,
+                    max: max_read_position,
+                    txns,
+                }
+                .collect(arrow)
             }
         }
     });
