@@ -240,13 +240,20 @@ impl Lookup<'_> {
     pub fn contains(&mut self, most: i64, least: i64) -> bool {
         if (most, least) != self.last {
             self.last = (most, least);
-            if most != self.coordinator {
-                self.coordinator = most;
-                self.bitmap = self.bitmaps.get(&most);
-            }
-            self.last_hit = least >= 0 && self.bitmap.is_some_and(|b| b.contains(least as u64));
+            self.last_hit = least >= 0
+                && most >= 0
+                && self.bitmap_of(most).is_some_and(|b| b.contains(least as u64));
         }
         self.last_hit
+    }
+
+    #[inline]
+    fn bitmap_of(&mut self, most: i64) -> Option<&RoaringTreemap> {
+        if most != self.coordinator {
+            self.coordinator = most;
+            self.bitmap = self.bitmaps.get(&most);
+        }
+        self.bitmap
     }
 }
 
