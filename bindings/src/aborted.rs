@@ -242,7 +242,9 @@ impl Lookup<'_> {
             self.last = (most, least);
             self.last_hit = least >= 0
                 && most >= 0
-                && self.bitmap_of(most).is_some_and(|b| b.contains(least as u64));
+                && self
+                    .bitmap_of(most)
+                    .is_some_and(|b| b.contains(least as u64));
         }
         self.last_hit
     }

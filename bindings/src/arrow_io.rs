@@ -215,13 +215,21 @@ impl<'a> Int64View<'a> {
 
 /// A boolean column (row flags such as `is_marker`).
 pub struct BoolColumn<'py> {
-    source: Source<'py, bool, BooleanArray>,
+    /// NumPy bools are read as bytes (non-zero = true): NumPy does not guarantee they hold
+    /// 0 or 1 (think of a uint8 buffer viewed as bool), which a Rust `bool` must.
+    source: Source<'py, u8, BooleanArray>,
 }
 
 impl<'py> BoolColumn<'py> {
     pub fn extract(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
         let source = match extract_source::<bool>(obj, name, &DataType::Boolean, "bool")? {
-            Source::NumPy(array) => Source::NumPy(array),
+            Source::NumPy(array) => Source::NumPy(
+                array
+                    .call_method1("view", (numpy::dtype::<u8>(obj.py()),))?
+                    .cast_into::<PyArray1<u8>>()?
+                    .try_readonly()
+                    .map_err(|e| PyValueError::new_err(format!("{name}: {e}")))?,
+            ),
             Source::Arrow(data) => Source::Arrow(BooleanArray::from(data)),
         };
         Ok(BoolColumn { source })
@@ -251,13 +259,14 @@ pub struct BoolView<'a>(BoolValues<'a>);
 
 #[derive(Clone)]
 enum BoolValues<'a> {
-    NumPy(Values<'a, bool>),
+    NumPy(Values<'a, u8>),
     Arrow(&'a BooleanArray),
 }
 
 /// Row flags in their cheapest readable form: one byte or one bit per row.
 pub enum Flags<'a> {
-    Bytes(Cow<'a, [bool]>),
+    /// Non-zero = true.
+    Bytes(Cow<'a, [u8]>),
     Bits(BitWords),
 }
 

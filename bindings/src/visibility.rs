@@ -29,14 +29,15 @@ trait BlockFlags: Sync {
     fn word(&self, k: usize) -> u64;
 }
 
-impl BlockFlags for [bool] {
+/// One byte per row, non-zero = true.
+impl BlockFlags for [u8] {
     #[inline]
     fn word(&self, k: usize) -> u64 {
         let start = k * BLOCK_ROWS;
         let rows = &self[start..self.len().min(start + BLOCK_ROWS)];
         rows.iter()
             .enumerate()
-            .fold(0, |word, (j, &flag)| word | (u64::from(flag) << j))
+            .fold(0, |word, (j, &flag)| word | (u64::from(flag != 0) << j))
     }
 }
 

@@ -228,3 +228,11 @@ def test_bad_arrow_producer_is_a_type_error() -> None:
 
     with pytest.raises(TypeError, match="PyCapsules"):
         visibility_mask(Liar(), E, E, E, B, Position.LATEST, AbortedTxnSet())
+
+
+def test_numpy_bools_that_are_not_zero_or_one() -> None:
+    """A uint8 buffer viewed as bool may hold any byte; NumPy treats non-zero as True."""
+    is_marker = np.array([0, 2, 255, 1, 0], dtype=np.uint8).view(np.bool_)
+    zeros = np.zeros(5, dtype=np.int64)
+    got = visibility_mask(zeros, zeros, zeros - 1, zeros - 1, is_marker, Position.LATEST, AbortedTxnSet())
+    assert got.tolist() == [True, False, False, False, True]
