@@ -126,8 +126,12 @@ class AbortedTxnSet:
           member, in increasing least_bits order
 
     ``from_bytes`` rejects anything ``to_bytes`` would not produce (bad magic or version,
-    truncation, trailing bytes, unordered coordinators, empty or corrupt bitmaps, ids above
-    ``2**63 - 1``, non-entry marker positions) with ``ValueError``.
+    truncation, trailing bytes, unordered coordinators, empty, corrupt or non-canonical
+    bitmaps, ids above ``2**63 - 1``, non-entry marker positions) with ``ValueError``.
+
+    Bulk calls (``contains_many``, ``trim_before``, ``visibility_mask``...) release the GIL
+    while they hold the set: mutating it from another thread meanwhile raises
+    ``RuntimeError`` (PyO3's borrow check) instead of racing.
     """
 
     def __new__(cls) -> AbortedTxnSet: ...
