@@ -236,3 +236,35 @@ def test_numpy_bools_that_are_not_zero_or_one() -> None:
     zeros = np.zeros(5, dtype=np.int64)
     got = visibility_mask(zeros, zeros, zeros - 1, zeros - 1, is_marker, Position.LATEST, AbortedTxnSet())
     assert got.tolist() == [True, False, False, False, True]
+
+
+def test_gil_is_released_and_concurrent_mutation_is_refused() -> None:
+    """While the kernel runs on one thread, another thread runs Python code; mutating the
+    aborted set the kernel is reading raises RuntimeError rather than racing."""
+    import threading
+
+    n = 4_000_000
+    zeros = np.zeros(n, dtype=np.int64)
+    least = np.arange(n, dtype=np.int64)
+    aborted = AbortedTxnSet()
+    for i in range(0, 300_000, 3):
+        aborted.add(TxnId(0, i), Position(0, 0))
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(4):
+            visibility_mask(zeros, least, zeros, least, np.zeros(n, dtype=bool), Position.LATEST, aborted)
+        done.set()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    refused = 0
+    while not done.is_set():
+        try:
+            aborted.remove(TxnId(9, 1))  # a no-op, but it needs exclusive access
+        except RuntimeError as e:
+            assert "borrow" in str(e)
+            refused += 1
+    worker.join()
+    assert refused > 0  # only possible if Python code ran during a kernel call
+    assert len(aborted) == 100_000
