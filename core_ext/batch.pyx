@@ -80,7 +80,7 @@ cdef int32_t read_payload_size(const unsigned char* data, Py_ssize_t size) excep
         elif wire_type == WIRE_FIXED32:
             pos = _skip(size, pos, 4)
         else:
-            # 3 and 4 are proto2 groups, which SingleMessageMetadata never uses; 6 and 7 do not exist.
+            # 3 and 4 are proto2 groups, unused by SingleMessageMetadata; 6 and 7 do not exist.
             raise BatchFormatError(f"unsupported protobuf wire type {wire_type} in field {field}")
     if not found:
         raise BatchFormatError("the single message metadata has no payload_size")
@@ -173,7 +173,8 @@ def build_batch(messages):
             payload_size = read_payload_size(<const unsigned char*>meta.buf, meta.len)
             if payload_size != data.len:
                 raise BatchFormatError(
-                    f"message {i}: payload_size is {payload_size} but the payload has {data.len} bytes")
+                    f"message {i}: payload_size is {payload_size}, "
+                    f"but the payload has {data.len} bytes")
             total += 4 + meta.len + data.len
         batch = PyBytes_FromStringAndSize(NULL, total)
         out = <unsigned char*>PyBytes_AS_STRING(batch)

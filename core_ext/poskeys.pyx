@@ -44,7 +44,8 @@ cdef class _Int64Column:
         if PyObject_CheckBuffer(values):
             PyObject_GetBuffer(values, &self.view, PyBUF_RECORDS_RO)
             self.has_view = True
-            if self.view.ndim == 1 and self.view.itemsize == 8 and _is_native_int64(self.view.format):
+            if (self.view.ndim == 1 and self.view.itemsize == 8
+                    and _is_native_int64(self.view.format)):
                 self.length = self.view.shape[0]
                 return
             # Other dtypes, byte orders and shapes take the generic path, which checks each value.

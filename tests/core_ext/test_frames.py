@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import struct
 
@@ -84,7 +85,7 @@ def outcome(decoder, chunks) -> list:
 
 def split_at(data: bytes, cuts) -> list[bytes]:
     bounds = [0, *sorted(cuts), len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 blobs = st.binary(max_size=40)
@@ -438,8 +439,8 @@ def test_frames_are_read_only_and_not_constructible():
 
 # --- fuzzing: garbage and mutated streams ------------------------------------------------
 
-@given(st.data(), st.binary(max_size=400), st.sampled_from([64, 1000, native.DEFAULT_MAX_FRAME_SIZE]),
-       st.booleans())
+@given(st.data(), st.binary(max_size=400),
+       st.sampled_from([64, 1000, native.DEFAULT_MAX_FRAME_SIZE]), st.booleans())
 @PROPERTY
 def test_random_bytes_behave_like_the_reference(data, garbage, limit, verify):
     chunks = data.draw(chunked(garbage))

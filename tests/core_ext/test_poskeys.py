@@ -69,7 +69,8 @@ def test_pack_positions_from_sequences_and_arrays(items):
 def test_pack_positions_reads_any_int64_array_layout():
     ledgers = np.arange(-5, 15, dtype=np.int64)
     entries = ledgers * -3
-    expected = [pack_position(int(a), int(b)) for a, b in zip(ledgers[::3], entries[::3])]
+    pairs = zip(ledgers[::3], entries[::3], strict=True)
+    expected = [pack_position(int(ledger), int(entry)) for ledger, entry in pairs]
     assert pack_positions(ledgers[::3], entries[::3]) == expected                # strided
     assert pack_positions(ledgers[::3].astype(">i8"), entries[::3]) == expected  # big-endian
     assert pack_positions(ledgers[::3].astype(np.int32), entries[::3]) == expected

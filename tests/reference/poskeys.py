@@ -46,4 +46,5 @@ def pack_positions(ledger_ids, entry_ids) -> list[bytes]:
     ledger_ids, entry_ids = list(ledger_ids), list(entry_ids)
     if len(ledger_ids) != len(entry_ids):
         raise ValueError("length mismatch")
-    return [pack_position(ledger, entry) for ledger, entry in zip(ledger_ids, entry_ids)]
+    pairs = zip(ledger_ids, entry_ids, strict=True)
+    return [pack_position(ledger, entry) for ledger, entry in pairs]
