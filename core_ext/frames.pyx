@@ -196,8 +196,7 @@ cdef Frame _decode_body(const unsigned char* body, Py_ssize_t size, bint verify,
         checked_from = pos
     if size - pos < 4:
         raise MalformedFrame(
-            f"the payload section ends {size - pos} bytes after the checksum, "
-            "before its metadata size")
+            f"only {size - pos} bytes remain in the frame for its 4-byte metadata size")
     metadata_size = load_be32(body + pos)
     pos += 4
     if metadata_size > size - pos:
@@ -223,9 +222,9 @@ cdef class FrameDecoder:
     """Incremental splitter of a connection's inbound byte stream into frames.
 
     Complete frames are decoded straight from the bytes passed to ``feed``; only an incomplete
-    trailing frame is copied aside, so every input byte is copied at most once before it lands
-    in its frame's bytes objects. After any error the decoder refuses further input: a stream
-    cannot be resynchronised, the caller closes the connection.
+    frame is copied aside (and completed by later feeds), so no input byte is buffered twice and
+    the cost stays linear however the stream is cut. After any error the decoder refuses further
+    input: a stream cannot be resynchronised, the caller closes the connection.
     """
 
     def __cinit__(self, Py_ssize_t max_frame_size=DEFAULT_MAX_FRAME_SIZE,
