@@ -1,0 +1,231 @@
+"""Managed cursor: a subscription's acknowledgement state over a managed ledger.
+
+As in Pulsar, the state is a mark-delete position (everything at or before it is acknowledged),
+the entries acknowledged individually beyond it, and, for batch entries acknowledged in part,
+the batch's ack set (a set bit is an index still unacknowledged). Individually acknowledged
+entries are kept per ledger as roaring bitmaps of entry ids, which stay small however the acks
+are spread. Durable cursors persist their state with the next group commit after each change;
+a non-durable cursor (a reader's) keeps it in memory only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from pyroaring import BitMap
+
+from pyengine.storage.errors import CorruptRecordError
+from pyengine.storage.records_pb2 import BatchAcks, CursorRecord, LedgerAcks, PositionRecord
+from pyengine_kernels import Position, ackset_and, ackset_is_fully_acked, ackset_new
+
+if TYPE_CHECKING:
+    from pyengine.storage.managed_ledger import ManagedLedger
+
+
+class ManagedCursor:
+    def __init__(self, ledger: ManagedLedger, name: str, mark_delete: Position, *, durable: bool,
+                 acked: dict[int, BitMap] | None = None,
+                 batch_acks: dict[Position, list[int]] | None = None,
+                 properties: dict[str, int] | None = None) -> None:
+        self.ledger = ledger
+        self.name = name
+        self.durable = durable
+        self.mark_delete = mark_delete
+        self._acked: dict[int, BitMap] = acked or {}
+        self._batch_acks: dict[Position, list[int]] = batch_acks or {}
+        self.properties: dict[str, int] = properties or {}
+        self.read_position = ledger.next_position(mark_delete)
+        self._key = ledger._prefix + name.encode()
+        self._advance_mark_delete()
+
+    # --- opening --------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, ledger: ManagedLedger, name: str, initial_position: str) -> ManagedCursor:
+        if initial_position not in ("earliest", "latest"):
+            raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
+        key = ledger._prefix + name.encode()
+        with ledger.env.read() as txn:
+            raw = txn.get(key, db=ledger.env.db("cursors"))
+        if raw is not None:
+            return cls._from_record(ledger, raw)
+        start = ledger.previous_position(ledger.first_position()) if initial_position == "earliest" else ledger.lac
+        cursor = cls(ledger, name, start, durable=True)
+        await cursor.persist()
+        return cursor
+
+    @classmethod
+    def non_durable(cls, ledger: ManagedLedger, mark_delete: Position) -> ManagedCursor:
+        return cls(ledger, f"reader-{id(object())}", mark_delete, durable=False)
+
+    @classmethod
+    def _from_record(cls, ledger: ManagedLedger, raw: bytes) -> ManagedCursor:
+        try:
+            rec = CursorRecord.FromString(raw)
+            acked = {la.ledger_id: BitMap.deserialize(la.entry_ids) for la in rec.individually_deleted}
+        except Exception as exc:
+            raise CorruptRecordError(f"cursor record on {ledger.name}: {exc}") from exc
+        batch = {Position(b.position.ledger_id, b.position.entry_id): list(b.ack_set) for b in rec.batch_acks}
+        md = Position(rec.mark_delete.ledger_id, rec.mark_delete.entry_id)
+        return cls(ledger, rec.name, md, durable=True, acked=acked, batch_acks=batch,
+                   properties=dict(rec.properties))
+
+    # --- acknowledgement ------------------------------------------------------------------
+
+    def ack(self, positions: Iterable[Position]) -> asyncio.Future[None]:
+        """Acknowledge whole entries individually. Each acknowledging method returns a future
+        that resolves when the new state is durable (at once when nothing changed)."""
+        changed = False
+        md = self.mark_delete
+        for position in positions:
+            if position <= md:
+                continue
+            bitmap = self._acked.get(position.ledger_id)
+            if bitmap is None:
+                bitmap = self._acked[position.ledger_id] = BitMap()
+            if position.entry_id not in bitmap:
+                bitmap.add(position.entry_id)
+                changed = True
+            self._batch_acks.pop(position, None)
+        if not changed:
+            return _done()
+        self._advance_mark_delete()
+        return self.persist()
+
+    def ack_batch_indexes(self, position: Position, ack_set: list[int], batch_size: int) -> asyncio.Future[None]:
+        """Acknowledge some indexes of a batch entry: `ack_set` has a set bit for every index
+        that stays unacknowledged. When no index is left, the whole entry is acknowledged."""
+        if self.is_acked(position):
+            return _done()
+        current = self._batch_acks.get(position) or ackset_new(batch_size)
+        merged = ackset_and(current, ack_set)
+        if ackset_is_fully_acked(merged, batch_size):
+            return self.ack([position])
+        if merged == current and position in self._batch_acks:
+            return _done()
+        self._batch_acks[position] = merged
+        return self.persist()
+
+    def ack_cumulative(self, position: Position) -> asyncio.Future[None]:
+        """Acknowledge everything up to and including `position`."""
+        if position <= self.mark_delete:
+            return _done()
+        self.mark_delete = position
+        self._drop_acks_up_to(position)
+        self._advance_mark_delete()
+        if self.read_position <= self.mark_delete:
+            self.read_position = self.ledger.next_position(self.mark_delete)
+        return self.persist()
+
+    def is_acked(self, position: Position) -> bool:
+        if position <= self.mark_delete:
+            return True
+        bitmap = self._acked.get(position.ledger_id)
+        return bitmap is not None and position.entry_id in bitmap
+
+    def batch_ack_set(self, position: Position) -> list[int] | None:
+        """The ack set of a partly acknowledged batch entry (set bit = still unacknowledged)."""
+        return self._batch_acks.get(position)
+
+    def _advance_mark_delete(self) -> None:
+        md = self.mark_delete
+        while True:
+            nxt = self.ledger.next_position(md)
+            if nxt > self.ledger.lac:
+                break
+            bitmap = self._acked.get(nxt.ledger_id)
+            if bitmap is None or nxt.entry_id not in bitmap:
+                break
+            bitmap.discard(nxt.entry_id)
+            md = nxt
+        if md != self.mark_delete:
+            self.mark_delete = md
+            self._drop_acks_up_to(md)
+
+    def _drop_acks_up_to(self, position: Position) -> None:
+        for ledger_id in [lid for lid in self._acked if lid <= position.ledger_id]:
+            bitmap = self._acked[ledger_id]
+            if ledger_id < position.ledger_id:
+                del self._acked[ledger_id]
+            else:
+                bitmap.remove_range(0, position.entry_id + 1)
+                if not bitmap:
+                    del self._acked[ledger_id]
+        for pos in [p for p in self._batch_acks if p <= position]:
+            del self._batch_acks[pos]
+
+    # --- positioning ----------------------------------------------------------------------
+
+    def seek(self, position: Position) -> asyncio.Future[None]:
+        """Reset the cursor so that `position` is the next entry read; everything before it
+        counts as acknowledged and everything from it on as not (Pulsar's resetCursor)."""
+        self.mark_delete = self.ledger.previous_position(position) if position.entry_id >= 0 else position
+        self._acked.clear()
+        self._batch_acks.clear()
+        self.read_position = self.ledger.next_position(self.mark_delete)
+        return self.persist()
+
+    def rewind(self) -> None:
+        """Read again from the first unacknowledged entry."""
+        self.read_position = self.ledger.next_position(self.mark_delete)
+
+    def backlog(self) -> int:
+        """Entries after the mark-delete position, up to the LAC, not yet acknowledged."""
+        lac = self.ledger.lac
+        pending = self.ledger.entries_between(self.mark_delete, lac)
+        acked = 0
+        for ledger_id, bitmap in self._acked.items():
+            if ledger_id < lac.ledger_id:
+                acked += len(bitmap)
+            elif ledger_id == lac.ledger_id:
+                acked += bitmap.range_cardinality(0, lac.entry_id + 1)
+        return pending - acked
+
+    # --- persistence ----------------------------------------------------------------------
+
+    def record(self) -> CursorRecord:
+        md = self.mark_delete
+        return CursorRecord(
+            name=self.name,
+            mark_delete=PositionRecord(ledger_id=md.ledger_id, entry_id=md.entry_id),
+            individually_deleted=[LedgerAcks(ledger_id=lid, entry_ids=bm.serialize())
+                                  for lid, bm in sorted(self._acked.items()) if bm],
+            batch_acks=[BatchAcks(position=PositionRecord(ledger_id=p.ledger_id, entry_id=p.entry_id),
+                                  ack_set=words) for p, words in sorted(self._batch_acks.items())],
+            properties=self.properties,
+        )
+
+    def persist(self) -> asyncio.Future[None]:
+        """Write the cursor's state with the next group commit (coalesced with other changes in
+        the same batch); the future resolves when it is durable."""
+        env = self.ledger.env
+        if not self.durable:
+            return _done()
+        db, key = env.db("cursors"), self._key
+        # Serialise at seal time, so one batch writes the cursor's latest state once.
+        state: dict[str, bytes] = {}
+
+        def seal() -> None:
+            state["value"] = self.record().SerializeToString()
+
+        return env.submit(lambda txn: txn.put(key, state["value"], db=db), key=("cursor", key), on_seal=seal)
+
+    async def flush(self) -> None:
+        if self.durable:
+            await self.persist()
+
+    async def delete(self) -> None:
+        if self.durable:
+            db, key = self.ledger.env.db("cursors"), self._key
+            await self.ledger.env.submit(lambda txn: txn.delete(key, db=db), key=("cursor", key))
+
+    def __repr__(self) -> str:
+        return f"ManagedCursor({self.name!r}, mark_delete={self.mark_delete}, read={self.read_position})"
+
+
+def _done() -> asyncio.Future[None]:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future

@@ -1,0 +1,245 @@
+"""The LMDB environment of a data dir and its single writer (group commit).
+
+One environment per data dir, owned by one `StorageEnvironment`: LMDB forbids opening the same
+environment twice in a process. Every component keeps its state in a named database here, so
+one LMDB write transaction can change entries, cursors and transaction records atomically.
+
+Writes: components `submit` small write functions. Everything submitted while the previous
+commit is in flight (at least everything submitted in one event-loop turn) is written in one
+LMDB write transaction on a dedicated writer thread, then committed with one fsync; only then
+do the submitters' futures resolve. The event loop never blocks on the disk.
+
+Reads: `read()` opens a read-only transaction on the calling (event-loop) thread; LMDB readers
+never block the writer and see the last committed state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from pyengine.storage.errors import LedgerClosedError, StorageError, StorageFullError
+
+# Named databases, one per kind of record.
+DATABASES = (
+    "meta",            # id counters and format version
+    "topics",          # topic name -> TopicRecord
+    "ledgers",         # topic id + ledger id -> LedgerRecord
+    "entries",         # topic id + position -> stored entry
+    "cursors",         # topic id + cursor name -> CursorRecord
+    "dedup",           # topic id + producer name -> last sequence id
+    "txn_log",         # coordinator id + log sequence -> coordinator log record
+    "pending_ack",     # subscription id + log sequence -> pending-ack log record
+    "tb_snapshots",    # topic id -> transaction-buffer snapshot
+    "metadata",        # metadata-store keys (PIP-468 / PIP-473)
+)
+
+FORMAT_VERSION = 1
+DEFAULT_MAP_SIZE = 64 << 30     # address space only: the file grows as data is written
+
+WriteFn = Callable[[lmdb.Transaction], Any]
+_COUNTER = struct.Struct(">q")
+
+
+class StorageEnvironment:
+    """Owns the LMDB environment of a data dir: named databases, reads, and group commit."""
+
+    def __init__(self, path: str | Path, *, map_size: int = DEFAULT_MAP_SIZE, sync: bool = True,
+                 readonly: bool = False) -> None:
+        """Open (creating unless `readonly`) the environment under ``path/lmdb``.
+
+        `sync=False` skips the fsync of each commit: a crash of the machine (not of the process)
+        may then lose the last commits. The default keeps every acknowledged write durable.
+        """
+        self.path = Path(path)
+        self.readonly = readonly
+        env_dir = self.path / "lmdb"
+        if not readonly:
+            env_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._env = lmdb.open(str(env_dir), map_size=map_size, max_dbs=len(DATABASES) + 4,
+                                  sync=sync, metasync=sync, readonly=readonly, lock=True,
+                                  max_readers=512, create=not readonly)
+        except lmdb.Error as exc:
+            raise StorageError(f"cannot open the LMDB environment in {env_dir}: {exc}") from exc
+        self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in DATABASES}
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyengine-lmdb-writer")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # key -> [write fn, futures, on_seal]; insertion order is write order.
+        self._pending: dict[object, list[Any]] = {}
+        self._flush_scheduled = False
+        self._flushing = False
+        self._closed = False
+        self._counters: dict[bytes, int] = {}
+        if not readonly:
+            self._check_format()
+
+    # --- databases and reads --------------------------------------------------------------
+
+    def db(self, name: str) -> Any:
+        return self._dbs[name]
+
+    def read(self) -> lmdb.Transaction:
+        """A read-only transaction (use as a context manager) on the last committed state."""
+        self._check_open()
+        return self._env.begin(write=False)
+
+    def stat(self) -> dict[str, Any]:
+        info = self._env.info()
+        return {"map_size": info["map_size"], "last_page": info["last_pgno"],
+                "page_size": self._env.stat()["psize"]}
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def submit(self, write: WriteFn | None, *, key: object = None,
+               on_seal: Callable[[], None] | None = None) -> asyncio.Future[Any]:
+        """Queue `write` for the next group commit; the future resolves with its return value
+        once the commit is durable, or fails with a StorageError (the whole batch then failed).
+
+        Submissions with the same `key` coalesce: the latest write replaces an earlier one that
+        has not been sealed yet (used for "latest state" records such as cursors). `on_seal`
+        runs on the event loop when the batch is handed to the writer, so the submitter knows
+        that later changes need a new submission. `write=None` is a barrier: its future
+        resolves when everything submitted before it is durable.
+        """
+        self._check_open()
+        loop = self._bind_loop()
+        future = loop.create_future()
+        slot = self._pending.pop(key, None) if key is not None else None
+        if slot is None:
+            slot = [write, [future], on_seal]
+        else:
+            slot[0] = write
+            slot[1].append(future)
+            slot[2] = on_seal
+        self._pending[key if key is not None else object()] = slot
+        if not self._flush_scheduled and not self._flushing:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    async def barrier(self) -> None:
+        """Wait until everything submitted so far is durable."""
+        await self.submit(None)
+
+    def write_now(self, write: WriteFn) -> Any:
+        """Run one write transaction synchronously (start-up and recovery, before serving)."""
+        self._check_open()
+        if self._flushing or self._pending:
+            raise StorageError("write_now() while group-committed writes are in flight")
+        try:
+            with self._env.begin(write=True) as txn:
+                return write(txn)
+        except lmdb.MapFullError as exc:
+            raise StorageFullError(str(exc)) from exc
+        except lmdb.Error as exc:
+            raise StorageError(str(exc)) from exc
+
+    def next_id(self, name: str) -> int:
+        """Allocate the next value of a persistent counter (ledger ids, topic ids, ...).
+
+        The new high-water mark is written with the next group commit; an id whose commit
+        fails is simply never used again in this process, and ids stay unique after a restart
+        because anything that uses an id is written in the same or a later commit.
+        """
+        key = b"counter/" + name.encode()
+        value = self._counters.get(key)
+        if value is None:
+            with self.read() as txn:
+                raw = txn.get(key, db=self._dbs["meta"])
+            value = _COUNTER.unpack(raw)[0] if raw else 0
+        value += 1
+        self._counters[key] = value
+        packed = _COUNTER.pack(value)
+        meta = self._dbs["meta"]
+        self.submit(lambda txn: txn.put(key, packed, db=meta), key=("counter", key))
+        return value
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise StorageError("the storage environment is bound to another event loop")
+        return loop
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._flushing or not self._pending:
+            return
+        batch = list(self._pending.values())
+        self._pending = {}
+        for _write, _futures, on_seal in batch:
+            if on_seal is not None:
+                on_seal()
+        self._flushing = True
+        loop = self._loop
+        assert loop is not None
+        done = self._executor.submit(self._write_batch, [slot[0] for slot in batch])
+        done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._flushed, batch, f))
+
+    def _write_batch(self, writes: list[WriteFn | None]) -> list[Any]:
+        """Writer thread: one LMDB write transaction for the whole batch."""
+        with self._env.begin(write=True) as txn:
+            return [write(txn) if write is not None else None for write in writes]
+
+    def _flushed(self, batch: list[list[Any]], done: concurrent.futures.Future) -> None:
+        self._flushing = False
+        error = done.exception()
+        if error is not None:
+            failure = _storage_error(error)
+            for _write, futures, _on_seal in batch:
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(failure)
+        else:
+            for (_write, futures, _on_seal), result in zip(batch, done.result()):
+                for future in futures:
+                    if not future.done():
+                        future.set_result(result)
+        if self._pending and not self._flush_scheduled:
+            self._flush()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Wait for every queued write (used before close)."""
+        while self._pending or self._flushing:
+            await self.barrier()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True)
+        self._env.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosedError("the storage environment is closed")
+
+    def _check_format(self) -> None:
+        meta = self._dbs["meta"]
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(b"format", db=meta)
+            if raw is None:
+                txn.put(b"format", _COUNTER.pack(FORMAT_VERSION), db=meta)
+            elif _COUNTER.unpack(raw)[0] != FORMAT_VERSION:
+                raise StorageError(f"{self.path} holds data format {_COUNTER.unpack(raw)[0]}, "
+                                   f"this pyengine reads format {FORMAT_VERSION}")
+
+
+def _storage_error(error: BaseException) -> StorageError:
+    if isinstance(error, StorageError):
+        return error
+    if isinstance(error, lmdb.MapFullError):
+        return StorageFullError(f"storage is full: {error}")
+    if isinstance(error, lmdb.DiskError) or (isinstance(error, OSError) and error.errno == 28):
+        return StorageFullError(f"disk full or failing: {error}")
+    return StorageError(f"write failed: {error!r}")

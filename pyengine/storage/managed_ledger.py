@@ -1,0 +1,509 @@
+"""Managed ledger: a topic's append-only log of entries, addressed by Position(ledger, entry).
+
+As in Pulsar, a managed ledger is a sequence of ledgers. Appends go to the current ledger, which
+rolls over after `max_entries_per_ledger` entries or `max_ledger_bytes`; every (re)open starts a
+new ledger, and a ledger that was open when the process died is closed at its last durable
+entry. Whole ledgers are trimmed once every durable cursor has consumed them and retention allows.
+
+All state changes are group-committed through the `StorageEnvironment`; an append's future
+resolves with its position only once the entry is durable, and only then does the
+last-add-confirmed position (LAC) move, so readers never see an entry that could still be lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from core_ext.poskeys import pack_i64, pack_position, unpack_position
+from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry
+from pyengine.storage.environment import StorageEnvironment
+from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
+from pyengine.storage.records_pb2 import LedgerRecord, PositionRecord, TopicRecord
+from pyengine_kernels import Position
+
+if TYPE_CHECKING:
+    from pyengine.storage.cursor import ManagedCursor
+
+
+@dataclass(frozen=True)
+class ManagedLedgerConfig:
+    max_entries_per_ledger: int = 50_000          # Pulsar's managedLedgerMaxEntriesPerLedger
+    max_ledger_bytes: int = 2048 << 20            # Pulsar's managedLedgerMaxSizePerLedgerMbytes
+    # Retention of consumed ledgers. -1 keeps them forever (our default: nothing is deleted
+    # unless asked); 0 deletes a ledger as soon as every durable cursor has consumed it
+    # (Pulsar's default); otherwise ledgers are kept until older / larger than the limit.
+    retention_ms: int = -1
+    retention_bytes: int = -1
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    ledger_id: int
+    last_entry_id: int = -1
+    entries: int = 0
+    size: int = 0
+    created_ms: int = 0
+    closed: bool = False
+
+    def record(self) -> bytes:
+        return LedgerRecord(ledger_id=self.ledger_id, last_entry_id=self.last_entry_id, entries=self.entries,
+                            size=self.size, created_ms=self.created_ms, closed=self.closed).SerializeToString()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ManagedLedger:
+    """One topic's log. Create with `await ManagedLedger.open(env, name)`."""
+
+    def __init__(self, env: StorageEnvironment, record: TopicRecord, ledgers: list[LedgerInfo],
+                 config: ManagedLedgerConfig) -> None:
+        self.env = env
+        self.name = record.name
+        self.topic_id = record.topic_id
+        self.config = config
+        self.created_ms = record.created_ms
+        self._record = record
+        self._prefix = pack_i64(record.topic_id)
+        self._entries_db = env.db("entries")
+        self.ledgers: dict[int, LedgerInfo] = {info.ledger_id: info for info in ledgers}
+        self.terminated_at: Position | None = (
+            Position(record.terminated_at.ledger_id, record.terminated_at.entry_id)
+            if record.HasField("terminated_at") else None)
+        last = self._last_entry_position()
+        self.lac: Position = last if last is not None else Position(self._last_ledger_id(), -1)
+        self._current: LedgerInfo | None = None
+        self._next_entry = 0
+        self._queued: list[tuple[bytes, bytes, Position, asyncio.Future]] | None = None
+        self._in_flight = 0
+        self._listeners: list[Callable[[], None]] = []
+        self._trim_listeners: list[Callable[[Position], None]] = []
+        self.cursors: dict[str, ManagedCursor] = {}
+        self._closed = False
+
+    # --- opening --------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, env: StorageEnvironment, name: str,
+                   config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+        """Open the managed ledger `name`, creating it if needed, recovering ledgers left open."""
+        config = config or ManagedLedgerConfig()
+        topics = env.db("topics")
+        with env.read() as txn:
+            raw = txn.get(name.encode(), db=topics)
+        if raw is None:
+            record = TopicRecord(topic_id=env.next_id("topic"), name=name, created_ms=_now_ms())
+            key, value = name.encode(), record.SerializeToString()
+            await env.submit(lambda txn: txn.put(key, value, db=topics))
+            ledgers: list[LedgerInfo] = []
+        else:
+            record = TopicRecord.FromString(raw)
+            ledgers = cls._load_ledgers(env, record.topic_id)
+        ledger = cls(env, record, ledgers, config)
+        await ledger._recover_open_ledgers()
+        if ledger.terminated_at is None:
+            ledger._start_ledger()
+        await env.barrier()
+        return ledger
+
+    @staticmethod
+    def _load_ledgers(env: StorageEnvironment, topic_id: int) -> list[LedgerInfo]:
+        prefix = pack_i64(topic_id)
+        ledgers = []
+        with env.read() as txn:
+            cursor = txn.cursor(db=env.db("ledgers"))
+            if cursor.set_range(prefix):
+                for key, value in cursor:
+                    if not key.startswith(prefix):
+                        break
+                    try:
+                        rec = LedgerRecord.FromString(value)
+                    except Exception as exc:
+                        raise CorruptRecordError(f"ledger record of topic {topic_id}: {exc}") from exc
+                    ledgers.append(LedgerInfo(rec.ledger_id, rec.last_entry_id, rec.entries, rec.size,
+                                              rec.created_ms, rec.closed))
+        return ledgers
+
+    async def _recover_open_ledgers(self) -> None:
+        """Close every ledger left open by a previous process at its last durable entry."""
+        for info in self.ledgers.values():
+            if info.closed:
+                continue
+            start = self._key(Position(info.ledger_id, 0))
+            end = self._key(Position(info.ledger_id + 1, -1))
+            last, count, size = -1, 0, 0
+            with self.env.read() as txn:
+                cursor = txn.cursor(db=self._entries_db)
+                if cursor.set_range(start):
+                    for key, value in cursor:
+                        if key >= end:
+                            break
+                        last = unpack_position(key[8:])[1]
+                        count += 1
+                        size += len(value)
+            info.last_entry_id, info.entries, info.size, info.closed = last, count, size, True
+            self._put_ledger_record(info)
+        last_pos = self._last_entry_position()
+        if last_pos is not None:
+            self.lac = last_pos
+
+    def _start_ledger(self) -> None:
+        info = LedgerInfo(self.env.next_id("ledger"), created_ms=_now_ms())
+        self.ledgers[info.ledger_id] = info
+        self._current = info
+        self._next_entry = 0
+        self._put_ledger_record(info)
+        if self.lac.entry_id < 0 and self._last_entry_position() is None:
+            self.lac = Position(info.ledger_id, -1)
+
+    def _close_current_ledger(self, last_entry_id: int) -> None:
+        info = self._current
+        if info is None:
+            return
+        info.closed = True
+        info.last_entry_id = last_entry_id
+        self._current = None
+        self._put_ledger_record(info)
+
+    def _put_ledger_record(self, info: LedgerInfo) -> None:
+        key = self._prefix + pack_i64(info.ledger_id)
+        value = info.record()
+        db = self.env.db("ledgers")
+        self.env.submit(lambda txn: txn.put(key, value, db=db), key=("ledger", key))
+
+    # --- appends --------------------------------------------------------------------------
+
+    def append(self, data: bytes, *, txn_most: int = NO_TXN, txn_least: int = NO_TXN,
+               marker_type: int = MARKER_NONE, num_messages: int = 1,
+               publish_time: int = 0) -> asyncio.Future[Position]:
+        """Append one entry; the future resolves with its position once it is durable."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Position] = loop.create_future()
+        if self.terminated_at is not None:
+            future.set_exception(TopicTerminatedError(f"topic {self.name} is terminated at {self.terminated_at}"))
+            return future
+        current = self._current
+        if current is None or self._should_roll(current):
+            if current is not None:
+                self._close_current_ledger(self._next_entry - 1)
+            self._start_ledger()
+            current = self._current
+            assert current is not None
+        position = Position(current.ledger_id, self._next_entry)
+        self._next_entry += 1
+        value = Entry(position, data, txn_most, txn_least, marker_type, num_messages, publish_time).encode()
+        current.entries += 1
+        current.size += len(value)
+        if self._queued is None:
+            self._queued = []
+            queued = self._queued
+            self.env.submit(lambda txn: self._write(txn, queued), key=("append", self.topic_id),
+                            on_seal=self._seal).add_done_callback(
+                lambda done: self._appended(done, queued))
+            self._in_flight += 1
+        self._queued.append((self._key(position), value, position, future))
+        return future
+
+    def _should_roll(self, current: LedgerInfo) -> bool:
+        return (self._next_entry >= self.config.max_entries_per_ledger
+                or current.size >= self.config.max_ledger_bytes)
+
+    def _seal(self) -> None:
+        self._queued = None
+
+    def _write(self, txn, queued) -> None:
+        """Writer thread: put this batch's entries."""
+        put = txn.put
+        db = self._entries_db
+        for key, value, _position, _future in queued:
+            put(key, value, db=db)
+
+    def _appended(self, done: asyncio.Future, queued: list) -> None:
+        self._in_flight -= 1
+        error = done.exception()
+        if error is None:
+            self.lac = queued[-1][2]
+            if self._current is not None and self._current.ledger_id == self.lac.ledger_id:
+                self._current.last_entry_id = self.lac.entry_id
+            for _key, _value, position, future in queued:
+                if not future.done():
+                    future.set_result(position)
+            for listener in list(self._listeners):
+                listener()
+            return
+        self._fail_appends(queued, error)
+
+    def _fail_appends(self, queued: list, error: BaseException) -> None:
+        """A batch failed: nothing in it is durable. Appends already queued behind it would leave
+        a gap, so they fail too, and every ledger they touched is closed at its last durable
+        entry (a later append starts a new ledger), as BookKeeper closes a ledger after a
+        write error."""
+        failed = list(queued)
+        if self._queued is not None:
+            failed.extend(self._queued)
+            self.env.submit(None, key=("append", self.topic_id))   # drop the unsealed write
+            self._queued = None
+        for ledger_id in sorted({item[2].ledger_id for item in failed}):
+            info = self.ledgers[ledger_id]
+            lost = [item for item in failed if item[2].ledger_id == ledger_id]
+            info.entries -= len(lost)
+            info.size -= sum(len(item[1]) for item in lost)
+            info.last_entry_id = self.lac.entry_id if self.lac.ledger_id == ledger_id else -1
+            info.closed = True
+            if info is self._current:
+                self._current = None
+            self._put_ledger_record(info)
+        for _key, _value, _position, future in failed:
+            if not future.done():
+                future.set_exception(error)
+
+    async def terminate(self) -> Position:
+        """Seal the ledger: wait for appends in flight, then refuse every later append.
+        Returns the last position it will ever hold (idempotent)."""
+        self._check_open()
+        if self.terminated_at is not None:
+            return self.terminated_at
+        await self.env.barrier()
+        while self._in_flight:
+            await self.env.barrier()
+        self.terminated_at = self.lac
+        self._record.terminated_at.CopyFrom(PositionRecord(ledger_id=self.lac.ledger_id,
+                                                           entry_id=self.lac.entry_id))
+        self._close_current_ledger(self.lac.entry_id if self.lac.ledger_id == self._current_id() else -1)
+        await self._put_topic_record()
+        return self.terminated_at
+
+    def _current_id(self) -> int:
+        return self._current.ledger_id if self._current is not None else -1
+
+    async def _put_topic_record(self) -> None:
+        key, value, db = self.name.encode(), self._record.SerializeToString(), self.env.db("topics")
+        await self.env.submit(lambda txn: txn.put(key, value, db=db), key=("topic", key))
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def read_entries(self, start: Position, max_entries: int, last: Position | None = None) -> list[Entry]:
+        """Up to `max_entries` entries from `start` (inclusive) to `last` (inclusive, default the
+        LAC; never beyond it)."""
+        self._check_open()
+        limit = self.lac if last is None or last > self.lac else last
+        if max_entries <= 0 or start > limit:
+            return []
+        end_key = self._key(limit)
+        prefix = self._prefix
+        entries: list[Entry] = []
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=self._entries_db)
+            if not cursor.set_range(self._key(start)):
+                return entries
+            for key, value in cursor:
+                if key > end_key or not key.startswith(prefix):
+                    break
+                ledger_id, entry_id = unpack_position(key[8:])
+                entries.append(Entry.decode(Position(ledger_id, entry_id), value))
+                if len(entries) >= max_entries:
+                    break
+        return entries
+
+    def read_entry(self, position: Position) -> Entry | None:
+        with self.env.read() as txn:
+            value = txn.get(self._key(position), db=self._entries_db)
+        return Entry.decode(position, value) if value is not None and position <= self.lac else None
+
+    # --- positions ------------------------------------------------------------------------
+
+    def first_position(self) -> Position:
+        """The first entry still stored, or where the next append will go when there is none."""
+        for info in self.ledgers.values():
+            if info.entries > 0 and info.last_entry_id >= 0:
+                return Position(info.ledger_id, 0)
+        return self.lac.next()
+
+    def next_position(self, position: Position) -> Position:
+        """The position after `position` that holds (or will hold) the next entry."""
+        info = self.ledgers.get(position.ledger_id)
+        if info is not None and position.entry_id < info.last_entry_id:
+            return Position(position.ledger_id, position.entry_id + 1)
+        if position >= self.lac:
+            return self.lac.next()
+        for ledger_id, info in self.ledgers.items():
+            if ledger_id > position.ledger_id and info.last_entry_id >= 0:
+                return Position(ledger_id, 0)
+        return self.lac.next()
+
+    def previous_position(self, position: Position) -> Position:
+        """The position before `position` (Pulsar's getPreviousPosition): the entry before in the
+        same ledger, else the last entry of the previous non-empty ledger, else (ledger, -1)."""
+        if position.entry_id > 0:
+            return Position(position.ledger_id, position.entry_id - 1)
+        previous = None
+        for ledger_id, info in self.ledgers.items():
+            if ledger_id >= position.ledger_id:
+                break
+            if info.last_entry_id >= 0:
+                previous = Position(ledger_id, info.last_entry_id)
+        return previous if previous is not None else position.prev()
+
+    def entries_between(self, after: Position, upto: Position) -> int:
+        """How many entries lie in (after, upto]."""
+        count = 0
+        for ledger_id, info in self.ledgers.items():
+            if info.last_entry_id < 0 or ledger_id < after.ledger_id or ledger_id > upto.ledger_id:
+                continue
+            first = after.entry_id + 1 if ledger_id == after.ledger_id else 0
+            last = min(info.last_entry_id, upto.entry_id) if ledger_id == upto.ledger_id else info.last_entry_id
+            if ledger_id == self._current_id():
+                last = min(last, self.lac.entry_id) if self.lac.ledger_id == ledger_id else -1
+            count += max(0, last - first + 1)
+        return count
+
+    @property
+    def number_of_entries(self) -> int:
+        return self.entries_between(Position(-1, -1), self.lac)
+
+    @property
+    def total_size(self) -> int:
+        return sum(info.size for info in self.ledgers.values())
+
+    def _last_entry_position(self) -> Position | None:
+        for info in reversed(self.ledgers.values()):
+            if info.last_entry_id >= 0:
+                return Position(info.ledger_id, info.last_entry_id)
+        return None
+
+    def _last_ledger_id(self) -> int:
+        return next(reversed(self.ledgers)) if self.ledgers else -1
+
+    def _key(self, position: Position) -> bytes:
+        return self._prefix + pack_position(position.ledger_id, position.entry_id)
+
+    # --- notification ---------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs on the event loop each time the LAC moves."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def add_trim_listener(self, listener: Callable[[Position], None]) -> None:
+        """`listener(first_position)` runs after ledgers are trimmed; everything before
+        `first_position` is gone."""
+        self._trim_listeners.append(listener)
+
+    # --- trimming -------------------------------------------------------------------------
+
+    async def trim(self, now_ms: int | None = None) -> list[int]:
+        """Delete closed ledgers that every durable cursor has consumed and that retention no
+        longer keeps. Returns the deleted ledger ids."""
+        self._check_open()
+        if self.config.retention_ms < 0 and self.config.retention_bytes < 0:
+            return []
+        now_ms = _now_ms() if now_ms is None else now_ms
+        durable = [c for c in self.cursors.values() if c.durable]
+        slowest = min((c.mark_delete for c in durable), default=self.lac)
+        candidates = [info for info in self.ledgers.values()
+                      if info.closed and info is not self._current
+                      and (info.last_entry_id < 0 or Position(info.ledger_id, info.last_entry_id) <= slowest)]
+        kept_bytes = self.total_size
+        doomed = []
+        for info in candidates:      # oldest first
+            too_old = self.config.retention_ms >= 0 and now_ms - info.created_ms >= self.config.retention_ms
+            too_big = self.config.retention_bytes >= 0 and kept_bytes > self.config.retention_bytes
+            if info.last_entry_id < 0 or too_old or too_big:
+                doomed.append(info)
+                kept_bytes -= info.size
+            else:
+                break     # ledgers are trimmed in order, as in Pulsar
+        if not doomed:
+            return []
+        entries_db, ledgers_db, prefix = self._entries_db, self.env.db("ledgers"), self._prefix
+        ranges = [(self._key(Position(i.ledger_id, 0)), self._key(Position(i.ledger_id + 1, -1)),
+                   prefix + pack_i64(i.ledger_id)) for i in doomed]
+
+        def delete(txn) -> None:
+            cursor = txn.cursor(db=entries_db)
+            for start, end, ledger_key in ranges:
+                if cursor.set_range(start):
+                    while cursor.key() and cursor.key() < end:
+                        cursor.delete()
+                txn.delete(ledger_key, db=ledgers_db)
+
+        await self.env.submit(delete)
+        for info in doomed:
+            del self.ledgers[info.ledger_id]
+        first = self.first_position()
+        for listener in list(self._trim_listeners):
+            listener(first)
+        return [info.ledger_id for info in doomed]
+
+    # --- cursors --------------------------------------------------------------------------
+
+    async def open_cursor(self, name: str, initial_position: str = "latest") -> ManagedCursor:
+        """Open the durable cursor `name`, creating it at the earliest or latest position."""
+        from pyengine.storage.cursor import ManagedCursor
+        self._check_open()
+        cursor = self.cursors.get(name)
+        if cursor is None:
+            cursor = await ManagedCursor.open(self, name, initial_position)
+            self.cursors[name] = cursor
+        return cursor
+
+    def new_non_durable_cursor(self, start: Position) -> ManagedCursor:
+        """A reader's cursor, positioned so that the first entry read is at or after `start`;
+        its acknowledgements are never persisted."""
+        from pyengine.storage.cursor import ManagedCursor
+        self._check_open()
+        return ManagedCursor.non_durable(self, self.previous_position(start) if start.entry_id >= 0 else start)
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is None:
+            from pyengine.storage.errors import CursorNotFoundError
+            raise CursorNotFoundError(f"no cursor {name!r} on {self.name}")
+        await cursor.delete()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        while self._in_flight:
+            await self.env.barrier()
+        for cursor in self.cursors.values():
+            await cursor.flush()
+        self._closed = True
+
+    async def delete(self) -> None:
+        """Delete the managed ledger with all its entries, ledgers and cursors."""
+        await self.close()
+        prefix, name = self._prefix, self.name.encode()
+        dbs = [self.env.db(n) for n in ("entries", "ledgers", "cursors", "dedup", "tb_snapshots")]
+        topics = self.env.db("topics")
+
+        def delete(txn) -> None:
+            for db in dbs:
+                cursor = txn.cursor(db=db)
+                if cursor.set_range(prefix):
+                    while cursor.key() and cursor.key().startswith(prefix):
+                        cursor.delete()
+            txn.delete(name, db=topics)
+
+        await self.env.submit(delete)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosedError(f"managed ledger {self.name} is closed")
+
+    def __repr__(self) -> str:
+        return f"ManagedLedger({self.name!r}, lac={self.lac}, ledgers={list(self.ledgers)})"
+
+
+__all__ = ["ManagedLedger", "ManagedLedgerConfig", "LedgerInfo", "StorageError"]

@@ -1,0 +1,221 @@
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pyengine.storage import (
+    ManagedLedger,
+    ManagedLedgerConfig,
+    StorageEnvironment,
+    StorageFullError,
+    TopicTerminatedError,
+)
+from pyengine.storage.entry import MARKER_TXN_ABORT, Entry, headers_and_payload, split_headers_and_payload
+from pyengine_kernels import Position
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPIC = "persistent://public/default/t"
+
+
+async def test_append_assigns_increasing_positions_and_reads_them_back(env):
+    ml = await ManagedLedger.open(env, TOPIC)
+    positions = await asyncio.gather(*(ml.append(f"m{i}".encode()) for i in range(10)))
+    assert positions == sorted(positions)
+    assert len(set(positions)) == 10
+    assert ml.lac == positions[-1]
+    entries = ml.read_entries(ml.first_position(), 100)
+    assert [e.data for e in entries] == [f"m{i}".encode() for i in range(10)]
+    assert [e.position for e in entries] == positions
+
+
+async def test_entry_header_fields_round_trip(env):
+    ml = await ManagedLedger.open(env, TOPIC)
+    pos = await ml.append(b"abc", txn_most=3, txn_least=77, marker_type=MARKER_TXN_ABORT,
+                          num_messages=5, publish_time=123)
+    (entry,) = ml.read_entries(pos, 1)
+    assert (entry.txn_most, entry.txn_least, entry.marker_type, entry.num_messages, entry.publish_time) == \
+        (3, 77, MARKER_TXN_ABORT, 5, 123)
+    assert entry.is_marker and entry.txn is not None and entry.txn.least_bits == 77
+
+
+async def test_appends_in_one_loop_turn_share_one_commit(env):
+    ml = await ManagedLedger.open(env, TOPIC)
+    commits = []
+    original = env._write_batch
+
+    def counting(writes):
+        commits.append(len(writes))
+        return original(writes)
+
+    env._write_batch = counting
+    await asyncio.gather(*(ml.append(b"x") for _ in range(500)))
+    assert len(commits) == 1, commits
+
+
+async def test_lac_moves_only_after_the_commit_is_durable(env):
+    ml = await ManagedLedger.open(env, TOPIC)
+    before = ml.lac
+    future = ml.append(b"x")
+    assert ml.lac == before
+    assert ml.read_entries(ml.first_position(), 10) == []
+    position = await future
+    assert ml.lac == position
+
+
+async def test_ledgers_roll_over_by_entry_count(env):
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=10))
+    positions = await asyncio.gather(*(ml.append(b"x") for _ in range(35)))
+    ledgers = sorted({p.ledger_id for p in positions})
+    assert len(ledgers) == 4
+    assert all(p.entry_id < 10 for p in positions)
+    assert len(ml.read_entries(ml.first_position(), 100)) == 35
+    assert ml.number_of_entries == 35
+
+
+async def test_ledgers_roll_over_by_size(env):
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_ledger_bytes=4096))
+    positions = await asyncio.gather(*(ml.append(b"x" * 1000) for _ in range(12)))
+    assert len({p.ledger_id for p in positions}) >= 3
+
+
+async def test_reopen_starts_a_new_ledger_and_keeps_every_entry(env, reopen):
+    ml = await ManagedLedger.open(env, TOPIC)
+    first = await asyncio.gather(*(ml.append(f"a{i}".encode()) for i in range(5)))
+    await ml.close()
+    env2 = reopen(env)
+    ml2 = await ManagedLedger.open(env2, TOPIC)
+    assert ml2.lac == first[-1]
+    second = await ml2.append(b"b")
+    assert second.ledger_id > first[-1].ledger_id
+    assert [e.data for e in ml2.read_entries(ml2.first_position(), 10)] == \
+        [f"a{i}".encode() for i in range(5)] + [b"b"]
+
+
+async def test_next_and_previous_position_cross_ledgers(env):
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=3))
+    p = await asyncio.gather(*(ml.append(b"x") for _ in range(7)))
+    assert ml.next_position(p[2]) == p[3]           # end of ledger -> start of next
+    assert ml.previous_position(p[3]) == p[2]
+    assert ml.previous_position(p[0]) == Position(p[0].ledger_id, -1)
+    assert ml.next_position(p[-1]) == p[-1].next()   # beyond the LAC
+    assert ml.entries_between(p[1], p[5]) == 4
+
+
+async def test_terminate_seals_the_ledger(env, reopen):
+    ml = await ManagedLedger.open(env, TOPIC)
+    last = await ml.append(b"x")
+    assert await ml.terminate() == last
+    assert await ml.terminate() == last               # idempotent
+    with pytest.raises(TopicTerminatedError):
+        await ml.append(b"y")
+    await ml.close()
+    ml2 = await ManagedLedger.open(reopen(env), TOPIC)
+    assert ml2.terminated_at == last
+    with pytest.raises(TopicTerminatedError):
+        await ml2.append(b"z")
+
+
+async def test_trim_deletes_consumed_ledgers_within_retention(env):
+    config = ManagedLedgerConfig(max_entries_per_ledger=5, retention_ms=0)
+    ml = await ManagedLedger.open(env, TOPIC, config)
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await asyncio.gather(*(ml.append(b"x") for _ in range(20)))
+    assert await ml.trim() == []                       # nothing consumed yet
+    await cursor.ack_cumulative(positions[11])
+    trimmed_from = []
+    ml.add_trim_listener(trimmed_from.append)
+    deleted = await ml.trim()
+    assert deleted == sorted({p.ledger_id for p in positions[:10]})
+    assert ml.first_position() == positions[10]
+    assert trimmed_from == [positions[10]]
+    assert [e.position for e in ml.read_entries(Position(-1, -1), 100)] == positions[10:]
+
+
+async def test_trim_keeps_everything_by_default(env):
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=2))
+    cursor = await ml.open_cursor("sub", "earliest")
+    positions = await asyncio.gather(*(ml.append(b"x") for _ in range(6)))
+    await cursor.ack_cumulative(positions[-1])
+    assert await ml.trim() == []
+    assert ml.number_of_entries == 6
+
+
+async def test_map_full_fails_the_write_and_reads_keep_working(tmp_path):
+    env = StorageEnvironment(tmp_path / "small", map_size=2 << 20)
+    try:
+        ml = await ManagedLedger.open(env, TOPIC)
+        kept = await asyncio.gather(*(ml.append(b"k" * 100) for _ in range(10)))
+        with pytest.raises(StorageFullError):
+            await asyncio.gather(*(ml.append(b"x" * 4096) for _ in range(2000)))
+        # Everything acknowledged before is intact and readable; the ledger has no holes.
+        assert [e.position for e in ml.read_entries(ml.first_position(), 100)] == kept
+        assert ml.lac == kept[-1]
+        # Small writes still go through once the big batch is gone.
+        after = await ml.append(b"small")
+        assert after > kept[-1]
+        assert ml.read_entries(after, 1)[0].data == b"small"
+    finally:
+        env.close()
+
+
+def test_headers_and_payload_round_trip():
+    data = headers_and_payload(b"meta", b"payload")
+    assert data[:2] == b"\x0e\x01"
+    assert split_headers_and_payload(data) == (b"meta", b"payload")
+
+
+def test_corrupt_entry_is_reported():
+    from pyengine.storage import CorruptRecordError
+    with pytest.raises(CorruptRecordError):
+        Entry.decode(Position(1, 1), b"\x01\x00")
+    with pytest.raises(CorruptRecordError):
+        split_headers_and_payload(b"\x0e\x01\x00\x00\x00\x00\x00\x00\x00\x09meta")
+
+
+CRASH_WRITER = textwrap.dedent("""
+    import asyncio, sys
+    from pyengine.storage import ManagedLedger, StorageEnvironment
+
+    async def main(path):
+        env = StorageEnvironment(path)
+        ml = await ManagedLedger.open(env, "persistent://public/default/crash")
+        i = 0
+        while True:
+            batch = [ml.append(f"{i + k}".encode()) for k in range(50)]
+            for k, future in enumerate(batch):
+                position = await future
+                print(f"{i + k} {position.ledger_id} {position.entry_id}", flush=True)
+            i += 50
+
+    asyncio.run(main(sys.argv[1]))
+""")
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.8])
+async def test_nothing_acknowledged_is_lost_after_kill_9(tmp_path, delay):
+    data = tmp_path / "crash"
+    proc = subprocess.Popen([sys.executable, "-c", CRASH_WRITER, str(data)], stdout=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    time.sleep(delay + 1.0)            # interpreter start-up, then writes in full flow
+    proc.send_signal(signal.SIGKILL)
+    out, _ = proc.communicate()
+    acked = [tuple(map(int, line.split())) for line in out.splitlines() if line.strip()]
+    assert len(acked) > 50, "the writer acknowledged too little to make the test meaningful"
+    env = StorageEnvironment(data)
+    try:
+        ml = await ManagedLedger.open(env, "persistent://public/default/crash")
+        stored = {(e.position.ledger_id, e.position.entry_id): e.data
+                  for e in ml.read_entries(Position(-1, -1), 10 ** 7)}
+        for value, ledger_id, entry_id in acked:
+            assert stored[(ledger_id, entry_id)] == str(value).encode()
+        # The ledger left open by the crash was closed at its last durable entry; appends go on.
+        position = await ml.append(b"after")
+        assert position.ledger_id > max(ledger for _, ledger, _ in acked)
+    finally:
+        env.close()
