@@ -68,6 +68,7 @@ class ManagedLedger:
         self.topic_id = record.topic_id
         self.config = config
         self.created_ms = record.created_ms
+        self.properties: dict[str, str] = dict(record.properties)
         self._record = record
         self._prefix = pack_i64(record.topic_id)
         self._entries_db = env.db("entries")
@@ -182,12 +183,22 @@ class ManagedLedger:
                marker_type: int = MARKER_NONE, num_messages: int = 1,
                publish_time: int = 0) -> asyncio.Future[Position]:
         """Append one entry; the future resolves with its position once it is durable."""
+        return self.append_entry(data, txn_most=txn_most, txn_least=txn_least, marker_type=marker_type,
+                                 num_messages=num_messages, publish_time=publish_time)[1]
+
+    def append_entry(self, data: bytes, *, txn_most: int = NO_TXN, txn_least: int = NO_TXN,
+                     marker_type: int = MARKER_NONE, num_messages: int = 1,
+                     publish_time: int = 0) -> tuple[Position | None, asyncio.Future[Position]]:
+        """Append one entry and say at once where it will be: the position is assigned now,
+        and the entry becomes readable there when the future resolves (a transaction buffer
+        registers the position before any reader can reach it). The position is None when
+        the append failed at once (the future then holds the error)."""
         self._check_open()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Position] = loop.create_future()
         if self.terminated_at is not None:
             future.set_exception(TopicTerminatedError(f"topic {self.name} is terminated at {self.terminated_at}"))
-            return future
+            return None, future
         current = self._current
         if current is None or self._should_roll(current):
             if current is not None:
@@ -208,7 +219,7 @@ class ManagedLedger:
                 lambda done: self._appended(done, queued))
             self._in_flight += 1
         self._queued.append((self._key(position), value, position, future))
-        return future
+        return position, future
 
     def _should_roll(self, current: LedgerInfo) -> bool:
         return (self._next_entry >= self.config.max_entries_per_ledger
@@ -278,6 +289,16 @@ class ManagedLedger:
         self._close_current_ledger(self.lac.entry_id if self.lac.ledger_id == self._current_id() else -1)
         await self._put_topic_record()
         return self.terminated_at
+
+    async def set_property(self, key: str, value: str) -> None:
+        """Set a durable property of the managed ledger (e.g. that it holds transactional
+        entries, which lets a topic that never had any skip transaction-buffer recovery)."""
+        self._check_open()
+        if self.properties.get(key) == value:
+            return
+        self.properties[key] = value
+        self._record.properties[key] = value
+        await self._put_topic_record()
 
     def _current_id(self) -> int:
         return self._current.ledger_id if self._current is not None else -1

@@ -164,6 +164,21 @@ async def test_map_full_fails_the_write_and_reads_keep_working(tmp_path):
         env.close()
 
 
+async def test_properties_are_durable(env, reopen):
+    ml = await ManagedLedger.open(env, TOPIC)
+    await ml.set_property("pyengine.txn", "true")
+    await ml.close()
+    ml2 = await ManagedLedger.open(reopen(env), TOPIC)
+    assert ml2.properties == {"pyengine.txn": "true"}
+
+
+async def test_append_entry_tells_the_position_before_it_is_durable(env):
+    ml = await ManagedLedger.open(env, TOPIC)
+    position, future = ml.append_entry(b"x")
+    assert position is not None and position > ml.lac
+    assert await future == position
+
+
 def test_headers_and_payload_round_trip():
     data = headers_and_payload(b"meta", b"payload")
     assert data[:2] == b"\x0e\x01"

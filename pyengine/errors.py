@@ -1,0 +1,102 @@
+"""The errors pyengine reports to its users, one class per Pulsar `ServerError` code.
+
+The broker raises them internally, sends their code on the wire, and both clients (the
+embedded one and `pyengine.client`) raise the same classes, so code written against one works
+against the other.
+"""
+
+from __future__ import annotations
+
+from pyengine.protocol.pulsar_api_pb2 import ServerError
+
+
+class PulsarError(Exception):
+    """Base class: `server_error` is the wire code (pulsar_api.ServerError)."""
+
+    server_error: int = ServerError.UnknownError
+
+    @classmethod
+    def from_code(cls, code: int, message: str) -> PulsarError:
+        return _BY_CODE.get(code, PulsarError)(message)
+
+
+class MetadataError(PulsarError):
+    server_error = ServerError.MetadataError
+
+
+class PersistenceError(PulsarError):
+    server_error = ServerError.PersistenceError
+
+
+class ConsumerBusyError(PulsarError):
+    server_error = ServerError.ConsumerBusy
+
+
+class ServiceNotReadyError(PulsarError):
+    server_error = ServerError.ServiceNotReady
+
+
+class ChecksumError(PulsarError):
+    server_error = ServerError.ChecksumError
+
+
+class TopicNotFoundError(PulsarError):
+    server_error = ServerError.TopicNotFound
+
+
+class SubscriptionNotFoundError(PulsarError):
+    server_error = ServerError.SubscriptionNotFound
+
+
+class ConsumerNotFoundError(PulsarError):
+    server_error = ServerError.ConsumerNotFound
+
+
+class TooManyRequestsError(PulsarError):
+    server_error = ServerError.TooManyRequests
+
+
+class TopicTerminatedError(PulsarError):
+    server_error = ServerError.TopicTerminatedError
+
+
+class ProducerBusyError(PulsarError):
+    server_error = ServerError.ProducerBusy
+
+
+class InvalidTopicNameError(PulsarError, ValueError):
+    server_error = ServerError.InvalidTopicName
+
+
+class NotAllowedError(PulsarError):
+    server_error = ServerError.NotAllowedError
+
+
+class ProducerFencedError(PulsarError):
+    server_error = ServerError.ProducerFenced
+
+
+class TransactionCoordinatorNotFoundError(PulsarError):
+    server_error = ServerError.TransactionCoordinatorNotFound
+
+
+class InvalidTxnStatusError(PulsarError):
+    server_error = ServerError.InvalidTxnStatus
+
+
+class TransactionConflictError(PulsarError):
+    server_error = ServerError.TransactionConflict
+
+
+class TransactionNotFoundError(PulsarError):
+    server_error = ServerError.TransactionNotFound
+
+
+_BY_CODE: dict[int, type[PulsarError]] = {
+    cls.server_error: cls
+    for cls in (MetadataError, PersistenceError, ConsumerBusyError, ServiceNotReadyError, ChecksumError,
+                TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, TooManyRequestsError,
+                TopicTerminatedError, ProducerBusyError, InvalidTopicNameError, NotAllowedError,
+                ProducerFencedError, TransactionCoordinatorNotFoundError, InvalidTxnStatusError,
+                TransactionConflictError, TransactionNotFoundError)
+}

@@ -1,0 +1,71 @@
+"""Transaction buffer: a topic's view of the transactions writing to it.
+
+Transactional entries are stored in the topic's managed ledger when they are sent; the buffer
+decides what a READ_COMMITTED reader may see: nothing at or after the first entry of a
+still-open transaction (the max read position), and never an entry of an aborted transaction
+(the aborted set). Commit and abort end a transaction on the topic. v4 (`TopicTransactionBuffer`,
+`persistent://` topics) writes commit/abort markers into the stream; v5
+(`MetadataTransactionBuffer`, `segment://` topics) keeps the state in the metadata store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from enum import Enum
+
+from pyengine_kernels import AbortedTxnSet, Position, TxnId
+
+
+class BufferState(Enum):
+    NONE = "none"                  # created, recovery not started
+    INITIALIZING = "initializing"  # recovering: the read horizon is held back
+    READY = "ready"
+    CLOSED = "closed"
+
+
+class TransactionBuffer(ABC):
+    state: BufferState
+
+    @abstractmethod
+    async def recover(self) -> None:
+        """Rebuild the state (ongoing and aborted txns, read horizon) before the topic serves."""
+
+    @abstractmethod
+    def append(self, txn: TxnId, data: bytes, *, num_messages: int = 1,
+               publish_time: int = 0) -> asyncio.Future[Position]:
+        """Append a transactional entry; the future resolves with its position once durable.
+        Fails at once with TransactionConflictError/NotAllowedError for a txn that already
+        ended on this topic."""
+
+    @abstractmethod
+    async def commit(self, txn: TxnId, low_watermark: int) -> None:
+        """End `txn` as committed (idempotent). `low_watermark` is the coordinator's: every txn
+        of that coordinator with a sequence up to it has ended."""
+
+    @abstractmethod
+    async def abort(self, txn: TxnId, low_watermark: int) -> None:
+        """End `txn` as aborted (idempotent)."""
+
+    @abstractmethod
+    def max_read_position(self) -> Position:
+        """Readers may see entries up to and including this position, and no further."""
+
+    @abstractmethod
+    def is_txn_aborted(self, txn: TxnId) -> bool: ...
+
+    @property
+    @abstractmethod
+    def aborted(self) -> AbortedTxnSet:
+        """The aborted transactions (read-only use: dispatch and export filter with it)."""
+
+    @abstractmethod
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs on the event loop whenever the max read position may have moved."""
+
+    @abstractmethod
+    def stats(self) -> dict: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...

@@ -1,0 +1,66 @@
+"""Pending acknowledgements: a subscription's view of the transactions acknowledging on it.
+
+A transactional acknowledgement reserves a message for its transaction: it is applied to the
+subscription's cursor when the transaction commits and dropped (the message is delivered
+again) when it aborts. A second transaction acknowledging the same message (or batch index),
+or an acknowledgement of something already acknowledged, is a TransactionConflictError.
+v4 keeps a pending-ack log per subscription; v5 keeps op records in the metadata store.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from pyengine_kernels import Position, TxnId
+
+
+@dataclass(frozen=True)
+class IndividualAck:
+    """One message (or some indexes of a batch) acknowledged by a transaction. `ack_set` is
+    Pulsar's batch ack set (a set bit is an index still unacknowledged); None acks the whole
+    entry."""
+
+    position: Position
+    batch_size: int = 1
+    ack_set: tuple[int, ...] | None = None
+
+
+class PendingAckHandle(ABC):
+    @abstractmethod
+    async def replay(self) -> None:
+        """Rebuild the pending acks before the subscription serves; fails loudly
+        (PendingAckReplayError) rather than hanging when its records cannot be read."""
+
+    @abstractmethod
+    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck]) -> None:
+        """Reserve messages for `txn` durably, or raise TransactionConflictError (nothing of
+        the request is then reserved)."""
+
+    @abstractmethod
+    async def cumulative_ack(self, txn: TxnId, position: Position) -> None:
+        """Reserve everything up to `position` for `txn` (Exclusive/Failover subscriptions)."""
+
+    @abstractmethod
+    async def commit(self, txn: TxnId, low_watermark: int) -> list[Position]:
+        """Apply `txn`'s acknowledgements to the cursor (idempotent); returns the positions acked."""
+
+    @abstractmethod
+    async def abort(self, txn: TxnId, low_watermark: int) -> list[Position]:
+        """Drop `txn`'s acknowledgements (idempotent); returns the positions to deliver again."""
+
+    @abstractmethod
+    def is_fully_pending(self, position: Position, batch_size: int = 1) -> bool:
+        """True when every message of the entry is either acknowledged on the cursor or reserved
+        by an open transaction: the dispatcher must not deliver it (Pulsar #19581)."""
+
+    @abstractmethod
+    def pending_ack_set(self, position: Position) -> list[int] | None:
+        """The batch ack set of the indexes still free at `position` after pending acks (set bit
+        = neither acknowledged nor reserved), or None when no transaction holds part of it."""
+
+    @abstractmethod
+    def stats(self) -> dict: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
