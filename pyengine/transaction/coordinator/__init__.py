@@ -22,6 +22,9 @@ class TxnMeta:
     last_modified_ms: int
     partitions: list[str] = field(default_factory=list)                 # in the order added
     subscriptions: list[tuple[str, str]] = field(default_factory=list)  # (topic, subscription)
+    # Added: the abort was decided by the coordinator's timeout, so the txn ends TIME_OUT rather
+    # than ABORTED; persisted with the ABORTING record so a restart ends it the same way.
+    timed_out: bool = False
 
 
 class TransactionParticipants(Protocol):
@@ -59,8 +62,13 @@ class TransactionMetadataStore(ABC):
     async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None: ...
 
     @abstractmethod
-    async def update_status(self, txn: TxnId, new: TxnStatus, expected: TxnStatus) -> TxnMeta:
-        """Move `txn` from `expected` to `new` durably; a txn already in `new` succeeds as is."""
+    async def update_status(self, txn: TxnId, new: TxnStatus, expected: TxnStatus, *,
+                            timed_out: bool = False) -> TxnMeta:
+        """Move `txn` from `expected` to `new` durably; a txn already in `new` succeeds as is.
+
+        `timed_out` (added) marks an OPEN -> ABORTING move made by the timeout, which then
+        ends in TIME_OUT instead of ABORTED.
+        """
 
     @abstractmethod
     def get(self, txn: TxnId) -> TxnMeta:

@@ -1,0 +1,499 @@
+"""The v4 transaction metadata store of one coordinator: state in memory, every change logged
+to LMDB first (Pulsar's MLTransactionMetadataStore, with LMDB's `txn_log` database in place of
+the `__transaction_log_<tcId>` managed ledger).
+
+Changes are applied to memory when they are submitted, so the next request already sees them
+and the log's order is the submission order, and the caller is answered once the write is
+durable. A write that fails is undone in memory (nothing acts on a change before it is
+durable: the service tells participants only after the decision is written).
+
+Trimming: when a txn ends, its op records are deleted and one compact FINISHED record is
+written in the same LMDB write transaction, so no restart can see a half-trimmed txn. FINISHED
+records answer repeated END_TXNs (and `get`) for `finished_retention_ms` after the end, then
+`purge_finished` deletes them. A header record keeps the next txn sequence, so ids are never
+reused once every record of the old txns is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import heapq
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import lmdb
+
+from pyengine.errors import (
+    InvalidTxnStatusError,
+    NotAllowedError,
+    PersistenceError,
+    ServiceNotReadyError,
+    TransactionNotFoundError,
+)
+from pyengine.storage import StorageEnvironment
+from pyengine.storage.errors import CorruptRecordError, StorageError
+from pyengine.transaction import TxnStatus
+from pyengine.transaction.coordinator import TransactionMetadataStore, TxnMeta
+from pyengine.transaction.coordinator import log_records as records
+from pyengine.transaction.coordinator.clock import Clock, wall_clock_ms
+from pyengine.transaction.coordinator.validation import (
+    check_int,
+    check_partitions,
+    check_status,
+    check_subscriptions,
+    check_txn,
+)
+from pyengine_kernels import TxnId
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FINISHED_RETENTION_MS = 60 * 60 * 1000   # Pulsar's transactionEndedStatusRetentionTimeMs
+
+# The moves a coordinator makes; TIME_OUT is the end of an abort decided by the timeout.
+LEGAL_TRANSITIONS = frozenset({
+    (TxnStatus.OPEN, TxnStatus.COMMITTING),
+    (TxnStatus.COMMITTING, TxnStatus.COMMITTED),
+    (TxnStatus.OPEN, TxnStatus.ABORTING),
+    (TxnStatus.ABORTING, TxnStatus.ABORTED),
+    (TxnStatus.ABORTING, TxnStatus.TIME_OUT),
+})
+
+
+@dataclass
+class _LiveTxn:
+    """A txn not yet terminal, with the log sequences of its op records (deleted on its end)."""
+
+    meta: TxnMeta
+    log_sequences: list[int]
+    partition_set: set[str] = field(default_factory=set)
+    subscription_set: set[tuple[str, str]] = field(default_factory=set)
+    last_write: asyncio.Future[Any] | None = None     # its latest write, maybe still in flight
+
+
+class _FinishedTxn(NamedTuple):
+    status: TxnStatus
+    start_ms: int
+    timeout_ms: int
+    finished_ms: int
+    log_sequence: int
+
+
+class LogTransactionMetadataStore(TransactionMetadataStore):
+    def __init__(self, env: StorageEnvironment, coordinator_id: int, *, clock: Clock = wall_clock_ms,
+                 finished_retention_ms: int = DEFAULT_FINISHED_RETENTION_MS) -> None:
+        check_int(coordinator_id, "coordinator_id")
+        check_int(finished_retention_ms, "finished_retention_ms")
+        if coordinator_id < 0:
+            raise ValueError(f"coordinator_id must be >= 0, not {coordinator_id}")
+        if finished_retention_ms < 0:
+            raise ValueError(f"finished_retention_ms must be >= 0, not {finished_retention_ms}")
+        self.coordinator_id = coordinator_id
+        self.finished_retention_ms = finished_retention_ms
+        self._env = env
+        self._clock = clock
+        self._db = env.db("txn_log")
+        self._prefix = records.coordinator_prefix(coordinator_id)
+        self._live: dict[int, _LiveTxn] = {}            # txn sequence -> live txn
+        self._live_heap: list[int] = []                 # live sequences (lazy deletion)
+        self._finished: dict[int, _FinishedTxn] = {}    # txn sequence -> end, within retention
+        self._finish_order: deque[tuple[int, int]] = deque()   # (sequence, finished_ms), oldest first
+        self._finishing: dict[int, asyncio.Future[Any]] = {}   # FINISHED writes in flight
+        self._in_flight: set[asyncio.Future[Any]] = set()
+        self._next_txn_sequence = 0
+        self._next_log_sequence = 0
+        self._state = "new"
+
+    # --- recovery -------------------------------------------------------------------------
+
+    async def recover(self) -> list[TxnMeta]:
+        """Replay the log: live txns come back with their partitions, subscriptions and
+        status; FINISHED records within retention are kept to answer repeated END_TXNs."""
+        if self._state != "new":
+            raise ServiceNotReadyError(f"transaction coordinator {self.coordinator_id} is {self._state}")
+        cid = self.coordinator_id
+        header_next = 0
+        max_sequence = -1
+        last_log_sequence = -1
+        orphans: list[int] = []
+        live = self._live
+        finished = self._finished
+        with self._env.read() as txn:
+            cursor = txn.cursor(db=self._db)
+            if cursor.set_range(self._prefix):
+                for key, raw in cursor.iternext():
+                    if key[:8] != self._prefix:
+                        break
+                    sequence = records.log_sequence(key)
+                    if sequence == records.HEADER_SEQUENCE:
+                        header_next = records.decode_header(raw)
+                        continue
+                    last_log_sequence = sequence
+                    record = records.decode_record(raw, cid, sequence)
+                    least = record.txn_least
+                    max_sequence = max(max_sequence, least)
+                    if record.op == records.FINISHED:
+                        finished[least] = _FinishedTxn(TxnStatus(record.new_status), record.start_ms,
+                                                       record.timeout_ms, record.modified_ms, sequence)
+                        continue
+                    self._replay_op(record, sequence, orphans)
+        for sequence in [s for s in live if s in finished]:
+            orphans.extend(live.pop(sequence).log_sequences)   # cannot happen: ended atomically
+        self._next_txn_sequence = max(header_next, max_sequence + 1)
+        self._next_log_sequence = last_log_sequence + 1
+        self._live_heap = sorted(live)
+        for sequence, end in sorted(finished.items(), key=lambda item: item[1].log_sequence):
+            self._finish_order.append((sequence, end.finished_ms))
+        self._state = "ready"
+        if orphans:
+            log.warning("transaction coordinator %d: deleting %d records of unknown txns", cid, len(orphans))
+            await self._await_write(self._submit(self._delete_fn(orphans)))
+        await self.purge_finished()
+        return [_copy(state.meta) for state in live.values()]
+
+    def _replay_op(self, record: records.TxnLogRecord, sequence: int, orphans: list[int]) -> None:
+        least = record.txn_least
+        if record.op == records.NEW:
+            if least in self._live:
+                raise CorruptRecordError(f"transaction log {self.coordinator_id}: txn {least} opened twice")
+            meta = TxnMeta(TxnId(self.coordinator_id, least), TxnStatus.OPEN, record.timeout_ms,
+                           record.start_ms, record.modified_ms)
+            self._live[least] = _LiveTxn(meta, [sequence])
+            return
+        state = self._live.get(least)
+        if state is None:
+            orphans.append(sequence)
+            return
+        state.log_sequences.append(sequence)
+        meta = state.meta
+        meta.last_modified_ms = record.modified_ms
+        if record.op == records.ADD_PARTITION:
+            _add_new(record.partitions, meta.partitions, state.partition_set)
+        elif record.op == records.ADD_SUBSCRIPTION:
+            subs = [(s.topic, s.subscription) for s in record.subscriptions]
+            _add_new(subs, meta.subscriptions, state.subscription_set)
+        elif record.op == records.UPDATE:
+            expected, new = TxnStatus(record.expected_status), TxnStatus(record.new_status)
+            if meta.status != expected or (expected, new) not in LEGAL_TRANSITIONS or new.is_terminal:
+                raise CorruptRecordError(f"transaction log {self.coordinator_id}: txn {least} cannot move "
+                                         f"{expected.name} -> {new.name} while {meta.status.name}")
+            meta.status = new
+            meta.timed_out = record.timed_out
+        else:
+            raise CorruptRecordError(f"transaction log {self.coordinator_id}: unknown op {record.op}")
+
+    # --- operations -----------------------------------------------------------------------
+
+    async def new_transaction(self, timeout_ms: int) -> TxnMeta:
+        self._check_ready()
+        check_int(timeout_ms, "timeout_ms")
+        if timeout_ms <= 0:
+            raise NotAllowedError(f"transaction timeout must be > 0 ms, not {timeout_ms}")
+        sequence = self._next_txn_sequence
+        self._next_txn_sequence += 1
+        now = self._clock()
+        meta = TxnMeta(TxnId(self.coordinator_id, sequence), TxnStatus.OPEN, timeout_ms, now, now)
+        log_sequence = self._allocate_log_sequence()
+        state = _LiveTxn(meta, [log_sequence])
+        self._live[sequence] = state
+        heapq.heappush(self._live_heap, sequence)
+        key = records.log_key(self._prefix, log_sequence)
+        value = records.new_record(self.coordinator_id, sequence, timeout_ms, now)
+        header_key = records.log_key(self._prefix, records.HEADER_SEQUENCE)
+        header = records.encode_header(sequence + 1)
+        db = self._db
+
+        def write(txn: lmdb.Transaction) -> None:
+            txn.put(key, value, db=db)
+            txn.put(header_key, header, db=db)
+
+        def undo() -> None:      # the txn was never created; its sequence is simply skipped
+            self._live.pop(sequence, None)
+
+        state.last_write = self._submit(write, undo)
+        await self._await_write(state.last_write)
+        return _copy(meta)
+
+    async def add_produced_partitions(self, txn: TxnId, partitions: list[str]) -> None:
+        self._check_ready()
+        partitions = check_partitions(partitions)
+        state = self._open_txn(check_txn(txn))
+        added = _add_new(partitions, state.meta.partitions, state.partition_set)
+        if not added:
+            await self._settled(state)
+            return
+        now = self._clock()
+        value = records.add_partitions_record(self.coordinator_id, txn.least_bits, added, now)
+
+        def undo() -> None:
+            _remove(added, state.meta.partitions, state.partition_set)
+
+        await self._append_op(state, value, now, undo)
+
+    async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
+        self._check_ready()
+        subscriptions = check_subscriptions(subscriptions)
+        state = self._open_txn(check_txn(txn))
+        added = _add_new(subscriptions, state.meta.subscriptions, state.subscription_set)
+        if not added:
+            await self._settled(state)
+            return
+        now = self._clock()
+        value = records.add_subscriptions_record(self.coordinator_id, txn.least_bits, added, now)
+
+        def undo() -> None:
+            _remove(added, state.meta.subscriptions, state.subscription_set)
+
+        await self._append_op(state, value, now, undo)
+
+    async def update_status(self, txn: TxnId, new: TxnStatus, expected: TxnStatus, *,
+                            timed_out: bool = False) -> TxnMeta:
+        self._check_ready()
+        check_txn(txn)
+        new = check_status(new, "new")
+        expected = check_status(expected, "expected")
+        if not isinstance(timed_out, bool):
+            raise TypeError(f"timed_out must be a bool, not {type(timed_out).__name__}")
+        if timed_out and (expected, new) != (TxnStatus.OPEN, TxnStatus.ABORTING):
+            raise ValueError("timed_out marks an OPEN -> ABORTING move only")
+        sequence = self._sequence_of(txn)
+        state = self._live.get(sequence)
+        end = self._finished_within_retention(sequence) if state is None else None
+        if state is None and end is None:
+            raise TransactionNotFoundError(f"transaction {txn} not found")
+        current = state.meta.status if state is not None else end.status
+        if current == new:                       # a repeat: succeeds once the change is durable
+            if state is not None:
+                await self._settled(state)
+                return self.get(txn)
+            pending = self._finishing.get(sequence)
+            if pending is not None:
+                await self._await_write(pending)
+            return self._finished_meta(txn, end)
+        if current != expected:
+            raise InvalidTxnStatusError(f"transaction {txn}: expected {expected.name} but is {current.name}")
+        if state is None or (expected, new) not in LEGAL_TRANSITIONS:
+            raise InvalidTxnStatusError(f"transaction {txn}: cannot move from {expected.name} to {new.name}")
+        if new.is_terminal:
+            return await self._finish(sequence, state, new)
+        return await self._decide(state, new, timed_out)
+
+    def get(self, txn: TxnId) -> TxnMeta:
+        self._check_ready()
+        sequence = self._sequence_of(check_txn(txn))
+        state = self._live.get(sequence)
+        if state is not None:
+            return _copy(state.meta)
+        end = self._finished_within_retention(sequence)
+        if end is None:
+            raise TransactionNotFoundError(f"transaction {txn} not found")
+        return self._finished_meta(txn, end)
+
+    def low_watermark(self) -> int:
+        """Pulsar's lowWaterMark (the first live sequence - 1), except that with no live txn it
+        is the last sequence handed out rather than 0: no txn at or below it can still write,
+        while 0 would wrongly cover a txn 0 not created yet."""
+        heap = self._live_heap
+        while heap and heap[0] not in self._live:
+            heapq.heappop(heap)
+        return heap[0] - 1 if heap else self._next_txn_sequence - 1
+
+    def live_transactions(self) -> list[TxnMeta]:
+        """Every txn not yet terminal (a copy)."""
+        return [_copy(state.meta) for state in self._live.values()]
+
+    def status_counts(self) -> dict[TxnStatus, int]:
+        """Live txns by status, and the finished ones still retained by terminal status."""
+        counts = dict.fromkeys(TxnStatus, 0)
+        for state in self._live.values():
+            counts[state.meta.status] += 1
+        for end in self._finished.values():
+            counts[end.status] += 1
+        return counts
+
+    async def purge_finished(self) -> int:
+        """Delete the FINISHED records older than the retention; returns how many."""
+        self._check_ready()
+        horizon = self._clock() - self.finished_retention_ms
+        expired = []
+        while self._finish_order and self._finish_order[0][1] <= horizon:
+            sequence, finished_ms = self._finish_order[0]
+            if sequence in self._finishing:
+                break                     # its FINISHED record is not durable yet
+            self._finish_order.popleft()
+            end = self._finished.get(sequence)
+            if end is not None and end.finished_ms == finished_ms:
+                del self._finished[sequence]
+                expired.append(end.log_sequence)
+        if expired:
+            await self._await_write(self._submit(self._delete_fn(expired)))
+        return len(expired)
+
+    async def close(self) -> None:
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight))     # never cancels the writes themselves
+
+    # --- changes --------------------------------------------------------------------------
+
+    async def _append_op(self, state: _LiveTxn, value: bytes, now: int, undo: Callable[[], None]) -> None:
+        log_sequence = self._allocate_log_sequence()
+        state.log_sequences.append(log_sequence)
+        state.meta.last_modified_ms = now
+        key = records.log_key(self._prefix, log_sequence)
+        db = self._db
+
+        def undo_op() -> None:
+            undo()
+            _discard(state.log_sequences, log_sequence)
+
+        state.last_write = self._submit(lambda txn: txn.put(key, value, db=db), undo_op)
+        await self._await_write(state.last_write)
+
+    async def _decide(self, state: _LiveTxn, new: TxnStatus, timed_out: bool) -> TxnMeta:
+        meta = state.meta
+        previous, now = meta.status, self._clock()
+        meta.status, meta.timed_out, meta.last_modified_ms = new, timed_out, now
+        value = records.update_record(self.coordinator_id, meta.txn_id.least_bits, previous, new, timed_out, now)
+
+        def undo() -> None:
+            if meta.status == new:
+                meta.status, meta.timed_out = previous, False
+
+        await self._append_op(state, value, now, undo)
+        return _copy(meta)
+
+    async def _finish(self, sequence: int, state: _LiveTxn, status: TxnStatus) -> TxnMeta:
+        meta = state.meta
+        now = self._clock()
+        end = _FinishedTxn(status, meta.start_ms, meta.timeout_ms, now, self._allocate_log_sequence())
+        del self._live[sequence]
+        self._finished[sequence] = end
+        self._finish_order.append((sequence, now))
+        key = records.log_key(self._prefix, end.log_sequence)
+        value = records.finished_record(self.coordinator_id, sequence, status, meta.start_ms,
+                                        meta.timeout_ms, now)
+        trimmed = [records.log_key(self._prefix, s) for s in state.log_sequences]
+        db = self._db
+
+        def write(txn: lmdb.Transaction) -> None:
+            for op_key in trimmed:
+                txn.delete(op_key, db=db)
+            txn.put(key, value, db=db)
+
+        def undo() -> None:
+            if self._finished.get(sequence) is end:
+                del self._finished[sequence]
+                self._live[sequence] = state
+                heapq.heappush(self._live_heap, sequence)
+
+        future = self._submit(write, undo)
+        self._finishing[sequence] = future
+        future.add_done_callback(lambda _: self._finishing.pop(sequence, None))
+        await self._await_write(future)
+        return self._finished_meta(meta.txn_id, end)
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _submit(self, write: Callable[[lmdb.Transaction], Any],
+                undo: Callable[[], None] | None = None) -> asyncio.Future[Any]:
+        future = self._env.submit(write)
+        self._in_flight.add(future)
+        future.add_done_callback(self._in_flight.discard)
+        if undo is not None:
+            # Runs as soon as the batch fails, before any later batch can complete.
+            future.add_done_callback(lambda f: undo() if not f.cancelled() and f.exception() else None)
+        return future
+
+    async def _await_write(self, future: asyncio.Future[Any]) -> None:
+        try:
+            # Shielded: a cancelled caller must not make a write that may still land look failed.
+            await asyncio.shield(future)
+        except StorageError as exc:
+            raise PersistenceError(f"transaction coordinator {self.coordinator_id}: {exc}") from exc
+
+    async def _settled(self, state: _LiveTxn) -> None:
+        """A no-op request succeeds once the change it repeats is durable."""
+        if state.last_write is not None and not state.last_write.done():
+            await self._await_write(state.last_write)
+
+    def _delete_fn(self, log_sequences: list[int]) -> Callable[[lmdb.Transaction], None]:
+        keys = [records.log_key(self._prefix, s) for s in log_sequences]
+        db = self._db
+
+        def write(txn: lmdb.Transaction) -> None:
+            for key in keys:
+                txn.delete(key, db=db)
+
+        return write
+
+    def _allocate_log_sequence(self) -> int:
+        sequence = self._next_log_sequence
+        self._next_log_sequence += 1
+        return sequence
+
+    def _sequence_of(self, txn: TxnId) -> int:
+        if txn.most_bits != self.coordinator_id:
+            raise TransactionNotFoundError(f"transaction {txn} does not belong to coordinator {self.coordinator_id}")
+        return txn.least_bits
+
+    def _open_txn(self, txn: TxnId) -> _LiveTxn:
+        sequence = self._sequence_of(txn)
+        state = self._live.get(sequence)
+        if state is None:
+            end = self._finished_within_retention(sequence)
+            if end is None:
+                raise TransactionNotFoundError(f"transaction {txn} not found")
+            raise InvalidTxnStatusError(f"transaction {txn}: expected OPEN but is {end.status.name}")
+        if state.meta.status != TxnStatus.OPEN:
+            raise InvalidTxnStatusError(f"transaction {txn}: expected OPEN but is {state.meta.status.name}")
+        return state
+
+    def _finished_within_retention(self, sequence: int) -> _FinishedTxn | None:
+        end = self._finished.get(sequence)
+        if end is None or end.finished_ms + self.finished_retention_ms <= self._clock():
+            return None
+        return end
+
+    @staticmethod
+    def _finished_meta(txn: TxnId, end: _FinishedTxn) -> TxnMeta:
+        """A finished txn keeps only its outcome: partitions and subscriptions were trimmed."""
+        return TxnMeta(txn, end.status, end.timeout_ms, end.start_ms, end.finished_ms,
+                       timed_out=end.status == TxnStatus.TIME_OUT)
+
+    def _check_ready(self) -> None:
+        if self._state != "ready":
+            raise ServiceNotReadyError(f"transaction coordinator {self.coordinator_id} is {self._state}")
+
+
+def _copy(meta: TxnMeta) -> TxnMeta:
+    return dataclasses.replace(meta, partitions=list(meta.partitions), subscriptions=list(meta.subscriptions))
+
+
+def _add_new(items: Any, ordered: list[Any], seen: set[Any]) -> list[Any]:
+    """Append the items not yet present (in order, once each); returns those appended."""
+    added = []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            ordered.append(item)
+            added.append(item)
+    return added
+
+
+def _remove(items: list[Any], ordered: list[Any], seen: set[Any]) -> None:
+    for item in items:
+        seen.discard(item)
+        _discard(ordered, item)
+
+
+def _discard(items: list[Any], item: Any) -> None:
+    try:
+        items.remove(item)
+    except ValueError:
+        pass

@@ -1,0 +1,337 @@
+"""The transaction coordinator service of a broker (Pulsar's TransactionMetadataStoreService):
+N v4 coordinators (ids 0..N-1), each a `LogTransactionMetadataStore`, plus what turns their
+state into outcomes — ending transactions on their participants, timeouts, recovery.
+
+Ending a transaction (END_TXN, or a timeout):
+1. write COMMITTING / ABORTING: the decision, durable before anything else happens;
+2. tell every produced partition and acked subscription (concurrently), each call repeated with
+   back-off until it confirms (a participant that no longer exists counts as confirmed);
+3. write COMMITTED / ABORTED (TIME_OUT when the timeout decided), then answer.
+Every END_TXN for a txn being ended joins the same completion; the same decision again, also
+after the end (within the FINISHED retention, also across restarts), succeeds; the other
+decision is InvalidTxnStatusError. After a restart, `start()` resumes every decided txn at
+step 2 and re-arms the timeouts of the OPEN ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from pyengine.errors import (
+    InvalidTxnStatusError,
+    NotAllowedError,
+    PersistenceError,
+    ServiceNotReadyError,
+    TransactionCoordinatorNotFoundError,
+    TransactionNotFoundError,
+)
+from pyengine.storage import StorageEnvironment
+from pyengine.transaction import TxnAction, TxnStatus
+from pyengine.transaction.coordinator import TransactionParticipants, TxnMeta
+from pyengine.transaction.coordinator.clock import Clock, wall_clock_ms
+from pyengine.transaction.coordinator.log_store import DEFAULT_FINISHED_RETENTION_MS, LogTransactionMetadataStore
+from pyengine.transaction.coordinator.retry import GONE_ERRORS, Backoff, until_confirmed
+from pyengine.transaction.coordinator.stats import CoordinatorStats, Counters
+from pyengine.transaction.coordinator.timeouts import TimeoutTracker
+from pyengine.transaction.coordinator.validation import (
+    check_action,
+    check_int,
+    check_partitions,
+    check_subscriptions,
+    check_txn,
+)
+from pyengine_kernels import TxnId
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NUM_COORDINATORS = 16          # Pulsar's transaction_coordinator_assign partitions
+# Pulsar itself sets no upper bound (the client default is 60 s); an absurd timeout would hold
+# every reader's max read position back for that long, so we cap it, leaving room for Flink's
+# Pulsar sink (3 h transaction timeout by default).
+DEFAULT_MAX_TIMEOUT_MS = 6 * 60 * 60 * 1000
+DEFAULT_PURGE_INTERVAL_MS = 60 * 1000
+
+_DECIDING = {TxnAction.COMMIT: TxnStatus.COMMITTING, TxnAction.ABORT: TxnStatus.ABORTING}
+
+
+@dataclass
+class _Ending:
+    """One txn being ended: every END_TXN for it awaits `done`."""
+
+    action: TxnAction
+    timed_out: bool
+    done: asyncio.Future[TxnStatus]
+    task: asyncio.Task[None] | None = None
+
+
+class TransactionCoordinatorService:
+    def __init__(self, env: StorageEnvironment, participants: TransactionParticipants, *,
+                 num_coordinators: int = DEFAULT_NUM_COORDINATORS, clock: Clock = wall_clock_ms,
+                 finished_retention_ms: int = DEFAULT_FINISHED_RETENTION_MS,
+                 max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
+                 purge_interval_ms: int = DEFAULT_PURGE_INTERVAL_MS,
+                 backoff: Backoff | None = None) -> None:
+        for name, value in (("num_coordinators", num_coordinators), ("max_timeout_ms", max_timeout_ms),
+                            ("purge_interval_ms", purge_interval_ms)):
+            if check_int(value, name) <= 0:
+                raise ValueError(f"{name} must be > 0, not {value}")
+        self.env = env
+        self.participants = participants
+        self.max_timeout_ms = max_timeout_ms
+        self.purge_interval_ms = purge_interval_ms
+        self.backoff = backoff or Backoff()
+        self._clock = clock
+        self._stores = {cid: LogTransactionMetadataStore(env, cid, clock=clock,
+                                                         finished_retention_ms=finished_retention_ms)
+                        for cid in range(num_coordinators)}
+        self._endings: dict[TxnId, _Ending] = {}
+        self._timeouts = TimeoutTracker(clock, self._on_timeout)
+        self._counters = Counters()
+        self._purge_timer: asyncio.TimerHandle | None = None
+        self._purge_task: asyncio.Task[None] | None = None
+        self._state = "new"
+
+    @property
+    def coordinator_ids(self) -> list[int]:
+        return list(self._stores)
+
+    def store(self, coordinator_id: int) -> LogTransactionMetadataStore:
+        store = self._stores.get(check_int(coordinator_id, "coordinator_id"))
+        if store is None:
+            raise TransactionCoordinatorNotFoundError(
+                f"transaction coordinator {coordinator_id} not found (this broker runs 0..{len(self._stores) - 1})")
+        return store
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover every coordinator, resume ending the decided txns and re-arm the timeouts
+        of the OPEN ones (aborting at once those already expired). Returns once recovered:
+        resumed endings go on in the background (`wait_for_endings` waits for them)."""
+        if self._state != "new":
+            raise ServiceNotReadyError(f"the transaction coordinator service is {self._state}")
+        self._state = "starting"
+        for store in self._stores.values():
+            for meta in await store.recover():
+                if meta.status == TxnStatus.OPEN:
+                    self._timeouts.add(meta.txn_id, meta.start_ms + meta.timeout_ms)
+                else:
+                    assert meta.status.outcome is not None
+                    self._begin_ending(store, meta.txn_id, meta.status.outcome, meta.timed_out, decided=True)
+        self._state = "running"
+        self._timeouts.start()
+        self._arm_purge()
+
+    async def close(self) -> None:
+        """Stop: endings in progress stop where they are (their decision is durable, so the
+        next start resumes them) and their waiters get ServiceNotReadyError."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self._timeouts.stop()
+        if self._purge_timer is not None:
+            self._purge_timer.cancel()
+        tasks = [ending.task for ending in self._endings.values() if ending.task is not None]
+        if self._purge_task is not None:
+            tasks.append(self._purge_task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for store in self._stores.values():
+            await store.close()
+
+    async def wait_for_endings(self) -> None:
+        """Wait until no transaction is being ended (for a graceful stop, and for tests)."""
+        while self._endings:
+            await asyncio.wait([ending.done for ending in self._endings.values()])
+
+    # --- transactions ---------------------------------------------------------------------
+
+    async def new_transaction(self, coordinator_id: int, timeout_ms: int) -> TxnId:
+        self._check_running()
+        store = self.store(coordinator_id)
+        check_int(timeout_ms, "timeout_ms")
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            raise NotAllowedError(f"transaction timeout must be between 1 and {self.max_timeout_ms} ms, "
+                                  f"not {timeout_ms}")
+        meta = await store.new_transaction(timeout_ms)
+        self._timeouts.add(meta.txn_id, meta.start_ms + meta.timeout_ms)
+        self._counters.created += 1
+        return meta.txn_id
+
+    async def add_produced_partitions(self, txn: TxnId, partitions: list[str]) -> None:
+        self._check_running()
+        partitions = check_partitions(partitions)
+        await self._store_of(txn).add_produced_partitions(txn, partitions)
+
+    async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
+        self._check_running()
+        subscriptions = check_subscriptions(subscriptions)
+        await self._store_of(txn).add_acked_subscriptions(txn, subscriptions)
+
+    def get(self, txn: TxnId) -> TxnMeta:
+        self._check_running()
+        return self._store_of(txn).get(txn)
+
+    async def end_transaction(self, txn: TxnId, action: TxnAction) -> TxnStatus:
+        """Commit or abort `txn`; returns its final status (COMMITTED, ABORTED or TIME_OUT)
+        once every participant confirmed and the end is durable."""
+        self._check_running()
+        action = check_action(action)
+        store = self._store_of(txn)
+        started = time.perf_counter()
+        ending = self._endings.get(txn)
+        if ending is None:
+            meta = store.get(txn)
+            if meta.status.is_terminal:
+                if meta.status.outcome != action:
+                    raise InvalidTxnStatusError(f"transaction {txn}: expected {_DECIDING[action].name} "
+                                                f"but is {meta.status.name}")
+                self._counters.record_end_txn((time.perf_counter() - started) * 1000)
+                return meta.status
+            assert meta.status == TxnStatus.OPEN      # decided txns always have an ending
+            ending = self._begin_ending(store, txn, action, timed_out=False, decided=False)
+        if ending.action != action:
+            current = store.get(txn).status
+            if current == TxnStatus.OPEN:        # its decision is about to be written
+                current = _DECIDING[ending.action]
+            raise InvalidTxnStatusError(f"transaction {txn}: expected {_DECIDING[action].name} but is {current.name}")
+        status = await asyncio.shield(ending.done)
+        self._counters.record_end_txn((time.perf_counter() - started) * 1000)
+        return status
+
+    def poll_timeouts(self) -> int:
+        """Abort every OPEN txn whose timeout has passed; returns how many. The service's timer
+        does this on its own; a test that moves an injected clock calls it directly."""
+        return self._timeouts.poll()
+
+    async def purge_finished(self) -> int:
+        """Delete the FINISHED records past their retention (also done every
+        `purge_interval_ms`); returns how many."""
+        return sum([await store.purge_finished() for store in self._stores.values()])
+
+    def stats(self) -> CoordinatorStats:
+        by_status = dict.fromkeys(TxnStatus, 0)
+        for store in self._stores.values():
+            for status, count in store.status_counts().items():
+                by_status[status] += count
+        c = self._counters
+        return CoordinatorStats(
+            by_status=by_status, created_total=c.created, committed_total=c.committed,
+            aborted_total=c.aborted, timed_out_total=c.timed_out, end_txn_count=c.end_txn_count,
+            end_txn_latency_sum_ms=c.end_txn_latency_sum_ms, end_txn_latency_ms=list(c.latencies),
+            low_watermarks={cid: store.low_watermark() for cid, store in self._stores.items()},
+            pending_timeouts=len(self._timeouts), ending=len(self._endings))
+
+    # --- ending ---------------------------------------------------------------------------
+
+    def _begin_ending(self, store: LogTransactionMetadataStore, txn: TxnId, action: TxnAction,
+                      timed_out: bool, *, decided: bool) -> _Ending:
+        done: asyncio.Future[TxnStatus] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(_retrieve)
+        ending = _Ending(action, timed_out, done)
+        self._endings[txn] = ending
+        ending.task = asyncio.create_task(self._end(store, txn, ending, decided),
+                                          name=f"end-txn-{txn}-{action.name}")
+        return ending
+
+    async def _end(self, store: LogTransactionMetadataStore, txn: TxnId, ending: _Ending, decided: bool) -> None:
+        deciding = _DECIDING[ending.action]
+        try:
+            if not decided:
+                try:
+                    meta = await store.update_status(txn, deciding, TxnStatus.OPEN, timed_out=ending.timed_out)
+                except Exception:
+                    self._rearm_timeout(store, txn)
+                    raise
+            self._timeouts.cancel(txn)
+            meta = store.get(txn)
+            final = (TxnStatus.COMMITTED if ending.action == TxnAction.COMMIT
+                     else TxnStatus.TIME_OUT if meta.timed_out else TxnStatus.ABORTED)
+            await self._tell_participants(store, meta, ending.action)
+            await until_confirmed(lambda: store.update_status(txn, final, deciding),
+                                  f"writing {final.name} for {txn}", self.backoff, retry_on=(PersistenceError,))
+            self._counters.record_ended(final)
+            ending.done.set_result(final)
+        except asyncio.CancelledError:
+            if not ending.done.done():
+                ending.done.set_exception(ServiceNotReadyError(
+                    f"the transaction coordinator closed while ending {txn}; it resumes on restart"))
+            raise
+        except Exception as exc:
+            ending.done.set_exception(exc)
+        finally:
+            if self._endings.get(txn) is ending:
+                del self._endings[txn]
+
+    async def _tell_participants(self, store: LogTransactionMetadataStore, meta: TxnMeta, action: TxnAction) -> None:
+        txn, participants = meta.txn_id, self.participants
+        calls = [until_confirmed(
+                     lambda topic=topic: participants.end_txn_on_partition(topic, txn, action, store.low_watermark()),
+                     f"{action.name} of {txn} on partition {topic}", self.backoff, gone=GONE_ERRORS)
+                 for topic in meta.partitions]
+        calls += [until_confirmed(
+                      lambda topic=topic, sub=sub: participants.end_txn_on_subscription(
+                          topic, sub, txn, action, store.low_watermark()),
+                      f"{action.name} of {txn} on subscription {topic}/{sub}", self.backoff, gone=GONE_ERRORS)
+                  for topic, sub in meta.subscriptions]
+        await asyncio.gather(*calls)
+
+    # --- timeouts -------------------------------------------------------------------------
+
+    def _on_timeout(self, txn: TxnId) -> None:
+        if self._state != "running" or txn in self._endings:
+            return      # being ended: if that ending fails before deciding, it re-arms the timeout
+        store = self._stores[txn.most_bits]
+        try:
+            status = store.get(txn).status
+        except TransactionNotFoundError:
+            return
+        if status == TxnStatus.OPEN:
+            log.info("transaction %s timed out: aborting it", txn)
+            self._begin_ending(store, txn, TxnAction.ABORT, timed_out=True, decided=False)
+
+    def _rearm_timeout(self, store: LogTransactionMetadataStore, txn: TxnId) -> None:
+        """The decision could not be written: the txn stays OPEN and must still time out."""
+        try:
+            meta = store.get(txn)
+        except TransactionNotFoundError:
+            return
+        if meta.status == TxnStatus.OPEN and self._state == "running":
+            self._timeouts.add(txn, max(meta.start_ms + meta.timeout_ms, self._clock() + self.backoff.initial_ms))
+
+    # --- purge ----------------------------------------------------------------------------
+
+    def _arm_purge(self) -> None:
+        self._purge_timer = asyncio.get_running_loop().call_later(self.purge_interval_ms / 1000, self._purge_now)
+
+    def _purge_now(self) -> None:
+        if self._state != "running" or (self._purge_task is not None and not self._purge_task.done()):
+            return
+        self._purge_task = asyncio.create_task(self._purge_and_rearm(), name="txn-coordinator-purge")
+
+    async def _purge_and_rearm(self) -> None:
+        try:
+            await self.purge_finished()
+        except Exception:
+            log.exception("purging finished transactions failed; retrying at the next interval")
+        if self._state == "running":
+            self._arm_purge()
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _store_of(self, txn: TxnId) -> LogTransactionMetadataStore:
+        return self.store(check_txn(txn).most_bits)
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            raise ServiceNotReadyError(f"the transaction coordinator service is {self._state}")
+
+
+def _retrieve(future: asyncio.Future[TxnStatus]) -> None:
+    """Mark an ending's failure as seen even when no request waits for it any more."""
+    if not future.cancelled():
+        future.exception()
