@@ -1,0 +1,27 @@
+"""Settings of the v4 topic transaction buffer (Pulsar's transactionBufferSnapshot* settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TopicTransactionBufferConfig:
+    # A snapshot is taken after this many txns ended on the topic
+    # (Pulsar's transactionBufferSnapshotMaxTransactionCount) ...
+    snapshot_max_txn_count: int = 1000
+    # ... or after this long if anything changed since the last one, whichever comes first
+    # (transactionBufferSnapshotMinTimeInMillis).
+    snapshot_min_interval_ms: int = 5000
+    # False: never write snapshots (recovery then replays the whole ledger; for measurements).
+    snapshots_enabled: bool = True
+    # Entries read per step of the recovery replay; the event loop runs between steps.
+    replay_chunk_entries: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("snapshot_max_txn_count", "snapshot_min_interval_ms", "replay_chunk_entries"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
+        if not isinstance(self.snapshots_enabled, bool):
+            raise ValueError(f"snapshots_enabled must be a bool, not {self.snapshots_enabled!r}")

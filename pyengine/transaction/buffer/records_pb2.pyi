@@ -1,0 +1,33 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CoordinatorRecord(_message.Message):
+    __slots__ = ("coordinator_id", "low_watermark", "committed", "aborted")
+    COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    coordinator_id: int
+    low_watermark: int
+    committed: _containers.RepeatedScalarFieldContainer[int]
+    aborted: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, coordinator_id: _Optional[int] = ..., low_watermark: _Optional[int] = ..., committed: _Optional[_Iterable[int]] = ..., aborted: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TransactionBufferSnapshotRecord(_message.Message):
+    __slots__ = ("max_read_ledger_id", "max_read_entry_id", "aborted", "coordinators", "taken_ms")
+    MAX_READ_LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_READ_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    COORDINATORS_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_MS_FIELD_NUMBER: _ClassVar[int]
+    max_read_ledger_id: int
+    max_read_entry_id: int
+    aborted: bytes
+    coordinators: _containers.RepeatedCompositeFieldContainer[CoordinatorRecord]
+    taken_ms: int
+    def __init__(self, max_read_ledger_id: _Optional[int] = ..., max_read_entry_id: _Optional[int] = ..., aborted: _Optional[bytes] = ..., coordinators: _Optional[_Iterable[_Union[CoordinatorRecord, _Mapping]]] = ..., taken_ms: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,615 @@
+"""v4 transaction buffer of a `persistent://` topic (Pulsar's TopicTransactionBuffer, PIP-31).
+
+Transactional entries go straight into the topic's managed ledger; a commit or abort appends a
+marker entry. The buffer keeps what READ_COMMITTED readers need:
+
+* the ongoing txns, each with the position of its first entry: readers stop before the first
+  entry of the oldest one (the max read position), which otherwise follows the LAC;
+* the aborted txns with their abort marker positions: their entries are never delivered;
+* per coordinator, the low watermark (every txn up to it has ended) and the txns that ended
+  here above it: none of them may write here again.
+
+Positions are registered the moment the ledger assigns them, before the entry is durable and
+before any reader can reach it, so a plain entry appended after a txn entry can never move the
+horizon past it. The horizon is computed from the LAC on demand, so it follows plain appends
+whenever no txn is open, also right after recovery (Pulsar #14097, #12382).
+
+State survives restarts through the stream itself (markers) plus periodic snapshots; recovery
+loads the snapshot and replays the entries after its max read position in chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from pyengine.errors import (
+    InvalidTxnStatusError,
+    NotAllowedError,
+    PersistenceError,
+    PulsarError,
+    ServiceNotReadyError,
+    TopicTerminatedError,
+)
+from pyengine.storage import ManagedLedger, StorageError
+from pyengine.storage import TopicTerminatedError as LedgerTerminatedError
+from pyengine.storage.entry import MARKER_TXN_ABORT, MARKER_TXN_COMMIT, Entry
+from pyengine.transaction import TxnAction
+from pyengine.transaction.buffer import BufferState, TransactionBuffer
+from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
+from pyengine.transaction.buffer.ended import EndedTxns
+from pyengine.transaction.buffer.markers import marker_entry
+from pyengine.transaction.buffer.snapshot import SnapshotStore, TransactionBufferSnapshot
+from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId
+
+log = logging.getLogger(__name__)
+
+# PIP-373: the managed-ledger property saying the topic has held transactional entries. A topic
+# without it has nothing to recover: its buffer is ready at once, with no replay.
+TXN_PROPERTY = "__contains_txn_messages"
+
+
+@dataclass(slots=True)
+class _QueuedAppend:
+    txn: TxnId
+    data: bytes
+    num_messages: int
+    publish_time: int
+    future: asyncio.Future[Position]
+
+
+class TopicTransactionBuffer(TransactionBuffer):
+    """The transaction buffer of one managed ledger. Call `await recover()` before serving.
+
+    Additions to the interface: `take_snapshot()` (write a snapshot now: admin, tests),
+    `ongoing_txns()` and `low_watermark()` (introspection for the dispatcher and admin).
+    """
+
+    def __init__(self, ledger: ManagedLedger, config: TopicTransactionBufferConfig | None = None) -> None:
+        if not isinstance(ledger, ManagedLedger):
+            raise TypeError(f"ledger must be a ManagedLedger, not {type(ledger).__name__}")
+        if config is not None and not isinstance(config, TopicTransactionBufferConfig):
+            raise TypeError(f"config must be a TopicTransactionBufferConfig, not {type(config).__name__}")
+        self.ledger = ledger
+        self.config = config or TopicTransactionBufferConfig()
+        self.state = BufferState.NONE
+        self._ongoing = OngoingTxnMap()
+        self._ongoing_least_bits: dict[int, list[int]] = {}     # coordinator -> heap (may hold stale ids)
+        self._in_flight: dict[TxnId, list[Position]] = {}       # txn appends not yet durable
+        self._aborted = AbortedTxnSet()
+        self._ended = EndedTxns()
+        self._ending: dict[TxnId, tuple[TxnAction, asyncio.Future[None]]] = {}
+        self._queued: deque[_QueuedAppend] = deque()
+        self._transactional = ledger.properties.get(TXN_PROPERTY) == "true"
+        self._marking_transactional = False
+        self._verified = Position.EARLIEST      # replay progress while INITIALIZING
+        self._recovered: asyncio.Future[None] | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self._background: set[asyncio.Task] = set()
+        self._snapshots = SnapshotStore(ledger.env, ledger.topic_id)
+        self._snapshot_timer: asyncio.TimerHandle | None = None
+        self._ended_since_snapshot = 0
+        self._queued_snapshot_position: Position | None = None
+        self._last_snapshot_ms = 0
+        self._last_snapshot_position: Position | None = None
+        self._committed_total = 0
+        self._aborted_total = 0
+        self._recover_start_ms = 0
+        self._recover_end_ms = 0
+        self._replayed_entries = 0
+        ledger.add_listener(self._on_lac_moved)
+        ledger.add_trim_listener(self._on_trimmed)
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def max_read_position(self) -> Position:
+        if self.state is BufferState.INITIALIZING:
+            return self._horizon(self._verified)
+        if self.state is BufferState.NONE:
+            return Position.EARLIEST        # nothing verified yet
+        return self._horizon(self.ledger.lac)
+
+    def is_txn_aborted(self, txn: TxnId) -> bool:
+        _check_txn(txn)
+        return txn in self._aborted
+
+    @property
+    def aborted(self) -> AbortedTxnSet:
+        return self._aborted
+
+    def ongoing_txns(self) -> list[tuple[TxnId, Position]]:
+        """The open txns with the position of their first entry, oldest first."""
+        return self._ongoing.items()
+
+    def low_watermark(self, coordinator_id: int) -> int:
+        """The low watermark of `coordinator_id` known here (-1: none yet)."""
+        return self._ended.low_watermark(coordinator_id)
+
+    def _horizon(self, limit: Position) -> Position:
+        """`limit`, or the position just before the first entry of the oldest open txn if lower.
+        A txn's first position may not be durable yet (it can lie beyond `limit`): hence the min."""
+        if not len(self._ongoing):
+            return limit
+        horizon = self._ongoing.max_read_position(limit)
+        if horizon >= limit:
+            return limit
+        if horizon.entry_id < 0:        # (L, -1): name the real entry before it
+            horizon = self.ledger.previous_position(Position(horizon.ledger_id, 0))
+        return horizon
+
+    # --- appends --------------------------------------------------------------------------
+
+    def append(self, txn: TxnId, data: bytes, *, num_messages: int = 1,
+               publish_time: int = 0) -> asyncio.Future[Position]:
+        _check_txn(txn)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        _check_int("num_messages", num_messages, minimum=1)
+        _check_int("publish_time", publish_time, minimum=0)
+        loop = asyncio.get_running_loop()
+        if self.state is BufferState.CLOSED:
+            return _failed(loop, ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed"))
+        if self.state is BufferState.READY and self._transactional and not self._queued:
+            return self._append_now(txn, bytes(data), num_messages, publish_time)
+        # Until recovery is over (the ended txns are not all known yet), and until the topic is
+        # durably marked as transactional, appends wait here in order (as Pulsar's do).
+        future: asyncio.Future[Position] = loop.create_future()
+        self._queued.append(_QueuedAppend(txn, bytes(data), num_messages, publish_time, future))
+        if self.state is BufferState.READY:
+            self._mark_transactional()
+        return future
+
+    def _append_now(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int) -> asyncio.Future[Position]:
+        loop = asyncio.get_running_loop()
+        if self._has_ended(txn):
+            # Apache's answer (TopicTransactionBuffer): NotAllowedException, this message.
+            return _failed(loop, NotAllowedError(
+                f"Transaction [{txn}] has been ended. Please use a new transaction to send message."))
+        try:
+            position, durable = self.ledger.append_entry(
+                data, txn_most=txn.most_bits, txn_least=txn.least_bits,
+                num_messages=num_messages, publish_time=publish_time)
+        except StorageError as exc:
+            return _failed(loop, exc)
+        if position is None:
+            return durable
+        self._register(txn, position)
+        self._in_flight.setdefault(txn, []).append(position)
+        result: asyncio.Future[Position] = loop.create_future()
+        durable.add_done_callback(partial(self._appended, txn, position, result))
+        return result
+
+    def _appended(self, txn: TxnId, position: Position, result: asyncio.Future[Position],
+                  durable: asyncio.Future[Position]) -> None:
+        pending = self._in_flight.get(txn)
+        if pending is not None:
+            pending.remove(position)
+            if not pending:
+                del self._in_flight[txn]
+        error = durable.exception()
+        if error is None:
+            if not result.done():
+                result.set_result(position)
+            return
+        # Nothing of a failed append is durable. If it was the txn's first position, the txn
+        # starts at its next append still in flight, or is not open here at all.
+        if self._ongoing.first_position(txn) == position:
+            self._ongoing.remove(txn)
+            if pending:
+                self._register(txn, min(pending))
+            self._notify()
+        if not result.done():
+            result.set_exception(error)
+
+    def _register(self, txn: TxnId, position: Position) -> None:
+        if self._ongoing.add(txn, position):
+            heapq.heappush(self._ongoing_least_bits.setdefault(txn.most_bits, []), txn.least_bits)
+
+    def _has_ended(self, txn: TxnId) -> bool:
+        return (txn in self._ending or self._ended.outcome(txn) is not None or txn in self._aborted
+                or self._ended.is_below_low_watermark(txn))
+
+    def _mark_transactional(self) -> None:
+        """First transactional append ever: make the PIP-373 property durable before any
+        transactional entry can be (else a crash could leave such entries on a topic that
+        recovers without replay), then release the queued appends."""
+        if self._transactional:
+            self._flush_queue()
+        elif not self._marking_transactional:
+            self._marking_transactional = True
+            self._spawn(self._write_txn_property())
+
+    async def _write_txn_property(self) -> None:
+        try:
+            await self.ledger.set_property(TXN_PROPERTY, "true")
+        except (StorageError, PulsarError) as exc:
+            self._marking_transactional = False
+            self._fail_queue(PersistenceError(f"cannot mark {self.ledger.name} as transactional: {exc}"))
+            return
+        self._marking_transactional = False
+        self._transactional = True
+        if self.state is not BufferState.READY:
+            return
+        self._write_snapshot()        # recovery starts here (Pulsar's first snapshot)
+        self._schedule_snapshot_timer()
+        self._flush_queue()
+
+    def _flush_queue(self) -> None:
+        while self._queued:
+            item = self._queued.popleft()
+            if not item.future.done():
+                _chain(self._append_now(item.txn, item.data, item.num_messages, item.publish_time), item.future)
+
+    def _fail_queue(self, error: Exception) -> None:
+        while self._queued:
+            item = self._queued.popleft()
+            if not item.future.done():
+                item.future.set_exception(error)
+
+    # --- commit and abort -----------------------------------------------------------------
+
+    async def commit(self, txn: TxnId, low_watermark: int) -> None:
+        await self._end(txn, TxnAction.COMMIT, low_watermark)
+
+    async def abort(self, txn: TxnId, low_watermark: int) -> None:
+        await self._end(txn, TxnAction.ABORT, low_watermark)
+
+    async def _end(self, txn: TxnId, action: TxnAction, low_watermark: int) -> None:
+        _check_txn(txn)
+        _check_int("low_watermark", low_watermark, minimum=-1)
+        await self._wait_ready()
+        await self._end_on_topic(txn, action)
+        self._after_end()
+        aborts = self._apply_low_watermark(txn.most_bits, low_watermark)
+        if aborts:
+            await asyncio.gather(*aborts, return_exceptions=True)
+
+    async def _end_on_topic(self, txn: TxnId, action: TxnAction) -> None:
+        """Write the marker and, once it is durable, end `txn` here. Idempotent."""
+        known = self._known_outcome(txn)
+        if known is not None and known is not action:
+            raise InvalidTxnStatusError(
+                f"cannot {action.name.lower()} txn {txn} on {self.ledger.name}: it already ended "
+                f"with {known.name.lower()}")
+        ending = self._ending.get(txn)
+        if ending is not None:
+            await asyncio.shield(ending[1])
+            return
+        if known is action:
+            return
+        if txn not in self._ongoing and self._ended.is_below_low_watermark(txn):
+            return      # ended long ago (its coordinator says so); nothing of it is here to decide
+        data, marker_type, publish_time = marker_entry(action, txn)
+        try:
+            _position, durable = self.ledger.append_entry(
+                data, txn_most=txn.most_bits, txn_least=txn.least_bits, marker_type=marker_type,
+                publish_time=publish_time)
+        except StorageError as exc:
+            raise _persistence_error(exc) from exc
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(_retrieve)
+        self._ending[txn] = (action, done)
+        durable.add_done_callback(partial(self._marker_written, txn, action, done))
+        await asyncio.shield(done)
+
+    def _marker_written(self, txn: TxnId, action: TxnAction, done: asyncio.Future[None],
+                        durable: asyncio.Future[Position]) -> None:
+        del self._ending[txn]
+        error = durable.exception()
+        if error is not None:
+            if txn in self._ongoing:        # still open: let a later watermark find it again
+                heapq.heappush(self._ongoing_least_bits.setdefault(txn.most_bits, []), txn.least_bits)
+            done.set_exception(_persistence_error(error))
+            return
+        if action is TxnAction.ABORT:
+            self._aborted.add(txn, durable.result())
+            self._aborted_total += 1
+        else:
+            self._committed_total += 1
+        self._ongoing.remove(txn)
+        self._ended.add(txn, action)
+        self._ended_since_snapshot += 1
+        done.set_result(None)
+
+    def _known_outcome(self, txn: TxnId) -> TxnAction | None:
+        ending = self._ending.get(txn)
+        if ending is not None:
+            return ending[0]
+        outcome = self._ended.outcome(txn)
+        if outcome is not None:
+            return outcome
+        return TxnAction.ABORT if txn in self._aborted else None
+
+    def _after_end(self) -> None:
+        if self._ended_since_snapshot >= self.config.snapshot_max_txn_count:
+            self._write_snapshot()
+        self._notify()
+
+    def _apply_low_watermark(self, coordinator_id: int, low_watermark: int) -> list[asyncio.Task]:
+        """Pulsar's handleLowWaterMark: raise the coordinator's watermark, then abort every txn
+        of it still open here at or below the watermark. The coordinator ended those without
+        this topic hearing of it (a late write, a lost end request): left open, they would hold
+        the max read position back forever (Pulsar #19200)."""
+        self._ended.advance_low_watermark(coordinator_id, low_watermark)
+        current = self._ended.low_watermark(coordinator_id)
+        heap = self._ongoing_least_bits.get(coordinator_id)
+        aborts = []
+        while heap and heap[0] <= current:
+            txn = TxnId(coordinator_id, heapq.heappop(heap))
+            if txn in self._ongoing and txn not in self._ending:
+                log.warning("%s: aborting txn %s, below the low watermark %d of its coordinator",
+                            self.ledger.name, txn, current)
+                aborts.append(self._spawn(self._abort_ended_txn(txn)))
+        return aborts
+
+    async def _abort_ended_txn(self, txn: TxnId) -> None:
+        try:
+            await self._end_on_topic(txn, TxnAction.ABORT)
+        except PulsarError as exc:
+            log.warning("%s: could not abort txn %s below the low watermark: %s", self.ledger.name, txn, exc)
+            return
+        self._after_end()
+
+    async def _wait_ready(self) -> None:
+        if self.state is BufferState.INITIALIZING and self._recovered is not None:
+            await asyncio.shield(self._recovered)
+        if self.state is not BufferState.READY:
+            raise ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is {self.state.value}")
+
+    # --- recovery -------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        if self.state is BufferState.READY:
+            return
+        if self.state is BufferState.CLOSED:
+            raise ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed")
+        if self.state is BufferState.INITIALIZING and self._recovered is not None:
+            await asyncio.shield(self._recovered)
+            return
+        recovered = asyncio.get_running_loop().create_future()
+        recovered.add_done_callback(_retrieve)
+        self._recovered = recovered
+        self.state = BufferState.INITIALIZING
+        self._recover_start_ms = _now_ms()
+        try:
+            if self._transactional:
+                await self._replay()
+        except BaseException as exc:
+            failure = ServiceNotReadyError(f"transaction buffer recovery of {self.ledger.name} failed: {exc!r}")
+            if self.state is BufferState.INITIALIZING:
+                self.state = BufferState.NONE     # recover() may be called again
+            self._fail_queue(failure)
+            recovered.set_exception(failure)
+            raise
+        if self.state is not BufferState.INITIALIZING:      # closed meanwhile
+            recovered.set_exception(ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed"))
+            return
+        self.state = BufferState.READY
+        self._recover_end_ms = _now_ms()
+        recovered.set_result(None)
+        self._schedule_snapshot_timer()
+        aborts = [task for coordinator_id, low_watermark in self._ended.low_watermarks().items()
+                  for task in self._apply_low_watermark(coordinator_id, low_watermark)]
+        if self._queued:
+            self._mark_transactional()
+        self._notify()
+        if aborts:
+            await asyncio.gather(*aborts, return_exceptions=True)
+
+    async def _replay(self) -> None:
+        """Load the snapshot, then rebuild the rest from the entries after its max read
+        position, in chunks. Reads skip deleted ledgers (the key range simply has no entries
+        there) and only ever move forward to the LAC taken at the start, so a trimmed ledger
+        or a snapshot pointing into one can neither fail nor loop (Pulsar #11318, #12494)."""
+        first = self.ledger.first_position()
+        start = first
+        snapshot = self._snapshots.load()
+        end = self.ledger.lac
+        if snapshot is not None:
+            for txn, marker_position in snapshot.aborted.items():
+                self._aborted.add(txn, marker_position)
+            self._aborted.trim_before(first)
+            self._ended = snapshot.ended
+            self._last_snapshot_ms, self._last_snapshot_position = snapshot.taken_ms, snapshot.max_read_position
+            self._queued_snapshot_position = snapshot.max_read_position
+            self._verified = min(snapshot.max_read_position, end)
+            start = max(first, snapshot.max_read_position.next())
+        chunk = self.config.replay_chunk_entries
+        while start <= end and self.state is BufferState.INITIALIZING:
+            entries = self.ledger.read_entries(start, chunk, end)
+            if not entries:
+                break
+            for entry in entries:
+                self._replay_entry(entry)
+            self._replayed_entries += len(entries)
+            self._verified = entries[-1].position
+            start = self._verified.next()
+            self._notify()
+            await asyncio.sleep(0)
+        self._verified = end
+
+    def _replay_entry(self, entry: Entry) -> None:
+        if entry.txn_most < 0:
+            return
+        txn = TxnId(entry.txn_most, entry.txn_least)
+        if entry.marker_type == MARKER_TXN_ABORT:
+            self._aborted.add(txn, entry.position)
+            self._ongoing.remove(txn)
+            self._ended.add(txn, TxnAction.ABORT)
+        elif entry.marker_type == MARKER_TXN_COMMIT:
+            self._ongoing.remove(txn)
+            self._ended.add(txn, TxnAction.COMMIT)
+        elif not entry.is_marker and self._ended.outcome(txn) is None and txn not in self._aborted:
+            self._register(txn, entry.position)
+
+    # --- snapshots ------------------------------------------------------------------------
+
+    def take_snapshot(self) -> asyncio.Future[None]:
+        """Write a snapshot of the current state now; resolves once it is durable. Does
+        nothing on a topic that never held transactional entries, or with snapshots off."""
+        if self.state is not BufferState.READY or not self._transactional or not self.config.snapshots_enabled:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return self._write_snapshot()
+
+    def _write_snapshot(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        if not self.config.snapshots_enabled:
+            done: asyncio.Future[None] = loop.create_future()
+            done.set_result(None)
+            return done
+        position = self._horizon(self.ledger.lac)
+        taken_ms = _now_ms()
+        snapshot = TransactionBufferSnapshot(position, self._aborted, self._ended, taken_ms)
+        self._ended_since_snapshot = 0
+        self._queued_snapshot_position = position
+        saved = self._snapshots.save(snapshot)
+        saved.add_done_callback(partial(self._snapshot_written, position, taken_ms))
+        return saved
+
+    def _snapshot_written(self, position: Position, taken_ms: int, saved: asyncio.Future[None]) -> None:
+        error = saved.exception()
+        if error is not None:
+            log.warning("%s: transaction-buffer snapshot failed: %s", self.ledger.name, error)
+            self._queued_snapshot_position = None        # the next timer tick retries
+            return
+        if taken_ms >= self._last_snapshot_ms:
+            self._last_snapshot_ms, self._last_snapshot_position = taken_ms, position
+
+    def _schedule_snapshot_timer(self) -> None:
+        if (self._snapshot_timer is None and self.config.snapshots_enabled and self._transactional
+                and self.state is BufferState.READY):
+            self._snapshot_timer = asyncio.get_running_loop().call_later(
+                self.config.snapshot_min_interval_ms / 1000, self._on_snapshot_timer)
+
+    def _on_snapshot_timer(self) -> None:
+        self._snapshot_timer = None
+        if self.state is not BufferState.READY:
+            return
+        # Also when no txn ended: the horizon moves with plain appends too, and a snapshot
+        # taken only after aborts would leave a commit-only topic to a full replay (Pulsar #12219).
+        if self._ended_since_snapshot or self._horizon(self.ledger.lac) != self._queued_snapshot_position:
+            self._write_snapshot()
+        self._schedule_snapshot_timer()
+
+    # --- notification, trimming -----------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        if not callable(listener):
+            raise TypeError("listener must be callable")
+        self._listeners.append(listener)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("%s: transaction-buffer listener failed", self.ledger.name)
+
+    def _on_lac_moved(self) -> None:
+        if self.state is BufferState.READY:
+            self._notify()
+
+    def _on_trimmed(self, first_position: Position) -> None:
+        # Aborts whose marker is gone have no entries left either (entries precede markers).
+        self._aborted.trim_before(first_position)
+
+    # --- stats, lifecycle -----------------------------------------------------------------
+
+    def stats(self) -> dict:
+        last = self._last_snapshot_position
+        return {
+            "state": self.state.value,
+            "max_read_position": str(self.max_read_position()),
+            "ongoing_txn_count": len(self._ongoing),
+            "aborted_txn_count": len(self._aborted),
+            "committed_total": self._committed_total,
+            "aborted_total": self._aborted_total,
+            "low_watermarks": self._ended.low_watermarks(),
+            "last_snapshot_timestamp": self._last_snapshot_ms,
+            "last_snapshot_position": str(last) if last is not None else None,
+            "recover_start_time": self._recover_start_ms,
+            "recover_end_time": self._recover_end_ms,
+            "recover_replayed_entries": self._replayed_entries,
+        }
+
+    async def close(self) -> None:
+        """Refuse new work, let automatic aborts finish, and take a final snapshot."""
+        if self.state is BufferState.CLOSED:
+            return
+        was_ready = self.state is BufferState.READY
+        self.state = BufferState.CLOSED
+        if self._snapshot_timer is not None:
+            self._snapshot_timer.cancel()
+            self._snapshot_timer = None
+        self._fail_queue(ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed"))
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        self.ledger.remove_listener(self._on_lac_moved)
+        if was_ready and self._transactional:
+            await self._write_snapshot()
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    def __repr__(self) -> str:
+        return (f"TopicTransactionBuffer({self.ledger.name!r}, {self.state.value}, "
+                f"max_read={self.max_read_position()}, ongoing={len(self._ongoing)}, aborted={len(self._aborted)})")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _check_txn(txn: object) -> None:
+    if not isinstance(txn, TxnId):
+        raise TypeError(f"txn must be a TxnId, not {type(txn).__name__}")
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, not {value}")
+
+
+def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Future:
+    future = loop.create_future()
+    future.set_exception(error)
+    return future
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    """Mark a future's exception as seen: internal futures may have no awaiter."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _chain(source: asyncio.Future, target: asyncio.Future) -> None:
+    def copy(done: asyncio.Future) -> None:
+        error = done.exception()
+        if target.done():
+            return
+        if error is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(done.result())
+    source.add_done_callback(copy)
+
+
+def _persistence_error(error: BaseException) -> PulsarError:
+    if isinstance(error, PulsarError):
+        return error
+    if isinstance(error, LedgerTerminatedError):
+        return TopicTerminatedError(str(error))
+    return PersistenceError(f"cannot write the transaction marker: {error}")
