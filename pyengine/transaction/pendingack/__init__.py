@@ -12,7 +12,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from pyengine.errors import ServiceNotReadyError
 from pyengine_kernels import Position, TxnId
+
+
+class PendingAckReplayError(ServiceNotReadyError):
+    """The pending acks of a subscription could not be rebuilt (a record cannot be decoded,
+    the store cannot be read). The message names the subscription and the record; the handle
+    then refuses every call with ServiceNotReadyError until a later replay succeeds.
+    (Added to the interface so that v4 and v5 stores fail the same way.)"""
 
 
 @dataclass(frozen=True)
