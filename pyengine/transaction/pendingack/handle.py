@@ -1,0 +1,448 @@
+"""`PendingAckHandleImpl`: a subscription's pending acknowledgements, v4 (PIP-31) design.
+
+As in Pulsar's PendingAckHandleImpl: transactional acks are checked for conflicts, logged
+(`LogPendingAckStore`), kept in memory (`PendingAckState`), applied to the cursor on commit
+and dropped on abort. Where we differ from Pulsar, on purpose:
+
+* A request is checked first and refused whole on any conflict (Pulsar logs first, then
+  checks). Its reservation is made in memory at once, so concurrent requests see it, and
+  undone exactly if the log write fails (Pulsar keeps it); the caller is answered once the
+  record is durable. A failed write leaves no trace and raises PersistenceError.
+* Commit writes the cursor and deletes the transaction's records in one LMDB write
+  transaction (Pulsar appends a commit mark, then acks the cursor): after a crash either
+  both happened or neither. The reservations are dropped from memory once that is durable;
+  if it fails they stay and a repeated commit writes the cursor state again.
+* Cumulative acks may not cover an entry another open transaction holds individually, nor
+  may an individual ack take an entry under another transaction's cumulative ack.
+* An ack by a transaction at or below its coordinator's low watermark (it ended) is refused
+  with InvalidTxnStatusError instead of leaving a reservation nobody will ever end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from pyengine.errors import (
+    InvalidTxnStatusError,
+    NotAllowedError,
+    PersistenceError,
+    ServiceNotReadyError,
+    TransactionConflictError,
+)
+from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
+from pyengine.storage.errors import StorageError
+from pyengine.transaction import TxnAction
+from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle, PendingAckReplayError
+from pyengine.transaction.pendingack.log_store import LoggedAck, LogPendingAckStore
+from pyengine.transaction.pendingack.state import PendingAckState, Reservation
+from pyengine.transaction.pendingack.validation import (
+    check_batch_size,
+    check_entry_position,
+    check_individual_acks,
+    check_low_watermark,
+    check_txn,
+)
+from pyengine_kernels import Position, TxnId, ackset_and, ackset_is_fully_acked, ackset_new
+
+if TYPE_CHECKING:
+    from pyengine.storage.cursor import ManagedCursor
+
+logger = logging.getLogger(__name__)
+
+# Pulsar's Subscription.isCumulativeAckMode.
+CUMULATIVE_ACK_SUBSCRIPTIONS = frozenset({CommandSubscribe.Exclusive, CommandSubscribe.Failover})
+DEFAULT_REPLAY_CHUNK = 1000
+
+
+class HandleState(Enum):
+    NONE = "none"              # created; replay() not called yet
+    REPLAYING = "replaying"
+    READY = "ready"
+    ERROR = "error"            # replay failed: every call is refused until a replay succeeds
+    CLOSED = "closed"
+
+
+class PendingAckHandleImpl(PendingAckHandle):
+    """Pending acks of the subscription whose durable cursor is `cursor`, logged in `store`.
+
+    `subscription_type` (CommandSubscribe.SubType; settable, the type of a subscription
+    changes with its consumers) decides whether cumulative acks are allowed. `on_release`
+    receives the positions to deliver again when the handle aborts transactions by itself
+    (those at or below a coordinator's low watermark that still hold acks here).
+    """
+
+    def __init__(self, cursor: ManagedCursor, store: LogPendingAckStore, *, subscription_type: int,
+                 on_release: Callable[[list[Position]], None] | None = None,
+                 replay_chunk: int = DEFAULT_REPLAY_CHUNK) -> None:
+        if not cursor.durable:
+            raise ValueError("pending acks need a durable cursor")
+        if isinstance(replay_chunk, bool) or not isinstance(replay_chunk, int) or replay_chunk < 1:
+            raise ValueError(f"replay_chunk must be an int >= 1, not {replay_chunk!r}")
+        self.cursor = cursor
+        self.store = store
+        self.subscription_type = subscription_type
+        self.state = HandleState.NONE
+        self._on_release = on_release
+        self._replay_chunk = replay_chunk
+        self._name = store.subscription
+        self._acks = PendingAckState()
+        self._records: dict[TxnId, list[int]] = {}                      # txn -> its log records
+        self._in_flight: dict[TxnId, set[asyncio.Future[None]]] = {}    # requests being logged
+        self._ending: dict[TxnId, tuple[TxnAction, asyncio.Task[list[Position]]]] = {}
+        self._low_watermarks: dict[int, int] = {}                       # coordinator id -> lwm
+        self._replay_error: PendingAckReplayError | None = None
+
+    @property
+    def subscription_type(self) -> int:
+        return self._subscription_type
+
+    @subscription_type.setter
+    def subscription_type(self, value: int) -> None:
+        if isinstance(value, bool) or value not in CommandSubscribe.SubType.values():
+            raise ValueError(f"subscription_type must be a CommandSubscribe.SubType, not {value!r}")
+        self._subscription_type = value
+
+    # Pulsar's names for the state, read-only.
+    @property
+    def individual_ack_of_txn(self) -> dict[TxnId, dict[Position, Reservation]]:
+        return self._acks.individual_ack_of_txn
+
+    @property
+    def individual_ack_positions(self) -> dict[Position, Reservation]:
+        return self._acks.individual_ack_positions
+
+    @property
+    def cumulative_ack_of_txn(self) -> tuple[TxnId, Position] | None:
+        return self._acks.cumulative_ack_of_txn
+
+    # --- replay ---------------------------------------------------------------------------
+
+    async def replay(self) -> None:
+        """Rebuild the pending acks from the log, `replay_chunk` records at a time (yielding
+        to the event loop between chunks). Entries the cursor acknowledged meanwhile are
+        dropped. A record that cannot be read or decoded fails the replay at once with
+        PendingAckReplayError; the handle then refuses every call (ServiceNotReadyError)
+        until a later replay() succeeds."""
+        if self.state is HandleState.READY:
+            return
+        if self.state is HandleState.CLOSED:
+            raise ServiceNotReadyError(f"PendingAckHandle have been closed! ({self._name})")
+        if self.state is HandleState.REPLAYING:
+            raise ServiceNotReadyError(f"PendingAckHandle of {self._name} is already replaying")
+        self.state = HandleState.REPLAYING
+        self._acks = PendingAckState()
+        self._records = {}
+        try:
+            for chunk in self.store.scan(self._replay_chunk):
+                for logged in chunk:
+                    self._replay_one(logged)
+                await asyncio.sleep(0)
+        except PendingAckReplayError as exc:
+            self._fail_replay(exc)
+            raise
+        except Exception as exc:
+            error = PendingAckReplayError(f"pending-ack replay of {self._name} failed: {exc!r}")
+            self._fail_replay(error)
+            raise error from exc
+        except BaseException:
+            self.state = HandleState.NONE
+            raise
+        self._replay_error = None
+        self.state = HandleState.READY
+
+    def _replay_one(self, logged: LoggedAck) -> None:
+        txn = logged.txn
+        self._records.setdefault(txn, []).append(logged.seq)
+        if logged.cumulative is not None:
+            position = logged.cumulative
+            holder = self._acks.cumulative_ack_of_txn
+            if position > self.cursor.mark_delete and (
+                    holder is None or (holder[0] == txn and position > holder[1])):
+                self._acks.reserve_cumulative(txn, position)
+            return
+        for ack in logged.individual:
+            kept = self._acks.admit_replayed(ack.position, Reservation(ack.ack_set, ack.batch_size), self.cursor)
+            if kept is not None:
+                self._acks.reserve(txn, ack.position, kept)
+
+    def _fail_replay(self, error: PendingAckReplayError) -> None:
+        logger.error("%s", error)
+        self._acks = PendingAckState()
+        self._records = {}
+        self._replay_error = error
+        self.state = HandleState.ERROR
+
+    # --- acknowledgements -----------------------------------------------------------------
+
+    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck]) -> None:
+        """Reserve the entries (or batch indexes) of `acks` for `txn`, durably; the whole
+        request is refused (TransactionConflictError) when any part of it is already acked on
+        the cursor or reserved by an open transaction, itself included."""
+        self._check_ready()
+        txn = check_txn(txn)
+        acks = check_individual_acks(acks)
+        self._check_may_ack(txn)
+        for ack in acks:
+            self._check_written(ack.position)
+        taken: list[tuple[Position, Reservation]] = []
+
+        def undo() -> None:
+            for position, reservation in reversed(taken):
+                self._acks.release(txn, position, reservation)
+
+        try:
+            for ack in acks:
+                wanted = Reservation(ack.ack_set, ack.batch_size)
+                reason = self._acks.individual_conflict(txn, ack.position, wanted, self.cursor)
+                if reason is not None:
+                    raise TransactionConflictError(f"[{self._name}] Transaction:{txn} try to ack {reason}")
+                self._acks.reserve(txn, ack.position, wanted)
+                taken.append((ack.position, wanted))
+        except BaseException:
+            undo()
+            raise
+        await self._log(txn, lambda: self.store.append_individual(txn, acks), undo)
+
+    async def cumulative_ack(self, txn: TxnId, position: Position) -> None:
+        """Reserve everything up to `position` for `txn` (Exclusive/Failover only)."""
+        self._check_ready()
+        txn = check_txn(txn)
+        position = check_entry_position(position)
+        if self._subscription_type not in CUMULATIVE_ACK_SUBSCRIPTIONS:
+            kind = CommandSubscribe.SubType.Name(self._subscription_type)
+            raise NotAllowedError(f"[{self._name}] Transaction:{txn} cumulative ack is not allowed "
+                                  f"on a {kind} subscription")
+        self._check_may_ack(txn)
+        self._check_written(position)
+        reason = self._acks.cumulative_conflict(txn, position, self.cursor.mark_delete)
+        if reason is not None:
+            raise TransactionConflictError(f"[{self._name}] Transaction:{txn} try to {reason}")
+        self._acks.reserve_cumulative(txn, position)
+        await self._log(txn, lambda: self.store.append_cumulative(txn, position),
+                        lambda: self._acks.release_cumulative(txn, position))
+
+    async def _log(self, txn: TxnId, append: Callable[[], tuple[int, asyncio.Future[None]]],
+                   undo: Callable[[], None]) -> None:
+        """Write the record of a request already reserved in memory; undo the reservation if
+        the write fails. The outcome is settled by a callback, so a caller that is cancelled
+        meanwhile cannot leave a reservation without its record."""
+        try:
+            seq, written = append()
+        except StorageError as exc:
+            undo()
+            raise PersistenceError(f"[{self._name}] cannot log the ack of Transaction:{txn}: {exc}") from exc
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        in_flight = self._in_flight.setdefault(txn, set())
+        in_flight.add(outcome)
+
+        def settle(done: asyncio.Future[None]) -> None:
+            error = asyncio.CancelledError("write cancelled") if done.cancelled() else done.exception()
+            if error is None:
+                self._records.setdefault(txn, []).append(seq)
+                outcome.set_result(None)
+            else:
+                undo()
+                outcome.set_exception(PersistenceError(
+                    f"[{self._name}] cannot log the ack of Transaction:{txn}: {error}"))
+            in_flight.discard(outcome)
+            if not in_flight and self._in_flight.get(txn) is in_flight:
+                del self._in_flight[txn]
+
+        written.add_done_callback(settle)
+        await asyncio.shield(outcome)
+
+    def _check_may_ack(self, txn: TxnId) -> None:
+        if txn in self._ending:
+            raise InvalidTxnStatusError(f"[{self._name}] Transaction:{txn} is ending on this subscription")
+        low_watermark = self._low_watermarks.get(txn.most_bits, -1)
+        if txn.least_bits <= low_watermark:
+            raise InvalidTxnStatusError(f"[{self._name}] Transaction:{txn} has already ended (low watermark "
+                                        f"{low_watermark} of coordinator {txn.most_bits})")
+
+    def _check_written(self, position: Position) -> None:
+        lac = self.cursor.ledger.lac
+        if position > lac:
+            raise ValueError(f"[{self._name}] {position} is beyond the last entry {lac}")
+
+    # --- end of transactions --------------------------------------------------------------
+
+    async def commit(self, txn: TxnId, low_watermark: int) -> list[Position]:
+        """Apply `txn`'s acks to the cursor and delete its records, atomically. Returns the
+        entries it acked individually (in order), then its cumulative position if it had one.
+        An unknown or already ended transaction: success, []."""
+        self._check_ready()
+        txn = check_txn(txn)
+        low_watermark = check_low_watermark(low_watermark)
+        positions = await self._end(txn, TxnAction.COMMIT)
+        await self._advance_low_watermark(txn, low_watermark)
+        return positions
+
+    async def abort(self, txn: TxnId, low_watermark: int) -> list[Position]:
+        """Drop `txn`'s acks and delete its records. Returns the entries to deliver again (in
+        order), then its cumulative position if it had one: every unacknowledged message up to
+        it is to be delivered again (Pulsar redelivers all the consumer's unacked messages)."""
+        self._check_ready()
+        txn = check_txn(txn)
+        low_watermark = check_low_watermark(low_watermark)
+        positions = await self._end(txn, TxnAction.ABORT)
+        await self._advance_low_watermark(txn, low_watermark)
+        return positions
+
+    async def _end(self, txn: TxnId, action: TxnAction) -> list[Position]:
+        running = self._ending.get(txn)
+        if running is None:
+            task = asyncio.ensure_future(self._end_now(txn, action))
+            self._ending[txn] = (action, task)
+            task.add_done_callback(lambda _: self._ending.pop(txn, None))
+        else:
+            running_action, task = running
+            if running_action != action:
+                doing = "committed" if running_action is TxnAction.COMMIT else "aborted"
+                raise InvalidTxnStatusError(f"[{self._name}] Transaction:{txn} is being {doing}, "
+                                            f"cannot {action.name.lower()} it")
+        # The work goes on if the caller is cancelled: its outcome must reach the memory.
+        return list(await asyncio.shield(task))
+
+    async def _end_now(self, txn: TxnId, action: TxnAction) -> list[Position]:
+        while in_flight := self._in_flight.get(txn):
+            await asyncio.wait(set(in_flight))
+        individual, cumulative = self._acks.acks_of(txn)
+        seqs = list(self._records.get(txn, ()))
+        if not individual and cumulative is None and not seqs:
+            return []
+        try:
+            writes = self._apply_to_cursor(individual, cumulative) if action is TxnAction.COMMIT else []
+            if seqs:
+                writes.append(self.store.delete_records(seqs))
+        except StorageError as exc:
+            raise PersistenceError(f"[{self._name}] cannot {action.name.lower()} Transaction:{txn}: {exc}") from exc
+        for outcome in await asyncio.gather(*writes, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise PersistenceError(f"[{self._name}] cannot {action.name.lower()} "
+                                       f"Transaction:{txn}: {outcome}") from outcome
+        self._acks.drop(txn)
+        self._records.pop(txn, None)
+        return sorted(individual) + ([cumulative] if cumulative is not None else [])
+
+    def _apply_to_cursor(self, individual: dict[Position, Reservation],
+                         cumulative: Position | None) -> list[asyncio.Future[None]]:
+        """Queue the acks on the cursor. Must be followed, in the same event-loop turn, by
+        the deletion of the records, so that both land in one LMDB write transaction."""
+        cursor = self.cursor
+        writes = []
+        whole = sorted(position for position, held in individual.items() if held.whole)
+        if whole:
+            writes.append(cursor.ack(whole))
+        for position, held in sorted(individual.items()):
+            if held.ack_set is not None:
+                writes.append(cursor.ack_batch_indexes(position, list(held.ack_set), held.batch_size))
+        if cumulative is not None:
+            writes.append(cursor.ack_cumulative(cumulative))
+        # Always write the cursor's state: after a failed commit the cursor's memory already
+        # holds these acks, so a repeated commit changes nothing there and would write nothing.
+        writes.append(cursor.persist())
+        return writes
+
+    async def _advance_low_watermark(self, ended: TxnId, low_watermark: int) -> None:
+        """Every txn of `ended`'s coordinator up to `low_watermark` has ended. Any of them still
+        holding acks here acked after its end reached us (Pulsar's handleLowWaterMark): abort
+        it, and hand its positions to `on_release`."""
+        coordinator = ended.most_bits
+        low_watermark = max(low_watermark, self._low_watermarks.get(coordinator, -1))
+        if low_watermark < 0:
+            return
+        self._low_watermarks[coordinator] = low_watermark
+        stale = sorted(txn for txn in self._acks.txns() | set(self._records)
+                       if txn.most_bits == coordinator and txn.least_bits <= low_watermark
+                       and txn != ended and txn not in self._ending and not self._in_flight.get(txn))
+        for txn in stale:
+            try:
+                released = await self._end(txn, TxnAction.ABORT)
+            except PersistenceError as exc:
+                logger.warning("[%s] aborting Transaction:%s below the low watermark %d failed: %s",
+                               self._name, txn, low_watermark, exc)
+                continue
+            logger.warning("[%s] aborted Transaction:%s below the low watermark %d", self._name, txn, low_watermark)
+            if released and self._on_release is not None:
+                self._on_release(released)
+
+    # --- dispatch -------------------------------------------------------------------------
+
+    def is_fully_pending(self, position: Position, batch_size: int = 1) -> bool:
+        self._check_ready()
+        position = check_entry_position(position)
+        batch_size = check_batch_size(batch_size)
+        if self.cursor.is_acked(position) or self._under_cumulative(position):
+            return True
+        held = self._acks.individual_ack_positions.get(position)
+        if held is not None and held.whole:
+            return True
+        free = ackset_new(batch_size)
+        acked = self.cursor.batch_ack_set(position)
+        if acked is not None:
+            free = ackset_and(free, acked)
+        if held is not None:
+            free = ackset_and(free, held.requested())
+        return ackset_is_fully_acked(free, batch_size)
+
+    def pending_ack_set(self, position: Position) -> list[int] | None:
+        self._check_ready()
+        position = check_entry_position(position)
+        if self._under_cumulative(position):
+            return []
+        held = self._acks.individual_ack_positions.get(position)
+        if held is None:
+            return None
+        if held.whole:
+            return []
+        acked = self.cursor.batch_ack_set(position)
+        return list(held.requested()) if acked is None else ackset_and(held.requested(), acked)
+
+    def _under_cumulative(self, position: Position) -> bool:
+        holder = self._acks.cumulative_ack_of_txn
+        return holder is not None and position <= holder[1]
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        holder = self._acks.cumulative_ack_of_txn
+        txns = sorted(self._acks.txns() | set(self._records))
+        per_txn = {}
+        for txn in txns:
+            individual, cumulative = self._acks.acks_of(txn)
+            per_txn[str(txn)] = {
+                "individual_positions": len(individual),
+                "cumulative_position": None if cumulative is None else str(cumulative),
+                "log_records": len(self._records.get(txn, ())),
+            }
+        return {
+            "state": self.state.value,
+            "subscription": self._name,
+            "pending_individual_positions": len(self._acks.individual_ack_positions),
+            "pending_cumulative_ack": None if holder is None else {"txn": str(holder[0]),
+                                                                   "position": str(holder[1])},
+            "transactions": per_txn,
+            "log_records": sum(len(seqs) for seqs in self._records.values()),
+            "replay_error": None if self._replay_error is None else str(self._replay_error),
+        }
+
+    async def close(self) -> None:
+        """Refuse new calls, then wait for the writes under way."""
+        self.state = HandleState.CLOSED
+        pending = [task for _action, task in self._ending.values()]
+        pending += [outcome for futures in self._in_flight.values() for outcome in futures]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def _check_ready(self) -> None:
+        if self.state is HandleState.READY:
+            return
+        if self.state is HandleState.ERROR:
+            raise ServiceNotReadyError(f"PendingAckHandle not replay error! ({self._replay_error})")
+        if self.state is HandleState.CLOSED:
+            raise ServiceNotReadyError(f"PendingAckHandle have been closed! ({self._name})")
+        raise ServiceNotReadyError(f"PendingAckHandle of {self._name} has not replayed its log yet")
