@@ -265,8 +265,8 @@ class TopicTransactionBuffer(TransactionBuffer):
         _check_int("low_watermark", low_watermark, minimum=-1)
         await self._wait_ready()
         await self._end_on_topic(txn, action)
-        self._after_end()
         aborts = self._apply_low_watermark(txn.most_bits, low_watermark)
+        self._after_end()
         if aborts:
             await asyncio.gather(*aborts, return_exceptions=True)
 
