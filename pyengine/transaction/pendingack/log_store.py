@@ -23,7 +23,7 @@ import lmdb
 
 from core_ext.poskeys import pack_i64, unpack_i64
 from pyengine.storage.environment import StorageEnvironment
-from pyengine.storage.errors import CorruptRecordError, StorageError
+from pyengine.storage.errors import CorruptRecordError
 from pyengine.transaction.pendingack import IndividualAck, PendingAckReplayError
 from pyengine.transaction.pendingack.records_pb2 import (
     CUMULATIVE,
@@ -136,7 +136,7 @@ class LogPendingAckStore:
         while True:
             try:
                 raw = self._read_chunk(start, chunk_size)
-            except (lmdb.Error, StorageError) as exc:
+            except Exception as exc:       # LMDB, closed environment, I/O: all end the scan
                 after = f"after record {last_seq}" if last_seq >= 0 else "from the start"
                 raise PendingAckReplayError(
                     f"pending-ack log of {self.subscription}: cannot read the records {after}: {exc}") from exc

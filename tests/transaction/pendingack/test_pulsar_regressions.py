@@ -1,0 +1,147 @@
+"""One test per known Pulsar pending-ack bug that this implementation avoids."""
+
+import asyncio
+import time
+
+import pytest
+
+from pyengine.errors import ServiceNotReadyError, TransactionConflictError
+from pyengine.transaction.pendingack import IndividualAck, PendingAckReplayError
+from pyengine.transaction.pendingack.handle import HandleState
+from tests.transaction.pendingack.helpers import (
+    EXCLUSIVE,
+    FAILOVER,
+    KEY_SHARED,
+    SHARED,
+    T1,
+    T2,
+    T3,
+    acking,
+    open_subscription,
+)
+
+
+def batch(position, size, *indexes):
+    return IndividualAck(position, size, tuple(acking(size, *indexes)))
+
+
+async def test_pulsar_19581_complementary_ack_sets_make_a_batch_undeliverable(env):
+    """Cursor acks {0,1,2} plus pending acks {3,4} cover a 5-message batch: Pulsar still
+    dispatched it (duplicates while transactions were open)."""
+    sub = await open_subscription(env, 2)
+    p, q = sub.positions
+    await sub.cursor.ack_batch_indexes(p, acking(5, 0, 1, 2), 5)
+    await sub.handle.individual_ack(T1, [batch(p, 5, 3, 4)])
+    assert sub.handle.is_fully_pending(p, 5)
+    assert sub.handle.pending_ack_set(p) == []
+    # Two transactions covering a batch between them: the same.
+    await sub.handle.individual_ack(T1, [batch(q, 5, 0, 4)])
+    assert not sub.handle.is_fully_pending(q, 5)
+    await sub.handle.individual_ack(T2, [batch(q, 5, 1, 2, 3)])
+    assert sub.handle.is_fully_pending(q, 5)
+
+
+async def test_pulsar_16032_a_third_txn_can_ack_a_batch_index_after_commit_and_abort(env):
+    """Pulsar stored the request's position object and later mutated the cursor's ack set
+    through it, so after txn1 committed and txn2 aborted, txn3 could not ack the index txn2
+    had released."""
+    sub = await open_subscription(env, 1)
+    (p,) = sub.positions
+    request = [0, 0]
+    request[:] = acking(8, 0)
+    await sub.handle.individual_ack(T1, [IndividualAck(p, 8, request)])
+    await sub.handle.commit(T1, -1)
+    request[:] = acking(8, 1)
+    await sub.handle.individual_ack(T2, [IndividualAck(p, 8, request)])
+    await sub.handle.abort(T2, -1)
+    await sub.handle.individual_ack(T3, [batch(p, 8, 1)])
+    with pytest.raises(TransactionConflictError):
+        await sub.handle.individual_ack(T3, [batch(p, 8, 0)])
+    assert sub.cursor.batch_ack_set(p) == acking(8, 0)
+    await sub.handle.commit(T3, -1)
+    assert sub.cursor.batch_ack_set(p) == acking(8, 0, 1)
+
+
+@pytest.mark.parametrize("sub_type", [EXCLUSIVE, FAILOVER, SHARED, KEY_SHARED])
+async def test_pulsar_15832_batch_conflicts_are_detected_on_every_subscription_type(env, sub_type):
+    """Pulsar took the batch size as 1 unless the subscription acked individually, so batch
+    conflicts went unnoticed on Exclusive/Failover."""
+    sub = await open_subscription(env, 1, sub_type=sub_type)
+    (p,) = sub.positions
+    await sub.handle.individual_ack(T1, [batch(p, 10, 7)])
+    with pytest.raises(TransactionConflictError, match="pending ack status"):
+        await sub.handle.individual_ack(T2, [batch(p, 10, 6, 7)])
+    await sub.cursor.ack_batch_indexes(p, acking(10, 9), 10)
+    with pytest.raises(TransactionConflictError, match="already acked before"):
+        await sub.handle.individual_ack(T2, [batch(p, 10, 9)])
+
+
+async def test_pulsar_10306_abort_releases_the_pending_acks(env, reopen):
+    """An app died before committing; after the timeout abort, reprocessing failed with
+    'TransactionConflictException ... in pending ack status'."""
+    sub = await open_subscription(env, 2)
+    p = sub.positions
+    await sub.handle.individual_ack(T1, [IndividualAck(p[0]), batch(p[1], 4, 0, 1)])
+    assert await sub.handle.abort(T1, -1) == [p[0], p[1]]        # the coordinator's timeout
+    after = await open_subscription(reopen(env))                   # also across a restart
+    assert after.handle.individual_ack_positions == {}
+    await after.handle.individual_ack(T2, [IndividualAck(p[0]), batch(p[1], 4, 0, 1)])
+    assert await after.handle.commit(T2, -1) == [p[0], p[1]]
+
+
+async def test_pulsar_26369_26374_13654_a_corrupt_record_fails_replay_at_once(env, reopen):
+    """Pulsar's replay could loop forever without a log line (#26369), retry unclassified read
+    errors in a hot loop (#26374), and leave a subscribe unanswered when init failed (#13654).
+    Here a bad record ends the replay at once with an error naming it, the handle then answers
+    every call at once, and a read error is reported after one attempt."""
+    sub = await open_subscription(env, 2500)
+    p = sub.positions
+    await asyncio.gather(*(sub.handle.store.append_individual(T1, [IndividualAck(position)])[1]
+                           for position in p))
+    bad_seq = 2490
+    key, db = sub.handle.store._key(bad_seq), env.db("pending_ack")
+    await env.submit(lambda txn: txn.put(key, b"\xff\xff\xff", db=db))
+
+    after = await open_subscription(reopen(env), replay=False)
+    reads = []
+    real_read = after.handle.store._read_chunk
+    after.handle.store._read_chunk = lambda *args: reads.append(args) or real_read(*args)
+    started = time.monotonic()
+    with pytest.raises(PendingAckReplayError, match=f"pending-ack/sub: record {bad_seq} cannot be decoded"):
+        await asyncio.wait_for(after.handle.replay(), timeout=10)
+    assert time.monotonic() - started < 10
+    assert len(reads) == bad_seq // 1000 + 1                     # one pass, no retry
+    assert after.handle.state is HandleState.ERROR
+    with pytest.raises(ServiceNotReadyError, match="PendingAckHandle not replay error!"):
+        await asyncio.wait_for(after.handle.individual_ack(T3, [IndividualAck(p[2])]), timeout=1)
+
+    def broken(*args):
+        reads.append(args)
+        raise OSError(5, "BookieHandleNotAvailable-like read error")
+
+    after.handle.store._read_chunk = broken
+    reads.clear()
+    with pytest.raises(PendingAckReplayError, match="cannot read the records from the start"):
+        await asyncio.wait_for(after.handle.replay(), timeout=10)
+    assert len(reads) == 1
+
+
+async def test_pulsar_19449_after_a_restart_a_message_acked_before_is_a_clean_conflict(env, reopen):
+    """After a broker restart transactional consumers kept failing with 'already acked
+    before' because acked messages were delivered again. Here the dispatcher is told the
+    entry is done, a stray ack of it is one clean conflict, and the rest keeps flowing."""
+    sub = await open_subscription(env, 3)
+    p = sub.positions
+    await sub.handle.individual_ack(T1, [IndividualAck(p[0]), batch(p[1], 3, 0)])
+    await sub.handle.commit(T1, -1)
+    after = await open_subscription(reopen(env))
+    h = after.handle
+    assert h.is_fully_pending(p[0])                               # not delivered again
+    assert not h.is_fully_pending(p[1], 3) and h.pending_ack_set(p[1]) is None
+    with pytest.raises(TransactionConflictError, match="already acked before"):
+        await h.individual_ack(T2, [IndividualAck(p[0])])
+    with pytest.raises(TransactionConflictError, match="already acked before"):
+        await h.individual_ack(T2, [batch(p[1], 3, 0)])
+    await h.individual_ack(T2, [batch(p[1], 3, 1, 2), IndividualAck(p[2])])
+    await h.commit(T2, -1)
+    assert after.cursor.mark_delete == p[2]
