@@ -29,7 +29,7 @@ KEY_SIZE = 16
 __all__ = [
     "ADD_PARTITION", "ADD_SUBSCRIPTION", "FINISHED", "HEADER_SEQUENCE", "KEY_SIZE", "NEW", "UPDATE",
     "TxnLogRecord", "add_partitions_record", "add_subscriptions_record", "coordinator_prefix",
-    "decode_header", "decode_record", "encode_header", "finished_record", "log_key", "log_sequence",
+    "decode_header", "encode_header", "finished_record", "log_key", "log_sequence",
     "new_record", "update_record",
 ]
 
@@ -55,17 +55,6 @@ def decode_header(raw: bytes) -> int:
         return CoordinatorHeader.FromString(raw).next_txn_sequence
     except Exception as exc:
         raise CorruptRecordError(f"transaction coordinator header: {exc}") from exc
-
-
-def decode_record(raw: bytes, coordinator_id: int, sequence: int) -> TxnLogRecord:
-    try:
-        record = TxnLogRecord.FromString(raw)
-    except Exception as exc:
-        raise CorruptRecordError(f"transaction log {coordinator_id}, record {sequence}: {exc}") from exc
-    if record.txn_most != coordinator_id:
-        raise CorruptRecordError(f"transaction log {coordinator_id}, record {sequence}: it belongs to "
-                                 f"coordinator {record.txn_most}")
-    return record
 
 
 def new_record(most: int, least: int, timeout_ms: int, start_ms: int) -> bytes:

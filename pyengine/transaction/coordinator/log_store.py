@@ -17,11 +17,13 @@ reused once every record of the old txns is gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import gc
 import heapq
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -65,10 +67,10 @@ LEGAL_TRANSITIONS = frozenset({
 
 @dataclass
 class _LiveTxn:
-    """A txn not yet terminal, with the log sequences of its op records (deleted on its end)."""
+    """A txn not yet terminal, with the keys of its op records (deleted on its end)."""
 
     meta: TxnMeta
-    log_sequences: list[int]
+    log_keys: list[bytes]
     partition_set: set[str] = field(default_factory=set)
     subscription_set: set[tuple[str, str]] = field(default_factory=set)
     last_write: asyncio.Future[Any] | None = None     # its latest write, maybe still in flight
@@ -79,7 +81,10 @@ class _FinishedTxn(NamedTuple):
     start_ms: int
     timeout_ms: int
     finished_ms: int
-    log_sequence: int
+    log_key: bytes
+
+
+_TERMINAL_STATUS = {status.value: status for status in TxnStatus if status.is_terminal}
 
 
 class LogTransactionMetadataStore(TransactionMetadataStore):
@@ -114,60 +119,71 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         status; FINISHED records within retention are kept to answer repeated END_TXNs."""
         if self._state != "new":
             raise ServiceNotReadyError(f"transaction coordinator {self.coordinator_id} is {self._state}")
-        cid = self.coordinator_id
-        header_next = 0
-        max_sequence = -1
-        last_log_sequence = -1
-        orphans: list[int] = []
-        live = self._live
-        finished = self._finished
-        with self._env.read() as txn:
+        cid, prefix = self.coordinator_id, self._prefix
+        header_key = records.log_key(prefix, records.HEADER_SEQUENCE)
+        header_next, max_sequence, last_key = 0, -1, None
+        orphans: list[bytes] = []
+        live, finished, finish_order = self._live, self._finished, self._finish_order
+        parse, finished_op = records.TxnLogRecord.FromString, records.FINISHED
+        # The loop is the cost of a restart with many finished txns: keep it tight, and pause
+        # the cyclic GC, which would otherwise rescan the growing maps again and again.
+        with self._env.read() as txn, _gc_paused():
             cursor = txn.cursor(db=self._db)
-            if cursor.set_range(self._prefix):
+            if cursor.set_range(prefix):
                 for key, raw in cursor.iternext():
-                    if key[:8] != self._prefix:
+                    if key[:8] != prefix:
                         break
-                    sequence = records.log_sequence(key)
-                    if sequence == records.HEADER_SEQUENCE:
+                    if key == header_key:
                         header_next = records.decode_header(raw)
                         continue
-                    last_log_sequence = sequence
-                    record = records.decode_record(raw, cid, sequence)
+                    last_key = key
+                    try:
+                        record = parse(raw)
+                    except Exception as exc:
+                        raise CorruptRecordError(f"transaction log {cid}, record "
+                                                 f"{records.log_sequence(key)}: {exc}") from exc
                     least = record.txn_least
-                    max_sequence = max(max_sequence, least)
-                    if record.op == records.FINISHED:
-                        finished[least] = _FinishedTxn(TxnStatus(record.new_status), record.start_ms,
-                                                       record.timeout_ms, record.modified_ms, sequence)
-                        continue
-                    self._replay_op(record, sequence, orphans)
+                    if record.txn_most != cid:
+                        raise CorruptRecordError(f"transaction log {cid}, record {records.log_sequence(key)}: "
+                                                 f"it belongs to coordinator {record.txn_most}")
+                    if least > max_sequence:
+                        max_sequence = least
+                    if record.op == finished_op:
+                        status = _TERMINAL_STATUS.get(record.new_status)
+                        if status is None:
+                            raise CorruptRecordError(f"transaction log {cid}: txn {least} finished "
+                                                     f"with status {record.new_status}")
+                        finished_ms = record.modified_ms
+                        finished[least] = _FinishedTxn(status, record.start_ms, record.timeout_ms, finished_ms, key)
+                        finish_order.append((least, finished_ms))
+                    else:
+                        self._replay_op(record, key, orphans)
         for sequence in [s for s in live if s in finished]:
-            orphans.extend(live.pop(sequence).log_sequences)   # cannot happen: ended atomically
+            orphans.extend(live.pop(sequence).log_keys)        # cannot happen: ended atomically
         self._next_txn_sequence = max(header_next, max_sequence + 1)
-        self._next_log_sequence = last_log_sequence + 1
+        self._next_log_sequence = records.log_sequence(last_key) + 1 if last_key is not None else 0
         self._live_heap = sorted(live)
-        for sequence, end in sorted(finished.items(), key=lambda item: item[1].log_sequence):
-            self._finish_order.append((sequence, end.finished_ms))
         self._state = "ready"
         if orphans:
             log.warning("transaction coordinator %d: deleting %d records of unknown txns", cid, len(orphans))
-            await self._await_write(self._submit(self._delete_fn(orphans)))
+            await self._await_write(self._submit(_delete_fn(orphans, self._db)))
         await self.purge_finished()
         return [_copy(state.meta) for state in live.values()]
 
-    def _replay_op(self, record: records.TxnLogRecord, sequence: int, orphans: list[int]) -> None:
+    def _replay_op(self, record: records.TxnLogRecord, key: bytes, orphans: list[bytes]) -> None:
         least = record.txn_least
         if record.op == records.NEW:
             if least in self._live:
                 raise CorruptRecordError(f"transaction log {self.coordinator_id}: txn {least} opened twice")
             meta = TxnMeta(TxnId(self.coordinator_id, least), TxnStatus.OPEN, record.timeout_ms,
                            record.start_ms, record.modified_ms)
-            self._live[least] = _LiveTxn(meta, [sequence])
+            self._live[least] = _LiveTxn(meta, [key])
             return
         state = self._live.get(least)
         if state is None:
-            orphans.append(sequence)
+            orphans.append(key)
             return
-        state.log_sequences.append(sequence)
+        state.log_keys.append(key)
         meta = state.meta
         meta.last_modified_ms = record.modified_ms
         if record.op == records.ADD_PARTITION:
@@ -196,11 +212,10 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         self._next_txn_sequence += 1
         now = self._clock()
         meta = TxnMeta(TxnId(self.coordinator_id, sequence), TxnStatus.OPEN, timeout_ms, now, now)
-        log_sequence = self._allocate_log_sequence()
-        state = _LiveTxn(meta, [log_sequence])
+        key = self._allocate_log_key()
+        state = _LiveTxn(meta, [key])
         self._live[sequence] = state
         heapq.heappush(self._live_heap, sequence)
-        key = records.log_key(self._prefix, log_sequence)
         value = records.new_record(self.coordinator_id, sequence, timeout_ms, now)
         header_key = records.log_key(self._prefix, records.HEADER_SEQUENCE)
         header = records.encode_header(sequence + 1)
@@ -327,9 +342,9 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             end = self._finished.get(sequence)
             if end is not None and end.finished_ms == finished_ms:
                 del self._finished[sequence]
-                expired.append(end.log_sequence)
+                expired.append(end.log_key)
         if expired:
-            await self._await_write(self._submit(self._delete_fn(expired)))
+            await self._await_write(self._submit(_delete_fn(expired, self._db)))
         return len(expired)
 
     async def close(self) -> None:
@@ -342,15 +357,14 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
     # --- changes --------------------------------------------------------------------------
 
     async def _append_op(self, state: _LiveTxn, value: bytes, now: int, undo: Callable[[], None]) -> None:
-        log_sequence = self._allocate_log_sequence()
-        state.log_sequences.append(log_sequence)
+        key = self._allocate_log_key()
+        state.log_keys.append(key)
         state.meta.last_modified_ms = now
-        key = records.log_key(self._prefix, log_sequence)
         db = self._db
 
         def undo_op() -> None:
             undo()
-            _discard(state.log_sequences, log_sequence)
+            _discard(state.log_keys, key)
 
         state.last_write = self._submit(lambda txn: txn.put(key, value, db=db), undo_op)
         await self._await_write(state.last_write)
@@ -371,14 +385,14 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
     async def _finish(self, sequence: int, state: _LiveTxn, status: TxnStatus) -> TxnMeta:
         meta = state.meta
         now = self._clock()
-        end = _FinishedTxn(status, meta.start_ms, meta.timeout_ms, now, self._allocate_log_sequence())
+        key = self._allocate_log_key()
+        end = _FinishedTxn(status, meta.start_ms, meta.timeout_ms, now, key)
         del self._live[sequence]
         self._finished[sequence] = end
         self._finish_order.append((sequence, now))
-        key = records.log_key(self._prefix, end.log_sequence)
         value = records.finished_record(self.coordinator_id, sequence, status, meta.start_ms,
                                         meta.timeout_ms, now)
-        trimmed = [records.log_key(self._prefix, s) for s in state.log_sequences]
+        trimmed = list(state.log_keys)
         db = self._db
 
         def write(txn: lmdb.Transaction) -> None:
@@ -422,20 +436,10 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         if state.last_write is not None and not state.last_write.done():
             await self._await_write(state.last_write)
 
-    def _delete_fn(self, log_sequences: list[int]) -> Callable[[lmdb.Transaction], None]:
-        keys = [records.log_key(self._prefix, s) for s in log_sequences]
-        db = self._db
-
-        def write(txn: lmdb.Transaction) -> None:
-            for key in keys:
-                txn.delete(key, db=db)
-
-        return write
-
-    def _allocate_log_sequence(self) -> int:
+    def _allocate_log_key(self) -> bytes:
         sequence = self._next_log_sequence
         self._next_log_sequence += 1
-        return sequence
+        return records.log_key(self._prefix, sequence)
 
     def _sequence_of(self, txn: TxnId) -> int:
         if txn.most_bits != self.coordinator_id:
@@ -469,6 +473,26 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
     def _check_ready(self) -> None:
         if self._state != "ready":
             raise ServiceNotReadyError(f"transaction coordinator {self.coordinator_id} is {self._state}")
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No await happens inside, so nothing else runs on the event loop meanwhile."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _delete_fn(keys: list[bytes], db: Any) -> Callable[[lmdb.Transaction], None]:
+    def write(txn: lmdb.Transaction) -> None:
+        for key in keys:
+            txn.delete(key, db=db)
+
+    return write
 
 
 def _copy(meta: TxnMeta) -> TxnMeta:

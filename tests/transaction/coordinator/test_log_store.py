@@ -67,7 +67,7 @@ def coordinator_records(env, cid: int) -> list[tuple[int, records.TxnLogRecord |
                     break
                 sequence = records.log_sequence(key)
                 out.append((sequence, records.decode_header(raw) if sequence == records.HEADER_SEQUENCE
-                            else records.decode_record(raw, cid, sequence)))
+                            else records.TxnLogRecord.FromString(raw)))
     return out
 
 

@@ -1,0 +1,129 @@
+"""One regression test per known Apache Pulsar coordinator bug this coordinator avoids
+(reference/anchors-and-failure-modes.md, B4). The SIGKILL variant of #20150 is in test_crash."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyengine.errors import InvalidTxnStatusError, ServiceNotReadyError, TransactionNotFoundError
+from pyengine.transaction import TxnAction, TxnStatus
+from tests.transaction.coordinator.fakes import RecordingParticipants
+from tests.transaction.coordinator.helpers import ServiceHarness
+
+S, A = TxnStatus, TxnAction
+HOUR = 3_600_000
+
+
+@pytest.fixture
+def harness(data_dir, participants, clock):
+    return ServiceHarness(data_dir, participants, clock)
+
+
+async def test_a_committed_txn_never_reverts_to_open_after_restarts_pulsar_20150(harness):
+    service = await harness.start()
+    committed = await service.new_transaction(0, 60_000)
+    await service.add_produced_partitions(committed, ["t"])
+    await service.end_transaction(committed, A.COMMIT)
+    committing = await service.new_transaction(0, 60_000)
+    await service.add_produced_partitions(committing, ["t"])
+    harness.participants.block("t")
+    ending = asyncio.ensure_future(service.end_transaction(committing, A.COMMIT))
+    await asyncio.sleep(0.02)
+    harness.participants = RecordingParticipants()
+    for _ in range(3):
+        service = await harness.restart()
+        assert service.get(committed).status == S.COMMITTED
+        assert service.get(committing).status in (S.COMMITTING, S.COMMITTED)
+        await service.wait_for_endings()
+        assert service.get(committing).status == S.COMMITTED
+    with pytest.raises(ServiceNotReadyError):
+        await ending                      # its broker went away; the commit itself completed
+    await harness.stop()
+
+
+async def test_a_repeated_commit_after_a_restart_succeeds_pulsar_19629(harness, clock):
+    """Pulsar #19629: the commit succeeded, the broker restarted, the client's retry got
+    "expect COMMITTING but is COMMITTED" and resent everything: duplicates. The FINISHED
+    record answers the repeat with success for `finished_retention_ms` (Pulsar's 1 h)."""
+    service = await harness.start()
+    txn = await service.new_transaction(2, 60_000)
+    await service.add_produced_partitions(txn, ["t"])
+    assert await service.end_transaction(txn, A.COMMIT) == S.COMMITTED
+    service = await harness.restart()
+    assert await service.end_transaction(txn, A.COMMIT) == S.COMMITTED
+    with pytest.raises(InvalidTxnStatusError):
+        await service.end_transaction(txn, A.ABORT)
+    clock.advance(HOUR - 1)
+    service = await harness.restart()
+    assert await service.end_transaction(txn, A.COMMIT) == S.COMMITTED
+    clock.advance(1)
+    with pytest.raises(TransactionNotFoundError):       # as in Pulsar once the ended status is gone
+        await service.end_transaction(txn, A.COMMIT)
+    await harness.stop()
+
+
+async def test_a_timed_out_txn_is_aborted_on_its_participants_pulsar_10306(harness, participants, clock):
+    """Pulsar #10306: after the timeout the txn was not aborted, its pending acks stayed and
+    reprocessing failed with TransactionConflict. The timeout must send ABORT to every
+    partition and subscription (releasing pending acks), also when it expired while down."""
+    service = await harness.start()
+    live = await service.new_transaction(1, 1000)
+    while_down = await service.new_transaction(1, 1000)
+    for txn in (live, while_down):
+        await service.add_produced_partitions(txn, ["t"])
+        await service.add_acked_subscriptions(txn, [("t", "sub")])
+    clock.advance(500)
+    service = await harness.restart()
+    clock.advance(500)
+    service.poll_timeouts()
+    await service.wait_for_endings()
+    for txn in (live, while_down):
+        assert service.get(txn).status == S.TIME_OUT
+        assert participants.told(txn) == {"t": {A.ABORT}, ("t", "sub"): {A.ABORT}}
+    await harness.stop()
+
+
+@pytest.mark.parametrize("action", [A.COMMIT, A.ABORT])
+async def test_ending_a_txn_cancels_its_timeout_pulsar_14166(harness, participants, clock, action):
+    """Pulsar #14166: the timeout was not cancelled on commit or abort."""
+    service = await harness.start()
+    txn = await service.new_transaction(0, 1000)
+    await service.add_produced_partitions(txn, ["t"])
+    assert service.stats().pending_timeouts == 1
+    await service.end_transaction(txn, action)
+    assert service.stats().pending_timeouts == 0
+    clock.advance(1000)
+    assert service.poll_timeouts() == 0
+    await service.wait_for_endings()
+    assert service.stats().timed_out_total == 0
+    assert participants.told(txn) == {"t": {action}}
+    await harness.stop()
+
+
+async def test_resumed_endings_find_every_coordinator_registered_pulsar_18923(harness, data_dir, clock):
+    """Pulsar #18923: after TC recovery, ending COMMITTING txns ran before the coordinator was
+    registered ("Transaction coordinator with id N not found"). Here a participant asked by a
+    resumed ending can already reach every coordinator."""
+    service = await harness.start()
+    txns = []
+    for cid in range(4):
+        txn = await service.new_transaction(cid, 60_000)
+        await service.add_produced_partitions(txn, ["t"])
+        txns.append(txn)
+    harness.participants.block("t")
+    for txn in txns:
+        asyncio.ensure_future(service.end_transaction(txn, A.COMMIT))
+    await asyncio.sleep(0.02)
+    seen = []
+
+    class AskingParticipants(RecordingParticipants):
+        async def end_txn_on_partition(self, topic, txn, action, low_watermark):
+            seen.append([harness.service.get(t).status for t in txns])
+
+    harness.participants = AskingParticipants()
+    service = await harness.restart()
+    await service.wait_for_endings()
+    assert len(seen) == 4 and all(S.OPEN not in statuses for statuses in seen)
+    await harness.stop()
