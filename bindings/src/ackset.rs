@@ -11,29 +11,10 @@ use numpy::{PyArray1, PyUntypedArray};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::ackset_merge::{merge_many, merge_row, MergeOp, Sets};
 use crate::arrow_io::{python_type_name, require_same_len, Int64Column, Int64View};
 
 const WORD_BITS: usize = 64;
-
-#[derive(Clone, Copy)]
-enum MergeOp {
-    And,
-    Or,
-    AndNot,
-}
-
-impl MergeOp {
-    fn parse(op: &str) -> PyResult<Self> {
-        match op {
-            "and" => Ok(MergeOp::And),
-            "or" => Ok(MergeOp::Or),
-            "andnot" => Ok(MergeOp::AndNot),
-            _ => Err(PyValueError::new_err(format!(
-                "op must be one of 'and', 'or', 'andnot', got {op:?}"
-            ))),
-        }
-    }
-}
 
 /// Word `i` of an ack set; words past the end are zero, as in `BitSet`.
 #[inline]
@@ -47,22 +28,6 @@ fn batch_mask(i: usize, batch_size: usize) -> i64 {
     match batch_size.saturating_sub(i * WORD_BITS) {
         bits if bits >= WORD_BITS => -1,
         bits => ((1u64 << bits) - 1) as i64,
-    }
-}
-
-/// Appends `a op b` to `out`, trimmed of trailing zero words.
-fn merge_into(op: MergeOp, a: &[i64], b: &[i64], out: &mut Vec<i64>) {
-    let start = out.len();
-    match op {
-        MergeOp::And => out.extend(a.iter().zip(b).map(|(x, y)| x & y)),
-        MergeOp::Or => {
-            let len = a.len().max(b.len());
-            out.extend((0..len).map(|i| word(a, i) | word(b, i)));
-        }
-        MergeOp::AndNot => out.extend(a.iter().enumerate().map(|(i, x)| x & !word(b, i))),
-    }
-    while out.len() > start && out.last() == Some(&0) {
-        out.pop();
     }
 }
 
@@ -176,6 +141,13 @@ impl Ragged<'_> {
     fn row(&self, i: usize) -> &[i64] {
         &self.words[self.offsets[i] as usize..self.offsets[i + 1] as usize]
     }
+
+    fn sets(&self) -> Sets<'_> {
+        Sets {
+            offsets: &self.offsets,
+            words: &self.words,
+        }
+    }
 }
 
 struct RaggedColumn<'py> {
@@ -239,8 +211,10 @@ pub fn ackset_new(batch_size: i64) -> PyResult<Vec<i64>> {
 
 fn merge_scalar(op: MergeOp, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
     let (a, b) = (words_arg(a, "a")?, words_arg(b, "b")?);
-    let mut out = Vec::with_capacity(a.len().max(b.len()));
-    merge_into(op, &a, &b, &mut out);
+    let mut out = Vec::with_capacity(op.len(a.len(), b.len()));
+    let len = merge_row(op, &a, &b, out.spare_capacity_mut());
+    // SAFETY: merge_row initialised the first `len` words.
+    unsafe { out.set_len(len) };
     Ok(out)
 }
 
@@ -311,14 +285,7 @@ pub fn ackset_merge_many<'py>(
     let (a, b) = (a.view(), b.view());
     let (offsets, words) = py.detach(|| -> PyResult<_> {
         let (a, b) = (a.materialise()?, b.materialise()?);
-        let mut offsets = Vec::with_capacity(a.rows() + 1);
-        let mut words = Vec::with_capacity(a.words.len().max(b.words.len()));
-        offsets.push(0);
-        for i in 0..a.rows() {
-            merge_into(op, a.row(i), b.row(i), &mut words);
-            offsets.push(words.len() as i64);
-        }
-        Ok((offsets, words))
+        Ok(merge_many(op, a.sets(), b.sets()))
     })?;
     Ok((
         PyArray1::from_vec(py, offsets),

@@ -6,6 +6,7 @@
 
 mod aborted;
 mod ackset;
+mod ackset_merge;
 mod arrow_io;
 mod ongoing;
 mod position;

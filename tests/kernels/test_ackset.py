@@ -180,6 +180,28 @@ def test_conflicts_many_matches_reference(rows, layout: Layout) -> None:
     assert got.tolist() == [ref.ackset_conflicts(a, b, s) for a, b, s in rows]
 
 
+@pytest.mark.parametrize("op", sorted(MERGES))
+def test_merge_many_across_parallel_tasks_matches_reference(op: str) -> None:
+    """Enough rows for several parallel tasks (4096 rows each): the outer thirds have equal
+    lengths on both sides (merged as flat runs of words, the last third from different
+    offsets), the middle third does not (merged row by row); frequent zero words make rows
+    trim, leaving gaps between the tasks' outputs to close."""
+    rng = np.random.default_rng(5)
+    n = 30_000
+    a_lengths = rng.integers(0, 4, n)
+    b_lengths = a_lengths.copy()
+    b_lengths[n // 3 : 2 * n // 3] = rng.integers(0, 4, 2 * n // 3 - n // 3)
+    pool = np.array([0, 0, -1, 1, 2**62, -(2**63)], dtype=np.int64)
+    a_rows = [rng.choice(pool, size).tolist() for size in a_lengths]
+    b_rows = [rng.choice(pool, size).tolist() for size in b_lengths]
+    offsets, words = k.ackset_merge_many(op, *ragged_args(a_rows, "numpy"), *ragged_args(b_rows, "numpy"))
+    model = MERGES[op][1]
+    expected = [model(a, b) for a, b in zip(a_rows, b_rows)]
+    assert any(len(e) < max(len(a), len(b)) for a, b, e in zip(a_rows, b_rows, expected))
+    assert ref.ragged_rows(offsets.tolist(), words.tolist()) == expected
+    assert offsets.tolist() == ref.ragged(expected)[0]
+
+
 def test_many_on_empty_inputs() -> None:
     zero = np.array([0], dtype=np.int64)
     none = np.array([], dtype=np.int64)
