@@ -10,7 +10,8 @@ durable: the service tells participants only after the decision is written).
 Trimming: when a txn ends, its op records are deleted and one compact FINISHED record is
 written in the same LMDB write transaction, so no restart can see a half-trimmed txn. FINISHED
 records answer repeated END_TXNs (and `get`) for `finished_retention_ms` after the end, then
-`purge_finished` deletes them. A header record keeps the next txn sequence, so ids are never
+`purge_finished` deletes them (also the oldest beyond `finished_max_records`, which bounds the
+memory at high rates, as Pulsar does). A header record keeps the next txn sequence, so ids are never
 reused once every record of the old txns is gone.
 """
 
@@ -54,6 +55,7 @@ from pyengine_kernels import TxnId
 log = logging.getLogger(__name__)
 
 DEFAULT_FINISHED_RETENTION_MS = 60 * 60 * 1000   # Pulsar's transactionEndedStatusRetentionTimeMs
+DEFAULT_FINISHED_MAX_RECORDS = 100_000            # Pulsar's transactionEndedStatusMaxRecordCount
 
 # The moves a coordinator makes; TIME_OUT is the end of an abort decided by the timeout.
 LEGAL_TRANSITIONS = frozenset({
@@ -89,15 +91,15 @@ _TERMINAL_STATUS = {status.value: status for status in TxnStatus if status.is_te
 
 class LogTransactionMetadataStore(TransactionMetadataStore):
     def __init__(self, env: StorageEnvironment, coordinator_id: int, *, clock: Clock = wall_clock_ms,
-                 finished_retention_ms: int = DEFAULT_FINISHED_RETENTION_MS) -> None:
-        check_int(coordinator_id, "coordinator_id")
-        check_int(finished_retention_ms, "finished_retention_ms")
-        if coordinator_id < 0:
-            raise ValueError(f"coordinator_id must be >= 0, not {coordinator_id}")
-        if finished_retention_ms < 0:
-            raise ValueError(f"finished_retention_ms must be >= 0, not {finished_retention_ms}")
+                 finished_retention_ms: int = DEFAULT_FINISHED_RETENTION_MS,
+                 finished_max_records: int = DEFAULT_FINISHED_MAX_RECORDS) -> None:
+        for name, value in (("coordinator_id", coordinator_id), ("finished_retention_ms", finished_retention_ms),
+                            ("finished_max_records", finished_max_records)):
+            if check_int(value, name) < 0:
+                raise ValueError(f"{name} must be >= 0, not {value}")
         self.coordinator_id = coordinator_id
         self.finished_retention_ms = finished_retention_ms
+        self.finished_max_records = finished_max_records
         self._env = env
         self._clock = clock
         self._db = env.db("txn_log")
@@ -105,6 +107,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         self._live: dict[int, _LiveTxn] = {}            # txn sequence -> live txn
         self._live_heap: list[int] = []                 # live sequences (lazy deletion)
         self._finished: dict[int, _FinishedTxn] = {}    # txn sequence -> end, within retention
+        self._finished_counts = dict.fromkeys(TxnStatus, 0)
         self._finish_order: deque[tuple[int, int]] = deque()   # (sequence, finished_ms), oldest first
         self._finishing: dict[int, asyncio.Future[Any]] = {}   # FINISHED writes in flight
         self._in_flight: set[asyncio.Future[Any]] = set()
@@ -160,6 +163,8 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
                         self._replay_op(record, key, orphans)
         for sequence in [s for s in live if s in finished]:
             orphans.extend(live.pop(sequence).log_keys)        # cannot happen: ended atomically
+        for end in finished.values():
+            self._finished_counts[end.status] += 1
         self._next_txn_sequence = max(header_next, max_sequence + 1)
         self._next_log_sequence = records.log_sequence(last_key) + 1 if last_key is not None else 0
         self._live_heap = sorted(live)
@@ -322,26 +327,26 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
 
     def status_counts(self) -> dict[TxnStatus, int]:
         """Live txns by status, and the finished ones still retained by terminal status."""
-        counts = dict.fromkeys(TxnStatus, 0)
+        counts = dict(self._finished_counts)
         for state in self._live.values():
             counts[state.meta.status] += 1
-        for end in self._finished.values():
-            counts[end.status] += 1
         return counts
 
     async def purge_finished(self) -> int:
-        """Delete the FINISHED records older than the retention; returns how many."""
+        """Delete the FINISHED records older than the retention, and the oldest beyond
+        `finished_max_records`; returns how many."""
         self._check_ready()
         horizon = self._clock() - self.finished_retention_ms
+        order = self._finish_order
         expired = []
-        while self._finish_order and self._finish_order[0][1] <= horizon:
-            sequence, finished_ms = self._finish_order[0]
+        while order and (order[0][1] <= horizon or len(self._finished) > self.finished_max_records):
+            sequence, finished_ms = order[0]
             if sequence in self._finishing:
                 break                     # its FINISHED record is not durable yet
-            self._finish_order.popleft()
+            order.popleft()
             end = self._finished.get(sequence)
             if end is not None and end.finished_ms == finished_ms:
-                del self._finished[sequence]
+                self._forget_finished(sequence)
                 expired.append(end.log_key)
         if expired:
             await self._await_write(self._submit(_delete_fn(expired, self._db)))
@@ -388,7 +393,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         key = self._allocate_log_key()
         end = _FinishedTxn(status, meta.start_ms, meta.timeout_ms, now, key)
         del self._live[sequence]
-        self._finished[sequence] = end
+        self._remember_finished(sequence, end)
         self._finish_order.append((sequence, now))
         value = records.finished_record(self.coordinator_id, sequence, status, meta.start_ms,
                                         meta.timeout_ms, now)
@@ -402,7 +407,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
 
         def undo() -> None:
             if self._finished.get(sequence) is end:
-                del self._finished[sequence]
+                self._forget_finished(sequence)
                 self._live[sequence] = state
                 heapq.heappush(self._live_heap, sequence)
 
@@ -435,6 +440,13 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         """A no-op request succeeds once the change it repeats is durable."""
         if state.last_write is not None and not state.last_write.done():
             await self._await_write(state.last_write)
+
+    def _remember_finished(self, sequence: int, end: _FinishedTxn) -> None:
+        self._finished[sequence] = end
+        self._finished_counts[end.status] += 1
+
+    def _forget_finished(self, sequence: int) -> None:
+        self._finished_counts[self._finished.pop(sequence).status] -= 1
 
     def _allocate_log_key(self) -> bytes:
         sequence = self._next_log_sequence

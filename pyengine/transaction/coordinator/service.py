@@ -32,7 +32,11 @@ from pyengine.storage import StorageEnvironment
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator import TransactionParticipants, TxnMeta
 from pyengine.transaction.coordinator.clock import Clock, wall_clock_ms
-from pyengine.transaction.coordinator.log_store import DEFAULT_FINISHED_RETENTION_MS, LogTransactionMetadataStore
+from pyengine.transaction.coordinator.log_store import (
+    DEFAULT_FINISHED_MAX_RECORDS,
+    DEFAULT_FINISHED_RETENTION_MS,
+    LogTransactionMetadataStore,
+)
 from pyengine.transaction.coordinator.retry import GONE_ERRORS, Backoff, until_confirmed
 from pyengine.transaction.coordinator.stats import CoordinatorStats, Counters
 from pyengine.transaction.coordinator.timeouts import TimeoutTracker
@@ -71,6 +75,7 @@ class TransactionCoordinatorService:
     def __init__(self, env: StorageEnvironment, participants: TransactionParticipants, *,
                  num_coordinators: int = DEFAULT_NUM_COORDINATORS, clock: Clock = wall_clock_ms,
                  finished_retention_ms: int = DEFAULT_FINISHED_RETENTION_MS,
+                 finished_max_records: int = DEFAULT_FINISHED_MAX_RECORDS,
                  max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
                  purge_interval_ms: int = DEFAULT_PURGE_INTERVAL_MS,
                  backoff: Backoff | None = None) -> None:
@@ -85,7 +90,8 @@ class TransactionCoordinatorService:
         self.backoff = backoff or Backoff()
         self._clock = clock
         self._stores = {cid: LogTransactionMetadataStore(env, cid, clock=clock,
-                                                         finished_retention_ms=finished_retention_ms)
+                                                         finished_retention_ms=finished_retention_ms,
+                                                         finished_max_records=finished_max_records)
                         for cid in range(num_coordinators)}
         self._endings: dict[TxnId, _Ending] = {}
         self._timeouts = TimeoutTracker(clock, self._on_timeout)
@@ -114,13 +120,16 @@ class TransactionCoordinatorService:
         if self._state != "new":
             raise ServiceNotReadyError(f"the transaction coordinator service is {self._state}")
         self._state = "starting"
-        for store in self._stores.values():
-            for meta in await store.recover():
-                if meta.status == TxnStatus.OPEN:
-                    self._timeouts.add(meta.txn_id, meta.start_ms + meta.timeout_ms)
-                else:
-                    assert meta.status.outcome is not None
-                    self._begin_ending(store, meta.txn_id, meta.status.outcome, meta.timed_out, decided=True)
+        try:
+            for store in self._stores.values():
+                for meta in await store.recover():
+                    if meta.status == TxnStatus.OPEN:
+                        self._timeouts.add(meta.txn_id, meta.start_ms + meta.timeout_ms)
+                    else:
+                        self._resume_ending(store, meta)
+        except BaseException:
+            await self.close()
+            raise
         self._state = "running"
         self._timeouts.start()
         self._arm_purge()
@@ -134,12 +143,16 @@ class TransactionCoordinatorService:
         self._timeouts.stop()
         if self._purge_timer is not None:
             self._purge_timer.cancel()
-        tasks = [ending.task for ending in self._endings.values() if ending.task is not None]
+        endings = dict(self._endings)
+        tasks = [ending.task for ending in endings.values() if ending.task is not None]
         if self._purge_task is not None:
             tasks.append(self._purge_task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for txn, ending in endings.items():       # also those whose task never got to run
+            _stopped(txn, ending)
+        self._endings.clear()
         for store in self._stores.values():
             await store.close()
 
@@ -192,8 +205,10 @@ class TransactionCoordinatorService:
                                                 f"but is {meta.status.name}")
                 self._counters.record_end_txn((time.perf_counter() - started) * 1000)
                 return meta.status
-            assert meta.status == TxnStatus.OPEN      # decided txns always have an ending
-            ending = self._begin_ending(store, txn, action, timed_out=False, decided=False)
+            if meta.status == TxnStatus.OPEN:
+                ending = self._begin_ending(store, txn, action, timed_out=False, decided=False)
+            else:                                  # decided, its ending stopped by an error
+                ending = self._resume_ending(store, meta)
         if ending.action != action:
             current = store.get(txn).status
             if current == TxnStatus.OPEN:        # its decision is about to be written
@@ -228,6 +243,12 @@ class TransactionCoordinatorService:
 
     # --- ending ---------------------------------------------------------------------------
 
+    def _resume_ending(self, store: LogTransactionMetadataStore, meta: TxnMeta) -> _Ending:
+        """Finish a txn whose decision is already durable (COMMITTING / ABORTING)."""
+        action = meta.status.outcome
+        assert action is not None
+        return self._begin_ending(store, meta.txn_id, action, meta.timed_out, decided=True)
+
     def _begin_ending(self, store: LogTransactionMetadataStore, txn: TxnId, action: TxnAction,
                       timed_out: bool, *, decided: bool) -> _Ending:
         done: asyncio.Future[TxnStatus] = asyncio.get_running_loop().create_future()
@@ -257,9 +278,7 @@ class TransactionCoordinatorService:
             self._counters.record_ended(final)
             ending.done.set_result(final)
         except asyncio.CancelledError:
-            if not ending.done.done():
-                ending.done.set_exception(ServiceNotReadyError(
-                    f"the transaction coordinator closed while ending {txn}; it resumes on restart"))
+            _stopped(txn, ending)
             raise
         except Exception as exc:
             ending.done.set_exception(exc)
@@ -329,6 +348,12 @@ class TransactionCoordinatorService:
     def _check_running(self) -> None:
         if self._state != "running":
             raise ServiceNotReadyError(f"the transaction coordinator service is {self._state}")
+
+
+def _stopped(txn: TxnId, ending: _Ending) -> None:
+    if not ending.done.done():
+        ending.done.set_exception(ServiceNotReadyError(
+            f"the transaction coordinator closed while ending {txn}; it resumes on restart"))
 
 
 def _retrieve(future: asyncio.Future[TxnStatus]) -> None:

@@ -434,3 +434,35 @@ async def test_a_failed_write_leaves_no_trace(data_dir, clock):
         await store.close()
     finally:
         env.close()
+
+
+async def test_finished_records_beyond_the_cap_are_purged_oldest_first(env, clock, reopen):
+    store = await open_store(env, clock, finished_max_records=3)
+    ended = [await drive_to(store, status) for status in (S.COMMITTED, S.ABORTED, S.TIME_OUT, S.COMMITTED, S.ABORTED)]
+    assert store.status_counts()[S.COMMITTED] == 2
+    assert await store.purge_finished() == 2
+    for txn in ended[:2]:
+        with pytest.raises(TransactionNotFoundError):
+            store.get(txn)
+    assert [store.get(txn).status for txn in ended[2:]] == [S.TIME_OUT, S.COMMITTED, S.ABORTED]
+    counts = store.status_counts()
+    assert {s: n for s, n in counts.items() if n} == {S.TIME_OUT: 1, S.COMMITTED: 1, S.ABORTED: 1}
+    store, env = await restart(store, reopen, env, clock, finished_max_records=3)
+    assert store.status_counts() == counts
+    await store.close()
+
+
+async def test_status_counts_follow_undone_writes(data_dir, clock):
+    env = FailingEnvironment(data_dir)
+    try:
+        store = await open_store(env, clock)
+        txn = await drive_to(store, S.COMMITTING)
+        await drive_to(store, S.ABORTED)
+        env.failing = True
+        with pytest.raises(PersistenceError):
+            await store.update_status(txn, S.COMMITTED, S.COMMITTING)
+        env.failing = False
+        assert {s: n for s, n in store.status_counts().items() if n} == {S.COMMITTING: 1, S.ABORTED: 1}
+        await store.close()
+    finally:
+        env.close()

@@ -113,8 +113,7 @@ async def test_resumed_endings_find_every_coordinator_registered_pulsar_18923(ha
         await service.add_produced_partitions(txn, ["t"])
         txns.append(txn)
     harness.participants.block("t")
-    for txn in txns:
-        asyncio.ensure_future(service.end_transaction(txn, A.COMMIT))
+    endings = [asyncio.ensure_future(service.end_transaction(txn, A.COMMIT)) for txn in txns]
     await asyncio.sleep(0.02)
     seen = []
 
@@ -124,6 +123,9 @@ async def test_resumed_endings_find_every_coordinator_registered_pulsar_18923(ha
 
     harness.participants = AskingParticipants()
     service = await harness.restart()
+    for ending in endings:
+        with pytest.raises(ServiceNotReadyError):
+            await ending
     await service.wait_for_endings()
     assert len(seen) == 4 and all(S.OPEN not in statuses for statuses in seen)
     await harness.stop()

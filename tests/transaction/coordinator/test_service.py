@@ -18,7 +18,7 @@ from pyengine.errors import (
     TransactionNotFoundError,
 )
 from pyengine.storage import StorageEnvironment
-from pyengine.storage.errors import StorageError
+from pyengine.storage.errors import CorruptRecordError, StorageError
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator import log_records as records
 from pyengine.transaction.coordinator.clock import wall_clock_ms
@@ -295,7 +295,7 @@ async def test_stats(harness, participants, clock):
     await service.end_transaction(a, A.COMMIT)
     await service.end_transaction(b, A.ABORT)
     participants.block("p1")
-    asyncio.ensure_future(service.end_transaction(c, A.COMMIT))
+    ending = asyncio.ensure_future(service.end_transaction(c, A.COMMIT))
     await asyncio.sleep(0.02)
     stats = service.stats()
     assert (stats.created_total, stats.committed_total, stats.aborted_total, stats.timed_out_total) == (4, 1, 1, 0)
@@ -305,6 +305,9 @@ async def test_stats(harness, participants, clock):
     assert stats.end_txn_count == 3 and len(stats.end_txn_latency_ms) == 3
     assert stats.end_txn_latency_sum_ms == pytest.approx(sum(stats.end_txn_latency_ms))
     assert d == TxnId(0, 3)
+    await harness.stop()
+    with pytest.raises(ServiceNotReadyError):
+        await ending
 
 
 async def test_the_purge_runs_periodically(data_dir, participants, clock):
@@ -430,3 +433,48 @@ async def test_not_started_and_closed(data_dir, participants, clock, env):
         await service.new_transaction(0, 1000)
     with pytest.raises(ServiceNotReadyError):
         service.get(TxnId(0, 0))
+
+
+async def test_a_decided_txn_whose_ending_failed_is_resumed_by_the_next_end(harness, participants, monkeypatch):
+    service = harness.service
+    txn = await new_txn(service)
+    store = service.store(0)
+    real_update = store.update_status
+
+    async def broken_final_write(txn, new, expected, **kwargs):
+        if new.is_terminal:
+            raise RuntimeError("unexpected bug")
+        return await real_update(txn, new, expected, **kwargs)
+
+    monkeypatch.setattr(store, "update_status", broken_final_write)
+    with pytest.raises(RuntimeError, match="unexpected bug"):
+        await service.end_transaction(txn, A.COMMIT)
+    assert service.get(txn).status == S.COMMITTING and service.stats().ending == 0
+    monkeypatch.setattr(store, "update_status", real_update)
+    with pytest.raises(InvalidTxnStatusError, match="expected ABORTING but is COMMITTING"):
+        await service.end_transaction(txn, A.ABORT)
+    await service.wait_for_endings()
+    assert service.get(txn).status == S.COMMITTED          # the abort attempt resumed the commit
+    assert await service.end_transaction(txn, A.COMMIT) == S.COMMITTED
+
+
+async def test_a_failed_start_leaves_nothing_running(data_dir, participants, clock):
+    harness = ServiceHarness(data_dir, participants, clock)
+    service = await harness.start()
+    decided = await new_txn(service, cid=0)
+    participants.block("p1")
+    ending = asyncio.ensure_future(service.end_transaction(decided, A.COMMIT))
+    await asyncio.sleep(0.02)
+    await harness.stop()
+    with pytest.raises(ServiceNotReadyError):
+        await ending
+    env = StorageEnvironment(data_dir)
+    key = records.log_key(records.coordinator_prefix(3), 0)
+    env.write_now(lambda txn: txn.put(key, b"\x08\x07garbage", db=env.db("txn_log")))
+    service = TransactionCoordinatorService(env, participants, clock=clock, num_coordinators=4)
+    with pytest.raises(CorruptRecordError):
+        await service.start()
+    assert service.stats().ending == 0
+    with pytest.raises(ServiceNotReadyError):
+        await service.new_transaction(0, 1000)
+    env.close()
