@@ -11,8 +11,8 @@ Trimming: when a txn ends, its op records are deleted and one compact FINISHED r
 written in the same LMDB write transaction, so no restart can see a half-trimmed txn. FINISHED
 records answer repeated END_TXNs (and `get`) for `finished_retention_ms` after the end, then
 `purge_finished` deletes them (also the oldest beyond `finished_max_records`, which bounds the
-memory at high rates, as Pulsar does). A header record keeps the next txn sequence, so ids are never
-reused once every record of the old txns is gone.
+memory at high rates, as Pulsar does). A header record keeps the next txn sequence, so ids are
+never reused once every record of the old txns is gone.
 """
 
 from __future__ import annotations

@@ -120,17 +120,22 @@ class TransactionCoordinatorService:
         if self._state != "new":
             raise ServiceNotReadyError(f"the transaction coordinator service is {self._state}")
         self._state = "starting"
+        decided = []
         try:
             for store in self._stores.values():
                 for meta in await store.recover():
                     if meta.status == TxnStatus.OPEN:
                         self._timeouts.add(meta.txn_id, meta.start_ms + meta.timeout_ms)
                     else:
-                        self._resume_ending(store, meta)
+                        decided.append((store, meta))
         except BaseException:
             await self.close()
             raise
+        # Only now: a participant reached by a resumed ending may already ask any coordinator
+        # (Pulsar #18923 ended txns before their coordinator was registered).
         self._state = "running"
+        for store, meta in decided:
+            self._resume_ending(store, meta)
         self._timeouts.start()
         self._arm_purge()
 
