@@ -39,6 +39,7 @@ class RecordingParticipants:
         self.calls: list[Call] = []
         self._failures: dict[object, list[BaseException]] = {}
         self._blocked: dict[object, asyncio.Event] = {}
+        self._arrived: dict[object, asyncio.Event] = {}
 
     def fail(self, target: str | tuple[str, str], *errors: BaseException) -> None:
         """The next calls to `target` raise `errors`, one each, in order."""
@@ -48,7 +49,12 @@ class RecordingParticipants:
         """Calls to `target` hang until the returned event is set."""
         event = asyncio.Event()
         self._blocked[target] = event
+        self._arrived[target] = asyncio.Event()
         return event
+
+    async def reached(self, target: str | tuple[str, str]) -> None:
+        """Wait until a call reaches the blocked `target` (so its txn's decision is durable)."""
+        await asyncio.wait_for(self._arrived[target].wait(), 10)
 
     def told(self, txn: TxnId) -> dict[object, set[TxnAction]]:
         """Confirmed calls for `txn`: target -> actions."""
@@ -72,6 +78,7 @@ class RecordingParticipants:
         assert isinstance(action, TxnAction)
         blocked = self._blocked.get(target)
         if blocked is not None:
+            self._arrived[target].set()
             await blocked.wait()
         failures = self._failures.get(target)
         if failures:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from pyengine.storage import StorageEnvironment
@@ -40,3 +42,12 @@ class ServiceHarness:
     async def restart(self) -> TransactionCoordinatorService:
         await self.stop()
         return await self.start()
+
+
+async def eventually(predicate: Callable[[], bool], timeout_s: float = 10) -> None:
+    """Wait until `predicate()` holds (for what real timers or disk writes bring about)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        assert loop.time() < deadline, "the condition never held"
+        await asyncio.sleep(0.005)

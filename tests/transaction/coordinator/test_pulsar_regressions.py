@@ -10,7 +10,7 @@ import pytest
 from pyengine.errors import InvalidTxnStatusError, ServiceNotReadyError, TransactionNotFoundError
 from pyengine.transaction import TxnAction, TxnStatus
 from tests.transaction.coordinator.fakes import RecordingParticipants
-from tests.transaction.coordinator.helpers import ServiceHarness
+from tests.transaction.coordinator.helpers import ServiceHarness, eventually
 
 S, A = TxnStatus, TxnAction
 HOUR = 3_600_000
@@ -28,9 +28,10 @@ async def test_a_committed_txn_never_reverts_to_open_after_restarts_pulsar_20150
     await service.end_transaction(committed, A.COMMIT)
     committing = await service.new_transaction(0, 60_000)
     await service.add_produced_partitions(committing, ["t"])
-    harness.participants.block("t")
+    blocked = harness.participants
+    blocked.block("t")
     ending = asyncio.ensure_future(service.end_transaction(committing, A.COMMIT))
-    await asyncio.sleep(0.02)
+    await blocked.reached("t")
     harness.participants = RecordingParticipants()
     for _ in range(3):
         service = await harness.restart()
@@ -116,9 +117,10 @@ async def test_resumed_endings_find_every_coordinator_registered_pulsar_18923(da
         txns.append(txn)
     for cid in range(1, 4):
         await service.end_transaction(await service.new_transaction(cid, 60_000), A.ABORT)
-    harness.participants.block("t")
+    participants.block("t")
     endings = [asyncio.ensure_future(service.end_transaction(txn, A.COMMIT)) for txn in txns]
-    await asyncio.sleep(0.02)
+    await eventually(lambda: all(service.get(txn).status == S.COMMITTING for txn in txns))
+    await participants.reached("t")
     seen = []
 
     class AskingParticipants(RecordingParticipants):

@@ -26,7 +26,7 @@ from pyengine.transaction.coordinator.retry import Backoff
 from pyengine.transaction.coordinator.service import DEFAULT_MAX_TIMEOUT_MS, TransactionCoordinatorService
 from pyengine_kernels import TxnId
 from tests.transaction.coordinator.fakes import RecordingParticipants
-from tests.transaction.coordinator.helpers import FAST_BACKOFF, ServiceHarness
+from tests.transaction.coordinator.helpers import FAST_BACKOFF, ServiceHarness, eventually
 
 S, A = TxnStatus, TxnAction
 
@@ -82,7 +82,8 @@ async def test_end_answers_only_after_every_participant_confirmed(harness, parti
     txn = await new_txn(service)
     release = participants.block(("p1", "s"))
     ending = asyncio.ensure_future(service.end_transaction(txn, A.COMMIT))
-    await asyncio.sleep(0.05)
+    await participants.reached(("p1", "s"))
+    await eventually(lambda: len(participants.told(txn)) == 2)
     assert not ending.done() and service.get(txn).status == S.COMMITTING
     assert participants.told(txn) == {"p1": {A.COMMIT}, "p2": {A.COMMIT}}
     with pytest.raises(InvalidTxnStatusError, match="expected OPEN but is COMMITTING"):
@@ -156,7 +157,7 @@ async def test_concurrent_end_calls_share_one_completion(harness, participants):
     txn = await new_txn(service)
     release = participants.block("p2")
     calls = [asyncio.ensure_future(service.end_transaction(txn, A.COMMIT)) for _ in range(5)]
-    await asyncio.sleep(0.02)
+    await participants.reached("p2")
     with pytest.raises(InvalidTxnStatusError, match="expected ABORTING but is COMMITTING"):
         await service.end_transaction(txn, A.ABORT)
     release.set()
@@ -179,7 +180,7 @@ async def test_a_cancelled_caller_does_not_cancel_the_ending(harness, participan
     txn = await new_txn(service)
     release = participants.block("p1")
     caller = asyncio.ensure_future(service.end_transaction(txn, A.COMMIT))
-    await asyncio.sleep(0.02)
+    await participants.reached("p1")
     caller.cancel()
     release.set()
     await service.wait_for_endings()
@@ -212,7 +213,7 @@ async def test_commit_while_the_timeout_abort_is_under_way_fails(harness, partic
     release = participants.block("p1")
     clock.advance(10)
     service.poll_timeouts()
-    await asyncio.sleep(0.02)
+    await participants.reached("p1")
     with pytest.raises(InvalidTxnStatusError, match="expected COMMITTING but is ABORTING"):
         await service.end_transaction(txn, A.COMMIT)
     joined = asyncio.ensure_future(service.end_transaction(txn, A.ABORT))
@@ -225,7 +226,7 @@ async def test_a_deadline_passing_while_a_commit_is_being_ended_changes_nothing(
     txn = await new_txn(service, timeout_ms=10)
     release = participants.block("p1")
     ending = asyncio.ensure_future(service.end_transaction(txn, A.COMMIT))
-    await asyncio.sleep(0.02)
+    await participants.reached("p1")
     clock.advance(10)
     assert service.poll_timeouts() == 0          # the commit cancelled the deadline
     release.set()
@@ -237,9 +238,7 @@ async def test_the_service_timer_fires_on_its_own(data_dir, participants):
     harness = ServiceHarness(data_dir, participants, clock=wall_clock_ms)
     service = await harness.start()
     txn = await new_txn(service, timeout_ms=30)
-    await asyncio.sleep(0.3)
-    await service.wait_for_endings()
-    assert service.get(txn).status == S.TIME_OUT
+    await eventually(lambda: service.get(txn).status == S.TIME_OUT)
     await harness.stop()
 
 
@@ -266,7 +265,7 @@ async def test_start_resumes_decided_txns_and_rearms_open_ones(data_dir, partici
     participants.block("p1")
     ends = [asyncio.ensure_future(service.end_transaction(t, a)) for t, a in
             ((committing, A.COMMIT), (aborting, A.ABORT))]
-    await asyncio.sleep(0.02)
+    await eventually(lambda: len([c for c in participants.calls if c.target == "p2"]) == 2)
     await harness.stop()
     for end in ends:
         with pytest.raises(ServiceNotReadyError, match="resumes on restart"):
@@ -296,7 +295,7 @@ async def test_stats(harness, participants, clock):
     await service.end_transaction(b, A.ABORT)
     participants.block("p1")
     ending = asyncio.ensure_future(service.end_transaction(c, A.COMMIT))
-    await asyncio.sleep(0.02)
+    await participants.reached("p1")
     stats = service.stats()
     assert (stats.created_total, stats.committed_total, stats.aborted_total, stats.timed_out_total) == (4, 1, 1, 0)
     assert {s: n for s, n in stats.by_status.items() if n} == {S.COMMITTED: 1, S.ABORTED: 1, S.COMMITTING: 1,
@@ -316,9 +315,12 @@ async def test_the_purge_runs_periodically(data_dir, participants, clock):
     txn = await new_txn(service)
     await service.end_transaction(txn, A.COMMIT)
     clock.advance(1000)
-    await asyncio.sleep(0.1)
-    with harness.env.read() as rtxn:
-        assert [records.log_sequence(k) for k, _ in rtxn.cursor(db=harness.env.db("txn_log"))] == [-1]
+
+    def purged():
+        with harness.env.read() as rtxn:
+            return [records.log_sequence(k) for k, _ in rtxn.cursor(db=harness.env.db("txn_log"))] == [-1]
+
+    await eventually(purged)
     with pytest.raises(TransactionNotFoundError):
         service.get(txn)
     await harness.stop()
@@ -464,7 +466,7 @@ async def test_a_failed_start_leaves_nothing_running(data_dir, participants, clo
     decided = await new_txn(service, cid=0)
     participants.block("p1")
     ending = asyncio.ensure_future(service.end_transaction(decided, A.COMMIT))
-    await asyncio.sleep(0.02)
+    await participants.reached("p1")
     await harness.stop()
     with pytest.raises(ServiceNotReadyError):
         await ending
