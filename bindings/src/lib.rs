@@ -8,6 +8,7 @@ mod aborted;
 mod ackset;
 mod ackset_merge;
 mod arrow_io;
+mod checksum;
 mod ongoing;
 mod position;
 mod position_index;
@@ -35,5 +36,7 @@ fn _kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ackset::ackset_fully_acked_many, m)?)?;
     m.add_function(wrap_pyfunction!(ackset::ackset_conflicts_many, m)?)?;
     m.add_function(wrap_pyfunction!(visibility::visibility_mask, m)?)?;
+    m.add_function(wrap_pyfunction!(checksum::crc32c, m)?)?;
+    m.add("_crc32c_capi", checksum::capsule(m.py())?)?;
     Ok(())
 }

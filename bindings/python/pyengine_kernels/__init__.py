@@ -21,6 +21,7 @@ from pyengine_kernels._kernels import (
     ackset_new,
     ackset_or,
     ackset_unacked_count,
+    crc32c,
     visibility_mask,
 )
 
@@ -41,5 +42,6 @@ __all__ = [
     "ackset_new",
     "ackset_or",
     "ackset_unacked_count",
+    "crc32c",
     "visibility_mask",
 ]
