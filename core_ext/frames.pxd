@@ -19,7 +19,6 @@ cdef class FrameDecoder:
     cdef Py_ssize_t _max_frame_size
     cdef bint _verify
     cdef bint _failed
-    cdef tuple _crc_args
 
     cdef Py_ssize_t _body_size(self, const unsigned char* header) except -1
     cdef Py_ssize_t _split(self, const unsigned char* data, Py_ssize_t size, list out) except -1
