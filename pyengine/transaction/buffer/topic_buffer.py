@@ -87,7 +87,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._ending: dict[TxnId, tuple[TxnAction, asyncio.Future[None]]] = {}
         self._queued: deque[_QueuedAppend] = deque()
         self._transactional = ledger.properties.get(TXN_PROPERTY) == "true"
-        self._marking_transactional = False
+        self._marking: asyncio.Task | None = None     # writing the PIP-373 property
         self._verified = Position.EARLIEST      # replay progress while INITIALIZING
         self._recovered: asyncio.Future[None] | None = None
         self._listeners: list[Callable[[], None]] = []
@@ -162,7 +162,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         future: asyncio.Future[Position] = loop.create_future()
         self._queued.append(_QueuedAppend(txn, bytes(data), num_messages, publish_time, future))
         if self.state is BufferState.READY:
-            self._mark_transactional()
+            self._release_queue()
         return future
 
     def _append_now(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int) -> asyncio.Future[Position]:
@@ -215,24 +215,29 @@ class TopicTransactionBuffer(TransactionBuffer):
         return (txn in self._ending or self._ended.outcome(txn) is not None or txn in self._aborted
                 or self._ended.is_below_low_watermark(txn))
 
-    def _mark_transactional(self) -> None:
-        """First transactional append ever: make the PIP-373 property durable before any
-        transactional entry can be (else a crash could leave such entries on a topic that
-        recovers without replay), then release the queued appends."""
+    def _release_queue(self) -> None:
         if self._transactional:
             self._flush_queue()
-        elif not self._marking_transactional:
-            self._marking_transactional = True
-            self._spawn(self._write_txn_property())
+        else:
+            self._mark_transactional()
+
+    def _mark_transactional(self) -> asyncio.Task:
+        """First transactional entry ever (a txn's entry, or a marker): make the PIP-373
+        property durable before any such entry can be (else a crash could leave them on a topic
+        that recovers without replay), then release the queued appends."""
+        if self._marking is None:
+            self._marking = self._spawn(self._write_txn_property())
+        return self._marking
 
     async def _write_txn_property(self) -> None:
         try:
             await self.ledger.set_property(TXN_PROPERTY, "true")
         except (StorageError, PulsarError) as exc:
-            self._marking_transactional = False
-            self._fail_queue(PersistenceError(f"cannot mark {self.ledger.name} as transactional: {exc}"))
-            return
-        self._marking_transactional = False
+            self._marking = None
+            error = PersistenceError(f"cannot mark {self.ledger.name} as transactional: {exc}")
+            self._fail_queue(error)
+            raise error from exc
+        self._marking = None
         self._transactional = True
         if self.state is not BufferState.READY:
             return
@@ -272,19 +277,27 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     async def _end_on_topic(self, txn: TxnId, action: TxnAction) -> None:
         """Write the marker and, once it is durable, end `txn` here. Idempotent."""
-        known = self._known_outcome(txn)
-        if known is not None and known is not action:
-            raise InvalidTxnStatusError(
-                f"cannot {action.name.lower()} txn {txn} on {self.ledger.name}: it already ended "
-                f"with {known.name.lower()}")
-        ending = self._ending.get(txn)
-        if ending is not None:
-            await asyncio.shield(ending[1])
-            return
-        if known is action:
-            return
-        if txn not in self._ongoing and self._ended.is_below_low_watermark(txn):
-            return      # ended long ago (its coordinator says so); nothing of it is here to decide
+        while True:
+            if self.state is not BufferState.READY:
+                raise ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is {self.state.value}")
+            known = self._known_outcome(txn)
+            if known is not None and known is not action:
+                raise InvalidTxnStatusError(
+                    f"cannot {action.name.lower()} txn {txn} on {self.ledger.name}: it already ended "
+                    f"with {known.name.lower()}")
+            ending = self._ending.get(txn)
+            if ending is not None:
+                await asyncio.shield(ending[1])
+                return
+            if known is action:
+                return
+            if txn not in self._ongoing and self._ended.is_below_low_watermark(txn):
+                return      # ended long ago (its coordinator says so); nothing of it is here to decide
+            if self._transactional:
+                break
+            # A marker is a transactional entry too: recovery must replay it. Then look again,
+            # the txn may have moved on while the property was written.
+            await asyncio.shield(self._mark_transactional())
         data, marker_type, publish_time = marker_entry(action, txn)
         try:
             _position, durable = self.ledger.append_entry(
@@ -397,7 +410,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         aborts = [task for coordinator_id, low_watermark in self._ended.low_watermarks().items()
                   for task in self._apply_low_watermark(coordinator_id, low_watermark)]
         if self._queued:
-            self._mark_transactional()
+            self._release_queue()
         self._notify()
         if aborts:
             await asyncio.gather(*aborts, return_exceptions=True)
@@ -450,14 +463,11 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     # --- snapshots ------------------------------------------------------------------------
 
-    def take_snapshot(self) -> asyncio.Future[None]:
-        """Write a snapshot of the current state now; resolves once it is durable. Does
+    async def take_snapshot(self) -> None:
+        """Write a snapshot of the current state now and wait until it is durable. Does
         nothing on a topic that never held transactional entries, or with snapshots off."""
-        if self.state is not BufferState.READY or not self._transactional or not self.config.snapshots_enabled:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        return self._write_snapshot()
+        if self.state is BufferState.READY and self._transactional:
+            await self._write_snapshot()
 
     def _write_snapshot(self) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
@@ -520,6 +530,10 @@ class TopicTransactionBuffer(TransactionBuffer):
     def _on_trimmed(self, first_position: Position) -> None:
         # Aborts whose marker is gone have no entries left either (entries precede markers).
         self._aborted.trim_before(first_position)
+        # The deleted markers also told which txns ended here (late writes of those must stay
+        # refused): a snapshot now keeps that, and recovery need not start in a deleted ledger.
+        if self.state is BufferState.READY and self._transactional:
+            self._write_snapshot()
 
     # --- stats, lifecycle -----------------------------------------------------------------
 
@@ -560,6 +574,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         task = asyncio.get_running_loop().create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(_retrieve)
         return task
 
     def __repr__(self) -> str:
