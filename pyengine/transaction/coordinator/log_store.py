@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import gc
 import heapq
 import logging
@@ -508,7 +507,8 @@ def _delete_fn(keys: list[bytes], db: Any) -> Callable[[lmdb.Transaction], None]
 
 
 def _copy(meta: TxnMeta) -> TxnMeta:
-    return dataclasses.replace(meta, partitions=list(meta.partitions), subscriptions=list(meta.subscriptions))
+    return TxnMeta(meta.txn_id, meta.status, meta.timeout_ms, meta.start_ms, meta.last_modified_ms,
+                   list(meta.partitions), list(meta.subscriptions), meta.timed_out)
 
 
 def _add_new(items: Any, ordered: list[Any], seen: set[Any]) -> list[Any]:

@@ -267,14 +267,15 @@ class TransactionCoordinatorService:
     async def _end(self, store: LogTransactionMetadataStore, txn: TxnId, ending: _Ending, decided: bool) -> None:
         deciding = _DECIDING[ending.action]
         try:
-            if not decided:
+            if decided:
+                meta = store.get(txn)
+            else:
                 try:
                     meta = await store.update_status(txn, deciding, TxnStatus.OPEN, timed_out=ending.timed_out)
                 except Exception:
                     self._rearm_timeout(store, txn)
                     raise
             self._timeouts.cancel(txn)
-            meta = store.get(txn)
             final = (TxnStatus.COMMITTED if ending.action == TxnAction.COMMIT
                      else TxnStatus.TIME_OUT if meta.timed_out else TxnStatus.ABORTED)
             await self._tell_participants(store, meta, ending.action)
@@ -302,7 +303,10 @@ class TransactionCoordinatorService:
                           topic, sub, txn, action, store.low_watermark()),
                       f"{action.name} of {txn} on subscription {topic}/{sub}", self.backoff, gone=GONE_ERRORS)
                   for topic, sub in meta.subscriptions]
-        await asyncio.gather(*calls)
+        if len(calls) == 1:
+            await calls[0]                   # spares gather's task per call in the common case
+        else:
+            await asyncio.gather(*calls)
 
     # --- timeouts -------------------------------------------------------------------------
 
