@@ -4,11 +4,18 @@ from libc.stdint cimport uint32_t
 cdef class Frame:
     cdef readonly bytes command
     cdef readonly bytes broker_entry_metadata
-    cdef readonly bytes metadata
-    cdef readonly bytes payload
+    cdef bytes _headers_and_payload
+    # Where metadata and payload start in _headers_and_payload, and their copies once read.
+    cdef Py_ssize_t _metadata_start
+    cdef Py_ssize_t _payload_start
+    cdef bytes _metadata
+    cdef bytes _payload
     # The checksum is materialised as an int only when read.
     cdef uint32_t _checksum
     cdef bint _has_checksum
+    cdef unsigned char _checksum_state
+
+    cdef bytes _slice(self, Py_ssize_t start, Py_ssize_t end)
 
 
 cdef class FrameDecoder:
@@ -18,6 +25,7 @@ cdef class FrameDecoder:
     cdef Py_ssize_t _pending_cap
     cdef Py_ssize_t _max_frame_size
     cdef bint _verify
+    cdef bint _report_bad_checksums
     cdef bint _failed
 
     cdef Py_ssize_t _body_size(self, const unsigned char* header) except -1

@@ -43,6 +43,10 @@ cdef enum:
     # Smallest pending buffer worth allocating, and the largest one kept between frames.
     MIN_PENDING_CAPACITY = 256
     RETAINED_PENDING_CAPACITY = 64 * 1024
+    # Frame._checksum_state: what Frame.checksum_valid says (None, True, False).
+    NOT_VERIFIED = 0
+    CHECKSUM_VALID = 1
+    CHECKSUM_INVALID = 2
 
 ctypedef uint32_t (*crc32c_fn)(uint32_t crc, const unsigned char* data, size_t size) noexcept nogil
 
@@ -73,12 +77,35 @@ class MalformedFrame(FrameError):
 cdef class Frame:
     """One decoded frame. The byte fields are copies, independent of the decoder's input.
 
-    Simple command frames have ``metadata``, ``payload``, ``broker_entry_metadata`` and
-    ``checksum`` set to None.
+    Decoding a payload frame copies its bytes into two objects (three with broker entry
+    metadata): ``command`` and ``headers_and_payload``, which a broker stores as they are, at no
+    further copy; ``metadata`` and ``payload`` are sliced from it on first use, then kept.
+    Simple command frames have ``metadata``, ``payload``, ``headers_and_payload``,
+    ``broker_entry_metadata`` and ``checksum`` set to None.
     """
 
     def __init__(self):
         raise TypeError("Frame objects are created by FrameDecoder.feed and decode_frame")
+
+    @property
+    def headers_and_payload(self):
+        """The frame's bytes from its checksum magic 0x0e01 (or, without one, from its
+        metadataSize) to its end: checksum, metadata and payload, as a broker stores them."""
+        return self._headers_and_payload
+
+    @property
+    def metadata(self):
+        """The serialized MessageMetadata of a payload frame."""
+        if self._metadata is None and self._headers_and_payload is not None:
+            self._metadata = self._slice(self._metadata_start, self._payload_start)
+        return self._metadata
+
+    @property
+    def payload(self):
+        """Everything after the metadata, up to the end of a payload frame."""
+        if self._payload is None and self._headers_and_payload is not None:
+            self._payload = self._slice(self._payload_start, len(self._headers_and_payload))
+        return self._payload
 
     @property
     def checksum(self):
@@ -86,9 +113,21 @@ cdef class Frame:
         return self._checksum if self._has_checksum else None
 
     @property
+    def checksum_valid(self):
+        """Whether the checksum matched: None when the frame has none or it was not verified;
+        False only from a decoder that reports bad checksums instead of raising."""
+        if self._checksum_state == NOT_VERIFIED:
+            return None
+        return self._checksum_state == CHECKSUM_VALID
+
+    @property
     def is_payload(self):
         """True for a payload frame (metadata and payload set)."""
-        return self.metadata is not None
+        return self._headers_and_payload is not None
+
+    cdef bytes _slice(self, Py_ssize_t start, Py_ssize_t end):
+        return _copy(<const unsigned char*>PyBytes_AS_STRING(self._headers_and_payload) + start,
+                     end - start)
 
     def __repr__(self):
         parts = [f"command={len(self.command)}B"]
@@ -114,9 +153,11 @@ cdef inline bytes _copy(const unsigned char* data, Py_ssize_t size):
     return PyBytes_FromStringAndSize(<const char*>data, size)
 
 
-cdef Frame _decode_body(const unsigned char* body, Py_ssize_t size, bint verify):
-    """Decode the ``size`` bytes of a frame that follow its totalSize field."""
-    cdef Py_ssize_t command_size, pos, metadata_size
+cdef Frame _decode_body(const unsigned char* body, Py_ssize_t size, bint verify,
+                        bint report_bad_checksum):
+    """Decode the ``size`` bytes of a frame that follow its totalSize field; a bad checksum
+    raises ChecksumMismatch, or with ``report_bad_checksum`` marks the frame invalid."""
+    cdef Py_ssize_t command_size, pos, metadata_size, headers_start
     cdef Py_ssize_t block_start = -1, block_size = 0, checked_from = -1
     cdef uint32_t checksum = 0, actual
     cdef Frame frame
@@ -141,6 +182,7 @@ cdef Frame _decode_body(const unsigned char* body, Py_ssize_t size, bint verify)
             raise MalformedFrame(
                 f"broker entry metadata of {block_size} bytes overruns the {size}-byte frame")
         pos = block_start + block_size
+    headers_start = pos
     if size - pos >= 2 and load_be16(body + pos) == MAGIC_CRC32C:
         if size - pos < 6:
             raise MalformedFrame("the checksum is cut off after its magic")
@@ -157,14 +199,19 @@ cdef Frame _decode_body(const unsigned char* body, Py_ssize_t size, bint verify)
             f"metadata size {metadata_size} overruns the {size - pos} bytes left in the frame")
     if verify and checked_from >= 0:
         actual = _crc32c(0, body + checked_from, size - checked_from)
-        if actual != checksum:
+        if actual == checksum:
+            frame._checksum_state = CHECKSUM_VALID
+        elif report_bad_checksum:
+            frame._checksum_state = CHECKSUM_INVALID
+        else:
             raise ChecksumMismatch(
                 f"the frame carries CRC32C {checksum:#010x} but its contents give {actual:#010x}")
 
     if block_start >= 0:
         frame.broker_entry_metadata = _copy(body + block_start, block_size)
-    frame.metadata = _copy(body + pos, metadata_size)
-    frame.payload = _copy(body + pos + metadata_size, size - pos - metadata_size)
+    frame._headers_and_payload = _copy(body + headers_start, size - headers_start)
+    frame._metadata_start = pos - headers_start
+    frame._payload_start = pos - headers_start + metadata_size
     frame._checksum = checksum
     frame._has_checksum = checked_from >= 0
     return frame
@@ -178,14 +225,23 @@ cdef class FrameDecoder:
     frame is copied aside (and completed by later feeds), so no input byte is buffered twice and
     the cost stays linear however the stream is cut. After any error the decoder refuses further
     input: a stream cannot be resynchronised, the caller closes the connection.
+
+    A bad checksum is such an error by default (``checksum_errors="raise"``). With
+    ``checksum_errors="report"`` the frame is returned with ``checksum_valid`` False and decoding
+    goes on: its sizes were consistent, so the stream is still in sync (a Pulsar broker answers
+    such a SEND with a ChecksumError and keeps the connection).
     """
 
     def __cinit__(self, Py_ssize_t max_frame_size=DEFAULT_MAX_FRAME_SIZE,
-                  bint verify_checksum=True):
+                  bint verify_checksum=True, str checksum_errors="raise"):
         if max_frame_size < 4:
             raise ValueError(f"max_frame_size must be at least 4, not {max_frame_size}")
+        if checksum_errors not in ("raise", "report"):
+            raise ValueError(
+                f"checksum_errors must be 'raise' or 'report', not {checksum_errors!r}")
         self._max_frame_size = max_frame_size
         self._verify = verify_checksum
+        self._report_bad_checksums = checksum_errors == "report"
 
     def __dealloc__(self):
         PyMem_Free(self._pending)
@@ -240,7 +296,8 @@ cdef class FrameDecoder:
             # is checksummed and copied (a quarter off the time per 1 KiB frame from memory).
             fetched = _prefetch(data, max(fetched, pos),
                                 min(pos + 4 + body_size + PREFETCH_DISTANCE, size))
-            out.append(_decode_body(data + pos + 4, body_size, self._verify))
+            out.append(_decode_body(data + pos + 4, body_size, self._verify,
+                                    self._report_bad_checksums))
             pos += 4 + body_size
         return pos
 
@@ -256,7 +313,8 @@ cdef class FrameDecoder:
         step = min(frame_size - self._pending_len, size - used)
         self._append(data + used, step)
         if self._pending_len == frame_size:
-            out.append(_decode_body(self._pending + 4, frame_size - 4, self._verify))
+            out.append(_decode_body(self._pending + 4, frame_size - 4, self._verify,
+                                    self._report_bad_checksums))
             self._drop_pending()
         return used + step
 
@@ -302,7 +360,7 @@ def decode_frame(buf):
             raise MalformedFrame(
                 f"the frame announces {body_size} bytes after its size field, "
                 f"{view.len - 4} follow")
-        return _decode_body(<const unsigned char*>view.buf + 4, body_size, True)
+        return _decode_body(<const unsigned char*>view.buf + 4, body_size, True, False)
     finally:
         PyBuffer_Release(&view)
 

@@ -363,6 +363,56 @@ def test_checksum_mismatch():
     assert frame.checksum == crc32c(b"\x00\x00\x00\x04metapayload")
 
 
+def test_checksum_valid_says_whether_the_checksum_was_verified():
+    good = encode_payload_frame(b"cmd", b"meta", b"payload")
+    assert decode_frame(good).checksum_valid is True
+    assert FrameDecoder().feed(good)[0].checksum_valid is True
+    assert FrameDecoder(verify_checksum=False).feed(good)[0].checksum_valid is None
+    assert FrameDecoder().feed(unchecked_payload_frame(b"old", b"md", b"x"))[0].checksum_valid is None
+    assert decode_frame(PING).checksum_valid is None
+
+
+def test_checksum_errors_raise_is_the_default():
+    bad = bytearray(encode_payload_frame(b"cmd", b"meta", b"payload"))
+    bad[-1] ^= 0x01
+    decoder = FrameDecoder(checksum_errors="raise")
+    with pytest.raises(ChecksumMismatch):
+        decoder.feed(bad)
+    with pytest.raises(FrameError):
+        decoder.feed(PING)
+
+
+def test_checksum_errors_report_flags_the_frame_and_goes_on():
+    good = encode_payload_frame(b"cmd", b"meta", b"payload")
+    bad = bytearray(good)
+    bad[-1] ^= 0x01
+    stream = PING + bad + good
+    decoder = FrameDecoder(checksum_errors="report")
+    frames = decoder.feed(stream)
+    assert [f.checksum_valid for f in frames] == [None, False, True]
+    assert frames[1].payload == b"payloae"
+    assert frames[1].checksum == crc32c(b"\x00\x00\x00\x04metapayload")
+    # Byte by byte, every frame is completed in the decoder's pending buffer.
+    assert [f.checksum_valid for f in feed_all(decoder, [stream[i:i + 1] for i in range(len(stream))])] == [
+        None, False, True]
+    unverified = FrameDecoder(verify_checksum=False, checksum_errors="report").feed(bad)[0]
+    assert unverified.checksum_valid is None
+
+
+def test_checksum_errors_report_still_stops_at_malformed_frames():
+    decoder = FrameDecoder(checksum_errors="report")
+    with pytest.raises(MalformedFrame):
+        decoder.feed(MALFORMED["metadata overruns"])
+    with pytest.raises(FrameError):
+        decoder.feed(PING)
+
+
+@pytest.mark.parametrize("mode", ["ignore", "RAISE", None])
+def test_checksum_errors_must_be_raise_or_report(mode):
+    with pytest.raises(ValueError):
+        FrameDecoder(checksum_errors=mode)
+
+
 def test_exception_hierarchy():
     for error in (FrameTooLarge, ChecksumMismatch, MalformedFrame):
         assert issubclass(error, FrameError)
@@ -437,6 +487,38 @@ def test_frames_are_read_only_and_not_constructible():
     assert repr(frame).startswith("<Frame command=3B broker_entry_metadata=2B metadata=4B")
 
 
+# --- headers_and_payload and the lazily sliced fields -----------------------------------
+
+def test_headers_and_payload_is_what_a_broker_stores():
+    wire = encode_payload_frame(b"cmd", b"meta", b"payload", broker_entry_metadata=b"be")
+    frame = decode_frame(wire)
+    checksum = struct.pack(">I", crc32c(b"\x00\x00\x00\x04metapayload"))
+    assert frame.headers_and_payload == b"\x0e\x01" + checksum + b"\x00\x00\x00\x04metapayload"
+    assert wire.endswith(frame.headers_and_payload)
+    unchecked = decode_frame(unchecked_payload_frame(b"old", b"md", b"data", b"be"))
+    assert unchecked.headers_and_payload == b"\x00\x00\x00\x02mddata"
+    assert decode_frame(PING).headers_and_payload is None
+
+
+@given(encoded_frames())
+@PROPERTY
+def test_headers_and_payload_matches_the_fields(case):
+    wire, (command, block, metadata, payload, checksum, is_payload) = case
+    frame = decode_frame(wire)
+    if not is_payload:
+        assert frame.headers_and_payload is None
+        return
+    header = b"" if checksum is None else struct.pack(">HI", 0x0E01, checksum)
+    assert frame.headers_and_payload == header + struct.pack(">I", len(metadata)) + metadata + payload
+
+
+def test_metadata_and_payload_are_sliced_once():
+    frame = decode_frame(encode_payload_frame(b"cmd", b"meta", b"payload"))
+    assert frame.payload is frame.payload
+    assert frame.metadata is frame.metadata
+    assert type(frame.payload) is bytes and type(frame.headers_and_payload) is bytes
+
+
 # --- fuzzing: garbage and mutated streams ------------------------------------------------
 
 @given(st.data(), st.binary(max_size=400),
@@ -477,6 +559,32 @@ def test_mutated_streams_behave_like_the_reference(data, stream, verify):
     chunks = data.draw(chunked(stream))
     assert outcome(FrameDecoder(verify_checksum=verify), chunks) == outcome(
         ref.PyFrameDecoder(verify_checksum=verify), chunks)
+
+
+@st.composite
+def corrupted_checksums(draw):
+    """(stream, expected checksum_valid per frame): payload frames whose last byte (metadata or
+    payload, never a size) may be flipped, which only a checksum can tell."""
+    stream, expected = b"", []
+    for wire, (_, _, metadata, payload, checksum, is_payload) in draw(
+            st.lists(encoded_frames(), max_size=6)):
+        flip = is_payload and len(metadata) + len(payload) > 0 and draw(st.booleans())
+        if flip:
+            wire = wire[:-1] + bytes([wire[-1] ^ 0x80])
+        stream += wire
+        expected.append(None if checksum is None else not flip)
+    return stream, expected
+
+
+@given(st.data(), corrupted_checksums())
+@PROPERTY
+def test_report_mode_decodes_like_an_unverifying_reference(data, case):
+    stream, expected = case
+    chunks = data.draw(chunked(stream))
+    frames = feed_all(FrameDecoder(checksum_errors="report"), chunks)
+    assert [as_tuple(f) for f in frames] == [
+        as_tuple(f) for f in feed_all(ref.PyFrameDecoder(verify_checksum=False), chunks)]
+    assert [f.checksum_valid for f in frames] == expected
 
 
 @given(mutated_stream())
