@@ -4,7 +4,8 @@ A transactional acknowledgement reserves a message for its transaction: it is ap
 subscription's cursor when the transaction commits and dropped (the message is delivered
 again) when it aborts. A second transaction acknowledging the same message (or batch index),
 or an acknowledgement of something already acknowledged, is a TransactionConflictError.
-v4 keeps a pending-ack log per subscription; v5 keeps op records in the metadata store.
+v4 keeps a pending-ack log per subscription (`handle.PendingAckHandleImpl` over
+`log_store.LogPendingAckStore`); v5 keeps op records in the metadata store.
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ from pyengine.errors import (
     TransactionConflictError,
 )
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
-from pyengine.storage.errors import StorageError
 from pyengine.transaction import TxnAction
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle, PendingAckReplayError
 from pyengine.transaction.pendingack.log_store import LoggedAck, LogPendingAckStore
@@ -165,7 +164,8 @@ class PendingAckHandleImpl(PendingAckHandle):
                 self._acks.reserve_cumulative(txn, position)
             return
         for ack in logged.individual:
-            kept = self._acks.admit_replayed(ack.position, Reservation(ack.ack_set, ack.batch_size), self.cursor)
+            logged_reservation = Reservation(ack.ack_set, ack.batch_size)
+            kept = self._acks.admit_replayed(ack.position, logged_reservation, self.cursor)
             if kept is not None:
                 self._acks.reserve(txn, ack.position, kept)
 
@@ -232,7 +232,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         meanwhile cannot leave a reservation without its record."""
         try:
             seq, written = append()
-        except StorageError as exc:
+        except Exception as exc:          # could not even queue the write (closed environment...)
             undo()
             raise PersistenceError(f"[{self._name}] cannot log the ack of Transaction:{txn}: {exc}") from exc
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -318,8 +318,9 @@ class PendingAckHandleImpl(PendingAckHandle):
             writes = self._apply_to_cursor(individual, cumulative) if action is TxnAction.COMMIT else []
             if seqs:
                 writes.append(self.store.delete_records(seqs))
-        except StorageError as exc:
-            raise PersistenceError(f"[{self._name}] cannot {action.name.lower()} Transaction:{txn}: {exc}") from exc
+        except Exception as exc:          # could not queue the writes; the txn stays as it was
+            raise PersistenceError(f"[{self._name}] cannot {action.name.lower()} "
+                                   f"Transaction:{txn}: {exc}") from exc
         for outcome in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 raise PersistenceError(f"[{self._name}] cannot {action.name.lower()} "
@@ -366,9 +367,13 @@ class PendingAckHandleImpl(PendingAckHandle):
                 logger.warning("[%s] aborting Transaction:%s below the low watermark %d failed: %s",
                                self._name, txn, low_watermark, exc)
                 continue
-            logger.warning("[%s] aborted Transaction:%s below the low watermark %d", self._name, txn, low_watermark)
+            logger.warning("[%s] aborted Transaction:%s below the low watermark %d",
+                           self._name, txn, low_watermark)
             if released and self._on_release is not None:
-                self._on_release(released)
+                try:
+                    self._on_release(released)
+                except Exception:
+                    logger.exception("[%s] on_release failed for %s", self._name, released)
 
     # --- dispatch -------------------------------------------------------------------------
 
