@@ -143,11 +143,10 @@ class LogPendingAckStore:
             chunk = [self._decode(key, value) for key, value in raw]
             if chunk:
                 last_seq = chunk[-1].seq
-                self._next_seq = last_seq + 1
-            elif self._next_seq is None:
-                self._next_seq = 0
             yield chunk
             if len(raw) < chunk_size:
+                # Only a complete scan knows the last sequence (appends continue after it).
+                self._next_seq = max(self._next_seq or 0, last_seq + 1)
                 return
             start = raw[-1][0] + b"\x00"      # the smallest key after the last one read
 

@@ -81,3 +81,18 @@ async def test_a_read_failure_is_reported_not_retried(env):
     with pytest.raises(PendingAckReplayError, match=r"log/s: cannot read the records from the start"):
         list(store.scan(10))
     assert len(reads) == 1
+
+
+async def test_a_scan_that_fails_half_way_does_not_make_appends_overwrite_records(env):
+    (store,) = await stores(env, "s")
+    for least in range(5):
+        store.append_cumulative(TxnId(1, least), Position(1, least))
+    await env.barrier()
+    (fresh,) = await stores(env, "s")
+    key, db = fresh._key(3), env.db("pending_ack")
+    await env.submit(lambda txn: txn.put(key, b"\xff", db=db))
+    with pytest.raises(PendingAckReplayError, match="record 3"):
+        list(fresh.scan(2))
+    seq, written = fresh.append_cumulative(T2, Position(1, 9))
+    await written
+    assert seq == 5
