@@ -171,7 +171,7 @@ class StorageEnvironment:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._flushing or not self._pending:
+        if self._flushing or not self._pending or self._closed:
             return
         batch = list(self._pending.values())
         self._pending = {}
@@ -191,7 +191,10 @@ class StorageEnvironment:
 
     def _flushed(self, batch: list[list[Any]], done: concurrent.futures.Future) -> None:
         self._flushing = False
-        error = done.exception()
+        if done.cancelled():
+            error: BaseException | None = LedgerClosedError("the storage environment was closed")
+        else:
+            error = done.exception()
         if error is not None:
             failure = _storage_error(error)
             for _write, futures, _on_seal in batch:
@@ -214,10 +217,17 @@ class StorageEnvironment:
             await self.barrier()
 
     def close(self) -> None:
+        """Close the environment. A commit in flight completes first; writes still queued are
+        not written: their futures fail with LedgerClosedError (call `drain()` first to keep them)."""
         if self._closed:
             return
         self._closed = True
         self._executor.shutdown(wait=True)
+        pending, self._pending = self._pending, {}
+        for _write, futures, _on_seal in pending.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(LedgerClosedError("the storage environment was closed before this write"))
         self._env.close()
 
     def _check_open(self) -> None:
