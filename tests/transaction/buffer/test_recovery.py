@@ -246,3 +246,20 @@ async def test_snapshots_round_trip_and_the_latest_wins(env):
 def test_a_corrupt_snapshot_record_is_reported():
     with pytest.raises(CorruptRecordError):
         TransactionBufferSnapshot.decode(b"\x08\x01")        # required fields missing
+
+
+async def test_replay_keeps_a_txn_ended_although_an_entry_follows_its_marker(reopen):
+    """Pulsar accepts a late write below no watermark; this buffer refuses it, but a ledger may
+    still hold one (written by another broker version). Replay must not reopen the txn."""
+    env = reopen()
+    ledger, buffer = await open_buffer(env)
+    txn = TxnId(1, 1)
+    first = await buffer.append(txn, b"x")
+    await buffer.abort(txn, -1)
+    late = await ledger.append(b"late", txn_most=1, txn_least=1)   # straight into the ledger
+    plain = await ledger.append(b"plain")
+    env, ledger, buffer = await reopen_buffer(env, reopen, None, ledger, buffer, clean=False)
+    assert buffer.ongoing_txns() == []
+    assert buffer.max_read_position() == ledger.lac
+    assert visible_positions(ledger, buffer) == {plain}
+    assert first not in visible_positions(ledger, buffer) and late not in visible_positions(ledger, buffer)

@@ -438,3 +438,18 @@ def test_constructor_checks_its_arguments():
         TopicTransactionBufferConfig(snapshot_max_txn_count=0)
     with pytest.raises(ValueError):
         TopicTransactionBufferConfig(replay_chunk_entries=-5)
+
+
+async def test_horizon_never_passes_the_lac(env):
+    """A plain entry appended just before a txn entry is not durable yet: the horizon (the
+    position before the txn's first entry) must not expose it before the LAC does."""
+    ledger, buffer = await open_buffer(env)
+    await buffer.append(T2, b"warm up")
+    await buffer.commit(T2, -1)
+    lac = ledger.lac
+    plain_position, plain_durable = ledger.append_entry(b"plain, in flight")
+    txn_future = buffer.append(T1, b"txn, in flight")
+    assert buffer.max_read_position() == lac < plain_position
+    await plain_durable
+    await txn_future
+    assert buffer.max_read_position() == plain_position
