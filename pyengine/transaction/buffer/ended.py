@@ -31,6 +31,16 @@ class EndedTxns:
             outcomes[least] = outcome
             heapq.heappush(self._heaps.setdefault(most, []), least)
 
+    def add_many(self, coordinator_id: int, least_bits: list[int], outcome: TxnAction) -> None:
+        """`add` for many txns of one coordinator at once (loading a snapshot)."""
+        low_watermark = self._low_watermarks.get(coordinator_id, -1)
+        outcomes = self._outcomes.setdefault(coordinator_id, {})
+        fresh = [least for least in least_bits if least > low_watermark and least not in outcomes]
+        outcomes.update(dict.fromkeys(fresh, outcome))
+        heap = self._heaps.setdefault(coordinator_id, [])
+        heap.extend(fresh)
+        heapq.heapify(heap)
+
     def outcome(self, txn: TxnId) -> TxnAction | None:
         outcomes = self._outcomes.get(txn.most_bits)
         return outcomes.get(txn.least_bits) if outcomes else None

@@ -23,7 +23,7 @@ from pyengine.storage.errors import CorruptRecordError
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer.ended import EndedTxns
 from pyengine.transaction.buffer.records_pb2 import CoordinatorRecord, TransactionBufferSnapshotRecord
-from pyengine_kernels import AbortedTxnSet, Position, TxnId
+from pyengine_kernels import AbortedTxnSet, Position
 
 
 @dataclass
@@ -54,10 +54,8 @@ class TransactionBufferSnapshot:
             ended = EndedTxns()
             for coordinator in record.coordinators:
                 ended.advance_low_watermark(coordinator.coordinator_id, coordinator.low_watermark)
-                for outcome, leasts in ((TxnAction.COMMIT, coordinator.committed),
-                                        (TxnAction.ABORT, coordinator.aborted)):
-                    for least in leasts:
-                        ended.add(TxnId(coordinator.coordinator_id, least), outcome)
+                ended.add_many(coordinator.coordinator_id, list(coordinator.committed), TxnAction.COMMIT)
+                ended.add_many(coordinator.coordinator_id, list(coordinator.aborted), TxnAction.ABORT)
         except (DecodeError, ValueError) as exc:
             raise CorruptRecordError(f"transaction-buffer snapshot: {exc}") from exc
         return cls(position, aborted, ended, record.taken_ms)

@@ -121,6 +121,7 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     @property
     def aborted(self) -> AbortedTxnSet:
+        """Recovery replaces the set (it loads the snapshot's): read it through this property."""
         return self._aborted
 
     def ongoing_txns(self) -> list[tuple[TxnId, Position]]:
@@ -424,9 +425,12 @@ class TopicTransactionBuffer(TransactionBuffer):
         start = first
         snapshot = self._snapshots.load()
         end = self.ledger.lac
+        self._ongoing.clear()              # a retry after a failed recovery starts afresh
+        self._ongoing_least_bits = {}
+        self._aborted = AbortedTxnSet()
+        self._ended = EndedTxns()
         if snapshot is not None:
-            for txn, marker_position in snapshot.aborted.items():
-                self._aborted.add(txn, marker_position)
+            self._aborted = snapshot.aborted
             self._aborted.trim_before(first)
             self._ended = snapshot.ended
             self._last_snapshot_ms, self._last_snapshot_position = snapshot.taken_ms, snapshot.max_read_position
