@@ -402,8 +402,9 @@ class TopicTransactionBuffer(TransactionBuffer):
             recovered.set_exception(failure)
             raise
         if self.state is not BufferState.INITIALIZING:      # closed meanwhile
-            recovered.set_exception(ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed"))
-            return
+            closed = ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} was closed while recovering")
+            recovered.set_exception(closed)
+            raise closed
         self.state = BufferState.READY
         self._recover_end_ms = _now_ms()
         recovered.set_result(None)

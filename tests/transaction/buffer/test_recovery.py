@@ -263,3 +263,22 @@ async def test_replay_keeps_a_txn_ended_although_an_entry_follows_its_marker(reo
     assert buffer.max_read_position() == ledger.lac
     assert visible_positions(ledger, buffer) == {plain}
     assert first not in visible_positions(ledger, buffer) and late not in visible_positions(ledger, buffer)
+
+
+async def test_closing_during_recovery_stops_it(reopen):
+    env = reopen()
+    ledger, buffer = await open_buffer(env, TopicTransactionBufferConfig(snapshots_enabled=False))
+    for least in range(10):
+        await buffer.append(TxnId(1, least), b"x")
+    env, ledger, _ = await reopen_buffer(env, reopen, None, ledger, buffer, clean=False)
+    buffer = TopicTransactionBuffer(ledger, TopicTransactionBufferConfig(replay_chunk_entries=1))
+    recovery = asyncio.ensure_future(buffer.recover())
+    await asyncio.sleep(0)
+    assert buffer.state is BufferState.INITIALIZING
+    commit = asyncio.ensure_future(buffer.commit(TxnId(1, 1), -1))     # waits for the recovery
+    await buffer.close()
+    with pytest.raises(ServiceNotReadyError):
+        await recovery
+    with pytest.raises(ServiceNotReadyError):
+        await commit
+    assert buffer.stats()["recover_replayed_entries"] < 10
