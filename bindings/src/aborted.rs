@@ -1,11 +1,13 @@
 //! Aborted transactions of a topic.
 //!
 //! Membership lives in one 64-bit roaring bitmap of sequence numbers (least bits) per
-//! coordinator (most bits): compact, and what the visibility filter probes. The abort marker
-//! position of every txn is kept beside it so aborts can be dropped together with the ledger
-//! that holds their marker, as Pulsar's transaction buffer does.
+//! coordinator (most bits): compact, serialisable, and the source of the dense arrays bulk
+//! calls probe (see `aborted_probe`). The abort marker position of every txn is kept beside
+//! it so aborts can be dropped together with the ledger that holds their marker, as Pulsar's
+//! transaction buffer does.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use arrow_buffer::NullBuffer;
 use numpy::PyArray1;
@@ -14,9 +16,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
 use roaring::RoaringTreemap;
 
-use crate::arrow_io::{require_same_len, Int64Column};
+use crate::aborted_probe::{DenseTables, Probe};
+use crate::arrow_io::{require_same_len, BitWords, Int64Column};
+use crate::blocks;
 use crate::position::Position;
 use crate::position_index::TxnPositionIndex;
+use crate::txn_rows::TxnRows;
 use crate::txnid::TxnId;
 
 const MAGIC: &[u8; 4] = b"PEAB";
@@ -30,6 +35,10 @@ pub struct AbortedTxnSet {
     /// Coordinator id -> aborted sequence numbers. Never holds an empty bitmap.
     bitmaps: BTreeMap<i64, RoaringTreemap>,
     markers: TxnPositionIndex,
+    /// Built by the first bulk call after a change, reset by every change. Bulk calls hold a
+    /// shared borrow of the set while they run, so changing it meanwhile raises RuntimeError
+    /// (PyO3's borrow check) rather than racing with the probes.
+    dense: OnceLock<DenseTables>,
 }
 
 /// The bitmaps are derived from the markers, so the markers alone decide equality.
@@ -44,6 +53,7 @@ impl AbortedTxnSet {
         if !self.markers.insert(txn, marker) {
             return false;
         }
+        self.dense.take();
         self.bitmaps
             .entry(txn.most_bits)
             .or_default()
@@ -53,6 +63,7 @@ impl AbortedTxnSet {
 
     /// Drops `txn` from its coordinator's bitmap; the caller drops its marker.
     fn forget(&mut self, txn: TxnId) {
+        self.dense.take();
         if let Some(bitmap) = self.bitmaps.get_mut(&txn.most_bits) {
             bitmap.remove(txn.least_bits as u64);
             if bitmap.is_empty() {
@@ -65,18 +76,10 @@ impl AbortedTxnSet {
         self.markers.is_empty()
     }
 
-    /// A membership probe that remembers its last answer: the rows of one transaction are
-    /// adjacent in a topic, so most probes repeat the previous one.
-    pub fn lookup(&self) -> Lookup<'_> {
-        // (-1, -1) is not transactional, so "not aborted" is the right cached answer for it,
-        // and no coordinator has id -1.
-        Lookup {
-            bitmaps: &self.bitmaps,
-            last: (-1, -1),
-            last_hit: false,
-            coordinator: -1,
-            bitmap: None,
-        }
+    /// The membership structure of bulk calls, building the dense arrays if needed.
+    pub fn probe(&self) -> Probe<'_> {
+        let dense = self.dense.get_or_init(|| DenseTables::new(&self.bitmaps));
+        Probe::new(&self.bitmaps, dense)
     }
 
     /// Format version 1 (all integers little-endian):
@@ -224,41 +227,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-pub struct Lookup<'a> {
-    bitmaps: &'a BTreeMap<i64, RoaringTreemap>,
-    last: (i64, i64),
-    last_hit: bool,
-    /// The coordinator of the last probe and its bitmap: coordinators change far less often
-    /// than transactions.
-    coordinator: i64,
-    bitmap: Option<&'a RoaringTreemap>,
-}
-
-impl Lookup<'_> {
-    /// Negative ids mean "not transactional" and are never aborted.
-    #[inline]
-    pub fn contains(&mut self, most: i64, least: i64) -> bool {
-        if (most, least) != self.last {
-            self.last = (most, least);
-            self.last_hit = least >= 0
-                && most >= 0
-                && self
-                    .bitmap_of(most)
-                    .is_some_and(|b| b.contains(least as u64));
-        }
-        self.last_hit
-    }
-
-    #[inline]
-    fn bitmap_of(&mut self, most: i64) -> Option<&RoaringTreemap> {
-        if most != self.coordinator {
-            self.coordinator = most;
-            self.bitmap = self.bitmaps.get(&most);
-        }
-        self.bitmap
-    }
-}
-
 #[pymethods]
 impl AbortedTxnSet {
     #[new]
@@ -286,10 +254,15 @@ impl AbortedTxnSet {
 
     /// Negative ids are "not transactional", hence never aborted.
     fn contains(&self, most: i64, least: i64) -> bool {
-        self.lookup().contains(most, least)
+        most >= 0
+            && least >= 0
+            && self
+                .bitmaps
+                .get(&most)
+                .is_some_and(|b| b.contains(least as u64))
     }
 
-    /// One probe per row; negative or null ids give False.
+    /// Negative or null ids give False. Probes once per run of equal ids, in parallel.
     fn contains_many<'py>(
         &self,
         py: Python<'py>,
@@ -300,19 +273,17 @@ impl AbortedTxnSet {
             Int64Column::extract(most, "most")?,
             Int64Column::extract(least, "least")?,
         );
-        let n = require_same_len(&[("most", most.len()), ("least", least.len())])?;
+        require_same_len(&[("most", most.len()), ("least", least.len())])?;
         let (most, least) = (most.view(), least.view());
         let hits = py.detach(|| {
             let (most_values, least_values) = (most.values(), least.values());
-            let (most_values, least_values) = (&most_values[..n], &least_values[..n]);
-            let valid = NullBuffer::union(most.nulls, least.nulls);
-            let mut lookup = self.lookup();
-            (0..n)
-                .map(|i| {
-                    valid.as_ref().is_none_or(|v| v.is_valid(i))
-                        && lookup.contains(most_values[i], least_values[i])
-                })
-                .collect()
+            let probe = self.probe();
+            blocks::bytes(&TxnRows {
+                most: &most_values,
+                least: &least_values,
+                valid: NullBuffer::union(most.nulls, least.nulls).map(|v| BitWords::new(v.inner())),
+                probe: &probe,
+            })
         });
         Ok(PyArray1::from_vec(py, hits))
     }

@@ -5,13 +5,16 @@
 //! kernels over NumPy / Arrow columns that run with the GIL released.
 
 mod aborted;
+mod aborted_probe;
 mod ackset;
 mod ackset_merge;
 mod arrow_io;
+mod blocks;
 mod checksum;
 mod ongoing;
 mod position;
 mod position_index;
+mod txn_rows;
 mod txnid;
 mod visibility;
 

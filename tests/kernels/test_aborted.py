@@ -135,6 +135,13 @@ class AbortedMachine(RuleBasedStateMachine):
         assert self.native.contains(*t) == self.model.contains(*t)
         assert (TxnId(*t) in self.native) == self.model.contains(*t)
 
+    @rule(probes=st.lists(txns, max_size=8))
+    def contains_many(self, probes: list[tuple[int, int]]) -> None:
+        """Bulk probes use arrays cached by the set: every change above must reset them."""
+        most = np.array([m for m, _ in probes], dtype=np.int64)
+        least = np.array([q for _, q in probes], dtype=np.int64)
+        assert self.native.contains_many(most, least).tolist() == [self.model.contains(*t) for t in probes]
+
     @rule(p=position_tuples)
     def trim_before(self, p: tuple[int, int]) -> None:
         assert self.native.trim_before(Position(*p)) == self.model.trim_before(p)
@@ -170,6 +177,72 @@ def test_contains_many_matches_reference(entries, probes, layout: Layout) -> Non
     assert isinstance(got, np.ndarray) and got.dtype == np.bool_
     # NumPy layouts encode nulls as -1, which must mean the same thing.
     assert got.tolist() == [model.contains(m, q) for m, q in probes]
+
+
+# Bulk probes read a dense bit array per coordinator when its span of aborted sequence
+# numbers is at most 2**26, and the roaring bitmap otherwise (or past a 64 MiB total).
+COORDINATORS = {
+    0: [1_000 + 7 * i for i in range(5_000)],    # dense
+    3: [5, 2**40],                                # span too wide: roaring
+    2_000: [1, 2, 3],                             # dense, id beyond the directly indexed ones
+    INT64_MAX: [0, INT64_MAX],                    # roaring, id beyond the directly indexed ones
+}
+
+
+def probe_columns() -> tuple[np.ndarray, np.ndarray]:
+    """Members, their neighbours, the span ends and the extremes of every coordinator and of
+    the coordinators next to them; several rows per txn, as in a topic."""
+    pairs = []
+    for most, members in COORDINATORS.items():
+        for m in {most - 1, most, most + 1} - {INT64_MAX + 1}:
+            for q in members[:50] + members[-50:] + [-1, 0, 4, 999, 2**26, 2**40 - 1, 2**40 + 1, INT64_MAX]:
+                pairs += [(m, q), (m, q + 1), (m, q + 1)] if q < INT64_MAX else [(m, q)]
+    pairs += [(-1, -1)] * 70
+    most, least = np.array(pairs, dtype=np.int64).T
+    return most.copy(), least.copy()
+
+
+def test_bulk_probes_agree_with_scalar_ones_on_dense_and_roaring_coordinators() -> None:
+    s = AbortedTxnSet()
+    for most, members in COORDINATORS.items():
+        for least in members:
+            s.add(TxnId(most, least), Position(0, 0))
+    most, least = probe_columns()
+    expected = [s.contains(m, q) for m, q in zip(most.tolist(), least.tolist())]
+    assert sum(expected) > 100
+    assert s.contains_many(most, least).tolist() == expected
+    assert s.contains_many(pa.array(most), pa.array(least)).tolist() == expected
+
+
+def test_bulk_probes_see_every_change() -> None:
+    s = AbortedTxnSet()
+    s.add(TxnId(0, 10), Position(1, 0))
+    s.add(TxnId(0, 20), Position(2, 0))
+    most, least = np.zeros(4, dtype=np.int64), np.array([10, 15, 20, 25], dtype=np.int64)
+    assert s.contains_many(most, least).tolist() == [True, False, True, False]
+    s.add(TxnId(0, 15), Position(3, 0))           # inside the cached span
+    s.add(TxnId(0, 25), Position(4, 0))           # beyond it
+    assert s.contains_many(most, least).tolist() == [True, True, True, True]
+    s.remove(TxnId(0, 20))
+    assert s.contains_many(most, least).tolist() == [True, True, False, True]
+    assert s.trim_before(Position(3, 0)) == 1
+    assert s.contains_many(most, least).tolist() == [False, True, False, True]
+    copy = AbortedTxnSet.from_bytes(s.to_bytes())
+    assert copy.contains_many(most, least).tolist() == [False, True, False, True]
+    s.add(TxnId(0, 2**40), Position(5, 0))        # the span outgrows its dense array
+    least[0] = 2**40
+    assert s.contains_many(most, least).tolist() == [True, True, False, True]
+
+
+def test_bulk_probes_beyond_the_total_dense_budget() -> None:
+    """Nine coordinators of 8 MiB spans: eight get dense arrays (64 MiB), one stays roaring."""
+    s = AbortedTxnSet()
+    for most in range(9):
+        for least in (most, 2**26 - 1 - most):
+            s.add(TxnId(most, least), Position(0, 0))
+    most = np.repeat(np.arange(9, dtype=np.int64), 4)
+    least = np.array([q for m in range(9) for q in (m, m + 1, 2**26 - 2 - m, 2**26 - 1 - m)], dtype=np.int64)
+    assert s.contains_many(most, least).tolist() == [True, False, False, True] * 9
 
 
 def test_contains_many_on_sliced_arrow_arrays() -> None:

@@ -177,6 +177,25 @@ E = np.zeros(3, dtype=np.int64)
 B = np.zeros(3, dtype=bool)
 
 
+def test_dense_and_roaring_coordinators_across_tasks() -> None:
+    """Several parallel tasks of rows in 7-row txns: coordinator 1's aborted sequence numbers
+    are probed in a dense array, coordinator 2's (spread too wide) in its roaring bitmap."""
+    n = 300_000
+    txn = np.arange(n, dtype=np.int64) // 7
+    most = np.where(txn % 3 == 0, -1, txn % 3)
+    least = np.where(most == 2, txn << 30, np.where(most == 1, txn, -1))
+    aborted = AbortedTxnSet()
+    keys = set(zip(most[::49].tolist(), least[::49].tolist())) - {(-1, -1)}
+    for m, q in keys:
+        aborted.add(TxnId(m, q), Position(0, 0))
+    assert {m for m, _ in keys} == {1, 2}
+    in_aborted = np.array([(m, q) in keys for m, q in zip(most.tolist(), least.tolist())])
+    mask = visibility_mask(np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64), most, least,
+                           np.zeros(n, dtype=np.bool_), Position.LATEST, aborted)
+    assert np.array_equal(mask, ~in_aborted)
+    assert np.array_equal(aborted.contains_many(most, least), in_aborted)
+
+
 @pytest.mark.parametrize(
     "args, error, message",
     [

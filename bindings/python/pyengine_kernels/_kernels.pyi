@@ -131,6 +131,12 @@ class AbortedTxnSet:
     truncation, trailing bytes, unordered coordinators, empty, corrupt or non-canonical
     bitmaps, ids above ``2**63 - 1``, non-entry marker positions) with ``ValueError``.
 
+    Bulk probes (``contains_many``, ``visibility_mask``) read, per coordinator, a dense bit
+    array over the span of its aborted ``least_bits`` when that span is at most ``2**26``
+    (8 MiB), and the roaring bitmap otherwise; the arrays, 64 MiB at most per set (narrower
+    spans first), are built by the first bulk probe after a change and kept until the next
+    change.
+
     Bulk calls (``contains_many``, ``trim_before``, ``visibility_mask``...) release the GIL
     while they hold the set: mutating it from another thread meanwhile raises
     ``RuntimeError`` (PyO3's borrow check) instead of racing.
@@ -144,7 +150,8 @@ class AbortedTxnSet:
     def contains(self, most: int, least: int) -> bool:
         """Negative ids mean "not transactional": ``False``."""
     def contains_many(self, most: Int64Column, least: Int64Column) -> npt.NDArray[np.bool_]:
-        """Vectorised ``contains``; negative or null ids give ``False``."""
+        """Vectorised ``contains``; negative or null ids give ``False``. Probes once per run
+        of rows with equal ids, over the rayon thread pool."""
     def trim_before(self, position: Position) -> int:
         """Drop every abort whose marker position is ``< position``; how many were dropped."""
     def items(self) -> list[tuple[TxnId, Position]]:
