@@ -428,6 +428,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         end = self.ledger.lac
         self._ongoing.clear()              # a retry after a failed recovery starts afresh
         self._ongoing_least_bits = {}
+        self._verified = Position.EARLIEST
         self._aborted = AbortedTxnSet()
         self._ended = EndedTxns()
         if snapshot is not None:
