@@ -35,7 +35,7 @@ impl DenseBits {
         DenseBits { min, words }
     }
 
-    #[inline]
+    #[inline(always)]
     fn contains(&self, least: u64) -> bool {
         let i = least.wrapping_sub(self.min);
         self.words
@@ -80,7 +80,7 @@ enum Members<'a> {
 }
 
 impl Members<'_> {
-    #[inline]
+    #[inline(always)]
     fn contains(self, least: u64) -> bool {
         match self {
             Members::None => false,
@@ -121,7 +121,7 @@ impl<'a> Probe<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn members(&self, most: i64) -> Members<'a> {
         match self.direct.get(most as usize) {
             Some(&members) => members,
@@ -150,7 +150,7 @@ pub struct Lookup<'p, 'a> {
 
 impl Lookup<'_, '_> {
     /// Negative ids mean "not transactional" and are never aborted.
-    #[inline]
+    #[inline(always)]
     pub fn contains(&mut self, most: i64, least: i64) -> bool {
         if (most, least) != self.last {
             self.last = (most, least);

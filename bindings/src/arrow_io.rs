@@ -298,7 +298,7 @@ impl BitWords {
     }
 
     /// Bits past the end of the bitmap are unspecified; callers mask them.
-    #[inline]
+    #[inline(always)]
     pub fn word(&self, k: usize) -> u64 {
         let tail = &self.bytes[k * 8..];
         match tail.first_chunk::<8>() {

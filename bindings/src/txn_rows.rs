@@ -20,7 +20,7 @@ impl TxnRows<'_> {
     ///
     /// The rows of one txn are adjacent, so the block is cut into runs of equal ids and each
     /// run that has a wanted row is probed once, through its first row.
-    #[inline]
+    #[inline(always)]
     pub fn aborted(&self, k: usize, rows: Range<usize>, wanted: u64, lookup: &mut Lookup) -> u64 {
         let (most, least) = (&self.most[rows.clone()], &self.least[rows]);
         // Bit j: row j starts a run (row 0 always does).
@@ -65,7 +65,7 @@ impl Blocks for TxnRows<'_> {
         self.probe.lookup()
     }
 
-    #[inline]
+    #[inline(always)]
     fn block(&self, k: usize, lookup: &mut Lookup<'_, '_>) -> u64 {
         let start = k * BLOCK_ROWS;
         let rows = start..self.rows().min(start + BLOCK_ROWS);

@@ -26,7 +26,7 @@ trait BlockFlags: Sync {
 
 /// One byte per row, non-zero = true.
 impl BlockFlags for [u8] {
-    #[inline]
+    #[inline(always)]
     fn word(&self, k: usize) -> u64 {
         let start = k * BLOCK_ROWS;
         let rows = &self[start..self.len().min(start + BLOCK_ROWS)];
@@ -37,7 +37,7 @@ impl BlockFlags for [u8] {
 }
 
 impl BlockFlags for BitWords {
-    #[inline]
+    #[inline(always)]
     fn word(&self, k: usize) -> u64 {
         BitWords::word(self, k)
     }
@@ -67,7 +67,7 @@ impl<M: BlockFlags + ?Sized> Blocks for Rows<'_, M> {
         self.txns.as_ref().map(|txns| txns.probe.lookup())
     }
 
-    #[inline]
+    #[inline(always)]
     fn block(&self, k: usize, lookup: &mut Option<Lookup<'_, '_>>) -> u64 {
         let start = k * BLOCK_ROWS;
         let end = self.len.min(start + BLOCK_ROWS);
