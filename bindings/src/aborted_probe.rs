@@ -3,9 +3,9 @@
 //! A roaring lookup costs tens of nanoseconds (a map lookup for the coordinator, then a
 //! search among containers); with one probe per run of rows of a txn, it dominated the
 //! visibility filter. Bulk calls therefore probe a dense bit array per coordinator over the
-//! span of its aborted sequence numbers, when that span is small enough: aborts are trimmed
-//! with their ledgers, so a coordinator's aborted sequence numbers are usually a window of a
-//! few million at most. Coordinators beyond the limits keep their roaring bitmap.
+//! span of its aborted sequence numbers when that span is small enough, which it stays while
+//! aborts are trimmed with their ledgers: sequence numbers grow with time, so the live ones
+//! form a window. Coordinators beyond the limits keep their roaring bitmap.
 
 use std::collections::BTreeMap;
 

@@ -138,47 +138,45 @@ pub fn visibility_mask<'py>(
         is_marker.view(),
     );
     let aborted: &AbortedTxnSet = &aborted;
-    let mask =
-        py.detach(|| {
-            let (ledger, entry) = (ledger.values(), entry.values());
-            // With nothing aborted the txn columns are never read (nor copied if strided).
-            let txn_values = (!aborted.is_empty()).then(|| (most.values(), least.values()));
-            let probe = txn_values.as_ref().map(|_| aborted.probe());
-            let txns = txn_values.as_ref().zip(probe.as_ref()).map(
-                |((most_values, least_values), probe)| TxnRows {
-                    most: most_values,
-                    least: least_values,
-                    valid: NullBuffer::union(most.nulls, least.nulls)
-                        .map(|v| BitWords::new(v.inner())),
-                    probe,
-                },
-            );
-            match is_marker.flags() {
-                Flags::Bytes(flags) => {
-                    let is_marker = &flags[..];
-                    Rows {
-                        len,
-                        ledger: &ledger,
-                        entry: &entry,
-                        is_marker,
-                        max: max_read_position,
-                        txns,
-                    }
-                    .collect(arrow)
+    let mask = py.detach(|| {
+        let (ledger, entry) = (ledger.values(), entry.values());
+        // With nothing aborted the txn columns are never read (nor copied if strided).
+        let txn_values =
+            (!aborted.is_empty()).then(|| (most.values(), least.values(), aborted.probe()));
+        let txns = txn_values
+            .as_ref()
+            .map(|(most_values, least_values, probe)| TxnRows {
+                most: most_values,
+                least: least_values,
+                valid: NullBuffer::union(most.nulls, least.nulls).map(|v| BitWords::new(v.inner())),
+                probe,
+            });
+        match is_marker.flags() {
+            Flags::Bytes(flags) => {
+                let is_marker = &flags[..];
+                Rows {
+                    len,
+                    ledger: &ledger,
+                    entry: &entry,
+                    is_marker,
+                    max: max_read_position,
+                    txns,
                 }
-                Flags::Bits(flags) => {
-                    let is_marker = &flags;
-                    Rows {
-                        len,
-                        ledger: &ledger,
-                        entry: &entry,
-                        is_marker,
-                        max: max_read_position,
-                        txns,
-                    }
-                    .collect(arrow)
-                }
+                .collect(arrow)
             }
-        });
+            Flags::Bits(flags) => {
+                let is_marker = &flags;
+                Rows {
+                    len,
+                    ledger: &ledger,
+                    entry: &entry,
+                    is_marker,
+                    max: max_read_position,
+                    txns,
+                }
+                .collect(arrow)
+            }
+        }
+    });
     mask.into_py(py)
 }
