@@ -1,7 +1,6 @@
 """Crash test: a process appending, committing and aborting txns (and plain entries) is killed
 with SIGKILL, twice; after recovery nothing acknowledged is lost and nothing aborted is visible."""
 
-import asyncio
 import os
 import signal
 import subprocess

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from pyengine.errors import NotAllowedError, ServiceNotReadyError
-from pyengine.storage import CorruptRecordError, ManagedLedger
+from pyengine.storage import CorruptRecordError, ManagedLedger, ManagedLedgerConfig
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import BufferState
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
@@ -282,3 +282,29 @@ async def test_closing_during_recovery_stops_it(reopen):
     with pytest.raises(ServiceNotReadyError):
         await commit
     assert buffer.stats()["recover_replayed_entries"] < 10
+
+
+async def test_a_txn_whose_marker_was_trimmed_stays_ended_after_a_crash(reopen):
+    """Trimming deletes markers that told which txns ended here; what they told must survive in
+    a snapshot, or a late write of such a txn would be taken for a new one after a crash."""
+    config = ManagedLedgerConfig(max_entries_per_ledger=2, retention_ms=0)
+    env = reopen()
+    ledger, buffer = await open_buffer(env, TopicTransactionBufferConfig(snapshot_min_interval_ms=3_600_000),
+                                       config)
+    cursor = await ledger.open_cursor("sub", "earliest")
+    ended = [TxnId(1, 1), TxnId(1, 2)]
+    await buffer.append(ended[0], b"x")
+    await buffer.abort(ended[0], -1)
+    await buffer.commit(ended[1], -1)
+    for _ in range(4):
+        await ledger.append(b"plain")
+    await cursor.ack_cumulative(buffer.max_read_position())
+    assert await ledger.trim()
+    assert all(not e.is_marker for e in ledger.read_entries(Position.EARLIEST, 100))
+    await ledger.close()
+    await env.drain()
+    env = reopen(env)
+    ledger, buffer = await open_buffer(env, None, config)
+    for txn in ended:
+        with pytest.raises(NotAllowedError):
+            await buffer.append(txn, b"late")
