@@ -31,18 +31,15 @@ pub trait Blocks: Sync {
 /// Bit-packed result, for Arrow.
 pub fn words(blocks: &impl Blocks) -> Vec<u64> {
     let mut words = vec![0u64; blocks.rows().div_ceil(BLOCK_ROWS)];
-    let avx2 = has_avx2();
+    let build = Build::detect();
     words
         .par_chunks_mut(TASK_BLOCKS)
         .enumerate()
-        .for_each(|(task, out)| {
-            let first = task * TASK_BLOCKS;
+        .for_each(|(task, out)| match build {
+            Build::Portable => fill_words(blocks, task * TASK_BLOCKS, out),
+            // SAFETY: `detect` chose this build, so the CPU has its features.
             #[cfg(target_arch = "x86_64")]
-            if avx2 {
-                // SAFETY: the CPU has AVX2.
-                return unsafe { fill_words_avx2(blocks, first, out) };
-            }
-            fill_words(blocks, first, out)
+            Build::Avx2 => unsafe { fill_words_avx2(blocks, task * TASK_BLOCKS, out) },
         });
     words
 }
@@ -50,20 +47,39 @@ pub fn words(blocks: &impl Blocks) -> Vec<u64> {
 /// One byte per row, for NumPy.
 pub fn bytes(blocks: &impl Blocks) -> Vec<bool> {
     let mut bytes = vec![false; blocks.rows()];
-    let avx2 = has_avx2();
+    let build = Build::detect();
     bytes
         .par_chunks_mut(TASK_BLOCKS * BLOCK_ROWS)
         .enumerate()
-        .for_each(|(task, out)| {
-            let first = task * TASK_BLOCKS;
+        .for_each(|(task, out)| match build {
+            Build::Portable => fill_bytes(blocks, task * TASK_BLOCKS, out),
+            // SAFETY: `detect` chose this build, so the CPU has its features.
             #[cfg(target_arch = "x86_64")]
-            if avx2 {
-                // SAFETY: the CPU has AVX2.
-                return unsafe { fill_bytes_avx2(blocks, first, out) };
-            }
-            fill_bytes(blocks, first, out)
+            Build::Avx2 => unsafe { fill_bytes_avx2(blocks, task * TASK_BLOCKS, out) },
         });
     bytes
+}
+
+/// Which copy of the task loops to run.
+#[derive(Clone, Copy)]
+enum Build {
+    Portable,
+    /// Compiled with `target_feature(enable = "avx2,bmi1,bmi2")`.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Build {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("bmi1")
+            && is_x86_feature_detected!("bmi2")
+        {
+            return Build::Avx2;
+        }
+        Build::Portable
+    }
 }
 
 #[inline(always)]
@@ -88,21 +104,14 @@ fn fill_bytes<B: Blocks>(blocks: &B, first: usize, out: &mut [bool]) {
     }
 }
 
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return is_x86_feature_detected!("avx2") && is_x86_feature_detected!("bmi2");
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
+#[target_feature(enable = "avx2,bmi1,bmi2")]
 fn fill_words_avx2<B: Blocks>(blocks: &B, first: usize, out: &mut [u64]) {
     fill_words(blocks, first, out)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
+#[target_feature(enable = "avx2,bmi1,bmi2")]
 fn fill_bytes_avx2<B: Blocks>(blocks: &B, first: usize, out: &mut [bool]) {
     fill_bytes(blocks, first, out)
 }
@@ -163,7 +172,7 @@ mod tests {
             let mut words = vec![0; rows.div_ceil(BLOCK_ROWS)];
             fill_words(&pattern, 0, &mut words);
             #[cfg(target_arch = "x86_64")]
-            if has_avx2() {
+            if matches!(Build::detect(), Build::Avx2) {
                 let mut avx2_bytes = vec![true; rows];
                 // SAFETY: the CPU has AVX2.
                 unsafe { fill_bytes_avx2(&pattern, 0, &mut avx2_bytes) };
