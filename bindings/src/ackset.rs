@@ -89,10 +89,15 @@ fn words_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i64>> {
     })
 }
 
+/// Pairs of ragged columns at least this long are validated side by side on the rayon pool:
+/// reading 64K offsets takes longer than handing a job to it.
+const PARALLEL_VALIDATION_ROWS: usize = 1 << 16;
+
 /// Many ack sets in one ragged layout: set i is `words[offsets[i]..offsets[i + 1]]`.
 struct RaggedView<'a> {
     /// Argument name prefix for messages: "a_", "b_" or "".
     prefix: &'static str,
+    rows: usize,
     offsets: Int64View<'a>,
     words: Int64View<'a>,
 }
@@ -129,6 +134,16 @@ impl<'a> RaggedView<'a> {
             )));
         }
         Ok(Ragged { offsets, words })
+    }
+
+    /// Both materialised, `a`'s error first.
+    fn materialise_pair(a: &Self, b: &Self) -> PyResult<(Ragged<'a>, Ragged<'a>)> {
+        let (a, b) = if a.rows >= PARALLEL_VALIDATION_ROWS {
+            rayon::join(|| a.materialise(), || b.materialise())
+        } else {
+            (a.materialise(), b.materialise())
+        };
+        Ok((a?, b?))
     }
 }
 
@@ -183,6 +198,7 @@ impl<'py> RaggedColumn<'py> {
     fn view(&self) -> RaggedView<'_> {
         RaggedView {
             prefix: self.prefix,
+            rows: self.rows(),
             offsets: self.offsets.view(),
             words: self.words.view(),
         }
@@ -284,7 +300,7 @@ pub fn ackset_merge_many<'py>(
     require_same_len(&[("a", a.rows()), ("b", b.rows())])?;
     let (a, b) = (a.view(), b.view());
     let (offsets, words) = py.detach(|| -> PyResult<_> {
-        let (a, b) = (a.materialise()?, b.materialise()?);
+        let (a, b) = RaggedView::materialise_pair(&a, &b)?;
         Ok(merge_many(op, a.sets(), b.sets()))
     })?;
     Ok((
@@ -335,7 +351,7 @@ pub fn ackset_conflicts_many<'py>(
     let sizes = batch_sizes_arg(batch_sizes, a.rows())?;
     let (a, b, sizes) = (a.view(), b.view(), sizes.view());
     let hits = py.detach(|| -> PyResult<Vec<bool>> {
-        let (a, b) = (a.materialise()?, b.materialise()?);
+        let (a, b) = RaggedView::materialise_pair(&a, &b)?;
         let sizes = batch_sizes_values(&sizes)?;
         Ok((0..a.rows())
             .map(|i| conflicts(a.row(i), b.row(i), sizes[i]))
