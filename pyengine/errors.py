@@ -100,3 +100,17 @@ _BY_CODE: dict[int, type[PulsarError]] = {
                 ProducerFencedError, TransactionCoordinatorNotFoundError, InvalidTxnStatusError,
                 TransactionConflictError, TransactionNotFoundError)
 }
+
+
+def to_pulsar_error(error: BaseException) -> PulsarError:
+    """The error a user sees for an internal failure: storage errors become PersistenceError
+    (or TopicTerminatedError); anything unexpected is an UnknownError with its message."""
+    from pyengine import storage
+
+    if isinstance(error, PulsarError):
+        return error
+    if isinstance(error, storage.TopicTerminatedError):
+        return TopicTerminatedError(str(error))
+    if isinstance(error, storage.StorageError):
+        return PersistenceError(str(error))
+    return PulsarError(f"{type(error).__name__}: {error}")

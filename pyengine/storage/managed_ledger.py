@@ -332,6 +332,45 @@ class ManagedLedger:
                     break
         return entries
 
+    def read_entries_reverse(self, last: Position, max_entries: int) -> list[Entry]:
+        """Up to `max_entries` entries at or before `last` (never beyond the LAC), newest first."""
+        self._check_open()
+        limit = self.lac if last > self.lac else last
+        if max_entries <= 0:
+            return []
+        prefix = self._prefix
+        entries: list[Entry] = []
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=self._entries_db)
+            start = self._key(limit)
+            # Stand on the last key <= start.
+            if cursor.set_range(start):
+                if cursor.key() != start and not cursor.prev():
+                    return entries
+            elif not cursor.last():
+                return entries
+            while len(entries) < max_entries:
+                key = cursor.key()
+                if not key.startswith(prefix):
+                    break
+                ledger_id, entry_id = unpack_position(key[8:])
+                entries.append(Entry.decode(Position(ledger_id, entry_id), cursor.value()))
+                if not cursor.prev():
+                    break
+        return entries
+
+    def find_by_publish_time(self, timestamp_ms: int) -> Position:
+        """The first entry published at or after `timestamp_ms` (the LAC's next position if none)."""
+        start = Position(-1, -1)
+        while True:
+            chunk = self.read_entries(start, 1000)
+            if not chunk:
+                return self.lac.next()
+            for entry in chunk:
+                if entry.publish_time >= timestamp_ms:
+                    return entry.position
+            start = self.next_position(chunk[-1].position)
+
     def read_entry(self, position: Position) -> Entry | None:
         with self.env.read() as txn:
             value = txn.get(self._key(position), db=self._entries_db)

@@ -1,0 +1,303 @@
+"""Dispatcher: moves a subscription's entries to its consumers, READ_COMMITTED.
+
+One pass (`_dispatch`, scheduled on the event loop whenever something may have changed: new
+entries, a moved read horizon, permits, acks, redeliveries) does what Pulsar's persistent
+dispatchers do:
+
+* read from the cursor's read position up to the transaction buffer's max read position, and
+  never further: nothing at or after the first entry of an open transaction is delivered;
+* acknowledge, instead of delivering, commit/abort markers and entries of aborted transactions,
+  so they never count as backlog and never stall a reader (Pulsar #11877, #22610);
+* skip entries already acknowledged, and entries reserved in full by open transactions
+  (Pulsar #19581); deliver partly acknowledged batches with their ack set;
+* deliver entries put back for redelivery first, in position order;
+* honour permits, and choose the consumer by subscription type: the active consumer
+  (Exclusive, Failover), round robin (Shared), or the key's consumer (Key_Shared, consistent
+  hashing of the Murmur3 hash of the key as Pulsar's default selector, with Pulsar's rule for
+  recently joined consumers so that per-key order holds while consumers come and go).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import mmh3
+
+from pyengine.broker.consumer import Consumer, Delivery
+from pyengine.protocol.commands import parse_message_metadata
+from pyengine.storage.entry import Entry, split_headers_and_payload
+from pyengine_kernels import Position
+
+if TYPE_CHECKING:
+    from pyengine.broker.subscription import Subscription
+
+READ_BATCH = 200            # entries read from storage per step
+RING_POINTS = 100           # points per consumer on the Key_Shared hash ring (Pulsar's default)
+HASH_RANGE = 1 << 16        # Pulsar's Key_Shared hash range size (65536)
+
+
+def key_hash(key: bytes) -> int:
+    """Pulsar's sticky key hash: Murmur3 32-bit of the key, made non-negative."""
+    return mmh3.hash(key, signed=True) & 0x7FFFFFFF
+
+
+def entry_key(entry: Entry) -> bytes:
+    """The key an entry is routed by: ordering key, else partition key, else none (b"")."""
+    try:
+        md = parse_message_metadata(split_headers_and_payload(entry.data)[0])
+    except ValueError:
+        return b""
+    if md.HasField("ordering_key"):
+        return md.ordering_key
+    return md.partition_key.encode() if md.HasField("partition_key") else b""
+
+
+class Dispatcher:
+    def __init__(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        self.consumers: list[Consumer] = []
+        self.redeliveries: set[Position] = set()
+        self.redelivery_counts: dict[Position, int] = {}
+        self._scheduled = False
+        self._next_shared = 0
+        self._ring: list[tuple[int, Consumer]] = []
+        self._recently_joined: dict[Consumer, Position] = {}
+        self._closed = False
+
+    # --- membership -----------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        if self.subscription.sub_type == "key_shared" and self.consumers:
+            # Pulsar's rule: a consumer joining a Key_Shared subscription gets no entry at or
+            # after the read position of its arrival until everything before it is acked.
+            self._recently_joined[consumer] = self.subscription.cursor.read_position
+        self.consumers.append(consumer)
+        self._rebuild_ring()
+        self._update_active()
+        self.notify()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        self._recently_joined.pop(consumer, None)
+        consumer.connected = False
+        self.redeliver(list(consumer.pending), consumer, count=False)
+        self._rebuild_ring()
+        self._update_active()
+        self.notify()
+
+    def _update_active(self) -> None:
+        if self.subscription.sub_type not in ("exclusive", "failover"):
+            return
+        active = self.active_consumer()
+        for consumer in self.consumers:
+            now_active = consumer is active
+            if now_active != consumer.active:
+                consumer.active = now_active
+                consumer.sink.active_changed(now_active)
+
+    def active_consumer(self) -> Consumer | None:
+        """Exclusive/Failover: the consumer that receives (highest priority, then name order;
+        for a partition, Pulsar spreads partitions over the consumers by partition index)."""
+        if not self.consumers:
+            return None
+        ordered = sorted(self.consumers, key=lambda c: (c.priority, c.name))
+        partition = self.subscription.topic.partition_index
+        if self.subscription.sub_type == "failover" and partition >= 0:
+            return ordered[partition % len(ordered)]
+        return ordered[0]
+
+    def _rebuild_ring(self) -> None:
+        if self.subscription.sub_type != "key_shared":
+            return
+        ring = []
+        for consumer in self.consumers:
+            for i in range(RING_POINTS):
+                ring.append((key_hash(f"{consumer.name}{i}".encode()), consumer))
+        ring.sort(key=lambda point: point[0])
+        self._ring = ring
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.permits += permits
+        self.notify()
+
+    def redeliver(self, positions: list[Position], consumer: Consumer | None = None, *, count: bool = True) -> None:
+        """Put entries back to be delivered again (negative acks, a consumer gone, an aborted
+        transaction's acknowledgements)."""
+        for position in positions:
+            if consumer is not None:
+                consumer.pending.pop(position, None)
+            if self.subscription.cursor.is_acked(position):
+                continue
+            self.redeliveries.add(position)
+            if count:
+                self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
+        self.notify()
+
+    def acked(self, positions: list[Position]) -> None:
+        for position in positions:
+            self.redelivery_counts.pop(position, None)
+            self.redeliveries.discard(position)
+            for consumer in self.consumers:
+                consumer.pending.pop(position, None)
+        if self._recently_joined:
+            self.notify()
+
+    def reset(self) -> None:
+        """Forget everything in flight (the cursor was moved by a seek)."""
+        self.redeliveries.clear()
+        self.redelivery_counts.clear()
+        self._recently_joined.clear()
+        for consumer in self.consumers:
+            consumer.pending.clear()
+            consumer.permits = 0
+            consumer.sink.reset()
+
+    def notify(self) -> None:
+        if self._scheduled or self._closed:
+            return
+        self._scheduled = True
+        asyncio.get_running_loop().call_soon(self._run)
+
+    def close(self) -> None:
+        self._closed = True
+        for consumer in list(self.consumers):
+            consumer.connected = False
+            consumer.sink.closed_by_broker()
+        self.consumers.clear()
+
+    # --- the pass -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._scheduled = False
+        if self._closed or not self.consumers:
+            return
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        sub = self.subscription
+        topic = sub.topic
+        cursor = sub.cursor
+        horizon = topic.buffer.max_read_position()
+        outbox: dict[Consumer, list[Delivery]] = {}
+        auto_acked: list[Position] = []
+        select = self._selector()
+
+        def offer(entry: Entry) -> bool:
+            """Deliver `entry` or leave it to be delivered later. False when nobody can take
+            anything more (stop reading)."""
+            position = entry.position
+            if entry.is_marker or (entry.txn_most >= 0 and topic.buffer.is_txn_aborted(entry.txn)):
+                auto_acked.append(position)
+                return True
+            if cursor.is_acked(position):
+                return True
+            batch_ack_set = None
+            pending_ack = sub.pending_ack
+            if pending_ack is not None:
+                if pending_ack.is_fully_pending(position, entry.num_messages):
+                    return True
+                batch_ack_set = pending_ack.pending_ack_set(position)
+            if batch_ack_set is None:
+                batch_ack_set = cursor.batch_ack_set(position)
+            consumer = select(entry)
+            if consumer is None:
+                if sub.sub_type == "key_shared" and any(c.permits > 0 for c in self.consumers):
+                    self.redeliveries.add(position)     # its consumer is busy: later, in order
+                    return True
+                return False
+            consumer.permits -= entry.num_messages
+            consumer.pending[position] = entry.num_messages
+            outbox.setdefault(consumer, []).append(
+                Delivery(entry, self.redelivery_counts.get(position, 0), batch_ack_set))
+            return True
+
+        # 1. Entries to deliver again, oldest first.
+        if self.redeliveries:
+            for position in sorted(self.redeliveries):
+                if position > horizon:
+                    break
+                if not self._any_permits():
+                    break
+                self.redeliveries.discard(position)
+                entry = topic.ledger.read_entry(position)
+                if entry is not None and not offer(entry):
+                    self.redeliveries.add(position)
+                    break
+
+        # 2. New entries, up to the read horizon.
+        while self._any_permits():
+            start = cursor.read_position
+            if start > horizon:
+                break
+            entries = topic.ledger.read_entries(start, READ_BATCH, horizon)
+            if not entries:
+                break
+            stopped = False
+            for entry in entries:
+                if not offer(entry):
+                    stopped = True
+                    break
+                cursor.read_position = topic.ledger.next_position(entry.position)
+            if stopped:
+                break
+
+        for consumer, deliveries in outbox.items():
+            consumer.sink.deliver(deliveries)
+        if auto_acked:
+            sub.auto_ack(auto_acked)
+
+    def _any_permits(self) -> bool:
+        if self.subscription.sub_type in ("exclusive", "failover"):
+            active = self.active_consumer()
+            return active is not None and active.permits > 0
+        return any(c.permits > 0 for c in self.consumers)
+
+    def _selector(self) -> Callable[[Entry], Consumer | None]:
+        sub_type = self.subscription.sub_type
+        if sub_type in ("exclusive", "failover"):
+            active = self.active_consumer()
+            return lambda entry: active if active is not None and active.permits > 0 else None
+        if sub_type == "key_shared":
+            return self._select_by_key
+        return self._select_round_robin
+
+    def _select_round_robin(self, entry: Entry) -> Consumer | None:
+        consumers = self.consumers
+        for step in range(len(consumers)):
+            consumer = consumers[(self._next_shared + step) % len(consumers)]
+            if consumer.permits > 0:
+                self._next_shared = (self._next_shared + step + 1) % len(consumers)
+                return consumer
+        return None
+
+    def _select_by_key(self, entry: Entry) -> Consumer | None:
+        consumer = self._owner(key_hash(entry_key(entry)))
+        if consumer is None or consumer.permits <= 0:
+            return None
+        joined_at = self._recently_joined.get(consumer)
+        if joined_at is not None:
+            if self.subscription.cursor.mark_delete >= self.subscription.topic.ledger.previous_position(joined_at):
+                del self._recently_joined[consumer]
+            elif entry.position >= joined_at:
+                return None
+        return consumer
+
+    def _owner(self, hash_value: int) -> Consumer | None:
+        sticky = [c for c in self.consumers if c.sticky_ranges]
+        if sticky:
+            slot = hash_value % HASH_RANGE
+            for consumer in sticky:
+                if any(start <= slot <= end for start, end in consumer.sticky_ranges or ()):
+                    return consumer
+            return None
+        if not self._ring:
+            return None
+        index = bisect.bisect_left(self._ring, hash_value, key=lambda point: point[0])
+        return self._ring[index % len(self._ring)][1]

@@ -1,0 +1,434 @@
+"""The embedded client: the engine in-process, with the API of `pyengine.client`.
+
+    async with Broker.embedded("./data") as broker:
+        producer = await broker.create_producer("persistent://public/default/out")
+        consumer = await broker.subscribe("persistent://public/default/in", "sub",
+                                          consumer_type="exclusive", initial_position="earliest")
+        txn = await broker.new_transaction(timeout_ms=60_000)
+        msg = await consumer.receive()
+        await producer.send(b"...", txn=txn)
+        await consumer.acknowledge(msg, txn=txn)
+        await txn.commit()
+
+Semantics are those of a network client against the broker: receiver queues with permits,
+batch-index acknowledgements, negative acks, transactions registered with their coordinator
+before their first send or ack on a topic, commit waiting for the transaction's operations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pyengine.broker.consumer import Consumer, Delivery
+from pyengine.broker.service import BrokerConfig, BrokerService
+from pyengine.broker.subscription import Subscription
+from pyengine.broker.topic import Producer, Topic
+from pyengine.client.message import Message, MessageId, decode_entry
+from pyengine.errors import InvalidTxnStatusError, NotAllowedError, PulsarError, to_pulsar_error
+from pyengine.protocol.commands import message_metadata
+from pyengine.protocol.pulsar_api_pb2 import KeyValue
+from pyengine.storage.entry import headers_and_payload
+from pyengine.transaction import TxnAction
+from pyengine.transaction.pendingack import IndividualAck
+from pyengine_kernels import Position, TxnId, ackset_new
+
+INITIAL_POSITIONS = ("earliest", "latest")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    """Entry point of the embedding API."""
+
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def embedded(data_dir: str | Path, **config: Any) -> AsyncIterator[EmbeddedClient]:
+        """Start a broker on `data_dir` (LMDB) in this process and yield a client for it;
+        everything is closed (and durable) when the block ends. `config` sets BrokerConfig
+        fields (e.g. `deduplication_enabled=True`, `sync=False`)."""
+        service = BrokerService(BrokerConfig(data_dir=Path(data_dir), **config))
+        try:
+            await service.start()
+            client = EmbeddedClient(service)
+            yield client
+            await client.close()
+        finally:
+            await service.close()
+
+
+class EmbeddedClient:
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self._consumers: list[EmbeddedConsumer] = []
+        self._producers: list[EmbeddedProducer] = []
+        self._next_coordinator = itertools.count()
+
+    async def create_producer(self, topic: str, *, producer_name: str | None = None) -> EmbeddedProducer:
+        loaded = await self.service.get_topic(topic)
+        producer = EmbeddedProducer(self, loaded, loaded.add_producer(producer_name))
+        self._producers.append(producer)
+        return producer
+
+    async def subscribe(self, topic: str, subscription_name: str, *, consumer_type: str = "exclusive",
+                        initial_position: str = "latest", receiver_queue_size: int = 1000,
+                        consumer_name: str | None = None, priority: int = 0) -> EmbeddedConsumer:
+        if initial_position not in INITIAL_POSITIONS:
+            raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
+        if receiver_queue_size < 1:
+            raise ValueError("receiver_queue_size must be >= 1")
+        loaded = await self.service.get_topic(topic)
+        consumer = EmbeddedConsumer(self, loaded, receiver_queue_size)
+        broker_side = Consumer(consumer, name=consumer_name, priority=priority)
+        subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
+                                              initial_position=initial_position)
+        consumer._attach(subscription, broker_side)
+        self._consumers.append(consumer)
+        return consumer
+
+    async def create_reader(self, topic: str, start_message_id: MessageId, *,
+                            receiver_queue_size: int = 1000) -> EmbeddedConsumer:
+        """A reader: a non-durable exclusive subscription starting at `start_message_id`
+        (inclusive; MessageId.earliest / MessageId.latest allowed)."""
+        loaded = await self.service.get_topic(topic)
+        consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True)
+        broker_side = Consumer(consumer)
+        if start_message_id == MessageId.latest:
+            start = loaded.ledger.lac.next()
+        elif start_message_id == MessageId.earliest:
+            start = loaded.ledger.first_position()
+        else:
+            start = start_message_id.position
+        subscription = await loaded.subscribe(f"reader-{broker_side.consumer_id}", broker_side,
+                                              durable=False, start=start)
+        consumer._attach(subscription, broker_side)
+        self._consumers.append(consumer)
+        return consumer
+
+    async def new_transaction(self, timeout_ms: int = 60_000) -> EmbeddedTransaction:
+        coordinators = self.service.coordinator.coordinator_ids
+        coordinator = coordinators[next(self._next_coordinator) % len(coordinators)]
+        txn_id = await self.service.coordinator.new_transaction(coordinator, timeout_ms)
+        return EmbeddedTransaction(self.service, txn_id)
+
+    async def close(self) -> None:
+        for consumer in list(self._consumers):
+            await consumer.close()
+        for producer in list(self._producers):
+            await producer.close()
+
+
+class EmbeddedTransaction:
+    def __init__(self, service: BrokerService, txn_id: TxnId) -> None:
+        self.service = service
+        self.txn_id = txn_id
+        self.state = "open"
+        self._partitions: set[str] = set()
+        self._subscriptions: set[tuple[str, str]] = set()
+        self._operations: list[asyncio.Future] = []
+
+    def _check_open(self) -> None:
+        if self.state != "open":
+            raise InvalidTxnStatusError(f"transaction {self.txn_id} is {self.state}")
+
+    async def _register_partition(self, topic: str) -> None:
+        if topic not in self._partitions:
+            await self.service.coordinator.add_produced_partitions(self.txn_id, [topic])
+            self._partitions.add(topic)
+
+    async def _register_subscription(self, topic: str, subscription: str) -> None:
+        if (topic, subscription) not in self._subscriptions:
+            await self.service.coordinator.add_acked_subscriptions(self.txn_id, [(topic, subscription)])
+            self._subscriptions.add((topic, subscription))
+
+    def _track(self, operation: asyncio.Future) -> None:
+        self._operations.append(operation)
+
+    async def commit(self) -> None:
+        """Commit once every send and ack of the transaction is done; if one of them failed,
+        abort instead and raise its error (as Pulsar's clients do)."""
+        self._check_open()
+        self.state = "committing"
+        results = await asyncio.gather(*self._operations, return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            self.state = "aborting"
+            await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
+            self.state = "aborted"
+            raise to_pulsar_error(failure)
+        try:
+            await self.service.coordinator.end_transaction(self.txn_id, TxnAction.COMMIT)
+        except PulsarError:
+            self.state = "error"
+            raise
+        self.state = "committed"
+
+    async def abort(self) -> None:
+        self._check_open()
+        self.state = "aborting"
+        await asyncio.gather(*self._operations, return_exceptions=True)
+        await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
+        self.state = "aborted"
+
+    def __repr__(self) -> str:
+        return f"EmbeddedTransaction({self.txn_id}, {self.state})"
+
+
+class EmbeddedProducer:
+    def __init__(self, client: EmbeddedClient, topic: Topic, producer: Producer) -> None:
+        self._client = client
+        self._topic = topic
+        self._producer = producer
+        self._next_sequence = producer.last_sequence_id + 1
+        self._closed = False
+
+    @property
+    def producer_name(self) -> str:
+        return self._producer.name
+
+    @property
+    def topic(self) -> str:
+        return self._topic.name
+
+    @property
+    def last_sequence_id(self) -> int:
+        return self._next_sequence - 1
+
+    async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
+                   event_time: int | None = None, sequence_id: int | None = None,
+                   txn: EmbeddedTransaction | None = None) -> MessageId:
+        """Store one message; returns its id once durable (a duplicate of a message stored
+        before, by sequence id, returns that message's id or (-1, -1) when it is not known)."""
+        if self._closed:
+            raise NotAllowedError("the producer is closed")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        if sequence_id is None:
+            sequence_id = self._next_sequence
+        elif sequence_id < 0:
+            raise ValueError("sequence_id must be >= 0")
+        self._next_sequence = max(self._next_sequence, sequence_id + 1)
+        publish_time = _now_ms()
+        fields: dict[str, Any] = {}
+        if key is not None:
+            fields["partition_key"] = key
+        if properties:
+            fields["properties"] = [KeyValue(key=k, value=v) for k, v in properties.items()]
+        if event_time:
+            fields["event_time"] = event_time
+        if txn is not None:
+            txn._check_open()
+            fields["txnid_most_bits"] = txn.txn_id.most_bits
+            fields["txnid_least_bits"] = txn.txn_id.least_bits
+            await txn._register_partition(self._topic.name)
+        metadata = message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
+        stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
+                                     sequence_id=sequence_id, publish_time=publish_time,
+                                     txn=txn.txn_id if txn is not None else None)
+        if txn is not None:
+            txn._track(stored)
+        try:
+            position = await stored
+        except Exception as exc:
+            raise to_pulsar_error(exc) from exc
+        if position is None:
+            return MessageId(-1, -1, partition=self._topic.partition_index)
+        return MessageId(position.ledger_id, position.entry_id, partition=self._topic.partition_index)
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._topic.remove_producer(self._producer)
+
+
+class EmbeddedConsumer:
+    """Implements the broker's ConsumerSink: delivered entries land in a local receiver queue."""
+
+    def __init__(self, client: EmbeddedClient, topic: Topic, receiver_queue_size: int, *,
+                 reader: bool = False) -> None:
+        self._client = client
+        self._topic = topic
+        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        self._queue_size = receiver_queue_size
+        self._consumed_since_flow = 0
+        self._reader = reader
+        self._subscription: Subscription | None = None
+        self._consumer: Consumer | None = None
+        self._closed = False
+        self.active = False
+
+    def _attach(self, subscription: Subscription, consumer: Consumer) -> None:
+        self._subscription = subscription
+        self._consumer = consumer
+        subscription.flow(consumer, self._queue_size)
+
+    @property
+    def topic(self) -> str:
+        return self._topic.name
+
+    @property
+    def subscription_name(self) -> str:
+        assert self._subscription is not None
+        return self._subscription.name
+
+    # --- ConsumerSink ---------------------------------------------------------------------
+
+    def deliver(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            for message in decode_entry(self._topic.name, delivery.entry.position, delivery.entry.data,
+                                        partition=self._topic.partition_index,
+                                        redelivery_count=delivery.redelivery_count, ack_set=delivery.ack_set):
+                self._queue.put_nowait(message)
+
+    def active_changed(self, active: bool) -> None:
+        self.active = active
+
+    def reset(self) -> None:
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._consumed_since_flow = 0
+        if self._subscription is not None and self._consumer is not None:
+            self._subscription.flow(self._consumer, self._queue_size)
+
+    def closed_by_broker(self) -> None:
+        self._closed = True
+
+    # --- API ------------------------------------------------------------------------------
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message (raises TimeoutError after `timeout` seconds)."""
+        self._check_open()
+        if timeout is None:
+            message = await self._queue.get()
+        else:
+            message = await asyncio.wait_for(self._queue.get(), timeout)
+        self._consumed_since_flow += 1
+        if self._consumed_since_flow >= max(1, self._queue_size // 2):
+            assert self._subscription is not None and self._consumer is not None
+            self._subscription.flow(self._consumer, self._consumed_since_flow)
+            self._consumed_since_flow = 0
+        return message
+
+    def _message_id(self, message: Message | MessageId) -> MessageId:
+        message_id = message.message_id if isinstance(message, Message) else message
+        if not isinstance(message_id, MessageId):
+            raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
+        return message_id
+
+    @staticmethod
+    def _individual_ack(message_id: MessageId) -> IndividualAck:
+        if message_id.batch_index < 0:
+            return IndividualAck(message_id.position)
+        size = message_id.batch_size
+        words = [w & _MASK64 for w in ackset_new(size)]
+        words[message_id.batch_index // 64] &= ~(1 << (message_id.batch_index % 64))
+        return IndividualAck(message_id.position, size, tuple(_signed(w) for w in words))
+
+    async def acknowledge(self, message: Message | MessageId, txn: EmbeddedTransaction | None = None) -> None:
+        self._check_open()
+        assert self._subscription is not None
+        ack = self._individual_ack(self._message_id(message))
+        try:
+            if txn is None:
+                await self._subscription.ack_individual(self._consumer, [ack])
+                return
+            txn._check_open()
+            await txn._register_subscription(self._topic.name, self._subscription.name)
+            operation = asyncio.ensure_future(
+                self._subscription.ack_with_transaction(self._consumer, txn.txn_id, acks=[ack]))
+            txn._track(operation)
+            await operation
+        except Exception as exc:
+            raise to_pulsar_error(exc) from exc
+
+    async def acknowledge_cumulative(self, message: Message | MessageId,
+                                     txn: EmbeddedTransaction | None = None) -> None:
+        self._check_open()
+        assert self._subscription is not None
+        message_id = self._message_id(message)
+        position = message_id.position
+        if message_id.batch_index >= 0 and message_id.batch_index < message_id.batch_size - 1:
+            # Messages after this one in its batch are not acknowledged: ack up to the entry before.
+            position = self._topic.ledger.previous_position(position)
+        try:
+            if txn is None:
+                await self._subscription.ack_cumulative(self._consumer, position)
+                return
+            txn._check_open()
+            await txn._register_subscription(self._topic.name, self._subscription.name)
+            operation = asyncio.ensure_future(
+                self._subscription.ack_with_transaction(self._consumer, txn.txn_id, cumulative=position))
+            txn._track(operation)
+            await operation
+        except Exception as exc:
+            raise to_pulsar_error(exc) from exc
+
+    async def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """Ask for the message again (redelivered with a higher redelivery count)."""
+        self._check_open()
+        assert self._subscription is not None and self._consumer is not None
+        self._subscription.redeliver_unacknowledged(self._consumer, [self._message_id(message).position])
+
+    async def redeliver_unacknowledged_messages(self) -> None:
+        self._check_open()
+        assert self._subscription is not None and self._consumer is not None
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._subscription.redeliver_unacknowledged(self._consumer)
+        self._subscription.flow(self._consumer, self._consumed_since_flow)
+        self._consumed_since_flow = 0
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move the subscription to a message id, or to a publish timestamp in ms."""
+        self._check_open()
+        assert self._subscription is not None
+        if isinstance(target, int):
+            position = self._topic.ledger.find_by_publish_time(target)
+        elif target == MessageId.earliest:
+            position = self._topic.ledger.first_position()
+        elif target == MessageId.latest:
+            position = self._topic.ledger.lac.next()
+        else:
+            position = self._message_id(target).position
+        await self._subscription.seek(position)
+
+    async def get_last_message_id(self) -> MessageId:
+        position, batch_size = self._topic.last_message_position()
+        batch_index = batch_size - 1 if batch_size > 1 else -1
+        return MessageId(position.ledger_id, position.entry_id, batch_index, self._topic.partition_index)
+
+    async def unsubscribe(self) -> None:
+        self._check_open()
+        assert self._subscription is not None
+        await self.close()
+        if not self._reader:
+            await self._topic.unsubscribe(self._subscription.name)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._subscription is not None and self._consumer is not None:
+            self._subscription.remove_consumer(self._consumer)
+            if self._reader:
+                self._topic.unsubscribe_reader(self._subscription)
+        if self in self._client._consumers:
+            self._client._consumers.remove(self)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotAllowedError("the consumer is closed")
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(word: int) -> int:
+    return word - (1 << 64) if word >= 1 << 63 else word

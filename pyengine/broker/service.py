@@ -1,0 +1,149 @@
+"""The broker service: one data dir's storage, its topics and its transaction coordinators.
+
+`BrokerService` is what `pyengine serve` puts on the network and what `Broker.embedded()`
+gives to an application in-process. It loads topics on demand and is the coordinators' way to
+reach the participants of a transaction (the topics' transaction buffers and the
+subscriptions' pending acks) — direct calls, since everything lives in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from collections.abc import Callable
+from pathlib import Path
+
+from pyengine.broker.subscription import wire_sub_type
+from pyengine.broker.topic import Topic
+from pyengine.errors import TopicNotFoundError
+from pyengine.naming import TopicName
+from pyengine.storage import ManagedCursor, ManagedLedger, ManagedLedgerConfig, StorageEnvironment
+from pyengine.storage.environment import DEFAULT_MAP_SIZE
+from pyengine.transaction import TxnAction
+from pyengine.transaction.buffer import TransactionBuffer
+from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
+from pyengine.transaction.buffer.topic_buffer import TopicTransactionBuffer
+from pyengine.transaction.coordinator.clock import Clock, wall_clock_ms
+from pyengine.transaction.coordinator.service import TransactionCoordinatorService
+from pyengine.transaction.pendingack import PendingAckHandle
+from pyengine.transaction.pendingack.handle import PendingAckHandleImpl
+from pyengine.transaction.pendingack.log_store import LogPendingAckStore
+from pyengine_kernels import Position, TxnId
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BrokerConfig:
+    data_dir: Path
+    sync: bool = True                       # fsync every group commit (no acknowledged write lost)
+    map_size: int = DEFAULT_MAP_SIZE
+    cluster_name: str = "standalone"
+    broker_id: str = "0"
+    num_coordinators: int = 16              # Pulsar's default transaction_coordinator_assign partitions
+    deduplication_enabled: bool = False     # Pulsar's brokerDeduplicationEnabled default
+    max_message_size: int = 5 * 1024 * 1024
+    ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
+    # Milliseconds clock of the transaction coordinators (tests move time with their own).
+    clock: Clock = wall_clock_ms
+    transaction_buffer: TopicTransactionBufferConfig = field(default_factory=TopicTransactionBufferConfig)
+
+
+class BrokerService:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.env = StorageEnvironment(config.data_dir, map_size=config.map_size, sync=config.sync)
+        self.topics: dict[str, Topic] = {}
+        self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self.coordinator = TransactionCoordinatorService(self.env, self, num_coordinators=config.num_coordinators,
+                                                         clock=config.clock)
+        self._started = False
+        self._closed = False
+
+    async def start(self) -> None:
+        await self.coordinator.start()
+        self._started = True
+
+    # --- topics ---------------------------------------------------------------------------
+
+    async def get_topic(self, name: str, *, create: bool = True) -> Topic:
+        """The loaded topic `name` (normalised), loading it (and creating it when `create`)."""
+        topic_name = TopicName.parse(name)
+        key = str(topic_name)
+        topic = self.topics.get(key)
+        if topic is not None:
+            return topic
+        if not create and not self.topic_exists(key):
+            raise TopicNotFoundError(f"topic {key} does not exist")
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = asyncio.ensure_future(Topic.load(self, topic_name))
+            self._loading[key] = loading
+            try:
+                topic = await loading
+                self.topics[key] = topic
+            finally:
+                del self._loading[key]
+            return topic
+        return await asyncio.shield(loading)
+
+    def topic_exists(self, name: str) -> bool:
+        key = str(TopicName.parse(name))
+        if key in self.topics:
+            return True
+        with self.env.read() as txn:
+            return txn.get(key.encode(), db=self.env.db("topics")) is not None
+
+    def list_topics(self, namespace: str | None = None) -> list[str]:
+        """Every stored topic (of `tenant/namespace` if given)."""
+        names = []
+        with self.env.read() as txn:
+            for key in txn.cursor(db=self.env.db("topics")).iternext(values=False):
+                name = key.decode()
+                if namespace is None or TopicName.parse(name).namespace_name == namespace:
+                    names.append(name)
+        return names
+
+    async def delete_topic(self, name: str) -> None:
+        topic = await self.get_topic(name, create=False)
+        await topic.delete()
+        self.topics.pop(topic.name, None)
+
+    # --- components for topics -------------------------------------------------------------
+
+    def new_transaction_buffer(self, ledger: ManagedLedger) -> TransactionBuffer:
+        return TopicTransactionBuffer(ledger, self.config.transaction_buffer)
+
+    def new_pending_ack_handle(self, cursor: ManagedCursor, sub_type: str | None,
+                               on_release: Callable[[list[Position]], None]) -> PendingAckHandle:
+        return PendingAckHandleImpl(cursor, LogPendingAckStore.for_cursor(cursor),
+                                    subscription_type=wire_sub_type(sub_type), on_release=on_release)
+
+    # --- transaction participants (called by the coordinators) ------------------------------
+
+    async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int) -> None:
+        loaded = await self.get_topic(topic, create=False)
+        await loaded.end_txn(txn, action == TxnAction.COMMIT, low_watermark)
+
+    async def end_txn_on_subscription(self, topic: str, subscription: str, txn: TxnId, action: TxnAction,
+                                      low_watermark: int) -> None:
+        loaded = await self.get_topic(topic, create=False)
+        sub = loaded.subscriptions.get(subscription)
+        if sub is not None:          # a deleted subscription has nothing left to end
+            await sub.end_txn(txn, action == TxnAction.COMMIT, low_watermark)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.coordinator.close()
+        for topic in list(self.topics.values()):
+            await topic.close()
+        await self.env.drain()
+        self.env.close()
+
+

@@ -1,0 +1,184 @@
+"""Subscription: a named cursor on a topic, its consumers, its dispatcher and its pending acks.
+
+A durable subscription's cursor is persisted; a reader's (non-durable) cursor is not and it
+has no pending acks. The subscription type (Exclusive, Shared, Failover, Key_Shared) is set by
+its first consumer, as in Pulsar, and later consumers must use the same type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from pyengine.broker.consumer import Consumer
+from pyengine.broker.dispatcher import Dispatcher
+from pyengine.errors import ConsumerBusyError, NotAllowedError
+from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
+from pyengine.storage import ManagedCursor
+from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
+from pyengine_kernels import Position, TxnId, ackset_is_fully_acked
+
+if TYPE_CHECKING:
+    from pyengine.broker.topic import Topic
+
+log = logging.getLogger(__name__)
+
+SUBSCRIPTION_TYPES = ("exclusive", "shared", "failover", "key_shared")
+_WIRE_SUB_TYPES = {"exclusive": CommandSubscribe.Exclusive, "shared": CommandSubscribe.Shared,
+                   "failover": CommandSubscribe.Failover, "key_shared": CommandSubscribe.Key_Shared}
+
+
+def wire_sub_type(sub_type: str | None) -> int:
+    """CommandSubscribe.SubType of a subscription type (Exclusive until a consumer says)."""
+    return _WIRE_SUB_TYPES[sub_type or "exclusive"]
+
+
+def normalize_sub_type(sub_type: str) -> str:
+    value = str(sub_type).lower().replace("-", "_")
+    if value not in SUBSCRIPTION_TYPES:
+        raise ValueError(f"subscription type must be one of {', '.join(SUBSCRIPTION_TYPES)}, not {sub_type!r}")
+    return value
+
+
+class Subscription:
+    def __init__(self, topic: Topic, name: str, cursor: ManagedCursor, *,
+                 pending_ack: PendingAckHandle | None, sub_type: str | None = None) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.pending_ack = pending_ack
+        self.sub_type = sub_type
+        self.dispatcher = Dispatcher(self)
+
+    @property
+    def durable(self) -> bool:
+        return self.cursor.durable
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self.dispatcher.consumers
+
+    # --- consumers ------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer, sub_type: str) -> None:
+        sub_type = normalize_sub_type(sub_type)
+        if self.consumers:
+            if sub_type != self.sub_type:
+                raise ConsumerBusyError(
+                    f"subscription {self.name} on {self.topic.name} is {self.sub_type}, not {sub_type}")
+            if sub_type == "exclusive":
+                raise ConsumerBusyError(f"exclusive subscription {self.name} on {self.topic.name} "
+                                        "already has a consumer")
+        self.sub_type = sub_type
+        if self.pending_ack is not None:
+            self.pending_ack.subscription_type = wire_sub_type(sub_type)
+        self.dispatcher.add_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        self.dispatcher.remove_consumer(consumer)
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        if permits < 0:
+            raise ValueError("permits must be >= 0")
+        self.dispatcher.flow(consumer, permits)
+
+    # --- acknowledgements -----------------------------------------------------------------
+
+    def ack_individual(self, consumer: Consumer | None,
+                       acks: list[IndividualAck]) -> asyncio.Future[None]:
+        """Acknowledge messages (whole entries or batch indexes); the future resolves when the
+        cursor state is durable. A message reserved by an open transaction belongs to that
+        transaction: a plain acknowledgement of it is ignored."""
+        whole: list[Position] = []
+        future: asyncio.Future[None] | None = None
+        for ack in acks:
+            if self.pending_ack is not None and self.pending_ack.is_fully_pending(ack.position, ack.batch_size):
+                log.debug("ignoring plain ack of %s reserved by a transaction", ack.position)
+                continue
+            if ack.ack_set is None or ackset_is_fully_acked(list(ack.ack_set), ack.batch_size):
+                whole.append(ack.position)
+            else:
+                future = self.cursor.ack_batch_indexes(ack.position, list(ack.ack_set), ack.batch_size)
+        if whole:
+            future = self.cursor.ack(whole)
+        acked = [a.position for a in acks if self.cursor.is_acked(a.position)]
+        self.dispatcher.acked(acked)
+        return future if future is not None else self.cursor.persist()
+
+    def ack_cumulative(self, consumer: Consumer | None, position: Position) -> asyncio.Future[None]:
+        if self.sub_type in ("shared", "key_shared"):
+            raise NotAllowedError(f"cumulative acknowledgement is not allowed on {self.sub_type} subscriptions")
+        future = self.cursor.ack_cumulative(position)
+        if consumer is not None:
+            for pos in [p for p in consumer.pending if p <= position]:
+                del consumer.pending[pos]
+        self.dispatcher.acked([p for p in list(self.dispatcher.redeliveries) if p <= position])
+        return future
+
+    async def ack_with_transaction(self, consumer: Consumer | None, txn: TxnId,
+                                   acks: list[IndividualAck] | None = None,
+                                   cumulative: Position | None = None) -> None:
+        if self.pending_ack is None:
+            raise NotAllowedError(f"subscription {self.name} cannot acknowledge in a transaction "
+                                  "(a reader's subscription is not durable)")
+        if cumulative is not None:
+            if self.sub_type in ("shared", "key_shared"):
+                raise NotAllowedError(
+                    f"cumulative acknowledgement is not allowed on {self.sub_type} subscriptions")
+            await self.pending_ack.cumulative_ack(txn, cumulative)
+            reserved = [p for p in (consumer.pending if consumer else {}) if p <= cumulative]
+        else:
+            await self.pending_ack.individual_ack(txn, acks or [])
+            reserved = [a.position for a in acks or []
+                        if self.pending_ack.is_fully_pending(a.position, a.batch_size)]
+        if consumer is not None:
+            for position in reserved:
+                consumer.pending.pop(position, None)
+
+    def auto_ack(self, positions: list[Position]) -> None:
+        """Markers and aborted entries: acknowledged so they never count as backlog."""
+        self.cursor.ack(positions)
+
+    # --- transactions ---------------------------------------------------------------------
+
+    async def end_txn(self, txn: TxnId, commit: bool, low_watermark: int) -> None:
+        if self.pending_ack is None:
+            return
+        if commit:
+            acked = await self.pending_ack.commit(txn, low_watermark)
+            self.dispatcher.acked(acked)
+        else:
+            released = await self.pending_ack.abort(txn, low_watermark)
+            self.dispatcher.redeliver(released)
+
+    # --- positioning ----------------------------------------------------------------------
+
+    def redeliver_unacknowledged(self, consumer: Consumer, positions: list[Position] | None = None) -> None:
+        self.dispatcher.redeliver(list(consumer.pending) if positions is None else positions, consumer)
+
+    async def seek(self, position: Position) -> None:
+        await self.cursor.seek(position)
+        self.dispatcher.reset()
+        self.dispatcher.notify()
+
+    def backlog(self) -> int:
+        return self.cursor.backlog()
+
+    def stats(self) -> dict:
+        return {
+            "type": self.sub_type,
+            "durable": self.durable,
+            "msgBacklog": self.backlog(),
+            "markDeletePosition": str(self.cursor.mark_delete),
+            "readPosition": str(self.cursor.read_position),
+            "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
+                           "unackedMessages": sum(c.pending.values())} for c in self.consumers],
+            "pendingAck": self.pending_ack.stats() if self.pending_ack is not None else None,
+        }
+
+    async def close(self) -> None:
+        self.dispatcher.close()
+        if self.pending_ack is not None:
+            await self.pending_ack.close()
+        await self.cursor.flush()

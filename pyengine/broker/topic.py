@@ -1,0 +1,239 @@
+"""Topic: a managed ledger with its transaction buffer, producers and subscriptions.
+
+Loading a topic opens its ledger, recovers its transaction buffer (the topic serves nothing
+before the read horizon is known), and opens every durable subscription with its pending acks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING
+
+from pyengine.broker.consumer import Consumer
+from pyengine.broker.dedup import MessageDeduplication
+from pyengine.broker.subscription import Subscription, normalize_sub_type
+from pyengine.errors import NotAllowedError, ProducerBusyError, SubscriptionNotFoundError, TopicTerminatedError
+from pyengine.naming import TopicName
+from pyengine.storage import ManagedCursor, ManagedLedger
+from pyengine.storage.entry import Entry
+from pyengine.transaction.buffer import TransactionBuffer
+from pyengine_kernels import Position, TxnId
+
+if TYPE_CHECKING:
+    from pyengine.broker.service import BrokerService
+
+log = logging.getLogger(__name__)
+
+
+class Producer:
+    """A producer attached to a topic."""
+
+    def __init__(self, topic: Topic, name: str, producer_id: int) -> None:
+        self.topic = topic
+        self.name = name
+        self.producer_id = producer_id
+        self.last_sequence_id = topic.dedup.last_sequence_id(name)
+
+
+class Topic:
+    def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger,
+                 buffer: TransactionBuffer) -> None:
+        self.service = service
+        self.topic_name = name
+        self.name = str(name)
+        self.partition_index = name.partition_index
+        self.ledger = ledger
+        self.buffer = buffer
+        self.dedup = MessageDeduplication(ledger, service.config.deduplication_enabled)
+        self.subscriptions: dict[str, Subscription] = {}
+        self.producers: dict[str, Producer] = {}
+        self._readers: list[Subscription] = []
+        self._producer_ids = itertools.count()
+        self._closed = False
+        ledger.add_listener(self._entries_added)
+        buffer.add_listener(self._entries_added)
+
+    @classmethod
+    async def load(cls, service: BrokerService, name: TopicName) -> Topic:
+        ledger = await ManagedLedger.open(service.env, str(name), service.config.ledger)
+        buffer = service.new_transaction_buffer(ledger)
+        await buffer.recover()
+        topic = cls(service, name, ledger, buffer)
+        for cursor_name in topic._stored_cursor_names():
+            cursor = await ledger.open_cursor(cursor_name)
+            await topic._attach_subscription(cursor)
+        return topic
+
+    def _stored_cursor_names(self) -> list[str]:
+        prefix = self.ledger._prefix
+        names = []
+        with self.ledger.env.read() as txn:
+            cursor = txn.cursor(db=self.ledger.env.db("cursors"))
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(prefix):
+                        break
+                    names.append(key[len(prefix):].decode())
+        return names
+
+    async def _attach_subscription(self, cursor: ManagedCursor, sub_type: str | None = None) -> Subscription:
+        subscription = Subscription(self, cursor.name, cursor, pending_ack=None, sub_type=sub_type)
+        if cursor.durable:
+            subscription.pending_ack = self.service.new_pending_ack_handle(
+                cursor, sub_type, on_release=subscription.dispatcher.redeliver)
+            await subscription.pending_ack.replay()
+        if cursor.durable:
+            self.subscriptions[cursor.name] = subscription
+        return subscription
+
+    def _entries_added(self) -> None:
+        for subscription in self.subscriptions.values():
+            subscription.dispatcher.notify()
+        for reader in self._readers:
+            reader.dispatcher.notify()
+
+    # --- producing ------------------------------------------------------------------------
+
+    def add_producer(self, name: str | None = None) -> Producer:
+        self._check_open()
+        if self.ledger.terminated_at is not None:
+            raise TopicTerminatedError(f"topic {self.name} is terminated")
+        if name is None:
+            name = f"{self.service.config.cluster_name}-{self.service.broker_id}-{next(self._producer_ids)}"
+            while name in self.producers:
+                name = f"{self.service.config.cluster_name}-{self.service.broker_id}-{next(self._producer_ids)}"
+        elif name in self.producers:
+            raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
+        producer = Producer(self, name, len(self.producers))
+        self.producers[name] = producer
+        return producer
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+
+    def publish(self, producer: Producer, data: bytes, *, sequence_id: int, num_messages: int = 1,
+                publish_time: int = 0, highest_sequence_id: int | None = None,
+                txn: TxnId | None = None) -> asyncio.Future[Position | None]:
+        """Store one entry (a message or a batch). The future resolves with its position once
+        durable, or with None for a duplicate of something stored before; storage errors are
+        raised as they are (`pyengine.errors.to_pulsar_error` maps them for the wire)."""
+        self._check_open()
+        highest = sequence_id if highest_sequence_id is None else highest_sequence_id
+        duplicate = self.dedup.duplicate_of(producer.name, highest)
+        if duplicate is not None:
+            return duplicate
+        if txn is not None:
+            stored = self.buffer.append(txn, data, num_messages=num_messages, publish_time=publish_time)
+        else:
+            stored = self.ledger.append(data, num_messages=num_messages, publish_time=publish_time)
+        self.dedup.record(producer.name, highest, stored)
+        return stored
+
+    # --- subscriptions --------------------------------------------------------------------
+
+    async def subscribe(self, subscription_name: str, consumer: Consumer, *, sub_type: str = "exclusive",
+                        initial_position: str = "latest", durable: bool = True,
+                        start: Position | None = None) -> Subscription:
+        """Attach `consumer` to the subscription (created at `initial_position` if new). A
+        non-durable subscription (a reader) starts at `start`."""
+        self._check_open()
+        if not subscription_name or not isinstance(subscription_name, str):
+            raise ValueError("a subscription name must be a non-empty string")
+        sub_type = normalize_sub_type(sub_type)
+        if initial_position not in ("earliest", "latest"):
+            raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
+        if durable:
+            subscription = self.subscriptions.get(subscription_name)
+            if subscription is None:
+                cursor = await self.ledger.open_cursor(subscription_name, initial_position)
+                subscription = self.subscriptions.get(subscription_name) or \
+                    await self._attach_subscription(cursor, sub_type)
+        else:
+            cursor = self.ledger.new_non_durable_cursor(start if start is not None else self.ledger.lac.next())
+            subscription = await self._attach_subscription(cursor, sub_type)
+            self._readers = [*self._readers, subscription]
+        subscription.add_consumer(consumer, sub_type)
+        return subscription
+
+    def unsubscribe_reader(self, subscription: Subscription) -> None:
+        self._readers = [r for r in self._readers if r is not subscription]
+
+    async def unsubscribe(self, subscription_name: str, *, force: bool = False) -> None:
+        subscription = self.subscriptions.get(subscription_name)
+        if subscription is None:
+            raise SubscriptionNotFoundError(f"no subscription {subscription_name!r} on {self.name}")
+        if subscription.consumers and not force:
+            raise NotAllowedError(f"subscription {subscription_name} has connected consumers")
+        del self.subscriptions[subscription_name]
+        await subscription.close()
+        if subscription.pending_ack is not None:
+            await subscription.pending_ack.store.delete()
+        await self.ledger.delete_cursor(subscription_name)
+
+    # --- transactions ---------------------------------------------------------------------
+
+    async def end_txn(self, txn: TxnId, commit: bool, low_watermark: int) -> None:
+        if commit:
+            await self.buffer.commit(txn, low_watermark)
+        else:
+            await self.buffer.abort(txn, low_watermark)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def last_message_position(self) -> tuple[Position, int]:
+        """The last entry a READ_COMMITTED reader can receive, and its batch size: the read
+        horizon, stepping back over markers and aborted entries (Pulsar #21466, #21951).
+        When there is none: (ledger, -1) of the horizon, batch size 0."""
+        horizon = self.buffer.max_read_position()
+        while True:
+            chunk = self.ledger.read_entries_reverse(horizon, 256)
+            for entry in chunk:
+                if self._visible(entry):
+                    return entry.position, entry.num_messages
+            if len(chunk) < 256:
+                return Position(horizon.ledger_id, -1) if horizon.entry_id >= 0 else horizon, 0
+            horizon = self.ledger.previous_position(chunk[-1].position)
+
+    def _visible(self, entry: Entry) -> bool:
+        return not entry.is_marker and not (entry.txn_most >= 0 and self.buffer.is_txn_aborted(entry.txn))
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def terminate(self) -> Position:
+        last = await self.ledger.terminate()
+        return last
+
+    def stats(self) -> dict:
+        return {
+            "msgInCounter": self.ledger.number_of_entries,
+            "storageSize": self.ledger.total_size,
+            "lastAddConfirmed": str(self.ledger.lac),
+            "maxReadPosition": str(self.buffer.max_read_position()),
+            "publishers": [{"producerName": name} for name in self.producers],
+            "subscriptions": {name: sub.stats() for name, sub in self.subscriptions.items()},
+            "transactionBuffer": self.buffer.stats(),
+        }
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for subscription in [*self.subscriptions.values(), *self._readers]:
+            await subscription.close()
+        await self.buffer.close()
+        await self.ledger.close()
+
+    async def delete(self) -> None:
+        await self.close()
+        for subscription in self.subscriptions.values():
+            if subscription.pending_ack is not None:
+                await subscription.pending_ack.store.delete()
+        await self.ledger.delete()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NotAllowedError(f"topic {self.name} is closed")
+

@@ -1,0 +1,165 @@
+"""Messages and message ids, shared by the embedded client and the network client.
+
+A stored entry is one message, or a batch of them; `decode_entry` turns an entry's bytes
+("headers and payload": Pulsar MessageMetadata + payload) into the messages a consumer sees,
+skipping batch indexes already acknowledged.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from functools import total_ordering
+from typing import ClassVar
+
+from core_ext.batch import split_batch
+from pyengine.protocol.commands import parse_message_metadata
+from pyengine.protocol.pulsar_api_pb2 import NONE, ZLIB, MessageIdData, SingleMessageMetadata
+from pyengine.storage.entry import split_headers_and_payload
+from pyengine_kernels import Position, ackset_acked_indexes
+
+_U64 = 1 << 64
+
+
+def _to_u64(value: int) -> int:
+    return value % _U64
+
+
+def _from_u64(value: int) -> int:
+    return value - _U64 if value >= 1 << 63 else value
+
+
+@total_ordering
+@dataclass(frozen=True, slots=True)
+class MessageId:
+    """Where a message is: entry position, index in its batch (-1 if not batched), partition."""
+
+    ledger_id: int
+    entry_id: int
+    batch_index: int = -1
+    partition: int = -1
+    batch_size: int = field(default=0, compare=False)
+
+    earliest: ClassVar[MessageId]
+    latest: ClassVar[MessageId]
+
+    @property
+    def position(self) -> Position:
+        return Position(self.ledger_id, self.entry_id)
+
+    def _key(self) -> tuple[int, int, int]:
+        return (self.ledger_id, self.entry_id, self.batch_index)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() < other._key()
+
+    def serialize(self) -> bytes:
+        """The wire form (MessageIdData), compatible with pulsar-client's MessageId.serialize."""
+        data = MessageIdData(ledgerId=_to_u64(self.ledger_id), entryId=_to_u64(self.entry_id),
+                             partition=self.partition, batch_index=self.batch_index)
+        if self.batch_size:
+            data.batch_size = self.batch_size
+        return data.SerializeToString()
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> MessageId:
+        try:
+            msg = MessageIdData.FromString(data)
+        except Exception as exc:  # protobuf's DecodeError and friends
+            raise ValueError(f"not a serialized message id: {exc}") from exc
+        return cls.from_proto(msg)
+
+    @classmethod
+    def from_proto(cls, msg: MessageIdData) -> MessageId:
+        return cls(_from_u64(msg.ledgerId), _from_u64(msg.entryId), msg.batch_index, msg.partition,
+                   msg.batch_size if msg.HasField("batch_size") else 0)
+
+    def __str__(self) -> str:
+        return f"({self.ledger_id},{self.entry_id},{self.partition},{self.batch_index})"
+
+
+MessageId.earliest = MessageId(-1, -1)
+MessageId.latest = MessageId((1 << 63) - 1, (1 << 63) - 1)
+
+
+@dataclass(slots=True)
+class Message:
+    """A received message."""
+
+    topic: str
+    message_id: MessageId
+    data: bytes
+    properties: dict[str, str]
+    partition_key: str | None
+    ordering_key: bytes | None
+    event_time: int
+    publish_time: int
+    producer_name: str
+    sequence_id: int
+    redelivery_count: int = 0
+
+    def value(self) -> bytes:
+        return self.data
+
+    @property
+    def key(self) -> str | None:
+        return self.partition_key
+
+
+class DecodeError(ValueError):
+    """An entry's bytes are not a valid Pulsar message."""
+
+
+def _decompress(codec: int, payload: bytes, uncompressed_size: int) -> bytes:
+    if codec == NONE:
+        return payload
+    if codec == ZLIB:
+        try:
+            data = zlib.decompress(payload)
+        except zlib.error as exc:
+            raise DecodeError(f"ZLIB payload does not decompress: {exc}") from exc
+        if uncompressed_size and len(data) != uncompressed_size:
+            raise DecodeError("decompressed size does not match uncompressed_size")
+        return data
+    raise DecodeError(f"compression codec {codec} is not supported (NONE and ZLIB are)")
+
+
+def decode_entry(topic: str, position: Position, data: bytes, *, partition: int = -1,
+                 redelivery_count: int = 0, ack_set: list[int] | None = None) -> list[Message]:
+    """The messages of one stored entry; batch indexes acknowledged in `ack_set` are left out."""
+    try:
+        raw_metadata, payload = split_headers_and_payload(data)
+        md = parse_message_metadata(raw_metadata)
+    except ValueError as exc:
+        raise DecodeError(f"entry {position} of {topic}: {exc}") from exc
+    payload = _decompress(md.compression, payload, md.uncompressed_size)
+    common = dict(topic=topic, publish_time=md.publish_time, producer_name=md.producer_name,
+                  redelivery_count=redelivery_count)
+    if not md.HasField("num_messages_in_batch"):
+        return [Message(message_id=MessageId(position.ledger_id, position.entry_id, -1, partition),
+                        data=payload, properties={kv.key: kv.value for kv in md.properties},
+                        partition_key=md.partition_key if md.HasField("partition_key") else None,
+                        ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
+                        event_time=md.event_time, sequence_id=md.sequence_id, **common)]
+    count = md.num_messages_in_batch
+    try:
+        pieces = split_batch(payload, count)
+    except ValueError as exc:
+        raise DecodeError(f"entry {position} of {topic}: {exc}") from exc
+    skipped = set(ackset_acked_indexes(ack_set, count)) if ack_set is not None else set()
+    messages = []
+    for index, (raw_single, body) in enumerate(pieces):
+        if index in skipped:
+            continue
+        single = SingleMessageMetadata.FromString(raw_single)
+        messages.append(Message(
+            message_id=MessageId(position.ledger_id, position.entry_id, index, partition, count),
+            data=body, properties={kv.key: kv.value for kv in single.properties},
+            partition_key=single.partition_key if single.HasField("partition_key") else None,
+            ordering_key=single.ordering_key if single.HasField("ordering_key") else None,
+            event_time=single.event_time,
+            sequence_id=single.sequence_id if single.HasField("sequence_id") else md.sequence_id + index,
+            **common))
+    return messages

@@ -1,0 +1,272 @@
+"""The embedding API end to end: produce, consume, acknowledge, redeliver, seek, read,
+de-duplicate and run transactions in-process, across restarts."""
+
+import asyncio
+
+import pytest
+
+from pyengine.broker import Broker
+from pyengine.client import MessageId
+from pyengine.errors import (
+    ConsumerBusyError,
+    InvalidTopicNameError,
+    InvalidTxnStatusError,
+    NotAllowedError,
+    TransactionConflictError,
+)
+
+T = "persistent://public/default/t"
+
+
+async def drain(consumer, timeout=0.2):
+    """Everything the consumer can receive now (stops after `timeout` s of silence)."""
+    out = []
+    while True:
+        try:
+            out.append(await consumer.receive(timeout=timeout))
+        except TimeoutError:
+            return out
+
+
+async def test_produce_and_consume_in_order(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer("t")        # short name -> persistent://public/default/t
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        ids = [await producer.send(f"m{i}".encode(), key=f"k{i}", properties={"i": str(i)}) for i in range(20)]
+        got = [await consumer.receive(timeout=2) for _ in range(20)]
+        assert [m.data for m in got] == [f"m{i}".encode() for i in range(20)]
+        assert [m.message_id for m in got] == ids
+        assert got[3].partition_key == "k3" and got[3].properties == {"i": "3"}
+        assert got[0].producer_name == producer.producer_name and got[0].topic == T
+
+
+async def test_latest_subscription_sees_only_new_messages(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        await producer.send(b"old")
+        consumer = await broker.subscribe(T, "s")            # latest
+        await producer.send(b"new")
+        assert [m.data for m in await drain(consumer)] == [b"new"]
+
+
+async def test_unacked_messages_come_back_after_restart_acked_ones_do_not(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        for i in range(6):
+            await producer.send(f"m{i}".encode())
+        got = await drain(consumer)
+        for message in got[:3]:
+            await consumer.acknowledge(message)
+    async with Broker.embedded(tmp_path) as broker:
+        consumer = await broker.subscribe(T, "s")
+        assert [m.data for m in await drain(consumer)] == [b"m3", b"m4", b"m5"]
+
+
+async def test_negative_ack_redelivers_with_a_higher_redelivery_count(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        await producer.send(b"x")
+        first = await consumer.receive(timeout=2)
+        assert first.redelivery_count == 0
+        await consumer.negative_acknowledge(first)
+        again = await consumer.receive(timeout=2)
+        assert again.message_id == first.message_id and again.redelivery_count == 1
+
+
+async def test_cumulative_ack_and_shared_refusal(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        for i in range(5):
+            await producer.send(f"m{i}".encode())
+        got = await drain(consumer)
+        await consumer.acknowledge_cumulative(got[2])
+        await consumer.redeliver_unacknowledged_messages()
+        assert [m.data for m in await drain(consumer)] == [b"m3", b"m4"]
+        shared = await broker.subscribe(T, "sh", consumer_type="shared", initial_position="earliest")
+        message = await shared.receive(timeout=2)
+        with pytest.raises(NotAllowedError):
+            await shared.acknowledge_cumulative(message)
+
+
+async def test_exclusive_subscription_refuses_a_second_consumer(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        await broker.subscribe(T, "s")
+        with pytest.raises(ConsumerBusyError):
+            await broker.subscribe(T, "s")
+        with pytest.raises(ConsumerBusyError):
+            await broker.subscribe(T, "s", consumer_type="shared")
+
+
+async def test_shared_subscription_spreads_messages(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        a = await broker.subscribe(T, "s", consumer_type="shared", receiver_queue_size=5)
+        b = await broker.subscribe(T, "s", consumer_type="shared", receiver_queue_size=5)
+        for i in range(10):
+            await producer.send(f"m{i}".encode())
+        got_a, got_b = await drain(a), await drain(b)
+        assert len(got_a) == 5 and len(got_b) == 5
+        assert sorted(m.data for m in got_a + got_b) == sorted(f"m{i}".encode() for i in range(10))
+
+
+async def test_failover_delivers_to_the_active_consumer_then_fails_over(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        first = await broker.subscribe(T, "s", consumer_type="failover", consumer_name="a")
+        second = await broker.subscribe(T, "s", consumer_type="failover", consumer_name="b")
+        await producer.send(b"1")
+        assert [m.data for m in await drain(first)] == [b"1"] and await drain(second) == []
+        assert first.active and not second.active
+        await first.close()
+        assert [m.data for m in await drain(second)] == [b"1"]     # unacked: failed over
+        assert second.active
+
+
+async def test_key_shared_keeps_each_key_on_one_consumer_in_order(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumers = [await broker.subscribe(T, "s", consumer_type="key_shared", consumer_name=f"c{i}")
+                     for i in range(3)]
+        for i in range(60):
+            await producer.send(f"{i}".encode(), key=f"key-{i % 7}")
+        by_key: dict[str, set[int]] = {}
+        for index, consumer in enumerate(consumers):
+            got = await drain(consumer)
+            for message in got:
+                by_key.setdefault(message.partition_key, set()).add(index)
+            for key in {m.partition_key for m in got}:
+                values = [int(m.data) for m in got if m.partition_key == key]
+                assert values == sorted(values)
+        assert all(len(owners) == 1 for owners in by_key.values())
+        assert sum(len(v) for v in by_key.values()) == 7
+
+
+async def test_seek_and_reader_and_last_message_id(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        ids = [await producer.send(f"m{i}".encode()) for i in range(5)]
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        await drain(consumer)
+        await consumer.seek(ids[2])
+        assert [m.data for m in await drain(consumer)] == [b"m2", b"m3", b"m4"]
+        reader = await broker.create_reader(T, ids[3])
+        assert [m.data for m in await drain(reader)] == [b"m3", b"m4"]
+        assert await consumer.get_last_message_id() == ids[-1]
+
+
+async def test_deduplication_stores_a_retried_send_once(tmp_path):
+    async with Broker.embedded(tmp_path, deduplication_enabled=True) as broker:
+        producer = await broker.create_producer(T, producer_name="p")
+        first = await producer.send(b"a", sequence_id=0)
+        assert await producer.send(b"a", sequence_id=0) == MessageId(-1, -1)
+        await producer.close()
+    async with Broker.embedded(tmp_path, deduplication_enabled=True) as broker:
+        producer = await broker.create_producer(T, producer_name="p")
+        assert producer.last_sequence_id == 0
+        assert await producer.send(b"a", sequence_id=0) == MessageId(-1, -1)
+        second = await producer.send(b"b")
+        assert second > first
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        assert [m.data for m in await drain(consumer)] == [b"a", b"b"]
+
+
+async def test_bad_names_and_arguments_are_refused(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        with pytest.raises(InvalidTopicNameError):
+            await broker.create_producer("bogus://a/b/c")
+        with pytest.raises(ValueError):
+            await broker.subscribe(T, "s", initial_position="middle")
+        with pytest.raises(ValueError):
+            await broker.subscribe(T, "s", consumer_type="broadcast")
+        producer = await broker.create_producer(T)
+        with pytest.raises(TypeError):
+            await producer.send("not bytes")
+
+
+# --- transactions ---------------------------------------------------------------------------
+
+async def test_committed_messages_appear_only_after_commit(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        txn = await broker.new_transaction()
+        await producer.send(b"t1", txn=txn)
+        await producer.send(b"plain-after-open-txn")        # held back behind the open txn
+        assert await drain(consumer) == []
+        await txn.commit()
+        assert [m.data for m in await drain(consumer)] == [b"t1", b"plain-after-open-txn"]
+
+
+async def test_aborted_messages_never_appear_and_do_not_block(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        txn = await broker.new_transaction()
+        await producer.send(b"aborted", txn=txn)
+        await producer.send(b"plain")
+        await txn.abort()
+        assert [m.data for m in await drain(consumer)] == [b"plain"]
+        with pytest.raises(InvalidTxnStatusError):
+            await producer.send(b"late", txn=txn)
+
+
+async def test_transactional_ack_is_applied_on_commit_and_released_on_abort(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        await producer.send(b"m")
+        message = await consumer.receive(timeout=2)
+        aborted = await broker.new_transaction()
+        await consumer.acknowledge(message, txn=aborted)
+        other = await broker.new_transaction()
+        with pytest.raises(TransactionConflictError):
+            await consumer.acknowledge(message, txn=other)
+        await other.abort()
+        await aborted.abort()
+        again = await consumer.receive(timeout=2)          # released by the abort: delivered again
+        assert again.message_id == message.message_id
+        committed = await broker.new_transaction()
+        await consumer.acknowledge(again, txn=committed)
+        await committed.commit()
+        await consumer.redeliver_unacknowledged_messages()
+        assert await drain(consumer) == []
+
+
+async def test_consume_transform_produce_is_atomic_across_a_restart(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        source = await broker.create_producer("in")
+        for i in range(10):
+            await source.send(f"{i}".encode())
+        consumer = await broker.subscribe("in", "s", initial_position="earliest")
+        sink = await broker.create_producer("out")
+        for _ in range(10):
+            txn = await broker.new_transaction()
+            message = await consumer.receive(timeout=2)
+            await sink.send(message.data * 2, txn=txn)
+            await consumer.acknowledge(message, txn=txn)
+            if int(message.data) % 3 == 0:
+                await txn.abort()
+                await consumer.redeliver_unacknowledged_messages()
+                break
+            await txn.commit()
+    async with Broker.embedded(tmp_path) as broker:
+        out = await broker.subscribe("out", "check", initial_position="earliest")
+        consumer = await broker.subscribe("in", "s")
+        assert [m.data for m in await drain(out)] == []       # 0 % 3 == 0: the first txn aborted
+        assert [m.data for m in await drain(consumer)] == [f"{i}".encode() for i in range(10)]
+
+
+async def test_transaction_timeout_aborts_and_releases(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        txn = await broker.new_transaction(timeout_ms=200)
+        await producer.send(b"expires", txn=txn)
+        await producer.send(b"plain")
+        await asyncio.sleep(0.6)
+        assert [m.data for m in await drain(consumer)] == [b"plain"]
+        with pytest.raises(InvalidTxnStatusError):
+            await txn.commit()
