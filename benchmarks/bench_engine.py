@@ -1,0 +1,203 @@
+"""Engine benchmarks (in-process, no network): transactional publish overhead, transaction-buffer
+recovery with snapshots vs by replay, and durable group-committed appends vs raw LMDB.
+
+Run through the runner: `python -m benchmarks engine [--quick] [--json]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import lmdb
+
+from benchmarks.figures import Figure, Target, slowdown
+from pyengine.broker import Broker
+from pyengine.storage import ManagedLedger, StorageEnvironment
+from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
+from pyengine.transaction.buffer.topic_buffer import TopicTransactionBuffer
+from pyengine_kernels import TxnId
+
+QUICK = os.environ.get("PYENGINE_BENCH_QUICK") == "1"
+PUBLISH_MESSAGES = 5_000 if QUICK else 20_000
+PAYLOAD = b"x" * 1024
+RECOVERY_TXNS = 100_000             # the issue fixes 100k finished txns, quick or not
+APPEND_ENTRIES = 20_000 if QUICK else 100_000
+WINDOW = 1000                       # sends in flight per producer (like a client's pending queue)
+
+
+def per_op_throughput(name: str, ours: str, baseline: str, description: str, at_least: float | None) -> Figure:
+    """Throughput of `ours` over throughput of `baseline` (time per message, inverted)."""
+    return Figure(name, description, lambda t: t[baseline] / t[ours], "x",
+                  Target(">=", at_least) if at_least is not None else None)
+
+
+FIGURES = [
+    per_op_throughput("txn_publish_ratio_100", "test_publish_txn_100", "test_publish_plain",
+                      "publish throughput, 100 messages per transaction / no transactions (1 KiB, durable)", 0.8),
+    per_op_throughput("txn_publish_ratio_10", "test_publish_txn_10", "test_publish_plain",
+                      "the same with 10 messages per transaction (report; Kafka's anchor ~3% overhead)", None),
+    slowdown("tb_recovery_snapshot_vs_replay", "test_recovery_with_snapshot", "test_recovery_by_replay",
+             "transaction-buffer recovery of 100k finished txns: snapshot + tail replay / full replay",
+             at_most=0.1),
+    Figure("append_entries_per_s", "durable 1 KiB appends per second through group commit",
+           lambda t: 1 / t["test_append_group_commit"], "entries/s"),
+    per_op_throughput("append_vs_lmdb_putmulti", "test_append_group_commit", "test_lmdb_putmulti",
+                      "group-committed appends vs raw py-lmdb putmulti(append=True) in one txn (fsync both)", 0.5),
+]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# --- transactional publish ------------------------------------------------------------------
+
+async def publish(data_dir: Path, messages: int, per_txn: int | None) -> None:
+    """`messages` 1 KiB sends through the embedding API, WINDOW in flight at a time; with
+    `per_txn`, grouped into transactions of that many messages."""
+    async with Broker.embedded(data_dir) as broker:
+        producer = await broker.create_producer("persistent://public/default/bench")
+        group = per_txn or WINDOW
+        for start in range(0, messages, group):
+            txn = await broker.new_transaction() if per_txn else None
+            await asyncio.gather(*(producer.send(PAYLOAD, txn=txn) for _ in range(min(group, messages - start))))
+            if txn is not None:
+                await txn.commit()
+
+
+def publish_benchmark(benchmark, per_txn):
+    benchmark.extra_info["ops"] = PUBLISH_MESSAGES
+
+    def setup():
+        path = Path(tempfile.mkdtemp(prefix="pyengine-bench-"))
+        return (path,), {}
+
+    def target(path):
+        try:
+            run(publish(path, PUBLISH_MESSAGES, per_txn))
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    benchmark.pedantic(target, setup=setup, rounds=3 if QUICK else 5)
+
+
+def test_publish_plain(benchmark):
+    publish_benchmark(benchmark, None)
+
+
+def test_publish_txn_100(benchmark):
+    publish_benchmark(benchmark, 100)
+
+
+def test_publish_txn_10(benchmark):
+    publish_benchmark(benchmark, 10)
+
+
+# --- transaction-buffer recovery ------------------------------------------------------------
+
+TOPIC = "persistent://public/default/recovery"
+
+
+@functools.cache
+def recovery_data_dir(snapshots: bool) -> Path:
+    """A topic holding RECOVERY_TXNS finished txns (one entry + one marker each, 1 in 10
+    aborted), written once per run; with snapshots off, recovery has to replay it all."""
+    path = Path(tempfile.mkdtemp(prefix=f"pyengine-recovery-{snapshots}-"))
+
+    async def fill():
+        env = StorageEnvironment(path, sync=False)
+        ledger = await ManagedLedger.open(env, TOPIC)
+        buffer = TopicTransactionBuffer(ledger, TopicTransactionBufferConfig(snapshots_enabled=snapshots))
+        await buffer.recover()
+        for start in range(0, RECOVERY_TXNS, 1000):
+            txns = [TxnId(i % 16, i) for i in range(start, start + 1000)]
+            await asyncio.gather(*(buffer.append(txn, b"payload") for txn in txns))
+            await asyncio.gather(*((buffer.abort if txn.least_bits % 10 == 0 else buffer.commit)(txn, -1)
+                                   for txn in txns))
+        await buffer.close()
+        await ledger.close()
+        await env.drain()
+        env.close()
+
+    run(fill())
+    return path
+
+
+async def recover(path: Path) -> int:
+    env = StorageEnvironment(path, sync=False)
+    try:
+        ledger = await ManagedLedger.open(env, TOPIC)
+        buffer = TopicTransactionBuffer(ledger)
+        await buffer.recover()
+        aborted = len(buffer.aborted)
+        await ledger.close()
+        return aborted
+    finally:
+        env.close()
+
+
+def recovery_benchmark(benchmark, snapshots: bool):
+    path = recovery_data_dir(snapshots)
+    benchmark.extra_info["ops"] = 1
+    aborted = benchmark.pedantic(lambda: run(recover(path)), rounds=3 if QUICK else 5)
+    assert aborted == RECOVERY_TXNS // 10
+
+
+def test_recovery_with_snapshot(benchmark):
+    recovery_benchmark(benchmark, True)
+
+
+def test_recovery_by_replay(benchmark):
+    recovery_benchmark(benchmark, False)
+
+
+# --- appends vs raw LMDB --------------------------------------------------------------------
+
+def test_append_group_commit(benchmark):
+    """Durable appends through the managed ledger: producers keep WINDOW appends in flight."""
+    benchmark.extra_info["ops"] = APPEND_ENTRIES
+
+    async def append_all(path: Path):
+        env = StorageEnvironment(path)
+        ledger = await ManagedLedger.open(env, "persistent://public/default/appends")
+        for start in range(0, APPEND_ENTRIES, WINDOW * 10):
+            await asyncio.gather(*(ledger.append(PAYLOAD) for _ in range(WINDOW * 10)))
+        await ledger.close()
+        env.close()
+
+    def setup():
+        return (Path(tempfile.mkdtemp(prefix="pyengine-append-")),), {}
+
+    def target(path):
+        try:
+            run(append_all(path))
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    benchmark.pedantic(target, setup=setup, rounds=3 if QUICK else 5)
+
+
+def test_lmdb_putmulti(benchmark):
+    """The same data written by py-lmdb directly: one putmulti(append=True), one durable commit."""
+    benchmark.extra_info["ops"] = APPEND_ENTRIES
+    items = [(i.to_bytes(16, "big"), PAYLOAD) for i in range(APPEND_ENTRIES)]
+
+    def setup():
+        return (Path(tempfile.mkdtemp(prefix="pyengine-lmdb-")),), {}
+
+    def target(path):
+        try:
+            env = lmdb.open(str(path), map_size=8 << 30, max_dbs=2)
+            db = env.open_db(b"entries")
+            with env.begin(write=True) as txn:
+                txn.cursor(db=db).putmulti(items, append=True)
+            env.close()
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    benchmark.pedantic(target, setup=setup, rounds=3 if QUICK else 5)
