@@ -27,7 +27,9 @@ PUBLISH_MESSAGES = 5_000 if QUICK else 20_000
 PAYLOAD = b"x" * 1024
 RECOVERY_TXNS = 100_000             # the issue fixes 100k finished txns, quick or not
 APPEND_ENTRIES = 20_000 if QUICK else 100_000
-WINDOW = 1000                       # sends in flight per producer (like a client's pending queue)
+WINDOW = 1000                       # appends in flight per writer in the append benchmark
+WORKERS = 10                        # concurrent publishing tasks (transactions in flight)
+GROUP = 100                         # messages a plain publishing task sends at a time
 
 
 def per_op_throughput(name: str, ours: str, baseline: str, description: str, at_least: float | None) -> Figure:
@@ -57,33 +59,47 @@ def run(coro):
 
 # --- transactional publish ------------------------------------------------------------------
 
-async def publish(data_dir: Path, messages: int, per_txn: int | None) -> None:
-    """`messages` 1 KiB sends through the embedding API, WINDOW in flight at a time; with
-    `per_txn`, grouped into transactions of that many messages."""
-    async with Broker.embedded(data_dir) as broker:
-        producer = await broker.create_producer("persistent://public/default/bench")
-        group = per_txn or WINDOW
-        for start in range(0, messages, group):
+async def publish(broker, messages: int, per_txn: int | None) -> None:
+    """`messages` 1 KiB sends through the embedding API by WORKERS concurrent tasks (the same
+    number of messages in flight either way); each task sends groups of GROUP messages at a
+    time, and with `per_txn` each group is one transaction of that many messages."""
+    group = per_txn or GROUP
+    producer = await broker.create_producer("persistent://public/default/bench")
+
+    async def worker(count: int) -> None:
+        for start in range(0, count, group):
             txn = await broker.new_transaction() if per_txn else None
-            await asyncio.gather(*(producer.send(PAYLOAD, txn=txn) for _ in range(min(group, messages - start))))
+            await asyncio.gather(*(producer.send(PAYLOAD, txn=txn) for _ in range(min(group, count - start))))
             if txn is not None:
                 await txn.commit()
 
+    await asyncio.gather(*(worker(messages // WORKERS) for _ in range(WORKERS)))
+    await producer.close()
+
 
 def publish_benchmark(benchmark, per_txn):
+    """Each round publishes into a broker started (on a fresh data dir) before the clock runs."""
     benchmark.extra_info["ops"] = PUBLISH_MESSAGES
+    loop = asyncio.new_event_loop()
+    rounds = []
 
     def setup():
         path = Path(tempfile.mkdtemp(prefix="pyengine-bench-"))
-        return (path,), {}
+        stack = Broker.embedded(path)
+        broker = loop.run_until_complete(stack.__aenter__())
+        rounds.append((path, stack))
+        return (broker,), {}
 
-    def target(path):
-        try:
-            run(publish(path, PUBLISH_MESSAGES, per_txn))
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
+    def teardown(broker):
+        path, stack = rounds.pop()
+        loop.run_until_complete(stack.__aexit__(None, None, None))
+        shutil.rmtree(path, ignore_errors=True)
 
-    benchmark.pedantic(target, setup=setup, rounds=3 if QUICK else 5)
+    try:
+        benchmark.pedantic(lambda broker: loop.run_until_complete(publish(broker, PUBLISH_MESSAGES, per_txn)),
+                           setup=setup, teardown=teardown, rounds=3 if QUICK else 5)
+    finally:
+        loop.close()
 
 
 def test_publish_plain(benchmark):

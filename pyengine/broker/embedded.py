@@ -130,23 +130,32 @@ class EmbeddedTransaction:
         self.service = service
         self.txn_id = txn_id
         self.state = "open"
-        self._partitions: set[str] = set()
-        self._subscriptions: set[tuple[str, str]] = set()
+        self._partitions: dict[str, asyncio.Future[None]] = {}
+        self._subscriptions: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._operations: list[asyncio.Future] = []
 
     def _check_open(self) -> None:
         if self.state != "open":
             raise InvalidTxnStatusError(f"transaction {self.txn_id} is {self.state}")
 
-    async def _register_partition(self, topic: str) -> None:
-        if topic not in self._partitions:
-            await self.service.coordinator.add_produced_partitions(self.txn_id, [topic])
-            self._partitions.add(topic)
+    def _register_partition(self, topic: str) -> asyncio.Future[None]:
+        """Register `topic` with the coordinator once (sends in flight share it). The record is
+        submitted before this returns, so an entry appended right after, in the same
+        event-loop turn, is committed together with it (as the client's ADD_PARTITION_TO_TXN
+        before its first SEND)."""
+        registration = self._partitions.get(topic)
+        if registration is None or (registration.done() and registration.exception() is not None):
+            registration = self.service.coordinator.register_produced_partitions(self.txn_id, [topic])
+            self._partitions[topic] = registration
+        return registration
 
-    async def _register_subscription(self, topic: str, subscription: str) -> None:
-        if (topic, subscription) not in self._subscriptions:
-            await self.service.coordinator.add_acked_subscriptions(self.txn_id, [(topic, subscription)])
-            self._subscriptions.add((topic, subscription))
+    def _register_subscription(self, topic: str, subscription: str) -> asyncio.Future[None]:
+        key = (topic, subscription)
+        registration = self._subscriptions.get(key)
+        if registration is None or (registration.done() and registration.exception() is not None):
+            registration = self.service.coordinator.register_acked_subscriptions(self.txn_id, [key])
+            self._subscriptions[key] = registration
+        return registration
 
     def _track(self, operation: asyncio.Future) -> None:
         self._operations.append(operation)
@@ -223,19 +232,23 @@ class EmbeddedProducer:
             fields["properties"] = [KeyValue(key=k, value=v) for k, v in properties.items()]
         if event_time:
             fields["event_time"] = event_time
+        registration = None
         if txn is not None:
             txn._check_open()
             fields["txnid_most_bits"] = txn.txn_id.most_bits
             fields["txnid_least_bits"] = txn.txn_id.least_bits
-            await txn._register_partition(self._topic.name)
         metadata = message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
-        stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
-                                     sequence_id=sequence_id, publish_time=publish_time,
-                                     txn=txn.txn_id if txn is not None else None)
-        if txn is not None:
-            txn._track(stored)
         try:
+            if txn is not None:
+                registration = txn._register_partition(self._topic.name)
+            stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
+                                         sequence_id=sequence_id, publish_time=publish_time,
+                                         txn=txn.txn_id if txn is not None else None)
+            if txn is not None:
+                txn._track(stored)
             position = await stored
+            if registration is not None:
+                await registration          # committed with or before the entry: done by now
         except Exception as exc:
             raise to_pulsar_error(exc) from exc
         if position is None:
@@ -340,10 +353,11 @@ class EmbeddedConsumer:
                 await self._subscription.ack_individual(self._consumer, [ack])
                 return
             txn._check_open()
-            await txn._register_subscription(self._topic.name, self._subscription.name)
+            registration = txn._register_subscription(self._topic.name, self._subscription.name)
             operation = asyncio.ensure_future(
                 self._subscription.ack_with_transaction(self._consumer, txn.txn_id, acks=[ack]))
             txn._track(operation)
+            await registration
             await operation
         except Exception as exc:
             raise to_pulsar_error(exc) from exc
@@ -362,10 +376,11 @@ class EmbeddedConsumer:
                 await self._subscription.ack_cumulative(self._consumer, position)
                 return
             txn._check_open()
-            await txn._register_subscription(self._topic.name, self._subscription.name)
+            registration = txn._register_subscription(self._topic.name, self._subscription.name)
             operation = asyncio.ensure_future(
                 self._subscription.ack_with_transaction(self._consumer, txn.txn_id, cumulative=position))
             txn._track(operation)
+            await registration
             await operation
         except Exception as exc:
             raise to_pulsar_error(exc) from exc

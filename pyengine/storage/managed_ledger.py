@@ -84,6 +84,7 @@ class ManagedLedger:
         self._in_flight = 0
         self._listeners: list[Callable[[], None]] = []
         self._trim_listeners: list[Callable[[Position], None]] = []
+        self._failure_listeners: list[Callable[[Position], None]] = []
         self.cursors: dict[str, ManagedCursor] = {}
         self._closed = False
 
@@ -270,6 +271,9 @@ class ManagedLedger:
             if info is self._current:
                 self._current = None
             self._put_ledger_record(info)
+        first_failed = min(item[2] for item in failed)
+        for listener in list(self._failure_listeners):
+            listener(first_failed)
         for _key, _value, _position, future in failed:
             if not future.done():
                 future.set_exception(error)
@@ -457,6 +461,11 @@ class ManagedLedger:
         """`listener(first_position)` runs after ledgers are trimmed; everything before
         `first_position` is gone."""
         self._trim_listeners.append(listener)
+
+    def add_failure_listener(self, listener: Callable[[Position], None]) -> None:
+        """`listener(first_failed)` runs when appends fail: no entry assigned a position at or
+        after `first_failed` so far is durable (later appends go to a new ledger)."""
+        self._failure_listeners.append(listener)
 
     # --- trimming -------------------------------------------------------------------------
 

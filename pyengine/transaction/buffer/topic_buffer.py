@@ -81,7 +81,6 @@ class TopicTransactionBuffer(TransactionBuffer):
         self.state = BufferState.NONE
         self._ongoing = OngoingTxnMap()
         self._ongoing_least_bits: dict[int, list[int]] = {}     # coordinator -> heap (may hold stale ids)
-        self._in_flight: dict[TxnId, list[Position]] = {}       # txn appends not yet durable
         self._aborted = AbortedTxnSet()
         self._ended = EndedTxns()
         self._ending: dict[TxnId, tuple[TxnAction, asyncio.Future[None]]] = {}
@@ -105,6 +104,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._replayed_entries = 0
         ledger.add_listener(self._on_lac_moved)
         ledger.add_trim_listener(self._on_trimmed)
+        ledger.add_failure_listener(self._on_append_failed)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -148,65 +148,54 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     def append(self, txn: TxnId, data: bytes, *, num_messages: int = 1,
                publish_time: int = 0) -> asyncio.Future[Position]:
-        _check_txn(txn)
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"data must be bytes, not {type(data).__name__}")
-        _check_int("num_messages", num_messages, minimum=1)
-        _check_int("publish_time", publish_time, minimum=0)
+        if type(txn) is not TxnId:
+            _check_txn(txn)
+        if type(data) is not bytes:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(f"data must be bytes, not {type(data).__name__}")
+            data = bytes(data)
+        if type(num_messages) is not int or num_messages < 1:
+            _check_int("num_messages", num_messages, minimum=1)
+        if type(publish_time) is not int or publish_time < 0:
+            _check_int("publish_time", publish_time, minimum=0)
+        if self.state is BufferState.READY and self._transactional and not self._queued:
+            return self._append_now(txn, data, num_messages, publish_time)
         loop = asyncio.get_running_loop()
         if self.state is BufferState.CLOSED:
             return _failed(loop, ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed"))
-        if self.state is BufferState.READY and self._transactional and not self._queued:
-            return self._append_now(txn, bytes(data), num_messages, publish_time)
         # Until recovery is over (the ended txns are not all known yet), and until the topic is
         # durably marked as transactional, appends wait here in order (as Pulsar's do).
         future: asyncio.Future[Position] = loop.create_future()
-        self._queued.append(_QueuedAppend(txn, bytes(data), num_messages, publish_time, future))
+        self._queued.append(_QueuedAppend(txn, data, num_messages, publish_time, future))
         if self.state is BufferState.READY:
             self._release_queue()
         return future
 
     def _append_now(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int) -> asyncio.Future[Position]:
-        loop = asyncio.get_running_loop()
-        if self._has_ended(txn):
+        # A txn already open here (and not being ended) has not ended: skip the checks.
+        ongoing = txn in self._ongoing and txn not in self._ending
+        if not ongoing and self._has_ended(txn):
             # Apache's answer (TopicTransactionBuffer): NotAllowedException, this message.
-            return _failed(loop, NotAllowedError(
+            return _failed(asyncio.get_running_loop(), NotAllowedError(
                 f"Transaction [{txn}] has been ended. Please use a new transaction to send message."))
         try:
             position, durable = self.ledger.append_entry(
                 data, txn_most=txn.most_bits, txn_least=txn.least_bits,
                 num_messages=num_messages, publish_time=publish_time)
         except StorageError as exc:
-            return _failed(loop, exc)
-        if position is None:
-            return durable
-        self._register(txn, position)
-        self._in_flight.setdefault(txn, []).append(position)
-        result: asyncio.Future[Position] = loop.create_future()
-        durable.add_done_callback(partial(self._appended, txn, position, result))
-        return result
+            return _failed(asyncio.get_running_loop(), exc)
+        if position is not None and not ongoing:
+            self._register(txn, position)
+        return durable
 
-    def _appended(self, txn: TxnId, position: Position, result: asyncio.Future[Position],
-                  durable: asyncio.Future[Position]) -> None:
-        pending = self._in_flight.get(txn)
-        if pending is not None:
-            pending.remove(position)
-            if not pending:
-                del self._in_flight[txn]
-        error = durable.exception()
-        if error is None:
-            if not result.done():
-                result.set_result(position)
-            return
-        # Nothing of a failed append is durable. If it was the txn's first position, the txn
-        # starts at its next append still in flight, or is not open here at all.
-        if self._ongoing.first_position(txn) == position:
+    def _on_append_failed(self, first_failed: Position) -> None:
+        """Appends failed: nothing from `first_failed` on is durable, so a txn whose first
+        position is there has no entry on this topic (its later appends failed too)."""
+        gone = [txn for txn, first in self._ongoing.items() if first >= first_failed]
+        for txn in gone:
             self._ongoing.remove(txn)
-            if pending:
-                self._register(txn, min(pending))
+        if gone:
             self._notify()
-        if not result.done():
-            result.set_exception(error)
 
     def _register(self, txn: TxnId, position: Position) -> None:
         if self._ongoing.add(txn, position):

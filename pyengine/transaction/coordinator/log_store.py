@@ -237,36 +237,47 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         return _copy(meta)
 
     async def add_produced_partitions(self, txn: TxnId, partitions: list[str]) -> None:
+        await self._await_write(self.register_produced_partitions(txn, partitions))
+
+    async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
+        await self._await_write(self.register_acked_subscriptions(txn, subscriptions))
+
+    def register_produced_partitions(self, txn: TxnId, partitions: list[str]) -> asyncio.Future[Any]:
+        """Like `add_produced_partitions`, but the record is submitted before this returns
+        (errors are raised at once) and its write is returned to be awaited later (it fails
+        with a StorageError): a caller that appends the txn's first entry in the same
+        event-loop turn gets both into one LMDB transaction — the entry can never be durable
+        without its partition's registration."""
         self._check_ready()
         partitions = check_partitions(partitions)
         state = self._open_txn(check_txn(txn))
         added = _add_new(partitions, state.meta.partitions, state.partition_set)
         if not added:
-            await self._settled(state)
-            return
+            return self._last_write(state)
         now = self._clock()
         value = records.add_partitions_record(self.coordinator_id, txn.least_bits, added, now)
 
         def undo() -> None:
             _remove(added, state.meta.partitions, state.partition_set)
 
-        await self._append_op(state, value, now, undo)
+        return self._submit_op(state, value, now, undo)
 
-    async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
+    def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
+        """`add_acked_subscriptions` with the record submitted before this returns (see
+        `register_produced_partitions`)."""
         self._check_ready()
         subscriptions = check_subscriptions(subscriptions)
         state = self._open_txn(check_txn(txn))
         added = _add_new(subscriptions, state.meta.subscriptions, state.subscription_set)
         if not added:
-            await self._settled(state)
-            return
+            return self._last_write(state)
         now = self._clock()
         value = records.add_subscriptions_record(self.coordinator_id, txn.least_bits, added, now)
 
         def undo() -> None:
             _remove(added, state.meta.subscriptions, state.subscription_set)
 
-        await self._append_op(state, value, now, undo)
+        return self._submit_op(state, value, now, undo)
 
     async def update_status(self, txn: TxnId, new: TxnStatus, expected: TxnStatus, *,
                             timed_out: bool = False) -> TxnMeta:
@@ -361,6 +372,9 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
     # --- changes --------------------------------------------------------------------------
 
     async def _append_op(self, state: _LiveTxn, value: bytes, now: int, undo: Callable[[], None]) -> None:
+        await self._await_write(self._submit_op(state, value, now, undo))
+
+    def _submit_op(self, state: _LiveTxn, value: bytes, now: int, undo: Callable[[], None]) -> asyncio.Future[Any]:
         key = self._allocate_log_key()
         state.log_keys.append(key)
         state.meta.last_modified_ms = now
@@ -371,7 +385,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             _discard(state.log_keys, key)
 
         state.last_write = self._submit(lambda txn: txn.put(key, value, db=db), undo_op)
-        await self._await_write(state.last_write)
+        return state.last_write
 
     async def _decide(self, state: _LiveTxn, new: TxnStatus, timed_out: bool) -> TxnMeta:
         meta = state.meta
@@ -434,6 +448,14 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             await asyncio.shield(future)
         except StorageError as exc:
             raise PersistenceError(f"transaction coordinator {self.coordinator_id}: {exc}") from exc
+
+    def _last_write(self, state: _LiveTxn) -> asyncio.Future[Any]:
+        """A no-op request succeeds once the change it repeats is durable."""
+        if state.last_write is not None and not state.last_write.done():
+            return state.last_write
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     async def _settled(self, state: _LiveTxn) -> None:
         """A no-op request succeeds once the change it repeats is durable."""

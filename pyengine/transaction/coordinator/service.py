@@ -16,6 +16,7 @@ step 2 and re-arms the timeouts of the OPEN ones.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 import logging
 import time
 from dataclasses import dataclass
@@ -181,14 +182,21 @@ class TransactionCoordinatorService:
         return meta.txn_id
 
     async def add_produced_partitions(self, txn: TxnId, partitions: list[str]) -> None:
-        self._check_running()
-        partitions = check_partitions(partitions)
-        await self._store_of(txn).add_produced_partitions(txn, partitions)
+        await self.register_produced_partitions(txn, partitions)
 
     async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
+        await self.register_acked_subscriptions(txn, subscriptions)
+
+    def register_produced_partitions(self, txn: TxnId, partitions: list[str]) -> asyncio.Future[Any]:
+        """Submit the registration now, await it later: an in-process producer appends the
+        txn's entry in the same event-loop turn, so both are written in one LMDB transaction
+        and the send costs no extra commit (the entry is never durable without it)."""
         self._check_running()
-        subscriptions = check_subscriptions(subscriptions)
-        await self._store_of(txn).add_acked_subscriptions(txn, subscriptions)
+        return self._store_of(txn).register_produced_partitions(txn, check_partitions(partitions))
+
+    def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
+        self._check_running()
+        return self._store_of(txn).register_acked_subscriptions(txn, check_subscriptions(subscriptions))
 
     def get(self, txn: TxnId) -> TxnMeta:
         self._check_running()
@@ -279,15 +287,21 @@ class TransactionCoordinatorService:
             final = (TxnStatus.COMMITTED if ending.action == TxnAction.COMMIT
                      else TxnStatus.TIME_OUT if meta.timed_out else TxnStatus.ABORTED)
             await self._tell_participants(store, meta, ending.action)
-            await until_confirmed(lambda: store.update_status(txn, final, deciding),
-                                  f"writing {final.name} for {txn}", self.backoff, retry_on=(PersistenceError,))
+            # Every participant has applied the decision durably: the outcome is final and the
+            # caller is answered now. The terminal record only lets the log be trimmed; after a
+            # crash before it lands, recovery resumes the (idempotent) ending.
             self._counters.record_ended(final)
             ending.done.set_result(final)
+            await until_confirmed(lambda: store.update_status(txn, final, deciding),
+                                  f"writing {final.name} for {txn}", self.backoff, retry_on=(PersistenceError,))
         except asyncio.CancelledError:
             _stopped(txn, ending)
             raise
         except Exception as exc:
-            ending.done.set_exception(exc)
+            if not ending.done.done():
+                ending.done.set_exception(exc)
+            else:
+                log.error("could not write the end of %s (recovery will): %s", txn, exc)
         finally:
             if self._endings.get(txn) is ending:
                 del self._endings[txn]
