@@ -49,6 +49,15 @@ def split_headers_and_payload(data: bytes | memoryview) -> tuple[bytes, bytes]:
     return bytes(view[start:start + size]), bytes(view[start + size:])
 
 
+def encode_entry(data: bytes, txn_most: int = NO_TXN, txn_least: int = NO_TXN, marker_type: int = MARKER_NONE,
+                 num_messages: int = 1, publish_time: int = 0) -> bytes:
+    """The stored form of an entry: header, then the message bytes."""
+    return _pack_header(HEADER_VERSION, 0, marker_type, txn_most, txn_least, num_messages, publish_time) + data
+
+
+_pack_header = HEADER.pack
+
+
 @dataclass(slots=True)
 class Entry:
     """One entry read from a managed ledger."""
@@ -70,8 +79,8 @@ class Entry:
         return self.marker_type != MARKER_NONE
 
     def encode(self) -> bytes:
-        return HEADER.pack(HEADER_VERSION, 0, self.marker_type, self.txn_most, self.txn_least,
-                           self.num_messages, self.publish_time) + self.data
+        return encode_entry(self.data, self.txn_most, self.txn_least, self.marker_type, self.num_messages,
+                            self.publish_time)
 
     @classmethod
     def decode(cls, position: Position, value: bytes | memoryview) -> Entry:

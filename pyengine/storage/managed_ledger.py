@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
-from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry
+from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry
 from pyengine.storage.environment import StorageEnvironment
 from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
 from pyengine.storage.records_pb2 import LedgerRecord, PositionRecord, TopicRecord
@@ -38,6 +39,15 @@ class ManagedLedgerConfig:
     # (Pulsar's default); otherwise ledgers are kept until older / larger than the limit.
     retention_ms: int = -1
     retention_bytes: int = -1
+
+
+@dataclass(slots=True)
+class _AppendBatch:
+    """Appends that go into one group commit: LMDB items, their positions, who to tell."""
+
+    items: list[tuple[bytes, bytes]] = field(default_factory=list)
+    positions: list[Position] = field(default_factory=list)
+    completions: list[tuple[asyncio.Future, object]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -80,7 +90,7 @@ class ManagedLedger:
         self.lac: Position = last if last is not None else Position(self._last_ledger_id(), -1)
         self._current: LedgerInfo | None = None
         self._next_entry = 0
-        self._queued: list[tuple[bytes, bytes, Position, asyncio.Future]] | None = None
+        self._queued: _AppendBatch | None = None
         self._in_flight = 0
         self._listeners: list[Callable[[], None]] = []
         self._trim_listeners: list[Callable[[Position], None]] = []
@@ -194,12 +204,44 @@ class ManagedLedger:
         and the entry becomes readable there when the future resolves (a transaction buffer
         registers the position before any reader can reach it). The position is None when
         the append failed at once (the future then holds the error)."""
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        batch = self._batch_for_append(future)
+        if batch is None:
+            return None, future
+        position = self._add(batch, encode_entry(data, txn_most, txn_least, marker_type, num_messages, publish_time))
+        batch.completions.append((future, position))
+        return position, future
+
+    def append_batch(self, entries: list[bytes], *, publish_time: int = 0) -> asyncio.Future[list[Position]]:
+        """Append several plain entries in order; one future resolves with all their positions
+        once they are durable (for a producer that has many entries at hand, e.g. everything
+        one socket read brought)."""
+        future: asyncio.Future[list[Position]] = asyncio.get_running_loop().create_future()
+        batch = self._batch_for_append(future)
+        if batch is None:
+            return future
+        add = self._add
+        positions = [add(batch, encode_entry(data, NO_TXN, NO_TXN, MARKER_NONE, 1, publish_time))
+                     for data in entries]
+        batch.completions.append((future, positions))
+        return future
+
+    def _batch_for_append(self, future: asyncio.Future) -> _AppendBatch | None:
+        """The batch of appends the next group commit writes (None: the ledger refuses appends,
+        and `future` holds why)."""
         self._check_open()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Position] = loop.create_future()
         if self.terminated_at is not None:
             future.set_exception(TopicTerminatedError(f"topic {self.name} is terminated at {self.terminated_at}"))
-            return None, future
+            return None
+        batch = self._queued
+        if batch is None:
+            batch = self._queued = _AppendBatch()
+            self.env.submit(partial(self._write, batch), key=("append", self.topic_id),
+                            on_seal=self._seal).add_done_callback(partial(self._appended, batch))
+            self._in_flight += 1
+        return batch
+
+    def _add(self, batch: _AppendBatch, value: bytes) -> Position:
         current = self._current
         if current is None or self._should_roll(current):
             if current is not None:
@@ -207,20 +249,14 @@ class ManagedLedger:
             self._start_ledger()
             current = self._current
             assert current is not None
-        position = Position(current.ledger_id, self._next_entry)
-        self._next_entry += 1
-        value = Entry(position, data, txn_most, txn_least, marker_type, num_messages, publish_time).encode()
+        entry_id = self._next_entry
+        self._next_entry = entry_id + 1
         current.entries += 1
         current.size += len(value)
-        if self._queued is None:
-            self._queued = []
-            queued = self._queued
-            self.env.submit(lambda txn: self._write(txn, queued), key=("append", self.topic_id),
-                            on_seal=self._seal).add_done_callback(
-                lambda done: self._appended(done, queued))
-            self._in_flight += 1
-        self._queued.append((self._key(position), value, position, future))
-        return position, future
+        position = Position(current.ledger_id, entry_id)
+        batch.items.append((self._prefix + pack_position(current.ledger_id, entry_id), value))
+        batch.positions.append(position)
+        return position
 
     def _should_roll(self, current: LedgerInfo) -> bool:
         return (self._next_entry >= self.config.max_entries_per_ledger
@@ -229,54 +265,59 @@ class ManagedLedger:
     def _seal(self) -> None:
         self._queued = None
 
-    def _write(self, txn, queued) -> None:
-        """Writer thread: put this batch's entries."""
-        put = txn.put
-        db = self._entries_db
-        for key, value, _position, _future in queued:
-            put(key, value, db=db)
+    def _write(self, batch: _AppendBatch, txn) -> None:
+        """Writer thread: put this batch's entries. Their keys increase, and follow every key
+        of this topic already stored; when they also follow every key of the database (the
+        newest topic, or the only one) LMDB appends them to full pages (MDB_APPEND) instead
+        of splitting pages in half, halving what the commit writes."""
+        cursor = txn.cursor(db=self._entries_db)
+        added = cursor.putmulti(batch.items, append=True)[1]
+        if added != len(batch.items):
+            cursor.putmulti(batch.items[added:])
 
-    def _appended(self, done: asyncio.Future, queued: list) -> None:
+    def _appended(self, batch: _AppendBatch, done: asyncio.Future) -> None:
         self._in_flight -= 1
         error = done.exception()
         if error is None:
-            self.lac = queued[-1][2]
+            self.lac = batch.positions[-1]
             if self._current is not None and self._current.ledger_id == self.lac.ledger_id:
                 self._current.last_entry_id = self.lac.entry_id
-            for _key, _value, position, future in queued:
+            for future, result in batch.completions:
                 if not future.done():
-                    future.set_result(position)
+                    future.set_result(result)
             for listener in list(self._listeners):
                 listener()
             return
-        self._fail_appends(queued, error)
+        self._fail_appends(batch, error)
 
-    def _fail_appends(self, queued: list, error: BaseException) -> None:
+    def _fail_appends(self, batch: _AppendBatch, error: BaseException) -> None:
         """A batch failed: nothing in it is durable. Appends already queued behind it would leave
         a gap, so they fail too, and every ledger they touched is closed at its last durable
         entry (a later append starts a new ledger), as BookKeeper closes a ledger after a
         write error."""
-        failed = list(queued)
+        failed = [batch]
         if self._queued is not None:
-            failed.extend(self._queued)
+            failed.append(self._queued)
             self.env.submit(None, key=("append", self.topic_id))   # drop the unsealed write
             self._queued = None
-        for ledger_id in sorted({item[2].ledger_id for item in failed}):
+        lost = [(position, len(value)) for b in failed for position, (_key, value) in zip(b.positions, b.items)]
+        for ledger_id in sorted({position.ledger_id for position, _size in lost}):
             info = self.ledgers[ledger_id]
-            lost = [item for item in failed if item[2].ledger_id == ledger_id]
-            info.entries -= len(lost)
-            info.size -= sum(len(item[1]) for item in lost)
+            sizes = [size for position, size in lost if position.ledger_id == ledger_id]
+            info.entries -= len(sizes)
+            info.size -= sum(sizes)
             info.last_entry_id = self.lac.entry_id if self.lac.ledger_id == ledger_id else -1
             info.closed = True
             if info is self._current:
                 self._current = None
             self._put_ledger_record(info)
-        first_failed = min(item[2] for item in failed)
+        first_failed = min(position for position, _size in lost)
         for listener in list(self._failure_listeners):
             listener(first_failed)
-        for _key, _value, _position, future in failed:
-            if not future.done():
-                future.set_exception(error)
+        for b in failed:
+            for future, _result in b.completions:
+                if not future.done():
+                    future.set_exception(error)
 
     async def terminate(self) -> Position:
         """Seal the ledger: wait for appends in flight, then refuse every later append.

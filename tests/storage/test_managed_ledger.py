@@ -34,6 +34,27 @@ async def test_append_assigns_increasing_positions_and_reads_them_back(env):
     assert [e.position for e in entries] == positions
 
 
+async def test_append_batch_keeps_order_with_single_appends(env):
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=7))
+    single = ml.append(b"a")
+    batch = ml.append_batch([f"b{i}".encode() for i in range(10)])
+    last = ml.append(b"c")
+    positions = [await single, *await batch, await last]
+    assert positions == sorted(positions) and len(set(positions)) == 12
+    assert [e.data for e in ml.read_entries(ml.first_position(), 100)] == \
+        [b"a", *[f"b{i}".encode() for i in range(10)], b"c"]
+
+
+async def test_a_lower_topic_appends_without_mdb_append(env):
+    """Entries of an older topic sort before a newer topic's: they are inserted, not appended."""
+    old = await ManagedLedger.open(env, TOPIC + "-old")
+    new = await ManagedLedger.open(env, TOPIC + "-new")
+    await new.append(b"n")
+    assert await old.append_batch([b"o1", b"o2"]) and await new.append(b"n2")
+    assert [e.data for e in old.read_entries(old.first_position(), 10)] == [b"o1", b"o2"]
+    assert [e.data for e in new.read_entries(new.first_position(), 10)] == [b"n", b"n2"]
+
+
 async def test_entry_header_fields_round_trip(env):
     ml = await ManagedLedger.open(env, TOPIC)
     pos = await ml.append(b"abc", txn_most=3, txn_least=77, marker_type=MARKER_TXN_ABORT,
