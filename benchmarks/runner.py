@@ -17,6 +17,7 @@ import platform
 import re
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -89,12 +90,15 @@ def table(figures: list[Figure], values: dict[str, float]) -> str:
     return "\n".join(rows)
 
 
-def record(suite: str, quick: bool, figures: list[Figure], values: dict[str, float]) -> None:
-    """Replace (or append) the `## suite` section of RESULTS.md."""
+def record(suite: str, quick: bool, figures: list[Figure], values: dict[str, float], notes: str = "") -> None:
+    """Replace (or append) the `## suite` section of RESULTS.md (the suite's NOTES follow the
+    table: what the baselines are, where the time goes)."""
     today = dt.date.today().isoformat()
     section = (f"## {suite}\n\nMeasured {today} on {machine_line()}; "
                f"`python -m benchmarks {suite}{' --quick' if quick else ''}`.\n\n"
                f"{table(figures, values)}\n")
+    if notes.strip():
+        section += "\n" + textwrap.dedent(notes).strip() + "\n"
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
     pattern = re.compile(rf"^## {re.escape(suite)}\n.*?(?=^## |\Z)", re.M | re.S)
     if pattern.search(text):
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(module.FIGURES, values))
     if args.record:
-        record(args.suite, args.quick, module.FIGURES, values)
+        record(args.suite, args.quick, module.FIGURES, values, getattr(module, "NOTES", ""))
         print(f"\nrecorded in {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
     if args.json:
         sys.stdout.flush()

@@ -144,7 +144,8 @@ class EmbeddedTransaction:
         event-loop turn, is committed together with it (as the client's ADD_PARTITION_TO_TXN
         before its first SEND)."""
         registration = self._partitions.get(topic)
-        if registration is None or (registration.done() and registration.exception() is not None):
+        if registration is None or (registration.done() and not registration.cancelled()
+                                    and registration.exception() is not None):
             registration = self.service.coordinator.register_produced_partitions(self.txn_id, [topic])
             self._partitions[topic] = registration
         return registration
@@ -165,8 +166,7 @@ class EmbeddedTransaction:
         abort instead and raise its error (as Pulsar's clients do)."""
         self._check_open()
         self.state = "committing"
-        results = await asyncio.gather(*self._operations, return_exceptions=True)
-        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        failure = await _first_failure(self._operations)
         if failure is not None:
             self.state = "aborting"
             await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
@@ -182,7 +182,7 @@ class EmbeddedTransaction:
     async def abort(self) -> None:
         self._check_open()
         self.state = "aborting"
-        await asyncio.gather(*self._operations, return_exceptions=True)
+        await _first_failure(self._operations)
         await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
         self.state = "aborted"
 
@@ -440,6 +440,19 @@ class EmbeddedConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise NotAllowedError("the consumer is closed")
+
+
+async def _first_failure(operations: list[asyncio.Future]) -> BaseException | None:
+    """Wait for every operation; the first error among them (None if all succeeded)."""
+    pending = [op for op in operations if not op.done()]
+    if pending:
+        await asyncio.wait(pending)
+    for op in operations:
+        if op.cancelled():
+            return asyncio.CancelledError("an operation of the transaction was cancelled")
+        if op.exception() is not None:
+            return op.exception()
+    return None
 
 
 _MASK64 = (1 << 64) - 1

@@ -70,6 +70,9 @@ class BrokerService:
 
     async def get_topic(self, name: str, *, create: bool = True) -> Topic:
         """The loaded topic `name` (normalised), loading it (and creating it when `create`)."""
+        topic = self.topics.get(name)            # already normalised: the common case
+        if topic is not None:
+            return topic
         topic_name = TopicName.parse(name)
         key = str(topic_name)
         topic = self.topics.get(key)
