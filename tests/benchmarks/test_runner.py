@@ -1,0 +1,30 @@
+"""`python -m benchmarks SUITE --quick --json` runs and ends with one JSON object holding every
+figure of the suite (the targets themselves are checked by reading RESULTS.md, not in CI:
+timings on a shared machine are not pass/fail material)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_engine, bench_kernels
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("suite, module", [("kernels", bench_kernels), ("engine", bench_engine)])
+def test_quick_run_prints_every_figure_as_json(suite, module):
+    result = subprocess.run([sys.executable, "-m", "benchmarks", suite, "--quick", "--json"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(figures) == {f.name for f in module.FIGURES}
+    assert all(isinstance(v, float | int) and v > 0 for v in figures.values()), figures
+
+
+def test_unknown_suite_is_refused():
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "nonsense"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and "invalid choice" in result.stderr
