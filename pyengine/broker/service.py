@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from pathlib import Path
 
+from pyengine.broker.policies import BrokerPolicies
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
 from pyengine.errors import TopicNotFoundError
@@ -57,12 +58,15 @@ class BrokerService:
         self.env = StorageEnvironment(config.data_dir, map_size=config.map_size, sync=config.sync)
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
+                                       deduplication_default=config.deduplication_enabled)
         self.coordinator = TransactionCoordinatorService(self.env, self, num_coordinators=config.num_coordinators,
                                                          clock=config.clock)
         self._started = False
         self._closed = False
 
     async def start(self) -> None:
+        await self.policies.ensure_defaults()
         await self.coordinator.start()
         self._started = True
 
@@ -80,6 +84,9 @@ class BrokerService:
             return topic
         if not create and not self.topic_exists(key):
             raise TopicNotFoundError(f"topic {key} does not exist")
+        if not self.policies.namespace_exists(topic_name.namespace_name):
+            raise TopicNotFoundError(f"namespace {topic_name.namespace_name} does not exist (create it first, "
+                                     "e.g. `pyengine admin namespaces create`)")
         loading = self._loading.get(key)
         if loading is None:
             loading = asyncio.ensure_future(Topic.load(self, topic_name))
@@ -108,6 +115,11 @@ class BrokerService:
                 if namespace is None or TopicName.parse(name).namespace_name == namespace:
                     names.append(name)
         return names
+
+    def refresh_policies(self) -> None:
+        """Apply changed namespace/topic policies to the loaded topics."""
+        for topic in self.topics.values():
+            topic.dedup.enabled = self.policies.deduplication_enabled(topic.name)
 
     async def delete_topic(self, name: str) -> None:
         topic = await self.get_topic(name, create=False)

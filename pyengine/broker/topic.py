@@ -46,7 +46,7 @@ class Topic:
         self.partition_index = name.partition_index
         self.ledger = ledger
         self.buffer = buffer
-        self.dedup = MessageDeduplication(ledger, service.config.deduplication_enabled)
+        self.dedup = MessageDeduplication(ledger, service.policies.deduplication_enabled(self.name))
         self.subscriptions: dict[str, Subscription] = {}
         self.producers: dict[str, Producer] = {}
         self._readers: list[Subscription] = []

@@ -1,0 +1,225 @@
+"""Tenants, namespaces, partitioned topics and their policies: what Pulsar keeps in its
+configuration store and the admin API manages.
+
+Records are JSON under `/admin/...` keys of the data dir's metadata database: tenants
+(`/admin/tenants/<tenant>`), namespaces with their policies (`/admin/namespaces/<t>/<ns>`),
+partitioned topics (`/admin/partitioned/<topic>` -> number of partitions) and topic-level
+policies (`/admin/topic-policies/<topic>`). Tenant `public` with namespace `default`, and the
+system namespace `pulsar/system` holding the transaction coordinators' assign topic, exist from
+the start, as in a Pulsar standalone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyengine.errors import InvalidTopicNameError, NotAllowedError, PulsarError
+from pyengine.naming import TopicName
+from pyengine.storage import StorageEnvironment
+
+_NAME = re.compile(r"^[-=:.\w]+$")
+DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
+TC_ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
+
+
+class NotFoundError(PulsarError):
+    """An admin object (tenant, namespace, partitioned topic) does not exist (HTTP 404)."""
+
+
+class ConflictError(PulsarError):
+    """An admin object already exists, or is still in use (HTTP 409)."""
+
+
+@dataclass
+class NamespacePolicies:
+    deduplication_enabled: bool | None = None      # None: the broker's default
+    retention_time_minutes: int | None = None
+    retention_size_mb: int | None = None
+    message_ttl_seconds: int | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NamespacePolicies:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+
+def check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidTopicNameError(f"invalid {kind} name {name!r}")
+    return name
+
+
+class BrokerPolicies:
+    """Admin metadata of one broker's data dir, read-through cached."""
+
+    def __init__(self, env: StorageEnvironment, *, num_coordinators: int, deduplication_default: bool) -> None:
+        self.env = env
+        self._db = env.db("metadata")
+        self.deduplication_default = deduplication_default
+        self.num_coordinators = num_coordinators
+        self._cache: dict[str, Any] = {}
+
+    # --- raw records ----------------------------------------------------------------------
+
+    def _get(self, key: str) -> Any:
+        if key in self._cache:
+            return self._cache[key]
+        with self.env.read() as txn:
+            raw = txn.get(key.encode(), db=self._db)
+        value = json.loads(raw) if raw is not None else None
+        self._cache[key] = value
+        return value
+
+    async def _put(self, key: str, value: Any) -> None:
+        raw, db = json.dumps(value, sort_keys=True).encode(), self._db
+        await self.env.submit(lambda txn: txn.put(key.encode(), raw, db=db), key=("policies", key))
+        self._cache[key] = value
+
+    async def _delete(self, key: str) -> None:
+        db = self._db
+        await self.env.submit(lambda txn: txn.delete(key.encode(), db=db), key=("policies", key))
+        self._cache[key] = None
+
+    def _children(self, prefix: str) -> list[str]:
+        names = []
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=self._db)
+            if cursor.set_range(prefix.encode()):
+                for key in cursor.iternext(values=False):
+                    key = key.decode()
+                    if not key.startswith(prefix):
+                        break
+                    names.append(key[len(prefix):])
+        return names
+
+    # --- tenants and namespaces -----------------------------------------------------------
+
+    async def ensure_defaults(self) -> None:
+        for namespace in DEFAULT_NAMESPACES:
+            tenant = namespace.split("/")[0]
+            if self._get(f"/admin/tenants/{tenant}") is None:
+                await self._put(f"/admin/tenants/{tenant}", {"allowedClusters": ["standalone"], "adminRoles": []})
+            if self._get(f"/admin/namespaces/{namespace}") is None:
+                await self._put(f"/admin/namespaces/{namespace}", NamespacePolicies().to_json())
+        if self.partitions(TC_ASSIGN_TOPIC) != self.num_coordinators:
+            await self._put(f"/admin/partitioned/{TC_ASSIGN_TOPIC}", self.num_coordinators)
+
+    def tenants(self) -> list[str]:
+        return self._children("/admin/tenants/")
+
+    def tenant(self, tenant: str) -> dict[str, Any]:
+        info = self._get(f"/admin/tenants/{check_name('tenant', tenant)}")
+        if info is None:
+            raise NotFoundError(f"tenant {tenant} does not exist")
+        return info
+
+    async def create_tenant(self, tenant: str, info: dict[str, Any] | None = None) -> None:
+        if self._get(f"/admin/tenants/{check_name('tenant', tenant)}") is not None:
+            raise ConflictError(f"tenant {tenant} already exists")
+        await self._put(f"/admin/tenants/{tenant}", info or {"allowedClusters": ["standalone"], "adminRoles": []})
+
+    async def delete_tenant(self, tenant: str) -> None:
+        self.tenant(tenant)
+        if self.namespaces(tenant):
+            raise ConflictError(f"tenant {tenant} still has namespaces")
+        await self._delete(f"/admin/tenants/{tenant}")
+
+    def namespaces(self, tenant: str) -> list[str]:
+        self.tenant(tenant)
+        return [f"{tenant}/{ns}" for ns in self._children(f"/admin/namespaces/{tenant}/")]
+
+    def namespace_exists(self, namespace: str) -> bool:
+        return self._get(f"/admin/namespaces/{namespace}") is not None
+
+    def policies(self, namespace: str) -> NamespacePolicies:
+        data = self._get(f"/admin/namespaces/{namespace}")
+        if data is None:
+            raise NotFoundError(f"namespace {namespace} does not exist")
+        return NamespacePolicies.from_json(data)
+
+    async def create_namespace(self, namespace: str, policies: NamespacePolicies | None = None) -> None:
+        tenant, _, local = namespace.partition("/")
+        check_name("namespace", local)
+        self.tenant(tenant)
+        if self.namespace_exists(namespace):
+            raise ConflictError(f"namespace {namespace} already exists")
+        await self._put(f"/admin/namespaces/{namespace}", (policies or NamespacePolicies()).to_json())
+
+    async def set_policies(self, namespace: str, policies: NamespacePolicies) -> None:
+        self.policies(namespace)
+        await self._put(f"/admin/namespaces/{namespace}", policies.to_json())
+
+    async def delete_namespace(self, namespace: str, *, has_topics: bool) -> None:
+        self.policies(namespace)
+        if namespace in DEFAULT_NAMESPACES:
+            raise NotAllowedError(f"namespace {namespace} cannot be deleted")
+        if has_topics:
+            raise ConflictError(f"namespace {namespace} still has topics")
+        await self._delete(f"/admin/namespaces/{namespace}")
+
+    # --- partitioned topics ---------------------------------------------------------------
+
+    def partitions(self, topic: str) -> int:
+        """Number of partitions of `topic` (0: not a partitioned topic)."""
+        return self._get(f"/admin/partitioned/{TopicName.parse(topic)}") or 0
+
+    def partitioned_topics(self, namespace: str) -> list[str]:
+        prefix = "/admin/partitioned/"
+        return [name for name in self._children(prefix) if TopicName.parse(name).namespace_name == namespace]
+
+    async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        name = TopicName.parse(topic)
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+            raise ValueError(f"the number of partitions must be an int >= 1, not {partitions!r}")
+        if name.partition_index >= 0:
+            raise InvalidTopicNameError(f"{name} is a partition, not a topic")
+        self.policies(name.namespace_name)
+        if self.partitions(str(name)):
+            raise ConflictError(f"partitioned topic {name} already exists")
+        await self._put(f"/admin/partitioned/{name}", partitions)
+
+    async def update_partitions(self, topic: str, partitions: int) -> None:
+        current = self.partitions(topic)
+        if not current:
+            raise NotFoundError(f"partitioned topic {topic} does not exist")
+        if not isinstance(partitions, int) or partitions < current:
+            raise ValueError(f"partitions can only grow (from {current}), not become {partitions!r}")
+        await self._put(f"/admin/partitioned/{TopicName.parse(topic)}", partitions)
+
+    async def delete_partitioned_topic(self, topic: str) -> None:
+        if not self.partitions(topic):
+            raise NotFoundError(f"partitioned topic {topic} does not exist")
+        await self._delete(f"/admin/partitioned/{TopicName.parse(topic)}")
+
+    # --- policies that topics read --------------------------------------------------------
+
+    def topic_policies(self, topic: str) -> dict[str, Any]:
+        return self._get(f"/admin/topic-policies/{TopicName.parse(topic).partitioned_topic}") or {}
+
+    async def set_topic_policy(self, topic: str, name: str, value: Any) -> None:
+        key = f"/admin/topic-policies/{TopicName.parse(topic).partitioned_topic}"
+        policies = dict(self._get(key) or {})
+        if value is None:
+            policies.pop(name, None)
+        else:
+            policies[name] = value
+        await self._put(key, policies)
+
+    def deduplication_enabled(self, topic: str) -> bool:
+        """Topic policy, else namespace policy, else the broker's default (Pulsar's order)."""
+        topic_value = self.topic_policies(topic).get("deduplicationEnabled")
+        if topic_value is not None:
+            return bool(topic_value)
+        name = TopicName.parse(topic)
+        if self.namespace_exists(name.namespace_name):
+            namespace_value = self.policies(name.namespace_name).deduplication_enabled
+            if namespace_value is not None:
+                return namespace_value
+        return self.deduplication_default
