@@ -14,18 +14,9 @@ from pyengine.errors import (
     NotAllowedError,
     TransactionConflictError,
 )
+from tests.broker.helpers import drain
 
 T = "persistent://public/default/t"
-
-
-async def drain(consumer, timeout=0.2):
-    """Everything the consumer can receive now (stops after `timeout` s of silence)."""
-    out = []
-    while True:
-        try:
-            out.append(await consumer.receive(timeout=timeout))
-        except TimeoutError:
-            return out
 
 
 async def test_produce_and_consume_in_order(tmp_path):

@@ -5,17 +5,9 @@ import asyncio
 
 from pyengine.broker import Broker
 from pyengine.client import MessageId
+from tests.broker.helpers import drain
 
 T = "persistent://public/default/regression"
-
-
-async def drain(consumer, timeout=0.2):
-    out = []
-    while True:
-        try:
-            out.append(await consumer.receive(timeout=timeout))
-        except TimeoutError:
-            return out
 
 
 async def test_21466_last_message_id_is_the_read_horizon_not_the_lac(tmp_path):

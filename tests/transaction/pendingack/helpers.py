@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedCursor, ManagedLedger, ManagedLedgerConfig, StorageEnvironment
+from pyengine.transaction.pendingack import IndividualAck
 from pyengine.transaction.pendingack.handle import PendingAckHandleImpl
 from pyengine.transaction.pendingack.log_store import LogPendingAckStore
 from pyengine_kernels import Position, TxnId, ackset_and, ackset_new
@@ -53,3 +54,8 @@ def acking(batch_size: int, *indexes: int) -> list[int]:
         words[index // 64] &= ~(1 << (index % 64))
     signed = [word - (1 << 64) if word >> 63 else word for word in words]
     return ackset_and(signed, signed)
+
+
+def batch(position, size, *indexes):
+    """A transactional ack of `indexes` of the batch entry at `position`."""
+    return IndividualAck(position, size, tuple(acking(size, *indexes)))

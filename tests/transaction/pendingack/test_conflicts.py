@@ -13,12 +13,9 @@ from tests.transaction.pendingack.helpers import (
     T2,
     T3,
     acking,
+    batch,
     open_subscription,
 )
-
-
-def batch(position, size, *indexes):
-    return IndividualAck(position, size, tuple(acking(size, *indexes)))
 
 
 def log_records(sub):

@@ -17,12 +17,9 @@ from tests.transaction.pendingack.helpers import (
     T2,
     T3,
     acking,
+    batch,
     open_subscription,
 )
-
-
-def batch(position, size, *indexes):
-    return IndividualAck(position, size, tuple(acking(size, *indexes)))
 
 
 async def test_pulsar_19581_complementary_ack_sets_make_a_batch_undeliverable(env):
