@@ -1,5 +1,18 @@
-"""Client-side API: messages and message ids (shared by the embedded and network clients)."""
+"""pyengine's asyncio Pulsar client (with transactions), and the message types it shares with
+the embedded client."""
 
+from pyengine.client.client import Client
+from pyengine.client.consumer import Consumer
+from pyengine.client.errors import (
+    AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError, MessageTooBigError,
+    ProducerQueueIsFullError,
+)
 from pyengine.client.message import Message, MessageId
+from pyengine.client.producer import Producer
+from pyengine.client.reader import Reader
+from pyengine.client.transaction import Transaction
 
-__all__ = ["Message", "MessageId"]
+__all__ = [
+    "AlreadyClosedError", "Client", "ConnectError", "Consumer", "CumulativeAcknowledgementNotAllowedError",
+    "Message", "MessageId", "MessageTooBigError", "Producer", "ProducerQueueIsFullError", "Reader", "Transaction",
+]

@@ -55,13 +55,17 @@ class MessageId:
             return NotImplemented
         return self._key() < other._key()
 
-    def serialize(self) -> bytes:
-        """The wire form (MessageIdData), compatible with pulsar-client's MessageId.serialize."""
+    def to_proto(self) -> MessageIdData:
+        """The MessageIdData of this id (as the network client puts it into commands)."""
         data = MessageIdData(ledgerId=_to_u64(self.ledger_id), entryId=_to_u64(self.entry_id),
                              partition=self.partition, batch_index=self.batch_index)
         if self.batch_size:
             data.batch_size = self.batch_size
-        return data.SerializeToString()
+        return data
+
+    def serialize(self) -> bytes:
+        """The wire form (MessageIdData), compatible with pulsar-client's MessageId.serialize."""
+        return self.to_proto().SerializeToString()
 
     @classmethod
     def deserialize(cls, data: bytes) -> MessageId:

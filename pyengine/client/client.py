@@ -1,0 +1,174 @@
+"""`Client`: the asyncio Pulsar client, with transactions.
+
+    async with Client("pulsar://127.0.0.1:6650") as client:
+        txn = await client.new_transaction(timeout_ms=60_000)
+        producer = await client.create_producer("persistent://public/default/out")
+        consumer = await client.subscribe("persistent://public/default/in", "sub",
+                                          consumer_type="exclusive", initial_position="earliest")
+        msg = await consumer.receive()
+        await producer.send(b"...", txn=txn)
+        await consumer.acknowledge(msg, txn=txn)
+        await txn.commit()
+
+The method names and semantics are those of the embedded client (`Broker.embedded()`), so code
+written against one runs against the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+from types import TracebackType
+
+from pyengine.client.config import ClientConfig
+from pyengine.client.consumer import Consumer, ConsumerOptions
+from pyengine.client.coordinator import TransactionCoordinatorClient
+from pyengine.client.errors import AlreadyClosedError
+from pyengine.client.lookup import LookupService
+from pyengine.client.message import MessageId
+from pyengine.client.pool import ConnectionPool
+from pyengine.client.producer import PartitionProducer, Producer, ProducerOptions
+from pyengine.client.reader import Reader
+from pyengine.client.transaction import Transaction
+from pyengine.client.url import parse_service_url
+from pyengine.client.validation import check_int, check_topic
+from pyengine.naming import TopicName
+
+log = logging.getLogger(__name__)
+
+
+class ClientCore:
+    """What producers, consumers and coordinator handlers share: settings, connections,
+    lookups and the client-wide id counters."""
+
+    def __init__(self, service_url: str, config: ClientConfig) -> None:
+        self.config = config
+        self.pool = ConnectionPool(config)
+        self.lookup = LookupService(self.pool, parse_service_url(service_url), config)
+        self._producer_ids = itertools.count()
+        self._consumer_ids = itertools.count()
+        self.open_objects: list[Producer | Consumer] = []
+        self.coordinator = TransactionCoordinatorClient(self)
+
+    def new_producer_id(self) -> int:
+        return next(self._producer_ids)
+
+    def new_consumer_id(self) -> int:
+        return next(self._consumer_ids)
+
+    def forget(self, closed: Producer | Consumer) -> None:
+        if closed in self.open_objects:
+            self.open_objects.remove(closed)
+
+
+class Client:
+    def __init__(self, service_url: str, *, operation_timeout_seconds: float = 30.0,
+                 connection_timeout_ms: int = 10_000, keep_alive_interval_seconds: float = 30.0) -> None:
+        check_int("connection_timeout_ms", connection_timeout_ms, 1)
+        config = ClientConfig(operation_timeout=operation_timeout_seconds,
+                              connection_timeout=connection_timeout_ms / 1000,
+                              keep_alive_interval=keep_alive_interval_seconds)
+        self._core = ClientCore(service_url, config)
+        self._closed = False
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosedError("the client is closed")
+
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        """The partitions of `topic` (the topic itself when it is not partitioned)."""
+        self._check_open()
+        name = check_topic(topic)
+        partitions = await self._core.lookup.partitions(name)
+        if partitions == 0:
+            return [name]
+        parsed = TopicName.parse(name)
+        return [str(parsed.partition(i)) for i in range(partitions)]
+
+    async def create_producer(self, topic: str, *, producer_name: str | None = None, batching_enabled: bool = False,
+                              batching_max_messages: int = 1000,
+                              batching_max_allowed_size_in_bytes: int = 128 * 1024,
+                              batching_max_publish_delay_ms: int = 10, max_pending_messages: int = 1000,
+                              block_if_queue_full: bool = True, send_timeout_ms: int = 30_000,
+                              initial_sequence_id: int | None = None) -> Producer:
+        """A producer on `topic` (on every partition of a partitioned topic)."""
+        self._check_open()
+        name = check_topic(topic)
+        options = ProducerOptions(producer_name, batching_enabled, batching_max_messages,
+                                  batching_max_allowed_size_in_bytes, batching_max_publish_delay_ms,
+                                  max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id)
+        partitions = await self._core.lookup.partitions(name)
+        parsed = TopicName.parse(name)
+        handlers = ([PartitionProducer(self._core, str(parsed.partition(i)), i, options) for i in range(partitions)]
+                    if partitions > 0 else [PartitionProducer(self._core, name, -1, options)])
+        results = await asyncio.gather(*(h._start() for h in handlers), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(h.close() for h in handlers))
+            raise errors[0]
+        producer = Producer(self._core, name, handlers, options, partitioned=partitions > 0)
+        self._core.open_objects.append(producer)
+        return producer
+
+    async def subscribe(self, topic: str, subscription_name: str, *, consumer_type: str = "exclusive",
+                        initial_position: str = "latest", receiver_queue_size: int = 1000,
+                        consumer_name: str | None = None, priority: int = 0,
+                        negative_ack_redelivery_delay_ms: int = 60_000) -> Consumer:
+        """Subscribe to `topic` (every partition of a partitioned topic)."""
+        self._check_open()
+        name = check_topic(topic)
+        options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
+                                  consumer_name, priority, negative_ack_redelivery_delay_ms)
+        consumer = Consumer(self._core, name, options, await self._core.lookup.partitions(name))
+        await consumer._start()
+        self._core.open_objects.append(consumer)
+        return consumer
+
+    async def create_reader(self, topic: str, start_message_id: MessageId, *, receiver_queue_size: int = 1000,
+                            start_message_id_inclusive: bool = True, reader_name: str | None = None) -> Reader:
+        """A reader of `topic` from `start_message_id` on (MessageId.earliest / .latest too);
+        like the embedded client's, it includes the start message unless told otherwise."""
+        self._check_open()
+        name = check_topic(topic)
+        if not isinstance(start_message_id, MessageId):
+            raise TypeError(f"start_message_id must be a MessageId, not {type(start_message_id).__name__}")
+        partitions = await self._core.lookup.partitions(name)
+        if partitions > 0 and start_message_id not in (MessageId.earliest, MessageId.latest):
+            raise ValueError("a reader of a partitioned topic starts at MessageId.earliest or MessageId.latest")
+        options = ConsumerOptions(f"reader-{random.getrandbits(40):010x}", "exclusive", "latest",
+                                  receiver_queue_size, reader_name, 0, 60_000, durable=False,
+                                  start_message_id=start_message_id,
+                                  start_message_id_inclusive=start_message_id_inclusive)
+        reader = Reader(self._core, name, options, partitions)
+        await reader._start()
+        self._core.open_objects.append(reader)
+        return reader
+
+    async def new_transaction(self, timeout_ms: int = 60_000) -> Transaction:
+        """Begin a transaction; the coordinator aborts it if it is not ended within `timeout_ms`."""
+        self._check_open()
+        check_int("timeout_ms", timeout_ms, 1)
+        txn_id = await self._core.coordinator.new_transaction(timeout_ms)
+        return Transaction(self._core.coordinator, txn_id, timeout_ms)
+
+    async def close(self) -> None:
+        """Close every producer (after its pending sends), consumer and connection."""
+        if self._closed:
+            return
+        self._closed = True
+        for closable in list(self._core.open_objects):
+            try:
+                await closable.close()
+            except Exception as exc:           # closing goes on for the others
+                log.warning("closing %r: %s", closable, exc)
+        await self._core.coordinator.close()
+        await self._core.pool.close()

@@ -1,0 +1,606 @@
+"""Consumers: receiver queues with FLOW permits, acknowledgements, redelivery, seek.
+
+A `PartitionConsumer` is one broker-side consumer on one topic or partition. It gives the broker
+`receiver_queue_size` permits when it subscribes and, as the C++ client does, tops them up by
+the number taken once the application has taken half of the queue. Messages land in the
+`Consumer`'s queue (one queue for all partitions); each queued message remembers the
+generation of its partition consumer, so a reconnect, a seek or a redelivery drops what was
+queued before it without touching the other partitions.
+
+Plain acknowledgements are fire-and-forget (as in Pulsar, no ACK_RESPONSE is asked for) and
+are grouped per event-loop turn; a batch message is acknowledged by its index (an ack set with
+only its bit cleared, which the broker merges). Transactional acknowledgements register the
+subscription with the transaction first, ask for an ACK_RESPONSE and wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from core_ext.frames import Frame
+from pyengine.client.connection import ClientConnection
+from pyengine.client.errors import AlreadyClosedError, CumulativeAcknowledgementNotAllowedError
+from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
+from pyengine.client.message import DecodeError, Message, MessageId, decode_entry
+from pyengine.client.negative_acks import NegativeAckTracker
+from pyengine.client.validation import (
+    check_consumer_type, check_initial_position, check_int, check_name, check_timeout,
+)
+from pyengine.errors import PulsarError
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.commands import base_command
+from pyengine_kernels import Position
+
+if TYPE_CHECKING:
+    from pyengine.client.client import ClientCore
+    from pyengine.client.transaction import Transaction
+
+log = logging.getLogger(__name__)
+
+T = pb.BaseCommand
+_SUB_TYPES = {"exclusive": pb.CommandSubscribe.Exclusive, "shared": pb.CommandSubscribe.Shared,
+              "failover": pb.CommandSubscribe.Failover, "key_shared": pb.CommandSubscribe.Key_Shared}
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    subscription_name: str
+    consumer_type: str = "exclusive"
+    initial_position: str = "latest"
+    receiver_queue_size: int = 1000
+    consumer_name: str | None = None
+    priority: int = 0
+    negative_ack_redelivery_delay_ms: int = 60_000
+    durable: bool = True
+    start_message_id: MessageId | None = None
+    start_message_id_inclusive: bool = True
+
+    def __post_init__(self) -> None:
+        check_name("subscription_name", self.subscription_name)
+        object.__setattr__(self, "consumer_type", check_consumer_type(self.consumer_type))
+        check_initial_position(self.initial_position)
+        check_int("receiver_queue_size", self.receiver_queue_size, 1)
+        check_name("consumer_name", self.consumer_name, optional=True)
+        check_int("priority", self.priority, 0)
+        check_int("negative_ack_redelivery_delay_ms", self.negative_ack_redelivery_delay_ms, 0)
+        if self.start_message_id is not None and not isinstance(self.start_message_id, MessageId):
+            raise TypeError(f"start_message_id must be a MessageId, not {type(self.start_message_id).__name__}")
+        if not isinstance(self.start_message_id_inclusive, bool):
+            raise TypeError("start_message_id_inclusive must be a bool")
+
+
+def _signed(word: int) -> int:
+    return word - (1 << 64) if word >= 1 << 63 else word
+
+
+def _ack_id(message_id: MessageId, *, whole_entry: bool = False) -> pb.MessageIdData:
+    """The MessageIdData acknowledging one message: its entry, or for a batch message the
+    entry's ack set with only its index cleared (set bits are the unacknowledged indexes)."""
+    data = pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=message_id.entry_id & _MASK64)
+    if not whole_entry and message_id.batch_index >= 0 and message_id.batch_size > 0:
+        size = message_id.batch_size
+        words = [_MASK64] * (size // 64) + ([(1 << (size % 64)) - 1] if size % 64 else [])
+        words[message_id.batch_index // 64] &= ~(1 << (message_id.batch_index % 64))
+        data.ack_set.extend(_signed(w) for w in words)
+        data.batch_size = size
+    return data
+
+
+class PartitionConsumer(ConnectionHandler):
+    def __init__(self, core: ClientCore, parent: Consumer, topic: str, partition: int,
+                 options: ConsumerOptions) -> None:
+        super().__init__(core, topic)
+        self._parent = parent
+        self.partition = partition
+        self.options = options
+        self.consumer_id = core.new_consumer_id()
+        self.consumer_name = (options.consumer_name if options.consumer_name is not None
+                              else "" if not options.durable else f"{random.getrandbits(40):010x}")
+        self.generation = 0
+        self.queued = 0
+        self._consumed_since_flow = 0
+        self._flow_threshold = max(1, options.receiver_queue_size // 2)
+        self.active = False
+        self._ready = asyncio.Event()
+        self._acks: list[pb.MessageIdData] = []
+        self._cumulative: pb.MessageIdData | None = None
+        self._ack_flush: asyncio.Handle | None = None
+        # Readers: where to start, and the last message handed out (the restart point).
+        self.start = options.start_message_id
+        self.start_inclusive = options.start_message_id_inclusive
+        self.last_dequeued: MessageId | None = None
+
+    def __repr__(self) -> str:
+        return f"consumer {self.consumer_id} of {self.options.subscription_name!r} on {self.topic}"
+
+    # --- connection -----------------------------------------------------------------------
+
+    async def _connection_opened(self, connection: ClientConnection) -> None:
+        options = self.options
+        connection.consumers[self.consumer_id] = self
+        cmd = base_command(
+            T.SUBSCRIBE, topic=self.topic, subscription=options.subscription_name,
+            subType=_SUB_TYPES[options.consumer_type], consumer_id=self.consumer_id,
+            request_id=connection.new_request_id(), consumer_name=self.consumer_name,
+            priority_level=options.priority, durable=options.durable, read_compacted=False,
+            initialPosition=(pb.CommandSubscribe.Earliest if options.initial_position == "earliest"
+                             else pb.CommandSubscribe.Latest),
+            replicate_subscription_state=False)
+        if options.consumer_type == "key_shared":
+            cmd.subscribe.keySharedMeta.keySharedMode = pb.AUTO_SPLIT
+        if self.last_dequeued is not None:
+            # A reader resumes after what it handed out (a durable cursor knows by itself).
+            self.start, self.start_inclusive = self.last_dequeued, False
+        if self.start is not None and not options.durable:
+            cmd.subscribe.start_message_id.CopyFrom(self.start.to_proto())
+        try:
+            await connection.request(cmd, self._core.config.operation_timeout)
+        except BaseException:
+            if connection.consumers.get(self.consumer_id) is self:
+                del connection.consumers[self.consumer_id]
+            raise
+        if self.state in (CLOSING, CLOSED):
+            return
+        # What was queued before is redelivered by the broker: drop it here.
+        self.generation += 1
+        self.queued = 0
+        self._consumed_since_flow = 0
+        self.connection = connection
+        self.state = READY
+        self._ready.set()
+        self._flow(self.options.receiver_queue_size)
+        self._flush_acks()
+
+    def on_connection_closed(self, connection: ClientConnection) -> None:
+        if connection is self.connection:
+            self._ready.clear()
+        super().on_connection_closed(connection)
+
+    def on_closed_by_broker(self) -> None:
+        self._ready.clear()
+        super().on_closed_by_broker()
+
+    def _failed(self, error: BaseException) -> None:
+        self._parent._handler_failed(self, error)
+
+    def on_active_changed(self, active: bool) -> None:
+        self.active = active
+
+    # --- receiving ------------------------------------------------------------------------
+
+    def _flow(self, permits: int) -> None:
+        if permits > 0 and self.state == READY and self.connection is not None:
+            self.connection.send_command(base_command(T.FLOW, consumer_id=self.consumer_id, messagePermits=permits))
+
+    def credit(self, permits: int) -> None:
+        """Messages taken from (or dropped before) the queue: give permits back in halves."""
+        self._consumed_since_flow += permits
+        if self._consumed_since_flow >= self._flow_threshold:
+            self._flow(self._consumed_since_flow)
+            self._consumed_since_flow = 0
+
+    def on_message(self, command: pb.CommandMessage, frame: Frame) -> None:
+        if self.state != READY:
+            return
+        ledger_id, entry_id = command.message_id.ledgerId, command.message_id.entryId
+        if frame.checksum_valid is False or frame.headers_and_payload is None:
+            self._reject(ledger_id, entry_id, pb.CommandAck.ChecksumMismatch)
+            return
+        try:
+            messages = decode_entry(self.topic, Position(ledger_id, entry_id), frame.headers_and_payload,
+                                    partition=self.partition, redelivery_count=command.redelivery_count,
+                                    ack_set=list(command.ack_set) or None)
+        except DecodeError as exc:
+            log.warning("%s: undecodable message (%d:%d): %s", self, ledger_id, entry_id, exc)
+            self._reject(ledger_id, entry_id, pb.CommandAck.BatchDeSerializeError)
+            return
+        skipped = messages[0].message_id.batch_size - len(messages) if messages and messages[0].message_id.batch_size else 0
+        if self.start is not None and not self.options.durable:
+            kept = [m for m in messages if not self._before_start(m.message_id)]
+            skipped += len(messages) - len(kept)
+            messages = kept
+        if skipped:
+            self.credit(skipped)
+        for message in messages:
+            self.queued += 1
+            self._parent._push(self, message)
+
+    def _before_start(self, message_id: MessageId) -> bool:
+        start = self.start
+        assert start is not None
+        if start == MessageId.earliest or start == MessageId.latest:
+            return False
+        entry, start_entry = (message_id.ledger_id, message_id.entry_id), (start.ledger_id, start.entry_id)
+        if entry != start_entry:
+            return entry < start_entry
+        if start.batch_index < 0 or message_id.batch_index < 0:
+            return not self.start_inclusive
+        return (message_id.batch_index < start.batch_index
+                or (message_id.batch_index == start.batch_index and not self.start_inclusive))
+
+    def _reject(self, ledger_id: int, entry_id: int, validation_error: int) -> None:
+        # As the C++ client: a message that cannot be read is acknowledged with the reason.
+        if self.connection is not None:
+            self.connection.send_command(base_command(
+                T.ACK, consumer_id=self.consumer_id, ack_type=pb.CommandAck.Individual,
+                message_id=[pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)],
+                validation_error=validation_error))
+        self.credit(1)
+
+    def drop_queued(self, *, give_back_permits: bool) -> None:
+        """Forget the queued messages (their generation ends)."""
+        if give_back_permits and self.queued:
+            self.credit(self.queued)
+        self.generation += 1
+        self.queued = 0
+
+    # --- acknowledgements -----------------------------------------------------------------
+
+    def ack(self, message_id: MessageId) -> None:
+        self._acks.append(_ack_id(message_id))
+        self._schedule_ack_flush()
+
+    def ack_cumulative(self, message_id: MessageId) -> None:
+        target = _cumulative_target(message_id)
+        if target is None:
+            return
+        if self._cumulative is None or (target.ledgerId, target.entryId) > (self._cumulative.ledgerId,
+                                                                             self._cumulative.entryId):
+            self._cumulative = target
+        self._schedule_ack_flush()
+
+    def _schedule_ack_flush(self) -> None:
+        if self._ack_flush is None:
+            self._ack_flush = asyncio.get_running_loop().call_soon(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        self._ack_flush = None
+        if self.state != READY or self.connection is None:
+            return                        # kept until the consumer is connected again
+        if self._acks:
+            acks, self._acks = self._acks, []
+            self.connection.send_command(base_command(T.ACK, consumer_id=self.consumer_id,
+                                                      ack_type=pb.CommandAck.Individual, message_id=acks))
+        if self._cumulative is not None:
+            cumulative, self._cumulative = self._cumulative, None
+            self.connection.send_command(base_command(T.ACK, consumer_id=self.consumer_id,
+                                                      ack_type=pb.CommandAck.Cumulative, message_id=[cumulative]))
+
+    async def _connected(self) -> ClientConnection:
+        if self.state != READY:
+            if self.state in (CLOSING, CLOSED, FAILED):
+                raise AlreadyClosedError(f"{self} is {self.state}")
+            await asyncio.wait_for(self._ready.wait(), self._core.config.operation_timeout)
+        assert self.connection is not None
+        return self.connection
+
+    async def ack_with_transaction(self, message_id: MessageId, txn: Transaction, cumulative: bool) -> None:
+        if cumulative:
+            target = _cumulative_target(message_id)
+            if target is None:
+                return
+            ack_type = pb.CommandAck.Cumulative
+        else:
+            target, ack_type = _ack_id(message_id), pb.CommandAck.Individual
+        connection = await self._connected()
+        cmd = base_command(T.ACK, consumer_id=self.consumer_id, ack_type=ack_type, message_id=[target],
+                           txnid_most_bits=txn.txn_id.most_bits, txnid_least_bits=txn.txn_id.least_bits,
+                           request_id=connection.new_request_id())
+        await connection.request(cmd, self._core.config.operation_timeout)
+
+    # --- redelivery, seek, last message id, close -----------------------------------------
+
+    def redeliver(self, message_ids: list[MessageId] | None) -> None:
+        """Ask the broker to send again `message_ids` (their entries), or everything unacked."""
+        self._flush_acks()
+        if self.state != READY or self.connection is None:
+            return                        # a reconnect redelivers everything unacked anyway
+        if message_ids is None:
+            self.connection.send_command(base_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                                                      consumer_id=self.consumer_id))
+            self.drop_queued(give_back_permits=True)
+            return
+        ids = [pb.MessageIdData(ledgerId=m.ledger_id & _MASK64, entryId=m.entry_id & _MASK64) for m in message_ids]
+        self.connection.send_command(base_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                                                  consumer_id=self.consumer_id, message_ids=ids))
+
+    async def seek(self, target: MessageId | int) -> None:
+        self._flush_acks()
+        connection = await self._connected()
+        cmd = base_command(T.SEEK, consumer_id=self.consumer_id, request_id=connection.new_request_id())
+        if isinstance(target, MessageId):
+            cmd.seek.message_id.CopyFrom(pb.MessageIdData(ledgerId=target.ledger_id & _MASK64,
+                                                          entryId=target.entry_id & _MASK64))
+        else:
+            cmd.seek.message_publish_time = target
+        await connection.request(cmd, self._core.config.operation_timeout)
+        self.drop_queued(give_back_permits=False)
+        self._consumed_since_flow = 0
+        self.last_dequeued = None
+        if isinstance(target, MessageId):
+            self.start, self.start_inclusive = target, True
+        else:
+            self.start = None
+        if self.state == READY and self.connection is connection:
+            # The broker moved the cursor and forgot this consumer's permits (a broker that
+            # closes the consumer instead makes it subscribe again, with a fresh FLOW).
+            self._flow(self.options.receiver_queue_size)
+
+    async def get_last_message_id(self) -> MessageId:
+        connection = await self._connected()
+        cmd = base_command(T.GET_LAST_MESSAGE_ID, consumer_id=self.consumer_id, request_id=connection.new_request_id())
+        response = await connection.request(cmd, self._core.config.operation_timeout)
+        last = MessageId.from_proto(response.last_message_id)
+        return MessageId(last.ledger_id, last.entry_id, last.batch_index, self.partition)
+
+    async def unsubscribe(self) -> None:
+        self._flush_acks()
+        connection = await self._connected()
+        cmd = base_command(T.UNSUBSCRIBE, consumer_id=self.consumer_id, request_id=connection.new_request_id())
+        await connection.request(cmd, self._core.config.operation_timeout)
+        self._closed_locally()
+
+    async def close(self) -> None:
+        if self.state in (CLOSING, CLOSED):
+            return
+        self._flush_acks()
+        self.state = CLOSING
+        self._stop_reconnecting()
+        connection = self.connection
+        if connection is not None and connection.usable:
+            cmd = base_command(T.CLOSE_CONSUMER, consumer_id=self.consumer_id, request_id=connection.new_request_id())
+            try:
+                await connection.request(cmd, self._core.config.operation_timeout)
+            except (PulsarError, TimeoutError) as exc:
+                log.info("%s: close not confirmed by the broker: %s", self, exc)
+        self._closed_locally()
+
+    def _closed_locally(self) -> None:
+        self.state = CLOSED
+        self._stop_reconnecting()
+        if self._ack_flush is not None:
+            self._ack_flush.cancel()
+            self._ack_flush = None
+        if self.connection is not None:
+            self.connection.consumers.pop(self.consumer_id, None)
+            self.connection = None
+        self.drop_queued(give_back_permits=False)
+
+
+def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:
+    """What a cumulative ack of `message_id` sends: its entry, or for a batch message that is
+    not its batch's last, the entry before (the rest of its batch is not acknowledged yet).
+    None when there is no entry before it in its ledger to acknowledge."""
+    entry_id = message_id.entry_id
+    if message_id.batch_index >= 0 and message_id.batch_index < message_id.batch_size - 1:
+        entry_id -= 1
+        if entry_id < 0:
+            return None
+    return pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=entry_id & _MASK64)
+
+
+class Consumer:
+    """A subscription's consumer on a topic (on a partitioned topic: on every partition)."""
+
+    def __init__(self, core: ClientCore, topic: str, options: ConsumerOptions, partitions: int) -> None:
+        self._core = core
+        self._topic = topic
+        self.options = options
+        self._partitioned = partitions > 0
+        self._queue: deque[tuple[PartitionConsumer, int, Message]] = deque()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+        self._failure: BaseException | None = None
+        from pyengine.naming import TopicName
+
+        name = TopicName.parse(topic)
+        self._handlers: dict[int, PartitionConsumer] = (
+            {i: PartitionConsumer(core, self, str(name.partition(i)), i, options) for i in range(partitions)}
+            if partitions > 0 else {-1: PartitionConsumer(core, self, topic, -1, options)})
+        self._nacks = NegativeAckTracker(options.negative_ack_redelivery_delay_ms, self._redeliver_nacked)
+
+    async def _start(self) -> None:
+        results = await asyncio.gather(*(h._start() for h in self._handlers.values()), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self.close()
+            raise errors[0]
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def subscription_name(self) -> str:
+        return self.options.subscription_name
+
+    @property
+    def consumer_name(self) -> str:
+        return next(iter(self._handlers.values())).consumer_name
+
+    @property
+    def active(self) -> bool:
+        """For Failover subscriptions: whether the broker made this consumer the active one."""
+        return any(h.active for h in self._handlers.values())
+
+    # --- the queue ------------------------------------------------------------------------
+
+    def _push(self, handler: PartitionConsumer, message: Message) -> None:
+        self._queue.append((handler, handler.generation, message))
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    def _take(self) -> Message | None:
+        while self._queue:
+            handler, generation, message = self._queue.popleft()
+            if generation != handler.generation:
+                continue
+            handler.queued -= 1
+            handler.credit(1)
+            handler.last_dequeued = message.message_id
+            return message
+        return None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosedError(f"the consumer of {self.subscription_name!r} on {self._topic} is closed")
+        if self._failure is not None:
+            raise self._failure
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message (TimeoutError after `timeout` seconds; None waits for ever)."""
+        check_timeout("timeout", timeout)
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            message = self._take()
+            if message is not None:
+                return message
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                if deadline is None:
+                    await waiter
+                else:
+                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            except TimeoutError:
+                raise TimeoutError(f"no message within {timeout}s") from None
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            self._check_open()
+
+    def _wake_all(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    def _handler_failed(self, handler: PartitionConsumer, error: BaseException) -> None:
+        self._failure = error
+        self._wake_all()
+
+    # --- acknowledgements -----------------------------------------------------------------
+
+    def _resolve(self, message: Any) -> tuple[PartitionConsumer, MessageId]:
+        if isinstance(message, Message):
+            message_id = message.message_id
+        elif isinstance(message, MessageId):
+            message_id = message
+        else:
+            raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
+        if not self._partitioned:
+            return self._handlers[-1], message_id
+        handler = self._handlers.get(message_id.partition)
+        if handler is None:
+            raise ValueError(f"message id {message_id} is not of a partition of {self._topic}")
+        return handler, message_id
+
+    async def acknowledge(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
+        """Acknowledge one message; with `txn`, as part of the transaction (it takes effect on
+        commit, and waits for the broker's answer: a conflict raises TransactionConflictError)."""
+        await self._acknowledge(message, txn, cumulative=False)
+
+    async def acknowledge_cumulative(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
+        """Acknowledge every message up to this one (Exclusive and Failover subscriptions)."""
+        if self.options.consumer_type in ("shared", "key_shared"):
+            raise CumulativeAcknowledgementNotAllowedError(
+                f"cumulative acknowledgement is not allowed on a {self.options.consumer_type} subscription")
+        await self._acknowledge(message, txn, cumulative=True)
+
+    async def _acknowledge(self, message: Any, txn: Transaction | None, *, cumulative: bool) -> None:
+        from pyengine.client.transaction import Transaction
+
+        handler, message_id = self._resolve(message)
+        self._check_open()
+        if txn is None:
+            if cumulative:
+                handler.ack_cumulative(message_id)
+            else:
+                handler.ack(message_id)
+            return
+        if not isinstance(txn, Transaction):
+            raise TypeError(f"txn must be a Transaction of pyengine.client, not {type(txn).__name__}")
+        txn._check_open()
+        operation: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        txn._track(operation)          # commit waits for this ack, whatever happens below
+        try:
+            await txn._register_subscription(handler.topic, self.subscription_name)
+            await handler.ack_with_transaction(message_id, txn, cumulative)
+        except BaseException as exc:
+            operation.set_exception(exc)
+            operation.exception()
+            raise
+        operation.set_result(None)
+
+    async def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """Ask for the message again after `negative_ack_redelivery_delay_ms` (redelivered with a
+        higher redelivery count)."""
+        handler, message_id = self._resolve(message)
+        self._check_open()
+        if self.options.negative_ack_redelivery_delay_ms == 0:
+            handler.redeliver([message_id])
+        else:
+            self._nacks.add(handler, message_id)
+
+    def _redeliver_nacked(self, handler: object, message_ids: list[MessageId]) -> None:
+        assert isinstance(handler, PartitionConsumer)
+        handler.redeliver(message_ids)
+
+    async def redeliver_unacknowledged_messages(self) -> None:
+        """Have the broker send again every message it sent to this consumer that is not
+        acknowledged (the local queue is dropped: its messages come again)."""
+        self._check_open()
+        for handler in self._handlers.values():
+            handler.redeliver(None)
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move the subscription to a message id (MessageId.earliest / .latest too) or to a
+        publish time in milliseconds since the epoch."""
+        self._check_open()
+        if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
+            raise TypeError(f"seek takes a MessageId or a timestamp in ms, not {type(target).__name__}")
+        if isinstance(target, int) and target < 0:
+            raise ValueError("a seek timestamp is >= 0")
+        if isinstance(target, MessageId) and self._partitioned and target not in (MessageId.earliest,
+                                                                                  MessageId.latest):
+            handler, _ = self._resolve(target)
+            await handler.seek(target)
+            return
+        await asyncio.gather(*(h.seek(target) for h in self._handlers.values()))
+
+    async def get_last_message_id(self) -> MessageId:
+        """The id of the last message stored on the topic (on a partitioned topic: the greatest
+        of the partitions' last ids)."""
+        self._check_open()
+        ids = await asyncio.gather(*(h.get_last_message_id() for h in self._handlers.values()))
+        return max(ids)
+
+    async def unsubscribe(self) -> None:
+        self._check_open()
+        await asyncio.gather(*(h.unsubscribe() for h in self._handlers.values()))
+        await self._close_locally()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await asyncio.gather(*(h.close() for h in self._handlers.values()))
+        await self._close_locally()
+
+    async def _close_locally(self) -> None:
+        self._closed = True
+        self._nacks.close()
+        self._queue.clear()
+        self._wake_all()
+        self._core.forget(self)
+

@@ -1,0 +1,184 @@
+"""The transaction coordinator client: coordinator discovery and the TC requests.
+
+As the Java client does it: PARTITIONED_METADATA of `persistent://pulsar/system/
+transaction_coordinator_assign` gives the number of coordinators (0: one, addressed by the
+un-partitioned name); for each, a handler looks up its assign partition, connects to the owning
+broker and sends TC_CLIENT_CONNECT. New transactions go round robin over the coordinators; every
+later request of a transaction goes to the coordinator named by the txn id's most significant
+bits. A request answered with TransactionCoordinatorNotFound reconnects its handler and is sent
+again after a back-off, as is a request whose connection broke, until the operation timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import Message as ProtoMessage
+
+from pyengine.client.backoff import Backoff
+from pyengine.client.connection import ClientConnection
+from pyengine.client.errors import AlreadyClosedError, ConnectError
+from pyengine.client.handler import CLOSED, CLOSING, READY, ConnectionHandler
+from pyengine.errors import TransactionCoordinatorNotFoundError
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.commands import base_command
+from pyengine_kernels import TxnId
+
+if TYPE_CHECKING:
+    from pyengine.client.client import ClientCore
+
+log = logging.getLogger(__name__)
+
+TC_ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
+T = pb.BaseCommand
+# Brokers from this protocol version on expect TC_CLIENT_CONNECT before transaction requests.
+TC_CLIENT_CONNECT_VERSION = 19
+
+
+class CoordinatorHandler(ConnectionHandler):
+    def __init__(self, core: ClientCore, tc_id: int, topic: str) -> None:
+        super().__init__(core, topic)
+        self.tc_id = tc_id
+        self._ready = asyncio.Event()
+        self._failure: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"transaction coordinator {self.tc_id} handler"
+
+    async def _connection_opened(self, connection: ClientConnection) -> None:
+        if connection.protocol_version >= TC_CLIENT_CONNECT_VERSION:
+            cmd = base_command(T.TC_CLIENT_CONNECT_REQUEST, request_id=connection.new_request_id(), tc_id=self.tc_id)
+            await connection.request(cmd, self._core.config.operation_timeout)
+        if self.state in (CLOSING, CLOSED):
+            return
+        connection.add_close_listener(self.on_connection_closed)
+        self.connection = connection
+        self.state = READY
+        self._ready.set()
+
+    def on_connection_closed(self, connection: ClientConnection) -> None:
+        if connection is self.connection:
+            self._ready.clear()
+        super().on_connection_closed(connection)
+
+    def _failed(self, error: BaseException) -> None:
+        self._failure = error
+        self._ready.set()                     # wakes the waiting requests, which raise it
+
+    def _reconnect_now(self, connection: ClientConnection) -> None:
+        """The broker says this coordinator is not (any more) on `connection`: look it up again."""
+        if connection is self.connection:
+            self.connection = None
+            self._ready.clear()
+            self._schedule_reconnect()
+
+    async def request(self, build: Callable[[int], pb.BaseCommand]) -> ProtoMessage:
+        """Send the command `build(request_id)` and return its response body; the request id
+        stays the same when the request is sent again."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._core.config.operation_timeout
+        request_id = next(self._core.pool.request_ids)
+        retry_backoff = Backoff(self._core.config.initial_backoff, self._core.config.max_backoff / 10)
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"{self}: no answer within the operation timeout")
+            if self.state in (CLOSING, CLOSED):
+                raise AlreadyClosedError(f"{self} is closed")
+            try:
+                await asyncio.wait_for(self._ready.wait(), remaining)
+            except TimeoutError:
+                raise TimeoutError(f"{self} not connected within the operation timeout") from None
+            if self._failure is not None:
+                raise self._failure
+            connection = self.connection
+            if connection is None:
+                await asyncio.sleep(0)
+                continue
+            try:
+                return await connection.request(build(request_id), deadline - loop.time())
+            except TransactionCoordinatorNotFoundError:
+                if loop.time() >= deadline:
+                    raise
+                self._reconnect_now(connection)
+                await asyncio.sleep(min(retry_backoff.next(), max(deadline - loop.time(), 0)))
+            except ConnectError as exc:
+                log.info("%s: %s; sending again once reconnected", self, exc)
+
+    async def close(self) -> None:
+        self.state = CLOSED
+        self._stop_reconnecting()
+        self._ready.set()
+
+
+class TransactionCoordinatorClient:
+    def __init__(self, core: ClientCore) -> None:
+        self._core = core
+        self._handlers: dict[int, CoordinatorHandler] = {}
+        self._next = itertools.count()
+        self._started: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        """Discover the coordinators and connect to each (once; later calls wait for it)."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._discover())
+        try:
+            await asyncio.shield(self._started)
+        except BaseException:
+            if self._started.done():
+                self._started = None          # the next transaction tries discovery again
+            raise
+
+    async def _discover(self) -> None:
+        partitions = await self._core.lookup.partitions(TC_ASSIGN_TOPIC)
+        if partitions > 0:
+            handlers = {i: CoordinatorHandler(self._core, i, f"{TC_ASSIGN_TOPIC}-partition-{i}")
+                        for i in range(partitions)}
+        else:
+            handlers = {0: CoordinatorHandler(self._core, 0, TC_ASSIGN_TOPIC)}
+        results = await asyncio.gather(*(h._start() for h in handlers.values()), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(h.close() for h in handlers.values()))
+            raise errors[0]
+        self._handlers = handlers
+
+    def _handler(self, txn_id: TxnId) -> CoordinatorHandler:
+        handler = self._handlers.get(txn_id.most_bits)
+        if handler is None:
+            raise TransactionCoordinatorNotFoundError(f"no coordinator {txn_id.most_bits} for transaction {txn_id}")
+        return handler
+
+    async def new_transaction(self, timeout_ms: int) -> TxnId:
+        await self.start()
+        ids = sorted(self._handlers)
+        handler = self._handlers[ids[next(self._next) % len(ids)]]
+        # txn_ttl_seconds carries milliseconds, as the Java and Go clients (and Apache's broker) use it.
+        response = await handler.request(lambda request_id: base_command(
+            T.NEW_TXN, request_id=request_id, txn_ttl_seconds=timeout_ms, tc_id=handler.tc_id))
+        return TxnId(response.txnid_most_bits, response.txnid_least_bits)
+
+    async def add_partition(self, txn_id: TxnId, topic: str) -> None:
+        await self._handler(txn_id).request(lambda request_id: base_command(
+            T.ADD_PARTITION_TO_TXN, request_id=request_id, txnid_most_bits=txn_id.most_bits,
+            txnid_least_bits=txn_id.least_bits, partitions=[topic]))
+
+    async def add_subscription(self, txn_id: TxnId, topic: str, subscription: str) -> None:
+        await self._handler(txn_id).request(lambda request_id: base_command(
+            T.ADD_SUBSCRIPTION_TO_TXN, request_id=request_id, txnid_most_bits=txn_id.most_bits,
+            txnid_least_bits=txn_id.least_bits, subscription=[pb.Subscription(topic=topic, subscription=subscription)]))
+
+    async def end(self, txn_id: TxnId, action: int) -> None:
+        await self._handler(txn_id).request(lambda request_id: base_command(
+            T.END_TXN, request_id=request_id, txnid_most_bits=txn_id.most_bits, txnid_least_bits=txn_id.least_bits,
+            txn_action=action))
+
+    async def close(self) -> None:
+        if self._started is not None and not self._started.done():
+            self._started.cancel()
+        await asyncio.gather(*(h.close() for h in self._handlers.values()))
+

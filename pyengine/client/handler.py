@@ -1,0 +1,118 @@
+"""The reconnecting part shared by producers, consumers and coordinator handlers.
+
+A handler is bound to one topic (a partition, or a coordinator's assign partition). It finds
+the owning broker by LOOKUP, takes a connection from the pool and registers itself there
+(`_connection_opened`, done by each kind). When the connection is lost or the broker closes
+the handler, it reconnects with exponential back-off, as Pulsar's clients do; the first
+connection gives up at the operation timeout, or at once on an error that retrying cannot fix.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from pyengine.client.backoff import Backoff
+from pyengine.client.connection import ClientConnection
+from pyengine.errors import (
+    ConsumerBusyError, InvalidTopicNameError, NotAllowedError, ProducerBusyError, ProducerFencedError,
+    SubscriptionNotFoundError, TopicNotFoundError, TopicTerminatedError,
+)
+
+if TYPE_CHECKING:
+    from pyengine.client.client import ClientCore
+
+log = logging.getLogger(__name__)
+
+# Errors after which creating a producer or consumer is not retried (the C++ client's list).
+FATAL_ERRORS = (ConsumerBusyError, ProducerBusyError, ProducerFencedError, TopicNotFoundError, TopicTerminatedError,
+                NotAllowedError, InvalidTopicNameError, SubscriptionNotFoundError, TypeError, ValueError)
+
+CONNECTING, READY, CLOSING, CLOSED, FAILED = "connecting", "ready", "closing", "closed", "failed"
+
+
+class ConnectionHandler(abc.ABC):
+    def __init__(self, core: ClientCore, topic: str) -> None:
+        self._core = core
+        self.topic = topic
+        self.connection: ClientConnection | None = None
+        self.state = CONNECTING
+        self._backoff = Backoff(core.config.initial_backoff, core.config.max_backoff)
+        self._reconnect_task: asyncio.Task[None] | None = None
+
+    @abc.abstractmethod
+    async def _connection_opened(self, connection: ClientConnection) -> None:
+        """Register on `connection` and create the broker-side object; set `self.connection`
+        and the READY state on success."""
+
+    @abc.abstractmethod
+    def _failed(self, error: BaseException) -> None:
+        """Reconnecting met an error it cannot get past: fail what waits on this handler."""
+
+    async def _connect_once(self) -> None:
+        address = await self._core.lookup.lookup(self.topic)
+        connection = await self._core.pool.get(address)
+        await self._connection_opened(connection)
+
+    async def _start(self) -> None:
+        """The first connection: retry until the operation timeout, raise fatal errors at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._core.config.operation_timeout
+        while True:
+            try:
+                await asyncio.wait_for(self._connect_once(), max(deadline - loop.time(), 0.001))
+                self._backoff.reset()
+                return
+            except FATAL_ERRORS:
+                self.state = FAILED
+                raise
+            except Exception as exc:
+                delay = self._backoff.next()
+                if loop.time() + delay >= deadline:
+                    self.state = FAILED
+                    if isinstance(exc, TimeoutError):
+                        raise
+                    raise TimeoutError(f"{self} not ready within the operation timeout: {exc}") from exc
+                log.info("%s: %s; retrying in %.2fs", self, exc, delay)
+                await asyncio.sleep(delay)
+
+    def on_connection_closed(self, connection: ClientConnection) -> None:
+        if connection is self.connection:
+            self.connection = None
+            self._schedule_reconnect()
+
+    def on_closed_by_broker(self) -> None:
+        log.info("%s: closed by the broker, reconnecting", self)
+        self.connection = None
+        self._schedule_reconnect()
+
+    def _schedule_reconnect(self) -> None:
+        if self.state in (CLOSING, CLOSED, FAILED):
+            return
+        self.state = CONNECTING
+        if self._reconnect_task is None or self._reconnect_task.done():
+            self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        while self.state == CONNECTING:
+            await asyncio.sleep(self._backoff.next())
+            if self.state != CONNECTING:
+                return
+            try:
+                await asyncio.wait_for(self._connect_once(), self._core.config.operation_timeout)
+            except FATAL_ERRORS as exc:
+                log.warning("%s: cannot reconnect: %s", self, exc)
+                self.state = FAILED
+                self._failed(exc)
+                return
+            except Exception as exc:
+                log.info("%s: reconnect failed: %s", self, exc)
+                continue
+            self._backoff.reset()
+            return
+
+    def _stop_reconnecting(self) -> None:
+        if self._reconnect_task is not None and not self._reconnect_task.done():
+            self._reconnect_task.cancel()

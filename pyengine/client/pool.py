@@ -1,0 +1,71 @@
+"""Connections shared by every producer, consumer and coordinator handler of a client, one per
+broker, keyed by the broker's logical address (the URL string, as the C++ client keys them)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from pyengine.client.config import ClientConfig
+from pyengine.client.connection import ClientConnection
+from pyengine.client.errors import AlreadyClosedError, ConnectError
+from pyengine.client.url import BrokerAddress
+
+
+class ConnectionPool:
+    def __init__(self, config: ClientConfig) -> None:
+        self._config = config
+        self.request_ids = itertools.count()       # one counter for the whole client
+        self._connections: dict[str, ClientConnection] = {}
+        self._connecting: dict[str, asyncio.Future[ClientConnection]] = {}
+        self._closed = False
+
+    async def get(self, address: BrokerAddress) -> ClientConnection:
+        """A connection to `address` that has completed its handshake (made if needed)."""
+        if self._closed:
+            raise AlreadyClosedError("the client is closed")
+        connection = self._connections.get(address.logical)
+        if connection is not None and connection.usable:
+            return connection
+        connecting = self._connecting.get(address.logical)
+        if connecting is None:
+            connecting = asyncio.ensure_future(self._connect(address))
+            self._connecting[address.logical] = connecting
+            connecting.add_done_callback(lambda _: self._connecting.pop(address.logical, None))
+        return await asyncio.shield(connecting)
+
+    async def _connect(self, address: BrokerAddress) -> ClientConnection:
+        loop = asyncio.get_running_loop()
+        timeout = self._config.connection_timeout
+        try:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: ClientConnection(address, self._config, self.request_ids),
+                                       address.host, address.port), timeout)
+        except TimeoutError:
+            raise ConnectError(f"cannot connect to {address.logical} within {timeout}s") from None
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to {address.logical}: {exc}") from exc
+        await connection.wait_connected(timeout)
+        if self._closed:
+            connection.close(AlreadyClosedError("the client is closed"))
+            raise AlreadyClosedError("the client is closed")
+        self._connections[address.logical] = connection
+        connection.add_close_listener(self._forget)
+        return connection
+
+    def _forget(self, connection: ClientConnection) -> None:
+        if self._connections.get(connection.address.logical) is connection:
+            del self._connections[connection.address.logical]
+
+    def connections(self) -> list[ClientConnection]:
+        return list(self._connections.values())
+
+    async def close(self) -> None:
+        self._closed = True
+        for connecting in list(self._connecting.values()):
+            connecting.cancel()
+        connections = list(self._connections.values())
+        for connection in connections:
+            connection.close(AlreadyClosedError("the client is closed"))
+        if connections:
+            await asyncio.wait([asyncio.ensure_future(c.closed) for c in connections], timeout=5)

@@ -1,0 +1,490 @@
+"""Producers: sequence ids, a pending queue, batching, reconnect with resend, partitions.
+
+A `PartitionProducer` is one broker-side producer on one topic or partition. Every message it
+accepts gets the next sequence id and joins the pending queue; SEND_RECEIPTs settle the queue
+from its head, in order (the broker answers a producer's sends in order). When the connection
+breaks, the producer re-creates itself on the broker (same id and name, next epoch) and resends
+everything still pending with its original sequence ids, so a broker with de-duplication stores
+each message once. `Producer` is the public object: one partition producer, or one per partition
+of a partitioned topic with Pulsar's routing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from core_ext.frames import encode_payload_frame
+from pyengine.client.batch import BatchContainer
+from pyengine.client.connection import ClientConnection
+from pyengine.client.errors import AlreadyClosedError, MessageTooBigError, ProducerQueueIsFullError
+from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
+from pyengine.client.message import MessageId
+from pyengine.client.router import PartitionRouter
+from pyengine.client.validation import check_int, check_name, check_payload, check_properties
+from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.commands import base_command
+
+if TYPE_CHECKING:
+    from pyengine.client.client import ClientCore
+    from pyengine.client.transaction import Transaction
+
+log = logging.getLogger(__name__)
+
+T = pb.BaseCommand
+SendCallback = Callable[[BaseException | None, MessageId | None], None]
+# SEND_ERRORs that reject one message (the C++ client keeps the connection for ChecksumError
+# and NotAllowedError); the transaction codes reject a send to an ended or unknown transaction.
+_REJECTING = frozenset({pb.ChecksumError, pb.NotAllowedError, pb.InvalidTxnStatus, pb.TransactionNotFound,
+                        pb.TransactionConflict})
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerOptions:
+    producer_name: str | None = None
+    batching_enabled: bool = False
+    batching_max_messages: int = 1000
+    batching_max_allowed_size_in_bytes: int = 128 * 1024
+    batching_max_publish_delay_ms: int = 10
+    max_pending_messages: int = 1000
+    block_if_queue_full: bool = True
+    send_timeout_ms: int = 30_000
+    initial_sequence_id: int | None = None
+
+    def __post_init__(self) -> None:
+        check_name("producer_name", self.producer_name, optional=True)
+        for flag in ("batching_enabled", "block_if_queue_full"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, not {type(getattr(self, flag)).__name__}")
+        check_int("batching_max_messages", self.batching_max_messages, 1)
+        check_int("batching_max_allowed_size_in_bytes", self.batching_max_allowed_size_in_bytes, 1)
+        check_int("batching_max_publish_delay_ms", self.batching_max_publish_delay_ms, 0)
+        check_int("max_pending_messages", self.max_pending_messages, 1)
+        check_int("send_timeout_ms", self.send_timeout_ms, 0)
+        if self.initial_sequence_id is not None:
+            check_int("initial_sequence_id", self.initial_sequence_id, -1)
+
+
+@dataclass(slots=True)
+class _SendOp:
+    """One SEND on the wire: a message, or a batch of them (then one future per message)."""
+
+    sequence_id: int
+    highest_sequence_id: int
+    frame: bytes
+    futures: list[asyncio.Future[MessageId]]
+    batched: bool
+    created: float = field(default_factory=time.monotonic)
+
+
+def _message_fields(key: str | None, properties: dict[str, str], event_time: int | None) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    if key is not None:
+        fields["partition_key"] = key
+    if properties:
+        fields["properties"] = [pb.KeyValue(key=k, value=v) for k, v in properties.items()]
+    if event_time:
+        fields["event_time"] = event_time
+    return fields
+
+
+def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequence_id: Any,
+                   txn: Any) -> tuple[bytes, dict[str, str]]:
+    from pyengine.client.transaction import Transaction
+
+    payload = check_payload(data)
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a string, not {type(key).__name__}")
+    props = check_properties(properties)
+    if event_time is not None:
+        check_int("event_time", event_time, 0)
+    if sequence_id is not None:
+        check_int("sequence_id", sequence_id, 0, (1 << 63) - 1)
+    if txn is not None and not isinstance(txn, Transaction):
+        raise TypeError(f"txn must be a Transaction of pyengine.client, not {type(txn).__name__}")
+    return payload, props
+
+
+class PartitionProducer(ConnectionHandler):
+    def __init__(self, core: ClientCore, topic: str, partition: int, options: ProducerOptions) -> None:
+        super().__init__(core, topic)
+        self.partition = partition
+        self.options = options
+        self.producer_id = core.new_producer_id()
+        self.producer_name: str = options.producer_name or ""
+        self._user_named = options.producer_name is not None
+        self._epoch = 0
+        self._connected_once = False
+        self._next_sequence = (options.initial_sequence_id + 1 if options.initial_sequence_id is not None else 0)
+        self.last_sequence_id_published = -1
+        self._pending: deque[_SendOp] = deque()
+        self._pending_messages = 0
+        self._space_waiters: deque[asyncio.Future[None]] = deque()
+        self._batch: BatchContainer | None = None
+        self._batch_timer: asyncio.TimerHandle | None = None
+        self._timeout_timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def __repr__(self) -> str:
+        return f"producer {self.producer_id} ({self.producer_name or '?'}) on {self.topic}"
+
+    # --- connection -----------------------------------------------------------------------
+
+    async def _connection_opened(self, connection: ClientConnection) -> None:
+        connection.producers[self.producer_id] = self
+        cmd = base_command(T.PRODUCER, topic=self.topic, producer_id=self.producer_id,
+                           request_id=connection.new_request_id(), epoch=self._epoch,
+                           user_provided_producer_name=self._user_named)
+        if self.producer_name:
+            cmd.producer.producer_name = self.producer_name
+        self._epoch += 1
+        try:
+            response = await connection.request(cmd, self._core.config.operation_timeout)
+        except BaseException:
+            if connection.producers.get(self.producer_id) is self:
+                del connection.producers[self.producer_id]
+            raise
+        if self.state in (CLOSING, CLOSED):
+            return
+        self.producer_name = response.producer_name
+        last = response.last_sequence_id if response.HasField("last_sequence_id") else -1
+        if not self._connected_once:
+            # A new producer continues after what the broker already has under its name.
+            self._connected_once = True
+            if self.options.initial_sequence_id is None and last >= self._next_sequence:
+                self._next_sequence = last + 1
+            self.last_sequence_id_published = max(self.last_sequence_id_published, last)
+        self.connection = connection
+        self.state = READY
+        # Written at once, before any later send of this turn: receipts come back in this order.
+        for op in self._pending:
+            connection.write(op.frame)
+
+    def _failed(self, error: BaseException) -> None:
+        self._fail_pending(error)
+
+    # --- sending --------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self.state in (CLOSING, CLOSED):
+            raise AlreadyClosedError(f"{self} is closed")
+        if self.state == FAILED:
+            raise NotAllowedError(f"{self} failed and cannot send")
+
+    @property
+    def queue_full(self) -> bool:
+        batched = len(self._batch) if self._batch is not None else 0
+        return self._pending_messages + batched >= self.options.max_pending_messages
+
+    async def wait_for_space(self) -> None:
+        while self.queue_full:
+            if not self.options.block_if_queue_full:
+                raise ProducerQueueIsFullError(f"{self}: {self.options.max_pending_messages} messages pending")
+            waiter = self._loop.create_future()
+            self._space_waiters.append(waiter)
+            await waiter
+            self._check_usable()
+
+    def _wake_space_waiters(self) -> None:
+        while self._space_waiters and not self.queue_full:
+            waiter = self._space_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def submit(self, payload: bytes, key: str | None, properties: dict[str, str], event_time: int | None,
+               sequence_id: int | None, txn: Transaction | None) -> asyncio.Future[MessageId]:
+        """Queue one message now (synchronously: submission order is sequence order)."""
+        self._check_usable()
+        if self.queue_full and not self.options.block_if_queue_full:
+            raise ProducerQueueIsFullError(f"{self}: {self.options.max_pending_messages} messages pending")
+        max_size = self.connection.max_message_size if self.connection is not None else None
+        if max_size is not None and len(payload) > max_size:
+            raise MessageTooBigError(f"a message of {len(payload)} bytes is larger than the broker's "
+                                     f"maximum of {max_size}")
+        if sequence_id is None:
+            sequence_id = self._next_sequence
+        self._next_sequence = max(self._next_sequence, sequence_id + 1)
+        future: asyncio.Future[MessageId] = self._loop.create_future()
+        fields = _message_fields(key, properties, event_time)
+        if self.options.batching_enabled:
+            self._add_to_batch(payload, fields, sequence_id, txn, future)
+        else:
+            self._send_single(payload, fields, sequence_id, txn, future)
+        return future
+
+    def _send_single(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
+                     future: asyncio.Future[MessageId]) -> None:
+        metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=sequence_id,
+                                      publish_time=time.time_ns() // 1_000_000, **fields)
+        send = pb.CommandSend(producer_id=self.producer_id, sequence_id=sequence_id)
+        if txn is not None:
+            metadata.txnid_most_bits = send.txnid_most_bits = txn.txn_id.most_bits
+            metadata.txnid_least_bits = send.txnid_least_bits = txn.txn_id.least_bits
+        frame = encode_payload_frame(pb.BaseCommand(type=T.SEND, send=send).SerializeToString(),
+                                     metadata.SerializeToString(), payload)
+        self._enqueue(_SendOp(sequence_id, sequence_id, frame, [future], batched=False), 1)
+
+    def _add_to_batch(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
+                      future: asyncio.Future[MessageId]) -> None:
+        # A batch is one entry of one transaction (or of none): a different txn starts a new batch.
+        if self._batch is not None and (self._batch.txn is not txn or not self._batch.fits(len(payload))):
+            self._flush_batch()
+        if self._batch is None:
+            self._batch = BatchContainer(self.options.batching_max_messages,
+                                         self.options.batching_max_allowed_size_in_bytes, txn)
+        single = pb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id, **fields)
+        self._batch.add(single.SerializeToString(), payload, sequence_id, future)
+        if self._batch.full:
+            self._flush_batch()
+        elif self._batch_timer is None:
+            self._batch_timer = self._loop.call_later(self.options.batching_max_publish_delay_ms / 1000,
+                                                      self._flush_batch)
+
+    def _flush_batch(self) -> None:
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
+        batch, self._batch = self._batch, None
+        if batch is None or not len(batch):
+            return
+        count = len(batch)
+        metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=batch.first_sequence_id,
+                                      publish_time=time.time_ns() // 1_000_000, num_messages_in_batch=count,
+                                      highest_sequence_id=batch.last_sequence_id)
+        send = pb.CommandSend(producer_id=self.producer_id, sequence_id=batch.first_sequence_id,
+                              highest_sequence_id=batch.last_sequence_id, num_messages=count)
+        if batch.txn is not None:
+            metadata.txnid_most_bits = send.txnid_most_bits = batch.txn.txn_id.most_bits
+            metadata.txnid_least_bits = send.txnid_least_bits = batch.txn.txn_id.least_bits
+        frame = encode_payload_frame(pb.BaseCommand(type=T.SEND, send=send).SerializeToString(),
+                                     metadata.SerializeToString(), batch.payload())
+        self._enqueue(_SendOp(batch.first_sequence_id, batch.last_sequence_id, frame, batch.futures, batched=True),
+                      count)
+
+    def _enqueue(self, op: _SendOp, messages: int) -> None:
+        self._pending.append(op)
+        self._pending_messages += messages
+        if self.state == READY and self.connection is not None:
+            self.connection.write(op.frame)
+        if self._timeout_timer is None and self.options.send_timeout_ms > 0:
+            self._timeout_timer = self._loop.call_later(self.options.send_timeout_ms / 1000, self._check_timeouts)
+
+    # --- receipts -------------------------------------------------------------------------
+
+    def _settle_head(self, op: _SendOp) -> None:
+        self._pending.popleft()
+        self._pending_messages -= len(op.futures)
+        self._wake_space_waiters()
+
+    def on_send_receipt(self, receipt: pb.CommandSendReceipt) -> None:
+        if not self._pending:
+            log.debug("%s: receipt for %d with nothing pending", self, receipt.sequence_id)
+            return
+        op = self._pending[0]
+        sequence_id = receipt.sequence_id
+        if sequence_id < op.sequence_id:
+            log.debug("%s: stale receipt for %d (head is %d)", self, sequence_id, op.sequence_id)
+            return
+        if sequence_id > op.highest_sequence_id:
+            # Receipts are in send order: one past the head means the stream is not ours any more.
+            log.warning("%s: receipt for %d while %d is the oldest pending; reconnecting", self, sequence_id,
+                        op.sequence_id)
+            if self.connection is not None:
+                self.connection.close()
+            return
+        self._settle_head(op)
+        self.last_sequence_id_published = max(self.last_sequence_id_published, op.highest_sequence_id)
+        ledger_id = entry_id = -1
+        if receipt.HasField("message_id"):
+            message_id = MessageId.from_proto(receipt.message_id)
+            ledger_id, entry_id = message_id.ledger_id, message_id.entry_id
+        count = len(op.futures)
+        for index, future in enumerate(op.futures):
+            if not future.done():
+                future.set_result(MessageId(ledger_id, entry_id, index if op.batched else -1, self.partition,
+                                            count if op.batched else 0))
+
+    def on_send_error(self, error: pb.CommandSendError) -> None:
+        op = next((op for op in self._pending if op.sequence_id == error.sequence_id), None)
+        if op is None:
+            return
+        if error.error in _REJECTING:
+            self._pending.remove(op)
+            self._pending_messages -= len(op.futures)
+            self._wake_space_waiters()
+            exc = PulsarError.from_code(error.error, error.message)
+            if error.error == pb.ChecksumError:
+                exc = ChecksumError(error.message)
+            for future in op.futures:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        # Any other SEND_ERROR: the broker may have dropped later sends too; start over.
+        log.warning("%s: SEND_ERROR %s for %d (%s); reconnecting", self, pb.ServerError.Name(error.error),
+                    error.sequence_id, error.message)
+        if self.connection is not None:
+            self.connection.close()
+
+    def _check_timeouts(self) -> None:
+        self._timeout_timer = None
+        if not self._pending:
+            return
+        timeout = self.options.send_timeout_ms / 1000
+        age = time.monotonic() - self._pending[0].created
+        if age >= timeout:
+            # As Pulsar's clients: once the oldest send times out, everything pending fails.
+            self._fail_pending(TimeoutError(f"{self}: no receipt within send_timeout_ms="
+                                            f"{self.options.send_timeout_ms}"))
+            return
+        self._timeout_timer = self._loop.call_later(timeout - age, self._check_timeouts)
+
+    def _fail_pending(self, error: BaseException) -> None:
+        pending, self._pending = self._pending, deque()
+        self._pending_messages = 0
+        if self._batch is not None:
+            pending.append(_SendOp(-1, -1, b"", self._batch.futures, batched=True))
+            self._batch = None
+        for op in pending:
+            for future in op.futures:
+                if not future.done():
+                    future.set_exception(error)
+        for waiter in self._space_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._space_waiters.clear()
+
+    # --- flush / close --------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Send the open batch and wait until every message sent before has its receipt
+        (failures are reported by their own send futures, not here)."""
+        self._flush_batch()
+        futures = [future for op in self._pending for future in op.futures]
+        if futures:
+            await asyncio.wait(futures)
+
+    async def close(self) -> None:
+        if self.state in (CLOSING, CLOSED):
+            return
+        if self.state != FAILED:
+            try:
+                await asyncio.wait_for(self.flush(), self._core.config.operation_timeout)
+            except TimeoutError:
+                log.warning("%s: closing with sends still pending", self)
+        self.state = CLOSING
+        self._stop_reconnecting()
+        connection, self.connection = self.connection, None
+        if connection is not None and connection.usable:
+            cmd = base_command(T.CLOSE_PRODUCER, producer_id=self.producer_id, request_id=connection.new_request_id())
+            try:
+                await connection.request(cmd, self._core.config.operation_timeout)
+            except (PulsarError, TimeoutError) as exc:
+                log.info("%s: close not confirmed by the broker: %s", self, exc)
+            connection.producers.pop(self.producer_id, None)
+        self.state = CLOSED
+        for timer in (self._batch_timer, self._timeout_timer):
+            if timer is not None:
+                timer.cancel()
+        self._fail_pending(AlreadyClosedError(f"{self} was closed"))
+
+
+class Producer:
+    """A producer on a topic; on a partitioned topic, one per partition behind Pulsar's routing."""
+
+    def __init__(self, core: ClientCore, topic: str, partitions: list[PartitionProducer], options: ProducerOptions,
+                 partitioned: bool) -> None:
+        self._core = core
+        self._topic = topic
+        self._partitions = partitions
+        self._partitioned = partitioned
+        self._options = options
+        turn = options.batching_max_messages if options.batching_enabled else 1
+        self._router = PartitionRouter(len(partitions), turn)
+        self._closed = False
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def producer_name(self) -> str:
+        return self._partitions[0].producer_name
+
+    @property
+    def last_sequence_id(self) -> int:
+        """The highest sequence id the broker has confirmed (of any partition)."""
+        return max(p.last_sequence_id_published for p in self._partitions)
+
+    def _partition_for(self, key: str | None) -> PartitionProducer:
+        if self._closed:
+            raise AlreadyClosedError(f"the producer on {self._topic} is closed")
+        return self._partitions[self._router.choose(key) if self._partitioned else 0]
+
+    async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
+                   event_time: int | None = None, sequence_id: int | None = None,
+                   txn: Transaction | None = None) -> MessageId:
+        """Send one message and return its id once the broker has stored it (a message the
+        broker drops as a duplicate gets (-1, -1)). With `txn`, the message is part of the
+        transaction: stored now, visible when the transaction commits."""
+        payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
+        producer = self._partition_for(key)
+        if txn is None:
+            await producer.wait_for_space()
+            return await producer.submit(payload, key, props, event_time, sequence_id, None)
+        txn._check_open()
+        result: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        txn._track(result)             # commit waits for this send, whatever happens below
+        try:
+            await txn._register_partition(producer.topic)
+            await producer.wait_for_space()
+            message_id = await producer.submit(payload, key, props, event_time, sequence_id, txn)
+        except BaseException as exc:
+            result.set_exception(exc)
+            result.exception()         # retrieved: the transaction reports it at commit
+            raise
+        result.set_result(message_id)
+        return message_id
+
+    def send_async(self, data: bytes, callback: SendCallback | None = None, *, key: str | None = None,
+                   properties: dict[str, str] | None = None, event_time: int | None = None,
+                   sequence_id: int | None = None, txn: Transaction | None = None) -> asyncio.Future[MessageId]:
+        """Queue a message without waiting; `callback(error, message_id)` runs when it is settled.
+        Without a transaction the message takes its sequence id now (send order is kept);
+        a full queue raises ProducerQueueIsFullError instead of blocking."""
+        payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
+        if callback is not None and not callable(callback):
+            raise TypeError("callback must be callable")
+        if txn is None:
+            producer = self._partition_for(key)
+            if producer.queue_full:
+                raise ProducerQueueIsFullError(f"{producer}: {producer.options.max_pending_messages} messages pending")
+            future = producer.submit(payload, key, props, event_time, sequence_id, None)
+        else:
+            future = asyncio.ensure_future(self.send(data, key=key, properties=properties, event_time=event_time,
+                                                     sequence_id=sequence_id, txn=txn))
+        if callback is not None:
+            def done(settled: asyncio.Future[MessageId]) -> None:
+                if settled.cancelled():
+                    callback(asyncio.CancelledError(), None)
+                elif settled.exception() is not None:
+                    callback(settled.exception(), None)
+                else:
+                    callback(None, settled.result())
+            future.add_done_callback(done)
+        return future
+
+    async def flush(self) -> None:
+        await asyncio.gather(*(p.flush() for p in self._partitions))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(*(p.close() for p in self._partitions))
+        self._core.forget(self)

@@ -1,0 +1,32 @@
+"""Partition routing: Pulsar's Murmur3 key hash and round robin."""
+
+from collections import Counter
+
+from pyengine.client.router import PartitionRouter, key_partition
+
+# MurmurHash3 x86_32 with seed 0 of this sentence is 0x2e4ff723 (the reference test vector).
+SENTENCE = "The quick brown fox jumps over the lazy dog"
+
+
+def test_keyed_messages_follow_murmur3():
+    for partitions in (1, 3, 7, 16):
+        assert key_partition(SENTENCE, partitions) == (0x2E4FF723 & 0x7FFFFFFF) % partitions
+    assert key_partition("hello", 5) == (0x248BFA47 & 0x7FFFFFFF) % 5
+
+
+def test_a_key_always_goes_to_the_same_partition():
+    router = PartitionRouter(4)
+    assert len({router.choose("user-42") for _ in range(20)}) == 1
+
+
+def test_keyless_messages_go_round_robin():
+    router = PartitionRouter(3)
+    assert [router.choose(None) for _ in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+def test_with_batching_a_partition_takes_a_batch_at_a_time():
+    router = PartitionRouter(2, messages_per_turn=3)
+    assert [router.choose(None) for _ in range(7)] == [0, 0, 0, 1, 1, 1, 0]
+    router = PartitionRouter(2, messages_per_turn=3)
+    spread = Counter(router.choose(None) for _ in range(600))
+    assert spread[0] == spread[1] == 300
