@@ -39,12 +39,13 @@ from pyengine.errors import (
 )
 from pyengine.storage import ManagedLedger, StorageError
 from pyengine.storage import TopicTerminatedError as LedgerTerminatedError
-from pyengine.storage.entry import MARKER_TXN_ABORT, MARKER_TXN_COMMIT, Entry
+from pyengine.storage.entry import Entry
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import BufferState, TransactionBuffer
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
 from pyengine.transaction.buffer.ended import EndedTxns
 from pyengine.transaction.buffer.markers import marker_entry
+from pyengine.transaction.buffer.replay import load_snapshot, read_horizon, replay_entry
 from pyengine.transaction.buffer.snapshot import SnapshotStore, TransactionBufferSnapshot
 from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId
 
@@ -135,14 +136,7 @@ class TopicTransactionBuffer(TransactionBuffer):
     def _horizon(self, limit: Position) -> Position:
         """`limit`, or the position just before the first entry of the oldest open txn if lower.
         A txn's first position may not be durable yet (it can lie beyond `limit`): hence the min."""
-        if not len(self._ongoing):
-            return limit
-        horizon = self._ongoing.max_read_position(limit)
-        if horizon >= limit:
-            return limit
-        if horizon.entry_id < 0:        # (L, -1): name the real entry before it
-            horizon = self.ledger.previous_position(Position(horizon.ledger_id, 0))
-        return horizon
+        return read_horizon(self._ongoing, limit, self.ledger.previous_position)
 
     # --- appends --------------------------------------------------------------------------
 
@@ -421,13 +415,10 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._aborted = AbortedTxnSet()
         self._ended = EndedTxns()
         if snapshot is not None:
-            self._aborted = snapshot.aborted
-            self._aborted.trim_before(first)
-            self._ended = snapshot.ended
+            self._aborted, self._ended, start = load_snapshot(snapshot, first)
             self._last_snapshot_ms, self._last_snapshot_position = snapshot.taken_ms, snapshot.max_read_position
             self._queued_snapshot_position = snapshot.max_read_position
             self._verified = min(snapshot.max_read_position, end)
-            start = max(first, snapshot.max_read_position.next())
         chunk = self.config.replay_chunk_entries
         while start <= end and self.state is BufferState.INITIALIZING:
             entries = self.ledger.read_entries(start, chunk, end)
@@ -443,18 +434,10 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._verified = end
 
     def _replay_entry(self, entry: Entry) -> None:
-        if entry.txn_most < 0:
-            return
-        txn = TxnId(entry.txn_most, entry.txn_least)
-        if entry.marker_type == MARKER_TXN_ABORT:
-            self._aborted.add(txn, entry.position)
-            self._ongoing.remove(txn)
-            self._ended.add(txn, TxnAction.ABORT)
-        elif entry.marker_type == MARKER_TXN_COMMIT:
-            self._ongoing.remove(txn)
-            self._ended.add(txn, TxnAction.COMMIT)
-        elif not entry.is_marker and self._ended.outcome(txn) is None and txn not in self._aborted:
-            self._register(txn, entry.position)
+        started = replay_entry(self._ongoing, self._aborted, self._ended, entry.position,
+                               entry.txn_most, entry.txn_least, entry.marker_type)
+        if started is not None:
+            heapq.heappush(self._ongoing_least_bits.setdefault(started.most_bits, []), started.least_bits)
 
     # --- snapshots ------------------------------------------------------------------------
 
