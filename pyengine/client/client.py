@@ -122,12 +122,17 @@ class Client:
     async def subscribe(self, topic: str, subscription_name: str, *, consumer_type: str = "exclusive",
                         initial_position: str = "latest", receiver_queue_size: int = 1000,
                         consumer_name: str | None = None, priority: int = 0,
-                        negative_ack_redelivery_delay_ms: int = 60_000) -> Consumer:
-        """Subscribe to `topic` (every partition of a partitioned topic)."""
+                        negative_ack_redelivery_delay_ms: int = 60_000,
+                        batch_index_ack_enabled: bool = True) -> Consumer:
+        """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
+        is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
+        turned off, a batch is acknowledged once all its messages are, for brokers without
+        batch-index acknowledgements."""
         self._check_open()
         name = check_topic(topic)
         options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
-                                  consumer_name, priority, negative_ack_redelivery_delay_ms)
+                                  consumer_name, priority, negative_ack_redelivery_delay_ms,
+                                  batch_index_ack_enabled=batch_index_ack_enabled)
         consumer = Consumer(self._core, name, options, await self._core.lookup.partitions(name))
         await consumer._start()
         self._core.open_objects.append(consumer)

@@ -60,6 +60,7 @@ class ConsumerOptions:
     durable: bool = True
     start_message_id: MessageId | None = None
     start_message_id_inclusive: bool = True
+    batch_index_ack_enabled: bool = True
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
@@ -71,8 +72,9 @@ class ConsumerOptions:
         check_int("negative_ack_redelivery_delay_ms", self.negative_ack_redelivery_delay_ms, 0)
         if self.start_message_id is not None and not isinstance(self.start_message_id, MessageId):
             raise TypeError(f"start_message_id must be a MessageId, not {type(self.start_message_id).__name__}")
-        if not isinstance(self.start_message_id_inclusive, bool):
-            raise TypeError("start_message_id_inclusive must be a bool")
+        for flag in ("durable", "start_message_id_inclusive", "batch_index_ack_enabled"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, not {type(getattr(self, flag)).__name__}")
 
 
 def _signed(word: int) -> int:
@@ -109,6 +111,8 @@ class PartitionConsumer(ConnectionHandler):
         self.active = False
         self._ready = asyncio.Event()
         self._acks: list[pb.MessageIdData] = []
+        # Without batch-index acks: the indexes of each partly acknowledged batch still unacked.
+        self._batch_remaining: dict[tuple[int, int], set[int]] = {}
         self._cumulative: pb.MessageIdData | None = None
         self._ack_flush: asyncio.Handle | None = None
         # Readers: where to start, and the last message handed out (the restart point).
@@ -243,7 +247,19 @@ class PartitionConsumer(ConnectionHandler):
     # --- acknowledgements -----------------------------------------------------------------
 
     def ack(self, message_id: MessageId) -> None:
-        self._acks.append(_ack_id(message_id))
+        if (not self.options.batch_index_ack_enabled and message_id.batch_index >= 0
+                and message_id.batch_size > 0):
+            # A broker without batch-index acks would take an ack set as the whole entry's ack:
+            # acknowledge the entry once all its messages are (the C++ client's default).
+            key = (message_id.ledger_id, message_id.entry_id)
+            remaining = self._batch_remaining.setdefault(key, set(range(message_id.batch_size)))
+            remaining.discard(message_id.batch_index)
+            if remaining:
+                return
+            del self._batch_remaining[key]
+            self._acks.append(_ack_id(message_id, whole_entry=True))
+        else:
+            self._acks.append(_ack_id(message_id))
         self._schedule_ack_flush()
 
     def ack_cumulative(self, message_id: MessageId) -> None:
@@ -549,13 +565,18 @@ class Consumer:
         handler, message_id = self._resolve(message)
         self._check_open()
         if self.options.negative_ack_redelivery_delay_ms == 0:
-            handler.redeliver([message_id])
+            self._redeliver_nacked(handler, [message_id])
         else:
             self._nacks.add(handler, message_id)
 
     def _redeliver_nacked(self, handler: object, message_ids: list[MessageId]) -> None:
         assert isinstance(handler, PartitionConsumer)
-        handler.redeliver(message_ids)
+        if self.options.consumer_type in ("shared", "key_shared"):
+            handler.redeliver(message_ids)
+        else:
+            # One consumer owns the subscription's order: as Pulsar's clients, redeliver
+            # everything unacknowledged (the broker does so for an exclusive consumer anyway).
+            handler.redeliver(None)
 
     async def redeliver_unacknowledged_messages(self) -> None:
         """Have the broker send again every message it sent to this consumer that is not

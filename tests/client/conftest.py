@@ -1,0 +1,61 @@
+"""A broker on the network for the client's tests: BrokerService + ProtocolServer in this
+process, on a temp dir and a free loopback port; `restart()` brings it back on the same port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pyengine.broker.service import BrokerConfig, BrokerService
+from pyengine.client import Client
+from pyengine.protocol.server import ProtocolServer
+
+
+class NetworkBroker:
+    def __init__(self, data_dir: Path, **config) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.service: BrokerService | None = None
+        self.server: ProtocolServer | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.service = BrokerService(BrokerConfig(data_dir=self.data_dir, sync=False, **self.config))
+        await self.service.start()
+        self.server = ProtocolServer(self.service, "127.0.0.1", self.port)
+        await self.server.start()
+        self.port = self.server.port
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        if self.service is not None:
+            await self.service.close()
+            self.service = None
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[NetworkBroker]:
+    network_broker = NetworkBroker(tmp_path / "data", num_coordinators=4)
+    await network_broker.start()
+    try:
+        yield network_broker
+    finally:
+        await network_broker.stop()
+
+
+@pytest.fixture
+async def client(broker: NetworkBroker) -> AsyncIterator[Client]:
+    async with Client(broker.url, operation_timeout_seconds=10) as network_client:
+        yield network_client

@@ -1,0 +1,191 @@
+"""Transactions over the network: coordinator discovery, visibility, acks, commit and abort."""
+
+import asyncio
+
+import pytest
+
+from pyengine.client import Client
+from pyengine.client.transaction import ABORTED, COMMITTED, TIMED_OUT
+from pyengine.errors import InvalidTxnStatusError, TransactionConflictError, TransactionNotFoundError
+from pyengine.protocol import pulsar_api_pb2 as pb
+
+IN = "persistent://public/default/txn-in"
+OUT = "persistent://public/default/txn-out"
+
+
+async def test_readme_example_consume_transform_produce(broker):
+    async with Client(broker.url) as client:
+        setup = await client.create_producer(IN)
+        await setup.send(b"hello")
+
+        txn = await client.new_transaction(timeout_ms=60_000)
+        producer = await client.create_producer(OUT)
+        consumer = await client.subscribe(IN, "sub", consumer_type="exclusive", initial_position="earliest")
+        msg = await consumer.receive()
+        await producer.send(msg.data.upper(), txn=txn)
+        await consumer.acknowledge(msg, txn=txn)
+        await txn.commit()
+
+        watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+        assert (await watcher.receive(timeout=5)).data == b"HELLO"
+        assert txn.state == COMMITTED
+    # the input is consumed for good: a new consumer of the subscription gets nothing
+    async with Client(broker.url) as client:
+        consumer = await client.subscribe(IN, "sub")
+        with pytest.raises(TimeoutError):
+            await consumer.receive(timeout=0.3)
+
+
+async def test_transactions_go_round_robin_over_the_coordinators(client):
+    txns = [await client.new_transaction() for _ in range(8)]
+    assert sorted({t.txn_id.most_bits for t in txns}) == [0, 1, 2, 3]
+    for txn in txns:
+        await txn.abort()
+
+
+async def test_messages_are_visible_only_after_commit(client):
+    producer = await client.create_producer(OUT)
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    txn = await client.new_transaction()
+    for i in range(5):
+        await producer.send(b"%d" % i, txn=txn)
+    with pytest.raises(TimeoutError):
+        await watcher.receive(timeout=0.3)
+    await txn.commit()
+    assert [int((await watcher.receive(timeout=5)).data) for _ in range(5)] == list(range(5))
+
+
+async def test_aborted_messages_never_appear_and_acks_are_released(client):
+    producer = await client.create_producer(OUT)
+    source = await client.create_producer(IN)
+    await source.send(b"input")
+    consumer = await client.subscribe(IN, "sub", initial_position="earliest")
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    message = await consumer.receive(timeout=5)
+    txn = await client.new_transaction()
+    await producer.send(b"aborted", txn=txn)
+    await consumer.acknowledge(message, txn=txn)
+    await txn.abort()
+    assert txn.state == ABORTED
+    await producer.send(b"plain")
+    assert (await watcher.receive(timeout=5)).data == b"plain"
+    await consumer.redeliver_unacknowledged_messages()
+    again = await consumer.receive(timeout=5)
+    assert again.message_id == message.message_id and again.data == b"input"
+
+
+async def test_a_plain_message_behind_an_open_transaction_waits_for_it(client):
+    producer = await client.create_producer(OUT)
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    txn = await client.new_transaction()
+    await producer.send(b"in-txn", txn=txn)
+    await producer.send(b"plain")
+    with pytest.raises(TimeoutError):
+        await watcher.receive(timeout=0.3)
+    await txn.abort()
+    assert (await watcher.receive(timeout=5)).data == b"plain"
+
+
+async def test_cumulative_acknowledgement_in_a_transaction(client):
+    source = await client.create_producer(IN)
+    for i in range(5):
+        await source.send(b"%d" % i)
+    consumer = await client.subscribe(IN, "cumulative", initial_position="earliest")
+    messages = [await consumer.receive(timeout=5) for _ in range(5)]
+    txn = await client.new_transaction()
+    await consumer.acknowledge_cumulative(messages[2], txn=txn)
+    await txn.commit()
+    await consumer.close()
+    again = await client.subscribe(IN, "cumulative")
+    assert [int((await again.receive(timeout=5)).data) for _ in range(2)] == [3, 4]
+
+
+async def test_a_conflicting_ack_fails_and_commit_aborts_instead(client):
+    source = await client.create_producer(IN)
+    producer = await client.create_producer(OUT)
+    await source.send(b"x")
+    consumer = await client.subscribe(IN, "conflict", consumer_type="shared", initial_position="earliest")
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    message = await consumer.receive(timeout=5)
+    first, second = await client.new_transaction(), await client.new_transaction()
+    await consumer.acknowledge(message, txn=first)
+    await producer.send(b"from-second", txn=second)
+    with pytest.raises(TransactionConflictError):
+        await consumer.acknowledge(message, txn=second)
+    with pytest.raises(TransactionConflictError):
+        await second.commit()                  # aborted instead, and the reason raised
+    assert second.state == ABORTED
+    await first.commit()
+    await producer.send(b"after")
+    assert (await watcher.receive(timeout=5)).data == b"after"
+
+
+async def test_a_finished_transaction_refuses_further_use(client):
+    producer = await client.create_producer(OUT)
+    consumer = await client.subscribe(OUT, "sub", initial_position="earliest")
+    txn = await client.new_transaction()
+    await producer.send(b"x", txn=txn)
+    await txn.commit()
+    message = await consumer.receive(timeout=5)
+    with pytest.raises(InvalidTxnStatusError):
+        await producer.send(b"y", txn=txn)
+    with pytest.raises(InvalidTxnStatusError):
+        await consumer.acknowledge(message, txn=txn)
+    with pytest.raises(InvalidTxnStatusError):
+        await txn.commit()
+    with pytest.raises(InvalidTxnStatusError):
+        await txn.abort()
+
+
+async def test_a_timed_out_transaction_is_aborted_by_the_broker(client):
+    producer = await client.create_producer(OUT)
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    txn = await client.new_transaction(timeout_ms=300)
+    await producer.send(b"late", txn=txn)
+    await asyncio.sleep(0.5)
+    assert txn.state == TIMED_OUT
+    with pytest.raises(InvalidTxnStatusError):
+        await txn.commit()
+    # The broker ended it too: its END_TXN COMMIT is refused, and nothing becomes visible.
+    with pytest.raises((InvalidTxnStatusError, TransactionNotFoundError)):
+        await client._core.coordinator.end(txn.txn_id, pb.COMMIT)
+    await producer.send(b"plain")
+    assert (await watcher.receive(timeout=5)).data == b"plain"
+
+
+async def test_concurrent_sends_and_acks_register_once(client, monkeypatch):
+    coordinator = client._core.coordinator
+    registrations = []
+    for name in ("add_partition", "add_subscription"):
+        original = getattr(coordinator, name)
+
+        async def counted(*args, _original=original, _name=name):
+            registrations.append(_name)
+            await _original(*args)
+        monkeypatch.setattr(coordinator, name, counted)
+    source = await client.create_producer(IN)
+    for i in range(10):
+        await source.send(b"%d" % i)
+    consumer = await client.subscribe(IN, "once", consumer_type="shared", initial_position="earliest")
+    messages = [await consumer.receive(timeout=5) for _ in range(10)]
+    producer = await client.create_producer(OUT)
+    txn = await client.new_transaction()
+    await asyncio.gather(*(producer.send(b"%d" % i, txn=txn) for i in range(20)),
+                         *(consumer.acknowledge(m, txn=txn) for m in messages))
+    assert sorted(registrations) == ["add_partition", "add_subscription"]
+    await txn.commit()
+    watcher = await client.subscribe(OUT, "all", initial_position="earliest")
+    assert sorted([int((await watcher.receive(timeout=5)).data) for _ in range(20)]) == list(range(20))
+
+
+async def test_transactional_batches(client):
+    producer = await client.create_producer(OUT, batching_enabled=True, batching_max_messages=10,
+                                            batching_max_publish_delay_ms=50)
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    txn = await client.new_transaction()
+    ids = await asyncio.gather(*(producer.send(b"%d" % i, txn=txn) for i in range(25)))
+    assert {i.batch_size for i in ids} == {10, 5}
+    with pytest.raises(TimeoutError):
+        await watcher.receive(timeout=0.2)
+    await txn.commit()
+    assert [int((await watcher.receive(timeout=5)).data) for _ in range(25)] == list(range(25))
