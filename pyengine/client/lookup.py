@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from pyengine.client.backoff import Backoff
 from pyengine.client.config import ClientConfig
 from pyengine.client.errors import ConnectError
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.url import BrokerAddress, parse_broker_url
+from pyengine.errors import ServiceNotReadyError, TooManyRequestsError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
 
 MAX_REDIRECTS = 20
+_RETRYABLE = (ConnectError, TimeoutError, ServiceNotReadyError, TooManyRequestsError)
 _Lookup = pb.CommandLookupTopicResponse
 
 
@@ -27,7 +32,24 @@ class LookupService:
         return address
 
     async def partitions(self, topic: str) -> int:
-        """How many partitions `topic` has (0: it is not partitioned)."""
+        """How many partitions `topic` has (0: it is not partitioned). A broker that cannot be
+        reached or is not ready is asked again with back-off until the operation timeout, as
+        the C++ client's retrying lookup service does."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.operation_timeout
+        backoff = Backoff(self._config.initial_backoff, self._config.max_backoff)
+        while True:
+            try:
+                return await asyncio.wait_for(self._partitions_once(topic), max(deadline - loop.time(), 0.001))
+            except _RETRYABLE as exc:
+                delay = backoff.next()
+                if loop.time() + delay >= deadline:
+                    if isinstance(exc, TimeoutError):
+                        raise
+                    raise TimeoutError(f"partitioned metadata of {topic}: {exc}") from exc
+                await asyncio.sleep(delay)
+
+    async def _partitions_once(self, topic: str) -> int:
         connection = await self._pool.get(self._service_address())
         cmd = base_command(pb.BaseCommand.PARTITIONED_METADATA, topic=topic, request_id=connection.new_request_id())
         response = await connection.request(cmd, self._config.operation_timeout)
