@@ -162,6 +162,18 @@ class Subscription:
         self.dispatcher.reset()
         self.dispatcher.notify()
 
+    async def clear_backlog(self) -> None:
+        """Acknowledge everything a reader can see now (Pulsar's skip_all / clear-backlog): up
+        to the read horizon, not the LAC, so an open transaction's entries are still delivered
+        if it commits."""
+        horizon = self.topic.buffer.max_read_position()
+        if horizon <= self.cursor.mark_delete:
+            return
+        skipped = {p for p in self.dispatcher.redeliveries if p <= horizon}
+        skipped.update(p for consumer in self.consumers for p in consumer.pending if p <= horizon)
+        await self.cursor.ack_cumulative(horizon)
+        self.dispatcher.acked(sorted(skipped))
+
     def backlog(self) -> int:
         return self.cursor.backlog()
 

@@ -52,6 +52,9 @@ class Topic:
         self._readers: list[Subscription] = []
         self._producer_ids = itertools.count()
         self._closed = False
+        # Published since the topic was loaded (Pulsar's msgInCounter / bytesInCounter).
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
         ledger.add_listener(self._entries_added)
         buffer.add_listener(self._entries_added)
 
@@ -125,6 +128,8 @@ class Topic:
         duplicate = self.dedup.duplicate_of(producer.name, highest)
         if duplicate is not None:
             return duplicate
+        self.msg_in_counter += num_messages
+        self.bytes_in_counter += len(data)
         if txn is not None:
             stored = self.buffer.append(txn, data, num_messages=num_messages, publish_time=publish_time)
         else:
@@ -146,16 +151,24 @@ class Topic:
         if initial_position not in ("earliest", "latest"):
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
         if durable:
-            subscription = self.subscriptions.get(subscription_name)
-            if subscription is None:
-                cursor = await self.ledger.open_cursor(subscription_name, initial_position)
-                subscription = self.subscriptions.get(subscription_name) or \
-                    await self._attach_subscription(cursor, sub_type)
+            subscription = await self.open_subscription(subscription_name, initial_position)
         else:
             cursor = self.ledger.new_non_durable_cursor(start if start is not None else self.ledger.lac.next())
             subscription = await self._attach_subscription(cursor, sub_type)
             self._readers = [*self._readers, subscription]
         subscription.add_consumer(consumer, sub_type)
+        return subscription
+
+    async def open_subscription(self, subscription_name: str, initial_position: str = "latest") -> Subscription:
+        """The durable subscription `subscription_name`, created at `initial_position` if new,
+        with no consumer (the admin API creates subscriptions ahead of their consumers)."""
+        self._check_open()
+        if not subscription_name or not isinstance(subscription_name, str):
+            raise ValueError("a subscription name must be a non-empty string")
+        subscription = self.subscriptions.get(subscription_name)
+        if subscription is None:
+            cursor = await self.ledger.open_cursor(subscription_name, initial_position)
+            subscription = self.subscriptions.get(subscription_name) or await self._attach_subscription(cursor)
         return subscription
 
     def unsubscribe_reader(self, subscription: Subscription) -> None:
