@@ -331,6 +331,16 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             heapq.heappop(heap)
         return heap[0] - 1 if heap else self._next_txn_sequence - 1
 
+    @property
+    def state(self) -> str:
+        """"new", "ready" (recovered) or "closed"."""
+        return self._state
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence (least bits) of the last txn handed out, -1 before the first."""
+        return self._next_txn_sequence - 1
+
     def live_transactions(self) -> list[TxnMeta]:
         """Every txn not yet terminal (a copy)."""
         return [_copy(state.meta) for state in self._live.values()]

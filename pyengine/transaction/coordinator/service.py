@@ -251,6 +251,7 @@ class TransactionCoordinatorService:
             by_status=by_status, created_total=c.created, committed_total=c.committed,
             aborted_total=c.aborted, timed_out_total=c.timed_out, end_txn_count=c.end_txn_count,
             end_txn_latency_sum_ms=c.end_txn_latency_sum_ms, end_txn_latency_ms=list(c.latencies),
+            end_txn_latency_buckets=list(c.latency_buckets),
             low_watermarks={cid: store.low_watermark() for cid, store in self._stores.items()},
             pending_timeouts=len(self._timeouts), ending=len(self._endings))
 
