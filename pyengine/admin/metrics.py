@@ -1,0 +1,174 @@
+"""Prometheus metrics at `GET /metrics`, read from the live broker at each scrape by a custom
+collector in a registry of its own (prometheus-client's global default registry is left alone).
+
+Pulsar's names, with Pulsar's labels (`cluster`, and `namespace` / `topic` / `subscription` /
+`coordinator_id`), where Pulsar has the metric:
+
+* coordinator: `pulsar_txn_active_count` (per coordinator), `pulsar_txn_created_total`,
+  `pulsar_txn_committed_total`, `pulsar_txn_aborted_total` (timed-out txns included, as in
+  Pulsar), `pulsar_txn_timeout_total` — broker-wide, without `coordinator_id`;
+* per topic (Pulsar's topic-level metrics): `pulsar_in_messages_total`, `pulsar_in_bytes_total`
+  (since the topic was loaded), `pulsar_storage_size`, `pulsar_msg_backlog`,
+  `pulsar_subscriptions_count`, `pulsar_producers_count`, `pulsar_consumers_count`,
+  `pulsar_subscription_back_log`, and the transaction buffer's `pulsar_txn_tb_active_total`,
+  `pulsar_txn_tb_committed_total`, `pulsar_txn_tb_aborted_total`.
+
+Ours (`pyengine_` prefix), for what Pulsar does not export:
+
+* `pyengine_txn_count{state}`: transactions by coordinator state (the live ones, plus the
+  finished ones the coordinators still retain);
+* `pyengine_txn_ending_count`: transactions whose outcome is being applied on their participants
+  (a count that stays up means a participant does not confirm);
+* `pyengine_txn_end_latency_seconds`: histogram of END_TXN latency (request to answer). Pulsar's
+  `pulsar_txn_execution_latency_le_*` measures something else (a txn's whole life), so it is
+  not exported under that name;
+* `pyengine_txn_read_horizon_lag_entries{topic}`: entries between the topic's max read
+  position and its last confirmed entry, held back from readers by open transactions;
+* `pyengine_pending_ack_positions{subscription}` and `pyengine_pending_ack_transactions
+  {subscription}`: entries reserved by open transactions' individual acknowledgements, and how
+  many transactions hold acknowledgements.
+
+Only loaded topics are reported: the broker loads a topic when it is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pyengine.admin.routing import Call, Reply, RouteTable
+from pyengine.broker.service import BrokerService
+from pyengine.transaction import TxnStatus
+from pyengine.transaction.coordinator.stats import END_TXN_LATENCY_BOUNDS_MS
+
+METRICS_PATH = "/metrics"
+REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
+_LIVE = (TxnStatus.OPEN, TxnStatus.COMMITTING, TxnStatus.ABORTING)
+_TOPIC = ["cluster", "namespace", "topic"]
+_SUBSCRIPTION = [*_TOPIC, "subscription"]
+
+routes = RouteTable("meta")
+
+
+class BrokerCollector(Collector):
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._coordinator_metrics()
+        yield from self._topic_metrics()
+
+    def _coordinator_metrics(self) -> Iterator[Metric]:
+        cluster = self.service.config.cluster_name
+        coordinator = self.service.coordinator
+        stats = coordinator.stats()
+
+        active = GaugeMetricFamily("pulsar_txn_active_count", "Transactions not ended yet, per coordinator",
+                                   labels=["cluster", "coordinator_id"])
+        for cid in coordinator.coordinator_ids:
+            counts = coordinator.store(cid).status_counts()
+            active.add_metric([cluster, str(cid)], sum(counts[status] for status in _LIVE))
+        yield active
+
+        for name, documentation, value in (
+                ("pulsar_txn_created_total", "Transactions created", stats.created_total),
+                ("pulsar_txn_committed_total", "Transactions committed", stats.committed_total),
+                ("pulsar_txn_aborted_total", "Transactions aborted (timed-out ones included)",
+                 stats.aborted_total + stats.timed_out_total),
+                ("pulsar_txn_timeout_total", "Transactions aborted by their timeout", stats.timed_out_total)):
+            counter = CounterMetricFamily(name, documentation, labels=["cluster"])
+            counter.add_metric([cluster], value)
+            yield counter
+
+        by_state = GaugeMetricFamily("pyengine_txn_count", "Transactions by coordinator state (finished ones "
+                                     "while retained)", labels=["cluster", "state"])
+        for status, count in stats.by_status.items():
+            by_state.add_metric([cluster, status.name], count)
+        yield by_state
+
+        ending = GaugeMetricFamily("pyengine_txn_ending_count", "Transactions whose outcome is being applied "
+                                   "on their participants", labels=["cluster"])
+        ending.add_metric([cluster], stats.ending)
+        yield ending
+
+        latency = HistogramMetricFamily("pyengine_txn_end_latency_seconds", "END_TXN latency, request to answer",
+                                        labels=["cluster"])
+        cumulative, buckets = 0, []
+        for bound_ms, count in zip(END_TXN_LATENCY_BOUNDS_MS, stats.end_txn_latency_buckets):
+            cumulative += count
+            buckets.append((repr(bound_ms / 1000), cumulative))
+        buckets.append(("+Inf", stats.end_txn_count))
+        latency.add_metric([cluster], buckets, stats.end_txn_latency_sum_ms / 1000)
+        yield latency
+
+    def _topic_metrics(self) -> Iterator[Metric]:
+        cluster = self.service.config.cluster_name
+        gauges = {name: GaugeMetricFamily(name, documentation, labels=_TOPIC) for name, documentation in (
+            ("pulsar_storage_size", "Bytes stored by the topic's ledgers"),
+            ("pulsar_msg_backlog", "Entries not yet acknowledged, summed over the subscriptions"),
+            ("pulsar_subscriptions_count", "Durable subscriptions"),
+            ("pulsar_producers_count", "Connected producers"),
+            ("pulsar_consumers_count", "Connected consumers"),
+            ("pulsar_txn_tb_active_total", "Open transactions with entries on the topic"),
+            ("pyengine_txn_read_horizon_lag_entries", "Entries between the max read position and the last "
+                                                      "confirmed entry (held back by open transactions)"))}
+        counters = {name: CounterMetricFamily(name, documentation, labels=_TOPIC) for name, documentation in (
+            ("pulsar_in_messages_total", "Messages published since the topic was loaded"),
+            ("pulsar_in_bytes_total", "Bytes published since the topic was loaded"),
+            ("pulsar_txn_tb_committed_total", "Transactions committed on the topic since it was loaded"),
+            ("pulsar_txn_tb_aborted_total", "Transactions aborted on the topic since it was loaded"))}
+        per_subscription = {name: GaugeMetricFamily(name, documentation, labels=_SUBSCRIPTION)
+                            for name, documentation in (
+            ("pulsar_subscription_back_log", "Entries not yet acknowledged"),
+            ("pyengine_pending_ack_positions", "Entries reserved by open transactions' acknowledgements"),
+            ("pyengine_pending_ack_transactions", "Open transactions holding acknowledgements"))}
+
+        for topic in list(self.service.topics.values()):
+            labels = [cluster, topic.topic_name.namespace_name, topic.name]
+            ledger, buffer = topic.ledger, topic.buffer
+            buffer_stats = buffer.stats()
+            backlogs = {name: sub.backlog() for name, sub in topic.subscriptions.items()}
+            values = {
+                "pulsar_storage_size": ledger.total_size,
+                "pulsar_msg_backlog": sum(backlogs.values()),
+                "pulsar_subscriptions_count": len(topic.subscriptions),
+                "pulsar_producers_count": len(topic.producers),
+                "pulsar_consumers_count": sum(len(sub.consumers) for sub in topic.subscriptions.values()),
+                "pulsar_txn_tb_active_total": buffer_stats["ongoing_txn_count"],
+                "pyengine_txn_read_horizon_lag_entries": ledger.entries_between(buffer.max_read_position(), ledger.lac),
+                "pulsar_in_messages_total": topic.msg_in_counter,
+                "pulsar_in_bytes_total": topic.bytes_in_counter,
+                "pulsar_txn_tb_committed_total": buffer_stats["committed_total"],
+                "pulsar_txn_tb_aborted_total": buffer_stats["aborted_total"],
+            }
+            for name, value in values.items():
+                (gauges.get(name) or counters[name]).add_metric(labels, value)
+            for name, subscription in topic.subscriptions.items():
+                pending = subscription.pending_ack.stats() if subscription.pending_ack is not None else None
+                sub_labels = [*labels, name]
+                per_subscription["pulsar_subscription_back_log"].add_metric(sub_labels, backlogs[name])
+                per_subscription["pyengine_pending_ack_positions"].add_metric(
+                    sub_labels, pending["pending_individual_positions"] if pending else 0)
+                per_subscription["pyengine_pending_ack_transactions"].add_metric(
+                    sub_labels, len(pending["transactions"]) if pending else 0)
+        yield from gauges.values()
+        yield from counters.values()
+        yield from per_subscription.values()
+
+
+def metrics_registry(service: BrokerService) -> CollectorRegistry:
+    """A registry of its own holding the broker's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(service))
+    return registry
+
+
+@routes.add("GET", METRICS_PATH, summary="Prometheus metrics of the broker (text exposition format).",
+            replies={200: Reply("Metrics", {"type": "string"}, media_type="text/plain")})
+async def get_metrics(call: Call) -> web.Response:
+    return web.Response(body=generate_latest(call.request.app[REGISTRY]),
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})

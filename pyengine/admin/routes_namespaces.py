@@ -1,0 +1,92 @@
+"""Namespaces: `/admin/v2/namespaces` (Pulsar's Namespaces resource), with the namespace
+de-duplication policy the official client's tests switch on and off."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pyengine.admin.names import namespace_name, tenant_name
+from pyengine.admin.routing import Call, Reply, RouteTable
+from pyengine.admin.schemas import BOOLEAN, DONE, NAMESPACE, NAMESPACE_POLICIES, STRING_LIST, TENANT, errors
+from pyengine.broker.policies import NamespacePolicies
+
+routes = RouteTable("namespaces")
+BASE = "/admin/v2/namespaces"
+NAMESPACE_PATH = BASE + "/{tenant}/{namespace}"
+
+
+def _namespace(call: Call) -> str:
+    return namespace_name(call["tenant"], call["namespace"])
+
+
+def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
+    return {"deduplicationEnabled": policies.deduplication_enabled, "properties": policies.properties}
+
+
+@routes.add("GET", BASE + "/{tenant}", summary="List the namespaces of a tenant.", params=(TENANT,),
+            replies={200: Reply("Namespace names (tenant/namespace)", STRING_LIST), **errors(404, 412)})
+async def list_namespaces(call: Call) -> list[str]:
+    return call.service.policies.namespaces(tenant_name(call["tenant"]))
+
+
+@routes.add("PUT", NAMESPACE_PATH, summary="Create a namespace, optionally with policies.",
+            params=(TENANT, NAMESPACE), body=NAMESPACE_POLICIES, replies={204: DONE, **errors(400, 404, 409, 412)})
+async def create_namespace(call: Call) -> None:
+    body = call.body or {}
+    policies = NamespacePolicies(deduplication_enabled=body.get("deduplicationEnabled"),
+                                 properties=body.get("properties", {}))
+    await call.service.policies.create_namespace(_namespace(call), policies)
+
+
+@routes.add("GET", NAMESPACE_PATH, summary="Get a namespace's policies.", params=(TENANT, NAMESPACE),
+            replies={200: Reply("Policies", NAMESPACE_POLICIES), **errors(404, 412)})
+async def get_policies(call: Call) -> dict[str, Any]:
+    return _policies_json(call.service.policies.policies(_namespace(call)))
+
+
+@routes.add("DELETE", NAMESPACE_PATH, summary="Delete an empty namespace.", params=(TENANT, NAMESPACE),
+            replies={204: DONE, **errors(404, 405, 409, 412)})
+async def delete_namespace(call: Call) -> None:
+    namespace = _namespace(call)
+    service = call.service
+    has_topics = bool(service.list_topics(namespace) or service.policies.partitioned_topics(namespace))
+    await service.policies.delete_namespace(namespace, has_topics=has_topics)
+
+
+@routes.add("GET", NAMESPACE_PATH + "/topics", summary="List every topic of a namespace.",
+            params=(TENANT, NAMESPACE), replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
+async def list_namespace_topics(call: Call) -> list[str]:
+    namespace = _namespace(call)
+    call.service.policies.policies(namespace)          # 404 for an unknown namespace
+    return call.service.list_topics(namespace)
+
+
+@routes.add("GET", NAMESPACE_PATH + "/deduplication", summary="Get the namespace's de-duplication policy.",
+            params=(TENANT, NAMESPACE),
+            replies={200: Reply("Enabled or not", BOOLEAN), 204: Reply("Not set: the broker's default applies"),
+                     **errors(404, 412)})
+async def get_namespace_deduplication(call: Call) -> bool | None:
+    return call.service.policies.policies(_namespace(call)).deduplication_enabled
+
+
+@routes.add("POST", NAMESPACE_PATH + "/deduplication", summary="Enable or disable de-duplication on a namespace.",
+            params=(TENANT, NAMESPACE), body=BOOLEAN, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def set_namespace_deduplication(call: Call) -> None:
+    await _set_deduplication(call, call.body)
+
+
+@routes.add("DELETE", NAMESPACE_PATH + "/deduplication",
+            summary="Remove the namespace's de-duplication policy (the broker's default applies).",
+            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
+async def remove_namespace_deduplication(call: Call) -> None:
+    await _set_deduplication(call, None)
+
+
+async def _set_deduplication(call: Call, enabled: bool | None) -> None:
+    namespace = _namespace(call)
+    policies = call.service.policies
+    await policies.set_policies(namespace, dataclasses.replace(policies.policies(namespace),
+                                                               deduplication_enabled=enabled))
+    call.service.refresh_policies()

@@ -1,0 +1,136 @@
+"""Subscriptions of persistent topics: `/admin/v2/persistent/{tenant}/{namespace}/{topic}/
+subscription...` (Pulsar's PersistentTopics resource): list, create at a position, delete,
+reset the cursor to a message id or a publish time, and skip everything (clear the backlog).
+
+On a partitioned topic each operation applies to every partition, as in Pulsar (a reset to a
+message id excepted: a message id names one partition, so it is refused there, 405).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, PRECONDITION_FAILED, AdminError
+from pyengine.admin.names import subscription_name
+from pyengine.admin.routes_topics import TOPIC_URL, existing_topic, partition_names, requested_topic
+from pyengine.admin.routing import Call, Param, Reply, RouteTable
+from pyengine.admin.schemas import DONE, FORCE, INT64_MAX, MESSAGE_ID, STRING_LIST, SUBSCRIPTION, TOPIC_PATH, errors
+from pyengine.broker.subscription import Subscription
+from pyengine.broker.topic import Topic
+from pyengine.errors import NotAllowedError, SubscriptionNotFoundError
+from pyengine_kernels import Position
+
+routes = RouteTable("subscriptions")
+SUB_URL = TOPIC_URL + "/subscription/{subName}"
+SUB_PATH = (*TOPIC_PATH, SUBSCRIPTION)
+TIMESTAMP = Param("timestamp", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                  "publish time (ms since the epoch) to reset to", "path", required=True)
+
+
+async def topics_of(call: Call, *, create_partitions: bool = False) -> list[Topic]:
+    """The topic of the path, or the partitions of a partitioned topic (those that exist, or
+    all of them, created, when `create_partitions`)."""
+    name = requested_topic(call)
+    service = call.service
+    partitions = service.policies.partitions(str(name))
+    if not partitions:
+        return [await existing_topic(service, name)]
+    return [await service.get_topic(p) for p in partition_names(name, partitions)
+            if create_partitions or service.topic_exists(p)]
+
+
+async def subscriptions_of(call: Call) -> list[Subscription]:
+    """The subscription of the path on every topic (partition) that has it; 404 if none has."""
+    name = subscription_name(call["subName"])
+    found = [topic.subscriptions[name] for topic in await topics_of(call) if name in topic.subscriptions]
+    if not found:
+        raise SubscriptionNotFoundError(f"subscription {name} does not exist on {requested_topic(call)}")
+    return found
+
+
+def start_of(message_id: dict[str, Any] | None) -> Position | str:
+    """Where a MessageIdImpl / ResetCursorData body says to start: 'earliest', 'latest' or the
+    first position to read."""
+    if message_id is None:
+        return "latest"
+    ledger_id, entry_id = message_id["ledgerId"], message_id["entryId"]
+    if (ledger_id, entry_id) == (-1, -1):
+        return "earliest"
+    if (ledger_id, entry_id) == (INT64_MAX, INT64_MAX):
+        return "latest"
+    position = Position(ledger_id, entry_id)
+    return position.next() if message_id.get("isExcluded") else position
+
+
+def closest_position(topic: Topic, position: Position) -> Position:
+    """`position` moved into the stored range: a cursor left beyond the end of the ledger
+    would wait for entries that never come."""
+    ledger = topic.ledger
+    return min(max(position, ledger.first_position()), ledger.lac.next())
+
+
+@routes.add("GET", TOPIC_URL + "/subscriptions", summary="List the durable subscriptions of a topic.",
+            params=TOPIC_PATH, replies={200: Reply("Subscription names", STRING_LIST), **errors(404, 412)})
+async def list_subscriptions(call: Call) -> list[str]:
+    names = {name for topic in await topics_of(call) for name in topic.subscriptions}
+    return sorted(names)
+
+
+@routes.add("PUT", SUB_URL, summary="Create a subscription at a message id (default: latest).",
+            params=(*SUB_PATH, Param("replicated", {"type": "boolean"}, "ignored: no geo-replication")),
+            body=MESSAGE_ID, replies={204: DONE, **errors(400, 404, 405, 409, 412)})
+async def create_subscription(call: Call) -> None:
+    name = subscription_name(call["subName"])
+    start = start_of(call.body)
+    topics = await topics_of(call, create_partitions=True)
+    if isinstance(start, Position) and len(topics) > 1:
+        raise AdminError(METHOD_NOT_ALLOWED, "a message id names one partition: create the subscription "
+                                             "on the partition, or at earliest / latest")
+    if any(name in topic.subscriptions for topic in topics):
+        raise AdminError(CONFLICT, f"Subscription {name} already exists for topic {requested_topic(call)}")
+    for topic in topics:
+        if isinstance(start, Position):
+            subscription = await topic.open_subscription(name, "latest")
+            await subscription.seek(closest_position(topic, start))
+        else:
+            await topic.open_subscription(name, start)
+
+
+@routes.add("DELETE", SUB_URL, summary="Delete a subscription.", params=(*SUB_PATH, FORCE),
+            replies={204: DONE, **errors(400, 404, 412)})
+async def delete_subscription(call: Call) -> None:
+    for subscription in await subscriptions_of(call):
+        try:
+            await subscription.topic.unsubscribe(subscription.name, force=call["force"])
+        except NotAllowedError:
+            raise AdminError(PRECONDITION_FAILED, "Subscription has active connected consumers") from None
+
+
+@routes.add("POST", SUB_URL + "/resetcursor/{timestamp}",
+            summary="Reset a subscription to the first message published at or after a time.",
+            params=(*SUB_PATH, TIMESTAMP), replies={204: DONE, **errors(400, 404, 412)})
+async def reset_cursor_to_time(call: Call) -> None:
+    for subscription in await subscriptions_of(call):
+        await subscription.seek(subscription.topic.ledger.find_by_publish_time(call["timestamp"]))
+
+
+@routes.add("POST", SUB_URL + "/resetcursor", summary="Reset a subscription so that a message id is read next.",
+            params=SUB_PATH, body=MESSAGE_ID, body_required=True, replies={204: DONE, **errors(400, 404, 405, 412)})
+async def reset_cursor_to_message(call: Call) -> None:
+    subscriptions = await subscriptions_of(call)
+    if call.service.policies.partitions(str(requested_topic(call))):
+        raise AdminError(METHOD_NOT_ALLOWED, "Not supported for partitioned topics: reset a partition")
+    (subscription,) = subscriptions
+    start = start_of(call.body)
+    if start == "earliest":
+        start = subscription.topic.ledger.first_position()
+    elif start == "latest":
+        start = subscription.topic.ledger.lac.next()
+    await subscription.seek(closest_position(subscription.topic, start))
+
+
+@routes.add("POST", SUB_URL + "/skip_all", summary="Skip every message on a subscription (clear its backlog).",
+            params=SUB_PATH, replies={204: DONE, **errors(404, 412)})
+async def skip_all_messages(call: Call) -> None:
+    for subscription in await subscriptions_of(call):
+        await subscription.clear_backlog()

@@ -1,0 +1,240 @@
+"""Persistent topics: `/admin/v2/persistent/{tenant}/{namespace}/...` (Pulsar's
+PersistentTopics resource): listing, creating and deleting plain and partitioned topics, their
+stats, the topic-level de-duplication policy, and termination.
+
+Partitions of a partitioned topic are created when first used (by a producer, a consumer or
+a subscription made here), as the broker loads any topic; a partitioned topic is its metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyengine.admin import stats
+from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, UNPROCESSABLE, AdminError
+from pyengine.admin.names import namespace_name, topic_name
+from pyengine.admin.routing import Call, Param, Reply, RouteTable
+from pyengine.admin.schemas import (
+    BOOLEAN,
+    DONE,
+    FORCE,
+    INTERNAL_STATS,
+    NAMESPACE,
+    PARTITIONED_METADATA,
+    PARTITIONED_TOPIC_STATS,
+    PARTITIONS,
+    STRING_LIST,
+    TENANT,
+    TERMINATED_AT,
+    TOPIC_PATH,
+    TOPIC_STATS,
+    errors,
+)
+from pyengine.broker.service import BrokerService
+from pyengine.broker.topic import Topic
+from pyengine.naming import TopicName
+
+routes = RouteTable("persistent topics")
+BASE = "/admin/v2/persistent/{tenant}/{namespace}"
+TOPIC_URL = BASE + "/{topic}"
+APPLIED = Param("applied", BOOLEAN, "the policy in force (topic, else namespace, else broker default)",
+                default=False)
+
+
+def requested_topic(call: Call) -> TopicName:
+    return topic_name(call["tenant"], call["namespace"], call["topic"])
+
+
+async def existing_topic(service: BrokerService, name: TopicName) -> Topic:
+    """The stored topic `name` (404 if it does not exist, also for a partitioned topic's name)."""
+    if service.policies.partitions(str(name)):
+        raise AdminError(NOT_FOUND, f"{name} is a partitioned topic: ask for one of its partitions "
+                                    "or for the partitioned topic's own resource")
+    return await service.get_topic(str(name), create=False)
+
+
+def has_clients(topic: Topic) -> bool:
+    return bool(topic.producers) or any(sub.consumers for sub in topic.subscriptions.values())
+
+
+def partition_names(name: TopicName, partitions: int) -> list[str]:
+    return [str(name.partition(index)) for index in range(partitions)]
+
+
+# --- listing --------------------------------------------------------------------------------
+
+@routes.add("GET", BASE, summary="List the persistent topics of a namespace (plain topics and partitions).",
+            params=(TENANT, NAMESPACE), replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
+async def list_topics(call: Call) -> list[str]:
+    namespace = namespace_name(call["tenant"], call["namespace"])
+    call.service.policies.policies(namespace)
+    return [name for name in call.service.list_topics(namespace) if name.startswith("persistent://")]
+
+
+@routes.add("GET", BASE + "/partitioned", summary="List the partitioned topics of a namespace.",
+            params=(TENANT, NAMESPACE), replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
+async def list_partitioned_topics(call: Call) -> list[str]:
+    namespace = namespace_name(call["tenant"], call["namespace"])
+    policies = call.service.policies
+    policies.policies(namespace)
+    return [name for name in policies.partitioned_topics(namespace) if name.startswith("persistent://")]
+
+
+# --- non-partitioned topics ------------------------------------------------------------------
+
+@routes.add("PUT", TOPIC_URL, summary="Create a non-partitioned topic.", params=TOPIC_PATH,
+            replies={204: DONE, **errors(404, 409, 412)})
+async def create_topic(call: Call) -> None:
+    name = requested_topic(call)
+    service = call.service
+    if service.policies.partitions(str(name)):
+        raise AdminError(CONFLICT, f"{name} already exists as a partitioned topic")
+    if service.topic_exists(str(name)):
+        raise AdminError(CONFLICT, f"topic {name} already exists")
+    await service.get_topic(str(name))
+
+
+@routes.add("DELETE", TOPIC_URL, summary="Delete a non-partitioned topic (or one partition).",
+            params=(*TOPIC_PATH, FORCE), replies={204: DONE, **errors(400, 404, 409, 412)})
+async def delete_topic(call: Call) -> None:
+    name = requested_topic(call)
+    service = call.service
+    if service.policies.partitions(str(name)):
+        raise AdminError(CONFLICT, f"{name} is a partitioned topic: DELETE .../{name.local_name}/partitions")
+    topic = await service.get_topic(str(name), create=False)
+    if has_clients(topic) and not call["force"]:
+        raise AdminError(PRECONDITION_FAILED, "Topic has active producers/subscriptions")
+    await service.delete_topic(str(name))
+
+
+# --- partitioned topics ----------------------------------------------------------------------
+
+@routes.add("PUT", TOPIC_URL + "/partitions", summary="Create a partitioned topic.", params=TOPIC_PATH,
+            body=PARTITIONS, body_required=True, replies={204: DONE, **errors(400, 404, 406, 409, 412)})
+async def create_partitioned_topic(call: Call) -> None:
+    name = requested_topic(call)
+    service = call.service
+    if service.topic_exists(str(name)):
+        raise AdminError(CONFLICT, f"a non-partitioned topic {name} already exists")
+    await service.policies.create_partitioned_topic(str(name), call.body)
+
+
+@routes.add("POST", TOPIC_URL + "/partitions", summary="Increase the number of partitions of a partitioned topic.",
+            params=TOPIC_PATH, body=PARTITIONS, body_required=True,
+            replies={204: DONE, **errors(400, 406, 409, 412, 422)})
+async def update_partitioned_topic(call: Call) -> None:
+    name = requested_topic(call)
+    policies = call.service.policies
+    current = policies.partitions(str(name))
+    if not current:
+        raise AdminError(CONFLICT, f"Topic {name} is not the partitioned topic.")
+    if call.body < current:
+        raise AdminError(UNPROCESSABLE, f"Expect partitions {call.body} can't less than current partitions {current}.")
+    await policies.update_partitions(str(name), call.body)
+
+
+@routes.add("GET", TOPIC_URL + "/partitions", summary="Get a topic's partitioned metadata (0 partitions: not partitioned).",
+            params=TOPIC_PATH, replies={200: Reply("PartitionedTopicMetadata", PARTITIONED_METADATA), **errors(412)})
+async def get_partitioned_metadata(call: Call) -> dict[str, Any]:
+    return {"partitions": call.service.policies.partitions(str(requested_topic(call)))}
+
+
+@routes.add("DELETE", TOPIC_URL + "/partitions", summary="Delete a partitioned topic and its partitions.",
+            params=(*TOPIC_PATH, FORCE), replies={204: DONE, **errors(400, 404, 412)})
+async def delete_partitioned_topic(call: Call) -> None:
+    name = requested_topic(call)
+    service = call.service
+    partitions = service.policies.partitions(str(name))
+    if not partitions:
+        raise AdminError(NOT_FOUND, f"partitioned topic {name} does not exist")
+    names = partition_names(name, partitions)
+    if not call["force"] and any(has_clients(service.topics[p]) for p in names if p in service.topics):
+        raise AdminError(PRECONDITION_FAILED, "Topic has active producers/subscriptions")
+    for partition in names:
+        if service.topic_exists(partition):
+            await service.delete_topic(partition)
+    await service.policies.delete_partitioned_topic(str(name))
+
+
+# --- stats ----------------------------------------------------------------------------------
+
+@routes.add("GET", TOPIC_URL + "/stats", summary="Get the stats of a topic (or of one partition).",
+            params=TOPIC_PATH, replies={200: Reply("TopicStats", TOPIC_STATS), **errors(404, 412)})
+async def get_stats(call: Call) -> dict[str, Any]:
+    return stats.topic_stats(await existing_topic(call.service, requested_topic(call)))
+
+
+@routes.add("GET", TOPIC_URL + "/partitioned-stats", summary="Get the stats of a partitioned topic, per partition.",
+            params=TOPIC_PATH, replies={200: Reply("PartitionedTopicStats", PARTITIONED_TOPIC_STATS),
+                                        **errors(404, 412)})
+async def get_partitioned_stats(call: Call) -> dict[str, Any]:
+    name = requested_topic(call)
+    service = call.service
+    partitions = service.policies.partitions(str(name))
+    if not partitions:
+        raise AdminError(NOT_FOUND, f"partitioned topic {name} does not exist")
+    loaded = {p: await service.get_topic(p, create=False)
+              for p in partition_names(name, partitions) if service.topic_exists(p)}
+    return stats.partitioned_topic_stats(partitions, loaded)
+
+
+@routes.add("GET", TOPIC_URL + "/internalStats", summary="Get the internal stats of a topic (ledgers and cursors).",
+            params=TOPIC_PATH, replies={200: Reply("PersistentTopicInternalStats", INTERNAL_STATS),
+                                        **errors(404, 412)})
+async def get_internal_stats(call: Call) -> dict[str, Any]:
+    return stats.internal_stats(await existing_topic(call.service, requested_topic(call)))
+
+
+# --- topic-level de-duplication -------------------------------------------------------------
+
+def known_topic(service: BrokerService, name: TopicName) -> TopicName:
+    """`name` if it is a stored topic, a partitioned topic or one of its partitions (else 404)."""
+    partitioned = service.policies.partitions(str(name.partitioned_topic))
+    if not (service.topic_exists(str(name)) or partitioned > max(name.partition_index, 0)):
+        raise AdminError(NOT_FOUND, f"topic {name} does not exist")
+    return name
+
+
+@routes.add("GET", TOPIC_URL + "/deduplicationEnabled", summary="Get the topic's de-duplication policy.",
+            params=(*TOPIC_PATH, APPLIED),
+            replies={200: Reply("Enabled or not", BOOLEAN), 204: Reply("Not set on the topic"),
+                     **errors(400, 404, 412)})
+async def get_topic_deduplication(call: Call) -> bool | None:
+    name = known_topic(call.service, requested_topic(call))
+    policies = call.service.policies
+    if call["applied"]:
+        return policies.deduplication_enabled(str(name))
+    return policies.topic_policies(str(name)).get("deduplicationEnabled")
+
+
+@routes.add("POST", TOPIC_URL + "/deduplicationEnabled", summary="Enable or disable de-duplication on a topic.",
+            params=TOPIC_PATH, body=BOOLEAN, body_required=True, replies={204: DONE, **errors(400, 404, 412)})
+async def set_topic_deduplication(call: Call) -> None:
+    await _set_topic_deduplication(call, call.body)
+
+
+@routes.add("DELETE", TOPIC_URL + "/deduplicationEnabled",
+            summary="Remove the topic's de-duplication policy (the namespace's applies).",
+            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
+async def remove_topic_deduplication(call: Call) -> None:
+    await _set_topic_deduplication(call, None)
+
+
+async def _set_topic_deduplication(call: Call, enabled: bool | None) -> None:
+    name = known_topic(call.service, requested_topic(call))
+    await call.service.policies.set_topic_policy(str(name), "deduplicationEnabled", enabled)
+    call.service.refresh_policies()
+
+
+# --- termination ----------------------------------------------------------------------------
+
+@routes.add("POST", TOPIC_URL + "/terminate",
+            summary="Terminate a topic: no more messages are accepted; consumers drain what is there.",
+            params=TOPIC_PATH, replies={200: Reply("The last message id", TERMINATED_AT), **errors(404, 405, 412)})
+async def terminate_topic(call: Call) -> dict[str, Any]:
+    name = requested_topic(call)
+    if call.service.policies.partitions(str(name)):
+        raise AdminError(METHOD_NOT_ALLOWED, "Termination of a partitioned topic is not allowed")
+    topic = await existing_topic(call.service, name)
+    last = await topic.terminate()
+    return {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": topic.partition_index}

@@ -1,0 +1,132 @@
+"""The admin API's route table. Each route says once what it is — method, path, parameters,
+request body, replies — and everything else follows from that: the server registers it and
+checks every request against it before the handler runs, and `openapi.py` publishes it.
+
+A handler receives a `Call` (the checked parameters and body) and returns the reply body:
+None is 204 No Content (Pulsar's answer to a successful change), anything else is 200 JSON,
+and a ready `web.Response` is sent as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from pyengine.admin.errors import BAD_REQUEST, AdminError
+from pyengine.admin.validation import check, from_text, parse_json
+from pyengine.broker.service import BrokerService
+
+_PATH_PARAM = re.compile(r"{(\w+)}")
+
+
+@dataclass(frozen=True)
+class Param:
+    """A path or query parameter."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str
+    location: str = "query"
+    required: bool = False
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One documented answer: its status description and body schema (None: no body)."""
+
+    description: str
+    schema: dict[str, Any] | None = None
+    media_type: str = "application/json"
+
+
+@dataclass
+class Call:
+    """One request, checked against its route."""
+
+    service: BrokerService
+    params: dict[str, Any]
+    body: Any
+    request: web.Request
+
+    def __getitem__(self, name: str) -> Any:
+        return self.params[name]
+
+
+Handler = Callable[[Call], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    tag: str
+    params: tuple[Param, ...]
+    body: dict[str, Any] | None
+    body_required: bool
+    replies: dict[int, Reply]
+
+    @property
+    def operation_id(self) -> str:
+        return self.handler.__name__
+
+
+@dataclass
+class RouteTable:
+    """The routes of one area of the API (one OpenAPI tag)."""
+
+    tag: str
+    routes: list[Route] = field(default_factory=list)
+
+    def add(self, method: str, path: str, *, summary: str, params: tuple[Param, ...] = (),
+            body: dict[str, Any] | None = None, body_required: bool = False,
+            replies: dict[int, Reply]) -> Callable[[Handler], Handler]:
+        declared = {p.name for p in params if p.location == "path"}
+        in_path = set(_PATH_PARAM.findall(path))
+        if declared != in_path:
+            raise ValueError(f"{method} {path}: path parameters {sorted(in_path)} declared as {sorted(declared)}")
+
+        def register(handler: Handler) -> Handler:
+            self.routes.append(Route(method, path, handler, summary, self.tag, params, body, body_required,
+                                     replies))
+            return handler
+
+        return register
+
+
+def aiohttp_handler(route: Route, service: BrokerService) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler of `route`: check the request, call the route's handler, reply."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        params = {}
+        for param in route.params:
+            source = request.match_info if param.location == "path" else request.query
+            text = source.get(param.name)
+            if text is None:
+                if param.required:
+                    raise AdminError(BAD_REQUEST, f"missing {param.location} parameter {param.name!r}")
+                params[param.name] = param.default
+            else:
+                params[param.name] = from_text(text, param.schema, f"{param.location} parameter {param.name!r}")
+        body = None
+        if route.body is not None:
+            raw = await request.read()
+            if raw.strip():
+                body = parse_json(raw)
+                check(body, route.body, "body")
+            elif route.body_required:
+                raise AdminError(BAD_REQUEST, "body: a JSON body is required")
+        result = await route.handler(Call(service, params, body, request))
+        if isinstance(result, web.StreamResponse):
+            return result
+        if result is None:
+            return web.Response(status=204)
+        return web.json_response(result)
+
+    return handle

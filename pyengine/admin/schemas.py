@@ -1,0 +1,188 @@
+"""The vocabulary the admin routes share: JSON schemas of request and reply bodies (Pulsar's
+admin data classes, as far as this broker fills them), the common parameters, and the error
+replies with the descriptions Pulsar gives them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyengine.admin.names import NAME_SCHEMA, SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA
+from pyengine.admin.routing import Param, Reply
+from pyengine.admin.validation import INVALID_STATUS
+
+INT64_MAX = 2**63 - 1
+# Refused above this (406, as Pulsar's maxNumPartitionsPerPartitionedTopic does): every
+# partition is a topic of its own.
+MAX_PARTITIONS = 10_000
+
+ERROR_REF = {"$ref": "#/components/schemas/ErrorData"}
+COMPONENTS: dict[str, dict[str, Any]] = {
+    "ErrorData": {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]},
+}
+
+STRING_LIST = {"type": "array", "items": {"type": "string"}}
+BOOLEAN = {"type": "boolean"}
+POSITION = {"type": "string", "description": "ledgerId:entryId"}
+NULLABLE_POSITION = {"type": "string", "nullable": True, "description": "ledgerId:entryId, null if none"}
+COUNT = {"type": "integer", "minimum": 0}
+
+TENANT_INFO = {
+    "type": "object",
+    "properties": {"adminRoles": {**STRING_LIST, "maxItems": 100},
+                   "allowedClusters": {**STRING_LIST, "maxItems": 100}},
+}
+NAMESPACE_POLICIES = {
+    "type": "object",
+    "description": "Pulsar's Policies, the fields this broker applies",
+    "properties": {
+        "deduplicationEnabled": {"type": "boolean", "nullable": True},
+        "properties": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+PARTITIONS = {"type": "integer", "minimum": 1, "maximum": MAX_PARTITIONS, INVALID_STATUS: 406,
+              "description": "number of partitions"}
+PARTITIONED_METADATA = {"type": "object", "properties": {"partitions": COUNT}, "required": ["partitions"]}
+MESSAGE_ID = {
+    "type": "object",
+    "description": "Pulsar's MessageIdImpl / ResetCursorData: (-1, -1) is earliest, "
+                   "(2^63-1, 2^63-1) latest; isExcluded starts after the message",
+    "properties": {
+        "ledgerId": {"type": "integer", "minimum": -1, "maximum": INT64_MAX},
+        "entryId": {"type": "integer", "minimum": -1, "maximum": INT64_MAX},
+        "partitionIndex": {"type": "integer"},
+        "batchIndex": {"type": "integer"},
+        "isExcluded": BOOLEAN,
+    },
+    "required": ["ledgerId", "entryId"],
+}
+TERMINATED_AT = {
+    "type": "object",
+    "properties": {"ledgerId": {"type": "integer"}, "entryId": {"type": "integer"},
+                   "partitionIndex": {"type": "integer"}},
+    "required": ["ledgerId", "entryId"],
+}
+
+CONSUMER_STATS = {
+    "type": "object",
+    "properties": {"consumerName": {"type": "string"}, "availablePermits": {"type": "integer"},
+                   "unackedMessages": COUNT},
+}
+SUBSCRIPTION_STATS = {
+    "type": "object",
+    "properties": {"msgBacklog": COUNT, "type": {"type": "string", "nullable": True},
+                   "isDurable": BOOLEAN, "consumers": {"type": "array", "items": CONSUMER_STATS}},
+    "required": ["msgBacklog", "consumers"],
+}
+TOPIC_STATS = {
+    "type": "object",
+    "description": "Pulsar's TopicStats: counters since the topic was loaded (no rates)",
+    "properties": {
+        "msgInCounter": COUNT, "bytesInCounter": COUNT, "storageSize": COUNT, "msgBacklog": COUNT,
+        "publishers": {"type": "array", "items": {"type": "object", "properties": {
+            "producerName": {"type": "string"}, "producerId": {"type": "integer"}}}},
+        "subscriptions": {"type": "object", "additionalProperties": SUBSCRIPTION_STATS},
+        "deduplicationStatus": {"type": "string", "enum": ["Enabled", "Disabled"]},
+    },
+    "required": ["msgInCounter", "bytesInCounter", "storageSize", "publishers", "subscriptions"],
+}
+PARTITIONED_TOPIC_STATS = {
+    "type": "object",
+    "properties": {
+        "metadata": PARTITIONED_METADATA,
+        "msgInCounter": COUNT, "bytesInCounter": COUNT, "storageSize": COUNT, "msgBacklog": COUNT,
+        "partitions": {"type": "object", "additionalProperties": TOPIC_STATS},
+    },
+    "required": ["metadata", "partitions"],
+}
+INTERNAL_STATS = {
+    "type": "object",
+    "description": "Pulsar's PersistentTopicInternalStats (managed ledger and cursors)",
+    "properties": {
+        "numberOfEntries": COUNT, "totalSize": COUNT, "currentLedgerEntries": COUNT,
+        "currentLedgerSize": COUNT, "lastLedgerCreatedTimestamp": {"type": "string"},
+        "lastConfirmedEntry": POSITION, "state": {"type": "string"},
+        "ledgers": {"type": "array", "items": {"type": "object", "properties": {
+            "ledgerId": {"type": "integer"}, "entries": COUNT, "size": COUNT, "offloaded": BOOLEAN}}},
+        "cursors": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+            "markDeletePosition": POSITION, "readPosition": POSITION, "state": {"type": "string"}}}},
+    },
+    "required": ["numberOfEntries", "totalSize", "lastConfirmedEntry", "ledgers", "cursors"],
+}
+
+COORDINATOR_STATS = {
+    "type": "object",
+    "description": "Pulsar's TransactionCoordinatorStats",
+    "properties": {"state": {"type": "string"}, "leastSigBits": {"type": "integer"},
+                   "lowWaterMark": {"type": "integer"}, "ongoingTxnSize": COUNT},
+    "required": ["state", "leastSigBits", "lowWaterMark", "ongoingTxnSize"],
+}
+COORDINATOR_STATS_MAP = {"type": "object", "additionalProperties": COORDINATOR_STATS,
+                         "description": "coordinator id -> stats"}
+IN_BUFFER_STATS = {"type": "object", "properties": {"startPosition": NULLABLE_POSITION, "aborted": BOOLEAN},
+                   "required": ["startPosition", "aborted"]}
+IN_PENDING_ACK_STATS = {"type": "object", "properties": {"cumulativeAckPosition": NULLABLE_POSITION},
+                        "required": ["cumulativeAckPosition"]}
+TRANSACTION_METADATA = {
+    "type": "object",
+    "description": "Pulsar's TransactionMetadata",
+    "properties": {
+        "txnId": {"type": "string"}, "status": {"type": "string"},
+        "openTimestamp": {"type": "integer"}, "timeoutAt": {"type": "integer"},
+        "producedPartitions": {"type": "object", "additionalProperties": {**IN_BUFFER_STATS, "nullable": True}},
+        "ackedPartitions": {"type": "object", "additionalProperties": {
+            "type": "object", "additionalProperties": {**IN_PENDING_ACK_STATS, "nullable": True}}},
+    },
+    "required": ["txnId", "status", "openTimestamp", "timeoutAt", "producedPartitions", "ackedPartitions"],
+}
+TRANSACTION_METADATA_MAP = {"type": "object", "additionalProperties": TRANSACTION_METADATA,
+                            "description": "txn id -> metadata"}
+BUFFER_STATS = {
+    "type": "object",
+    "description": "Pulsar's TransactionBufferStats",
+    "properties": {
+        "state": {"type": "string"}, "maxReadPosition": POSITION, "lastSnapshotTimestamps": {"type": "integer"},
+        "ongoingTxnSize": COUNT, "totalAbortedTransactions": COUNT, "recoverStartTime": {"type": "integer"},
+        "recoverEndTime": {"type": "integer"},
+        "lowWaterMarks": {"type": "object", "additionalProperties": {"type": "integer"}},
+    },
+    "required": ["state", "maxReadPosition", "ongoingTxnSize"],
+}
+PENDING_ACK_STATS = {
+    "type": "object",
+    "description": "Pulsar's TransactionPendingAckStats, plus the positions held",
+    "properties": {"state": {"type": "string"}, "ongoingTxnSize": COUNT, "pendingIndividualPositions": COUNT,
+                   "pendingCumulativeAckPosition": NULLABLE_POSITION},
+    "required": ["state", "ongoingTxnSize"],
+}
+
+# --- parameters -------------------------------------------------------------------------
+
+TENANT = Param("tenant", NAME_SCHEMA, "tenant name", "path", required=True)
+NAMESPACE = Param("namespace", NAME_SCHEMA, "namespace name (without the tenant)", "path", required=True)
+TOPIC = Param("topic", TOPIC_SCHEMA, "topic local name (URL-encoded)", "path", required=True)
+SUBSCRIPTION = Param("subName", SUBSCRIPTION_SCHEMA, "subscription name (URL-encoded)", "path", required=True)
+MOST_BITS = Param("mostSigBits", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                  "txn id most significant bits (the coordinator id)", "path", required=True)
+LEAST_BITS = Param("leastSigBits", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                   "txn id least significant bits", "path", required=True)
+FORCE = Param("force", BOOLEAN, "also when clients are connected (they are disconnected)", default=False)
+
+TOPIC_PATH = (TENANT, NAMESPACE, TOPIC)
+
+# --- replies ----------------------------------------------------------------------------
+
+DONE = Reply("Operation successful")
+_ERRORS = {
+    400: "Malformed request: bad JSON, a wrong type, a value out of range",
+    404: "Tenant, namespace, topic, subscription or transaction does not exist",
+    405: "Not allowed on this kind of object",
+    406: "Number of partitions out of range",
+    409: "Already exists, still in use, or in another state",
+    412: "Name is not valid, or a precondition failed",
+    422: "Fewer partitions than the topic has",
+    503: "Service not ready",
+}
+
+
+def errors(*statuses: int) -> dict[int, Reply]:
+    return {status: Reply(_ERRORS[status], ERROR_REF) for status in statuses}

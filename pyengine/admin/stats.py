@@ -1,0 +1,169 @@
+"""Pulsar-shaped stats built from the live broker objects: what the admin replies carry.
+
+Field names are those of Pulsar's admin data classes (TopicStats, PersistentTopicInternalStats,
+TransactionCoordinatorStats, TransactionMetadata, TransactionBufferStats, ...). Only what this
+broker measures is filled: message rates are not tracked, so they are absent rather than zero.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from pyengine.broker.service import BrokerService
+from pyengine.broker.subscription import Subscription
+from pyengine.broker.topic import Topic
+from pyengine.errors import TopicNotFoundError
+from pyengine.transaction import TxnStatus
+from pyengine.transaction.coordinator import TxnMeta
+from pyengine.transaction.coordinator.log_store import LogTransactionMetadataStore
+from pyengine_kernels import TxnId
+
+# Pulsar's spelling of subscription types and component states.
+_SUB_TYPES = {"exclusive": "Exclusive", "shared": "Shared", "failover": "Failover", "key_shared": "Key_Shared"}
+_STATES = {"new": "None", "none": "None", "initializing": "Initializing", "replaying": "Initializing",
+           "ready": "Ready", "error": "Error", "closed": "Close"}
+_LIVE = (TxnStatus.OPEN, TxnStatus.COMMITTING, TxnStatus.ABORTING)
+
+
+def pulsar_state(state: str) -> str:
+    return _STATES.get(state, state)
+
+
+# --- topics -------------------------------------------------------------------------------
+
+def topic_stats(topic: Topic) -> dict[str, Any]:
+    subscriptions = {name: subscription_stats(sub) for name, sub in topic.subscriptions.items()}
+    return {
+        "msgInCounter": topic.msg_in_counter,
+        "bytesInCounter": topic.bytes_in_counter,
+        "storageSize": topic.ledger.total_size,
+        "msgBacklog": sum(sub["msgBacklog"] for sub in subscriptions.values()),
+        "publishers": [{"producerName": p.name, "producerId": p.producer_id} for p in topic.producers.values()],
+        "subscriptions": subscriptions,
+        "deduplicationStatus": "Enabled" if topic.dedup.enabled else "Disabled",
+    }
+
+
+def subscription_stats(subscription: Subscription) -> dict[str, Any]:
+    return {
+        "msgBacklog": subscription.backlog(),
+        "type": _SUB_TYPES.get(subscription.sub_type or "", None),
+        "isDurable": subscription.durable,
+        "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
+                       "unackedMessages": sum(c.pending.values())} for c in subscription.consumers],
+    }
+
+
+def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[str, Any]:
+    per_partition = {name: topic_stats(topic) for name, topic in loaded.items()}
+    totals = {key: sum(stats[key] for stats in per_partition.values())
+              for key in ("msgInCounter", "bytesInCounter", "storageSize", "msgBacklog")}
+    return {"metadata": {"partitions": partitions}, **totals, "partitions": per_partition}
+
+
+def internal_stats(topic: Topic) -> dict[str, Any]:
+    ledger = topic.ledger
+    ledgers = list(ledger.ledgers.values())
+    current = ledgers[-1] if ledgers else None
+    return {
+        "numberOfEntries": ledger.number_of_entries,
+        "totalSize": ledger.total_size,
+        "currentLedgerEntries": current.entries if current else 0,
+        "currentLedgerSize": current.size if current else 0,
+        "lastLedgerCreatedTimestamp": _iso_ms(current.created_ms) if current else "",
+        "lastConfirmedEntry": str(ledger.lac),
+        "state": "Terminated" if ledger.terminated_at is not None else "LedgerOpened",
+        "ledgers": [{"ledgerId": info.ledger_id, "entries": info.entries, "size": info.size, "offloaded": False}
+                    for info in ledgers],
+        "cursors": {name: {"markDeletePosition": str(sub.cursor.mark_delete),
+                           "readPosition": str(sub.cursor.read_position), "state": "Open"}
+                    for name, sub in topic.subscriptions.items()},
+    }
+
+
+# --- transactions -------------------------------------------------------------------------
+
+def coordinator_stats(store: LogTransactionMetadataStore) -> dict[str, Any]:
+    counts = store.status_counts()
+    return {
+        "state": pulsar_state(store.state),
+        "leastSigBits": store.last_sequence,
+        "lowWaterMark": store.low_watermark(),
+        "ongoingTxnSize": sum(counts[status] for status in _LIVE),
+    }
+
+
+def in_buffer_stats(topic: Topic, txn: TxnId) -> dict[str, Any]:
+    start = next((str(position) for ongoing, position in topic.buffer.ongoing_txns() if ongoing == txn), None)
+    return {"startPosition": start, "aborted": topic.buffer.is_txn_aborted(txn)}
+
+
+def in_pending_ack_stats(subscription: Subscription, txn: TxnId) -> dict[str, Any]:
+    holder = subscription.pending_ack.stats()["pending_cumulative_ack"] if subscription.pending_ack else None
+    return {"cumulativeAckPosition": holder["position"] if holder is not None and holder["txn"] == str(txn) else None}
+
+
+async def transaction_metadata(service: BrokerService, meta: TxnMeta) -> dict[str, Any]:
+    """Pulsar's TransactionMetadata, with the txn's state on each participant (null for a
+    participant that no longer exists)."""
+    produced = {}
+    for name in meta.partitions:
+        topic = await _existing_topic(service, name)
+        produced[name] = in_buffer_stats(topic, meta.txn_id) if topic is not None else None
+    acked: dict[str, dict[str, Any]] = {}
+    for name, subscription_name in meta.subscriptions:
+        topic = await _existing_topic(service, name)
+        subscription = topic.subscriptions.get(subscription_name) if topic is not None else None
+        acked.setdefault(name, {})[subscription_name] = (
+            in_pending_ack_stats(subscription, meta.txn_id) if subscription is not None else None)
+    return {
+        "txnId": str(meta.txn_id),
+        "status": meta.status.name,
+        "openTimestamp": meta.start_ms,
+        "timeoutAt": meta.start_ms + meta.timeout_ms,
+        "producedPartitions": produced,
+        "ackedPartitions": acked,
+    }
+
+
+def buffer_stats(topic: Topic, low_watermarks: bool) -> dict[str, Any]:
+    raw = topic.buffer.stats()
+    stats = {
+        "state": pulsar_state(raw["state"]),
+        "maxReadPosition": raw["max_read_position"],
+        "lastSnapshotTimestamps": raw["last_snapshot_timestamp"],
+        "ongoingTxnSize": raw["ongoing_txn_count"],
+        "totalAbortedTransactions": raw["aborted_txn_count"],
+        "recoverStartTime": raw["recover_start_time"],
+        "recoverEndTime": raw["recover_end_time"],
+    }
+    if low_watermarks:
+        stats["lowWaterMarks"] = {str(cid): mark for cid, mark in raw["low_watermarks"].items()}
+    return stats
+
+
+def pending_ack_stats(subscription: Subscription) -> dict[str, Any]:
+    raw = subscription.pending_ack.stats() if subscription.pending_ack is not None else None
+    if raw is None:
+        return {"state": "None", "ongoingTxnSize": 0, "pendingIndividualPositions": 0,
+                "pendingCumulativeAckPosition": None}
+    cumulative = raw["pending_cumulative_ack"]
+    return {
+        "state": pulsar_state(raw["state"]),
+        "ongoingTxnSize": len(raw["transactions"]),
+        "pendingIndividualPositions": raw["pending_individual_positions"],
+        "pendingCumulativeAckPosition": cumulative["position"] if cumulative is not None else None,
+    }
+
+
+async def _existing_topic(service: BrokerService, name: str) -> Topic | None:
+    try:
+        return await service.get_topic(name, create=False)
+    except TopicNotFoundError:
+        return None
+
+
+def _iso_ms(epoch_ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

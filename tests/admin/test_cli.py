@@ -1,0 +1,107 @@
+"""`pyengine admin ...` against a live admin server: JSON on stdout, and for a failure the
+server's reason on stderr with exit status 1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from pyengine.cli import main
+
+
+@pytest.fixture
+def admin(server, capsys):
+    """Run `pyengine admin --url <server> ARGS...` (in a thread: the server runs on this loop);
+    returns (exit status, parsed stdout, stderr)."""
+
+    async def run(*args: str):
+        status = await asyncio.to_thread(main, ["admin", "--url", server.url, *args])
+        out, err = capsys.readouterr()
+        return status, json.loads(out) if out.strip() else None, err
+
+    return run
+
+
+async def test_tenants_and_namespaces(admin):
+    assert await admin("tenants", "list") == (0, ["public", "pulsar"], "")
+    assert (await admin("tenants", "create", "acme", "--admin-roles", "ops,dev"))[0] == 0
+    assert (await admin("tenants", "get", "acme"))[1] == {"adminRoles": ["ops", "dev"],
+                                                           "allowedClusters": ["standalone"]}
+    assert await admin("namespaces", "create", "acme/x") == (0, None, "")
+    assert (await admin("namespaces", "list", "acme"))[1] == ["acme/x"]
+    assert (await admin("namespaces", "set-deduplication", "acme/x", "--enable"))[0] == 0
+    assert (await admin("namespaces", "get-deduplication", "acme/x"))[1] is True
+    assert (await admin("namespaces", "policies", "acme/x"))[1]["deduplicationEnabled"] is True
+    assert (await admin("namespaces", "delete", "acme/x"))[0] == 0
+    assert (await admin("tenants", "delete", "acme"))[0] == 0
+
+
+async def test_topics(admin, client):
+    topic = "persistent://public/default/t"
+    assert (await admin("topics", "create-partitioned-topic", topic, "-p", "4"))[0] == 0
+    assert (await admin("topics", "get-partitioned-topic-metadata", topic))[1] == {"partitions": 4}
+    assert (await admin("topics", "update-partitioned-topic", topic, "-p", "5"))[0] == 0
+    assert (await admin("topics", "list-partitioned-topics", "public/default"))[1] == [topic]
+    producer = await client.create_producer(f"{topic}-partition-0")
+    await producer.send(b"hello")
+    stats = (await admin("topics", "stats", f"{topic}-partition-0"))[1]
+    assert stats["msgInCounter"] == 1
+    assert (await admin("topics", "partitioned-stats", topic))[1]["msgInCounter"] == 1
+    assert (await admin("topics", "stats-internal", f"{topic}-partition-0"))[1]["numberOfEntries"] == 1
+    assert (await admin("topics", "create-subscription", topic, "-s", "s", "-m", "earliest"))[0] == 0
+    assert (await admin("topics", "subscriptions", topic))[1] == ["s"]
+    assert (await admin("topics", "reset-cursor", f"{topic}-partition-0", "-s", "s", "-m", "latest"))[0] == 0
+    assert (await admin("topics", "reset-cursor", topic, "-s", "s", "-t", "1h"))[0] == 0
+    assert (await admin("topics", "clear-backlog", topic, "-s", "s"))[0] == 0
+    assert (await admin("topics", "unsubscribe", topic, "-s", "s"))[0] == 0
+    await producer.close()
+    assert (await admin("topics", "delete-partitioned-topic", topic))[0] == 0
+
+    assert (await admin("topics", "create", "plain"))[0] == 0                 # short names work too
+    assert (await admin("topics", "list", "public/default"))[1] == ["persistent://public/default/plain"]
+    assert (await admin("topics", "set-deduplication", "plain", "--enable"))[0] == 0
+    assert (await admin("topics", "get-deduplication", "plain", "--applied"))[1] is True
+    assert (await admin("topics", "terminate", "plain"))[1]["partitionIndex"] == -1
+    assert (await admin("topics", "delete", "plain", "--force"))[0] == 0
+
+
+async def test_transactions(admin, client):
+    producer = await client.create_producer("persistent://public/default/out")
+    txn = await client.new_transaction()
+    await producer.send(b"x", txn=txn)
+    most, least = str(txn.txn_id.most_bits), str(txn.txn_id.least_bits)
+    stats = (await admin("transactions", "coordinator-stats"))[1]
+    assert sum(c["ongoingTxnSize"] for c in stats.values()) == 1
+    assert (await admin("transactions", "coordinator-stats", "-c", most))[1]["ongoingTxnSize"] == 1
+    assert (await admin("transactions", "get-metadata", most, least))[1]["status"] == "OPEN"
+    assert str(txn.txn_id) in (await admin("transactions", "slow-transactions", "-t", "0s"))[1]
+    assert (await admin("transactions", "buffer-stats", "out"))[1]["ongoingTxnSize"] == 1
+    assert (await admin("transactions", "in-buffer-stats", "out", most, least))[1]["aborted"] is False
+    assert await admin("transactions", "abort", most, least) == (0, None, "")
+    assert (await admin("transactions", "transaction-metadata", most, least))[1]["status"] == "ABORTED"
+    assert (await admin("transactions", "in-buffer-stats", "out", most, least))[1]["aborted"] is True
+
+
+async def test_errors_exit_with_the_servers_reason(admin, server):
+    assert await admin("tenants", "get", "nobody") == (1, None, "error: HTTP 404: tenant nobody does not exist\n")
+    status, _, err = await admin("topics", "create-partitioned-topic", "t", "-p", "0")
+    assert status == 1 and err.startswith("error: HTTP 406: ")
+    status, _, err = await admin("transactions", "abort", "0", "77")
+    assert (status, err) == (1, "error: HTTP 404: transaction (0,77) not found\n")
+    status, _, err = await admin("topics", "stats", "non-persistent://public/default/t")
+    assert status == 1 and "only persistent://" in err
+    status, _, err = await admin("namespaces", "create", "just-a-tenant")
+    assert status == 1 and "tenant/namespace" in err
+
+
+async def test_unreachable_server(capsys):
+    status = await asyncio.to_thread(main, ["admin", "--url", "http://127.0.0.1:9", "tenants", "list"])
+    assert status == 1 and capsys.readouterr().err.startswith("error: cannot reach the admin API at")
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["admin", "topics", "reset-cursor", "t", "-s", "s", "-t", "yesterday"])
+    assert stopped.value.code == 2 and "expected a duration" in capsys.readouterr().err
