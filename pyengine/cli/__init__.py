@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyengine.cli import demo
+from pyengine.cli import admin, demo
 
-COMMANDS = {"demo": demo}
+COMMANDS = {"demo": demo, "admin": admin}
 
 
 def main(argv: list[str] | None = None) -> int:

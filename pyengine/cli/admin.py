@@ -1,0 +1,282 @@
+"""`pyengine admin ...`: a client of the broker's admin REST API, with the command names of
+`pulsar-admin` where it has them.
+
+    pyengine admin --url http://127.0.0.1:8080 tenants list
+    pyengine admin namespaces create public/x
+    pyengine admin topics create-partitioned-topic persistent://public/default/t -p 4
+    pyengine admin topics stats persistent://public/default/t-partition-0
+    pyengine admin transactions coordinator-stats
+    pyengine admin transactions get-metadata 0 12
+    pyengine admin transactions abort 0 12
+
+A reply with a body is printed as JSON; a failure prints the server's reason to stderr and
+exits with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from pyengine.errors import InvalidTopicNameError
+from pyengine.naming import TopicName
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+TIMEOUT_S = 60.0
+_LATEST = 2**63 - 1
+
+Request = tuple[str, str, Any]                  # method, path with query, JSON body (None: none)
+Builder = Callable[[argparse.Namespace], Request]
+
+
+class AdminCallError(Exception):
+    """The call failed: the server's reason, or why the server could not be reached."""
+
+
+# --- arguments ------------------------------------------------------------------------------
+
+def _quote(text: str) -> str:
+    return urllib.parse.quote(text, safe="")
+
+
+def topic_path(topic: str) -> str:
+    """`tenant/namespace/topic` (the topic's local name URL-encoded) of a persistent topic."""
+    try:
+        name = TopicName.parse(topic)
+    except InvalidTopicNameError as exc:
+        raise AdminCallError(str(exc)) from None
+    if name.domain != "persistent":
+        raise AdminCallError(f"only persistent:// topics have admin resources, not {topic}")
+    return f"{_quote(name.tenant)}/{_quote(name.namespace)}/{_quote(name.local_name)}"
+
+
+def namespace_path(namespace: str) -> str:
+    parts = namespace.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise AdminCallError(f"a namespace is tenant/namespace, not {namespace!r}")
+    return "/".join(_quote(part) for part in parts)
+
+
+def message_id(text: str) -> dict[str, Any]:
+    """`earliest`, `latest` or `ledgerId:entryId` as Pulsar's MessageIdImpl JSON."""
+    if text == "earliest":
+        return {"ledgerId": -1, "entryId": -1}
+    if text == "latest":
+        return {"ledgerId": _LATEST, "entryId": _LATEST}
+    match = re.fullmatch(r"(-?\d+):(-?\d+)", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected earliest, latest or ledgerId:entryId, not {text!r}")
+    return {"ledgerId": int(match[1]), "entryId": int(match[2])}
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_ms(text: str) -> int:
+    """pulsar-admin's relative times: `100m`, `3h`, `2d`, `5w`, `30s` (a bare number: minutes)."""
+    match = re.fullmatch(r"(\d{1,12})([smhdw]?)", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a duration like 30s, 10m, 3h, 2d or 1w, not {text!r}")
+    return int(match[1]) * _DURATION_UNITS[match[2] or "m"] * 1000
+
+
+def _query(**values: Any) -> str:
+    given = {k: str(v).lower() if isinstance(v, bool) else v for k, v in values.items() if v is not None}
+    return "?" + urllib.parse.urlencode(given) if given else ""
+
+
+# --- commands -------------------------------------------------------------------------------
+# Each command: (group, name, aliases, help, arguments, request builder).
+
+V2 = "/admin/v2"
+TXN = "/admin/v3/transactions"
+
+
+def _topic(a: argparse.Namespace) -> str:
+    return f"{V2}/persistent/{topic_path(a.topic)}"
+
+
+def _sub(a: argparse.Namespace) -> str:
+    return f"{_topic(a)}/subscription/{_quote(a.subscription)}"
+
+
+TOPIC = (("topic",), {"help": "topic name, e.g. persistent://public/default/t"})
+NAMESPACE = (("namespace",), {"help": "tenant/namespace"})
+SUBSCRIPTION = (("-s", "--subscription"), {"required": True, "help": "subscription name"})
+FORCE = (("-f", "--force"), {"action": "store_true", "help": "also when clients are connected"})
+PARTITIONS = (("-p", "--partitions"), {"type": int, "required": True, "help": "number of partitions"})
+MOST = (("most_bits",), {"type": int, "help": "txn id most significant bits (coordinator id)"})
+LEAST = (("least_bits",), {"type": int, "help": "txn id least significant bits"})
+COORDINATOR = (("-c", "--coordinator-id"), {"type": int, "help": "only this coordinator"})
+ENABLE = (("--enable",), {"action": "store_true", "help": "enable (default: disable)"})
+
+COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
+    ("tenants", "list", (), "list the tenants", (), lambda a: ("GET", f"{V2}/tenants", None)),
+    ("tenants", "get", (), "show a tenant", ((("tenant",), {}),),
+     lambda a: ("GET", f"{V2}/tenants/{_quote(a.tenant)}", None)),
+    ("tenants", "create", (), "create a tenant",
+     ((("tenant",), {}), (("-r", "--admin-roles"), {"default": "", "help": "comma-separated roles"}),
+      (("-c", "--allowed-clusters"), {"help": "comma-separated clusters (default: this broker's)"})),
+     lambda a: ("PUT", f"{V2}/tenants/{_quote(a.tenant)}",
+                {"adminRoles": [r for r in a.admin_roles.split(",") if r],
+                 **({"allowedClusters": a.allowed_clusters.split(",")} if a.allowed_clusters else {})})),
+    ("tenants", "delete", (), "delete a tenant", ((("tenant",), {}),),
+     lambda a: ("DELETE", f"{V2}/tenants/{_quote(a.tenant)}", None)),
+
+    ("namespaces", "list", (), "list the namespaces of a tenant", ((("tenant",), {}),),
+     lambda a: ("GET", f"{V2}/namespaces/{_quote(a.tenant)}", None)),
+    ("namespaces", "create", (), "create a namespace", (NAMESPACE,),
+     lambda a: ("PUT", f"{V2}/namespaces/{namespace_path(a.namespace)}", None)),
+    ("namespaces", "delete", (), "delete an empty namespace", (NAMESPACE,),
+     lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}", None)),
+    ("namespaces", "policies", (), "show a namespace's policies", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}", None)),
+    ("namespaces", "topics", (), "list every topic of a namespace", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/topics", None)),
+    ("namespaces", "get-deduplication", (), "show the namespace's de-duplication policy", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/deduplication", None)),
+    ("namespaces", "set-deduplication", (), "enable (--enable) or disable de-duplication", (NAMESPACE, ENABLE),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/deduplication", a.enable)),
+    ("namespaces", "remove-deduplication", (), "remove the namespace's de-duplication policy", (NAMESPACE,),
+     lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/deduplication", None)),
+
+    ("topics", "list", (), "list the persistent topics of a namespace", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/persistent/{namespace_path(a.namespace)}", None)),
+    ("topics", "list-partitioned-topics", (), "list the partitioned topics of a namespace", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/persistent/{namespace_path(a.namespace)}/partitioned", None)),
+    ("topics", "create", (), "create a non-partitioned topic", (TOPIC,), lambda a: ("PUT", _topic(a), None)),
+    ("topics", "create-partitioned-topic", (), "create a partitioned topic", (TOPIC, PARTITIONS),
+     lambda a: ("PUT", f"{_topic(a)}/partitions", a.partitions)),
+    ("topics", "update-partitioned-topic", (), "add partitions to a partitioned topic", (TOPIC, PARTITIONS),
+     lambda a: ("POST", f"{_topic(a)}/partitions", a.partitions)),
+    ("topics", "get-partitioned-topic-metadata", (), "show the number of partitions", (TOPIC,),
+     lambda a: ("GET", f"{_topic(a)}/partitions", None)),
+    ("topics", "delete", (), "delete a non-partitioned topic", (TOPIC, FORCE),
+     lambda a: ("DELETE", _topic(a) + _query(force=a.force), None)),
+    ("topics", "delete-partitioned-topic", (), "delete a partitioned topic", (TOPIC, FORCE),
+     lambda a: ("DELETE", f"{_topic(a)}/partitions" + _query(force=a.force), None)),
+    ("topics", "stats", (), "show a topic's stats", (TOPIC,), lambda a: ("GET", f"{_topic(a)}/stats", None)),
+    ("topics", "partitioned-stats", (), "show a partitioned topic's stats", (TOPIC,),
+     lambda a: ("GET", f"{_topic(a)}/partitioned-stats", None)),
+    ("topics", "stats-internal", ("internal-stats",), "show a topic's ledgers and cursors", (TOPIC,),
+     lambda a: ("GET", f"{_topic(a)}/internalStats", None)),
+    ("topics", "subscriptions", (), "list a topic's subscriptions", (TOPIC,),
+     lambda a: ("GET", f"{_topic(a)}/subscriptions", None)),
+    ("topics", "create-subscription", (), "create a subscription",
+     (TOPIC, SUBSCRIPTION, (("-m", "--messageId"), {"type": message_id, "default": "latest",
+                                                     "help": "earliest, latest (default) or ledgerId:entryId"})),
+     lambda a: ("PUT", _sub(a), a.messageId)),
+    ("topics", "unsubscribe", (), "delete a subscription", (TOPIC, SUBSCRIPTION, FORCE),
+     lambda a: ("DELETE", _sub(a) + _query(force=a.force), None)),
+    ("topics", "reset-cursor", (), "move a subscription to a time or a message id",
+     (TOPIC, SUBSCRIPTION, (("-t", "--time"), {"type": duration_ms, "help": "this long ago: 30s, 10m, 3h, 2d"}),
+      (("-m", "--messageId"), {"type": message_id, "help": "earliest, latest or ledgerId:entryId"})),
+     lambda a: _reset_cursor(a)),
+    ("topics", "clear-backlog", ("skip-all",), "skip every message on a subscription", (TOPIC, SUBSCRIPTION),
+     lambda a: ("POST", f"{_sub(a)}/skip_all", None)),
+    ("topics", "terminate", (), "terminate a topic", (TOPIC,), lambda a: ("POST", f"{_topic(a)}/terminate", None)),
+    ("topics", "get-deduplication", (), "show the topic's de-duplication policy",
+     (TOPIC, (("--applied",), {"action": "store_true", "help": "the policy in force"})),
+     lambda a: ("GET", f"{_topic(a)}/deduplicationEnabled" + _query(applied=a.applied or None), None)),
+    ("topics", "set-deduplication", (), "enable (--enable) or disable de-duplication on a topic", (TOPIC, ENABLE),
+     lambda a: ("POST", f"{_topic(a)}/deduplicationEnabled", a.enable)),
+    ("topics", "remove-deduplication", (), "remove the topic's de-duplication policy", (TOPIC,),
+     lambda a: ("DELETE", f"{_topic(a)}/deduplicationEnabled", None)),
+
+    ("transactions", "coordinator-stats", (), "show the transaction coordinators' stats", (COORDINATOR,),
+     lambda a: ("GET", f"{TXN}/coordinatorStats" + _query(coordinatorId=a.coordinator_id), None)),
+    ("transactions", "get-metadata", ("transaction-metadata",), "show a transaction", (MOST, LEAST),
+     lambda a: ("GET", f"{TXN}/transactionMetadata/{a.most_bits}/{a.least_bits}", None)),
+    ("transactions", "slow-transactions", (), "list transactions open for longer than --time",
+     ((("-t", "--time"), {"type": duration_ms, "required": True, "help": "e.g. 30s, 10m"}), COORDINATOR),
+     lambda a: ("GET", f"{TXN}/slowTransactions/{a.time}" + _query(coordinatorId=a.coordinator_id), None)),
+    ("transactions", "buffer-stats", ("transaction-buffer-stats",), "show a topic's transaction buffer",
+     (TOPIC, (("-l", "--low-water-marks"), {"action": "store_true"})),
+     lambda a: ("GET", f"{TXN}/transactionBufferStats/{topic_path(a.topic)}"
+                + _query(lowWaterMarks=a.low_water_marks or None), None)),
+    ("transactions", "pending-ack-stats", (), "show a subscription's pending acks", (TOPIC, SUBSCRIPTION),
+     lambda a: ("GET", f"{TXN}/pendingAckStats/{topic_path(a.topic)}/{_quote(a.subscription)}", None)),
+    ("transactions", "in-buffer-stats", ("transaction-in-buffer-stats",),
+     "show a transaction's state in a topic's buffer", (TOPIC, MOST, LEAST),
+     lambda a: ("GET", f"{TXN}/transactionInBufferStats/{topic_path(a.topic)}/{a.most_bits}/{a.least_bits}", None)),
+    ("transactions", "in-pending-ack-stats", ("transaction-in-pending-ack-stats",),
+     "show a transaction's state in a subscription's pending acks", (TOPIC, SUBSCRIPTION, MOST, LEAST),
+     lambda a: ("GET", f"{TXN}/transactionInPendingAckStats/{topic_path(a.topic)}/{_quote(a.subscription)}"
+                       f"/{a.most_bits}/{a.least_bits}", None)),
+    ("transactions", "abort", ("abort-transaction",), "abort a transaction now (a stuck one)", (MOST, LEAST),
+     lambda a: ("POST", f"{TXN}/abortTransaction/{a.most_bits}/{a.least_bits}", None)),
+]
+
+
+def _reset_cursor(a: argparse.Namespace) -> Request:
+    if (a.time is None) == (a.messageId is None):
+        raise AdminCallError("reset-cursor takes either --time or --messageId")
+    if a.time is not None:
+        return "POST", f"{_sub(a)}/resetcursor/{int(time.time() * 1000) - a.time}", None
+    return "POST", f"{_sub(a)}/resetcursor", a.messageId
+
+
+# --- HTTP -----------------------------------------------------------------------------------
+
+def call(url: str, method: str, path: str, body: Any = None) -> Any:
+    """One admin call: the reply's JSON (None for an empty reply), or AdminCallError."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
+            raw = reply.read()
+    except urllib.error.HTTPError as exc:
+        raise AdminCallError(f"HTTP {exc.code}: {_reason(exc.read()) or exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise AdminCallError(f"cannot reach the admin API at {url}: {reason}") from None
+    return json.loads(raw) if raw.strip() else None
+
+
+def _reason(raw: bytes) -> str:
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace").strip()
+    return str(reply.get("reason", "")) if isinstance(reply, dict) else str(reply)
+
+
+# --- the command line -----------------------------------------------------------------------
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("admin", help="manage a broker through its admin REST API",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=os.environ.get("PYENGINE_ADMIN_URL", DEFAULT_URL),
+                        help=f"the broker's admin URL (default: $PYENGINE_ADMIN_URL or {DEFAULT_URL})")
+    groups = parser.add_subparsers(dest="admin_group", required=True, metavar="GROUP")
+    group_parsers: dict[str, argparse._SubParsersAction] = {}
+    for group, name, aliases, help_text, arguments, builder in COMMANDS:
+        if group not in group_parsers:
+            group_parsers[group] = groups.add_parser(group, help=f"{group} commands").add_subparsers(
+                dest="admin_command", required=True, metavar="COMMAND")
+        command = group_parsers[group].add_parser(name, aliases=list(aliases), help=help_text)
+        for flags, options in arguments:
+            command.add_argument(*flags, **options)
+        command.set_defaults(admin_request=builder)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        method, path, body = args.admin_request(args)
+        reply = call(args.url, method, path, body)
+    except AdminCallError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if reply is not None:
+        print(json.dumps(reply, indent=2, sort_keys=True))
+    return 0
