@@ -1,0 +1,193 @@
+"""Leader election on a metadata store (Pulsar's `LeaderElection`), built on ephemeral records.
+
+A candidate campaigns by creating the election path (create-if-absent) as an ephemeral record
+of its session, holding its `candidate_id` (for a scalable-topic controller: the broker's
+service URL). The store's create-if-absent makes exactly one candidate the leader; the others
+follow it and watch the path. When the leader resigns, or its session is closed or expires (a
+crashed broker stops refreshing it), the record disappears and the followers campaign again.
+
+A candidate whose own session ends leaves the election (state `NO_LEADER`): its session was
+local proof of its leadership, and the store drops its record at the same time or later, so a
+leader always knows it has lost leadership no later than another candidate can win. To
+stand again it needs a new session and a new `LeaderElection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from pyengine.metadata import (
+    AlreadyExistsError,
+    BadVersionError,
+    CompactedError,
+    LeaderState,
+    MetadataStore,
+    MetadataStoreError,
+    NotFoundError,
+    NotificationType,
+    Record,
+    Session,
+    SessionExpiredError,
+    Watch,
+    check_path,
+)
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAY = 0.2      # after the store failed (unreachable): seconds before campaigning again
+
+Listener = Callable[[LeaderState, "str | None"], None]
+
+
+class LeaderElection:
+    """`campaign()` to stand; `state` / `leader` / `is_leader` for the local view (kept up to
+    date by a watch); `current_leader()` reads the store; `wait_for(state)` and listeners
+    (`add_listener(fn(state, leader))`) observe changes; `resign()` steps down and stops."""
+
+    def __init__(self, store: MetadataStore, path: str, candidate_id: str, *, session: Session) -> None:
+        check_path(path)
+        if not isinstance(candidate_id, str) or not candidate_id:
+            raise TypeError("candidate_id is a non-empty str")
+        if not isinstance(session, Session):
+            raise TypeError("session is a Session")
+        self.store = store
+        self.path = path
+        self.candidate_id = candidate_id
+        self.session = session
+        self.state = LeaderState.NO_LEADER
+        self.leader: str | None = None
+        self._listeners: list[Listener] = []
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._first: asyncio.Future | None = None
+        self._stopped = False
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state is LeaderState.LEADING
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    async def campaign(self) -> LeaderState:
+        """Stand for election (once; later calls just report). Returns the state after the
+        first attempt: LEADING or FOLLOWING; the election then runs in the background."""
+        if self._stopped:
+            raise MetadataStoreError("this election was resigned or its session ended")
+        if self._task is None:
+            self._first = asyncio.get_running_loop().create_future()
+            self.session.add_listener(self._session_ended)
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"election {self.path}")
+        assert self._first is not None
+        await asyncio.shield(self._first)
+        return self.state
+
+    async def wait_for(self, state: LeaderState, timeout: float | None = None) -> None:
+        """Wait until the local view is `state` (TimeoutError after `timeout` seconds)."""
+        async def wait() -> None:
+            while self.state is not state:
+                await self._changed.wait()
+        await asyncio.wait_for(wait(), timeout)
+
+    async def current_leader(self) -> str | None:
+        """The leader's candidate id, read from the store (None: no leader right now)."""
+        record = await self.store.get(self.path)
+        return record.value.decode() if record is not None else None
+
+    async def resign(self) -> None:
+        """Step down (deleting the leader record if it is ours) and stop campaigning."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.session.remove_listener(self._session_ended)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.state is LeaderState.LEADING and self.session.alive:
+            try:
+                record = await self.store.get(self.path)
+                if record is not None and record.session_id == self.session.id:
+                    await self.store.delete(self.path, record.version)
+            except (NotFoundError, BadVersionError):
+                pass
+        self._set(LeaderState.NO_LEADER, None)
+
+    close = resign
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _set(self, state: LeaderState, leader: str | None) -> None:
+        if self._first is not None and not self._first.done():
+            self._first.set_result(None)
+        if state is self.state and leader == self.leader:
+            return
+        self.state = state
+        self.leader = leader
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        for listener in list(self._listeners):
+            try:
+                listener(state, leader)
+            except Exception:
+                log.exception("leader election listener failed")
+
+    def _observe(self, record: Record) -> None:
+        if record.session_id == self.session.id:
+            self._set(LeaderState.LEADING, self.candidate_id)
+        else:
+            self._set(LeaderState.FOLLOWING, record.value.decode(errors="replace"))
+
+    def _session_ended(self, _session: Session) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+        self._set(LeaderState.NO_LEADER, None)
+
+    async def _run(self) -> None:
+        while not self._stopped and self.session.alive:
+            watch: Watch | None = None
+            try:
+                # watch first: the deletion of the leader record cannot slip between the
+                # attempt and the watch
+                watch = await self.store.watch(self.path)
+                while not self._stopped:
+                    try:
+                        record = await self.store.create(self.path, self.candidate_id.encode(), session=self.session)
+                        self._observe(record)
+                    except AlreadyExistsError:
+                        current = await self.store.get(self.path)
+                        if current is None:
+                            continue            # deleted in between: campaign again
+                        self._observe(current)
+                    async for notification in watch:
+                        if notification.type is NotificationType.DELETED:
+                            if self.state is LeaderState.LEADING:
+                                self._set(LeaderState.NO_LEADER, None)
+                            break
+                        assert notification.record is not None
+                        self._observe(notification.record)
+                    else:
+                        return          # the watch was closed (store closing)
+            except asyncio.CancelledError:
+                raise
+            except SessionExpiredError:
+                self._session_ended(self.session)
+                return
+            except (MetadataStoreError, CompactedError) as exc:
+                log.warning("leader election on %s: %s; retrying", self.path, exc)
+                if self._first is not None and not self._first.done():
+                    self._first.set_exception(exc)
+                    return
+                await asyncio.sleep(RETRY_DELAY)
+            finally:
+                if watch is not None:
+                    watch.close()

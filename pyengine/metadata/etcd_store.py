@@ -1,0 +1,539 @@
+"""The metadata store on etcd (v3 API, the `aetcd` asyncio client), for several brokers.
+
+Keys, under a root prefix (default `/pyengine`; several clusters or tests can share an etcd):
+
+    <root>/r<path>                    a record: envelope (partition key, index entries) + value
+    <root>/i/<index>\\0<key><path>     a secondary index entry (key = keys.encode_index_key)
+    <root>/s<parent>                  sequence counter of <parent> (its etcd version is the count)
+
+* Versions, revisions: a record's version is etcd's version - 1 (Pulsar's convention: 0 at
+  creation); create/mod revisions and notification revisions are etcd's revisions.
+* CAS: one etcd transaction comparing the key's version (`expected_version + 1`), or its
+  create revision with 0 for create-if-absent.
+* Records under an indexed prefix are written by read-then-transaction: read the record (its
+  envelope names its current index entries), then one transaction that compares the record's
+  mod revision with the one read and puts the record, deletes its stale index entries and puts
+  the new ones; a concurrent change fails the comparison and the write is retried from the
+  read (the caller's expected version is checked again each time). Record and entries share
+  one revision, so readers and watchers never see one without the other.
+* Sequential keys: a transaction that compares the parent's counter version with the number it
+  will use, bumps the counter and creates the record (and its index entries) together: numbers
+  are unique, increasing, and in creation order. Concurrent sequential puts of this process on
+  one parent are serialized locally (and the next number is remembered), so that they do not
+  have to retry against each other.
+* Sessions are leases (TTL rounded up to whole seconds, at least etcd's minimum); the session's
+  keep-alive task refreshes them (aetcd has no keep-alive of its own). Ephemeral records and
+  their index entries are attached to the lease: etcd deletes them all in one revision when
+  the lease is revoked or expires.
+* Watches are etcd watches from an explicit start revision. A watch's pump task remembers the
+  last revision it delivered; when the stream breaks (etcd restarted, connection lost) it
+  re-creates the etcd watch from the next revision, with backoff, so an open watch loses no
+  notification. If etcd has compacted that history the watch fails with `CompactedError`.
+  Range watches watch the index entries and read each record at the revision of its event.
+* Range queries read the index entries and then the records at the same revision (etcd MVCC):
+  one consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import aetcd
+from aetcd import rpc
+
+from pyengine.metadata import (
+    AlreadyExistsError,
+    BadVersionError,
+    CompactedError,
+    IndexSpec,
+    MetadataStore,
+    MetadataStoreError,
+    NotFoundError,
+    Notification,
+    NotificationType,
+    Page,
+    Record,
+    Session,
+    SessionExpiredError,
+    Watch,
+    parent_of,
+    SEQUENTIAL_DIGITS,
+)
+from pyengine.metadata.keys import decode_index_entry, decode_remote, encode_remote, index_keys_for, prefix_end
+
+log = logging.getLogger(__name__)
+
+MAX_TXN_OPS = 128            # etcd's default --max-txn-ops
+RECONNECT_MIN = 0.05
+RECONNECT_MAX = 2.0
+
+
+def _cmp(key: bytes, target: str, result: str, value: int) -> Any:
+    compare = rpc.Compare(key=key, target=getattr(rpc.Compare, target), result=getattr(rpc.Compare, result))
+    setattr(compare, {"VERSION": "version", "CREATE": "create_revision", "MOD": "mod_revision"}[target], value)
+    return compare
+
+
+def _op_put(key: bytes, value: bytes, lease: int = 0, prev_kv: bool = False) -> Any:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease, prev_kv=prev_kv))
+
+
+def _op_delete(key: bytes) -> Any:
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
+
+
+def _op_range(key: bytes, revision: int = 0) -> Any:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key, revision=revision))
+
+
+def _error(exc: BaseException, what: str) -> MetadataStoreError:
+    if isinstance(exc, MetadataStoreError):
+        return exc
+    if isinstance(exc, rpc.AioRpcError):
+        code, details = exc.code(), exc.details() or ""
+        if "lease not found" in details:
+            return SessionExpiredError(f"{what}: the session has expired ({details})")
+        if "compacted" in details:
+            return CompactedError(f"{what}: {details}")
+        if code in (rpc.StatusCode.UNAVAILABLE, rpc.StatusCode.DEADLINE_EXCEEDED):
+            return MetadataStoreError(f"{what}: etcd is unreachable ({code.name}: {details})")
+        return MetadataStoreError(f"{what}: etcd error {code.name}: {details}")
+    if isinstance(exc, aetcd.exceptions.RevisionCompactedError):
+        return CompactedError(f"{what}: {exc}")
+    if isinstance(exc, aetcd.exceptions.ClientError):
+        if "lease not found" in str(exc):
+            return SessionExpiredError(f"{what}: the session has expired ({exc})")
+        return MetadataStoreError(f"{what}: {exc}")
+    return MetadataStoreError(f"{what}: {exc!r}")
+
+
+class _SeqLock:
+    """Per-parent lock for sequential puts, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class EtcdMetadataStore(MetadataStore):
+    def __init__(self, host: str = "127.0.0.1", port: int = 2379, *, root: str = "/pyengine",
+                 timeout: float = 10.0) -> None:
+        super().__init__()
+        if not isinstance(root, str) or not root.startswith("/") or root.endswith("/") or "\x00" in root:
+            raise ValueError(f"invalid etcd root prefix {root!r}: like /pyengine")
+        self.host = host
+        self.port = port
+        self.root = root
+        self.timeout = timeout
+        self._r = (root + "/r").encode()
+        self._i = (root + "/i/").encode()
+        self._s = (root + "/s").encode()
+        self._client: aetcd.Client | None = None
+        self._pumps: set[asyncio.Task] = set()
+        self._seq_locks: dict[str, _SeqLock] = {}
+        self._seq_next: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"EtcdMetadataStore({self.host}:{self.port}{self.root})"
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        self._client = aetcd.Client(self.host, self.port, timeout=self.timeout)
+        try:
+            await self._client.connect()
+            await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1))
+        except Exception as exc:
+            await self._client.close()
+            raise MetadataStoreError(f"cannot reach etcd at {self.host}:{self.port}: {_error(exc, 'connect')}") from exc
+
+    async def _close(self) -> None:
+        for task in list(self._pumps):
+            task.cancel()
+        for task in list(self._pumps):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._client is not None:
+            await self._client.close()
+
+    @property
+    def client(self) -> aetcd.Client:
+        assert self._client is not None, "not started"
+        return self._client
+
+    async def _rpc(self, method: Callable[..., Any], request: Any, what: str) -> Any:
+        client = self.client
+        try:
+            return await method(request, timeout=self.timeout, metadata=client.metadata)
+        except Exception as exc:
+            raise _error(exc, what) from exc
+
+    async def _range(self, request: Any) -> Any:
+        return await self._rpc(self.client.kvstub.Range, request, "read")
+
+    async def _txn(self, compare: list, success: list, failure: list | None = None) -> Any:
+        request = rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
+        return await self._rpc(self.client.kvstub.Txn, request, "write")
+
+    def _rkey(self, path: str) -> bytes:
+        return self._r + path.encode()
+
+    def _ikey(self, name: str, entry: bytes) -> bytes:
+        return self._i + name.encode() + b"\x00" + entry
+
+    def _record(self, kv: Any) -> Record:
+        partition_key, _entries, value = decode_remote(kv.value)
+        return Record(kv.key[len(self._r):].decode(), value, kv.version - 1, kv.create_revision, kv.mod_revision,
+                      kv.lease or None, partition_key)
+
+    async def _current_revision(self) -> int:
+        response = await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1))
+        return response.header.revision
+
+    async def _get_kv(self, path: str) -> Any:
+        response = await self._range(rpc.RangeRequest(key=self._rkey(path)))
+        return response.kvs[0] if response.kvs else None
+
+    # --- records ------------------------------------------------------------------------------
+
+    async def _get(self, path: str) -> Record | None:
+        kv = await self._get_kv(path)
+        return self._record(kv) if kv is not None else None
+
+    async def _put(self, path: str, value: bytes, expected_version: int | None, session: Session | None,
+                   sequential: bool, partition_key: str | None) -> Record:
+        lease = session.id if session is not None else 0
+        if sequential:
+            return await self._put_sequential(path, value, lease, partition_key)
+        if self._indexed(path):
+            return await self._put_indexed(path, value, expected_version, lease, partition_key)
+        key = self._rkey(path)
+        put = _op_put(key, encode_remote(partition_key, [], value), lease, prev_kv=True)
+        if expected_version is None:
+            response = await self._txn([], [put])
+        elif expected_version == -1:
+            response = await self._txn([_cmp(key, "CREATE", "EQUAL", 0)], [put])
+            if not response.succeeded:
+                raise AlreadyExistsError(f"{path} already exists")
+        else:
+            response = await self._txn([_cmp(key, "VERSION", "EQUAL", expected_version + 1)], [put])
+            if not response.succeeded:
+                raise BadVersionError(f"{path}: expected version {expected_version} does not match")
+        revision = response.header.revision
+        prev = response.responses[0].response_put.prev_kv
+        if prev.create_revision:
+            return Record(path, value, prev.version, prev.create_revision, revision, lease or None, partition_key)
+        return Record(path, value, 0, revision, revision, lease or None, partition_key)
+
+    def _entry_ops(self, path: str, old: list[tuple[str, bytes]], new: list[tuple[str, bytes]], lease: int) -> list:
+        suffix = path.encode()
+        new_keys = dict(new)
+        ops = [_op_delete(self._ikey(name, key + suffix)) for name, key in old if new_keys.get(name) != key]
+        ops += [_op_put(self._ikey(name, key + suffix), b"", lease) for name, key in new]
+        return ops
+
+    async def _put_indexed(self, path: str, value: bytes, expected: int | None, lease: int,
+                           partition_key: str | None) -> Record:
+        key = self._rkey(path)
+        while True:
+            kv = await self._get_kv(path)
+            if expected == -1 and kv is not None:
+                raise AlreadyExistsError(f"{path} already exists")
+            if expected is not None and expected >= 0 and (kv is None or kv.version - 1 != expected):
+                raise BadVersionError(f"{path}: expected version {expected} does not match")
+            old_entries = decode_remote(kv.value)[1] if kv is not None else []
+            version = kv.version if kv is not None else 0
+            entries = index_keys_for(self._indexes.values(),
+                                     Record(path, value, version, 0, 0, lease or None, partition_key))
+            ops = [_op_put(key, encode_remote(partition_key, entries, value), lease)]
+            ops += self._entry_ops(path, old_entries, entries, lease)
+            check = _cmp(key, "MOD", "EQUAL", kv.mod_revision) if kv is not None else _cmp(key, "CREATE", "EQUAL", 0)
+            response = await self._txn([check], ops)
+            if response.succeeded:
+                revision = response.header.revision
+                create = kv.create_revision if kv is not None else revision
+                return Record(path, value, version, create, revision, lease or None, partition_key)
+
+    async def _put_sequential(self, path: str, value: bytes, lease: int, partition_key: str | None) -> Record:
+        parent = parent_of(path)
+        counter = self._s + parent.encode()
+        slot = self._seq_locks.get(parent)
+        if slot is None:
+            slot = self._seq_locks[parent] = _SeqLock()
+        slot.users += 1
+        try:
+            async with slot.lock:
+                while True:
+                    seq = self._seq_next.pop(parent, None)
+                    if seq is None:
+                        response = await self._range(rpc.RangeRequest(key=counter))
+                        seq = response.kvs[0].version if response.kvs else 0
+                    full = f"{path}{seq:0{SEQUENTIAL_DIGITS}d}"
+                    key = self._rkey(full)
+                    entries = index_keys_for(self._indexes.values(),
+                                             Record(full, value, 0, 0, 0, lease or None, partition_key))
+                    ops = [_op_put(counter, b""), _op_put(key, encode_remote(partition_key, entries, value), lease)]
+                    ops += self._entry_ops(full, [], entries, lease)
+                    response = await self._txn([_cmp(counter, "VERSION", "EQUAL", seq), _cmp(key, "CREATE", "EQUAL", 0)],
+                                               ops, [_op_range(counter)])
+                    if response.succeeded:
+                        self._seq_next[parent] = seq + 1
+                        if len(self._seq_next) > 4096:
+                            self._seq_next.pop(next(iter(self._seq_next)))
+                        revision = response.header.revision
+                        return Record(full, value, 0, revision, revision, lease or None, partition_key)
+                    kvs = response.responses[0].response_range.kvs
+                    if (kvs[0].version if kvs else 0) == seq:
+                        # that number is taken by a record created by hand: skip it
+                        await self._txn([_cmp(counter, "VERSION", "EQUAL", seq)], [_op_put(counter, b"")])
+        finally:
+            slot.users -= 1
+            if slot.users == 0:
+                self._seq_locks.pop(parent, None)
+
+    async def _delete(self, path: str, expected_version: int | None) -> None:
+        if self._indexed(path):
+            await self._delete_indexed(path, expected_version)
+            return
+        key = self._rkey(path)
+        check = (_cmp(key, "VERSION", "EQUAL", expected_version + 1) if expected_version is not None
+                 else _cmp(key, "VERSION", "GREATER", 0))
+        response = await self._txn([check], [_op_delete(key)], [_op_range(key)])
+        if not response.succeeded:
+            if not response.responses[0].response_range.kvs:
+                raise NotFoundError(f"{path} does not exist")
+            raise BadVersionError(f"{path}: expected version {expected_version} does not match")
+
+    async def _delete_indexed(self, path: str, expected: int | None) -> None:
+        key = self._rkey(path)
+        while True:
+            kv = await self._get_kv(path)
+            if kv is None:
+                raise NotFoundError(f"{path} does not exist")
+            if expected is not None and kv.version - 1 != expected:
+                raise BadVersionError(f"{path} is at version {kv.version - 1}, expected version {expected}")
+            entries = decode_remote(kv.value)[1]
+            ops = [_op_delete(key)] + self._entry_ops(path, entries, [], 0)
+            response = await self._txn([_cmp(key, "MOD", "EQUAL", kv.mod_revision)], ops)
+            if response.succeeded:
+                return
+
+    async def _delete_recursive(self, path: str) -> None:
+        base = self._rkey(path + "/")
+        paths = []
+        if await self._get_kv(path) is not None:
+            paths.append(path)
+        after = base
+        while True:
+            response = await self._range(rpc.RangeRequest(key=after, range_end=prefix_end(base), keys_only=True,
+                                                          limit=1000))
+            paths += [kv.key[len(self._r):].decode() for kv in response.kvs]
+            if not response.more:
+                break
+            after = response.kvs[-1].key + b"\x00"
+        for victim in paths:
+            try:
+                kv = await self._get_kv(victim)
+                if kv is not None and decode_remote(kv.value)[1]:
+                    await self._delete_indexed(victim, None)
+                elif kv is not None:
+                    await self._txn([_cmp(self._rkey(victim), "MOD", "EQUAL", kv.mod_revision)],
+                                    [_op_delete(self._rkey(victim))])
+            except NotFoundError:
+                pass
+        counters = self._s + (path + "/").encode()
+        await self._txn([], [_op_delete(self._s + path.encode()),
+                             rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
+                                 key=counters, range_end=prefix_end(counters)))])
+        for parent in [p for p in self._seq_next if p == path or p.startswith(path + "/")]:
+            self._seq_next.pop(parent, None)
+
+    async def _get_children(self, path: str) -> list[str]:
+        base = self._rkey(path if path == "/" else path + "/")
+        end = prefix_end(base)
+        children: list[str] = []
+        start = base
+        while True:
+            response = await self._range(rpc.RangeRequest(key=start, range_end=end, keys_only=True, limit=1000))
+            for kv in response.kvs:
+                child, _slash, _rest = kv.key[len(base):].partition(b"/")
+                name = child.decode()
+                if not children or children[-1] != name:
+                    children.append(name)
+            if not response.more:
+                break
+            start = response.kvs[-1].key + b"\x00"
+        return sorted(set(children), key=str.encode)
+
+    async def _list_prefix(self, prefix: str, after: str | None, limit: int | None) -> Page:
+        start = self._rkey(prefix)
+        end = prefix_end(start)
+        if after is not None:
+            start = max(start, self._rkey(after) + b"\x00")
+        request = rpc.RangeRequest(key=start, range_end=end, limit=limit or 0)
+        response = await self._range(request)
+        return Page([self._record(kv) for kv in response.kvs], response.header.revision, bool(response.more))
+
+    # --- secondary indexes --------------------------------------------------------------------
+
+    def _index_bounds(self, name: str, bounds: tuple[bytes, bytes | None]) -> tuple[bytes, bytes]:
+        base = self._i + name.encode() + b"\x00"
+        low, high = bounds
+        end = base + high if high is not None else prefix_end(base)
+        assert end is not None
+        return base + low, end
+
+    async def _range_query(self, spec: IndexSpec, bounds: tuple[bytes, bytes | None]) -> list[Record]:
+        base = self._i + spec.name.encode() + b"\x00"
+        start, end = self._index_bounds(spec.name, bounds)
+        response = await self._range(rpc.RangeRequest(key=start, range_end=end, keys_only=True))
+        revision = response.header.revision
+        paths = [decode_index_entry(kv.key[len(base):])[1] for kv in response.kvs]
+        records: list[Record] = []
+        for i in range(0, len(paths), MAX_TXN_OPS):
+            chunk = paths[i:i + MAX_TXN_OPS]
+            reply = await self._txn([], [_op_range(self._rkey(path), revision) for path in chunk])
+            for path, item in zip(chunk, reply.responses):
+                kvs = item.response_range.kvs
+                if not kvs:
+                    raise MetadataStoreError(f"index {spec.name!r} names a missing record {path}")
+                records.append(self._record(kvs[0]))
+        return records
+
+    # --- watches -------------------------------------------------------------------------------
+
+    async def _check_history(self, since: int) -> None:
+        try:
+            await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1, revision=since))
+        except CompactedError as exc:
+            raise CompactedError(f"revision {since} is compacted: re-read and watch again ({exc})") from None
+        except MetadataStoreError as exc:
+            if "future revision" not in str(exc):
+                raise
+
+    async def _open(self, key: bytes, range_end: bytes | None, since: int | None,
+                    convert: Callable[[Any], Any]) -> Watch:
+        if since is None:
+            since = await self._current_revision()
+        elif since > 0:
+            await self._check_history(since)
+        try:
+            etcd_watch = await self.client.watch(key, range_end=range_end, start_revision=since + 1)
+        except Exception as exc:
+            raise _error(exc, "watch") from exc
+        pump: asyncio.Task
+
+        def on_close(watch: Watch) -> None:
+            self._watches.discard(watch)
+            pump.cancel()
+
+        watch = Watch(since, on_close)
+        self._watches.add(watch)
+        pump = asyncio.get_running_loop().create_task(self._pump(watch, key, range_end, since, convert, etcd_watch),
+                                                      name=f"etcd-watch {key!r}")
+        self._pumps.add(pump)
+        pump.add_done_callback(self._pumps.discard)
+        return watch
+
+    async def _pump(self, watch: Watch, key: bytes, range_end: bytes | None, since: int,
+                    convert: Callable[[Any], Any], etcd_watch: Any) -> None:
+        # `last`: the newest revision delivered from, `seen`: the keys of its events delivered
+        # so far. A revision's events may be cut by a broken stream, so a reconnect resumes at
+        # `last` itself and skips what was already delivered.
+        last, seen = since, set()
+        delay = RECONNECT_MIN
+        try:
+            while not watch.closed:
+                try:
+                    if etcd_watch is None:
+                        resume = last if last > since else since + 1
+                        etcd_watch = await self.client.watch(key, range_end=range_end, start_revision=resume)
+                        log.info("etcd watch on %r resumed from revision %d", key, resume)
+                    async for event in etcd_watch:
+                        revision = event.kv.mod_revision
+                        if revision < last or (revision == last and (revision == since or event.kv.key in seen)):
+                            continue
+                        notification = await convert(event)
+                        if revision > last:
+                            last, seen = revision, set()
+                        seen.add(event.kv.key)
+                        watch._push(notification)
+                        delay = RECONNECT_MIN
+                    if watch.closed:
+                        return
+                    etcd_watch = None     # the stream ended: reconnect
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    error = _error(exc, "watch")
+                    if isinstance(error, CompactedError):
+                        watch._fail(error)
+                        return
+                    log.warning("etcd watch on %r interrupted (%s); resuming at revision %d", key, error, last)
+                    etcd_watch = None
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RECONNECT_MAX)
+        finally:
+            if etcd_watch is not None:
+                try:
+                    await etcd_watch.cancel()
+                except Exception:
+                    pass
+
+    async def _watch(self, path: str, prefix: bool, since: int | None) -> Watch:
+        key = self._rkey(path)
+        range_end = prefix_end(key) if prefix else None
+
+        async def convert(event: Any) -> Notification:
+            path = event.kv.key[len(self._r):].decode()
+            if event.kind == "DELETE":
+                return Notification(NotificationType.DELETED, path, event.kv.mod_revision)
+            kind = NotificationType.CREATED if event.kv.version == 1 else NotificationType.MODIFIED
+            return Notification(kind, path, event.kv.mod_revision, self._record(event.kv))
+
+        return await self._open(key, range_end, since, convert)
+
+    async def _range_watch(self, spec: IndexSpec, bounds: tuple[bytes, bytes | None], since: int | None) -> Watch:
+        base = self._i + spec.name.encode() + b"\x00"
+        start, end = self._index_bounds(spec.name, bounds)
+
+        async def convert(event: Any) -> Notification:
+            index_key, path = decode_index_entry(event.kv.key[len(base):])
+            revision = event.kv.mod_revision
+            if event.kind == "DELETE":
+                return Notification(NotificationType.DELETED, path, revision, None, spec.name, index_key)
+            reply = await self._range(rpc.RangeRequest(key=self._rkey(path), revision=revision))
+            if not reply.kvs:
+                raise MetadataStoreError(f"index {spec.name!r} entry without its record {path}")
+            kind = NotificationType.CREATED if event.kv.version == 1 else NotificationType.MODIFIED
+            return Notification(kind, path, revision, self._record(reply.kvs[0]), spec.name, index_key)
+
+        return await self._open(start, end, since, convert)
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    async def _create_session(self, ttl: float) -> Session:
+        response = await self._rpc(self.client.leasestub.LeaseGrant,
+                                   rpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl))), "create a session")
+        if response.error:
+            raise MetadataStoreError(f"create a session: {response.error}")
+        return Session(self, response.ID, float(response.TTL))
+
+    async def _refresh_session(self, session: Session) -> bool:
+        try:
+            reply = await self.client.refresh_lease(session.id)
+        except Exception as exc:
+            raise _error(exc, "refresh the session") from exc
+        return reply is not None and reply.TTL > 0
+
+    async def _revoke_session(self, session: Session) -> None:
+        try:
+            await self._rpc(self.client.leasestub.LeaseRevoke, rpc.LeaseRevokeRequest(ID=session.id), "close the session")
+        except SessionExpiredError:
+            pass
