@@ -1,0 +1,110 @@
+"""Producer access modes (PIP-68), per topic, as Apache's broker enforces them.
+
+* Shared (the default): any number of producers, unless an exclusive producer holds the topic
+  or waits for it (ProducerBusy).
+* Exclusive: only when no other producer is attached; else ProducerFenced.
+* ExclusiveWithFencing: takes the topic, fencing (disconnecting) every other producer.
+* WaitForExclusive: queued until the topic is free (PRODUCER_SUCCESS with producer_ready=false
+  first, then a second one when it gets the topic).
+
+Each exclusive grant bumps the topic's epoch; a reconnecting exclusive producer presents the
+epoch it was granted (CommandProducer.topic_epoch) and is fenced if a newer grant exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyengine.errors import ProducerBusyError, ProducerFencedError
+from pyengine.protocol.pulsar_api_pb2 import ProducerAccessMode
+
+SHARED = ProducerAccessMode.Shared
+EXCLUSIVE = ProducerAccessMode.Exclusive
+WAIT_FOR_EXCLUSIVE = ProducerAccessMode.WaitForExclusive
+EXCLUSIVE_WITH_FENCING = ProducerAccessMode.ExclusiveWithFencing
+
+
+@dataclass
+class _TopicAccess:
+    epoch: int = 0
+    exclusive_holder: object | None = None       # the key of the producer holding the topic
+    shared: set[object] = field(default_factory=set)
+    waiting: deque[tuple[object, asyncio.Future[int]]] = field(default_factory=deque)
+
+
+class ProducerAccessModes:
+    """Who may produce to which topic. Keys are opaque (one per attached producer)."""
+
+    def __init__(self) -> None:
+        self._topics: dict[str, _TopicAccess] = {}
+
+    def _state(self, topic: str) -> _TopicAccess:
+        state = self._topics.get(topic)
+        if state is None:
+            state = self._topics[topic] = _TopicAccess()
+        return state
+
+    def acquire(self, topic: str, key: object, mode: int, topic_epoch: int | None,
+                fence: Callable[[object], None]) -> int | asyncio.Future[int] | None:
+        """Grant `key` access: None for a shared producer, the topic epoch for an exclusive
+        one, or a future of it when the producer must wait (WaitForExclusive). `fence(key)` is
+        called for each producer an ExclusiveWithFencing grant pushes out. Raises
+        ProducerBusyError / ProducerFencedError."""
+        state = self._state(topic)
+        if topic_epoch is not None and topic_epoch < state.epoch:
+            raise ProducerFencedError(f"topic {topic} was taken by a newer exclusive producer "
+                                      f"(epoch {state.epoch} > {topic_epoch})")
+        if mode == SHARED:
+            if state.exclusive_holder is not None or state.waiting:
+                raise ProducerBusyError(f"topic {topic} has an exclusive producer")
+            state.shared.add(key)
+            return None
+        busy = state.exclusive_holder is not None or bool(state.shared)
+        if mode == EXCLUSIVE:
+            if state.exclusive_holder is not None:
+                raise ProducerFencedError(f"topic {topic} has an existing exclusive producer")
+            if state.shared:
+                raise ProducerFencedError(f"topic {topic} has existing shared producers")
+            return self._grant(state, key, topic_epoch)
+        if mode == EXCLUSIVE_WITH_FENCING:
+            others = ([state.exclusive_holder] if state.exclusive_holder is not None else []) + list(state.shared)
+            state.exclusive_holder = None
+            state.shared.clear()
+            for other in others:
+                fence(other)
+            return self._grant(state, key, None)
+        if mode == WAIT_FOR_EXCLUSIVE:
+            if not busy and not state.waiting:
+                return self._grant(state, key, topic_epoch)
+            waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            state.waiting.append((key, waiter))
+            return waiter
+        raise ProducerBusyError(f"unknown producer access mode {mode}")
+
+    @staticmethod
+    def _grant(state: _TopicAccess, key: object, topic_epoch: int | None) -> int:
+        state.exclusive_holder = key
+        if topic_epoch is None or topic_epoch != state.epoch:
+            state.epoch += 1
+        return state.epoch
+
+    def release(self, topic: str, key: object) -> None:
+        """`key` left the topic (closed, disconnected, fenced, or gave up waiting)."""
+        state = self._topics.get(topic)
+        if state is None:
+            return
+        state.shared.discard(key)
+        state.waiting = deque((k, f) for k, f in state.waiting if k is not key)
+        if state.exclusive_holder is key:
+            state.exclusive_holder = None
+        if state.exclusive_holder is None and not state.shared:
+            while state.waiting:
+                waiting_key, waiter = state.waiting.popleft()
+                if not waiter.done():
+                    waiter.set_result(self._grant(state, waiting_key, None))
+                    break
+        if state.exclusive_holder is None and not state.shared and not state.waiting and state.epoch == 0:
+            del self._topics[topic]

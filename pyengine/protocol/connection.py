@@ -1,0 +1,868 @@
+"""One client connection: the Pulsar binary protocol on an asyncio Protocol.
+
+Bytes go through `core_ext.frames.FrameDecoder` (bad checksums reported, not raised), each
+frame's BaseCommand is dispatched by type to a handler. Handlers that only touch memory run
+inline (SEND, FLOW, ACK, PING, lookups); those that wait for storage or other clients run as
+tasks. Replies are collected and written once per event-loop turn (`writelines`).
+
+What makes this connection close, and only this one: a frame that cannot be split or is larger
+than allowed, a command that does not decode (or lacks a required field), a command type a
+broker does not receive, anything before CONNECT or a second CONNECT, a SEND for a producer
+this connection never created (Apache's rule), and keep-alive silence (a PING goes out after
+`keepalive_interval` seconds without any frame from the client; another interval of silence
+closes). Everything else gets the protocol's answer: errors of requests inside their own
+responses for lookups and transaction commands, SEND_ERROR for sends, ERROR otherwise.
+
+Request ids are only echoed: the client runs two independent counters on one connection (its
+lookup service and its producers/consumers), so no state is keyed by request id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, cast
+
+from core_ext.frames import FrameDecoder, FrameError
+from pyengine.broker.consumer import Consumer
+from pyengine.broker.subscription import Subscription
+from pyengine.broker.topic import Topic
+from pyengine.errors import (
+    ChecksumError,
+    ConsumerBusyError,
+    ConsumerNotFoundError,
+    NotAllowedError,
+    ProducerBusyError,
+    PulsarError,
+    ServiceNotReadyError,
+    to_pulsar_error,
+)
+from pyengine.protocol import lookup, replies
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.access_modes import SHARED
+from pyengine.protocol.commands import BODY_FIELD, ProtocolError, parse_command
+from pyengine.protocol.network_consumer import NetworkConsumer
+from pyengine.protocol.network_producer import NetworkProducer
+from pyengine.protocol.transactions import TransactionCommands, txn_id
+from pyengine.transaction.pendingack import IndividualAck
+from pyengine_kernels import Position, TxnId
+
+if TYPE_CHECKING:
+    from pyengine.protocol.server import ProtocolServer
+
+log = logging.getLogger(__name__)
+
+BaseCommand = pb.BaseCommand
+_SUB_TYPES = {pb.CommandSubscribe.Exclusive: "exclusive", pb.CommandSubscribe.Shared: "shared",
+              pb.CommandSubscribe.Failover: "failover", pb.CommandSubscribe.Key_Shared: "key_shared"}
+_LATEST_LEDGER = (1 << 63) - 1          # MessageId.latest is (2^63-1, 2^63-1)
+# Apache's maxPendingPublishRequestsPerConnection: stop reading while this many sends are
+# being stored, resume at half.
+MAX_PENDING_SENDS = 1000
+_parse_base_command = BaseCommand.FromString
+_parse_metadata = pb.MessageMetadata.FromString
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _publish_time(raw: bytes) -> int | None:
+    """The publish time of a SEND's MessageMetadata (seeks by time find entries by it), or
+    None when the metadata does not decode or lacks a required field."""
+    try:
+        metadata = _parse_metadata(raw)
+    except Exception:
+        return None
+    return metadata.publish_time if metadata.IsInitialized() else None
+
+
+def _decode(raw: bytes) -> pb.BaseCommand:
+    """The frame's command. The fast path lets upb check required fields; anything wrong goes
+    through `parse_command` again for its precise ProtocolError."""
+    try:
+        cmd = _parse_base_command(raw)
+    except Exception:
+        return parse_command(raw)          # raises ProtocolError
+    if cmd.IsInitialized() and cmd.WhichOneof("body") == BODY_FIELD.get(cmd.type):
+        return cmd
+    return parse_command(raw)
+
+
+class ServerConnection(asyncio.Protocol):
+    def __init__(self, server: ProtocolServer) -> None:
+        self.server = server
+        self.service = server.service
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.broker_url = ""
+        self.client_version = ""
+        self.connected = False          # CONNECT handled
+        self.closed = False
+        self.producers: dict[int, NetworkProducer] = {}
+        self.consumers: dict[int, NetworkConsumer] = {}
+        self.txn = TransactionCommands(self)
+        self._decoder = FrameDecoder(max_frame_size=server.max_frame_size, checksum_errors="report")
+        self._creating: set[tuple[str, int]] = set()
+        self._recently_closed_producers: set[int] = set()
+        self._out: list[bytes] = []
+        self._flush_pending = False
+        self._reading = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending_sends = 0
+        self._paused = False
+        self._heard = True
+        self._ping_outstanding = False
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._liveness_waiters: list[asyncio.Future[None]] = []
+        self._loop = asyncio.get_running_loop()
+
+    # --- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)     # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.broker_url = self.server.broker_url_for(transport)
+        self.server.connection_opened(self)
+        self._arm_keepalive()
+
+    def data_received(self, data: bytes) -> None:
+        self._heard = True
+        if self._liveness_waiters:
+            for waiter in self._liveness_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._liveness_waiters.clear()
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as exc:
+            log.warning("%s: closing the connection, broken frame: %s", self.peer, exc)
+            self.close()
+            return
+        self._reading = True
+        try:
+            for frame in frames:
+                if self.closed:
+                    break
+                self._handle_frame(frame)
+        finally:
+            self._reading = False
+            self._flush()
+
+    def eof_received(self) -> bool:
+        return False                    # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._teardown()
+
+    def pause_writing(self) -> None:
+        pass                            # permits bound what consumers are sent
+
+    def resume_writing(self) -> None:
+        pass
+
+    # --- dispatch -------------------------------------------------------------------------
+
+    def _handle_frame(self, frame: Any) -> None:
+        try:
+            cmd = _decode(frame.command)
+        except ProtocolError as exc:
+            log.warning("%s: closing the connection, bad command: %s", self.peer, exc)
+            self.close()
+            return
+        type_ = cmd.type
+        if not self.connected:
+            if type_ != BaseCommand.CONNECT:
+                log.warning("%s: closing the connection, %s before CONNECT", self.peer, BaseCommand.Type.Name(type_))
+                self.close()
+                return
+        elif type_ == BaseCommand.CONNECT:
+            log.warning("%s: closing the connection, second CONNECT", self.peer)
+            self.close()
+            return
+        handler = _HANDLERS.get(type_)
+        if handler is None:
+            log.warning("%s: closing the connection, a broker does not handle %s", self.peer,
+                        BaseCommand.Type.Name(type_))
+            self.close()
+            return
+        body = getattr(cmd, BODY_FIELD[type_])
+        try:
+            handler(self, body, frame)
+        except Exception as exc:           # a bug: answer if we can, never take the broker down
+            log.exception("%s: %s failed", self.peer, BaseCommand.Type.Name(type_))
+            request_id = getattr(body, "request_id", None)
+            if request_id is not None and type_ not in _LOOKUP_TYPES:
+                self._fail(request_id, exc)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: request handler failed", self.peer, exc_info=task.exception())
+
+    def _request(self, request_id: int, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a request's handler; any failure is answered with ERROR."""
+        async def run() -> None:
+            try:
+                await coro
+            except Exception as exc:
+                self._fail(request_id, exc)
+        self._spawn(run())
+
+    def _fail(self, request_id: int, exc: BaseException) -> None:
+        error = to_pulsar_error(exc)
+        if error.server_error == pb.UnknownError:
+            log.error("%s: request %d failed", self.peer, request_id, exc_info=exc)
+        self.write(replies.error(request_id, error.server_error, str(error)))
+
+    # --- writing --------------------------------------------------------------------------
+
+    def write(self, frame: bytes) -> None:
+        self._out.append(frame)
+        self._schedule_flush()
+
+    def write_many(self, frames: list[bytes]) -> None:
+        self._out.extend(frames)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._reading and not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        if not self._out:
+            return
+        out, self._out = self._out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close this connection (pending replies are written first)."""
+        if self.closed:
+            return
+        self._flush()
+        self._teardown()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _teardown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        for waiter in self._liveness_waiters:
+            if not waiter.done():
+                waiter.set_exception(ConnectionError("connection closed"))
+        self._liveness_waiters.clear()
+        for producer in list(self.producers.values()):
+            self._release_producer(producer)
+        self.producers.clear()
+        for consumer in list(self.consumers.values()):
+            self._release_consumer(consumer)
+        self.consumers.clear()
+        self.server.connection_closed(self)
+
+    async def shutdown(self, timeout: float) -> None:
+        """Stop reading, let the sends in flight be stored and answered, then close."""
+        if self.closed:
+            return
+        if self.transport is not None and not self._paused:
+            self.transport.pause_reading()
+            self._paused = True
+        pending = [producer.wait_idle() for producer in self.producers.values()]
+        if pending:
+            await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), timeout)
+        self.close()
+
+    async def wait_for_tasks(self) -> None:
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    # --- keep-alive -----------------------------------------------------------------------
+
+    def _arm_keepalive(self) -> None:
+        self._keepalive = self._loop.call_later(self.server.keepalive_interval, self._keepalive_tick)
+
+    def _keepalive_tick(self) -> None:
+        if self.closed:
+            return
+        if self._heard:
+            self._heard = False
+            self._ping_outstanding = False
+        elif self._ping_outstanding or not self.connected:
+            log.info("%s: closing the connection after %.1f s of silence", self.peer, self.server.keepalive_interval)
+            self.close()
+            return
+        else:
+            self._ping_outstanding = True
+            self.write(replies.PING_FRAME)
+        self._arm_keepalive()
+
+    async def check_liveness(self, timeout: float) -> bool:
+        """Whether the client still answers (a PING, then any frame within `timeout`)."""
+        if self.closed:
+            return False
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._liveness_waiters.append(waiter)
+        self.write(replies.PING_FRAME)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except (asyncio.TimeoutError, ConnectionError):
+            return False
+        return True
+
+    # --- flow control of sends ------------------------------------------------------------
+
+    def sends_started(self, count: int) -> None:
+        self._pending_sends += count
+        if self._pending_sends >= MAX_PENDING_SENDS and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def sends_finished(self, count: int) -> None:
+        self._pending_sends -= count
+        if self._paused and self._pending_sends <= MAX_PENDING_SENDS // 2 and not self.closed \
+                and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    # --- connection commands --------------------------------------------------------------
+
+    def _on_connect(self, body: pb.CommandConnect, frame: Any) -> None:
+        self.client_version = body.client_version
+        # Apache answers the lower of the two versions; the official client speaks 20.
+        version = min(body.protocol_version, replies.PROTOCOL_VERSION)
+        self.write(replies.connected(self.server.server_version, version, self.server.max_message_size))
+        self.connected = True
+
+    def _on_ping(self, body: pb.CommandPing, frame: Any) -> None:
+        self.write(replies.PONG_FRAME)
+
+    def _on_pong(self, body: pb.CommandPong, frame: Any) -> None:
+        self._ping_outstanding = False
+
+    # --- lookups --------------------------------------------------------------------------
+
+    def _on_partitioned_metadata(self, body: pb.CommandPartitionedTopicMetadata, frame: Any) -> None:
+        try:
+            partitions = lookup.partition_count(self.service, body.topic)
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            self.write(replies.partitioned_metadata_failed(body.request_id, error.server_error, str(error)))
+            return
+        self.write(replies.partitioned_metadata(body.request_id, partitions))
+
+    def _on_lookup(self, body: pb.CommandLookupTopic, frame: Any) -> None:
+        try:
+            lookup.resolve_topic(self.service, body.topic)
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            self.write(replies.lookup_failed(body.request_id, error.server_error, str(error)))
+            return
+        # The URL the client connected to, so that it reuses this connection (its pool is
+        # keyed by the URL string).
+        self.write(replies.lookup_connect(body.request_id, self.broker_url))
+
+    def _on_get_topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace, frame: Any) -> None:
+        try:
+            topics = lookup.topics_of_namespace(self.service, body.namespace, body.mode)
+        except Exception as exc:
+            self._fail(body.request_id, exc)
+            return
+        self.write(replies.topics_of_namespace(body.request_id, topics))
+
+    def _on_get_schema(self, body: pb.CommandGetSchema, frame: Any) -> None:
+        # No schema registry: what Apache answers for a topic without a schema.
+        self.write(replies.schema_error(body.request_id, pb.TopicNotFound,
+                                        f"Topic not found or no-schema {body.topic}"))
+
+    def _on_get_or_create_schema(self, body: pb.CommandGetOrCreateSchema, frame: Any) -> None:
+        self.write(replies.get_or_create_schema_error(body.request_id, pb.NotAllowedError,
+                                                      "this broker keeps no schemas"))
+
+    # --- producers ------------------------------------------------------------------------
+
+    def _on_producer(self, body: pb.CommandProducer, frame: Any) -> None:
+        self._request(body.request_id, self._create_producer(body))
+
+    async def _create_producer(self, body: pb.CommandProducer) -> None:
+        request_id, producer_id = body.request_id, body.producer_id
+        topic_name = lookup.resolve_topic(self.service, body.topic)
+        existing = self.producers.get(producer_id)
+        if existing is not None:
+            if existing.topic.name != str(topic_name):
+                raise ProducerBusyError(f"producer id {producer_id} is in use on {existing.topic.name}")
+            self.write(replies.producer_success(request_id, existing.name, existing.producer.last_sequence_id))
+            return
+        key = ("producer", producer_id)
+        if key in self._creating:
+            raise ServiceNotReadyError(f"producer {producer_id} is already being created")
+        self._creating.add(key)
+        try:
+            lookup.check_attachable(self.service, topic_name)
+            topic = await self.service.get_topic(str(topic_name))
+            name = body.producer_name or None
+            producer = await self.server.attach_producer(self, topic, name)
+            network = NetworkProducer(self, producer_id, topic, producer, epoch=body.epoch,
+                                      exclusive=body.producer_access_mode != SHARED)
+            try:
+                grant = self.server.access.acquire(
+                    topic.name, network, body.producer_access_mode,
+                    body.topic_epoch if body.HasField("topic_epoch") else None, self.server.fence_producer)
+            except Exception:
+                self.server.detach_producer(network)
+                raise
+            if self.closed:
+                self.server.detach_producer(network)
+                return
+            self.producers[producer_id] = network
+            self.server.producer_attached(network)
+            self._recently_closed_producers.discard(producer_id)
+            if isinstance(grant, asyncio.Future):
+                self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id, ready=False))
+                grant = await grant
+                if network.closed:
+                    return
+            self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id,
+                                                topic_epoch=grant))
+        finally:
+            self._creating.discard(key)
+
+    def _release_producer(self, producer: NetworkProducer) -> None:
+        self.server.detach_producer(producer)
+
+    def fence_producer(self, producer: NetworkProducer) -> None:
+        """Another producer took the topic exclusively: tell the client and forget this one."""
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+            self._recently_closed_producers.add(producer.producer_id)
+            self.write(replies.close_producer(producer.producer_id))
+        self.server.detach_producer(producer, release_access=False)
+
+    def _on_close_producer(self, body: pb.CommandCloseProducer, frame: Any) -> None:
+        producer = self.producers.pop(body.producer_id, None)
+        if producer is not None:
+            self._release_producer(producer)
+        self.write(replies.success(body.request_id))       # also for an unknown id, as Apache
+
+    def _on_send(self, body: pb.CommandSend, frame: Any) -> None:
+        producer = self.producers.get(body.producer_id)
+        if producer is None:
+            if body.producer_id in self._recently_closed_producers:
+                return                  # sent before the client saw our CLOSE_PRODUCER
+            log.warning("%s: closing the connection, SEND for producer %d that is not ready",
+                        self.peer, body.producer_id)
+            self.close()
+            return
+        sequence_id = body.sequence_id
+        if frame.checksum_valid is False:
+            producer.reject(sequence_id, ChecksumError.server_error, "the message checksum is wrong")
+            return
+        data = frame.headers_and_payload
+        if data is None:
+            producer.reject(sequence_id, pb.MetadataError, "a SEND frame must carry metadata and payload")
+            return
+        if len(data) > self.server.max_message_size:
+            producer.reject(sequence_id, pb.NotAllowedError,
+                            f"messages bigger than {self.server.max_message_size} bytes are rejected")
+            return
+        publish_time = _publish_time(frame.metadata)
+        if publish_time is None:
+            producer.reject(sequence_id, pb.MetadataError, "the message metadata does not decode or lacks a field")
+            return
+        num_messages = max(body.num_messages, 1)
+        # The client numbers the messages of a batch consecutively (it expects the receipt's
+        # sequence id in [first, first + n - 1]).
+        highest = max(body.highest_sequence_id, sequence_id + num_messages - 1)
+        topic = producer.topic
+        try:
+            if body.HasField("txnid_most_bits") or body.HasField("txnid_least_bits"):
+                txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
+                outcome = self._publish_in_txn(producer, txn, data, sequence_id, num_messages, publish_time, highest)
+            else:
+                outcome = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
+                                        publish_time=publish_time, highest_sequence_id=highest)
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            producer.reject(sequence_id, error.server_error, str(error))
+            return
+        producer.track(sequence_id, highest, outcome)
+
+    def _publish_in_txn(self, producer: NetworkProducer, txn: TxnId, data: bytes, sequence_id: int,
+                        num_messages: int, publish_time: int, highest: int) -> asyncio.Future[Position | None]:
+        """Register the partition with the txn (a no-op after the first time; it fails for a
+        txn that is not open) and append in the same turn: one LMDB transaction holds both."""
+        topic = producer.topic
+        registration = self.service.coordinator.register_produced_partitions(txn, [topic.name])
+        registration.add_done_callback(_retrieve)
+        stored = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
+                               publish_time=publish_time, highest_sequence_id=highest, txn=txn)
+
+        async def both() -> Position | None:
+            try:
+                await registration
+            finally:
+                position = await stored
+            return position
+        return asyncio.ensure_future(both())
+
+    # --- consumers ------------------------------------------------------------------------
+
+    def _on_subscribe(self, body: pb.CommandSubscribe, frame: Any) -> None:
+        self._request(body.request_id, self._subscribe(body))
+
+    async def _subscribe(self, body: pb.CommandSubscribe) -> None:
+        request_id, consumer_id = body.request_id, body.consumer_id
+        topic_name = lookup.resolve_topic(self.service, body.topic)
+        existing = self.consumers.get(consumer_id)
+        if existing is not None:
+            if existing.topic.name != str(topic_name) or existing.subscription_name != body.subscription:
+                raise ConsumerBusyError(f"consumer id {consumer_id} is in use on {existing.topic.name}")
+            self.write(replies.success(request_id))
+            return
+        key = ("consumer", consumer_id)
+        if key in self._creating:
+            raise ServiceNotReadyError(f"consumer {consumer_id} is already being created")
+        if not body.subscription:
+            raise NotAllowedError("a subscription needs a name")
+        self._creating.add(key)
+        try:
+            lookup.check_attachable(self.service, topic_name)
+            sub_type = _SUB_TYPES[body.subType]
+            topic = await self.service.get_topic(str(topic_name), create=body.force_topic_creation)
+            await self.server.wait_for_seek(topic.name, body.subscription)
+            consumer = NetworkConsumer(self, consumer_id, topic, body.subscription, sub_type, body.durable)
+            sticky = None
+            if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
+                sticky = [(r.start, r.end) for r in body.keySharedMeta.hashRanges]
+            broker_consumer = Consumer(consumer, name=body.consumer_name or None, priority=body.priority_level,
+                                       sticky_ranges=sticky)
+            subscription = await self._attach(topic, body, sub_type, broker_consumer)
+            consumer.attach(subscription, broker_consumer)
+            if self.closed:
+                self._release_consumer(consumer)
+                return
+            self.consumers[consumer_id] = consumer
+            if sub_type == "failover" and not broker_consumer.active:
+                # Apache tells every joining Failover consumer whether it is the active one.
+                consumer.active_changed(False)
+            self.write(replies.success(request_id))
+        finally:
+            self._creating.discard(key)
+
+    async def _attach(self, topic: Topic, body: pb.CommandSubscribe, sub_type: str,
+                      broker_consumer: Consumer) -> Subscription:
+        initial = "earliest" if body.initialPosition == pb.CommandSubscribe.Earliest else "latest"
+        if body.durable:
+            return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
+                                         initial_position=initial)
+        # A reader that comes back after its seek finds its (moved) subscription kept for it.
+        kept = self.server.take_seeked_reader(topic.name, body.subscription)
+        if kept is not None:
+            kept.add_consumer(broker_consumer, sub_type)
+            return kept
+        return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
+                                     initial_position=initial, durable=False,
+                                     start=self._reader_start(topic, body, initial))
+
+    @staticmethod
+    def _reader_start(topic: Topic, body: pb.CommandSubscribe, initial: str) -> Position:
+        ledger = topic.ledger
+        end = ledger.lac.next()
+        if body.start_message_rollback_duration_sec > 0:
+            rollback_ms = body.start_message_rollback_duration_sec * 1000
+            return ledger.find_by_publish_time(int(time.time() * 1000) - rollback_ms)
+        if body.HasField("start_message_id"):
+            return _start_position(topic, body.start_message_id)
+        return ledger.first_position() if initial == "earliest" else end
+
+    def _release_consumer(self, consumer: NetworkConsumer, *, keep_reader: bool = False) -> None:
+        """Detach a consumer from its subscription (its unacknowledged messages go to others)."""
+        consumer.closed = True
+        subscription, broker_consumer = consumer.subscription, consumer.broker_consumer
+        if subscription is None or broker_consumer is None:
+            return
+        subscription.remove_consumer(broker_consumer)
+        if not consumer.durable and not subscription.consumers:
+            if keep_reader:
+                self.server.keep_seeked_reader(consumer.topic.name, consumer.subscription_name, subscription)
+            else:
+                consumer.topic.unsubscribe_reader(subscription)
+
+    def disconnect_consumer(self, consumer: NetworkConsumer, *, keep_reader: bool, detached: bool = False) -> None:
+        """Broker-side close: CLOSE_CONSUMER now (the client reconnects that consumer), the
+        detach on the next turn (the dispatcher may be iterating its consumers)."""
+        if consumer.closed:
+            return
+        consumer.closed = True
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            del self.consumers[consumer.consumer_id]
+        self.write(replies.close_consumer(consumer.consumer_id))
+        if not detached:
+            self._loop.call_soon(lambda: self._release_consumer(consumer, keep_reader=keep_reader))
+        elif not consumer.durable and consumer.subscription is not None:
+            consumer.topic.unsubscribe_reader(consumer.subscription)
+
+    def _consumer(self, consumer_id: int) -> NetworkConsumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise ConsumerNotFoundError(f"consumer {consumer_id} is not connected")
+        return consumer
+
+    def _on_flow(self, body: pb.CommandFlow, frame: Any) -> None:
+        consumer = self.consumers.get(body.consumer_id)
+        if consumer is None or consumer.subscription is None or consumer.broker_consumer is None:
+            return                      # Apache ignores a FLOW for an unknown consumer
+        consumer.subscription.flow(consumer.broker_consumer, body.messagePermits)
+
+    def _on_ack(self, body: pb.CommandAck, frame: Any) -> None:
+        has_request = body.HasField("request_id")
+        consumer = self.consumers.get(body.consumer_id)
+        transactional = body.HasField("txnid_most_bits") or body.HasField("txnid_least_bits")
+        if consumer is None or consumer.subscription is None:
+            if has_request or transactional:
+                self.write(replies.ack_response(body.consumer_id, body.request_id, None, pb.ConsumerNotFound,
+                                                f"consumer {body.consumer_id} is not connected"))
+            return
+        if body.HasField("validation_error"):
+            log.warning("%s: consumer %s could not read %d message(s) of %s (%s); acknowledging them",
+                        self.peer, consumer.subscription_name, len(body.message_id), consumer.topic.name,
+                        pb.CommandAck.ValidationError.Name(body.validation_error))
+        if transactional:
+            self._spawn(self._ack_in_txn(consumer, body))
+            return
+        try:
+            done = self._ack(consumer, body)
+        except Exception as exc:
+            if has_request:
+                error = to_pulsar_error(exc)
+                self.write(replies.ack_response(body.consumer_id, body.request_id, None, error.server_error,
+                                                str(error)))
+            else:
+                log.warning("%s: acknowledgement on %s failed: %s", self.peer, consumer.topic.name, exc)
+            return
+        if has_request:
+            self._spawn(self._answer_ack(body.consumer_id, body.request_id, done))
+        else:
+            done.add_done_callback(_log_ack_failure)
+
+    def _ack(self, consumer: NetworkConsumer, body: pb.CommandAck) -> asyncio.Future[None]:
+        subscription = consumer.subscription
+        assert subscription is not None
+        if body.ack_type == pb.CommandAck.Cumulative:
+            if len(body.message_id) != 1:
+                raise NotAllowedError("a cumulative acknowledgement names exactly one message")
+            ack = self._individual_ack(consumer, body.message_id[0])
+            if ack.ack_set is None:
+                return subscription.ack_cumulative(consumer.broker_consumer, ack.position)
+            # Inside a batch: everything before the entry, plus the indexes acked in it.
+            before = consumer.topic.ledger.previous_position(ack.position)
+            subscription.ack_cumulative(consumer.broker_consumer, before).add_done_callback(_log_ack_failure)
+            return subscription.ack_individual(consumer.broker_consumer, [ack])
+        acks = [self._individual_ack(consumer, message_id) for message_id in body.message_id]
+        return subscription.ack_individual(consumer.broker_consumer, acks)
+
+    @staticmethod
+    def _individual_ack(consumer: NetworkConsumer, message_id: pb.MessageIdData) -> IndividualAck:
+        position = Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
+        if not message_id.ack_set:
+            return IndividualAck(position)
+        size = consumer.broker_consumer.pending.get(position) if consumer.broker_consumer else None
+        if size is None and message_id.HasField("batch_size"):
+            size = message_id.batch_size
+        if size is None:
+            entry = consumer.topic.ledger.read_entry(position)
+            size = entry.num_messages if entry is not None else 64 * len(message_id.ack_set)
+        return IndividualAck(position, size, tuple(message_id.ack_set))
+
+    async def _answer_ack(self, consumer_id: int, request_id: int, done: asyncio.Future[None]) -> None:
+        try:
+            await done
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            self.write(replies.ack_response(consumer_id, request_id, None, error.server_error, str(error)))
+            return
+        self.write(replies.ack_response(consumer_id, request_id))
+
+    async def _ack_in_txn(self, consumer: NetworkConsumer, body: pb.CommandAck) -> None:
+        """A transactional ack always gets an ACK_RESPONSE (the Java and Go clients wait for it)."""
+        txn = None
+        try:
+            txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
+            subscription = consumer.subscription
+            assert subscription is not None
+            registration = self.service.coordinator.register_acked_subscriptions(
+                txn, [(consumer.topic.name, subscription.name)])
+            if body.ack_type == pb.CommandAck.Cumulative:
+                if len(body.message_id) != 1:
+                    raise NotAllowedError("a cumulative acknowledgement names exactly one message")
+                position = Position(_signed(body.message_id[0].ledgerId), _signed(body.message_id[0].entryId))
+                operation = subscription.ack_with_transaction(consumer.broker_consumer, txn, cumulative=position)
+            else:
+                acks = [self._individual_ack(consumer, message_id) for message_id in body.message_id]
+                operation = subscription.ack_with_transaction(consumer.broker_consumer, txn, acks=acks)
+            try:
+                await registration
+            finally:
+                await operation
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            self.write(replies.ack_response(body.consumer_id, body.request_id, txn, error.server_error, str(error)))
+            return
+        self.write(replies.ack_response(body.consumer_id, body.request_id, txn))
+
+    def _on_redeliver(self, body: pb.CommandRedeliverUnacknowledgedMessages, frame: Any) -> None:
+        consumer = self.consumers.get(body.consumer_id)
+        if consumer is None or consumer.subscription is None or consumer.broker_consumer is None:
+            return
+        if body.message_ids and consumer.sub_type in ("shared", "key_shared"):
+            positions = [Position(_signed(m.ledgerId), _signed(m.entryId)) for m in body.message_ids]
+            consumer.subscription.redeliver_unacknowledged(consumer.broker_consumer, positions)
+        else:
+            # Exclusive/Failover (and the id-less form): everything unacknowledged, as Apache.
+            consumer.subscription.redeliver_unacknowledged(consumer.broker_consumer)
+
+    def _on_seek(self, body: pb.CommandSeek, frame: Any) -> None:
+        self._request(body.request_id, self._seek(body))
+
+    async def _seek(self, body: pb.CommandSeek) -> None:
+        consumer = self._consumer(body.consumer_id)
+        subscription, topic = consumer.subscription, consumer.topic
+        assert subscription is not None
+        if body.HasField("message_id"):
+            position = _start_position(topic, body.message_id)
+        elif body.HasField("message_publish_time"):
+            position = topic.ledger.find_by_publish_time(body.message_publish_time)
+        else:
+            raise NotAllowedError("SEEK needs a message id or a publish time")
+        # As Apache: the subscription's consumers are disconnected (each is told by
+        # CLOSE_CONSUMER before this SUCCESS) and subscribe again at the new position.
+        # Nothing more may be dispatched to them meanwhile.
+        for broker_consumer in subscription.consumers:
+            broker_consumer.permits = 0
+        async with self.server.seeking(topic.name, consumer.subscription_name):
+            await subscription.seek(position)
+        self.write(replies.success(body.request_id))
+
+    def _on_get_last_message_id(self, body: pb.CommandGetLastMessageId, frame: Any) -> None:
+        try:
+            consumer = self._consumer(body.consumer_id)
+        except PulsarError as exc:
+            self._fail(body.request_id, exc)
+            return
+        topic = consumer.topic
+        position, batch_size = topic.last_message_position()
+        last = replies.message_id_data(position, partition=topic.partition_index,
+                                       batch_index=batch_size - 1 if batch_size > 1 else -1)
+        mark_delete = None
+        if consumer.subscription is not None:
+            mark_delete = replies.message_id_data(consumer.subscription.cursor.mark_delete)
+        self.write(replies.last_message_id(body.request_id, last, mark_delete))
+
+    def _on_close_consumer(self, body: pb.CommandCloseConsumer, frame: Any) -> None:
+        consumer = self.consumers.pop(body.consumer_id, None)
+        if consumer is not None:
+            self._release_consumer(consumer)
+        self.write(replies.success(body.request_id))       # also for an unknown id, as Apache
+
+    def _on_unsubscribe(self, body: pb.CommandUnsubscribe, frame: Any) -> None:
+        self._request(body.request_id, self._unsubscribe(body))
+
+    async def _unsubscribe(self, body: pb.CommandUnsubscribe) -> None:
+        consumer = self._consumer(body.consumer_id)
+        subscription = consumer.subscription
+        assert subscription is not None
+        if any(c is not consumer.broker_consumer for c in subscription.consumers):
+            raise NotAllowedError(f"subscription {consumer.subscription_name} has other consumers")
+        del self.consumers[body.consumer_id]
+        self._release_consumer(consumer)
+        if consumer.durable:
+            await consumer.topic.unsubscribe(subscription.name)
+        self.write(replies.success(body.request_id))
+
+    def _on_consumer_stats(self, body: pb.CommandConsumerStats, frame: Any) -> None:
+        consumer = self.consumers.get(body.consumer_id)
+        if consumer is None:
+            self.write(replies.consumer_stats_error(body.request_id, pb.ConsumerNotFound,
+                                                    f"consumer {body.consumer_id} is not connected"))
+            return
+        self.write(replies.consumer_stats(body.request_id, consumer.stats()))
+
+    def _on_auth_response(self, body: pb.CommandAuthResponse, frame: Any) -> None:
+        log.info("%s: ignoring an AUTH_RESPONSE (this broker never challenges)", self.peer)
+
+def _txn_handler(method: Callable[[TransactionCommands, Any], Coroutine[Any, Any, None]]) -> \
+        Callable[[ServerConnection, Any, Any], None]:
+    def handle(connection: ServerConnection, body: Any, frame: Any) -> None:
+        connection._spawn(method(connection.txn, body))
+    return handle
+
+
+def _start_position(topic: Topic, message_id: pb.MessageIdData) -> Position:
+    """Where a reader starts / a seek goes: MessageId.earliest (-1, -1) is the first stored
+    entry, MessageId.latest and anything past the end is the next entry to be written."""
+    ledger_id, entry_id = _signed(message_id.ledgerId), _signed(message_id.entryId)
+    end = topic.ledger.lac.next()
+    if ledger_id < 0:
+        return topic.ledger.first_position()
+    if ledger_id == _LATEST_LEDGER:
+        return end
+    return min(Position(ledger_id, max(entry_id, -1)), end)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a failure as seen: whoever needs it awaits the future itself."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _log_ack_failure(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("an acknowledgement could not be stored: %s", future.exception())
+
+
+_LOOKUP_TYPES = frozenset({BaseCommand.PARTITIONED_METADATA, BaseCommand.LOOKUP})
+
+_HANDLERS: dict[int, Callable[[ServerConnection, Any, Any], None]] = {
+    BaseCommand.CONNECT: ServerConnection._on_connect,
+    BaseCommand.PING: ServerConnection._on_ping,
+    BaseCommand.PONG: ServerConnection._on_pong,
+    BaseCommand.PARTITIONED_METADATA: ServerConnection._on_partitioned_metadata,
+    BaseCommand.LOOKUP: ServerConnection._on_lookup,
+    BaseCommand.GET_TOPICS_OF_NAMESPACE: ServerConnection._on_get_topics_of_namespace,
+    BaseCommand.GET_SCHEMA: ServerConnection._on_get_schema,
+    BaseCommand.GET_OR_CREATE_SCHEMA: ServerConnection._on_get_or_create_schema,
+    BaseCommand.PRODUCER: ServerConnection._on_producer,
+    BaseCommand.SEND: ServerConnection._on_send,
+    BaseCommand.CLOSE_PRODUCER: ServerConnection._on_close_producer,
+    BaseCommand.SUBSCRIBE: ServerConnection._on_subscribe,
+    BaseCommand.FLOW: ServerConnection._on_flow,
+    BaseCommand.ACK: ServerConnection._on_ack,
+    BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES: ServerConnection._on_redeliver,
+    BaseCommand.SEEK: ServerConnection._on_seek,
+    BaseCommand.GET_LAST_MESSAGE_ID: ServerConnection._on_get_last_message_id,
+    BaseCommand.CLOSE_CONSUMER: ServerConnection._on_close_consumer,
+    BaseCommand.UNSUBSCRIBE: ServerConnection._on_unsubscribe,
+    BaseCommand.CONSUMER_STATS: ServerConnection._on_consumer_stats,
+    BaseCommand.AUTH_RESPONSE: ServerConnection._on_auth_response,
+    BaseCommand.TC_CLIENT_CONNECT_REQUEST: _txn_handler(TransactionCommands.tc_client_connect),
+    BaseCommand.NEW_TXN: _txn_handler(TransactionCommands.new_txn),
+    BaseCommand.ADD_PARTITION_TO_TXN: _txn_handler(TransactionCommands.add_partition_to_txn),
+    BaseCommand.ADD_SUBSCRIPTION_TO_TXN: _txn_handler(TransactionCommands.add_subscription_to_txn),
+    BaseCommand.END_TXN: _txn_handler(TransactionCommands.end_txn),
+    BaseCommand.END_TXN_ON_PARTITION: _txn_handler(TransactionCommands.end_txn_on_partition),
+    BaseCommand.END_TXN_ON_SUBSCRIPTION: _txn_handler(TransactionCommands.end_txn_on_subscription),
+}

@@ -1,0 +1,68 @@
+"""Topic discovery: partitioned-topic metadata, lookups, the topics of a namespace.
+
+One broker owns every topic, so a lookup always says "connect" with this broker's URL. Failures
+are answered inside the lookup responses themselves: the client never matches an ERROR frame
+against a lookup (it would wait for its timeout).
+"""
+
+from __future__ import annotations
+
+from pyengine.broker.policies import TC_ASSIGN_TOPIC
+from pyengine.broker.service import BrokerService
+from pyengine.errors import NotAllowedError, TopicNotFoundError
+from pyengine.naming import TopicName
+from pyengine.protocol.pulsar_api_pb2 import CommandGetTopicsOfNamespace
+
+_DOMAINS_BY_MODE = {
+    CommandGetTopicsOfNamespace.PERSISTENT: ("persistent",),
+    CommandGetTopicsOfNamespace.NON_PERSISTENT: ("non-persistent",),
+    CommandGetTopicsOfNamespace.ALL: ("persistent", "non-persistent"),
+}
+
+
+def resolve_topic(service: BrokerService, name: str) -> TopicName:
+    """The normalised name of a topic a client looks up or attaches to. Raises
+    InvalidTopicNameError, TopicNotFoundError (no such namespace, or a partition beyond a
+    partitioned topic's count) or NotAllowedError (the base name of a partitioned topic:
+    clients use its partitions)."""
+    topic = TopicName.parse(name)
+    if not service.policies.namespace_exists(topic.namespace_name):
+        raise TopicNotFoundError(f"namespace {topic.namespace_name} does not exist")
+    if topic.partition_index >= 0:
+        partitions = service.policies.partitions(str(topic.partitioned_topic))
+        if partitions and topic.partition_index >= partitions:
+            raise TopicNotFoundError(f"{topic.partitioned_topic} has {partitions} partitions, "
+                                     f"there is no partition {topic.partition_index}")
+    return topic
+
+
+def check_attachable(service: BrokerService, topic: TopicName) -> None:
+    """Producers and consumers attach to partitions, never to a partitioned topic's base."""
+    if topic.partition_index < 0 and service.policies.partitions(str(topic)):
+        raise NotAllowedError(f"{topic} is a partitioned topic: attach to its partitions")
+
+
+def partition_count(service: BrokerService, name: str) -> int:
+    """PARTITIONED_METADATA: the number of partitions (0: not partitioned). The coordinators'
+    assign topic has one partition per transaction coordinator (the Java client's discovery)."""
+    topic = TopicName.parse(name)
+    if str(topic) == TC_ASSIGN_TOPIC:
+        return len(service.coordinator.coordinator_ids)
+    if not service.policies.namespace_exists(topic.namespace_name):
+        raise TopicNotFoundError(f"namespace {topic.namespace_name} does not exist")
+    return service.policies.partitions(str(topic))
+
+
+def topics_of_namespace(service: BrokerService, namespace: str, mode: int) -> list[str]:
+    """Stored topics of `namespace` plus every partition of its partitioned topics (created or
+    not, as Apache lists them); partitions keep their `-partition-N` names."""
+    tenant, _, local = namespace.partition("/")
+    if not tenant or not local or not service.policies.namespace_exists(namespace):
+        raise TopicNotFoundError(f"namespace {namespace!r} does not exist")
+    domains = _DOMAINS_BY_MODE.get(mode, ("persistent",))
+    names = set(service.list_topics(namespace)) | {
+        name for name in service.topics if TopicName.parse(name).namespace_name == namespace}
+    for partitioned in service.policies.partitioned_topics(namespace):
+        base = TopicName.parse(partitioned)
+        names.update(str(base.partition(i)) for i in range(service.policies.partitions(partitioned)))
+    return sorted(name for name in names if TopicName.parse(name).domain in domains)

@@ -1,0 +1,84 @@
+"""A consumer attached over the network: the `ConsumerSink` that turns deliveries into
+MESSAGE frames on its connection.
+
+Each MESSAGE is written as two buffers, the frame head (sizes and command) and the stored entry
+itself (checksum, metadata and payload exactly as the producer sent them), so payload bytes are
+never copied in Python on their way out.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyengine.broker.consumer import Consumer, Delivery
+from pyengine.broker.subscription import Subscription
+from pyengine.broker.topic import Topic
+from pyengine.protocol import replies
+
+if TYPE_CHECKING:
+    from pyengine.protocol.connection import ServerConnection
+
+
+class NetworkConsumer:
+    """One client consumer id on one connection (implements `ConsumerSink`)."""
+
+    def __init__(self, connection: ServerConnection, consumer_id: int, topic: Topic,
+                 subscription_name: str, sub_type: str, durable: bool) -> None:
+        self.connection = connection
+        self.consumer_id = consumer_id
+        self.topic = topic
+        self.subscription_name = subscription_name     # the client's name (a reader's too)
+        self.sub_type = sub_type
+        self.durable = durable
+        self.subscription: Subscription | None = None
+        self.broker_consumer: Consumer | None = None
+        self.closed = False
+
+    def attach(self, subscription: Subscription, broker_consumer: Consumer) -> None:
+        self.subscription = subscription
+        self.broker_consumer = broker_consumer
+
+    # --- ConsumerSink ---------------------------------------------------------------------
+
+    def deliver(self, deliveries: list[Delivery]) -> None:
+        if self.closed:
+            return
+        head = replies.message_head
+        consumer_id = self.consumer_id
+        buffers: list[bytes] = []
+        for delivery in deliveries:
+            entry = delivery.entry
+            data = entry.data
+            buffers.append(head(consumer_id, entry.position, delivery.redelivery_count, delivery.ack_set, len(data)))
+            buffers.append(data)
+        self.connection.write_many(buffers)
+
+    def active_changed(self, active: bool) -> None:
+        # Apache notifies Failover consumers only; the client uses it for its listener.
+        if not self.closed and self.sub_type == "failover":
+            self.connection.write(replies.active_consumer_change(self.consumer_id, active))
+
+    def reset(self) -> None:
+        """The subscription was moved (seek, reset cursor): like Apache, disconnect the
+        consumer so that the client subscribes again and refills its queue with permits."""
+        if not self.closed:
+            self.connection.disconnect_consumer(self, keep_reader=True)
+
+    def closed_by_broker(self) -> None:
+        if not self.closed:
+            self.connection.disconnect_consumer(self, keep_reader=False, detached=True)
+
+    # --- state for stats ------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        consumer = self.broker_consumer
+        subscription = self.subscription
+        return {
+            "consumerName": consumer.name if consumer else "",
+            "availablePermits": consumer.permits if consumer else 0,
+            "unackedMessages": sum(consumer.pending.values()) if consumer else 0,
+            "msgBacklog": subscription.backlog() if subscription else 0,
+            "type": {"exclusive": "Exclusive", "shared": "Shared", "failover": "Failover",
+                     "key_shared": "Key_Shared"}[self.sub_type],
+            "address": self.connection.peer,
+        }
