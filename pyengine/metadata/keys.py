@@ -120,7 +120,9 @@ def index_range(start: IndexKey, end: IndexKey, prefix: IndexKey) -> tuple[bytes
         if start is not None or end is not None:
             raise ValueError("give either a prefix or a start/end range, not both")
         low = encode_index_prefix(prefix)
-        return low, prefix_end(low)
+        # after a complete element comes a tag (< 0xFF) or the end; 0xFF would continue an
+        # escaped NUL inside the last element, i.e. a different, longer element
+        return low, low + b"\xff"
     low = encode_index_key(start) if start is not None else b""
     high = encode_index_key(end) if end is not None else None
     return low, high
