@@ -72,6 +72,10 @@ class NotAllowedError(PulsarError):
     server_error = ServerError.NotAllowedError
 
 
+class InvalidSubscriptionNameError(NotAllowedError, ValueError):
+    """An empty or malformed subscription name (the wire has no code of its own for it)."""
+
+
 class ProducerFencedError(PulsarError):
     server_error = ServerError.ProducerFenced
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pyengine.errors import InvalidTopicNameError
+from pyengine.errors import InvalidSubscriptionNameError, InvalidTopicNameError
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine_kernels import TxnId
 
@@ -65,5 +65,5 @@ def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{what} name must be a str, not {type(name).__name__}")
     if not name:
-        raise (InvalidTopicNameError if what == "topic" else ValueError)(f"{what} name must not be empty")
+        raise (InvalidTopicNameError if what == "topic" else InvalidSubscriptionNameError)(f"{what} name must not be empty")
     return name
