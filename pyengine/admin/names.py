@@ -20,7 +20,9 @@ MAX_SUBSCRIPTION_BYTES = 400
 # What the OpenAPI document says of them (in characters: a longer UTF-8 spelling is refused
 # too). A name that breaks them is 412, as any invalid name.
 _INVALID = {INVALID_STATUS: PRECONDITION_FAILED}
-NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES, "pattern": r"^[-=:.\w]+$", **_INVALID}
+# Pulsar's tenant and namespace names: `[-=:.\w]+` with Java's (ASCII) \w.
+NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES, "pattern": r"^[-=:.A-Za-z0-9_]+$",
+               **_INVALID}
 TOPIC_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_LOCAL_NAME_BYTES, **_INVALID}
 SUBSCRIPTION_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_SUBSCRIPTION_BYTES, **_INVALID}
 
