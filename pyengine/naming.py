@@ -3,6 +3,12 @@
 `my-topic` is `persistent://public/default/my-topic`; `tenant/ns/topic` gets the `persistent://`
 domain; a partition of a partitioned topic is `<topic>-partition-<n>`. Names are compared and
 stored in their normalised (full) form only.
+
+Scalable topics (PIP-468) add two domains: `topic://tenant/ns/name` names a scalable topic (its
+segment DAG lives in the metadata store; it has no ledger of its own), and
+`segment://tenant/ns/name/{hexStart}-{hexEnd}-{segmentId}` names one segment of it, a topic with a
+managed ledger like a persistent one. The descriptor is Pulsar's `%04x-%04x-%d` (lowercase hex,
+the hash range inclusive).
 """
 
 from __future__ import annotations
@@ -17,6 +23,30 @@ PARTITION_SUFFIX = "-partition-"
 # Pulsar allows these in tenant / namespace names; topic local names are freer.
 _NAME_PART = re.compile(r"^[-=:.\w]+$")
 _MAX_NAME = 1024
+HASH_MIN, HASH_MAX = 0x0000, 0xFFFF
+_DESCRIPTOR = re.compile(r"^([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-(0|[1-9][0-9]{0,18})$")
+
+
+def format_segment_descriptor(start: int, end: int, segment_id: int) -> str:
+    """`{hexStart}-{hexEnd}-{segmentId}`, as Pulsar's SegmentTopicName.formatDescriptor."""
+    if not (HASH_MIN <= start <= end <= HASH_MAX) or segment_id < 0:
+        raise ValueError(f"bad segment range/id: [{start}, {end}] id {segment_id}")
+    return f"{start:04x}-{end:04x}-{segment_id}"
+
+
+def parse_segment_descriptor(descriptor: str) -> tuple[int, int, int]:
+    """(start, end, segment_id) of a descriptor; InvalidTopicNameError when malformed."""
+    match = _DESCRIPTOR.match(descriptor) if isinstance(descriptor, str) else None
+    if match is None:
+        raise InvalidTopicNameError(
+            f"invalid segment descriptor {descriptor!r}: expected {{hexStart}}-{{hexEnd}}-{{segmentId}}, "
+            "e.g. 0000-7fff-1")
+    start, end, segment_id = int(match[1], 16), int(match[2], 16), int(match[3])
+    if start > end:
+        raise InvalidTopicNameError(f"invalid segment descriptor {descriptor!r}: start above end")
+    if segment_id >= 1 << 63:
+        raise InvalidTopicNameError(f"invalid segment descriptor {descriptor!r}: segment id out of range")
+    return start, end, segment_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +81,58 @@ class TopicName:
                 raise InvalidTopicNameError(f"invalid topic name {name!r}: bad {label} {part!r}")
         if any(ch in local for ch in "\n\r\0") or local.strip() != local:
             raise InvalidTopicNameError(f"invalid topic name {name!r}: bad characters in {local!r}")
+        if domain == "segment":
+            base, sep, descriptor = local.rpartition("/")
+            if not sep or not base or "/" in base:
+                raise InvalidTopicNameError(
+                    f"invalid segment name {name!r}: expected segment://tenant/namespace/topic/"
+                    "{hexStart}-{hexEnd}-{segmentId}")
+            start, end, segment_id = parse_segment_descriptor(descriptor)
+            local = f"{base}/{format_segment_descriptor(start, end, segment_id)}"   # canonical (lowercase)
+        elif domain == "topic" and "/" in local:
+            raise InvalidTopicNameError(f"invalid scalable topic name {name!r}: no '/' in the topic part")
         return cls(domain, tenant, namespace, local)
+
+    @classmethod
+    def segment(cls, parent: TopicName | str, start: int, end: int, segment_id: int) -> TopicName:
+        """The `segment://` topic of segment `segment_id` of scalable topic `parent`."""
+        parent = parent if isinstance(parent, TopicName) else cls.parse(parent)
+        if parent.domain != "topic":
+            raise InvalidTopicNameError(f"a segment's parent is a topic:// name, not {parent}")
+        return cls("segment", parent.tenant, parent.namespace,
+                   f"{parent.local_name}/{format_segment_descriptor(start, end, segment_id)}")
+
+    @property
+    def is_segment(self) -> bool:
+        return self.domain == "segment"
+
+    @property
+    def is_scalable(self) -> bool:
+        """A `topic://` name: a scalable topic, whose data lives in its segments."""
+        return self.domain == "topic"
+
+    @property
+    def scalable_topic(self) -> TopicName:
+        """The `topic://` topic a segment belongs to."""
+        if not self.is_segment:
+            raise InvalidTopicNameError(f"{self} is not a segment:// topic")
+        return TopicName("topic", self.tenant, self.namespace, self.local_name.rpartition("/")[0])
+
+    @property
+    def segment_descriptor(self) -> str:
+        if not self.is_segment:
+            raise InvalidTopicNameError(f"{self} is not a segment:// topic")
+        return self.local_name.rpartition("/")[2]
+
+    @property
+    def segment_range(self) -> tuple[int, int]:
+        """The inclusive hash range [start, end] of a segment topic."""
+        start, end, _ = parse_segment_descriptor(self.segment_descriptor)
+        return start, end
+
+    @property
+    def segment_id(self) -> int:
+        return parse_segment_descriptor(self.segment_descriptor)[2]
 
     def __str__(self) -> str:
         return f"{self.domain}://{self.tenant}/{self.namespace}/{self.local_name}"

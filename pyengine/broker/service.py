@@ -17,7 +17,7 @@ from pathlib import Path
 from pyengine.broker.policies import BrokerPolicies
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
-from pyengine.errors import TopicNotFoundError
+from pyengine.errors import NotAllowedError, TopicNotFoundError
 from pyengine.naming import TopicName
 from pyengine.storage import ManagedCursor, ManagedLedger, ManagedLedgerConfig, StorageEnvironment
 from pyengine.storage.environment import DEFAULT_MAP_SIZE
@@ -82,6 +82,10 @@ class BrokerService:
         topic = self.topics.get(key)
         if topic is not None:
             return topic
+        if topic_name.is_scalable:
+            # topic:// has no ledger: its messages live in its segment:// topics (PIP-468).
+            raise NotAllowedError(f"{key} is a scalable topic: produce and consume through its segment:// topics "
+                                  "(pyengine.client routes topic:// names), it is not a ledger topic")
         if not create and not self.topic_exists(key):
             raise TopicNotFoundError(f"topic {key} does not exist")
         if not self.policies.namespace_exists(topic_name.namespace_name):
