@@ -17,7 +17,7 @@ DIRECTIVES = {
     "linetrace": DEBUG,
 }
 
-MODULES = ["frames", "batch", "poskeys"]
+MODULES = ["frames", "batch", "poskeys", "records"]
 
 extensions = [
     Extension(

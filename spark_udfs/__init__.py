@@ -1,1 +1,53 @@
-"""PySpark data source and Arrow UDFs that read pyengine topics READ_COMMITTED."""
+"""PySpark data source and Arrow UDFs that read pyengine topics READ_COMMITTED.
+
+Reading a broker's data dir (read-only, safe while the broker runs)::
+
+    import spark_udfs
+
+    spark = spark_udfs.session("local[*]")        # or register(an existing session)
+    orders = (spark.read.format("pyengine")
+              .option("topics", "public/default/orders-*")     # names, namespaces, globs
+              .load("/var/lib/pyengine/data"))                  # isolation=read_committed
+    orders.groupBy("key").count().show()
+
+The rows are exactly what a READ_COMMITTED consumer receives, one per message (batches are
+expanded): nothing of aborted or still-open transactions, nothing past a topic's read horizon,
+no commit/abort markers. `isolation=read_uncommitted` gives every message (committed or not);
+`includeMarkers=true` adds the marker rows. Columns: `spark_udfs.SCHEMA` (topic, ledger_id,
+entry_id, batch_index, publish_time, event_time, key, value, properties, producer_name,
+sequence_id, txnid_most, txnid_least, is_marker). Options: `spark_udfs.options`.
+
+Your own DataFrames (e.g. every stored row, exported earlier) filtered the same way, by an
+Arrow UDF calling the Rust visibility kernel, with the transaction state captured once on the
+driver and broadcast::
+
+    state = spark_udfs.capture_state("/var/lib/pyengine/data")     # a consistent snapshot
+    raw = spark.read.parquet("/exports/orders-raw")                  # rows with the 5 columns
+    committed = spark_udfs.committed_filter(raw, state)
+    # or as a column: raw.withColumn("visible", spark_udfs.committed_column(state))
+
+The state must cover every topic the DataFrame holds rows of (ledger ids name the topic);
+rows of ledgers created after the capture count as not visible yet.
+
+Workers: `session()` points `PYSPARK_PYTHON` at the running interpreter when it is unset. On a
+cluster (`session("spark://host:7077")`, `--master yarn`, ...) every executor's Python needs
+pyengine and its native builds: install the same wheels there (`pip install pyengine
+pyengine-kernels`, built by `make setup` / maturin), or ship a packed virtualenv with
+`spark.archives=pyenv.tar.gz#environment` and `PYSPARK_PYTHON=./environment/bin/python`. The
+data dir must be reachable at the same path on the executors, on a local filesystem (LMDB
+needs working mmap and file locks: not NFS), so in practice the executors run on the broker's
+host.
+"""
+
+from spark_udfs.options import ISOLATIONS, OptionError
+from spark_udfs.schema import ARROW_SCHEMA, SCHEMA, VISIBILITY_COLUMNS
+from spark_udfs.session import read, register, session
+from spark_udfs.source import PyengineDataSource
+from spark_udfs.state import TopicState, TxnState, capture_state
+from spark_udfs.udfs import committed_column, committed_filter, committed_udf
+
+__all__ = [
+    "ARROW_SCHEMA", "ISOLATIONS", "OptionError", "PyengineDataSource", "SCHEMA", "TopicState", "TxnState",
+    "VISIBILITY_COLUMNS", "capture_state", "committed_column", "committed_filter", "committed_udf", "read",
+    "register", "session",
+]

@@ -17,6 +17,7 @@ is open. Open it, read, close it (it is a context manager).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from pyengine.storage.records_pb2 import LedgerRecord, TopicRecord
 from pyengine_kernels import Position
 
 _KEY_SIZE = 24          # 8-byte topic prefix + 16-byte position
+_COUNTER = struct.Struct(">q")
 
 
 class DataDirNotFoundError(StorageError):
@@ -211,6 +213,12 @@ class ReadView:
             yield chunk
 
     # --- other records --------------------------------------------------------------------
+
+    def counter(self, name: str) -> int:
+        """The last value the data dir allocated from the persistent counter `name` (e.g.
+        "ledger", "topic"); -1 if it never allocated one."""
+        raw = self._txn.get(b"counter/" + name.encode(), db=self._reader.env.db("meta"))
+        return _COUNTER.unpack(raw)[0] if raw is not None else -1
 
     def transaction_buffer_snapshot(self, topic_id: int) -> bytes | None:
         """The raw transaction-buffer snapshot record of the topic (None if it has none)."""

@@ -64,6 +64,13 @@ async def test_topics_ledgers_and_ranges(tmp_path):
         assert reader.topic(B).last_position == expected["lac"][B]
 
 
+async def test_counters_are_the_last_values_allocated(tmp_path):
+    expected = await _fill(tmp_path)
+    with StoreReader(tmp_path) as reader, reader.view() as view:
+        assert view.counter("ledger") == max(expected["ledgers"])
+        assert view.counter("never-allocated") == -1
+
+
 async def test_open_ledger_range_comes_from_the_entries(tmp_path):
     """The ledger the writer was appending to has a record saying nothing of its entries."""
     expected = await _fill(tmp_path)

@@ -1,0 +1,615 @@
+"""Stored entries to columns: the Spark data source's decoder (one row per message).
+
+A stored entry (see ``pyengine/storage/entry.py``) is a 32-byte big-endian header (version,
+flags, marker type, txn most, txn least, message count, publish time) followed by the message
+as the producer sent it: optional CRC32C block (magic 0x0e01 + checksum), ``[metadataSize]``,
+a Pulsar ``MessageMetadata`` and the payload. A payload whose metadata has
+``num_messages_in_batch`` is a batch of ``[size][SingleMessageMetadata][payload]`` records.
+
+``entry_headers`` reads the headers only (what READ_COMMITTED visibility needs, decided per
+entry before anything is decoded). ``decode_entries`` expands the selected entries into one
+row per message, scanning the protobuf wire format directly (no message objects), and returns
+the columns as Arrow-ready buffers: native-endian fixed-width values, ``int32`` offsets and
+UTF-8/binary data, and byte masks for the nullable columns. The semantics are those of
+``pyengine.client.message.decode_entry`` (what a consumer receives); ``tests/reference/records.py``
+is the pure-Python oracle. Checksums are not re-verified (the broker verified them on publish).
+"""
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from ._endian cimport load_be16, load_be32, load_be64
+
+import zlib
+
+import numpy as np
+
+cdef enum:
+    HEADER_SIZE = 32
+    HEADER_VERSION = 1
+    MAGIC_CRC32C = 0x0e01
+    WIRE_VARINT = 0
+    WIRE_FIXED64 = 1
+    WIRE_LENGTH_DELIMITED = 2
+    WIRE_FIXED32 = 5
+    MAX_VARINT_BYTES = 10
+    # Compression codecs (Pulsar CompressionType): what decode_entry supports.
+    CODEC_NONE = 0
+    CODEC_ZLIB = 2
+
+# Highest signed 32-bit offset: a column of one call must stay below 2 GiB (Arrow int32 offsets).
+cdef int64_t MAX_OFFSET = 2147483647
+
+
+class RecordFormatError(ValueError):
+    """A stored entry, or the message metadata in it, is malformed."""
+
+
+# --- growable buffers -------------------------------------------------------------------------
+
+@cython.final
+cdef class _Buffer:
+    """Bytes appended at the end of a bytearray; `finish()` trims it to what was written."""
+
+    cdef bytearray data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t capacity
+    cdef char* ptr
+
+    def __cinit__(self, Py_ssize_t capacity):
+        if capacity < 64:
+            capacity = 64
+        self.data = bytearray(capacity)
+        self.capacity = capacity
+        self.size = 0
+        self.ptr = PyByteArray_AS_STRING(self.data)
+
+    cdef int _grow(self, Py_ssize_t needed) except -1:
+        cdef Py_ssize_t capacity = self.capacity * 2
+        while capacity < needed:
+            capacity *= 2
+        PyByteArray_Resize(self.data, capacity)
+        self.capacity = capacity
+        self.ptr = PyByteArray_AS_STRING(self.data)
+        return 0
+
+    cdef inline int write(self, const void* source, Py_ssize_t count) except -1:
+        if self.size + count > self.capacity:
+            self._grow(self.size + count)
+        if count:
+            memcpy(self.ptr + self.size, source, count)
+        self.size += count
+        return 0
+
+    cdef inline int put_i64(self, int64_t value) except -1:
+        return self.write(&value, 8)
+
+    cdef inline int put_i32(self, int32_t value) except -1:
+        return self.write(&value, 4)
+
+    cdef inline int put_u8(self, uint8_t value) except -1:
+        return self.write(&value, 1)
+
+    cdef bytearray finish(self):
+        PyByteArray_Resize(self.data, self.size)
+        return self.data
+
+
+@cython.final
+cdef class _Strings:
+    """A variable-length column: int32 offsets (one more than values) and the data."""
+
+    cdef _Buffer offsets
+    cdef _Buffer data
+
+    def __cinit__(self, Py_ssize_t rows, Py_ssize_t data_bytes):
+        self.offsets = _Buffer((rows + 1) * 4)
+        self.data = _Buffer(data_bytes)
+        self.offsets.put_i32(0)
+
+    cdef inline int append(self, const unsigned char* source, Py_ssize_t count) except -1:
+        self.data.write(source, count)
+        if self.data.size > MAX_OFFSET:
+            raise RecordFormatError("a column of one chunk holds more than 2 GiB: read smaller chunks")
+        self.offsets.put_i32(<int32_t>self.data.size)
+        return 0
+
+    cdef tuple finish(self):
+        return self.offsets.finish(), self.data.finish()
+
+
+# --- protobuf wire format ----------------------------------------------------------------------
+
+cdef inline Py_ssize_t _varint(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                               uint64_t* value) except -1:
+    cdef uint64_t result = 0
+    cdef unsigned int shift = 0
+    cdef unsigned char byte
+    cdef Py_ssize_t end = pos + MAX_VARINT_BYTES
+    if end > size:
+        end = size
+    while pos < end:
+        byte = data[pos]
+        pos += 1
+        result |= <uint64_t>(byte & 0x7F) << shift
+        if byte < 0x80:
+            value[0] = result
+            return pos
+        shift += 7
+    if end == size:
+        raise RecordFormatError("a protobuf varint is cut off")
+    raise RecordFormatError("a protobuf varint is longer than 10 bytes")
+
+
+cdef inline Py_ssize_t _skip(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                             int wire_type, uint64_t field) except -1:
+    """Skip the value of a field that is not read."""
+    cdef uint64_t length
+    if wire_type == WIRE_VARINT:
+        return _varint(data, size, pos, &length)
+    if wire_type == WIRE_FIXED64:
+        length = 8
+    elif wire_type == WIRE_FIXED32:
+        length = 4
+    elif wire_type == WIRE_LENGTH_DELIMITED:
+        pos = _varint(data, size, pos, &length)
+    else:
+        raise RecordFormatError(f"unsupported protobuf wire type {wire_type} in field {field}")
+    if length > <uint64_t>(size - pos):
+        raise RecordFormatError(f"protobuf field {field} overruns its message")
+    return pos + <Py_ssize_t>length
+
+
+cdef inline Py_ssize_t _delimited(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                                  Py_ssize_t* start, Py_ssize_t* length) except -1:
+    cdef uint64_t count
+    pos = _varint(data, size, pos, &count)
+    if count > <uint64_t>(size - pos):
+        raise RecordFormatError("a protobuf string or message overruns its message")
+    start[0] = pos
+    length[0] = <Py_ssize_t>count
+    return pos + <Py_ssize_t>count
+
+
+cdef inline Py_ssize_t _tag(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                            uint64_t* field, int* wire_type) except -1:
+    cdef uint64_t tag
+    pos = _varint(data, size, pos, &tag)
+    field[0] = tag >> 3
+    wire_type[0] = <int>(tag & 7)
+    if field[0] == 0 or tag > 0xFFFFFFFF:
+        raise RecordFormatError(f"invalid protobuf tag {tag}")
+    return pos
+
+
+cdef int _expect(int wire_type, int expected, uint64_t field) except -1:
+    if wire_type != expected:
+        raise RecordFormatError(f"protobuf field {field} has wire type {wire_type}, not {expected}")
+    return 0
+
+
+ctypedef struct Metadata:
+    # MessageMetadata fields the rows need (positions are offsets into the metadata).
+    Py_ssize_t producer_start
+    Py_ssize_t producer_length
+    uint64_t sequence_id
+    uint64_t publish_time
+    uint64_t event_time
+    Py_ssize_t key_start
+    Py_ssize_t key_length
+    bint has_key
+    uint64_t compression
+    uint64_t uncompressed_size
+    int64_t num_messages
+    bint is_batch
+    int properties
+
+
+cdef int _parse_metadata(const unsigned char* data, Py_ssize_t size, Metadata* md) except -1:
+    cdef Py_ssize_t pos = 0, start, length
+    cdef uint64_t field, value
+    cdef int wire_type
+    cdef bint has_producer = False, has_sequence = False, has_publish = False
+    md.sequence_id = md.publish_time = md.event_time = 0
+    md.has_key = False
+    md.key_start = md.key_length = 0
+    md.compression = md.uncompressed_size = 0
+    md.num_messages = 1
+    md.is_batch = False
+    md.properties = 0
+    while pos < size:
+        pos = _tag(data, size, pos, &field, &wire_type)
+        if field == 1:           # producer_name
+            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+            pos = _delimited(data, size, pos, &md.producer_start, &md.producer_length)
+            has_producer = True
+        elif field == 2:         # sequence_id
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &md.sequence_id)
+            has_sequence = True
+        elif field == 3:         # publish_time
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &md.publish_time)
+            has_publish = True
+        elif field == 4:         # properties
+            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+            pos = _delimited(data, size, pos, &start, &length)
+            md.properties += 1
+        elif field == 6:         # partition_key
+            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+            pos = _delimited(data, size, pos, &md.key_start, &md.key_length)
+            md.has_key = True
+        elif field == 8:         # compression
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &md.compression)
+        elif field == 9:         # uncompressed_size
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &md.uncompressed_size)
+        elif field == 11:        # num_messages_in_batch (int32)
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &value)
+            md.num_messages = <int32_t><uint32_t>value
+            md.is_batch = True
+        elif field == 12:        # event_time
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &md.event_time)
+        else:
+            pos = _skip(data, size, pos, wire_type, field)
+    if not (has_producer and has_sequence and has_publish):
+        raise RecordFormatError("message metadata misses producer_name, sequence_id or publish_time")
+    return 0
+
+
+ctypedef struct Single:
+    # SingleMessageMetadata fields (positions are offsets into the single metadata).
+    Py_ssize_t key_start
+    Py_ssize_t key_length
+    bint has_key
+    int64_t payload_size
+    bint has_payload_size
+    uint64_t event_time
+    uint64_t sequence_id
+    bint has_sequence
+
+
+cdef int _parse_single(const unsigned char* data, Py_ssize_t size, Single* single) except -1:
+    cdef Py_ssize_t pos = 0, start, length
+    cdef uint64_t field, value
+    cdef int wire_type
+    single.has_key = single.has_payload_size = single.has_sequence = False
+    single.key_start = single.key_length = 0
+    single.payload_size = 0
+    single.event_time = single.sequence_id = 0
+    while pos < size:
+        pos = _tag(data, size, pos, &field, &wire_type)
+        if field == 1:           # properties
+            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+            pos = _delimited(data, size, pos, &start, &length)
+        elif field == 2:         # partition_key
+            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+            pos = _delimited(data, size, pos, &single.key_start, &single.key_length)
+            single.has_key = True
+        elif field == 3:         # payload_size (int32)
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &value)
+            single.payload_size = <int32_t><uint32_t>value
+            single.has_payload_size = True
+        elif field == 5:         # event_time
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &single.event_time)
+        elif field == 8:         # sequence_id
+            _expect(wire_type, WIRE_VARINT, field)
+            pos = _varint(data, size, pos, &single.sequence_id)
+            single.has_sequence = True
+        else:
+            pos = _skip(data, size, pos, wire_type, field)
+    if not single.has_payload_size:
+        raise RecordFormatError("a batched message's metadata has no payload_size")
+    if single.payload_size < 0:
+        raise RecordFormatError(f"negative payload_size {single.payload_size}")
+    return 0
+
+
+# --- the columns being built ---------------------------------------------------------------------
+
+@cython.final
+cdef class _Columns:
+    cdef Py_ssize_t rows
+    cdef _Buffer ledger_id, entry_id, batch_index, publish_time, event_time, event_time_valid
+    cdef _Buffer sequence_id, txnid_most, txnid_least, txn_valid, is_marker, key_valid
+    cdef _Buffer property_offsets
+    cdef _Strings key, value, producer_name, property_keys, property_values
+    cdef int32_t property_count
+
+    def __cinit__(self, Py_ssize_t rows, Py_ssize_t data_bytes):
+        self.rows = 0
+        self.ledger_id = _Buffer(rows * 8)
+        self.entry_id = _Buffer(rows * 8)
+        self.batch_index = _Buffer(rows * 4)
+        self.publish_time = _Buffer(rows * 8)
+        self.event_time = _Buffer(rows * 8)
+        self.event_time_valid = _Buffer(rows)
+        self.sequence_id = _Buffer(rows * 8)
+        self.txnid_most = _Buffer(rows * 8)
+        self.txnid_least = _Buffer(rows * 8)
+        self.txn_valid = _Buffer(rows)
+        self.is_marker = _Buffer(rows)
+        self.key_valid = _Buffer(rows)
+        self.property_offsets = _Buffer((rows + 1) * 4)
+        self.property_offsets.put_i32(0)
+        self.property_count = 0
+        self.key = _Strings(rows, rows * 8)
+        self.value = _Strings(rows, data_bytes)
+        self.producer_name = _Strings(rows, rows * 16)
+        self.property_keys = _Strings(rows, 64)
+        self.property_values = _Strings(rows, 64)
+
+    cdef int properties(self, const unsigned char* data, Py_ssize_t size, uint64_t wanted) except -1:
+        """Append every KeyValue of field `wanted` of the message at data[:size]."""
+        cdef Py_ssize_t pos = 0, start, length, kv_pos, kv_end, key_start, key_length
+        cdef Py_ssize_t value_start, value_length
+        cdef uint64_t field, kv_field
+        cdef int wire_type, kv_wire
+        cdef bint has_key_field, has_value_field
+        while pos < size:
+            pos = _tag(data, size, pos, &field, &wire_type)
+            if field != wanted or wire_type != WIRE_LENGTH_DELIMITED:
+                pos = _skip(data, size, pos, wire_type, field)
+                continue
+            pos = _delimited(data, size, pos, &start, &length)
+            kv_pos, kv_end = start, start + length
+            has_key_field = has_value_field = False
+            key_start = key_length = value_start = value_length = 0
+            while kv_pos < kv_end:
+                kv_pos = _tag(data, kv_end, kv_pos, &kv_field, &kv_wire)
+                if kv_field == 1 and kv_wire == WIRE_LENGTH_DELIMITED:
+                    kv_pos = _delimited(data, kv_end, kv_pos, &key_start, &key_length)
+                    has_key_field = True
+                elif kv_field == 2 and kv_wire == WIRE_LENGTH_DELIMITED:
+                    kv_pos = _delimited(data, kv_end, kv_pos, &value_start, &value_length)
+                    has_value_field = True
+                else:
+                    kv_pos = _skip(data, kv_end, kv_pos, kv_wire, kv_field)
+            if not (has_key_field and has_value_field):
+                raise RecordFormatError("a KeyValue property misses its key or value")
+            self.property_keys.append(data + key_start, key_length)
+            self.property_values.append(data + value_start, value_length)
+            self.property_count += 1
+        self.property_offsets.put_i32(self.property_count)
+        return 0
+
+    cdef int row(self, int64_t ledger, int64_t entry, int32_t batch_index, uint64_t publish_ms,
+                 uint64_t event_ms, int64_t sequence_id, int64_t most, int64_t least, bint marker,
+                 const unsigned char* producer, Py_ssize_t producer_length,
+                 bint has_key, const unsigned char* key, Py_ssize_t key_length,
+                 const unsigned char* value, Py_ssize_t value_length) except -1:
+        self.ledger_id.put_i64(ledger)
+        self.entry_id.put_i64(entry)
+        self.batch_index.put_i32(batch_index)
+        self.publish_time.put_i64(<int64_t>publish_ms * 1000)          # ms -> Spark's microseconds
+        self.event_time.put_i64(<int64_t>event_ms * 1000)
+        self.event_time_valid.put_u8(event_ms != 0)
+        self.sequence_id.put_i64(sequence_id)
+        self.txnid_most.put_i64(most)
+        self.txnid_least.put_i64(least)
+        self.txn_valid.put_u8(most >= 0 and least >= 0)
+        self.is_marker.put_u8(marker)
+        self.key_valid.put_u8(has_key)
+        self.key.append(key, key_length if has_key else 0)
+        self.value.append(value, value_length)
+        self.producer_name.append(producer, producer_length)
+        self.rows += 1
+        return 0
+
+    cdef dict finish(self):
+        key_offsets, key_data = self.key.finish()
+        value_offsets, value_data = self.value.finish()
+        producer_offsets, producer_data = self.producer_name.finish()
+        pkey_offsets, pkey_data = self.property_keys.finish()
+        pvalue_offsets, pvalue_data = self.property_values.finish()
+        return {
+            "rows": self.rows,
+            "ledger_id": np.frombuffer(self.ledger_id.finish(), np.int64),
+            "entry_id": np.frombuffer(self.entry_id.finish(), np.int64),
+            "batch_index": np.frombuffer(self.batch_index.finish(), np.int32),
+            "publish_time": np.frombuffer(self.publish_time.finish(), np.int64),
+            "event_time": np.frombuffer(self.event_time.finish(), np.int64),
+            "event_time_valid": np.frombuffer(self.event_time_valid.finish(), np.bool_),
+            "sequence_id": np.frombuffer(self.sequence_id.finish(), np.int64),
+            "txnid_most": np.frombuffer(self.txnid_most.finish(), np.int64),
+            "txnid_least": np.frombuffer(self.txnid_least.finish(), np.int64),
+            "txn_valid": np.frombuffer(self.txn_valid.finish(), np.bool_),
+            "is_marker": np.frombuffer(self.is_marker.finish(), np.bool_),
+            "key_valid": np.frombuffer(self.key_valid.finish(), np.bool_),
+            "key": (np.frombuffer(key_offsets, np.int32), key_data),
+            "value": (np.frombuffer(value_offsets, np.int32), value_data),
+            "producer_name": (np.frombuffer(producer_offsets, np.int32), producer_data),
+            "property_offsets": np.frombuffer(self.property_offsets.finish(), np.int32),
+            "property_keys": (np.frombuffer(pkey_offsets, np.int32), pkey_data),
+            "property_values": (np.frombuffer(pvalue_offsets, np.int32), pvalue_data),
+        }
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+cdef struct Header:
+    uint16_t marker_type
+    int64_t most
+    int64_t least
+    int32_t count
+    int64_t publish_time
+
+
+cdef int _header(const unsigned char* data, Py_ssize_t size, Header* header) except -1:
+    if size < HEADER_SIZE:
+        raise RecordFormatError("a stored entry is shorter than its 32-byte header")
+    if data[0] != HEADER_VERSION:
+        raise RecordFormatError(f"stored entry header version {data[0]}, expected {HEADER_VERSION}")
+    header.marker_type = load_be16(data + 2)
+    header.most = <int64_t>load_be64(data + 4)
+    header.least = <int64_t>load_be64(data + 12)
+    header.count = <int32_t>load_be32(data + 20)
+    header.publish_time = <int64_t>load_be64(data + 24)
+    return 0
+
+
+def entry_headers(values):
+    """Header fields of stored entries, as NumPy arrays:
+    (marker_type int32, txn_most int64, txn_least int64, num_messages int32, publish_time int64).
+    A txn id of -1 means "not transactional"."""
+    cdef list items = list(values)
+    cdef Py_ssize_t n = len(items), i
+    cdef Py_buffer view
+    cdef Header header
+    marker_arr = np.empty(n, np.int32)
+    most_arr = np.empty(n, np.int64)
+    least_arr = np.empty(n, np.int64)
+    count_arr = np.empty(n, np.int32)
+    publish_arr = np.empty(n, np.int64)
+    cdef int32_t[::1] marker = marker_arr
+    cdef int64_t[::1] most = most_arr
+    cdef int64_t[::1] least = least_arr
+    cdef int32_t[::1] count = count_arr
+    cdef int64_t[::1] publish = publish_arr
+    for i in range(n):
+        PyObject_GetBuffer(items[i], &view, PyBUF_SIMPLE)
+        try:
+            _header(<const unsigned char*>view.buf, view.len, &header)
+        finally:
+            PyBuffer_Release(&view)
+        marker[i] = header.marker_type
+        most[i] = header.most
+        least[i] = header.least
+        count[i] = header.count
+        publish[i] = header.publish_time
+    return marker_arr, most_arr, least_arr, count_arr, publish_arr
+
+
+cdef int _decode_one(_Columns out, int64_t ledger, int64_t entry, const unsigned char* data,
+                     Py_ssize_t size) except -1:
+    cdef Header header
+    cdef Metadata md
+    cdef Single single
+    cdef Py_ssize_t pos = HEADER_SIZE, metadata_size, payload_start, payload_size, index
+    cdef Py_ssize_t single_size, body_size
+    cdef const unsigned char* metadata
+    cdef const unsigned char* payload
+    cdef const unsigned char* single_data
+    cdef Py_buffer inflated_view
+    cdef bint inflated = False
+    cdef int64_t sequence
+    cdef bint marker
+    _header(data, size, &header)
+    marker = header.marker_type != 0
+    if size - pos >= 2 and load_be16(data + pos) == MAGIC_CRC32C:
+        pos += 6
+    if size - pos < 4:
+        raise RecordFormatError(f"entry {ledger}:{entry}: the message is shorter than its headers")
+    metadata_size = load_be32(data + pos)
+    pos += 4
+    if metadata_size > size - pos:
+        raise RecordFormatError(f"entry {ledger}:{entry}: the message metadata overruns the entry")
+    metadata = data + pos
+    _parse_metadata(metadata, metadata_size, &md)
+    payload = metadata + metadata_size
+    payload_size = size - pos - metadata_size
+    if md.compression != CODEC_NONE:
+        if md.compression != CODEC_ZLIB:
+            raise RecordFormatError(f"entry {ledger}:{entry}: compression codec {md.compression} "
+                                    "is not supported (NONE and ZLIB are)")
+        try:
+            plain = zlib.decompress((<const char*>payload)[:payload_size])
+        except zlib.error as exc:
+            raise RecordFormatError(f"entry {ledger}:{entry}: ZLIB payload does not decompress: {exc}")
+        if md.uncompressed_size and <uint64_t>len(plain) != md.uncompressed_size:
+            raise RecordFormatError(f"entry {ledger}:{entry}: decompressed size does not match uncompressed_size")
+        PyObject_GetBuffer(plain, &inflated_view, PyBUF_SIMPLE)
+        inflated = True
+        payload = <const unsigned char*>inflated_view.buf
+        payload_size = inflated_view.len
+    try:
+        if not md.is_batch:
+            out.row(ledger, entry, -1, md.publish_time, md.event_time, <int64_t>md.sequence_id,
+                    header.most, header.least, marker, metadata + md.producer_start, md.producer_length,
+                    md.has_key, metadata + md.key_start, md.key_length, payload, payload_size)
+            out.properties(metadata, metadata_size, 4)
+            return 0
+        if md.num_messages < 0:
+            raise RecordFormatError(f"entry {ledger}:{entry}: negative num_messages_in_batch")
+        pos = 0
+        for index in range(md.num_messages):
+            if payload_size - pos < 4:
+                raise RecordFormatError(f"entry {ledger}:{entry}: batched message {index}: its metadata size is cut off")
+            single_size = load_be32(payload + pos)
+            pos += 4
+            if single_size > payload_size - pos:
+                raise RecordFormatError(f"entry {ledger}:{entry}: batched message {index}: metadata overruns the batch")
+            single_data = payload + pos
+            _parse_single(single_data, single_size, &single)
+            pos += single_size
+            body_size = single.payload_size
+            if body_size > payload_size - pos:
+                raise RecordFormatError(f"entry {ledger}:{entry}: batched message {index}: payload overruns the batch")
+            sequence = <int64_t>(single.sequence_id if single.has_sequence else md.sequence_id + <uint64_t>index)
+            out.row(ledger, entry, <int32_t>index, md.publish_time, single.event_time, sequence,
+                    header.most, header.least, marker, metadata + md.producer_start, md.producer_length,
+                    single.has_key, single_data + single.key_start, single.key_length,
+                    payload + pos, body_size)
+            out.properties(single_data, single_size, 1)
+            pos += body_size
+        if pos != payload_size:
+            raise RecordFormatError(f"entry {ledger}:{entry}: {payload_size - pos} bytes follow the "
+                                    f"{md.num_messages} batched messages announced")
+    finally:
+        if inflated:
+            PyBuffer_Release(&inflated_view)
+    return 0
+
+
+def decode_entries(ledger_ids, entry_ids, values, keep=None):
+    """One row per message of the stored entries (`values`, at positions
+    `ledger_ids[i]:entry_ids[i]`); with `keep` (a bool array, one per entry) only the entries
+    it selects. Returns a dict of columns (see the module doc): fixed-width NumPy arrays
+    (`publish_time`/`event_time` in microseconds, `batch_index` -1 outside a batch,
+    `sequence_id` as signed 64 bits), boolean masks `event_time_valid` (event time set),
+    `txn_valid` (transactional), `key_valid` (partition key set), `(offsets, data)` pairs for
+    `key`, `value`, `producer_name`, `property_keys`, `property_values`, and
+    `property_offsets` (row i holds properties `[offsets[i], offsets[i + 1])`)."""
+    cdef list items = list(values)
+    cdef Py_ssize_t n = len(items), i, rows = 0, data_bytes = 0
+    cdef const int64_t[::1] ledgers = np.ascontiguousarray(ledger_ids, dtype=np.int64)
+    cdef const int64_t[::1] entries = np.ascontiguousarray(entry_ids, dtype=np.int64)
+    cdef const uint8_t[::1] selected
+    cdef bint select = keep is not None
+    cdef Py_buffer view
+    cdef Header header
+    if ledgers.shape[0] != n or entries.shape[0] != n:
+        raise ValueError(f"{n} values but {ledgers.shape[0]} ledger ids and {entries.shape[0]} entry ids")
+    if select:
+        selected = np.ascontiguousarray(keep, dtype=np.bool_).view(np.uint8)
+        if selected.shape[0] != n:
+            raise ValueError(f"{n} values but {selected.shape[0]} keep flags")
+    # Size the buffers from the headers' message counts and the entries' sizes.
+    for i in range(n):
+        if select and not selected[i]:
+            continue
+        PyObject_GetBuffer(items[i], &view, PyBUF_SIMPLE)
+        try:
+            _header(<const unsigned char*>view.buf, view.len, &header)
+            data_bytes += view.len
+        finally:
+            PyBuffer_Release(&view)
+        rows += header.count if header.count > 0 else 1
+    cdef _Columns out = _Columns(rows, data_bytes)
+    for i in range(n):
+        if select and not selected[i]:
+            continue
+        PyObject_GetBuffer(items[i], &view, PyBUF_SIMPLE)
+        try:
+            _decode_one(out, ledgers[i], entries[i], <const unsigned char*>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+    return out.finish()

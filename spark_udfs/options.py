@@ -1,0 +1,205 @@
+"""Options of the `pyengine` data source, parsed and checked before anything is read.
+
+| option | default | meaning |
+| --- | --- | --- |
+| `path` (or `load(path)`) | required | the broker's data dir |
+| `topics` | every topic | comma-separated names and patterns: a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`), a namespace (`public/default`: its topics), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*`). A name that is not stored, or a pattern that matches nothing, is an error. |
+| `isolation` | `read_committed` | `read_committed`: what a READ_COMMITTED consumer receives (no aborted or open txn's messages, nothing past the read horizon, no markers). `read_uncommitted`: every message, committed or not (PIP-31's READ_UNCOMMITTED); markers are control entries and stay out unless `includeMarkers`. |
+| `includeMarkers` | `false` | with `read_uncommitted`: also the commit/abort marker rows (`is_marker` true), i.e. every stored entry (audits, or your own `committed_filter`) |
+| `startPosition` | `earliest` | first position read, inclusive: `earliest`, `latest`, `LEDGER:ENTRY`, or a JSON object `{"topic": "LEDGER:ENTRY", ...}` |
+| `endPosition` | `latest` | last position read, inclusive (`latest`: the last entry stored when the query is planned) |
+| `maxBatchRows` | 65536 | rows per Arrow batch the reader yields (about) |
+| `maxPartitionEntries` | 100000 | a ledger with more entries is read by several partitions |
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyengine.errors import InvalidTopicNameError
+from pyengine.naming import TopicName
+from pyengine_kernels import Position
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATIONS = (READ_COMMITTED, READ_UNCOMMITTED)
+KNOWN = ("path", "paths", "topics", "isolation", "includemarkers", "startposition", "endposition",
+         "maxbatchrows", "maxpartitionentries")
+_SPELLING = {"includemarkers": "includeMarkers", "startposition": "startPosition", "endposition": "endPosition",
+             "maxbatchrows": "maxBatchRows", "maxpartitionentries": "maxPartitionEntries"}
+
+
+class OptionError(ValueError):
+    """An option of the pyengine data source (or the pipeline CLI) is malformed."""
+
+
+@dataclass(frozen=True)
+class PositionSpec:
+    """`earliest`, `latest`, or a position; per topic where a JSON object named topics."""
+
+    default: Position | str
+    per_topic: dict[str, Position | str] = field(default_factory=dict)
+
+    def for_topic(self, topic: str) -> Position | str:
+        return self.per_topic.get(topic, self.default)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    path: str
+    topics: tuple[str, ...] | None          # patterns as given (resolved against the data dir later)
+    isolation: str = READ_COMMITTED
+    include_markers: bool = False
+    start: PositionSpec = PositionSpec("earliest")
+    end: PositionSpec = PositionSpec("latest")
+    max_batch_rows: int = 65536
+    max_partition_entries: int = 100_000
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation == READ_COMMITTED
+
+
+def parse_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check every option; raise OptionError naming the bad one."""
+    given = {str(key).lower(): value for key, value in options.items()}
+    unknown = sorted(set(given) - set(KNOWN))
+    if unknown:
+        known = ", ".join(_SPELLING.get(k, k) for k in KNOWN if k != "paths")
+        raise OptionError(f"unknown option(s) {', '.join(unknown)} of the pyengine data source; known: {known}")
+    path = given.get("path")
+    if not path and given.get("paths"):
+        paths = _list(given["paths"])
+        if len(paths) != 1:
+            raise OptionError("the pyengine data source reads one data dir: give one path")
+        path = paths[0]
+    if not path:
+        raise OptionError("the pyengine data source needs the broker's data dir: .load(DATA_DIR) or "
+                          ".option('path', DATA_DIR)")
+    isolation = str(given.get("isolation", READ_COMMITTED)).strip().lower()
+    if isolation not in ISOLATIONS:
+        raise OptionError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {given['isolation']!r}")
+    include_markers = _bool("includeMarkers", given.get("includemarkers", "false"))
+    if include_markers and isolation == READ_COMMITTED:
+        raise OptionError("includeMarkers needs isolation=read_uncommitted (READ_COMMITTED never shows markers)")
+    topics = given.get("topics")
+    patterns = tuple(_list(topics)) if topics is not None else None
+    if patterns is not None and not patterns:
+        raise OptionError("topics is empty: name topics, a namespace (tenant/ns) or a pattern, or leave it out")
+    return ReadOptions(
+        path=str(path), topics=patterns, isolation=isolation, include_markers=include_markers,
+        start=parse_position_spec("startPosition", given.get("startposition", "earliest")),
+        end=parse_position_spec("endPosition", given.get("endposition", "latest")),
+        max_batch_rows=_positive("maxBatchRows", given.get("maxbatchrows", 65536)),
+        max_partition_entries=_positive("maxPartitionEntries", given.get("maxpartitionentries", 100_000)),
+    )
+
+
+def _list(value) -> list[str]:
+    """A list option: comma-separated, or a Python/JSON list (what `.option(k, [..])` gives)."""
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        text = str(value).strip()
+        if text.startswith("["):
+            try:
+                items = ast.literal_eval(text)
+            except (ValueError, SyntaxError) as exc:
+                raise OptionError(f"cannot read the list {text!r}: {exc}") from exc
+            if not isinstance(items, list):
+                raise OptionError(f"cannot read the list {text!r}")
+        else:
+            items = text.split(",")
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def _bool(name: str, value) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise OptionError(f"{name} must be true or false, not {value!r}")
+
+
+def _positive(name: str, value) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise OptionError(f"{name} must be a positive integer, not {value!r}") from None
+    if number < 1:
+        raise OptionError(f"{name} must be a positive integer, not {value!r}")
+    return number
+
+
+def parse_position(name: str, text: str) -> Position | str:
+    value = str(text).strip()
+    if value.lower() in ("earliest", "latest"):
+        return value.lower()
+    ledger, sep, entry = value.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return Position(int(ledger), int(entry))
+    except (ValueError, OverflowError):
+        raise OptionError(f"{name} must be earliest, latest, LEDGER:ENTRY or a JSON object of them per topic, "
+                          f"not {text!r}") from None
+
+
+def parse_position_spec(name: str, text) -> PositionSpec:
+    value = str(text).strip()
+    if not value.startswith("{"):
+        return PositionSpec(parse_position(name, value))
+    try:
+        items = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"{name}: not a JSON object: {exc}") from exc
+    per_topic = {}
+    for topic, position in items.items():
+        per_topic[_normalize(topic, name)] = parse_position(f"{name}[{topic}]", position)
+    default = "earliest" if name == "startPosition" else "latest"
+    return PositionSpec(default, per_topic)
+
+
+def _normalize(name: str, option: str) -> str:
+    try:
+        return str(TopicName.parse(name))
+    except InvalidTopicNameError as exc:
+        raise OptionError(f"{option}: {exc}") from exc
+
+
+def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[str]:
+    """The stored topics the patterns name, in stored (name) order. Without patterns: every
+    topic except system ones (local name starting with `__`)."""
+    def is_system(name: str) -> bool:
+        return name.rpartition("/")[2].startswith("__")
+
+    if patterns is None:
+        return [name for name in stored if not is_system(name)]
+    chosen: set[str] = set()
+    for pattern in patterns:
+        if any(ch in pattern for ch in "*?["):
+            full = pattern if "://" in pattern else f"persistent://{pattern}"
+            matched = [name for name in stored if fnmatch.fnmatchcase(name, full) and not is_system(name)]
+            if not matched:
+                raise OptionError(f"no stored topic matches {pattern!r}")
+        elif "://" not in pattern and pattern.count("/") == 1:
+            matched = [name for name in stored
+                       if TopicName.parse(name).namespace_name == pattern and not is_system(name)]
+            if not matched:
+                raise OptionError(f"namespace {pattern!r} has no stored topic")
+        else:
+            name = _normalize(pattern, "topics")
+            if name not in stored:
+                raise OptionError(f"unknown topic {name!r}: it is not stored in this data dir")
+            matched = [name]
+        chosen.update(matched)
+    return [name for name in stored if name in chosen]
+
+
+__all__ = ["ISOLATIONS", "OptionError", "PositionSpec", "READ_COMMITTED", "READ_UNCOMMITTED", "ReadOptions",
+           "parse_options", "parse_position", "resolve_topics"]

@@ -1,0 +1,284 @@
+"""`spark.read.format("pyengine")`: a Python Data Source over a broker's data dir.
+
+Planning (`DataSource.reader`, run by Spark in a Python planner process on the driver side)
+opens the data dir read-only, takes one LMDB read snapshot of the chosen topics (ledger ranges,
+last positions and, for READ_COMMITTED, each topic's transaction state), closes it again, and
+plans one input partition per ledger (a ledger larger than `maxPartitionEntries` is split into
+entry ranges). Everything a task reads is bounded by that snapshot's positions, so the result
+is the data dir as it was when the query was planned, even while a broker keeps appending.
+
+Reading (`read`, in a Python worker per task) opens the data dir read-only again in the
+worker's own process, reads the partition's entries in chunks, and for READ_COMMITTED decides
+visibility per entry with the Rust kernel (`visibility_mask` over the entry headers, with the
+state planned on the driver and shipped inside the reader: decoded once per worker process),
+then decodes only the visible entries into one row per message (`core_ext.records`) and
+yields `pyarrow.RecordBatch`es. Spark runs a Python data source's reads as an Arrow map
+function (MapInArrow), so this is the Arrow filter fused into the scan: no row crosses into
+the JVM to be dropped there.
+
+Filter push-down (Spark >= 4.1 with `spark.sql.python.filterPushdown.enabled=true`, which
+`spark_udfs.register` sets): comparisons that narrow what is read are taken over and honoured
+exactly by the source, so Spark does not re-apply them:
+
+* `topic`: `=`, `<=>`, `IN`, `STARTSWITH`, `ENDSWITH`, `CONTAINS`, `IS NOT NULL` -> only
+  those topics are planned;
+* `ledger_id`, `entry_id`: `=`, `<=>`, `<`, `<=`, `>`, `>=`, `IN`, `IS NOT NULL` -> only
+  those ledgers, and only those entry ranges in each, are read (an `IN` on `entry_id` is
+  checked per entry before decoding).
+
+Everything else (negations, ORs, other columns) is left to Spark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+)
+from pyspark.sql.types import StructType
+
+from pyengine.storage.reader import StoreReader, TopicInfo
+from pyengine_kernels import Position
+from spark_udfs.options import OptionError, ReadOptions, parse_options, resolve_topics
+from spark_udfs.schema import SCHEMA, record_batch
+from spark_udfs.state import PreparedState, TxnState, compute_topic_state
+
+_MIN_CHUNK, _MAX_CHUNK, _FIRST_CHUNK = 16, 65536, 1024
+_INT64_MAX = (1 << 63) - 1
+
+
+class LedgerPartition(InputPartition):
+    """Entries `first_entry..last_entry` (inclusive) of one ledger of one topic."""
+
+    def __init__(self, topic: str, topic_id: int, ledger_id: int, first_entry: int, last_entry: int) -> None:
+        super().__init__((topic, ledger_id, first_entry, last_entry))
+        self.topic = topic
+        self.topic_id = topic_id
+        self.ledger_id = ledger_id
+        self.first_entry = first_entry
+        self.last_entry = last_entry
+
+
+class PyengineDataSource(DataSource):
+    """The `pyengine` format: see the module doc and `spark_udfs.options` for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pyengine"
+
+    def schema(self) -> StructType:
+        parse_options(self.options)        # bad options fail at load(), before any planning
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> PyengineReader:
+        if [f.name for f in schema.fields] != SCHEMA.fieldNames():
+            raise OptionError("the pyengine data source has a fixed schema (spark_udfs.SCHEMA): "
+                              "select columns after load() instead of passing a schema")
+        return PyengineReader(parse_options(self.options))
+
+
+class _Bounds:
+    """Closed integer interval plus an optional exact set, from pushed comparisons."""
+
+    def __init__(self) -> None:
+        self.low, self.high = -1, _INT64_MAX
+        self.values: frozenset[int] | None = None
+
+    def push(self, flt: Filter) -> bool:
+        if isinstance(flt, IsNotNull):
+            return True
+        if isinstance(flt, In):
+            values = [v for v in flt.value]
+            if not values or not all(_is_int(v) for v in values):
+                return False
+            self.values = frozenset(values) if self.values is None else self.values & frozenset(values)
+            return True
+        value = getattr(flt, "value", None)
+        if not _is_int(value):
+            return False
+        if isinstance(flt, (EqualTo, EqualNullSafe)):
+            self.low, self.high = max(self.low, value), min(self.high, value)
+        elif isinstance(flt, GreaterThan):
+            self.low = max(self.low, value + 1)
+        elif isinstance(flt, GreaterThanOrEqual):
+            self.low = max(self.low, value)
+        elif isinstance(flt, LessThan):
+            self.high = min(self.high, value - 1)
+        elif isinstance(flt, LessThanOrEqual):
+            self.high = min(self.high, value)
+        else:
+            return False
+        return True
+
+    def interval(self) -> tuple[int, int]:
+        """The smallest interval holding every admitted value."""
+        low, high = self.low, self.high
+        if self.values is not None:
+            inside = [v for v in self.values if low <= v <= high]
+            if not inside:
+                return 0, -1
+            low, high = min(inside), max(inside)
+        return low, high
+
+    def admits(self, value: int) -> bool:
+        return self.low <= value <= self.high and (self.values is None or value in self.values)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class PyengineReader(DataSourceReader):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.ledger_bounds = _Bounds()
+        self.entry_bounds = _Bounds()
+        with StoreReader(options.path) as store, store.view() as view:
+            names = resolve_topics(options.topics, view.topic_names())
+            self.topics: dict[str, TopicInfo] = {name: view.topic(name) for name in names}
+            state = None
+            if options.read_committed:
+                state = TxnState(str(store.path), {name: compute_topic_state(view, info)
+                                                   for name, info in self.topics.items()}, view.counter("ledger"))
+        # Shipped to every task inside this reader (pickled once with the plan); each worker
+        # process decodes it once.
+        self.state = state.to_bytes() if state is not None else None
+        self.horizons = {name: s.max_read_position for name, s in state.topics.items()} if state else {}
+
+    # --- planning ---------------------------------------------------------------------------
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for flt in filters:
+            column = flt.attribute[0] if len(flt.attribute) == 1 else None
+            if column == "topic" and self._push_topic(flt):
+                continue
+            if column == "ledger_id" and self.ledger_bounds.push(flt):
+                continue
+            if column == "entry_id" and self.entry_bounds.push(flt):
+                continue
+            yield flt
+
+    def _push_topic(self, flt: Filter) -> bool:
+        if isinstance(flt, IsNotNull):
+            return True
+        if isinstance(flt, In):
+            wanted = set(flt.value)
+            keep = lambda name: name in wanted  # noqa: E731
+        elif isinstance(flt, (EqualTo, EqualNullSafe)):
+            keep = lambda name: name == flt.value  # noqa: E731
+        elif isinstance(flt, StringStartsWith):
+            keep = lambda name: name.startswith(flt.value)  # noqa: E731
+        elif isinstance(flt, StringEndsWith):
+            keep = lambda name: name.endswith(flt.value)  # noqa: E731
+        elif isinstance(flt, StringContains):
+            keep = lambda name: flt.value in name  # noqa: E731
+        else:
+            return False
+        self.topics = {name: info for name, info in self.topics.items() if keep(name)}
+        return True
+
+    def _range(self, info: TopicInfo) -> tuple[Position, Position]:
+        """The positions to read of a topic, both inclusive (start > end: nothing)."""
+        last = info.last_position
+        start = self.options.start.for_topic(info.name)
+        end = self.options.end.for_topic(info.name)
+        start = Position.EARLIEST if start == "earliest" else last.next() if start == "latest" else start
+        end = last if end == "latest" else min(end, last)
+        if info.name in self.horizons:
+            end = min(end, self.horizons[info.name])      # nothing after the horizon is visible
+        return start, end
+
+    def partitions(self) -> list[InputPartition]:
+        parts: list[InputPartition] = []
+        low_entry, high_entry = self.entry_bounds.interval()
+        low_ledger, high_ledger = self.ledger_bounds.interval()
+        step = self.options.max_partition_entries
+        for info in self.topics.values():
+            start, end = self._range(info)
+            for ledger in info.ledgers:
+                lid = ledger.ledger_id
+                if not ledger.entries or not low_ledger <= lid <= high_ledger or not self.ledger_bounds.admits(lid):
+                    continue
+                if lid < start.ledger_id or lid > end.ledger_id:
+                    continue
+                first = max(ledger.first_entry, low_entry, start.entry_id if lid == start.ledger_id else -1)
+                last = min(ledger.last_entry, high_entry, end.entry_id if lid == end.ledger_id else _INT64_MAX)
+                for chunk_first in range(first, last + 1, step):
+                    parts.append(LedgerPartition(info.name, info.topic_id, lid, chunk_first,
+                                                 min(last, chunk_first + step - 1)))
+        return parts
+
+    # --- reading (in the workers) -----------------------------------------------------------
+
+    def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
+        from core_ext.records import decode_entries, entry_headers
+
+        options = self.options
+        prepared = _prepared(self.state) if self.state is not None else None
+        wanted_entries = self.entry_bounds.values
+        entry_set = np.fromiter(wanted_entries, np.int64) if wanted_entries is not None else None
+        start = Position(partition.ledger_id, partition.first_entry)
+        end = Position(partition.ledger_id, partition.last_entry)
+        target = options.max_batch_rows
+        chunk = min(_FIRST_CHUNK, target)
+        with StoreReader(options.path) as store, store.view() as view:
+            position = start
+            while position <= end:
+                raw = next(view.iter_raw(partition.topic_id, position, end, chunk), None)
+                if raw is None:
+                    break
+                ledgers, entries, values = raw
+                ledger_ids = np.array(ledgers, dtype=np.int64)
+                entry_ids = np.array(entries, dtype=np.int64)
+                marker, most, least, count, _publish = entry_headers(values)
+                if prepared is not None:
+                    keep = prepared.topic_mask(partition.topic, ledger_ids, entry_ids, most, least, marker != 0)
+                elif not options.include_markers:
+                    keep = marker == 0
+                else:
+                    keep = None
+                if entry_set is not None:
+                    in_set = np.isin(entry_ids, entry_set)
+                    keep = in_set if keep is None else keep & in_set
+                if keep is None or keep.any():
+                    columns = decode_entries(ledger_ids, entry_ids, values, keep)
+                    if columns["rows"]:
+                        yield record_batch(partition.topic, columns)
+                position = Position(ledgers[-1], entries[-1]).next()
+                messages = max(1, int(count.sum()))
+                chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, len(values) * target // messages))
+
+
+_PREPARED: dict[bytes, PreparedState] = {}
+
+
+def _prepared(raw: bytes) -> PreparedState:
+    """The state decoded once per worker process (a reused worker keeps it across tasks)."""
+    key = hashlib.blake2b(raw, digest_size=16).digest()
+    prepared = _PREPARED.get(key)
+    if prepared is None:
+        if len(_PREPARED) >= 8:
+            _PREPARED.pop(next(iter(_PREPARED)))
+        prepared = _PREPARED[key] = PreparedState(TxnState.from_bytes(raw))
+    return prepared
+
+
+__all__ = ["LedgerPartition", "PyengineDataSource", "PyengineReader"]

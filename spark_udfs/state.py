@@ -1,0 +1,248 @@
+"""The transaction state READ_COMMITTED needs, captured read-only from a data dir.
+
+Per topic: the read horizon (max read position: nothing after it is visible, it stops before
+the first entry of the oldest open transaction) and the aborted transactions (a roaring bitmap
+per coordinator, `AbortedTxnSet.to_bytes()`). It is computed exactly as the broker's v4
+transaction buffer recovers it (`pyengine.transaction.buffer.replay`): the topic's snapshot,
+then a replay of the entry headers after it, all inside one LMDB read transaction, so the
+state, the ledger ranges and the last position are one consistent snapshot. Nothing is written.
+
+A `TxnState` is captured once, on the driver, and shipped to the workers as bytes (a Spark
+broadcast for `committed_filter`, inside the planned reader for the data source). Workers
+decode it once per process (`prepared()`), never per batch.
+
+Ledger ids are unique within a data dir (one counter for all topics), so a row's ledger id
+names its topic: `PreparedState.mask` needs no topic column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pyengine.storage.reader import ReadView, StoreReader, TopicInfo
+from pyengine.transaction import TxnAction
+from pyengine.transaction.buffer.ended import EndedTxns
+from pyengine.transaction.buffer.replay import below_low_watermark, load_snapshot, read_horizon, replay_entry
+from pyengine.transaction.buffer.snapshot import TransactionBufferSnapshot
+from pyengine.transaction.buffer.topic_buffer import TXN_PROPERTY
+from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId, visibility_mask
+
+_MAGIC = b"PETS"
+_VERSION = 1
+_HEAD = struct.Struct("<4sBI")
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """One topic's READ_COMMITTED state at capture time."""
+
+    topic: str
+    topic_id: int
+    last_position: Position          # the last entry stored (LAC)
+    max_read_position: Position      # readers see nothing after it
+    aborted: bytes                   # AbortedTxnSet.to_bytes()
+    ongoing: tuple[tuple[TxnId, Position], ...] = ()     # open txns and their first entries
+    ledgers: tuple[int, ...] = ()    # ids of the topic's ledgers that hold entries
+
+    def aborted_set(self) -> AbortedTxnSet:
+        return AbortedTxnSet.from_bytes(self.aborted)
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """The READ_COMMITTED state of some topics of a data dir, captured in one snapshot."""
+
+    data_dir: str
+    topics: dict[str, TopicState] = field(default_factory=dict)
+    # The highest ledger id the data dir had allocated: a ledger above it is newer than the
+    # capture (invisible), a ledger at or below it that no captured topic owns is an error.
+    max_ledger_id: int = -1
+
+    def __getitem__(self, topic: str) -> TopicState:
+        return self.topics[topic]
+
+    def select(self, topics: Iterable[str]) -> TxnState:
+        return TxnState(self.data_dir, {name: self.topics[name] for name in topics}, self.max_ledger_id)
+
+    # --- bytes ----------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """A self-contained encoding (what is broadcast): a JSON head and the aborted sets."""
+        head: dict[str, Any] = {"data_dir": self.data_dir, "max_ledger_id": self.max_ledger_id, "topics": []}
+        blobs = []
+        for state in self.topics.values():
+            head["topics"].append({
+                "topic": state.topic, "topic_id": state.topic_id,
+                "last": [state.last_position.ledger_id, state.last_position.entry_id],
+                "horizon": [state.max_read_position.ledger_id, state.max_read_position.entry_id],
+                "ongoing": [[t.most_bits, t.least_bits, p.ledger_id, p.entry_id] for t, p in state.ongoing],
+                "ledgers": list(state.ledgers), "aborted_bytes": len(state.aborted),
+            })
+            blobs.append(state.aborted)
+        raw_head = json.dumps(head, separators=(",", ":")).encode()
+        return _HEAD.pack(_MAGIC, _VERSION, len(raw_head)) + raw_head + b"".join(blobs)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TxnState:
+        try:
+            magic, version, size = _HEAD.unpack_from(data)
+            if magic != _MAGIC or version != _VERSION:
+                raise ValueError(f"not a pyengine transaction state (magic {magic!r}, version {version})")
+            offset = _HEAD.size + size
+            head = json.loads(bytes(data[_HEAD.size:offset]))
+            topics = {}
+            for item in head["topics"]:
+                aborted = bytes(data[offset:offset + item["aborted_bytes"]])
+                offset += item["aborted_bytes"]
+                topics[item["topic"]] = TopicState(
+                    item["topic"], item["topic_id"], Position(*item["last"]), Position(*item["horizon"]), aborted,
+                    tuple((TxnId(m, s), Position(lg, e)) for m, s, lg, e in item["ongoing"]),
+                    tuple(item["ledgers"]))
+            if offset != len(data):
+                raise ValueError(f"{len(data) - offset} bytes follow the transaction state")
+        except (struct.error, KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"not a pyengine transaction state: {exc}") from exc
+        return cls(head["data_dir"], topics, head["max_ledger_id"])
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.blake2b(self.to_bytes(), digest_size=16).hexdigest()
+
+    def prepared(self) -> PreparedState:
+        """The decoded form the filters use (cached per process by fingerprint)."""
+        return PreparedState.of(self)
+
+
+# --- capture --------------------------------------------------------------------------------
+
+def compute_topic_state(view: ReadView, info: TopicInfo) -> TopicState:
+    """The state a recovered v4 transaction buffer of this topic holds, computed read-only
+    from one consistent view: snapshot, replay of the headers after it, then the txns its
+    coordinator already ended below the low watermark counted as aborted (recovery aborts
+    them; their abort markers would follow the last entry)."""
+    last = info.last_position
+    ongoing, aborted, ended = OngoingTxnMap(), AbortedTxnSet(), EndedTxns()
+    # A topic that never held a transactional entry has nothing to recover (PIP-373).
+    if info.properties.get(TXN_PROPERTY) == "true":
+        first = info.first_position or last.next()
+        raw = view.transaction_buffer_snapshot(info.topic_id)
+        snapshot = TransactionBufferSnapshot.decode(raw) if raw is not None else None
+        aborted, ended, start = load_snapshot(snapshot, first)
+        if start <= last:
+            for chunk in view.iter_headers(info.topic_id, start, last):
+                for ledger, entry, marker, most, least, _count in chunk:
+                    if most >= 0:
+                        replay_entry(ongoing, aborted, ended, Position(ledger, entry), most, least, marker)
+        for txn in below_low_watermark(ongoing, ended):
+            ongoing.remove(txn)
+            aborted.add(txn, last.next())
+            ended.add(txn, TxnAction.ABORT)
+    horizon = read_horizon(ongoing, last, info.previous_position)
+    return TopicState(info.name, info.topic_id, last, horizon, aborted.to_bytes(), tuple(ongoing.items()),
+                      tuple(ledger.ledger_id for ledger in info.ledgers if ledger.entries))
+
+
+def capture_state(data_dir: str | Path, topics: Iterable[str] | None = None) -> TxnState:
+    """Capture the READ_COMMITTED state of `topics` (full names; default every stored topic)
+    from `data_dir`, read-only, in one snapshot. The environment is open only meanwhile."""
+    with StoreReader(data_dir) as reader, reader.view() as view:
+        names = list(topics) if topics is not None else view.topic_names()
+        states = {name: compute_topic_state(view, view.topic(name)) for name in names}
+        return TxnState(str(Path(data_dir).resolve()), states, view.counter("ledger"))
+
+
+# --- applying it ----------------------------------------------------------------------------
+
+_PREPARED: dict[str, PreparedState] = {}
+_PREPARED_LIMIT = 16
+
+
+class PreparedState:
+    """A TxnState decoded for filtering: aborted sets as kernel objects, a ledger -> topic
+    table. Built once per process per state."""
+
+    def __init__(self, state: TxnState) -> None:
+        self.state = state
+        self.names = list(state.topics)
+        self.horizons = [state.topics[name].max_read_position for name in self.names]
+        self.aborted = [state.topics[name].aborted_set() for name in self.names]
+        ledgers = [(ledger, index) for index, name in enumerate(self.names) for ledger in state.topics[name].ledgers]
+        top = max([state.max_ledger_id, *(ledger for ledger, _ in ledgers)], default=-1)
+        self.max_ledger_id = top
+        # Dense: ledger ids are small counters. -1: no captured topic owns the ledger.
+        self.topic_of_ledger = np.full(top + 2, -1, dtype=np.int32)
+        for ledger, index in ledgers:
+            self.topic_of_ledger[ledger] = index
+        self.index = {name: i for i, name in enumerate(self.names)}
+
+    @classmethod
+    def of(cls, state: TxnState) -> PreparedState:
+        key = state.fingerprint
+        prepared = _PREPARED.get(key)
+        if prepared is None:
+            if len(_PREPARED) >= _PREPARED_LIMIT:
+                _PREPARED.pop(next(iter(_PREPARED)))
+            prepared = _PREPARED[key] = cls(state)
+        return prepared
+
+    def topic_mask(self, topic: str, ledger_id, entry_id, txnid_most, txnid_least, is_marker):
+        """Visibility of rows all of one topic: the Rust kernel, one pass (NumPy in -> NumPy
+        out, Arrow in -> Arrow out)."""
+        i = self.index[topic]
+        return visibility_mask(ledger_id, entry_id, txnid_most, txnid_least, is_marker,
+                               self.horizons[i], self.aborted[i])
+
+    def mask(self, ledger_id: pa.Array, entry_id: pa.Array, txnid_most: pa.Array, txnid_least: pa.Array,
+             is_marker: pa.Array) -> pa.BooleanArray:
+        """READ_COMMITTED visibility of arbitrary rows (any mix of the captured topics): one
+        kernel pass per topic present (usually one: a batch comes from one ledger)."""
+        n = len(ledger_id)
+        if n == 0:
+            return pa.array([], pa.bool_())
+        ledgers = _int64_numpy(ledger_id)
+        top = self.max_ledger_id
+        clipped = np.clip(ledgers, -1, top + 1)
+        owner = self.topic_of_ledger[clipped]          # index -1 wraps to the "none" slot at top + 1
+        unknown = owner < 0
+        if unknown.any():
+            stray = ledgers[unknown & (ledgers <= self.state.max_ledger_id)]
+            if stray.size:
+                raise ValueError(
+                    f"rows of ledger {int(stray[0])}, which no topic of the captured state holds: capture "
+                    "the state of every topic the DataFrame holds (ledgers newer than the capture are "
+                    "simply not visible yet)")
+        first = int(owner[0])
+        if not unknown.any() and (owner == first).all():
+            return self.topic_mask(self.names[first], ledger_id, entry_id, txnid_most, txnid_least, is_marker)
+        result = np.zeros(n, dtype=np.bool_)
+        for index in np.unique(owner[~unknown]).tolist():
+            visible = self.topic_mask(self.names[index], ledger_id, entry_id, txnid_most, txnid_least, is_marker)
+            rows = owner == index
+            result[rows] = _bool_numpy(visible)[rows]
+        return pa.array(result)
+
+
+def _int64_numpy(array) -> np.ndarray:
+    if isinstance(array, np.ndarray):
+        return array
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.null_count:
+        raise ValueError("ledger ids must not be null")
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _bool_numpy(array) -> np.ndarray:
+    return array if isinstance(array, np.ndarray) else array.to_numpy(zero_copy_only=False)
+
+
+__all__ = ["PreparedState", "TopicState", "TxnState", "capture_state", "compute_topic_state"]

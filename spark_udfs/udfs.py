@@ -1,0 +1,83 @@
+"""READ_COMMITTED as an Arrow UDF, for DataFrames the data source did not filter itself.
+
+`committed_udf(state)` is a vectorised `arrow_udf` (Spark >= 4.1; never pandas): it receives
+the position and transaction columns of a batch as `pyarrow` arrays and returns the
+`visibility_mask` of the Rust kernel, computed over the Arrow buffers without a copy. The
+`TxnState` is broadcast once (a Spark broadcast variable of its bytes); each Python worker
+decodes it once, on the first batch it sees, and keeps it for every later batch and task.
+
+`committed_filter(df, state)` keeps the rows a READ_COMMITTED consumer would receive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.functions import arrow_udf
+from pyspark.sql.types import BooleanType
+
+from spark_udfs.schema import VISIBILITY_COLUMNS
+from spark_udfs.source import _prepared
+from spark_udfs.state import TxnState
+
+
+class _Payload:
+    """The state's bytes as the UDF closure holds them: a broadcast when there is a
+    SparkContext to broadcast with (classic Spark), else inline in the pickled UDF."""
+
+    def __init__(self, spark: SparkSession | None, raw: bytes) -> None:
+        self._broadcast = None
+        self._raw: bytes | None = raw
+        context = getattr(spark, "sparkContext", None) if spark is not None else None
+        if context is not None:
+            self._broadcast = context.broadcast(raw)
+            self._raw = None
+
+    def value(self) -> bytes:
+        return self._broadcast.value if self._broadcast is not None else self._raw
+
+    def unpersist(self) -> None:
+        if self._broadcast is not None:
+            self._broadcast.unpersist()
+
+
+def committed_udf(state: TxnState, spark: SparkSession | None = None):
+    """The READ_COMMITTED test as an Arrow UDF of (ledger_id, entry_id, txnid_most,
+    txnid_least, is_marker) -> boolean. `spark` defaults to the active session."""
+    if not isinstance(state, TxnState):
+        raise TypeError(f"state must be a TxnState (spark_udfs.capture_state), not {type(state).__name__}")
+    spark = spark if spark is not None else SparkSession.getActiveSession()
+    payload = _Payload(spark, state.to_bytes())
+
+    @arrow_udf(BooleanType())
+    def read_committed(batches: Iterator[tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]]
+                       ) -> Iterator[pa.Array]:
+        prepared = _prepared(payload.value())          # once per worker process, not per batch
+        for ledger_id, entry_id, txnid_most, txnid_least, is_marker in batches:
+            yield prepared.mask(ledger_id, entry_id, txnid_most, txnid_least, is_marker)
+
+    read_committed.payload = payload
+    return read_committed
+
+
+def committed_column(state: TxnState, columns: tuple[str, ...] = VISIBILITY_COLUMNS,
+                     spark: SparkSession | None = None) -> Column:
+    """A boolean Column: true for the rows a READ_COMMITTED consumer receives."""
+    return committed_udf(state, spark)(*columns)
+
+
+def committed_filter(df: DataFrame, state: TxnState, columns: tuple[str, ...] = VISIBILITY_COLUMNS) -> DataFrame:
+    """The rows of `df` a READ_COMMITTED consumer receives. `df` holds rows of the data
+    source's schema (read with `isolation=read_uncommitted`, or exported from it), or at
+    least the five `columns` (ledger_id, entry_id, txnid_most, txnid_least, is_marker)."""
+    if len(columns) != len(VISIBILITY_COLUMNS):
+        raise ValueError(f"columns names the {len(VISIBILITY_COLUMNS)} visibility columns {VISIBILITY_COLUMNS}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"the DataFrame has no column(s) {missing}; committed_filter reads {list(columns)}")
+    return df.filter(committed_column(state, columns, df.sparkSession))
+
+
+__all__ = ["committed_column", "committed_filter", "committed_udf"]

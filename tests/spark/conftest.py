@@ -1,0 +1,33 @@
+"""One Spark session (local[2]) for every Spark test of the run: starting one costs seconds.
+
+Also the transactional workload the tests read, written once through the embedded broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.spark.workload import Workload, write_workload
+
+
+@pytest.fixture(scope="session")
+def spark():
+    import spark_udfs
+
+    session = spark_udfs.session("local[2]", app_name="pyengine-tests", conf={
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+    })
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def workload(tmp_path_factory) -> Workload:
+    """The broker is closed when this returns: open transactions stay open in the data dir."""
+    return asyncio.run(write_workload(tmp_path_factory.mktemp("spark") / "data", seed=20261122))

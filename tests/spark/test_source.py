@@ -1,0 +1,169 @@
+"""`spark.read.format("pyengine")` against the broker's own READ_COMMITTED consumers, row for row.
+
+The data dir comes from a randomized transactional workload (tests/spark/workload.py):
+commits, aborts, timeouts, batches, transactions spanning topics, small ledgers, and a
+transaction still open at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+
+import spark_udfs
+from tests.spark.workload import TOPICS, Workload
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+ORDER = ("topic", "ledger_id", "entry_id", "batch_index")
+
+
+def _ms(value: dt.datetime | None) -> int | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return (value - EPOCH) // dt.timedelta(milliseconds=1)
+
+
+def rows_of(df) -> list[dict]:
+    """The DataFrame's rows as the consumer rows of tests/spark/workload.py (plus the
+    transaction columns), in position order."""
+    rows = []
+    for row in df.toArrow().to_pylist():
+        row["publish_time"] = _ms(row["publish_time"])
+        row["event_time"] = _ms(row["event_time"])
+        row["properties"] = dict(row["properties"])
+        rows.append(row)
+    return sorted(rows, key=lambda r: tuple(r[c] for c in ORDER))
+
+
+CONSUMER_COLUMNS = ("topic", "ledger_id", "entry_id", "batch_index", "publish_time", "event_time", "key", "value",
+                    "properties", "producer_name", "sequence_id")
+
+
+def expected(workload: Workload) -> list[dict]:
+    return sorted(workload.delivered, key=lambda r: tuple(r[c] for c in ORDER))
+
+
+def test_read_committed_equals_the_brokers_consumer_row_for_row(spark, workload):
+    df = spark.read.format("pyengine").load(str(workload.data_dir))
+    got = rows_of(df)
+    assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in got] == expected(workload)
+    # The workload's outcome agrees: nothing of aborted or open transactions, no markers.
+    for row in got:
+        label = int(row["value"])
+        topic, txn = workload.labels[label]
+        assert row["topic"] == topic and not row["is_marker"]
+        assert (row["txnid_most"], row["txnid_least"]) == (txn if txn is not None else (None, None))
+        assert txn is None or workload.outcome[txn] == "committed"
+    # The workload exercised what it should have.
+    outcomes = Counter(workload.outcome.values())
+    assert outcomes["committed"] and outcomes["aborted"] and outcomes["open"]
+    assert any(r["batch_index"] > 0 for r in got) and any(r["ledger_id"] != got[0]["ledger_id"] for r in got)
+
+
+def test_read_uncommitted_has_every_message_and_markers_on_request(spark, workload):
+    base = spark.read.format("pyengine").option("isolation", "read_uncommitted")
+    rows = rows_of(base.load(str(workload.data_dir)))
+    assert sorted(int(r["value"]) for r in rows) == sorted(workload.labels)
+    with_markers = rows_of(base.option("includeMarkers", "true").load(str(workload.data_dir)))
+    markers = [r for r in with_markers if r["is_marker"]]
+    assert len(markers) == workload.markers
+    assert all(r["txnid_most"] is not None and workload.outcome[(r["txnid_most"], r["txnid_least"])] != "open"
+               for r in markers)
+
+
+def test_committed_filter_on_raw_rows_equals_the_read_committed_source(spark, workload):
+    raw = (spark.read.format("pyengine").option("isolation", "read_uncommitted").option("includeMarkers", "true")
+           .load(str(workload.data_dir)))
+    state = spark_udfs.capture_state(workload.data_dir)
+    filtered = rows_of(spark_udfs.committed_filter(raw, state))
+    assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in filtered] == expected(workload)
+    # The same test as a column, over a DataFrame with other column names.
+    renamed = raw.select(*(F.col(c).alias(f"x_{c}") for c in spark_udfs.VISIBILITY_COLUMNS))
+    column = spark_udfs.committed_column(state, tuple(f"x_{c}" for c in spark_udfs.VISIBILITY_COLUMNS))
+    assert renamed.filter(column).count() == len(workload.delivered)
+
+
+def test_committed_filter_rejects_rows_of_topics_it_has_no_state_for(spark, workload):
+    raw = spark.read.format("pyengine").option("isolation", "read_uncommitted").load(str(workload.data_dir))
+    state = spark_udfs.capture_state(workload.data_dir, [TOPICS[0]])
+    with pytest.raises(PySparkException, match="no topic of the captured state holds"):
+        spark_udfs.committed_filter(raw, state).count()
+    with pytest.raises(ValueError, match="no column"):
+        spark_udfs.committed_filter(raw.select("ledger_id"), state)
+    with pytest.raises(TypeError, match="TxnState"):
+        spark_udfs.committed_filter(raw, {"not": "a state"})
+
+
+def test_topics_positions_and_pushed_filters(spark, workload):
+    path = str(workload.data_dir)
+    everything = expected(workload)
+    # A namespace, a glob, a list.
+    for option, topics in [("acme/sales", {TOPICS[2]}), ("persistent://public/default/pay*", {TOPICS[1]}),
+                           (f"{TOPICS[0]},{TOPICS[2]}", {TOPICS[0], TOPICS[2]})]:
+        rows = rows_of(spark_udfs.read(spark, path, topics=option))
+        assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in rows] == [r for r in everything if r["topic"] in topics]
+    # Pushed comparisons are honoured by the source (Spark does not re-apply them).
+    orders = [r for r in everything if r["topic"] == TOPICS[0]]
+    ledger = orders[len(orders) // 2]["ledger_id"]
+    df = spark.read.format("pyengine").load(path)
+    pushed = df.filter((F.col("topic") == TOPICS[0]) & (F.col("ledger_id") >= ledger) & (F.col("entry_id") < 20))
+    want = [r for r in orders if r["ledger_id"] >= ledger and r["entry_id"] < 20]
+    assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in rows_of(pushed)] == want
+    picked = df.filter(F.col("entry_id").isin(3, 5) & F.col("topic").startswith("persistent://public/"))
+    assert len(rows_of(picked)) == sum(1 for r in everything if r["entry_id"] in (3, 5) and "public/" in r["topic"])
+    # Start and end positions, inclusive; per topic as JSON.
+    start, end = orders[3], orders[-3]
+    window = rows_of(spark_udfs.read(spark, path, topics=TOPICS[0], startPosition=f"{start['ledger_id']}:"
+                                     f"{start['entry_id']}", endPosition=f"{end['ledger_id']}:{end['entry_id']}"))
+    key = lambda r: (r["ledger_id"], r["entry_id"])  # noqa: E731
+    assert [r["value"] for r in window] == [r["value"] for r in orders if key(start) <= key(r) <= key(end)]
+    per_topic = rows_of(spark_udfs.read(spark, path, startPosition=f'{{"{TOPICS[0]}": "latest"}}'))
+    assert [r for r in per_topic if r["topic"] == TOPICS[0]] == []
+    assert len(per_topic) == len(everything) - len(orders)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"isolation": "serializable"}, "isolation must be one of"),
+    ({"startPosition": "3-4"}, "startPosition must be earliest, latest, LEDGER:ENTRY"),
+    ({"endPosition": "{not json"}, "endPosition: not a JSON object"),
+    ({"topics": "persistent://public/default/nope"}, "unknown topic"),
+    ({"topics": "ghost/ns"}, "namespace 'ghost/ns' has no stored topic"),
+    ({"topics": "public/default/zz*"}, "no stored topic matches"),
+    ({"topics": " , "}, "topics is empty"),
+    ({"includeMarkers": "true"}, "includeMarkers needs isolation=read_uncommitted"),
+    ({"includeMarkers": "maybe", "isolation": "read_uncommitted"}, "includeMarkers must be true or false"),
+    ({"maxBatchRows": "0"}, "maxBatchRows must be a positive integer"),
+    ({"maxPartitionEntries": "lots"}, "maxPartitionEntries must be a positive integer"),
+    ({"tpoics": "x"}, "unknown option"),
+])
+def test_malformed_options_fail_with_a_clear_error(spark, workload, options, message):
+    reader = spark.read.format("pyengine")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    with pytest.raises(PySparkException, match=message):
+        reader.load(str(workload.data_dir)).count()
+
+
+def test_a_missing_data_dir_or_a_schema_is_refused(spark, tmp_path):
+    with pytest.raises(PySparkException, match="needs the broker's data dir"):
+        spark.read.format("pyengine").load().count()
+    with pytest.raises(PySparkException, match=str(tmp_path / "nowhere")):
+        spark.read.format("pyengine").load(str(tmp_path / "nowhere")).count()
+    with pytest.raises(PySparkException, match="fixed schema"):
+        spark.read.format("pyengine").schema("topic string").load(str(tmp_path)).count()
+
+
+def test_nothing_after_an_open_transaction_is_visible(spark, workload):
+    """The workload ends with an open transaction's message and a plain message behind it."""
+    last_two = sorted(workload.labels)[-2:]
+    rows = rows_of(spark.read.format("pyengine").load(str(workload.data_dir)))
+    assert not {int(r["value"]) for r in rows} & set(last_two)
+    uncommitted = rows_of(spark.read.format("pyengine").option("isolation", "read_uncommitted")
+                          .load(str(workload.data_dir)))
+    assert set(last_two) <= {int(r["value"]) for r in uncommitted}

@@ -1,0 +1,164 @@
+"""A randomized transactional workload written through the embedded broker, and what the
+broker's own READ_COMMITTED consumers deliver from it: the oracle of the Spark tests.
+
+Every message's payload is its label (`b"<label>"`), so rows can be traced back to the step
+that wrote them. The workload mixes plain and transactional messages, single messages and
+batches, keys, properties and event times, commits, aborts, timeouts (the coordinators'
+clock moves and they abort what expired), transactions spanning topics, ledger roll-overs
+(small ledgers: several partitions per topic) and transactions still open at the end.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core_ext.batch import build_batch
+from pyengine.broker import Broker
+from pyengine.client.message import MessageId
+from pyengine.protocol.commands import message_metadata
+from pyengine.protocol.pulsar_api_pb2 import KeyValue, SingleMessageMetadata
+from pyengine.storage.entry import headers_and_payload
+from pyengine.storage.managed_ledger import ManagedLedgerConfig
+
+TOPICS = ("persistent://public/default/orders", "persistent://public/default/payments",
+          "persistent://acme/sales/refunds")
+
+
+@dataclass
+class Workload:
+    data_dir: Path
+    labels: dict[int, tuple[str, tuple[int, int] | None]] = field(default_factory=dict)  # label -> topic, txn
+    outcome: dict[tuple[int, int], str] = field(default_factory=dict)        # txn -> committed/aborted/open
+    txn_topics: dict[tuple[int, int], set[str]] = field(default_factory=dict)
+    delivered: list[dict] = field(default_factory=list)    # the READ_COMMITTED consumers' messages
+
+    @property
+    def markers(self) -> int:
+        """Commit/abort markers stored: one per ended transaction per topic it wrote to."""
+        return sum(len(self.txn_topics[txn]) for txn, state in self.outcome.items() if state != "open")
+
+
+def consumer_row(topic: str, message) -> dict:
+    """A delivered message in the data source's terms (times in ms)."""
+    return {"topic": topic, "ledger_id": message.message_id.ledger_id, "entry_id": message.message_id.entry_id,
+            "batch_index": message.message_id.batch_index, "publish_time": message.publish_time,
+            "event_time": message.event_time or None, "key": message.partition_key, "value": message.data,
+            "properties": dict(message.properties), "producer_name": message.producer_name,
+            "sequence_id": message.sequence_id}
+
+
+async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workload:
+    rng = random.Random(seed)
+    workload = Workload(data_dir)
+    now = [1_700_000_000_000]
+    config = dict(sync=False, clock=lambda: now[0], ledger=ManagedLedgerConfig(max_entries_per_ledger=37))
+    label = 0
+    async with Broker.embedded(data_dir, **config) as broker:
+        await broker.service.policies.create_tenant("acme")
+        await broker.service.policies.create_namespace("acme/sales")
+        producers = {topic: await broker.create_producer(topic, producer_name=f"p-{i}")
+                     for i, topic in enumerate(TOPICS)}
+        open_txns: list = []
+
+        def message_fields(i: int) -> dict:
+            fields: dict = {}
+            if rng.random() < 0.6:
+                fields["key"] = f"k{rng.randrange(7)}"
+            if rng.random() < 0.3:
+                fields["properties"] = {"n": str(i), "kind": rng.choice(["a", "b", "é"])}
+            if rng.random() < 0.3:
+                fields["event_time"] = now[0] - rng.randrange(1, 10_000)
+            return fields
+
+        async def send_batch(producer, labels: list[int], txn) -> None:
+            # What a batching producer sends: one entry of N [size][SingleMessageMetadata][payload].
+            singles = []
+            for i in labels:
+                fields = message_fields(i)
+                single = SingleMessageMetadata(payload_size=len(str(i)))
+                if "key" in fields:
+                    single.partition_key = fields["key"]
+                for k, v in fields.get("properties", {}).items():
+                    single.properties.append(KeyValue(key=k, value=v))
+                if "event_time" in fields:
+                    single.event_time = fields["event_time"]
+                singles.append((single.SerializeToString(), str(i).encode()))
+            sequence = producer._next_sequence
+            producer._next_sequence += len(labels)
+            extra = {"num_messages_in_batch": len(labels)}
+            if txn is not None:
+                txn._check_open()
+                extra.update(txnid_most_bits=txn.txn_id.most_bits, txnid_least_bits=txn.txn_id.least_bits)
+            metadata = message_metadata(producer.producer_name, sequence, now[0], **extra).SerializeToString()
+            registration = txn._register_partition(producer.topic) if txn is not None else None
+            stored = producer._topic.publish(producer._producer, headers_and_payload(metadata, build_batch(singles)),
+                                             sequence_id=sequence, num_messages=len(labels), publish_time=now[0],
+                                             highest_sequence_id=sequence + len(labels) - 1,
+                                             txn=txn.txn_id if txn is not None else None)
+            if txn is not None:
+                txn._track(stored)
+            await stored
+            if registration is not None:
+                await registration
+
+        def txn_key(txn) -> tuple[int, int]:
+            return (txn.txn_id.most_bits, txn.txn_id.least_bits)
+
+        for _ in range(steps):
+            roll = rng.random()
+            if roll < 0.12 and len(open_txns) < 4:
+                txn = await broker.new_transaction(timeout_ms=rng.choice([60_000, 60_000, 1_000]))
+                open_txns.append(txn)
+                workload.outcome[txn_key(txn)] = "open"
+                workload.txn_topics[txn_key(txn)] = set()
+            elif roll < 0.22 and open_txns:
+                txn = open_txns.pop(rng.randrange(len(open_txns)))
+                commit = rng.random() < 0.7
+                await (txn.commit() if commit else txn.abort())
+                workload.outcome[txn_key(txn)] = "committed" if commit else "aborted"
+            elif roll < 0.25 and open_txns:
+                # Two seconds pass: the 1 s transactions time out and their coordinators abort them.
+                now[0] += 2_000
+                await broker.service.coordinator.wait_for_endings()
+                broker.service.coordinator.poll_timeouts()
+                await broker.service.coordinator.wait_for_endings()
+                for txn in list(open_txns):
+                    if broker.service.coordinator.get(txn.txn_id).status.outcome is not None:
+                        open_txns.remove(txn)
+                        workload.outcome[txn_key(txn)] = "aborted"
+            else:
+                topic = rng.choice(TOPICS)
+                txn = rng.choice(open_txns) if open_txns and rng.random() < 0.5 else None
+                count = rng.choice([1, 1, 1, 2, 5, 11])
+                labels = list(range(label, label + count))
+                label += count
+                now[0] += rng.randrange(0, 3)
+                if count == 1 and rng.random() < 0.7:
+                    await producers[topic].send(str(labels[0]).encode(), txn=txn, **message_fields(labels[0]))
+                else:
+                    await send_batch(producers[topic], labels, txn)
+                for i in labels:
+                    workload.labels[i] = (topic, txn_key(txn) if txn is not None else None)
+                if txn is not None:
+                    workload.txn_topics[txn_key(txn)].add(topic)
+        # Left open: what a READ_COMMITTED reader must not see, nor anything after it (a plain
+        # message behind it waits too).
+        txn = await broker.new_transaction(timeout_ms=3_600_000)
+        workload.outcome[txn_key(txn)] = "open"
+        workload.txn_topics[txn_key(txn)] = {TOPICS[0]}
+        for i, pending in ((label, txn), (label + 1, None)):
+            await producers[TOPICS[0]].send(str(i).encode(), txn=pending)
+            workload.labels[i] = (TOPICS[0], txn_key(pending) if pending is not None else None)
+
+        for topic in TOPICS:
+            reader = await broker.create_reader(topic, MessageId.earliest, receiver_queue_size=100_000)
+            while True:
+                try:
+                    message = await reader.receive(timeout=0.5)
+                except TimeoutError:
+                    break
+                workload.delivered.append(consumer_row(topic, message))
+            await reader.close()
+    return workload
