@@ -4,6 +4,7 @@ sent as one entry (N x [size][SingleMessageMetadata][payload], built by core_ext
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING
 
 from core_ext.batch import build_batch
@@ -11,6 +12,32 @@ from pyengine.client.message import MessageId
 
 if TYPE_CHECKING:
     from pyengine.client.transaction import Transaction
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x4000:                           # sequence ids and sizes mostly fit in two bytes
+        return bytes((value,)) if value < 0x80 else bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def plain_single_metadata(payload_size: int, sequence_id: int) -> bytes:
+    """The serialised SingleMessageMetadata of a message with no key, properties or event
+    time: payload_size (field 3) and sequence_id (field 8), as protobuf writes them, built
+    directly because protobuf's message object costs more than the rest of a batched send."""
+    return _size_field(payload_size) + _varint(sequence_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _size_field(payload_size: int) -> bytes:
+    """payload_size and the tag of sequence_id (producers mostly send one size)."""
+    return b"\x18" + _varint(payload_size) + b"\x40"
 
 
 class BatchContainer:
@@ -33,13 +60,15 @@ class BatchContainer:
                                      and self.size + payload_size <= self.max_bytes)
 
     def add(self, single_metadata: bytes, payload: bytes, sequence_id: int,
-            future: asyncio.Future[MessageId]) -> None:
+            future: asyncio.Future[MessageId]) -> bool:
+        """Add a message; True when the batch is full with it."""
         if not self._singles:
             self.first_sequence_id = sequence_id
         self.last_sequence_id = sequence_id
         self._singles.append((single_metadata, payload))
         self.futures.append(future)
         self.size += len(payload)
+        return len(self._singles) >= self.max_messages or self.size >= self.max_bytes
 
     @property
     def full(self) -> bool:

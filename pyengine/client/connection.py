@@ -105,8 +105,9 @@ class ClientConnection(asyncio.Protocol):
     # --- lifecycle ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's TCPTransport is not an asyncio.Transport subclass: check what we use instead.
+        assert hasattr(transport, "write") and hasattr(transport, "abort")
+        self._transport = transport  # type: ignore[assignment]
         connect = base_command(T.CONNECT, client_version=CLIENT_VERSION, protocol_version=PROTOCOL_VERSION,
                                feature_flags=pb.FeatureFlags(supports_broker_entry_metadata=True))
         transport.write(encode_command(connect.SerializeToString()))

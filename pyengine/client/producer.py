@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core_ext.frames import encode_payload_frame
-from pyengine.client.batch import BatchContainer
+from pyengine.client.batch import BatchContainer, plain_single_metadata
 from pyengine.client.connection import ClientConnection
 from pyengine.client.errors import AlreadyClosedError, MessageTooBigError, ProducerQueueIsFullError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
 from pyengine.client.message import MessageId
 from pyengine.client.router import PartitionRouter
+from pyengine.client.transaction import Transaction
 from pyengine.client.validation import check_int, check_name, check_payload, check_properties
 from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -33,7 +34,6 @@ from pyengine.protocol.commands import base_command
 
 if TYPE_CHECKING:
     from pyengine.client.client import ClientCore
-    from pyengine.client.transaction import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ T = pb.BaseCommand
 SendCallback = Callable[[BaseException | None, MessageId | None], None]
 # SEND_ERRORs that reject one message (the C++ client keeps the connection for ChecksumError
 # and NotAllowedError); the transaction codes reject a send to an ended or unknown transaction.
+_UNUSABLE = frozenset({CLOSING, CLOSED, FAILED})
 _REJECTING = frozenset({pb.ChecksumError, pb.NotAllowedError, pb.InvalidTxnStatus, pb.TransactionNotFound,
                         pb.TransactionConflict})
 
@@ -96,8 +97,9 @@ def _message_fields(key: str | None, properties: dict[str, str], event_time: int
 
 def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequence_id: Any,
                    txn: Any) -> tuple[bytes, dict[str, str]]:
-    from pyengine.client.transaction import Transaction
-
+    if type(data) is bytes and key is None and properties is None and event_time is None \
+            and sequence_id is None and txn is None:
+        return data, {}                          # the common case, checked in one step (hot path)
     payload = check_payload(data)
     if key is not None and not isinstance(key, str):
         raise TypeError(f"key must be a string, not {type(key).__name__}")
@@ -200,22 +202,29 @@ class PartitionProducer(ConnectionHandler):
     def submit(self, payload: bytes, key: str | None, properties: dict[str, str], event_time: int | None,
                sequence_id: int | None, txn: Transaction | None) -> asyncio.Future[MessageId]:
         """Queue one message now (synchronously: submission order is sequence order)."""
-        self._check_usable()
-        if self.queue_full and not self.options.block_if_queue_full:
+        # The hot path of every send: few calls, the checks ordered cheapest first.
+        if self.state in _UNUSABLE:
+            self._check_usable()
+        if not self.options.block_if_queue_full and self.queue_full:
             raise ProducerQueueIsFullError(f"{self}: {self.options.max_pending_messages} messages pending")
-        max_size = self.connection.max_message_size if self.connection is not None else None
-        if max_size is not None and len(payload) > max_size:
+        connection = self.connection
+        if connection is not None and len(payload) > connection.max_message_size:
             raise MessageTooBigError(f"a message of {len(payload)} bytes is larger than the broker's "
-                                     f"maximum of {max_size}")
+                                     f"maximum of {connection.max_message_size}")
         if sequence_id is None:
             sequence_id = self._next_sequence
-        self._next_sequence = max(self._next_sequence, sequence_id + 1)
-        future: asyncio.Future[MessageId] = self._loop.create_future()
-        fields = _message_fields(key, properties, event_time)
-        if self.options.batching_enabled:
-            self._add_to_batch(payload, fields, sequence_id, txn, future)
+            self._next_sequence = sequence_id + 1
         else:
-            self._send_single(payload, fields, sequence_id, txn, future)
+            self._next_sequence = max(self._next_sequence, sequence_id + 1)
+        future: asyncio.Future[MessageId] = self._loop.create_future()
+        if not self.options.batching_enabled:
+            self._send_single(payload, _message_fields(key, properties, event_time), sequence_id, txn, future)
+        elif key is None and not properties and not event_time:
+            self._add_to_batch(plain_single_metadata(len(payload), sequence_id), payload, sequence_id, txn, future)
+        else:
+            single = pb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id,
+                                              **_message_fields(key, properties, event_time))
+            self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future)
         return future
 
     def _send_single(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
@@ -230,17 +239,17 @@ class PartitionProducer(ConnectionHandler):
                                      metadata.SerializeToString(), payload)
         self._enqueue(_SendOp(sequence_id, sequence_id, frame, [future], batched=False), 1)
 
-    def _add_to_batch(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
+    def _add_to_batch(self, single: bytes, payload: bytes, sequence_id: int, txn: Transaction | None,
                       future: asyncio.Future[MessageId]) -> None:
         # A batch is one entry of one transaction (or of none): a different txn starts a new batch.
-        if self._batch is not None and (self._batch.txn is not txn or not self._batch.fits(len(payload))):
+        batch = self._batch
+        if batch is not None and (batch.txn is not txn or not batch.fits(len(payload))):
             self._flush_batch()
-        if self._batch is None:
-            self._batch = BatchContainer(self.options.batching_max_messages,
-                                         self.options.batching_max_allowed_size_in_bytes, txn)
-        single = pb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id, **fields)
-        self._batch.add(single.SerializeToString(), payload, sequence_id, future)
-        if self._batch.full:
+            batch = None
+        if batch is None:
+            batch = self._batch = BatchContainer(self.options.batching_max_messages,
+                                                 self.options.batching_max_allowed_size_in_bytes, txn)
+        if batch.add(single, payload, sequence_id, future):
             self._flush_batch()
         elif self._batch_timer is None:
             self._batch_timer = self._loop.call_later(self.options.batching_max_publish_delay_ms / 1000,
