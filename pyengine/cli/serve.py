@@ -2,9 +2,10 @@
 
     pyengine serve --data-dir ./data --port 6650
 
-Runs on uvloop. Prints one line containing `ready` (with the URLs it serves) once it accepts
-connections. SIGTERM / SIGINT stop it cleanly: no new connections, the sends in flight are
-stored and answered, the connections are closed, the storage is drained and closed; exit 0.
+Runs on uvloop (PYENGINE_EVENT_LOOP=asyncio: on asyncio's default loop, for comparisons).
+Prints one line containing `ready` (with the URLs it serves) once it accepts connections.
+SIGTERM / SIGINT stop it cleanly: no new connections, the sends in flight are stored and
+answered, the connections are closed, the storage is drained and closed; exit 0.
 After a SIGKILL, a restart on the same data dir recovers every acknowledged write and every
 committed or aborted transaction.
 
@@ -18,9 +19,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any, Coroutine
 
 import uvloop
 
@@ -51,11 +54,28 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        uvloop.run(run_broker(args))
+        run_on_chosen_loop(run_broker(args))
     except OSError as exc:          # the port is taken, the data dir is unusable, ...
         log.error("cannot serve: %s", exc)
         return 1
     return 0
+
+
+LOOP_ENV = "PYENGINE_EVENT_LOOP"
+LOOPS = ("uvloop", "asyncio")
+
+
+def run_on_chosen_loop(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop, unless PYENGINE_EVENT_LOOP=asyncio asks for asyncio's default loop (for
+    comparisons: the broker benchmark measures both)."""
+    choice = os.environ.get(LOOP_ENV, "uvloop")
+    if choice not in LOOPS:
+        main.close()
+        raise SystemExit(f"{LOOP_ENV} must be one of {', '.join(LOOPS)}, not {choice!r}")
+    if choice == "asyncio":
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
