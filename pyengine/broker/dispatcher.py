@@ -193,7 +193,7 @@ class Dispatcher:
             """Deliver `entry` or leave it to be delivered later. False when nobody can take
             anything more (stop reading)."""
             position = entry.position
-            if entry.is_marker or (entry.txn_most >= 0 and topic.buffer.is_txn_aborted(entry.txn)):
+            if entry.is_marker or (entry.txn_most >= 0 and topic.buffer.hides(entry)):
                 auto_acked.append(position)
                 return True
             if cursor.is_acked(position):

@@ -35,6 +35,7 @@ from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue
 from pyengine.storage.entry import headers_and_payload
 from pyengine.transaction import TxnAction
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position, TxnId, ackset_new
 
@@ -112,7 +113,14 @@ class EmbeddedClient:
         self._consumers.append(consumer)
         return consumer
 
-    async def new_transaction(self, timeout_ms: int = 60_000) -> EmbeddedTransaction:
+    async def new_transaction(self, timeout_ms: int = 60_000, *, version: int = 4) -> EmbeddedTransaction:
+        """A transaction of the v4 coordinators (for `persistent://` topics), or with
+        `version=5` of the v5 (metadata-driven) coordinator, for `segment://` topics."""
+        if version == 5:
+            txn_id = await self.service.coordinator.new_transaction(V5_COORDINATOR_ID, timeout_ms)
+            return EmbeddedTransaction(self.service, txn_id)
+        if version != 4:
+            raise ValueError(f"version must be 4 or 5, not {version!r}")
         coordinators = self.service.coordinator.coordinator_ids
         coordinator = coordinators[next(self._next_coordinator) % len(coordinators)]
         txn_id = await self.service.coordinator.new_transaction(coordinator, timeout_ms)

@@ -39,6 +39,7 @@ class NamespacePolicies:
     retention_time_minutes: int | None = None
     retention_size_mb: int | None = None
     message_ttl_seconds: int | None = None
+    transaction_version: int | None = None         # 4 | 5 overrides the topic domain's default (PIP-473)
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

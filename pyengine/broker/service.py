@@ -17,6 +17,7 @@ from pathlib import Path
 from pyengine.broker.policies import BrokerPolicies
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
+from pyengine.broker.transactions import CoordinatorRouter, V5Transactions, default_transaction_version
 from pyengine.errors import NotAllowedError, TopicNotFoundError
 from pyengine.naming import TopicName
 from pyengine.storage import ManagedCursor, ManagedLedger, ManagedLedgerConfig, StorageEnvironment
@@ -30,6 +31,9 @@ from pyengine.transaction.coordinator.service import TransactionCoordinatorServi
 from pyengine.transaction.pendingack import PendingAckHandle
 from pyengine.transaction.pendingack.handle import PendingAckHandleImpl
 from pyengine.transaction.pendingack.log_store import LogPendingAckStore
+from pyengine.transaction.pendingack.metadata_store import MetadataPendingAckHandle, MetadataPendingAckStore
+from pyengine.transaction.buffer.metadata_buffer import MetadataTransactionBuffer
+from pyengine.metadata import MetadataStore, open_metadata_store
 from pyengine_kernels import Position, TxnId
 
 log = logging.getLogger(__name__)
@@ -49,6 +53,12 @@ class BrokerConfig:
     # Milliseconds clock of the transaction coordinators (tests move time with their own).
     clock: Clock = wall_clock_ms
     transaction_buffer: TopicTransactionBufferConfig = field(default_factory=TopicTransactionBufferConfig)
+    # The metadata store (v5 transactions, PIP-473): `lmdb` (in the data dir), `memory`,
+    # `etcd://HOST:PORT`, or a started MetadataStore the caller owns (several brokers, tests).
+    metadata_store: str | MetadataStore = "lmdb"
+    txn_v5_retention_ms: int = 60_000        # finalized v5 headers are collected after this
+    txn_v5_sweep_interval_ms: int = 1000     # v5 timeout and GC sweeps
+    txn_v5_recheck_interval_s: float = 0.5   # re-read of expired OPEN headers (lost notifications)
 
 
 class BrokerService:
@@ -60,14 +70,18 @@ class BrokerService:
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled)
-        self.coordinator = TransactionCoordinatorService(self.env, self, num_coordinators=config.num_coordinators,
-                                                         clock=config.clock)
+        self.coordinator_v4 = TransactionCoordinatorService(self.env, self, num_coordinators=config.num_coordinators,
+                                                            clock=config.clock)
+        self.metadata: MetadataStore | None = None
+        self.v5: V5Transactions | None = None
+        self.coordinator = CoordinatorRouter(self.coordinator_v4, None)
         self._started = False
         self._closed = False
 
     async def start(self) -> None:
         await self.policies.ensure_defaults()
-        await self.coordinator.start()
+        await self.coordinator_v4.start()
+        await self._start_v5()
         self._started = True
 
     # --- topics ---------------------------------------------------------------------------
@@ -132,11 +146,37 @@ class BrokerService:
 
     # --- components for topics -------------------------------------------------------------
 
+    async def _start_v5(self) -> None:
+        config = self.config
+        if isinstance(config.metadata_store, MetadataStore):
+            self.metadata = config.metadata_store
+        else:
+            self.metadata = await open_metadata_store(config.metadata_store, self.env)
+        self.v5 = V5Transactions(self.metadata, clock=config.clock, retention_ms=config.txn_v5_retention_ms,
+                                 sweep_interval_ms=config.txn_v5_sweep_interval_ms,
+                                 recheck_interval_s=config.txn_v5_recheck_interval_s)
+        await self.v5.start()
+        self.coordinator.v5 = self.v5.coordinator
+
+    def transaction_version(self, topic: str) -> int:
+        """4 or 5: the design serving `topic`'s transactions (namespace policy, else by domain)."""
+        name = TopicName.parse(topic)
+        override = self.policies.policies(name.namespace_name).transaction_version \
+            if self.policies.namespace_exists(name.namespace_name) else None
+        return override or default_transaction_version(name)
+
     def new_transaction_buffer(self, ledger: ManagedLedger) -> TransactionBuffer:
+        if self.v5 is not None and self.transaction_version(ledger.name) == 5:
+            return MetadataTransactionBuffer(ledger, self.v5.store, self.v5.headers, metrics=self.v5.metrics)
         return TopicTransactionBuffer(ledger, self.config.transaction_buffer)
 
     def new_pending_ack_handle(self, cursor: ManagedCursor, sub_type: str | None,
-                               on_release: Callable[[list[Position]], None]) -> PendingAckHandle:
+                               on_release: Callable[[list[Position]], None],
+                               on_acked: Callable[[list[Position]], None] | None = None) -> PendingAckHandle:
+        if self.v5 is not None and self.transaction_version(cursor.ledger.name) == 5:
+            store = MetadataPendingAckStore(self.v5.store, cursor.ledger.name, cursor.name, metrics=self.v5.metrics)
+            return MetadataPendingAckHandle(cursor, store, self.v5.headers, subscription_type=wire_sub_type(sub_type),
+                                            on_release=on_release, on_acked=on_acked)
         return PendingAckHandleImpl(cursor, LogPendingAckStore.for_cursor(cursor),
                                     subscription_type=wire_sub_type(sub_type), on_release=on_release)
 
@@ -159,9 +199,13 @@ class BrokerService:
         if self._closed:
             return
         self._closed = True
-        await self.coordinator.close()
+        await self.coordinator_v4.close()
+        if self.v5 is not None:
+            await self.v5.close()
         for topic in list(self.topics.values()):
             await topic.close()
+        if self.metadata is not None and self.metadata is not self.config.metadata_store:
+            await self.metadata.close()
         await self.env.drain()
         self.env.close()
 

@@ -85,7 +85,8 @@ class Topic:
         subscription = Subscription(self, cursor.name, cursor, pending_ack=None, sub_type=sub_type)
         if cursor.durable:
             subscription.pending_ack = self.service.new_pending_ack_handle(
-                cursor, sub_type, on_release=subscription.dispatcher.redeliver)
+                cursor, sub_type, on_release=subscription.dispatcher.redeliver,
+                on_acked=subscription.dispatcher.acked)
             await subscription.pending_ack.replay()
         if cursor.durable:
             self.subscriptions[cursor.name] = subscription
@@ -211,7 +212,7 @@ class Topic:
             horizon = self.ledger.previous_position(chunk[-1].position)
 
     def _visible(self, entry: Entry) -> bool:
-        return not entry.is_marker and not (entry.txn_most >= 0 and self.buffer.is_txn_aborted(entry.txn))
+        return not entry.is_marker and not (entry.txn_most >= 0 and self.buffer.hides(entry))
 
     # --- lifecycle ------------------------------------------------------------------------
 

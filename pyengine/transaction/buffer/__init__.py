@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from enum import Enum
 
+from pyengine.storage.entry import Entry
 from pyengine_kernels import AbortedTxnSet, Position, TxnId
 
 
@@ -54,6 +55,11 @@ class TransactionBuffer(ABC):
 
     @abstractmethod
     def is_txn_aborted(self, txn: TxnId) -> bool: ...
+
+    def hides(self, entry: Entry) -> bool:
+        """True for a transactional entry no reader may ever see: one of an aborted txn (and,
+        v5, a write that lost the race with its txn's commit). Markers are the caller's."""
+        return entry.txn_most >= 0 and self.is_txn_aborted(entry.txn)
 
     @property
     @abstractmethod

@@ -1,0 +1,114 @@
+"""Which transaction design serves what, in one broker (PIP-473 "Configuration").
+
+* Participants, per topic: `segment://` topics use v5 (metadata-driven buffer and pending
+  acks), every other domain v4 (markers in the stream, pending-ack log). A namespace's
+  `transaction_version` policy (4 or 5) overrides the default for its topics — for migration
+  and debugging. A topic keeps the design it was loaded with until it is loaded again.
+* Coordinators, per transaction: v4 ids are 0..N-1 (what a Pulsar client discovers through the
+  coordinators' assign topic); the v5 coordinator has the id `V5_COORDINATOR_ID`, which only a
+  v5 client asks for (pyengine.client does for scalable topics). `CoordinatorRouter` is what
+  the rest of the broker calls `service.coordinator`: it sends each request to the coordinator
+  of its id, and otherwise behaves as the v4 service (admin, lookups, stats).
+* `V5Transactions`: the broker's v5 components over its metadata store — the header cache (one
+  watch for all participants), the coordinator, the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pyengine.errors import TransactionCoordinatorNotFoundError
+from pyengine.metadata import MetadataStore
+from pyengine.naming import TopicName
+from pyengine.transaction import TxnAction, TxnStatus
+from pyengine.transaction.coordinator.clock import Clock
+from pyengine.transaction.coordinator.metadata_coordinator import MetadataTransactionCoordinator
+from pyengine.transaction.coordinator.metadata_headers import TxnHeaderCache
+from pyengine.transaction.coordinator.metadata_metrics import V5Metrics
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, declare_indexes
+from pyengine.transaction.coordinator.service import TransactionCoordinatorService
+from pyengine.transaction.coordinator.validation import check_txn
+from pyengine_kernels import TxnId
+
+TRANSACTION_VERSIONS = (4, 5)
+
+
+def default_transaction_version(topic: TopicName) -> int:
+    return 5 if topic.domain == "segment" else 4
+
+
+def check_transaction_version(version: object) -> int | None:
+    if version is None:
+        return None
+    if isinstance(version, bool) or version not in TRANSACTION_VERSIONS:
+        raise ValueError(f"transaction_version must be 4, 5 or None (the topic domain's default), not {version!r}")
+    return int(version)   # type: ignore[arg-type]
+
+
+class V5Transactions:
+    def __init__(self, store: MetadataStore, *, clock: Clock, retention_ms: int, sweep_interval_ms: int,
+                 recheck_interval_s: float) -> None:
+        self.store = store
+        self.metrics = V5Metrics()
+        self.headers = TxnHeaderCache(store, clock=clock, recheck_interval_s=recheck_interval_s)
+        self.coordinator = MetadataTransactionCoordinator(store, clock=clock, retention_ms=retention_ms,
+                                                          sweep_interval_ms=sweep_interval_ms, metrics=self.metrics)
+
+    async def start(self) -> None:
+        declare_indexes(self.store)
+        await self.headers.start()
+        await self.coordinator.start()
+
+    async def close(self) -> None:
+        await self.coordinator.close()
+        await self.headers.close()
+
+
+class CoordinatorRouter:
+    """v4 service + v5 coordinator behind the v4 service's interface."""
+
+    def __init__(self, v4: TransactionCoordinatorService, v5: MetadataTransactionCoordinator) -> None:
+        self.v4 = v4
+        self.v5 = v5
+
+    def __getattr__(self, name: str) -> Any:        # admin, lookups, stats: the v4 service's
+        return getattr(self.v4, name)
+
+    @property
+    def coordinator_ids(self) -> list[int]:
+        """The v4 coordinators (what Pulsar clients discover); v5 is asked for by id."""
+        return self.v4.coordinator_ids
+
+    def serves(self, coordinator_id: int) -> bool:
+        return coordinator_id in self.v4.coordinator_ids or self.v5.serves(coordinator_id)
+
+    def _for(self, txn: TxnId) -> Any:
+        return self.v5 if check_txn(txn).most_bits == V5_COORDINATOR_ID else self.v4
+
+    async def new_transaction(self, coordinator_id: int, timeout_ms: int) -> TxnId:
+        if coordinator_id == V5_COORDINATOR_ID:
+            return await self.v5.new_transaction(coordinator_id, timeout_ms)
+        return await self.v4.new_transaction(coordinator_id, timeout_ms)
+
+    def register_produced_partitions(self, txn: TxnId, partitions: list[str]) -> asyncio.Future[Any]:
+        return self._for(txn).register_produced_partitions(txn, partitions)
+
+    def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
+        return self._for(txn).register_acked_subscriptions(txn, subscriptions)
+
+    async def add_produced_partitions(self, txn: TxnId, partitions: list[str]) -> None:
+        await self._for(txn).add_produced_partitions(txn, partitions)
+
+    async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
+        await self._for(txn).add_acked_subscriptions(txn, subscriptions)
+
+    async def end_transaction(self, txn: TxnId, action: TxnAction) -> TxnStatus:
+        return await self._for(txn).end_transaction(txn, action)
+
+    def get(self, txn: TxnId):
+        if check_txn(txn).most_bits == V5_COORDINATOR_ID:
+            raise TransactionCoordinatorNotFoundError(
+                f"{txn} is a v5 transaction: its state is the header /txn/<txnId> in the metadata store "
+                "(service.coordinator.v5.get)")
+        return self.v4.get(txn)

@@ -1,0 +1,391 @@
+"""v5 transaction buffer of a `segment://` topic (PIP-473 `MetadataTransactionBuffer`).
+
+Nothing transactional is ever written into the segment's stream: no markers, no snapshots.
+
+* append = one managed-ledger append plus one op record `/txn-op/<txnId>/<seq>` (kind write,
+  this segment, the position); the publish receipt waits for both. Before it, the header must
+  be OPEN (cache first) — else TransactionConflictError. After the op record lands, the header
+  is read again: if its decision has a lower store revision than the op record, the write came
+  after the decision (the late-write race): the sender gets TransactionConflictError and the
+  entry is never visible (aborted: by the abort; committed: its position is hidden, durably in
+  a ledger property).
+* the read horizon is the LAC, or just before the first entry of the oldest txn still OPEN here.
+* decisions arrive through the broker's `TxnHeaderCache` (a metadata-store watch, with the
+  deadline re-read as a backstop). Materialising them writes nothing to the segment, so a
+  sealed segment commits and aborts like any other: commit = the txn stops holding the horizon
+  back; abort = the txn joins the aborted set, stored under `/txn-buffer/<segment>` BEFORE the
+  op records go (the aborted set must outlive them: the header and op records are collected).
+  Then the buffer deletes the op records it owns. Each step is idempotent: a buffer that
+  crashes half-way redoes what is left after its restart.
+* recovery reads the store's current state: the aborted set, then `idx:writes-by-segment` for
+  this segment (one range query), joined with the headers. No log replay.
+
+Known limit: if the broker dies after the entry became durable but before its op record did
+(etcd: two stores), nothing ties that entry to its txn; if the txn then commits it is visible
+with it, and if it aborts the entry stays visible too (no op record tells the buffer it is
+aborted). On the LMDB backend both writes share the data dir but not (yet) one write txn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from pyengine.errors import (
+    InvalidTxnStatusError,
+    NotAllowedError,
+    PersistenceError,
+    ServiceNotReadyError,
+    TransactionConflictError,
+)
+from pyengine.metadata import MetadataStore, MetadataStoreError, NotFoundError
+from pyengine.storage import ManagedLedger, StorageError
+from pyengine.storage.entry import Entry
+from pyengine.transaction.buffer import BufferState, TransactionBuffer
+from pyengine.transaction.buffer.replay import read_horizon
+from pyengine.transaction.coordinator.metadata_headers import TxnHeaderCache
+from pyengine.transaction.coordinator.metadata_metrics import V5Metrics
+from pyengine.transaction.coordinator.metadata_records import (
+    IDX_WRITES,
+    CorruptTxnRecordError,
+    HeaderState,
+    OpRecord,
+    TxnHeader,
+    buffer_path,
+    header_path,
+    is_v5,
+    op_prefix,
+    txn_key,
+    txn_of_path,
+)
+from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId
+
+log = logging.getLogger(__name__)
+
+HIDDEN_PROPERTY = "__v5_hidden_positions"      # late writes of committed txns: "L:E,L:E"
+
+
+class MetadataTransactionBuffer(TransactionBuffer):
+    def __init__(self, ledger: ManagedLedger, store: MetadataStore, headers: TxnHeaderCache, *,
+                 segment: str | None = None, metrics: V5Metrics | None = None) -> None:
+        if not isinstance(ledger, ManagedLedger):
+            raise TypeError(f"ledger must be a ManagedLedger, not {type(ledger).__name__}")
+        self.ledger = ledger
+        self.store = store
+        self.headers = headers
+        self.segment = segment or ledger.name
+        self.metrics = metrics or V5Metrics()
+        self.state = BufferState.NONE
+        self._ongoing = OngoingTxnMap()
+        self._aborted = AbortedTxnSet()
+        self._last: dict[TxnId, Position] = {}          # last position of each txn held here
+        self._ops: dict[TxnId, list[str]] = {}          # op records this buffer owns
+        self._in_flight: dict[TxnId, set[asyncio.Future]] = {}
+        self._materialising: dict[TxnId, asyncio.Task] = {}
+        self._subscribed: set[TxnId] = set()
+        self._hidden: set[Position] = set()
+        self._listeners: list[Callable[[], None]] = []
+        self._committed_total = 0
+        self._aborted_total = 0
+        self._late_total = 0
+        ledger.add_listener(self._notify)
+        ledger.add_failure_listener(self._on_append_failed)
+
+    # --- recovery -------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        if self.state is BufferState.READY:
+            return
+        self.state = BufferState.INITIALIZING
+        try:
+            stored = await self.store.get(buffer_path(self.segment))
+            if stored is not None:
+                self._aborted = AbortedTxnSet.from_bytes(stored.value)
+            self._hidden = _parse_positions(self.ledger.properties.get(HIDDEN_PROPERTY, ""))
+            with self.metrics.index_query():
+                records = await self.store.range_query(IDX_WRITES, prefix=(self.segment,))
+            decided = []
+            for record in records:
+                txn = txn_of_path(record.path)
+                op = OpRecord.decode(record.value, record.path)
+                self._ops.setdefault(txn, []).append(record.path)
+                self._held(txn, op.position)
+            for txn in list(self._ops):
+                state = await self.headers.get(txn)
+                if state.header is not None and state.header.state is HeaderState.OPEN:
+                    self._subscribe(txn)
+                else:
+                    decided.append((txn, state.header))
+        except (MetadataStoreError, CorruptTxnRecordError, ValueError) as exc:
+            self.state = BufferState.NONE
+            raise ServiceNotReadyError(f"v5 transaction buffer of {self.segment} cannot recover: {exc}") from exc
+        self.state = BufferState.READY
+        for txn, header in decided:       # crashed mid-materialisation: finish it now
+            self._on_decided(txn, header)
+        self._notify()
+
+    def _held(self, txn: TxnId, position: Position) -> None:
+        """`txn` has an entry at `position` here."""
+        if txn not in self._aborted:
+            self._ongoing.add(txn, position)
+        last = self._last.get(txn)
+        if last is None or position > last:
+            self._last[txn] = position
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def max_read_position(self) -> Position:
+        if self.state is not BufferState.READY:
+            return Position.EARLIEST
+        return read_horizon(self._ongoing, self.ledger.lac, self.ledger.previous_position)
+
+    def is_txn_aborted(self, txn: TxnId) -> bool:
+        if not isinstance(txn, TxnId):
+            raise TypeError(f"txn must be a TxnId, not {type(txn).__name__}")
+        return txn in self._aborted
+
+    def hides(self, entry: Entry) -> bool:
+        return entry.position in self._hidden or super().hides(entry)
+
+    @property
+    def aborted(self) -> AbortedTxnSet:
+        return self._aborted
+
+    def ongoing_txns(self) -> list[tuple[TxnId, Position]]:
+        return self._ongoing.items()
+
+    # --- appends --------------------------------------------------------------------------
+
+    def append(self, txn: TxnId, data: bytes, *, num_messages: int = 1,
+               publish_time: int = 0) -> asyncio.Future[Position]:
+        if not isinstance(txn, TxnId):
+            raise TypeError(f"txn must be a TxnId, not {type(txn).__name__}")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        for name, value, minimum in (("num_messages", num_messages, 1), ("publish_time", publish_time, 0)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            if value < minimum:
+                raise ValueError(f"{name} must be >= {minimum}, not {value}")
+        loop = asyncio.get_running_loop()
+        if self.state is not BufferState.READY:
+            return _failed(loop, ServiceNotReadyError(
+                f"the v5 transaction buffer of {self.segment} is {self.state.value}"))
+        if not is_v5(txn):
+            return _failed(loop, NotAllowedError(
+                f"{self.segment} takes v5 (metadata-driven) transactions only; {txn} is a v4 transaction"))
+        outcome: asyncio.Future[Position] = loop.create_future()
+        self._in_flight.setdefault(txn, set()).add(outcome)
+        outcome.add_done_callback(lambda _f: self._settled(txn, outcome))
+        loop.create_task(self._append(txn, bytes(data), num_messages, publish_time, outcome))
+        return outcome
+
+    def _settled(self, txn: TxnId, outcome: asyncio.Future) -> None:
+        flights = self._in_flight.get(txn)
+        if flights is not None:
+            flights.discard(outcome)
+            if not flights:
+                del self._in_flight[txn]
+
+    async def _append(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int,
+                      outcome: asyncio.Future[Position]) -> None:
+        try:
+            outcome.set_result(await self._append_now(txn, data, num_messages, publish_time))
+        except BaseException as exc:
+            if not outcome.done():
+                outcome.set_exception(exc if isinstance(exc, Exception) else
+                                      ServiceNotReadyError(f"append to {self.segment} cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _append_now(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int) -> Position:
+        state = await self.headers.get(txn)
+        if state.header is None or state.header.state is not HeaderState.OPEN:
+            raise TransactionConflictError(_not_open(txn, state.header))
+        try:
+            position, durable = self.ledger.append_entry(data, txn_most=txn.most_bits, txn_least=txn.least_bits,
+                                                         num_messages=num_messages, publish_time=publish_time)
+        except StorageError as exc:
+            raise PersistenceError(f"cannot append to {self.segment}: {exc}") from exc
+        if position is None:
+            await durable                      # raises the append's error
+            raise PersistenceError(f"cannot append to {self.segment}")
+        self._held(txn, position)              # before any reader can reach it
+        self._subscribe(txn)
+        op = OpRecord("write", self.segment, position)
+        written = asyncio.ensure_future(self.store.put(op_prefix(txn), op.encode(), sequential=True,
+                                                       partition_key=txn_key(txn)))
+        results = await asyncio.gather(durable, written, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise PersistenceError(f"transactional append of {txn} to {self.segment} failed: {result}") from result
+        record = results[1]
+        self._ops.setdefault(txn, []).append(record.path)
+        self.metrics.op_written()
+        # The late-write race: did the decision land before this op record?
+        header = await self.store.get(header_path(txn))
+        if header is None or header.mod_revision < record.mod_revision and \
+                TxnHeader.decode(header.value, header.path).state.final:
+            decided = None if header is None else TxnHeader.decode(header.value, header.path)
+            await self._reject_late(txn, position, record.path, decided)
+            raise TransactionConflictError(_not_open(txn, decided))
+        return position
+
+    async def _reject_late(self, txn: TxnId, position: Position, op_path: str, header: TxnHeader | None) -> None:
+        """A write that lost the race with its txn's decision: never visible."""
+        self._late_total += 1
+        if header is not None and header.state is HeaderState.COMMITTED:
+            self._hidden.add(position)
+            await self.ledger.set_property(HIDDEN_PROPERTY, _format_positions(self._hidden))
+        try:
+            await self.store.delete(op_path)
+            self.metrics.ops_deleted(1)
+        except NotFoundError:
+            pass
+        ops = self._ops.get(txn)
+        if ops and op_path in ops:
+            ops.remove(op_path)
+
+    def _on_append_failed(self, first_failed: Position) -> None:
+        gone = [txn for txn, first in self._ongoing.items() if first >= first_failed]
+        for txn in gone:
+            self._ongoing.remove(txn)
+        if gone:
+            self._notify()
+
+    # --- decisions ------------------------------------------------------------------------
+
+    def _subscribe(self, txn: TxnId) -> None:
+        if txn not in self._subscribed:
+            self._subscribed.add(txn)
+            self.headers.subscribe(txn, self._on_decided)
+
+    def _on_decided(self, txn: TxnId, header: TxnHeader | None) -> None:
+        self._subscribed.discard(txn)
+        if self.state is not BufferState.READY or txn in self._materialising:
+            return
+        task = asyncio.get_running_loop().create_task(self._materialise(txn, header),
+                                                      name=f"v5-materialise-{txn}-{self.segment}")
+        self._materialising[txn] = task
+        task.add_done_callback(lambda _t: self._materialising.pop(txn, None))
+
+    async def _materialise(self, txn: TxnId, header: TxnHeader | None) -> None:
+        """Apply the decision on `txn` here, then delete the op records this buffer owns.
+        A missing header (collected, or never created) counts as aborted."""
+        while flights := self._in_flight.get(txn):
+            await asyncio.wait(set(flights))
+        committed = header is not None and header.state is HeaderState.COMMITTED
+        try:
+            if committed:
+                self._committed_total += 1
+            elif txn not in self._aborted:
+                last = self._last.get(txn)
+                if last is not None:
+                    self._aborted.add(txn, last)
+                    await self._save_aborted()
+                self._aborted_total += 1
+            self._ongoing.remove(txn)
+            self._last.pop(txn, None)
+            self._notify()
+            await self._delete_ops(txn)
+        except (MetadataStoreError, PersistenceError) as exc:
+            # Stays as it is in the store: the restart (or the next decision event) redoes it.
+            log.warning("materialising %s on %s failed, retrying: %s", txn, self.segment, exc)
+            await asyncio.sleep(0.1)
+            if self.state is BufferState.READY:
+                self._materialising.pop(txn, None)
+                self._on_decided(txn, header)
+
+    async def _save_aborted(self) -> None:
+        await self.store.put(buffer_path(self.segment), self._aborted.to_bytes())
+
+    async def _delete_ops(self, txn: TxnId) -> None:
+        paths = self._ops.pop(txn, [])
+        deleted = 0
+        for path in paths:
+            try:
+                await self.store.delete(path)
+                deleted += 1
+            except NotFoundError:
+                pass          # the GC forced it out already
+        self.metrics.ops_deleted(deleted)
+
+    async def wait_materialised(self) -> None:
+        """Until no decision is being materialised here (tests, graceful stop)."""
+        while self._materialising:
+            await asyncio.gather(*list(self._materialising.values()), return_exceptions=True)
+
+    async def commit(self, txn: TxnId, low_watermark: int) -> None:
+        await self._end_on_request(txn, HeaderState.COMMITTED)
+
+    async def abort(self, txn: TxnId, low_watermark: int) -> None:
+        await self._end_on_request(txn, HeaderState.ABORTED)
+
+    async def _end_on_request(self, txn: TxnId, wanted: HeaderState) -> None:
+        """Not used by the v5 coordinator: a caller that asks is told what the header says,
+        and the decision it holds is materialised (idempotent)."""
+        if not isinstance(txn, TxnId):
+            raise TypeError(f"txn must be a TxnId, not {type(txn).__name__}")
+        state = await self.headers.get(txn, fresh=True)
+        found = HeaderState.ABORTED if state.header is None else state.header.state
+        if found is not wanted:
+            raise InvalidTxnStatusError(f"v5 transaction {txn} is {found.value} in the metadata store, "
+                                        f"cannot {'commit' if wanted is HeaderState.COMMITTED else 'abort'} it")
+        running = self._materialising.get(txn)
+        if running is None and (txn in self._ongoing or txn in self._ops):
+            self._on_decided(txn, state.header)
+            running = self._materialising.get(txn)
+        if running is not None:
+            await asyncio.shield(running)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    def stats(self) -> dict:
+        return {
+            "state": self.state.value, "design": "v5", "segment": self.segment,
+            "ongoingTxnSize": len(self._ongoing), "abortedTxnSize": len(self._aborted.items()),
+            "committedTxnCount": self._committed_total, "abortedTxnCount": self._aborted_total,
+            "lateWritesRejected": self._late_total, "ownedOpRecords": sum(map(len, self._ops.values())),
+            "maxReadPosition": str(self.max_read_position()),
+        }
+
+    async def close(self) -> None:
+        self.state = BufferState.CLOSED
+        for txn in list(self._subscribed):
+            self.headers.unsubscribe(txn, self._on_decided)
+        self._subscribed.clear()
+        tasks = list(self._materialising.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _not_open(txn: TxnId, header: TxnHeader | None) -> str:
+    state = "unknown (or collected)" if header is None else header.state.value
+    return f"Transaction {txn} is {state}, not OPEN: a send or ack in it is a conflict"
+
+
+def _parse_positions(text: str) -> set[Position]:
+    out = set()
+    for item in filter(None, text.split(",")):
+        ledger, _sep, entry = item.partition(":")
+        out.add(Position(int(ledger), int(entry)))
+    return out
+
+
+def _format_positions(positions: set[Position]) -> str:
+    return ",".join(f"{p.ledger_id}:{p.entry_id}" for p in sorted(positions))
+
+
+def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Future:
+    future = loop.create_future()
+    future.set_exception(error)
+    return future

@@ -1,0 +1,318 @@
+"""v5 pending acks of a `segment://` subscription (PIP-473 `MetadataPendingAckStore`).
+
+`MetadataPendingAckStore` keeps each transactional ack request as op records
+`/txn-op/<txnId>/<seq>` (kind ack, segment, subscription, position; one per acknowledged
+entry, one for a cumulative ack), found again through `idx:acks-by-segment-subscription`.
+It offers the log interface `PendingAckHandleImpl` drives (append, delete, scan), so the
+conflict rules, the batch ack sets and the cursor work are the v4 handle's, unchanged.
+
+`MetadataPendingAckHandle` is that handle for v5: nobody calls its commit/abort. It subscribes
+to the header of every txn it holds acks of (the broker's `TxnHeaderCache`) and, when the
+header turns final, commits (acks applied to the cursor, then the op records deleted) or
+aborts (op records deleted; the messages are delivered again). A missing header counts as
+aborted. An ack in a txn whose header is not OPEN, or whose op record landed after the
+decision (the late-ack race), is a TransactionConflictError and reserves nothing. Replay
+is one range query on the index, grouped by txn; decided txns found there (a crash mid-way)
+are finished at once: applying acks to a cursor twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from pyengine.errors import PersistenceError, TransactionConflictError
+from pyengine.metadata import MetadataStore, MetadataStoreError, NotFoundError, Record
+from pyengine.transaction.coordinator.metadata_headers import TxnHeaderCache
+from pyengine.transaction.coordinator.metadata_metrics import V5Metrics
+from pyengine.transaction.coordinator.metadata_records import (
+    IDX_ACKS,
+    CorruptTxnRecordError,
+    HeaderState,
+    OpRecord,
+    TxnHeader,
+    header_path,
+    is_v5,
+    op_prefix,
+    txn_key,
+    txn_of_path,
+)
+from pyengine.transaction.pendingack import IndividualAck, PendingAckReplayError
+from pyengine.transaction.pendingack.handle import PendingAckHandleImpl
+from pyengine.transaction.pendingack.log_store import LoggedAck
+from pyengine.transaction.pendingack.state import Reservation
+from pyengine.transaction.pendingack.validation import check_individual_acks
+from pyengine_kernels import Position, TxnId
+
+if TYPE_CHECKING:
+    from pyengine.storage.cursor import ManagedCursor
+
+log = logging.getLogger(__name__)
+
+
+class MetadataPendingAckStore:
+    """The op records of one subscription of one segment. Sequences are local handles of
+    requests (the store's sequential keys name the records themselves)."""
+
+    def __init__(self, store: MetadataStore, segment: str, subscription: str, *,
+                 metrics: V5Metrics | None = None) -> None:
+        self.store = store
+        self.segment = segment
+        self.subscription = f"{segment}/{subscription}"
+        self.subscription_name = subscription
+        self.metrics = metrics or V5Metrics()
+        self._seqs = itertools.count()
+        self._paths: dict[int, list[str]] = {}      # request seq -> its op records
+        self._revisions: dict[int, int] = {}        # request seq -> store revision of its last record
+        self._loaded: list[LoggedAck] = []
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def append_individual(self, txn: TxnId, acks: list[IndividualAck]) -> tuple[int, asyncio.Future[None]]:
+        ops = [OpRecord("ack", self.segment, ack.position, self.subscription_name, False, ack.batch_size,
+                        ack.ack_set) for ack in acks]
+        return self._append(txn, ops)
+
+    def append_cumulative(self, txn: TxnId, position: Position) -> tuple[int, asyncio.Future[None]]:
+        return self._append(txn, [OpRecord("ack", self.segment, position, self.subscription_name, True)])
+
+    def _append(self, txn: TxnId, ops: list[OpRecord]) -> tuple[int, asyncio.Future[None]]:
+        seq = next(self._seqs)
+        return seq, asyncio.ensure_future(self._write(seq, txn, ops))
+
+    async def _write(self, seq: int, txn: TxnId, ops: list[OpRecord]) -> None:
+        written: list[Record] = []
+        try:
+            for op in ops:
+                written.append(await self.store.put(op_prefix(txn), op.encode(), sequential=True,
+                                                    partition_key=txn_key(txn)))
+        except BaseException:
+            for record in written:                  # all of the request or nothing
+                await _delete_quietly(self.store, record.path)
+            raise
+        self.metrics.op_written(len(written))
+        self._paths[seq] = [record.path for record in written]
+        self._revisions[seq] = max(record.mod_revision for record in written)
+
+    def revision_of(self, seq: int) -> int:
+        return self._revisions.get(seq, 0)
+
+    def delete_records(self, seqs) -> asyncio.Future[None]:
+        paths = [path for seq in seqs for path in self._paths.get(seq, ())]
+
+        async def delete() -> None:
+            for path in paths:
+                await _delete_quietly(self.store, path)
+            self.metrics.ops_deleted(len(paths))
+            for seq in seqs:
+                self._paths.pop(seq, None)
+                self._revisions.pop(seq, None)
+
+        return asyncio.ensure_future(delete())
+
+    async def delete(self) -> None:
+        """Remove every op record of the subscription (it is being deleted)."""
+        for record in await self.store.range_query(IDX_ACKS, prefix=(self.segment, self.subscription_name)):
+            await _delete_quietly(self.store, record.path)
+        self._paths.clear()
+
+    # --- reads ----------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Read this subscription's op records (one range query): what `scan` returns."""
+        try:
+            with self.metrics.index_query():
+                records = await self.store.range_query(IDX_ACKS, prefix=(self.segment, self.subscription_name))
+        except MetadataStoreError as exc:
+            raise PendingAckReplayError(f"pending acks of {self.subscription}: cannot read the op records: {exc}") from exc
+        records.sort(key=lambda r: r.path)        # per txn, in the order they were written
+        loaded = []
+        for record in records:
+            try:
+                txn = txn_of_path(record.path)
+                op = OpRecord.decode(record.value, record.path)
+                seq = next(self._seqs)
+                if op.cumulative:
+                    logged = LoggedAck(seq, txn, cumulative=op.position)
+                else:
+                    logged = LoggedAck(seq, txn, individual=tuple(check_individual_acks(
+                        [IndividualAck(op.position, op.batch_size, op.ack_set)])))
+            except (CorruptTxnRecordError, ValueError, TypeError) as exc:
+                raise PendingAckReplayError(f"pending acks of {self.subscription}: op record {record.path} "
+                                            f"cannot be decoded: {exc}") from exc
+            self._paths[seq] = [record.path]
+            loaded.append(logged)
+        self._loaded = loaded
+
+    def scan(self, chunk_size: int) -> Iterator[list[LoggedAck]]:
+        loaded, self._loaded = self._loaded, []
+        for start in range(0, len(loaded), chunk_size):
+            yield loaded[start:start + chunk_size]
+        if not loaded:
+            yield []
+
+
+class MetadataPendingAckHandle(PendingAckHandleImpl):
+    """The v4 handle's rules over op records, ended by header watches instead of calls."""
+
+    def __init__(self, cursor: ManagedCursor, store: MetadataPendingAckStore, headers: TxnHeaderCache, *,
+                 subscription_type: int, on_release: Callable[[list[Position]], None] | None = None,
+                 on_acked: Callable[[list[Position]], None] | None = None) -> None:
+        super().__init__(cursor, store, subscription_type=subscription_type, on_release=on_release)
+        self.metadata = store
+        self.headers = headers
+        self._on_acked = on_acked
+        self._subscribed: set[TxnId] = set()
+        self._deciding: dict[TxnId, asyncio.Task] = {}
+        self._requests: dict[TxnId, int] = {}                  # ack requests being written
+        self._request_waiters: dict[TxnId, list[asyncio.Future]] = {}
+        self.late_acks_rejected = 0
+
+    async def replay(self) -> None:
+        try:
+            await self.metadata.load()
+        except PendingAckReplayError as exc:
+            self._fail_replay(exc)
+            raise
+        await super().replay()
+        for txn in list(self._records):
+            try:
+                state = await self.headers.get(txn)
+            except (MetadataStoreError, CorruptTxnRecordError) as exc:
+                error = PendingAckReplayError(f"pending acks of {self._name}: cannot read the header of {txn}: {exc}")
+                self._fail_replay(error)
+                raise error from exc
+            self._watch(txn)
+
+    # --- acks -----------------------------------------------------------------------------
+
+    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck]) -> None:
+        await self._check_open(txn)
+        checked = check_individual_acks(acks)
+        async with self._acking(txn):
+            await super().individual_ack(txn, checked)
+            if await self._late(txn):
+                for ack in checked:
+                    self._acks.release(txn, ack.position, Reservation(ack.ack_set, ack.batch_size))
+                await self._forget_last_request(txn)
+
+    async def cumulative_ack(self, txn: TxnId, position: Position) -> None:
+        await self._check_open(txn)
+        async with self._acking(txn):
+            await super().cumulative_ack(txn, position)
+            if await self._late(txn):
+                self._acks.release_cumulative(txn, position)
+                await self._forget_last_request(txn)
+
+    @contextlib.asynccontextmanager
+    async def _acking(self, txn: TxnId):
+        """While a request of `txn` is written and checked, its decision waits."""
+        self._requests[txn] = self._requests.get(txn, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._requests[txn] - 1
+            if left:
+                self._requests[txn] = left
+            else:
+                del self._requests[txn]
+                waiters = self._request_waiters.pop(txn, [])
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    async def _check_open(self, txn: TxnId) -> None:
+        self._check_ready()
+        if not isinstance(txn, TxnId):
+            raise TypeError(f"txn must be a TxnId, not {type(txn).__name__}")
+        if not is_v5(txn):
+            raise TransactionConflictError(f"[{self._name}] Transaction:{txn} is a v4 transaction; "
+                                           "segment subscriptions take v5 transactions only")
+        state = await self.headers.get(txn)
+        if state.header is None or state.header.state is not HeaderState.OPEN:
+            raise TransactionConflictError(f"[{self._name}] Transaction:{txn} is "
+                                           f"{'unknown' if state.header is None else state.header.state.value}, "
+                                           "not OPEN")
+        self._watch(txn)
+
+    async def _late(self, txn: TxnId) -> bool:
+        """Did the decision on `txn` land before the records just written (the late-ack race)?"""
+        seqs = self._records.get(txn)
+        if not seqs:
+            return False
+        record = await self.metadata.store.get(header_path(txn))
+        if record is None:
+            return True
+        header = TxnHeader.decode(record.value, record.path)
+        return header.state.final and record.mod_revision < self.metadata.revision_of(seqs[-1])
+
+    async def _forget_last_request(self, txn: TxnId) -> None:
+        seqs = self._records[txn]
+        seq = seqs.pop()
+        if not seqs:
+            del self._records[txn]
+        self.late_acks_rejected += 1
+        await self.metadata.delete_records([seq])
+        raise TransactionConflictError(f"[{self._name}] Transaction:{txn} ended before this ack was recorded")
+
+    # --- decisions ------------------------------------------------------------------------
+
+    def _watch(self, txn: TxnId) -> None:
+        if txn not in self._subscribed:
+            self._subscribed.add(txn)
+            self.headers.subscribe(txn, self._on_decided)
+
+    def _on_decided(self, txn: TxnId, header: TxnHeader | None) -> None:
+        self._subscribed.discard(txn)
+        if txn in self._deciding:
+            return
+        task = asyncio.get_running_loop().create_task(self._materialise(txn, header), name=f"v5-pending-ack-{txn}")
+        self._deciding[txn] = task
+        task.add_done_callback(lambda _t: self._deciding.pop(txn, None))
+
+    async def _materialise(self, txn: TxnId, header: TxnHeader | None) -> None:
+        while txn in self._requests:
+            waiter = asyncio.get_running_loop().create_future()
+            self._request_waiters.setdefault(txn, []).append(waiter)
+            await waiter
+        commit = header is not None and header.state is HeaderState.COMMITTED
+        for attempt in range(50):
+            try:
+                if commit:
+                    positions = await self.commit(txn, -1)
+                    if positions and self._on_acked is not None:
+                        self._on_acked(positions)
+                else:
+                    positions = await self.abort(txn, -1)
+                    if positions and self._on_release is not None:
+                        self._on_release(positions)
+                return
+            except PersistenceError as exc:
+                log.warning("[%s] materialising %s failed (attempt %d): %s", self._name, txn, attempt + 1, exc)
+                await asyncio.sleep(0.1)
+            except Exception as exc:      # closed, not ready: the restart finishes it
+                log.info("[%s] materialising %s stopped: %s", self._name, txn, exc)
+                return
+
+    async def wait_materialised(self) -> None:
+        while self._deciding:
+            await asyncio.gather(*list(self._deciding.values()), return_exceptions=True)
+
+    async def close(self) -> None:
+        for txn in list(self._subscribed):
+            self.headers.unsubscribe(txn, self._on_decided)
+        self._subscribed.clear()
+        await super().close()
+        tasks = list(self._deciding.values())
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _delete_quietly(store: MetadataStore, path: str) -> None:
+    try:
+        await store.delete(path)
+    except NotFoundError:
+        pass
