@@ -1,0 +1,230 @@
+"""MetadataTransactionBuffer (PIP-473) on memory, lmdb and etcd: appends with op records,
+the read horizon, watch-driven materialisation, sealed segments, the late-write race,
+recovery from the store, and dropped notifications recovered by the deadline re-read."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from pyengine.errors import NotAllowedError, TransactionConflictError
+from pyengine.transaction import TxnAction
+from pyengine.transaction.buffer import BufferState
+from pyengine.transaction.coordinator.metadata_records import (
+    IDX_WRITES,
+    V5_COORDINATOR_ID,
+    buffer_path,
+    op_prefix,
+)
+from pyengine_kernels import Position, TxnId
+
+from .conftest import SEGMENT, eventually
+
+COMMIT, ABORT = TxnAction.COMMIT, TxnAction.ABORT
+
+
+def visible(ledger, buffer) -> list[bytes]:
+    horizon = buffer.max_read_position()
+    return [bytes(e.data) for e in ledger.read_entries(Position.EARLIEST, 10**6, horizon) if not buffer.hides(e)]
+
+
+async def ops_of(store, segment=SEGMENT) -> list:
+    return await store.range_query(IDX_WRITES, prefix=(segment,))
+
+
+def drop_notifications(v5) -> None:
+    """The header watch loses everything from now on (a dropped connection, a bug)."""
+    v5.headers._on_notification = lambda notification: None
+
+
+async def test_commit_makes_a_txn_visible_atomically(v5):
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"t1")
+    await ledger.append(b"plain")
+    await buffer.append(txn, b"t2")
+    assert visible(ledger, buffer) == []                 # held back by the open txn's first entry
+    assert [r.partition_key for r in await ops_of(v5.store)] == [f"{txn.most_bits}-{txn.least_bits}"] * 2
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    await eventually(lambda: buffer.max_read_position() == ledger.lac)
+    assert visible(ledger, buffer) == [b"t1", b"plain", b"t2"]
+    await eventually(lambda: not buffer._materialising)
+    assert await ops_of(v5.store) == []                   # the participant cleaned up after itself
+    assert v5.metrics.op_writes_total == 2 and v5.metrics.outstanding_op_records == 0
+
+
+async def test_abort_hides_the_txn_for_good(v5, clock):
+    ledger, buffer = await v5.buffer()
+    aborted = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    kept = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(aborted, b"a")
+    await buffer.append(kept, b"k")
+    await v5.coordinator.end_transaction(aborted, ABORT)
+    await eventually(lambda: buffer.is_txn_aborted(aborted))
+    assert visible(ledger, buffer) == []                  # kept is still open
+    await v5.coordinator.end_transaction(kept, COMMIT)
+    await eventually(lambda: visible(ledger, buffer) == [b"k"])
+    await buffer.wait_materialised()
+    assert await v5.store.get(buffer_path(SEGMENT)) is not None
+    # headers and op records are collected; the aborted set outlives them (restart included)
+    clock.now += 10_000
+    assert await v5.coordinator.collect_garbage() == 2
+    await v5.restart()
+    ledger, buffer = await v5.buffer()
+    assert buffer.is_txn_aborted(aborted) and not buffer.is_txn_aborted(kept)
+    assert visible(ledger, buffer) == [b"k"]
+
+
+async def test_sealed_segment_commits_and_aborts_at_once_without_writing(v5):
+    ledger, buffer = await v5.buffer()
+    commit = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    abort = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(commit, b"c")
+    await buffer.append(abort, b"a")
+    sealed_at = await ledger.terminate()                  # a split or merge seals the segment
+    started = time.perf_counter()
+    await v5.coordinator.end_transaction(commit, COMMIT)
+    await v5.coordinator.end_transaction(abort, ABORT)
+    await eventually(lambda: buffer.is_txn_aborted(abort) and buffer.max_read_position() == sealed_at)
+    assert time.perf_counter() - started < 1.0
+    assert ledger.lac == sealed_at                        # nothing was written to the segment
+    assert visible(ledger, buffer) == [b"c"]
+    with pytest.raises(Exception):
+        await buffer.append(await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 1000), b"late")
+
+
+async def test_send_after_the_decision_is_a_conflict(v5):
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"in")
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    with pytest.raises(TransactionConflictError, match="COMMITTED"):
+        await buffer.append(txn, b"after")
+    with pytest.raises(TransactionConflictError, match="unknown"):
+        await buffer.append(TxnId(V5_COORDINATOR_ID, 10**9), b"never-created")
+
+
+async def test_late_write_race_loses_and_stays_invisible(v5):
+    """The header watch has not told this broker yet: the cached header says OPEN while the
+    commit already landed. The op record lands after the decision: conflict, and the entry is
+    hidden (also after a restart) although its txn committed."""
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"in-time")
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    with pytest.raises(TransactionConflictError):
+        await buffer.append(txn, b"late")
+    assert buffer.stats()["lateWritesRejected"] == 1
+    await buffer.commit(txn, -1)                          # what the header says, materialised here
+    assert visible(ledger, buffer) == [b"in-time"]
+    await v5.restart()
+    ledger, buffer = await v5.buffer()
+    assert visible(ledger, buffer) == [b"in-time"]
+
+
+async def test_late_write_after_abort_is_a_conflict_and_aborted(v5):
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"in-time")
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, ABORT)
+    with pytest.raises(TransactionConflictError):
+        await buffer.append(txn, b"late")
+    await buffer.abort(txn, -1)
+    await ledger.append(b"plain")
+    assert visible(ledger, buffer) == [b"plain"]
+
+
+async def test_recovery_from_the_store_holds_the_horizon_then_follows_the_watch(v5):
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await ledger.append(b"before")
+    await buffer.append(txn, b"t")
+    await ledger.append(b"after")
+    await v5.restart()
+    ledger, buffer = await v5.buffer()
+    assert visible(ledger, buffer) == [b"before"]
+    assert [t for t, _ in buffer.ongoing_txns()] == [txn]
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    await eventually(lambda: visible(ledger, buffer) == [b"before", b"t", b"after"])
+
+
+async def test_restart_mid_materialisation_finishes_it(v5):
+    """Decisions whose notification never arrived before the stop (the participant died
+    mid-way): recovery reads the final headers and materialises them."""
+    ledger, buffer = await v5.buffer()
+    committed = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    aborted = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(committed, b"c")
+    await buffer.append(aborted, b"a")
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(committed, COMMIT)
+    await v5.coordinator.end_transaction(aborted, ABORT)
+    await asyncio.sleep(0.05)
+    assert visible(ledger, buffer) == []                  # nothing materialised
+    await v5.restart()
+    ledger, buffer = await v5.buffer()
+    await buffer.wait_materialised()
+    assert visible(ledger, buffer) == [b"c"] and buffer.is_txn_aborted(aborted)
+    assert await ops_of(v5.store) == []
+
+
+async def test_dropped_notifications_are_recovered_by_the_deadline_reread(v5, clock):
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 5_000)
+    await buffer.append(txn, b"t")
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    await asyncio.sleep(0.2)                              # several re-read intervals: not expired yet
+    assert visible(ledger, buffer) == []
+    clock.now += 5_000                                    # the deadline passes: the header is re-read
+    await eventually(lambda: visible(ledger, buffer) == [b"t"], timeout=2)
+    assert v5.headers.rechecks_resolved >= 1
+
+
+async def test_v4_txns_and_malformed_appends_are_refused(v5):
+    ledger, buffer = await v5.buffer()
+    with pytest.raises(NotAllowedError, match="v4"):
+        await buffer.append(TxnId(0, 1), b"x")
+    with pytest.raises(TypeError):
+        buffer.append("txn", b"x")
+    with pytest.raises(TypeError):
+        buffer.append(TxnId(V5_COORDINATOR_ID, 1), "text")
+    with pytest.raises(ValueError):
+        buffer.append(TxnId(V5_COORDINATOR_ID, 1), b"x", num_messages=0)
+    with pytest.raises(TypeError):
+        buffer.is_txn_aborted((1, 2))
+    assert ledger.lac.entry_id == -1                      # nothing was stored
+
+
+async def test_recovery_reports_corrupt_op_records(v5):
+    from pyengine.errors import ServiceNotReadyError
+
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"t")
+    await v5.restart()
+    # an op record indexed for this segment whose header cannot be read
+    await v5.store.put(f"/txn/{txn.most_bits}-{txn.least_bits}", b"garbage")
+    with pytest.raises(ServiceNotReadyError, match="cannot recover"):
+        await v5.buffer()
+
+
+async def test_many_txns_interleaved_keep_the_horizon_at_the_oldest_open(v5):
+    ledger, buffer = await v5.buffer()
+    txns = [await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000) for _ in range(3)]
+    for round_ in range(2):
+        for i, txn in enumerate(txns):
+            await buffer.append(txn, f"{i}.{round_}".encode())
+    await v5.coordinator.end_transaction(txns[1], COMMIT)
+    await asyncio.sleep(0.02)
+    assert visible(ledger, buffer) == []
+    await v5.coordinator.end_transaction(txns[0], ABORT)
+    await eventually(lambda: visible(ledger, buffer) == [b"1.0"])
+    await v5.coordinator.end_transaction(txns[2], COMMIT)
+    await eventually(lambda: visible(ledger, buffer) == [b"1.0", b"2.0", b"1.1", b"2.1"])
+    assert buffer.state is BufferState.READY
+    assert len(await v5.store.list_prefix(op_prefix(txns[0]))) == 0

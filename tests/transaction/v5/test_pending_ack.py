@@ -1,0 +1,152 @@
+"""MetadataPendingAckStore / MetadataPendingAckHandle (PIP-473) on memory, lmdb and etcd:
+ack op records, commit and abort driven by the header watch, the late-ack race, conflicts,
+replay, and a restart mid-materialisation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyengine.errors import ServiceNotReadyError, TransactionConflictError
+from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
+from pyengine.storage import ManagedLedger
+from pyengine.transaction import TxnAction
+from pyengine.transaction.coordinator.metadata_records import IDX_ACKS, V5_COORDINATOR_ID, OpRecord, op_prefix, txn_key
+from pyengine.transaction.pendingack import IndividualAck, PendingAckReplayError
+from pyengine.transaction.pendingack.metadata_store import MetadataPendingAckHandle, MetadataPendingAckStore
+from pyengine_kernels import Position, TxnId
+
+from .conftest import SEGMENT, eventually
+
+SUB = "sub"
+COMMIT, ABORT = TxnAction.COMMIT, TxnAction.ABORT
+
+
+class Sub:
+    def __init__(self):
+        self.acked: list[Position] = []
+        self.released: list[Position] = []
+
+
+async def open_sub(v5, entries: int = 0, sub_type=CommandSubscribe.Shared):
+    ledger = await ManagedLedger.open(v5.env, SEGMENT)
+    v5.ledgers.append(ledger)
+    positions = list(await asyncio.gather(*(ledger.append(b"m%d" % i) for i in range(entries))))
+    cursor = await ledger.open_cursor(SUB, "earliest")
+    seen = Sub()
+    store = MetadataPendingAckStore(v5.store, SEGMENT, SUB, metrics=v5.metrics)
+    handle = MetadataPendingAckHandle(cursor, store, v5.headers, subscription_type=sub_type,
+                                      on_release=seen.released.extend, on_acked=seen.acked.extend)
+    await handle.replay()
+    return ledger, cursor, handle, positions, seen
+
+
+async def ack_records(v5):
+    return await v5.store.range_query(IDX_ACKS, prefix=(SEGMENT, SUB))
+
+
+async def test_commit_applies_the_acks_when_the_header_turns(v5):
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 3)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(txn, [IndividualAck(positions[0]), IndividualAck(positions[2])])
+    assert len(await ack_records(v5)) == 2
+    assert handle.is_fully_pending(positions[0]) and not cursor.is_acked(positions[0])
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    await eventually(lambda: cursor.is_acked(positions[0]) and cursor.is_acked(positions[2]))
+    await handle.wait_materialised()
+    assert seen.acked == [positions[0], positions[2]]
+    assert await ack_records(v5) == [] and not cursor.is_acked(positions[1])
+    await handle.close()
+
+
+async def test_abort_drops_the_acks_and_redelivers(v5):
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 2, CommandSubscribe.Exclusive)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.cumulative_ack(txn, positions[1])
+    await v5.coordinator.end_transaction(txn, ABORT)
+    await eventually(lambda: seen.released == [positions[1]])
+    await handle.wait_materialised()
+    assert not cursor.is_acked(positions[0]) and await ack_records(v5) == []
+    assert not handle.is_fully_pending(positions[0])
+    await handle.close()
+
+
+async def test_conflicts_are_the_v4_rules(v5):
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 2)
+    t1 = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    t2 = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(t1, [IndividualAck(positions[0])])
+    with pytest.raises(TransactionConflictError):
+        await handle.individual_ack(t2, [IndividualAck(positions[0]), IndividualAck(positions[1])])
+    assert len(await ack_records(v5)) == 1           # the refused request wrote nothing
+    assert not handle.is_fully_pending(positions[1])
+    await handle.close()
+
+
+async def test_ack_in_an_ended_or_unknown_txn_is_a_conflict(v5):
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 2)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    with pytest.raises(TransactionConflictError, match="COMMITTED"):
+        await handle.individual_ack(txn, [IndividualAck(positions[0])])
+    with pytest.raises(TransactionConflictError, match="unknown"):
+        await handle.individual_ack(TxnId(V5_COORDINATOR_ID, 10**9), [IndividualAck(positions[0])])
+    with pytest.raises(TransactionConflictError, match="v4"):
+        await handle.individual_ack(TxnId(1, 1), [IndividualAck(positions[0])])
+    with pytest.raises(TypeError):
+        await handle.individual_ack("txn", [IndividualAck(positions[0])])
+    assert await ack_records(v5) == []
+    await handle.close()
+
+
+async def test_late_ack_race_reserves_nothing(v5):
+    """The watch has not delivered the commit yet (cached OPEN): the ack's record lands after
+    the decision, so it is refused and never applied to the cursor."""
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 2)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(txn, [IndividualAck(positions[0])])
+    v5.headers._on_notification = lambda notification: None
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    with pytest.raises(TransactionConflictError, match="ended before"):
+        await handle.individual_ack(txn, [IndividualAck(positions[1])])
+    assert handle.late_acks_rejected == 1
+    assert len(await ack_records(v5)) == 1
+    await handle.commit(txn, -1)
+    assert cursor.is_acked(positions[0]) and not cursor.is_acked(positions[1])
+    assert not handle.is_fully_pending(positions[1])
+    await handle.close()
+
+
+async def test_replay_and_restart_mid_materialisation(v5):
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 3)
+    open_txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    committed = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(open_txn, [IndividualAck(positions[0])])
+    await handle.individual_ack(committed, [IndividualAck(positions[1], 4, (0b0011,))])
+    v5.headers._on_notification = lambda notification: None         # dies before materialising
+    await v5.coordinator.end_transaction(committed, COMMIT)
+    await handle.close()
+    await v5.restart()
+    ledger, cursor, handle, _, seen = await open_sub(v5)
+    await eventually(lambda: cursor.batch_ack_set(positions[1]) is not None)
+    await handle.wait_materialised()
+    assert handle.is_fully_pending(positions[0])               # the open txn's reservation is back
+    assert [r.partition_key for r in await ack_records(v5)] == [txn_key(open_txn)]
+    await v5.coordinator.end_transaction(open_txn, COMMIT)
+    await eventually(lambda: cursor.is_acked(positions[0]))
+    await handle.close()
+
+
+async def test_a_failed_replay_refuses_calls(v5):
+    await v5.store.put(op_prefix(TxnId(V5_COORDINATOR_ID, 1)),
+                       OpRecord("ack", SEGMENT, Position(1, 0), SUB, batch_size=0).encode(), sequential=True)
+    ledger = await ManagedLedger.open(v5.env, SEGMENT)
+    v5.ledgers.append(ledger)
+    cursor = await ledger.open_cursor(SUB, "earliest")
+    handle = MetadataPendingAckHandle(cursor, MetadataPendingAckStore(v5.store, SEGMENT, SUB), v5.headers,
+                                      subscription_type=CommandSubscribe.Shared)
+    with pytest.raises(PendingAckReplayError, match="cannot be decoded"):
+        await handle.replay()
+    with pytest.raises(ServiceNotReadyError):
+        await handle.individual_ack(TxnId(V5_COORDINATOR_ID, 1), [IndividualAck(Position(1, 0))])
