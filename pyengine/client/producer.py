@@ -12,6 +12,7 @@ of a partitioned topic with Pulsar's routing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -95,6 +96,17 @@ def _message_fields(key: str | None, properties: dict[str, str], event_time: int
     return fields
 
 
+def _settle_from(result: asyncio.Future[MessageId], submitted: asyncio.Future[MessageId]) -> None:
+    if result.done():
+        return
+    if submitted.cancelled():
+        result.cancel()
+    elif submitted.exception() is not None:
+        result.set_exception(submitted.exception())
+    else:
+        result.set_result(submitted.result())
+
+
 def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequence_id: Any,
                    txn: Any) -> tuple[bytes, dict[str, str]]:
     if type(data) is bytes and key is None and properties is None and event_time is None \
@@ -128,6 +140,9 @@ class PartitionProducer(ConnectionHandler):
         self._pending: deque[_SendOp] = deque()
         self._pending_messages = 0
         self._space_waiters: deque[asyncio.Future[None]] = deque()
+        # Sends of transactions waiting for their partition's registration, in send order.
+        self._held: deque[tuple[asyncio.Future[None], asyncio.Future[MessageId], tuple[Any, ...]]] = deque()
+        self._held_submitter: asyncio.Future[None] | None = None
         self._batch: BatchContainer | None = None
         self._batch_timer: asyncio.TimerHandle | None = None
         self._timeout_timer: asyncio.TimerHandle | None = None
@@ -226,6 +241,40 @@ class PartitionProducer(ConnectionHandler):
                                               **_message_fields(key, properties, event_time))
             self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future)
         return future
+
+    def submit_in_txn(self, registration: asyncio.Future[None], payload: bytes, key: str | None,
+                      properties: dict[str, str], event_time: int | None, sequence_id: int | None,
+                      txn: Transaction) -> asyncio.Future[MessageId]:
+        """Queue a message of `txn` once `registration` (ADD_PARTITION_TO_TXN) has succeeded
+        and there is room; messages held for that keep their order, and one task submits them
+        all (not one task per message: a transaction sends its messages in a burst)."""
+        if not self._held and registration.done() and not Transaction._failed(registration) \
+                and not (self.options.block_if_queue_full and self.queue_full):
+            return self.submit(payload, key, properties, event_time, sequence_id, txn)
+        result: asyncio.Future[MessageId] = self._loop.create_future()
+        self._held.append((registration, result, (payload, key, properties, event_time, sequence_id, txn)))
+        if self._held_submitter is None:
+            self._held_submitter = asyncio.ensure_future(self._submit_held())
+        return result
+
+    async def _submit_held(self) -> None:
+        try:
+            while self._held:
+                registration, result, message = self._held[0]
+                try:
+                    await registration
+                    await self.wait_for_space()
+                    submitted = self.submit(*message)
+                except Exception as exc:
+                    if self._held and self._held[0][1] is result:
+                        self._held.popleft()
+                    if not result.done():
+                        result.set_exception(exc)
+                    continue
+                self._held.popleft()
+                submitted.add_done_callback(functools.partial(_settle_from, result))
+        finally:
+            self._held_submitter = None
 
     def _send_single(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
                      future: asyncio.Future[MessageId]) -> None:
@@ -354,6 +403,10 @@ class PartitionProducer(ConnectionHandler):
         self._timeout_timer = self._loop.call_later(timeout - age, self._check_timeouts)
 
     def _fail_pending(self, error: BaseException) -> None:
+        held, self._held = self._held, deque()
+        for _, result, _ in held:
+            if not result.done():
+                result.set_exception(error)
         pending, self._pending = self._pending, deque()
         self._pending_messages = 0
         if self._batch is not None:
@@ -373,6 +426,8 @@ class PartitionProducer(ConnectionHandler):
     async def flush(self) -> None:
         """Send the open batch and wait until every message sent before has its receipt
         (failures are reported by their own send futures, not here)."""
+        if self._held_submitter is not None:
+            await asyncio.wait([self._held_submitter])
         self._flush_batch()
         futures = [future for op in self._pending for future in op.futures]
         if futures:
@@ -446,19 +501,20 @@ class Producer:
         if txn is None:
             await producer.wait_for_space()
             return await producer.submit(payload, key, props, event_time, sequence_id, None)
+        return await self._submit_in_txn(producer, payload, key, props, event_time, sequence_id, txn)
+
+    @staticmethod
+    def _submit_in_txn(producer: PartitionProducer, payload: bytes, key: str | None, props: dict[str, str],
+                       event_time: int | None, sequence_id: int | None,
+                       txn: Transaction) -> asyncio.Future[MessageId]:
+        """Queue a message of `txn` now, in send order: at once when its partition is already
+        registered with the transaction, after the registration otherwise. The transaction
+        tracks it from this moment, so a commit right after `send_async` waits for it."""
         txn._check_open()
-        result: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
-        txn._track(result)             # commit waits for this send, whatever happens below
-        try:
-            await txn._register_partition(producer.topic)
-            await producer.wait_for_space()
-            message_id = await producer.submit(payload, key, props, event_time, sequence_id, txn)
-        except BaseException as exc:
-            result.set_exception(exc)
-            result.exception()         # retrieved: the transaction reports it at commit
-            raise
-        result.set_result(message_id)
-        return message_id
+        future = producer.submit_in_txn(txn._register_partition(producer.topic), payload, key, props, event_time,
+                                        sequence_id, txn)
+        txn._track(future)             # commit waits for this send, whatever happens to it
+        return future
 
     def send_async(self, data: bytes, callback: SendCallback | None = None, *, key: str | None = None,
                    properties: dict[str, str] | None = None, event_time: int | None = None,
@@ -475,8 +531,7 @@ class Producer:
                 raise ProducerQueueIsFullError(f"{producer}: {producer.options.max_pending_messages} messages pending")
             future = producer.submit(payload, key, props, event_time, sequence_id, None)
         else:
-            future = asyncio.ensure_future(self.send(data, key=key, properties=properties, event_time=event_time,
-                                                     sequence_id=sequence_id, txn=txn))
+            future = self._submit_in_txn(self._partition_for(key), payload, key, props, event_time, sequence_id, txn)
         if callback is not None:
             def done(settled: asyncio.Future[MessageId]) -> None:
                 if settled.cancelled():
