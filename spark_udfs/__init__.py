@@ -25,6 +25,7 @@ driver and broadcast::
     raw = spark.read.parquet("/exports/orders-raw")                  # rows with the 5 columns
     committed = spark_udfs.committed_filter(raw, state)
     # or as a column: raw.withColumn("visible", spark_udfs.committed_column(state))
+    # or as one mapInArrow pass: spark_udfs.committed_rows(raw, state)
 
 The state must cover every topic the DataFrame holds rows of (ledger ids name the topic);
 rows of ledgers created after the capture count as not visible yet.
@@ -44,10 +45,11 @@ from spark_udfs.schema import ARROW_SCHEMA, SCHEMA, VISIBILITY_COLUMNS
 from spark_udfs.session import read, register, session
 from spark_udfs.source import PyengineDataSource
 from spark_udfs.state import TopicState, TxnState, capture_state
-from spark_udfs.udfs import committed_column, committed_filter, committed_udf
+from spark_udfs.udfs import committed_batches, committed_column, committed_filter, committed_rows, committed_udf
 
 __all__ = [
     "ARROW_SCHEMA", "ISOLATIONS", "OptionError", "PyengineDataSource", "SCHEMA", "TopicState", "TxnState",
-    "VISIBILITY_COLUMNS", "capture_state", "committed_column", "committed_filter", "committed_udf", "read",
+    "VISIBILITY_COLUMNS", "capture_state", "committed_batches", "committed_column", "committed_filter",
+    "committed_rows", "committed_udf", "read",
     "register", "session",
 ]

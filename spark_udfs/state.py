@@ -201,17 +201,12 @@ class PreparedState:
         return visibility_mask(ledger_id, entry_id, txnid_most, txnid_least, is_marker,
                                self.horizons[i], self.aborted[i])
 
-    def mask(self, ledger_id: pa.Array, entry_id: pa.Array, txnid_most: pa.Array, txnid_least: pa.Array,
-             is_marker: pa.Array) -> pa.BooleanArray:
-        """READ_COMMITTED visibility of arbitrary rows (any mix of the captured topics): one
-        kernel pass per topic present (usually one: a batch comes from one ledger)."""
-        n = len(ledger_id)
-        if n == 0:
-            return pa.array([], pa.bool_())
+    def _owners(self, ledger_id) -> np.ndarray:
+        """Index of the captured topic of each row's ledger; -1 for ledgers newer than the
+        capture (not visible yet). Raises for a ledger the capture knows no owner of."""
         ledgers = _int64_numpy(ledger_id)
         top = self.max_ledger_id
-        clipped = np.clip(ledgers, -1, top + 1)
-        owner = self.topic_of_ledger[clipped]          # index -1 wraps to the "none" slot at top + 1
+        owner = self.topic_of_ledger[np.clip(ledgers, -1, top + 1)]   # -1 wraps to the "none" slot
         unknown = owner < 0
         if unknown.any():
             stray = ledgers[unknown & (ledgers <= self.state.max_ledger_id)]
@@ -220,15 +215,41 @@ class PreparedState:
                     f"rows of ledger {int(stray[0])}, which no topic of the captured state holds: capture "
                     "the state of every topic the DataFrame holds (ledgers newer than the capture are "
                     "simply not visible yet)")
+        return owner
+
+    def mask(self, ledger_id: pa.Array, entry_id: pa.Array, txnid_most: pa.Array, txnid_least: pa.Array,
+             is_marker: pa.Array) -> pa.BooleanArray:
+        """READ_COMMITTED visibility of arbitrary rows (any mix of the captured topics): one
+        kernel pass per topic present (usually one: a batch comes from one ledger)."""
+        if len(ledger_id) == 0:
+            return pa.array([], pa.bool_())
+        owner = self._owners(ledger_id)
         first = int(owner[0])
-        if not unknown.any() and (owner == first).all():
+        if first >= 0 and (owner == first).all():
             return self.topic_mask(self.names[first], ledger_id, entry_id, txnid_most, txnid_least, is_marker)
-        result = np.zeros(n, dtype=np.bool_)
-        for index in np.unique(owner[~unknown]).tolist():
+        result = np.zeros(len(owner), dtype=np.bool_)
+        for index in np.unique(owner[owner >= 0]).tolist():
             visible = self.topic_mask(self.names[index], ledger_id, entry_id, txnid_most, txnid_least, is_marker)
             rows = owner == index
             result[rows] = _bool_numpy(visible)[rows]
         return pa.array(result)
+
+    def classify(self, ledger_id, entry_id, txnid_most, txnid_least, is_marker) -> tuple[np.ndarray, dict[str, int]]:
+        """Visibility of the rows, and why the others are not visible: counts of `marker`
+        rows, `aborted` rows (of aborted transactions) and `uncommitted` rows (of open
+        transactions, or behind the read horizon, or newer than the capture)."""
+        visible = _bool_numpy(self.mask(ledger_id, entry_id, txnid_most, txnid_least, is_marker))
+        markers = _bool_numpy(is_marker)
+        aborted = np.zeros(len(visible), dtype=np.bool_)
+        if len(visible):
+            owner = self._owners(ledger_id)
+            for index in np.unique(owner[owner >= 0]).tolist():
+                rows = owner == index
+                aborted[rows] = self.aborted[index].contains_many(txnid_most, txnid_least)[rows]
+        aborted &= ~markers
+        counts = {"visible": int(visible.sum()), "marker": int(markers.sum()), "aborted": int(aborted.sum())}
+        counts["uncommitted"] = len(visible) - counts["visible"] - counts["marker"] - counts["aborted"]
+        return visible, counts
 
 
 def _int64_numpy(array) -> np.ndarray:

@@ -7,6 +7,8 @@ the position and transaction columns of a batch as `pyarrow` arrays and returns 
 decodes it once, on the first batch it sees, and keeps it for every later batch and task.
 
 `committed_filter(df, state)` keeps the rows a READ_COMMITTED consumer would receive.
+`committed_rows(df, state, counts)` does the same as one `mapInArrow` pass that also counts
+what it drops (markers, aborted, uncommitted) into Spark accumulators: the pipeline's export.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
+from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.functions import arrow_udf
 from pyspark.sql.types import BooleanType
@@ -80,4 +83,47 @@ def committed_filter(df: DataFrame, state: TxnState, columns: tuple[str, ...] = 
     return df.filter(committed_column(state, columns, df.sparkSession))
 
 
-__all__ = ["committed_column", "committed_filter", "committed_udf"]
+COUNTS = ("visible", "marker", "aborted", "uncommitted")
+
+
+def committed_batches(state: TxnState | None, spark: SparkSession | None = None,
+                      counts: dict[str, Accumulator] | None = None):
+    """A `mapInArrow` function: each batch in, its READ_COMMITTED rows out (the same
+    columns), adding to `counts` (accumulators named as COUNTS) how many rows were visible
+    and why the others were dropped. With no state (READ_UNCOMMITTED) only markers drop."""
+    if state is not None and not isinstance(state, TxnState):
+        raise TypeError(f"state must be a TxnState (spark_udfs.capture_state) or None, not {type(state).__name__}")
+    spark = spark if spark is not None else SparkSession.getActiveSession()
+    payload = _Payload(spark, state.to_bytes()) if state is not None else None
+
+    def keep_committed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        prepared = _prepared(payload.value()) if payload is not None else None
+        for batch in batches:
+            columns = [batch.column(name) for name in VISIBILITY_COLUMNS]
+            if prepared is not None:
+                visible, tally = prepared.classify(*columns)
+            else:
+                visible = ~columns[-1].to_numpy(zero_copy_only=False)
+                tally = {"visible": int(visible.sum()), "marker": len(visible) - int(visible.sum())}
+            for name, accumulator in (counts or {}).items():
+                accumulator.add(tally.get(name, 0))
+            if visible.all():
+                yield batch
+            elif visible.any():
+                yield batch.filter(pa.array(visible))
+
+    return keep_committed
+
+
+def committed_rows(df: DataFrame, state: TxnState | None, counts: dict[str, Accumulator] | None = None
+                   ) -> DataFrame:
+    """`df`'s READ_COMMITTED rows (every non-marker row when `state` is None) in one
+    `mapInArrow` pass, counting into `counts` (see `committed_batches`). `df` needs the
+    five VISIBILITY_COLUMNS under their own names; its schema is kept."""
+    missing = [c for c in VISIBILITY_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"the DataFrame has no column(s) {missing}; committed_rows reads {list(VISIBILITY_COLUMNS)}")
+    return df.mapInArrow(committed_batches(state, df.sparkSession, counts), df.schema)
+
+
+__all__ = ["COUNTS", "committed_batches", "committed_column", "committed_filter", "committed_rows", "committed_udf"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyengine.cli import admin, demo
+from pyengine.cli import admin, demo, pipeline
 
-COMMANDS = {"demo": demo, "admin": admin}
+COMMANDS = {"demo": demo, "admin": admin, "pipeline": pipeline}
 
 
 def main(argv: list[str] | None = None) -> int:

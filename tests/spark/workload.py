@@ -53,7 +53,7 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
     rng = random.Random(seed)
     workload = Workload(data_dir)
     now = [1_700_000_000_000]
-    config = dict(sync=False, clock=lambda: now[0], ledger=ManagedLedgerConfig(max_entries_per_ledger=37))
+    config = dict(sync=False, clock=lambda: now[0], ledger=ManagedLedgerConfig(max_entries_per_ledger=64))
     label = 0
     async with Broker.embedded(data_dir, **config) as broker:
         await broker.service.policies.create_tenant("acme")

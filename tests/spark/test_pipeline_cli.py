@@ -1,0 +1,89 @@
+"""`pyengine pipeline export`: Parquet with the READ_COMMITTED rows, the counts, bad input."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from pyengine.cli import main
+from pyengine.cli.pipeline import _Progress
+from tests.spark.workload import TOPICS
+
+
+def _export(workload, out, *extra: str) -> int:
+    return main(["pipeline", "export", "--data-dir", str(workload.data_dir), "--out", str(out),
+                 "--master", "local[2]", *extra])
+
+
+def test_export_writes_what_the_consumers_received_and_counts_what_it_dropped(spark, workload, tmp_path, capsys):
+    out = tmp_path / "export"
+    assert _export(workload, out, "--json") == 0
+    captured = capsys.readouterr()
+    counts = json.loads(captured.out.strip().splitlines()[-1])
+    table = pq.read_table(out)
+    rows = sorted((r["topic"], r["ledger_id"], r["entry_id"], r["batch_index"], r["value"])
+                  for r in table.select(["topic", "ledger_id", "entry_id", "batch_index", "value"]).to_pylist())
+    want = sorted((r["topic"], r["ledger_id"], r["entry_id"], r["batch_index"], r["value"]) for r in workload.delivered)
+    assert rows == want
+    assert table.schema.names[:3] == ["topic", "ledger_id", "entry_id"] and not any(table["is_marker"].to_pylist())
+    # The counts, against the workload's own bookkeeping.
+    by_outcome = Counter(workload.outcome[txn] if txn else "plain" for _, txn in workload.labels.values())
+    assert counts["rows_written"] == len(want)
+    assert counts["markers_dropped"] == workload.markers
+    assert counts["aborted_dropped"] == by_outcome["aborted"]
+    assert counts["uncommitted_dropped"] == by_outcome["open"] + 1        # + the plain message behind it
+    assert counts["rows_read"] == len(workload.labels) + workload.markers
+    assert counts["topics"] == len(TOPICS)
+
+
+def test_export_read_uncommitted_of_one_namespace_with_the_text_report(spark, workload, tmp_path, capsys):
+    out = tmp_path / "refunds"
+    assert _export(workload, out, "--topics", "acme/sales", "--isolation", "read_uncommitted",
+                   "--no-progress") == 0
+    report = capsys.readouterr().out
+    stored = sum(1 for topic, _ in workload.labels.values() if topic == TOPICS[2])
+    assert pq.read_table(out).num_rows == stored
+    assert f"rows written: {stored:,}" in report and "topics: 1" in report and "0 aborted" in report
+    # The output exists now: refused without --mode, replaced with --mode overwrite.
+    with pytest.raises(SystemExit, match="exists"):
+        _export(workload, out, "--topics", "acme/sales")
+    assert _export(workload, out, "--topics", "acme/sales", "--mode", "overwrite", "--no-progress") == 0
+    assert pq.read_table(out).num_rows == sum(1 for r in workload.delivered if r["topic"] == TOPICS[2])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--topics", "public/default/nope*"], "no stored topic matches"),
+    (["--topics", "persistent://public/default/ghost"], "unknown topic"),
+    (["--start-position", "x:y"], "startPosition must be"),
+])
+def test_export_refuses_bad_input_before_starting_spark(workload, tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        _export(workload, tmp_path / "out", *argv)
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_a_missing_data_dir_and_bad_arguments(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="not a pyengine data dir|no LMDB|data dir"):
+        main(["pipeline", "export", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")])
+    for argv in (["--isolation", "dirty"], ["--format", "csv"], ["--mode", "ignore"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["pipeline", "export", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o"), *argv])
+        assert exc.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_progress_bar_renders_tasks_done(capsys):
+    class Tracker:
+        def getActiveStageIds(self):
+            return []
+
+    class Context:
+        def statusTracker(self):
+            return Tracker()
+
+    progress = _Progress(Context())
+    progress.render(3, 12)
+    assert "[#######.......................] 3/12 tasks" in capsys.readouterr().err
