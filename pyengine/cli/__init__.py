@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyengine.cli import admin, demo, pipeline
+from pyengine.cli import admin, demo, pipeline, serve
 
-COMMANDS = {"demo": demo, "admin": admin, "pipeline": pipeline}
+COMMANDS = {"demo": demo, "serve": serve, "admin": admin, "pipeline": pipeline}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,10 @@
 """`pyengine serve`: a broker on a data dir, speaking the Pulsar binary protocol.
 
-    pyengine serve --data-dir ./data --port 6650
+    pyengine serve --data-dir ./data --port 6650 --http-port 8080 [--metadata-store lmdb|memory|etcd://HOST:PORT]
+
+The Pulsar protocol listens on --port, the admin REST API, `/openapi.json` and `/metrics` on
+--http-port (0 for either: a free port, named in the ready line). The metadata store (default:
+LMDB inside the data dir) is opened by the broker service and kept open while it runs.
 
 Runs on uvloop (PYENGINE_EVENT_LOOP=asyncio: on asyncio's default loop, for comparisons).
 Prints one line containing `ready` (with the URLs it serves) once it accepts connections.
@@ -27,7 +31,9 @@ from typing import Any, Coroutine
 
 import uvloop
 
+from pyengine.admin import AdminServer
 from pyengine.broker.service import BrokerConfig, BrokerService
+from pyengine.metadata import MetadataStoreError
 from pyengine.protocol.server import ProtocolServer
 
 log = logging.getLogger("pyengine.serve")
@@ -36,26 +42,58 @@ log = logging.getLogger("pyengine.serve")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run a broker (Pulsar binary protocol) on a data dir")
     p.add_argument("--data-dir", type=Path, required=True, help="where the broker stores everything (LMDB)")
-    p.add_argument("--port", type=int, default=6650, help="Pulsar protocol port (0: pick a free one)")
+    p.add_argument("--port", type=port_number, default=6650, help="Pulsar protocol port (0: pick a free one)")
+    p.add_argument("--http-port", type=port_number, default=8080,
+                   help="admin REST API, /openapi.json and /metrics (0: pick a free one)")
+    p.add_argument("--metadata-store", type=metadata_store_url, default="lmdb",
+                   help="lmdb (inside the data dir), memory, or etcd://HOST:PORT")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--broker-id", default="0", help="this broker's name in a cluster")
-    p.add_argument("--num-coordinators", type=int, default=16, help="transaction coordinators (Pulsar: 16)")
+    p.add_argument("--num-coordinators", type=positive_int, default=16, help="transaction coordinators (Pulsar: 16)")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync group commits (a machine crash may lose the last ones)")
     p.add_argument("--dedup", action="store_true",
                    help="de-duplicate sends by producer name and sequence id on every namespace by default")
 
 
+def port_number(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not between 0 and 65535")
+    return port
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def metadata_store_url(text: str) -> str:
+    """`lmdb`, `memory` or `etcd://HOST:PORT`, checked before anything starts."""
+    if text in ("lmdb", "memory"):
+        return text
+    if text.startswith("etcd://"):
+        host, sep, port = text[len("etcd://"):].rstrip("/").rpartition(":")
+        if sep and host and port.isdigit() and 0 < int(port) <= 65535:
+            return text
+        raise argparse.ArgumentTypeError(f"{text!r} is not etcd://HOST:PORT")
+    raise argparse.ArgumentTypeError(f"{text!r} is not one of lmdb, memory, etcd://HOST:PORT")
+
+
 def run(args: argparse.Namespace) -> int:
-    if not 0 <= args.port <= 65535:
-        raise SystemExit("--port must be between 0 and 65535")
-    if args.num_coordinators < 1:
-        raise SystemExit("--num-coordinators must be at least 1")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         run_on_chosen_loop(run_broker(args))
-    except OSError as exc:          # the port is taken, the data dir is unusable, ...
+    except (OSError, MetadataStoreError) as exc:    # a port is taken, the data dir is unusable, etcd is away
         log.error("cannot serve: %s", exc)
         return 1
     return 0
@@ -80,7 +118,8 @@ def run_on_chosen_loop(main: Coroutine[Any, Any, None]) -> None:
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(data_dir=args.data_dir, sync=not args.no_fsync, broker_id=args.broker_id,
-                        num_coordinators=args.num_coordinators, deduplication_enabled=args.dedup)
+                        num_coordinators=args.num_coordinators, deduplication_enabled=args.dedup,
+                        metadata_store=args.metadata_store)
 
 
 async def run_broker(args: argparse.Namespace) -> None:
@@ -93,6 +132,7 @@ async def run_broker(args: argparse.Namespace) -> None:
         endpoints: dict[str, str] = {}
         service = await start_service(args, components)
         await start_protocol_server(args, service, components, endpoints)
+        await start_admin_server(args, service, components, endpoints)
         announce_ready(args, endpoints)
         await stop.wait()
         log.info("stopping")
@@ -113,6 +153,16 @@ async def start_protocol_server(args: argparse.Namespace, service: BrokerService
     await server.start()
     components.push_async_callback(server.stop)
     endpoints["pulsar"] = f"pulsar://{args.host}:{server.port}"
+    return server
+
+
+async def start_admin_server(args: argparse.Namespace, service: BrokerService,
+                             components: contextlib.AsyncExitStack, endpoints: dict[str, str]) -> AdminServer:
+    server = AdminServer(service, args.host, args.http_port)
+    await server.start()
+    components.push_async_callback(server.stop)
+    endpoints["http"] = server.url
+    endpoints["metrics"] = f"{server.url}/metrics"
     return server
 
 

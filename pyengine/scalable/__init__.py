@@ -2,6 +2,12 @@
 range, split and merged by a leader-elected controller that keeps its state in the metadata store.
 
 - layout.py      HashRange, SegmentInfo, SegmentLayout (the immutable DAG) and key hashing
+- resources.py   the metadata-store paths and records (layout, controller lock, subscriptions,
+                 consumer sessions, the split/merge in progress)
+- segments.py    SegmentOperations (the Segments admin API as the controller uses it), LocalSegments
+- coordinator.py SubscriptionCoordinator: round-robin assignment, consumer sessions, grace period
+- controller.py  ScalableTopicController: leader election, split/merge with crash recovery
+- service.py     ScalableTopicService: the broker's controllers, topic creation and deletion
 """
 
 from pyengine.scalable.layout import HashRange, LayoutError, SegmentInfo, SegmentLayout, SegmentState, key_hash

@@ -1,0 +1,361 @@
+"""ScalableTopicController: the per-topic coordinator, leader-elected through the metadata store.
+
+Only the leader splits, merges, creates or deletes subscriptions and registers consumers;
+every other instance refuses with `NotLeaderError` and serves reads (`layout`).
+
+Split and merge run the spec's steps in its order — (1) discover the parents' subscriptions,
+(2) create the child segment topics with those subscriptions at Earliest, (3) terminate the
+parents, (4) CAS the layout, (5) notify the subscription coordinators — preceded by one record
+of ours, the *operation* (resources.py), written before step 1 and deleted after step 5. It
+holds the target layout, computed once. A leader that takes over finds it and:
+
+* the layout already has the target epoch (crash after the CAS): notifies, deletes the record;
+* a parent is terminated (crash after step 3 began): completes — creating and terminating are
+  idempotent, and a terminated parent can only go forward (producers are waiting for the
+  children; nothing can be written to the parent any more);
+* no parent is terminated: rolls back — deletes the child topics (empty: no producer can know
+  them before the CAS) and the record; the parents never stopped taking messages.
+
+Either way no message is lost: the parents keep every message they accepted, and a child is
+visible to clients only after it has every subscription's cursor.
+
+`fault` (tests): an async callable run after each step with the step's name, to inject crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from pyengine.errors import NotAllowedError, SubscriptionNotFoundError
+from pyengine.metadata import BadVersionError, LeaderState, Session
+from pyengine.naming import TopicName
+from pyengine.scalable.coordinator import AssignmentListener, ConsumerAssignment, SubscriptionCoordinator
+from pyengine.scalable.layout import LayoutError, SegmentLayout
+from pyengine.scalable.resources import PendingOperation, ScalableTopicResources
+from pyengine.scalable.segments import SegmentOperations
+
+log = logging.getLogger(__name__)
+
+STEPS = ("operation", "subscriptions", "create", "terminate", "cas", "notify")
+Fault = Callable[[str], Awaitable[None]]
+
+
+class NotLeaderError(NotAllowedError):
+    """A mutation reached a controller that is not the leader (Pulsar: IllegalStateException)."""
+
+    def __init__(self, topic: TopicName, leader_url: str | None) -> None:
+        super().__init__(f"this broker is not the controller leader of {topic} "
+                         f"(leader: {leader_url or 'none elected'})")
+        self.leader_url = leader_url
+
+
+class ScalableTopicController:
+    def __init__(self, topic: TopicName, resources: ScalableTopicResources, segments: SegmentOperations,
+                 broker_url: str, session: Session, *, grace_period: float = 30.0,
+                 fault: Fault | None = None) -> None:
+        if not topic.is_scalable:
+            raise NotAllowedError(f"{topic} is not a topic:// name")
+        self.topic = topic
+        self.resources = resources
+        self.segments = segments
+        self.broker_url = broker_url
+        self.grace_period = grace_period
+        self.fault = fault
+        self.layout: SegmentLayout | None = None
+        self.version = -1
+        self.subscriptions: dict[str, SubscriptionCoordinator] = {}
+        self.election = resources.store.leader_election(resources.controller_path(topic), broker_url, session)
+        self.layout_listeners: list[Callable[[SegmentLayout], None]] = []
+        self._lock = asyncio.Lock()
+        self._leading = False             # taken over: recovered and restored as leader
+        self._takeover: asyncio.Task | None = None
+        self._closed = False
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def initialize(self) -> None:
+        """Load the layout, stand for election; if elected, take over (recover, restore)."""
+        self.layout, self.version = await self.resources.load(self.topic)
+        self.election.add_listener(self._on_leader_state)
+        await self.election.campaign()
+        if self.election.is_leader:
+            async with self._lock:
+                await self._take_over()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.election.is_leader and not self._closed
+
+    @property
+    def leader_url(self) -> str | None:
+        return self.election.leader
+
+    async def wait_leading(self, timeout: float | None = None) -> None:
+        """Until this controller is the leader and has taken over."""
+        async def wait() -> None:
+            while not (self.is_leader and self._leading):
+                await asyncio.sleep(0.01)
+        await asyncio.wait_for(wait(), timeout)
+
+    async def close(self) -> None:
+        """Release: resign the election, drop the in-memory consumer state."""
+        self._closed = True
+        if self._takeover is not None:
+            self._takeover.cancel()
+        self._drop_leader_state()
+        await self.election.resign()
+
+    def abandon(self) -> None:
+        """Stop without touching the store (a crashed broker, in tests)."""
+        self._closed = True
+        if self._takeover is not None:
+            self._takeover.cancel()
+        self._drop_leader_state()
+
+    def _on_leader_state(self, state: LeaderState, leader: str | None) -> None:
+        if self._closed:
+            return
+        if state is LeaderState.LEADING:
+            if not self._leading and (self._takeover is None or self._takeover.done()):
+                self._takeover = asyncio.get_running_loop().create_task(self._take_over_locked())
+        elif self._leading:
+            log.info("controller of %s: leadership lost (leader now %s)", self.topic, leader)
+            self._drop_leader_state()
+
+    async def _take_over_locked(self) -> None:
+        try:
+            async with self._lock:
+                await self._take_over()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("controller of %s: take-over failed", self.topic)
+
+    async def _take_over(self) -> None:
+        if self._leading or not self.election.is_leader:
+            return
+        await self._recover_operation()
+        self.layout, self.version = await self.resources.load(self.topic)
+        for name in await self.resources.subscriptions(self.topic):
+            coordinator = SubscriptionCoordinator(self.topic, name, self.resources, self.layout, self.grace_period)
+            await coordinator.restore()
+            self.subscriptions[name] = coordinator
+        self._leading = True
+        log.info("controller of %s: leading at epoch %d", self.topic, self.layout.epoch)
+
+    def _drop_leader_state(self) -> None:
+        self._leading = False
+        for coordinator in self.subscriptions.values():
+            coordinator.close()
+        self.subscriptions.clear()
+
+    @asynccontextmanager
+    async def _as_leader(self) -> AsyncIterator[None]:
+        if not self.is_leader:
+            raise NotLeaderError(self.topic, self.election.leader)
+        async with self._lock:
+            await self._take_over()
+            if not (self.is_leader and self._leading):
+                raise NotLeaderError(self.topic, self.election.leader)
+            yield
+
+    async def _after(self, step: str) -> None:
+        if self.fault is not None:
+            await self.fault(step)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def get_layout(self) -> SegmentLayout:
+        """The layout as stored now (any instance)."""
+        self.layout, self.version = await self.resources.load(self.topic)
+        return self.layout
+
+    # --- split and merge --------------------------------------------------------------------
+
+    async def split_segment(self, segment_id: int) -> SegmentLayout:
+        async with self._as_leader():
+            layout, version = await self.resources.load(self.topic)
+            target = layout.split_segment(segment_id)
+            return await self._start(PendingOperation("split", (segment_id,), layout.epoch, version,
+                                                      target.to_metadata()))
+
+    async def merge_segments(self, segment_id1: int, segment_id2: int) -> SegmentLayout:
+        async with self._as_leader():
+            layout, version = await self.resources.load(self.topic)
+            target = layout.merge_segments(segment_id1, segment_id2)
+            return await self._start(PendingOperation("merge", (segment_id1, segment_id2), layout.epoch, version,
+                                                      target.to_metadata()))
+
+    async def _start(self, operation: PendingOperation) -> SegmentLayout:
+        await self.resources.begin_operation(self.topic, operation)
+        await self._after("operation")
+        return await self._run(operation)
+
+    async def _run(self, operation: PendingOperation) -> SegmentLayout:
+        target = operation.target_layout
+        parents = [target.segment(p).topic_name(self.topic) for p in operation.parent_ids]
+        children = [target.segment(c).topic_name(self.topic) for c in operation.child_ids]
+        # 1. every subscription of the parents (their union for a merge) and of the topic
+        subscriptions = set(await self.resources.subscriptions(self.topic))
+        for parent in parents:
+            subscriptions.update(await self.segments.subscriptions(parent))
+        await self._after("subscriptions")
+        # 2. the children, with a cursor at Earliest for each subscription
+        for child in children:
+            await self.segments.create(child, sorted(subscriptions))
+            await self._after("create")
+        # 3. seal the parents, one after the other
+        for parent in parents:
+            await self.segments.terminate(parent)
+            await self._after("terminate")
+        # 4. the layout, compare-and-set against the version the operation started from
+        try:
+            self.version = await self.resources.update(self.topic, target, operation.base_version)
+            self.layout = target
+        except BadVersionError:
+            current, version = await self.resources.load(self.topic)
+            if current.epoch < target.epoch or not all(c in current.all_segments for c in operation.child_ids):
+                raise
+            self.layout, self.version = current, version        # applied before a crash
+        await self._after("cas")
+        # 5. rebalance the ordered consumers
+        await self._notify(self.layout)
+        await self._after("notify")
+        await self.resources.end_operation(self.topic)
+        return self.layout
+
+    async def _notify(self, layout: SegmentLayout) -> None:
+        for coordinator in list(self.subscriptions.values()):
+            await coordinator.on_layout_change(layout)
+        for listener in list(self.layout_listeners):
+            try:
+                listener(layout)
+            except Exception:
+                log.exception("layout listener failed")
+
+    async def _recover_operation(self) -> None:
+        operation = await self.resources.pending_operation(self.topic)
+        if operation is None:
+            return
+        layout, version = await self.resources.load(self.topic)
+        target = operation.target_layout
+        if layout.epoch >= target.epoch:
+            log.info("controller of %s: the %s of %s was applied before a crash: finishing",
+                     self.topic, operation.kind, operation.parent_ids)
+            self.layout, self.version = layout, version
+            await self._notify(layout)
+            await self.resources.end_operation(self.topic)
+            return
+        parents = [target.segment(p).topic_name(self.topic) for p in operation.parent_ids]
+        sealed = [await self.segments.is_terminated(p) for p in parents]
+        if any(sealed) and layout.epoch == operation.base_epoch:
+            log.info("controller of %s: completing the interrupted %s of %s", self.topic, operation.kind,
+                     operation.parent_ids)
+            await self._run(operation)
+            return
+        log.info("controller of %s: rolling back the interrupted %s of %s", self.topic, operation.kind,
+                 operation.parent_ids)
+        for child in operation.child_ids:
+            if child not in layout.all_segments:
+                await self.segments.delete(target.segment(child).topic_name(self.topic))
+        await self.resources.end_operation(self.topic)
+
+    # --- subscriptions and consumers ---------------------------------------------------------
+
+    async def create_subscription(self, subscription: str) -> bool:
+        """Create the subscription on every active segment (from their latest position, as
+        Pulsar's createSubscription default). False when it existed."""
+        _check_subscription(subscription)
+        async with self._as_leader():
+            return await self._create_subscription(subscription)
+
+    async def _create_subscription(self, subscription: str) -> bool:
+        created = await self.resources.create_subscription(self.topic, subscription)
+        assert self.layout is not None
+        for segment in self.layout.active_segments:
+            await self.segments.create_subscription(segment.topic_name(self.topic), subscription)
+        if subscription not in self.subscriptions:
+            coordinator = SubscriptionCoordinator(self.topic, subscription, self.resources, self.layout,
+                                                  self.grace_period)
+            await coordinator.restore()
+            self.subscriptions[subscription] = coordinator
+        return created
+
+    async def delete_subscription(self, subscription: str) -> None:
+        _check_subscription(subscription)
+        async with self._as_leader():
+            if subscription not in await self.resources.subscriptions(self.topic):
+                raise SubscriptionNotFoundError(f"no subscription {subscription!r} on {self.topic}")
+            coordinator = self.subscriptions.pop(subscription, None)
+            if coordinator is not None:
+                coordinator.close()
+            assert self.layout is not None
+            for segment in self.layout.all_segments.values():
+                await self.segments.delete_subscription(segment.topic_name(self.topic), subscription)
+            await self.resources.delete_subscription(self.topic, subscription)
+
+    async def register_consumer(self, subscription: str, consumer_name: str, consumer_id: int = -1,
+                                on_assignment: AssignmentListener | None = None) -> ConsumerAssignment:
+        """Register (or resume) a StreamConsumer/CheckpointConsumer; its assignment."""
+        _check_subscription(subscription)
+        if not isinstance(consumer_name, str) or not consumer_name:
+            raise NotAllowedError("a consumer name is a non-empty string")
+        async with self._as_leader():
+            if subscription not in self.subscriptions:
+                await self._create_subscription(subscription)
+            coordinator = self.subscriptions[subscription]
+        return await coordinator.add_consumer(consumer_name, consumer_id, on_assignment)
+
+    async def unregister_consumer(self, subscription: str, consumer_name: str) -> None:
+        async with self._as_leader():
+            coordinator = self.subscriptions.get(subscription)
+        if coordinator is not None:
+            await coordinator.remove_consumer(consumer_name)
+
+    def consumer_disconnected(self, subscription: str, consumer_name: str) -> None:
+        coordinator = self.subscriptions.get(subscription)
+        if coordinator is not None:
+            coordinator.disconnect(consumer_name)
+
+    # --- stats --------------------------------------------------------------------------------
+
+    async def stats(self) -> dict:
+        layout = await self.get_layout()
+        segments = {}
+        for sid, info in sorted(layout.all_segments.items()):
+            topic = info.topic_name(self.topic)
+            segment_stats = await self.segments.stats(topic)
+            segments[str(sid)] = {"segmentId": sid, "hashRange": info.hash_range.to_json(),
+                                  "state": info.state.value, "topic": topic,
+                                  "msgInCounter": segment_stats.get("msgInCounter", 0),
+                                  "storageSize": segment_stats.get("storageSize", 0),
+                                  "terminated": segment_stats.get("terminated", False),
+                                  "subscriptions": {name: {"msgBacklog": s.get("msgBacklog", 0)}
+                                                    for name, s in segment_stats.get("subscriptions", {}).items()}}
+        subscriptions = {}
+        for name in await self.resources.subscriptions(self.topic):
+            coordinator = self.subscriptions.get(name)
+            consumers = []
+            for record in await self.resources.consumers(self.topic, name):
+                live = coordinator.consumers.get(record.consumer_name) if coordinator else None
+                consumers.append({"consumerName": record.consumer_name,
+                                  "connected": bool(live and live.connected),
+                                  "layoutEpoch": record.layout_epoch, "assignedSegments": record.segment_ids})
+            subscriptions[name] = {"consumers": consumers, "consumerCount": len(consumers)}
+        return {"topic": str(self.topic), "epoch": layout.epoch,
+                "activeSegmentCount": len(layout.active_segments),
+                "sealedSegmentCount": len(layout.all_segments) - len(layout.active_segments),
+                "segments": segments, "subscriptions": subscriptions,
+                "controllerBrokerUrl": await self.election.current_leader()}
+
+
+def _check_subscription(subscription: object) -> None:
+    if not isinstance(subscription, str) or not subscription or "/" in subscription:
+        raise NotAllowedError(f"invalid subscription name {subscription!r}")
+
+
+__all__ = ["STEPS", "LayoutError", "NotLeaderError", "ScalableTopicController"]

@@ -1,0 +1,219 @@
+"""Where a scalable topic lives in the metadata store (the spec's paths) and its records.
+
+    /topics/{tenant}/{namespace}/{topic}                                   ScalableTopicMetadata JSON
+    /topics/{tenant}/{namespace}/{topic}/controller                        leader's broker URL (ephemeral)
+    /topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}               SubscriptionMetadata JSON
+    /topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/consumers/{c} ConsumerRegistration JSON
+    /topics/{tenant}/{namespace}/{topic}/operation                         the split/merge in progress
+
+The last path is ours: the controller writes the split or merge it is about to run before its
+first step and deletes it after the last, so a leader that takes over after a crash knows what
+to complete or roll back (see controller.py). Path parts are percent-encoded (Pulsar's
+`encodedTopicName`), so a name never adds a level.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
+from pyengine.naming import TopicName
+from pyengine.scalable.layout import LayoutError, SegmentLayout
+
+ROOT = "/topics"
+
+
+def _enc(part: str) -> str:
+    return quote(part, safe="-_.=:")
+
+
+class ScalableTopicNotFoundError(NotFoundError):
+    """No scalable topic of that name."""
+
+
+class ScalableTopicExistsError(AlreadyExistsError):
+    """The scalable topic exists already."""
+
+
+@dataclass(frozen=True)
+class PendingOperation:
+    """A split or merge between its first and last step: what it changes and the layout it
+    leads to (computed once, so a new leader completes exactly the same change)."""
+
+    kind: str                    # "split" | "merge"
+    parent_ids: tuple[int, ...]
+    base_epoch: int              # the layout epoch the operation starts from
+    base_version: int            # the metadata record's version at that epoch (for the CAS)
+    target: dict[str, Any]       # the resulting layout's metadata JSON
+
+    @property
+    def target_layout(self) -> SegmentLayout:
+        return SegmentLayout.from_metadata(self.target)
+
+    @property
+    def child_ids(self) -> list[int]:
+        layout = self.target_layout
+        return sorted({c for p in self.parent_ids for c in layout.segment(p).child_ids})
+
+    def to_json(self) -> bytes:
+        return json.dumps({"kind": self.kind, "parentIds": list(self.parent_ids), "baseEpoch": self.base_epoch,
+                           "baseVersion": self.base_version, "target": self.target}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> PendingOperation:
+        raw = json.loads(data)
+        return cls(raw["kind"], tuple(raw["parentIds"]), raw["baseEpoch"], raw["baseVersion"], raw["target"])
+
+
+@dataclass
+class ConsumerRecord:
+    """The persisted consumer session: its name and its current assignment (segment ids)."""
+
+    consumer_name: str
+    layout_epoch: int = 0
+    segment_ids: list[int] = field(default_factory=list)
+    version: int | None = None            # of the store record (None: not stored yet)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"consumerName": self.consumer_name, "layoutEpoch": self.layout_epoch,
+                           "assignedSegments": self.segment_ids}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, version: int) -> ConsumerRecord:
+        raw = json.loads(data)
+        return cls(raw["consumerName"], raw.get("layoutEpoch", 0), list(raw.get("assignedSegments", [])), version)
+
+
+class ScalableTopicResources:
+    """Reads and writes one metadata store's scalable-topic records."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    # --- paths ----------------------------------------------------------------------------
+
+    @staticmethod
+    def namespace_path(namespace: str) -> str:
+        tenant, _, ns = namespace.partition("/")
+        return f"{ROOT}/{_enc(tenant)}/{_enc(ns)}"
+
+    @classmethod
+    def topic_path(cls, topic: TopicName) -> str:
+        return f"{cls.namespace_path(topic.namespace_name)}/{_enc(topic.local_name)}"
+
+    @classmethod
+    def controller_path(cls, topic: TopicName) -> str:
+        return f"{cls.topic_path(topic)}/controller"
+
+    @classmethod
+    def operation_path(cls, topic: TopicName) -> str:
+        return f"{cls.topic_path(topic)}/operation"
+
+    @classmethod
+    def subscription_path(cls, topic: TopicName, subscription: str) -> str:
+        return f"{cls.topic_path(topic)}/subscriptions/{_enc(subscription)}"
+
+    @classmethod
+    def consumer_path(cls, topic: TopicName, subscription: str, consumer: str) -> str:
+        return f"{cls.subscription_path(topic, subscription)}/consumers/{_enc(consumer)}"
+
+    # --- topics ---------------------------------------------------------------------------
+
+    async def create(self, topic: TopicName, layout: SegmentLayout) -> None:
+        try:
+            await self.store.create(self.topic_path(topic), layout.to_json_bytes())
+        except AlreadyExistsError:
+            raise ScalableTopicExistsError(f"scalable topic {topic} already exists") from None
+
+    async def load(self, topic: TopicName) -> tuple[SegmentLayout, int]:
+        """The layout and the version of its record."""
+        record = await self.store.get(self.topic_path(topic))
+        if record is None:
+            raise ScalableTopicNotFoundError(f"scalable topic {topic} does not exist")
+        try:
+            return SegmentLayout.from_metadata(record.value), record.version
+        except LayoutError as error:
+            raise LayoutError(f"scalable topic {topic}: {error}") from None
+
+    async def exists(self, topic: TopicName) -> bool:
+        return await self.store.exists(self.topic_path(topic))
+
+    async def update(self, topic: TopicName, layout: SegmentLayout, expected_version: int) -> int:
+        """CAS the layout (BadVersionError when someone else changed it); the new version."""
+        record = await self.store.put(self.topic_path(topic), layout.to_json_bytes(), expected_version)
+        return record.version
+
+    async def delete(self, topic: TopicName) -> None:
+        await self.store.delete_recursive(self.topic_path(topic))
+
+    async def list(self, namespace: str) -> list[str]:
+        names = []
+        base = self.namespace_path(namespace)
+        tenant, _, ns = namespace.partition("/")
+        for child in await self.store.get_children(base):
+            if await self.store.exists(f"{base}/{child}"):
+                names.append(str(TopicName("topic", tenant, ns, unquote(child))))
+        return sorted(names)
+
+    # --- the operation in progress --------------------------------------------------------
+
+    async def begin_operation(self, topic: TopicName, operation: PendingOperation) -> None:
+        try:
+            await self.store.create(self.operation_path(topic), operation.to_json())
+        except AlreadyExistsError:
+            raise BadVersionError(f"another split or merge of {topic} is in progress") from None
+
+    async def pending_operation(self, topic: TopicName) -> PendingOperation | None:
+        record = await self.store.get(self.operation_path(topic))
+        return PendingOperation.from_json(record.value) if record is not None else None
+
+    async def end_operation(self, topic: TopicName) -> None:
+        try:
+            await self.store.delete(self.operation_path(topic))
+        except NotFoundError:
+            pass
+
+    # --- subscriptions and consumer sessions ----------------------------------------------
+
+    async def subscriptions(self, topic: TopicName) -> list[str]:
+        base = f"{self.topic_path(topic)}/subscriptions"
+        names = []
+        for child in await self.store.get_children(base):
+            if await self.store.exists(f"{base}/{child}"):
+                names.append(unquote(child))
+        return sorted(names)
+
+    async def create_subscription(self, topic: TopicName, subscription: str) -> bool:
+        """True when created, False when it existed."""
+        try:
+            await self.store.create(self.subscription_path(topic, subscription),
+                                    json.dumps({"subscription": subscription}).encode())
+            return True
+        except AlreadyExistsError:
+            return False
+
+    async def delete_subscription(self, topic: TopicName, subscription: str) -> None:
+        await self.store.delete_recursive(self.subscription_path(topic, subscription))
+
+    async def consumers(self, topic: TopicName, subscription: str) -> list[ConsumerRecord]:
+        page = await self.store.list_prefix(f"{self.subscription_path(topic, subscription)}/consumers/")
+        records = list(page)
+        while page.more:
+            page = await self.store.list_prefix(f"{self.subscription_path(topic, subscription)}/consumers/",
+                                                after=page.last_path)
+            records.extend(page)
+        return [ConsumerRecord.from_json(r.value, r.version) for r in records]
+
+    async def save_consumer(self, topic: TopicName, subscription: str, consumer: ConsumerRecord) -> None:
+        record = await self.store.put(self.consumer_path(topic, subscription, consumer.consumer_name),
+                                      consumer.to_json())
+        consumer.version = record.version
+
+    async def delete_consumer(self, topic: TopicName, subscription: str, consumer_name: str) -> None:
+        try:
+            await self.store.delete(self.consumer_path(topic, subscription, consumer_name))
+        except NotFoundError:
+            pass

@@ -1,0 +1,199 @@
+"""ScalableTopicService: the broker's scalable topics (one per broker).
+
+Creates and deletes scalable topics (their metadata and segment topics), keeps one
+`ScalableTopicController` per topic it has been asked about — each stands for election, so a
+broker that knows a topic takes over when its leader dies — and routes split, merge,
+subscription and consumer requests to them. All controllers share one metadata-store session:
+when it ends (the broker lost the store for longer than its ttl) the controllers are dropped and
+the next request opens a new session and new controllers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pyengine.errors import InvalidTopicNameError, NotAllowedError
+from pyengine.metadata import MetadataStore, Session
+from pyengine.naming import TopicName
+from pyengine.scalable.controller import Fault, NotLeaderError, ScalableTopicController
+from pyengine.scalable.layout import SegmentLayout
+from pyengine.scalable.resources import ScalableTopicNotFoundError, ScalableTopicResources
+from pyengine.scalable.segments import SegmentOperations
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION_TTL = 10.0          # seconds: a dead leader is replaced within this
+DEFAULT_GRACE_PERIOD = 30.0         # seconds a disconnected ordered consumer keeps its segments
+
+
+def scalable_topic_name(name: str | TopicName) -> TopicName:
+    """A `topic://` name (a short `tenant/ns/topic` gets the topic:// domain)."""
+    if isinstance(name, TopicName):
+        topic = name
+    else:
+        if not isinstance(name, str):
+            raise InvalidTopicNameError(f"a topic name is a string, not {type(name).__name__}")
+        topic = TopicName.parse(name if "://" in name else f"topic://{name}")
+    if not topic.is_scalable:
+        raise InvalidTopicNameError(f"{topic} is not a scalable topic (expected topic://tenant/namespace/topic)")
+    return topic
+
+
+class ScalableTopicService:
+    def __init__(self, store: MetadataStore, segments: SegmentOperations, broker_url: str, *,
+                 session_ttl: float = DEFAULT_SESSION_TTL, grace_period: float = DEFAULT_GRACE_PERIOD,
+                 fault: Fault | None = None) -> None:
+        self.store = store
+        self.resources = ScalableTopicResources(store)
+        self.segments = segments
+        self.broker_url = broker_url
+        self.session_ttl = session_ttl
+        self.grace_period = grace_period
+        self.fault = fault
+        self.controllers: dict[str, ScalableTopicController] = {}
+        self._creating: dict[str, asyncio.Future[ScalableTopicController]] = {}
+        self._session: Session | None = None
+        self._session_lock = asyncio.Lock()
+        self._closed = False
+
+    async def start(self) -> ScalableTopicService:
+        await self._ensure_session()
+        return self
+
+    async def _ensure_session(self) -> Session:
+        async with self._session_lock:
+            if self._session is None or not self._session.alive:
+                self._session = await self.store.create_session(self.session_ttl)
+                self._session.add_listener(self._session_ended)
+            return self._session
+
+    def _session_ended(self, session: Session) -> None:
+        if session is not self._session:
+            return
+        log.warning("scalable topics: metadata session of %s ended; dropping %d controllers",
+                    self.broker_url, len(self.controllers))
+        for controller in self.controllers.values():
+            controller.abandon()
+        self.controllers.clear()
+
+    # --- controllers ------------------------------------------------------------------------
+
+    async def controller(self, topic: str | TopicName) -> ScalableTopicController:
+        """This broker's controller of `topic` (created and initialized on first use)."""
+        if self._closed:
+            raise NotAllowedError("the scalable topic service is closed")
+        name = scalable_topic_name(topic)
+        key = str(name)
+        controller = self.controllers.get(key)
+        if controller is not None:
+            return controller
+        creating = self._creating.get(key)
+        if creating is None:
+            creating = asyncio.ensure_future(self._new_controller(name))
+            self._creating[key] = creating
+            try:
+                controller = await creating
+                self.controllers[key] = controller
+                return controller
+            finally:
+                del self._creating[key]
+        return await asyncio.shield(creating)
+
+    async def _new_controller(self, name: TopicName) -> ScalableTopicController:
+        session = await self._ensure_session()
+        controller = ScalableTopicController(name, self.resources, self.segments, self.broker_url, session,
+                                             grace_period=self.grace_period, fault=self.fault)
+        try:
+            await controller.initialize()
+        except BaseException:
+            await controller.close()
+            raise
+        return controller
+
+    async def release(self, topic: str | TopicName) -> None:
+        controller = self.controllers.pop(str(scalable_topic_name(topic)), None)
+        if controller is not None:
+            await controller.close()
+
+    # --- topics -------------------------------------------------------------------------------
+
+    async def create_topic(self, topic: str | TopicName, num_segments: int = 1,
+                           properties: dict[str, str] | None = None) -> SegmentLayout:
+        """Write the initial layout (epoch 0, `num_segments` equal ranges) then create the
+        segment topics (Pulsar's order: a crash in between leaves segments that are created on
+        first use)."""
+        name = scalable_topic_name(topic)
+        layout = SegmentLayout.initial(num_segments, properties)
+        await self.resources.create(name, layout)
+        for segment in layout.active_segments:
+            await self.segments.create(segment.topic_name(name), [])
+        return layout
+
+    async def delete_topic(self, topic: str | TopicName) -> None:
+        name = scalable_topic_name(topic)
+        layout, _ = await self.resources.load(name)
+        await self.release(name)
+        for segment in layout.all_segments.values():
+            try:
+                await self.segments.delete(segment.topic_name(name))
+            except Exception:            # best effort, as Pulsar
+                log.exception("deleting segment %s of %s failed", segment.segment_id, name)
+        await self.resources.delete(name)
+
+    async def list_topics(self, namespace: str) -> list[str]:
+        return await self.resources.list(namespace)
+
+    async def get_layout(self, topic: str | TopicName) -> SegmentLayout:
+        layout, _ = await self.resources.load(scalable_topic_name(topic))
+        return layout
+
+    async def leader_url(self, topic: str | TopicName) -> str | None:
+        record = await self.store.get(self.resources.controller_path(scalable_topic_name(topic)))
+        return record.value.decode() if record is not None else None
+
+    async def leader(self, topic: str | TopicName, timeout: float = 0.0) -> ScalableTopicController:
+        """This broker's controller of `topic` if it leads (or comes to lead within `timeout`
+        seconds), else NotLeaderError naming the leader."""
+        controller = await self.controller(topic)
+        if not controller.is_leader and timeout > 0:
+            try:
+                await controller.wait_leading(timeout)
+            except TimeoutError:
+                pass
+        if not controller.is_leader:
+            raise NotLeaderError(controller.topic, controller.leader_url)
+        return controller
+
+    async def split_segment(self, topic: str | TopicName, segment_id: int) -> SegmentLayout:
+        return await (await self.leader(topic)).split_segment(segment_id)
+
+    async def merge_segments(self, topic: str | TopicName, segment_id1: int, segment_id2: int) -> SegmentLayout:
+        return await (await self.leader(topic)).merge_segments(segment_id1, segment_id2)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for controller in list(self.controllers.values()):
+            await controller.close()
+        self.controllers.clear()
+        if self._session is not None:
+            self._session.remove_listener(self._session_ended)
+            await self._session.close()
+
+    def crash(self) -> None:
+        """Stop as a killed broker would (tests): controllers stop, the session is left to
+        expire in the store."""
+        self._closed = True
+        for controller in self.controllers.values():
+            controller.abandon()
+        self.controllers.clear()
+        if self._session is not None:
+            self._session.remove_listener(self._session_ended)
+            self._session.abandon()
+
+
+__all__ = ["ScalableTopicNotFoundError", "ScalableTopicService", "scalable_topic_name"]

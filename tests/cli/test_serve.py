@@ -1,0 +1,125 @@
+"""`pyengine serve` as the DESIGN contract states it: a child process that prints its `ready`
+line with the protocol, admin and metrics endpoints, serves them, keeps what it acknowledged
+across a SIGTERM restart and exits 0; bad flags and taken ports are clear errors."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from pyengine.cli import main
+from pyengine.client import Client
+from tests.interop.serve_process import ServeProcess, serve_command
+
+TOPIC = "persistent://public/default/serve-contract"
+
+
+@pytest.fixture
+def listening_socket() -> Iterator[socket.socket]:
+    """A loopback port that is taken."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock
+
+
+async def test_serve_announces_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    broker = ServeProcess(tmp_path / "data", "--metadata-store", "lmdb", "--broker-id", "b-7",
+                          "--num-coordinators", "2")
+    broker.start()
+    try:
+        assert "pyengine broker b-7 ready:" in broker.ready_line
+        assert f"metrics={broker.http_url}/metrics" in broker.ready_line
+        async with Client(broker.url) as client:
+            producer = await client.create_producer(TOPIC)
+            txn = await client.new_transaction()
+            await producer.send(b"in-txn", txn=txn)
+            await producer.send(b"plain-after")          # waits for the open transaction
+            await txn.commit()
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{broker.http_url}/admin/v2/persistent/public/default") as reply:
+                assert reply.status == 200
+                assert TOPIC in await reply.json()
+            async with http.get(f"{broker.http_url}/metrics") as reply:
+                assert reply.status == 200
+                assert 'pulsar_txn_committed_total{cluster="standalone"} 1.0' in await reply.text()
+            async with http.get(f"{broker.http_url}/openapi.json") as reply:
+                assert "/admin/v2/tenants" in (await reply.json())["paths"]
+    finally:
+        code = broker.stop()
+    assert code == 0, broker.log_tail()
+    assert "stopped" in broker.log_tail()
+
+    broker.start()                                      # same data dir and ports: all is still there
+    try:
+        async with Client(broker.url) as client:
+            consumer = await client.subscribe(TOPIC, "after-restart", initial_position="earliest")
+            assert [(await consumer.receive()).data for _ in range(2)] == [b"in-txn", b"plain-after"]
+    finally:
+        assert broker.stop() == 0
+
+
+async def test_serve_runs_on_the_memory_metadata_store(tmp_path: Path) -> None:
+    broker = ServeProcess(tmp_path / "data", "--metadata-store", "memory", "--num-coordinators", "1").start()
+    try:
+        async with Client(broker.url) as client:
+            producer = await client.create_producer(TOPIC)
+            await producer.send(b"x")
+    finally:
+        assert broker.stop() == 0
+
+
+@pytest.mark.parametrize(("argv", "complaint"), [
+    (["--port", "70000"], "--port: 70000 is not between 0 and 65535"),
+    (["--port", "six"], "--port: 'six' is not a port number"),
+    (["--http-port", "-1"], "--http-port: -1 is not between 0 and 65535"),
+    (["--metadata-store", "zk://127.0.0.1:2181"], "--metadata-store: 'zk://127.0.0.1:2181' is not one of"),
+    (["--metadata-store", "etcd://127.0.0.1"], "--metadata-store: 'etcd://127.0.0.1' is not etcd://HOST:PORT"),
+    (["--metadata-store", "etcd://:2379"], "is not etcd://HOST:PORT"),
+    (["--num-coordinators", "0"], "--num-coordinators: 0 is not at least 1"),
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+])
+def test_bad_flags_are_refused_before_anything_starts(tmp_path: Path, capsys, argv: list[str],
+                                                      complaint: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--data-dir", str(tmp_path / "data"), *argv])
+    assert exit_info.value.code == 2
+    assert complaint in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()             # nothing was created
+
+
+def test_the_data_dir_is_required(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--port", "0"])
+    assert exit_info.value.code == 2
+    assert "--data-dir" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--port", "--http-port"])
+def test_a_taken_port_is_a_clear_error(tmp_path: Path, listening_socket: socket.socket, flag: str) -> None:
+    taken = str(listening_socket.getsockname()[1])
+    ports = {"--port": "0", "--http-port": "0", flag: taken}
+    result = subprocess.run(serve_command("--data-dir", str(tmp_path / "data"), "--num-coordinators", "1",
+                                          *(item for pair in ports.items() for item in pair)),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "ready" not in result.stdout
+    assert "cannot serve" in result.stderr and "address already in use" in result.stderr, result.stderr
+    assert taken in result.stderr
+
+
+def test_an_unreachable_etcd_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as sock:                       # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    result = subprocess.run(serve_command("--data-dir", str(tmp_path / "data"), "--port", "0", "--http-port", "0",
+                                          "--metadata-store", f"etcd://127.0.0.1:{closed}"),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "ready" not in result.stdout
+    assert f"cannot reach etcd at 127.0.0.1:{closed}" in result.stderr, result.stderr
