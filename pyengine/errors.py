@@ -96,13 +96,25 @@ class TransactionNotFoundError(PulsarError):
     server_error = ServerError.TransactionNotFound
 
 
+class ExpiredTransactionError(PulsarError):
+    """A send, ack or end of a transaction whose transaction key has since been connected under
+    a newer epoch: the transaction was aborted then, and nothing of it can land any more."""
+
+    server_error = ServerError.ExpiredTransaction
+
+
+class InvalidTransactionKeyError(NotAllowedError, ValueError):
+    """An empty transaction key, one over 256 characters or one containing '&' (the wire has no
+    code of its own for it: NotAllowed)."""
+
+
 _BY_CODE: dict[int, type[PulsarError]] = {
     cls.server_error: cls
     for cls in (MetadataError, PersistenceError, ConsumerBusyError, ServiceNotReadyError, ChecksumError,
                 TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, TooManyRequestsError,
                 TopicTerminatedError, ProducerBusyError, InvalidTopicNameError, NotAllowedError,
                 ProducerFencedError, TransactionCoordinatorNotFoundError, InvalidTxnStatusError,
-                TransactionConflictError, TransactionNotFoundError)
+                TransactionConflictError, TransactionNotFoundError, ExpiredTransactionError)
 }
 
 

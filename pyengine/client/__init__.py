@@ -11,8 +11,9 @@ from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import Producer
 from pyengine.client.reader import Reader
 from pyengine.client.transaction import Transaction
+from pyengine.errors import ExpiredTransactionError, InvalidTransactionKeyError
 
 __all__ = [
     "AlreadyClosedError", "Client", "ConnectError", "Consumer", "CumulativeAcknowledgementNotAllowedError",
-    "Message", "MessageId", "MessageTooBigError", "Producer", "ProducerQueueIsFullError", "Reader", "Transaction",
+    "ExpiredTransactionError", "InvalidTransactionKeyError", "Message", "MessageId", "MessageTooBigError", "Producer", "ProducerQueueIsFullError", "Reader", "Transaction",
 ]

@@ -34,7 +34,9 @@ from pyengine.client.reader import Reader
 from pyengine.client.transaction import Transaction
 from pyengine.client.url import parse_service_url
 from pyengine.client.validation import check_int, check_topic
+from pyengine.errors import NotAllowedError
 from pyengine.naming import TopicName
+from pyengine.transaction.coordinator.keys import check_transaction_key
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +45,14 @@ class ClientCore:
     """What producers, consumers and coordinator handlers share: settings, connections,
     lookups and the client-wide id counters."""
 
-    def __init__(self, service_url: str, config: ClientConfig) -> None:
+    def __init__(self, service_url: str, config: ClientConfig, transaction_key: str | None = None) -> None:
         self.config = config
         self.pool = ConnectionPool(config)
         self.lookup = LookupService(self.pool, parse_service_url(service_url), config)
         self._producer_ids = itertools.count()
         self._consumer_ids = itertools.count()
         self.open_objects: list[Producer | Consumer] = []
-        self.coordinator = TransactionCoordinatorClient(self)
+        self.coordinator = TransactionCoordinatorClient(self, transaction_key)
 
     def new_producer_id(self) -> int:
         return next(self._producer_ids)
@@ -65,12 +67,20 @@ class ClientCore:
 
 class Client:
     def __init__(self, service_url: str, *, operation_timeout_seconds: float = 30.0,
-                 connection_timeout_ms: int = 10_000, keep_alive_interval_seconds: float = 30.0) -> None:
+                 connection_timeout_ms: int = 10_000, keep_alive_interval_seconds: float = 30.0,
+                 transaction_key: str | None = None) -> None:
+        """`transaction_key` (pip-transaction-key-fencing): this client's transactions belong to
+        the key; its first transaction request takes the key's next epoch, which aborts the
+        open transaction of any earlier client with the key and fences that client (its later
+        sends, acks and ends raise ExpiredTransactionError). One open transaction per key.
+        Not empty, at most 256 characters, no '&' (InvalidTransactionKeyError)."""
         check_int("connection_timeout_ms", connection_timeout_ms, 1)
+        if transaction_key is not None:
+            check_transaction_key(transaction_key)
         config = ClientConfig(operation_timeout=operation_timeout_seconds,
                               connection_timeout=connection_timeout_ms / 1000,
                               keep_alive_interval=keep_alive_interval_seconds)
-        self._core = ClientCore(service_url, config)
+        self._core = ClientCore(service_url, config, transaction_key)
         self._closed = False
 
     async def __aenter__(self) -> Client:
@@ -164,6 +174,20 @@ class Client:
         check_int("timeout_ms", timeout_ms, 1)
         txn_id = await self._core.coordinator.new_transaction(timeout_ms)
         return Transaction(self._core.coordinator, txn_id, timeout_ms)
+
+    @property
+    def transaction_epoch(self) -> int:
+        """The epoch of the transaction key this client holds (-1 until it connected)."""
+        return self._core.coordinator.epoch
+
+    async def connect_transaction_key(self) -> int:
+        """Take the transaction key's next epoch now (it is otherwise taken by the first
+        transaction), fencing any earlier client with the key; returns the epoch."""
+        self._check_open()
+        if self._core.coordinator.transaction_key is None:
+            raise NotAllowedError("this client has no transaction key")
+        await self._core.coordinator.start()
+        return self._core.coordinator.epoch
 
     async def close(self) -> None:
         """Close every producer (after its pending sends), consumer and connection."""

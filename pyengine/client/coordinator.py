@@ -7,6 +7,13 @@ broker and sends TC_CLIENT_CONNECT. New transactions go round robin over the coo
 later request of a transaction goes to the coordinator named by the txn id's most significant
 bits. A request answered with TransactionCoordinatorNotFound reconnects its handler and is sent
 again after a back-off, as is a request whose connection broke, until the operation timeout.
+
+With a transaction key (`Client(url, transaction_key=...)`) the client talks to one coordinator
+only, the key's (`coordinator_for`: the broker checks the same hash): its TC_CLIENT_CONNECT
+carries the key and the epoch of the previous connection (-1 the first time) and gets the next
+epoch back. When a newer task takes the key, the broker closes this connection; reconnecting
+with the old epoch is refused (NotAllowed), and from then on every request of a transaction
+begun under the old epoch raises ExpiredTransactionError, a new transaction NotAllowedError.
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ from pyengine.client.backoff import Backoff
 from pyengine.client.connection import ClientConnection
 from pyengine.client.errors import AlreadyClosedError, ConnectError
 from pyengine.client.handler import CLOSED, CLOSING, READY, ConnectionHandler
-from pyengine.errors import TransactionCoordinatorNotFoundError
+from pyengine.errors import ExpiredTransactionError, NotAllowedError, TransactionCoordinatorNotFoundError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
+from pyengine.transaction.coordinator.keys import ANONYMOUS, NO_EPOCH, coordinator_for
 from pyengine_kernels import TxnId
 
 if TYPE_CHECKING:
@@ -40,9 +48,11 @@ TC_CLIENT_CONNECT_VERSION = 19
 
 
 class CoordinatorHandler(ConnectionHandler):
-    def __init__(self, core: ClientCore, tc_id: int, topic: str) -> None:
+    def __init__(self, core: ClientCore, tc_id: int, topic: str, transaction_key: str | None = None) -> None:
         super().__init__(core, topic)
         self.tc_id = tc_id
+        self.transaction_key = transaction_key
+        self.epoch = NO_EPOCH                  # the key's epoch this client holds (keyed handlers)
         self._ready = asyncio.Event()
         self._failure: BaseException | None = None
 
@@ -50,7 +60,14 @@ class CoordinatorHandler(ConnectionHandler):
         return f"transaction coordinator {self.tc_id} handler"
 
     async def _connection_opened(self, connection: ClientConnection) -> None:
-        if connection.protocol_version >= TC_CLIENT_CONNECT_VERSION:
+        if self.transaction_key is not None:
+            cmd = base_command(T.TC_CLIENT_CONNECT_REQUEST, request_id=connection.new_request_id(), tc_id=self.tc_id,
+                               transaction_key=self.transaction_key, epoch=self.epoch)
+            response = await connection.request(cmd, self._core.config.operation_timeout)
+            if not response.HasField("epoch"):
+                raise NotAllowedError(f"{self}: the broker does not support transaction keys (no epoch answered)")
+            self.epoch = response.epoch
+        elif connection.protocol_version >= TC_CLIENT_CONNECT_VERSION:
             cmd = base_command(T.TC_CLIENT_CONNECT_REQUEST, request_id=connection.new_request_id(), tc_id=self.tc_id)
             await connection.request(cmd, self._core.config.operation_timeout)
         if self.state in (CLOSING, CLOSED):
@@ -76,7 +93,16 @@ class CoordinatorHandler(ConnectionHandler):
             self._ready.clear()
             self._schedule_reconnect()
 
-    async def request(self, build: Callable[[int], pb.BaseCommand]) -> ProtoMessage:
+    def fenced_error(self, txn_id: TxnId | None) -> BaseException | None:
+        """Why a request cannot be sent any more: a keyed handler refused on reconnecting was
+        fenced by a newer task, which expired every transaction of this client."""
+        failure = self._failure
+        if failure is None or txn_id is None or self.transaction_key is None or not isinstance(failure, NotAllowedError):
+            return failure
+        return ExpiredTransactionError(f"transaction {txn_id}: transaction key {self.transaction_key!r} was taken "
+                                       f"by a newer connection ({failure})")
+
+    async def request(self, build: Callable[[int], pb.BaseCommand], txn_id: TxnId | None = None) -> ProtoMessage:
         """Send the command `build(request_id)` and return its response body; the request id
         stays the same when the request is sent again."""
         loop = asyncio.get_running_loop()
@@ -94,7 +120,7 @@ class CoordinatorHandler(ConnectionHandler):
             except TimeoutError:
                 raise TimeoutError(f"{self} not connected within the operation timeout") from None
             if self._failure is not None:
-                raise self._failure
+                raise self.fenced_error(txn_id) or self._failure
             connection = self.connection
             if connection is None:
                 await asyncio.sleep(0)
@@ -116,8 +142,9 @@ class CoordinatorHandler(ConnectionHandler):
 
 
 class TransactionCoordinatorClient:
-    def __init__(self, core: ClientCore) -> None:
+    def __init__(self, core: ClientCore, transaction_key: str | None = None) -> None:
         self._core = core
+        self.transaction_key = transaction_key
         self._handlers: dict[int, CoordinatorHandler] = {}
         self._next = itertools.count()
         self._started: asyncio.Future[None] | None = None
@@ -135,7 +162,12 @@ class TransactionCoordinatorClient:
 
     async def _discover(self) -> None:
         partitions = await self._core.lookup.partitions(TC_ASSIGN_TOPIC)
-        if partitions > 0:
+        if self.transaction_key is not None:
+            # This broker does not authenticate: the owner is `anonymous`, as the broker sees it.
+            tc_id = coordinator_for(ANONYMOUS, self.transaction_key, partitions)
+            topic = f"{TC_ASSIGN_TOPIC}-partition-{tc_id}" if partitions > 0 else TC_ASSIGN_TOPIC
+            handlers = {tc_id: CoordinatorHandler(self._core, tc_id, topic, self.transaction_key)}
+        elif partitions > 0:
             handlers = {i: CoordinatorHandler(self._core, i, f"{TC_ASSIGN_TOPIC}-partition-{i}")
                         for i in range(partitions)}
         else:
@@ -146,6 +178,11 @@ class TransactionCoordinatorClient:
             await asyncio.gather(*(h.close() for h in handlers.values()))
             raise errors[0]
         self._handlers = handlers
+
+    @property
+    def epoch(self) -> int:
+        """The transaction key's epoch this client holds (-1 before it connected; keyed only)."""
+        return max((handler.epoch for handler in self._handlers.values()), default=NO_EPOCH)
 
     def _handler(self, txn_id: TxnId) -> CoordinatorHandler:
         handler = self._handlers.get(txn_id.most_bits)
@@ -165,17 +202,18 @@ class TransactionCoordinatorClient:
     async def add_partition(self, txn_id: TxnId, topic: str) -> None:
         await self._handler(txn_id).request(lambda request_id: base_command(
             T.ADD_PARTITION_TO_TXN, request_id=request_id, txnid_most_bits=txn_id.most_bits,
-            txnid_least_bits=txn_id.least_bits, partitions=[topic]))
+            txnid_least_bits=txn_id.least_bits, partitions=[topic]), txn_id)
 
     async def add_subscription(self, txn_id: TxnId, topic: str, subscription: str) -> None:
         await self._handler(txn_id).request(lambda request_id: base_command(
             T.ADD_SUBSCRIPTION_TO_TXN, request_id=request_id, txnid_most_bits=txn_id.most_bits,
-            txnid_least_bits=txn_id.least_bits, subscription=[pb.Subscription(topic=topic, subscription=subscription)]))
+            txnid_least_bits=txn_id.least_bits, subscription=[pb.Subscription(topic=topic, subscription=subscription)]),
+            txn_id)
 
     async def end(self, txn_id: TxnId, action: int) -> None:
         await self._handler(txn_id).request(lambda request_id: base_command(
             T.END_TXN, request_id=request_id, txnid_most_bits=txn_id.most_bits, txnid_least_bits=txn_id.least_bits,
-            txn_action=action))
+            txn_action=action), txn_id)
 
     async def close(self) -> None:
         if self._started is not None and not self._started.done():

@@ -44,7 +44,7 @@ SendCallback = Callable[[BaseException | None, MessageId | None], None]
 # and NotAllowedError); the transaction codes reject a send to an ended or unknown transaction.
 _UNUSABLE = frozenset({CLOSING, CLOSED, FAILED})
 _REJECTING = frozenset({pb.ChecksumError, pb.NotAllowedError, pb.InvalidTxnStatus, pb.TransactionNotFound,
-                        pb.TransactionConflict})
+                        pb.TransactionConflict, pb.ExpiredTransaction})
 
 
 @dataclass(frozen=True, slots=True)

@@ -273,6 +273,7 @@ class ServerConnection(asyncio.Protocol):
         for consumer in list(self.consumers.values()):
             self._release_consumer(consumer)
         self.consumers.clear()
+        self.txn.connection_closed()           # its transaction-key epochs are no longer held
         self.server.connection_closed(self)
 
     async def shutdown(self, timeout: float) -> None:

@@ -59,6 +59,7 @@ class ServerError(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TransactionConflict: _ClassVar[ServerError]
     TransactionNotFound: _ClassVar[ServerError]
     ProducerFenced: _ClassVar[ServerError]
+    ExpiredTransaction: _ClassVar[ServerError]
 
 class AuthMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -148,6 +149,7 @@ NotAllowedError: ServerError
 TransactionConflict: ServerError
 TransactionNotFound: ServerError
 ProducerFenced: ServerError
+ExpiredTransaction: ServerError
 AuthMethodNone: AuthMethod
 AuthMethodYcaV1: AuthMethod
 AuthMethodAthens: AuthMethod
@@ -1030,22 +1032,28 @@ class CommandGetOrCreateSchemaResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., error_code: _Optional[_Union[ServerError, str]] = ..., error_message: _Optional[str] = ..., schema_version: _Optional[bytes] = ...) -> None: ...
 
 class CommandTcClientConnectRequest(_message.Message):
-    __slots__ = ("request_id", "tc_id")
+    __slots__ = ("request_id", "tc_id", "epoch", "transaction_key")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TC_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     tc_id: int
-    def __init__(self, request_id: _Optional[int] = ..., tc_id: _Optional[int] = ...) -> None: ...
+    epoch: int
+    transaction_key: str
+    def __init__(self, request_id: _Optional[int] = ..., tc_id: _Optional[int] = ..., epoch: _Optional[int] = ..., transaction_key: _Optional[str] = ...) -> None: ...
 
 class CommandTcClientConnectResponse(_message.Message):
-    __slots__ = ("request_id", "error", "message")
+    __slots__ = ("request_id", "error", "message", "epoch")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     error: ServerError
     message: str
-    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ServerError, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    epoch: int
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ServerError, str]] = ..., message: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class CommandNewTxn(_message.Message):
     __slots__ = ("request_id", "txn_ttl_seconds", "tc_id")

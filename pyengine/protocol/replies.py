@@ -286,6 +286,14 @@ _TXN_RESPONSES = {
 }
 
 
+def tc_client_connect_response(request_id: int, epoch: int) -> bytes:
+    """A keyed TC_CLIENT_CONNECT's success: the epoch the connection now holds."""
+    cmd = BaseCommand(type=BaseCommand.TC_CLIENT_CONNECT_RESPONSE)
+    cmd.tcClientConnectResponse.request_id = request_id
+    cmd.tcClientConnectResponse.epoch = epoch
+    return _frame(cmd)
+
+
 def txn_response(type_: int, request_id: int, txn: TxnId | None = None,
                  code: int | None = None, message: str = "") -> bytes:
     """Any of the transaction responses: request id, txn id bits when known, error if any."""

@@ -8,12 +8,22 @@ TC_CLIENT_CONNECT_REQUEST{tc_id=i} confirms coordinator i. Transaction ids are
 Every request is answered with its own response, errors inside it (the code of
 `pyengine.errors.to_pulsar_error`). Only clients that send these requests ever receive these
 responses, which the official C++ client could not handle.
+
+Transaction keys (`pyengine.transaction.coordinator.keys`): a TC_CLIENT_CONNECT carrying
+`transaction_key` (and the client's previous `epoch`, -1 the first time) takes the key's next
+epoch for this connection and answers it in `epoch`; without the field the connect is what it
+always was. NEW_TXN on that coordinator then starts the key's transaction under the epoch, and
+every TC request over the connection is refused (NotAllowed) once a newer epoch took the key.
+The owner of a key is the connection's authenticated role; this broker does not authenticate,
+so it is `anonymous`.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
+
+from dataclasses import dataclass
 
 from pyengine.errors import (
     NotAllowedError,
@@ -25,6 +35,7 @@ from pyengine.naming import normalize_topic
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol import replies
 from pyengine.transaction import TxnAction
+from pyengine.transaction.coordinator.keys import ANONYMOUS, NO_EPOCH
 from pyengine_kernels import TxnId
 
 if TYPE_CHECKING:
@@ -42,10 +53,35 @@ def txn_id(most: int, least: int) -> TxnId:
         raise TransactionNotFoundError(f"({most},{least}) is not a transaction id") from None
 
 
+@dataclass
+class KeySession:
+    """The transaction key this connection holds an epoch of, on one coordinator."""
+
+    owner: str
+    key: str
+    epoch: int
+
+
 class TransactionCommands:
     def __init__(self, connection: ServerConnection) -> None:
         self.connection = connection
         self.coordinator = connection.service.coordinator
+        self.sessions: dict[int, KeySession] = {}          # coordinator id -> key session
+
+    @property
+    def owner(self) -> str:
+        return getattr(self.connection, "auth_role", None) or ANONYMOUS
+
+    def connection_closed(self) -> None:
+        for session in self.sessions.values():
+            self.coordinator.keys.disconnected(session.owner, session.key, self.connection)
+
+    def _check_session(self, coordinator_id: int) -> KeySession | None:
+        """NotAllowed when this connection's epoch of its key on `coordinator_id` was fenced."""
+        session = self.sessions.get(coordinator_id)
+        if session is not None:
+            self.coordinator.keys.check_epoch(session.owner, session.key, session.epoch)
+        return session
 
     def _answer(self, type_: int, request_id: int, txn: TxnId | None, failure: BaseException | None) -> None:
         if failure is None:
@@ -61,12 +97,35 @@ class TransactionCommands:
         if body.tc_id not in self.coordinator.coordinator_ids:
             failure = TransactionCoordinatorNotFoundError(
                 f"transaction coordinator {body.tc_id} is not served by this broker")
+        elif body.HasField("transaction_key"):
+            await self._connect_key(body)
+            return
         self._answer(BaseCommand.TC_CLIENT_CONNECT_RESPONSE, body.request_id, None, failure)
+
+    async def _connect_key(self, body: pb.CommandTcClientConnectRequest) -> None:
+        owner, key = self.owner, body.transaction_key
+        presented = body.epoch if body.HasField("epoch") else NO_EPOCH
+        try:
+            epoch = await self.coordinator.keys.connect(owner, key, body.tc_id, presented,
+                                                        holder=self.connection, on_fenced=self.connection.close)
+        except Exception as exc:
+            self._answer(BaseCommand.TC_CLIENT_CONNECT_RESPONSE, body.request_id, None, exc)
+            return
+        if self.connection.closed:           # closed while the epoch was taken: it holds nothing
+            self.coordinator.keys.disconnected(owner, key, self.connection)
+            return
+        self.sessions[body.tc_id] = KeySession(owner, key, epoch)
+        self.connection.write(replies.tc_client_connect_response(body.request_id, epoch))
 
     async def new_txn(self, body: pb.CommandNewTxn) -> None:
         # txn_ttl_seconds carries milliseconds (the Java and Go clients, Apache's broker).
         try:
-            txn = await self.coordinator.new_transaction(body.tc_id, body.txn_ttl_seconds)
+            session = self._check_session(body.tc_id)
+            if session is not None:
+                txn = await self.coordinator.keys.new_transaction(session.owner, session.key, session.epoch,
+                                                                  body.tc_id, body.txn_ttl_seconds)
+            else:
+                txn = await self.coordinator.new_transaction(body.tc_id, body.txn_ttl_seconds)
         except Exception as exc:
             self._answer(BaseCommand.NEW_TXN_RESPONSE, body.request_id, None, exc)
             return
@@ -76,6 +135,7 @@ class TransactionCommands:
         txn = None
         try:
             txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
+            self._check_txn_session(txn)
             partitions = [normalize_topic(name) for name in body.partitions]
             await self.coordinator.add_produced_partitions(txn, partitions)
         except Exception as exc:
@@ -87,6 +147,7 @@ class TransactionCommands:
         txn = None
         try:
             txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
+            self._check_txn_session(txn)
             subscriptions = [(normalize_topic(s.topic), s.subscription) for s in body.subscription]
             await self.coordinator.add_acked_subscriptions(txn, subscriptions)
         except Exception as exc:
@@ -98,11 +159,18 @@ class TransactionCommands:
         txn = None
         try:
             txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
+            self._check_txn_session(txn)
             await self.coordinator.end_transaction(txn, TxnAction(body.txn_action))
         except Exception as exc:
             self._answer(BaseCommand.END_TXN_RESPONSE, body.request_id, txn, exc)
             return
         self._answer(BaseCommand.END_TXN_RESPONSE, body.request_id, txn, None)
+
+    def _check_txn_session(self, txn: TxnId) -> None:
+        """A request of a fenced txn is ExpiredTransaction; any other TC request over a fenced
+        epoch's connection is NotAllowed."""
+        self.coordinator.keys.check_txn(txn)
+        self._check_session(txn.most_bits)
 
     async def end_txn_on_partition(self, body: pb.CommandEndTxnOnPartition) -> None:
         # Broker-to-broker in Apache (super-user only); here the coordinator reaches its

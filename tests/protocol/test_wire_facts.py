@@ -31,6 +31,15 @@ SERVER_ERROR = {
     "InvalidTxnStatus": 21, "NotAllowedError": 22, "TransactionConflict": 23,
     "TransactionNotFound": 24, "ProducerFenced": 25,
 }
+# The project's extensions beyond the brief, each from a spec: pip-transaction-key-fencing's
+# expired-transaction error.
+SERVER_ERROR_EXTENSIONS = {"ExpiredTransaction": 26}
+# Fields the project adds to the brief's messages (message -> {number: name}); each optional,
+# so that clients that never send them (the official one) are unaffected.
+FIELD_EXTENSIONS = {
+    "CommandTcClientConnectRequest": {3: "epoch", 4: "transaction_key"},
+    "CommandTcClientConnectResponse": {4: "epoch"},
+}
 
 MARKER_TYPE = {
     "UNKNOWN_MARKER": 0,
@@ -107,7 +116,7 @@ def _enum_items(enum_descriptor) -> dict[str, int]:
 
 
 def test_server_error_numbers() -> None:
-    assert _enum_items(pb.ServerError.DESCRIPTOR) == SERVER_ERROR
+    assert _enum_items(pb.ServerError.DESCRIPTOR) == SERVER_ERROR | SERVER_ERROR_EXTENSIONS
 
 
 def test_marker_type_numbers() -> None:
@@ -186,7 +195,12 @@ def test_every_brief_field_table_matches_the_proto() -> None:
         if message_name not in messages:
             problems.append(f"{message_name}: missing")
             continue
-        ours = {field.number: field for field in messages[message_name].field}
+        added = FIELD_EXTENSIONS.get(message_name, {})
+        ours = {field.number: field for field in messages[message_name].field if field.number not in added}
+        for field in messages[message_name].field:
+            if field.number in added and (field.name != added[field.number]
+                                          or label_names[field.label] != "LABEL_OPTIONAL"):
+                problems.append(f"{message_name}: extension #{field.number} is not the optional {added[field.number]}")
         theirs = {int(number): (name, type_, rule, default) for number, name, type_, rule, default in rows}
         if set(ours) != set(theirs):
             problems.append(f"{message_name}: field numbers {sorted(ours)} != brief {sorted(theirs)}")
@@ -239,7 +253,8 @@ def test_top_level_enums_match_the_brief() -> None:
     assert {"ServerError", "TxnAction", "ProtocolVersion", "CompressionType", "ProducerAccessMode",
             "KeySharedMode", "AuthMethod"} <= names
     for enum_name, values in found:
-        ours = [(v.name, v.number) for v in getattr(pb, enum_name).DESCRIPTOR.values]
+        added = SERVER_ERROR_EXTENSIONS if enum_name == "ServerError" else {}
+        ours = [(v.name, v.number) for v in getattr(pb, enum_name).DESCRIPTOR.values if v.name not in added]
         assert ours == _enum_list(values), enum_name
 
 

@@ -33,6 +33,7 @@ from pyengine.storage import StorageEnvironment
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator import TransactionParticipants, TxnMeta
 from pyengine.transaction.coordinator.clock import Clock, wall_clock_ms
+from pyengine.transaction.coordinator.keys import TransactionKeys
 from pyengine.transaction.coordinator.log_store import (
     DEFAULT_FINISHED_MAX_RECORDS,
     DEFAULT_FINISHED_RETENTION_MS,
@@ -100,6 +101,7 @@ class TransactionCoordinatorService:
         self._purge_timer: asyncio.TimerHandle | None = None
         self._purge_task: asyncio.Task[None] | None = None
         self._state = "new"
+        self.keys = TransactionKeys(env, self, clock)
 
     @property
     def coordinator_ids(self) -> list[int]:
@@ -123,6 +125,7 @@ class TransactionCoordinatorService:
         self._state = "starting"
         decided = []
         try:
+            self.keys.recover()
             for store in self._stores.values():
                 for meta in await store.recover():
                     if meta.status == TxnStatus.OPEN:
@@ -192,22 +195,28 @@ class TransactionCoordinatorService:
         txn's entry in the same event-loop turn, so both are written in one LMDB transaction
         and the send costs no extra commit (the entry is never durable without it)."""
         self._check_running()
+        self.keys.check_txn(check_txn(txn))
         return self._store_of(txn).register_produced_partitions(txn, check_partitions(partitions))
 
     def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
         self._check_running()
+        self.keys.check_txn(check_txn(txn))
         return self._store_of(txn).register_acked_subscriptions(txn, check_subscriptions(subscriptions))
 
     def get(self, txn: TxnId) -> TxnMeta:
         self._check_running()
         return self._store_of(txn).get(txn)
 
-    async def end_transaction(self, txn: TxnId, action: TxnAction) -> TxnStatus:
+    async def end_transaction(self, txn: TxnId, action: TxnAction, *, check_epoch: bool = True) -> TxnStatus:
         """Commit or abort `txn`; returns its final status (COMMITTED, ABORTED or TIME_OUT)
-        once every participant confirmed and the end is durable."""
+        once every participant confirmed and the end is durable. A txn whose transaction key
+        moved to a newer epoch is ExpiredTransactionError (unless `check_epoch` is off: the
+        admin's abort, and the fencing itself)."""
         self._check_running()
         action = check_action(action)
         store = self._store_of(txn)
+        if check_epoch:
+            self.keys.check_txn(txn)
         started = time.perf_counter()
         ending = self._endings.get(txn)
         if ending is None:
@@ -230,6 +239,15 @@ class TransactionCoordinatorService:
         status = await asyncio.shield(ending.done)
         self._counters.record_end_txn((time.perf_counter() - started) * 1000)
         return status
+
+    async def abort_fenced(self, txn: TxnId) -> None:
+        """Abort a txn whose transaction key was connected under a newer epoch, and wait until
+        every participant applied it. A txn whose commit was decided before the fence ends
+        committed: that decision was taken under its valid epoch."""
+        try:
+            await self.end_transaction(txn, TxnAction.ABORT, check_epoch=False)
+        except (InvalidTxnStatusError, TransactionNotFoundError) as exc:
+            log.info("fenced transaction %s not aborted: %s", txn, exc)
 
     def poll_timeouts(self) -> int:
         """Abort every OPEN txn whose timeout has passed; returns how many. The service's timer

@@ -1,0 +1,324 @@
+"""Transaction keys: connection epochs that fence zombie tasks (pip-transaction-key-fencing).
+
+A client may name a transaction key. With its owner (the authenticated role, `anonymous`
+without authentication) it forms the key id `owner&key`, which one coordinator owns
+(`coordinator_for`: CRC-32 of the UTF-8 key id modulo the number of coordinators, so that a
+client computes the same coordinator the broker checks).
+
+Each key has an epoch, -1 before its first connection. A TC_CLIENT_CONNECT presenting the key
+and the epoch of the client's previous connection (-1 for a new task, the current epoch for the
+holder reconnecting) is given the next epoch; one presenting an older epoch is a zombie and is
+refused (NotAllowed). The new epoch is written to the coordinator's `__transaction_key` records
+(LMDB, fsynced) before it is answered, so an epoch is never handed out twice, also after a
+crash. Taking the epoch fences the previous one at once, in this order:
+
+1. the epoch is raised in memory: from this moment every request of a transaction started
+   under an older epoch (send, ack, ADD_PARTITION/ADD_SUBSCRIPTION, END_TXN) raises
+   `ExpiredTransactionError`, and TC requests over the older epoch's connection NotAllowed;
+2. the record is made durable, and the key's open transaction (if any) is aborted through the
+   coordinator: the read horizon of the topics it wrote to moves on, its acks are released;
+3. the connection holding the older epoch is closed (after the abort: its consumers' messages
+   then return to their subscriptions with nothing of them still pending), and the connect is
+   answered.
+
+One open transaction per key: NEW_TXN while the key's transaction is still open is refused
+(NotAllowed) rather than aborting it, so a task never silently loses its own work; a new task
+takes over by connecting (which aborts the old one), not by starting a transaction.
+
+Transactions are bound to the epoch they were started under; the records keep the bindings of
+the key's recent transactions (`HISTORY`), so a fenced transaction is reported as expired also
+after a restart. Deleting a key (admin) raises its epoch once more (nobody holds the new one),
+aborts its transaction and hides it from the listings; the record stays as a tombstone so that
+the epoch never goes backwards and a later connect continues above it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyengine.errors import (
+    ExpiredTransactionError,
+    InvalidTransactionKeyError,
+    NotAllowedError,
+    TransactionNotFoundError,
+)
+from pyengine.transaction import TxnStatus
+from pyengine_kernels import TxnId
+
+if TYPE_CHECKING:
+    from pyengine.storage import StorageEnvironment
+    from pyengine.transaction.coordinator.clock import Clock
+    from pyengine.transaction.coordinator.service import TransactionCoordinatorService
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_LENGTH = 256
+ANONYMOUS = "anonymous"
+NO_EPOCH = -1
+HISTORY = 32                    # bindings of earlier transactions kept per key
+RECORD_PREFIX = b"__transaction_key/"
+
+
+def check_transaction_key(key: Any) -> str:
+    """The key itself, or InvalidTransactionKeyError (TypeError for a non-string)."""
+    if not isinstance(key, str):
+        raise TypeError(f"a transaction key must be a str, not {type(key).__name__}")
+    if not key:
+        raise InvalidTransactionKeyError("a transaction key must not be empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidTransactionKeyError(f"a transaction key has at most {MAX_KEY_LENGTH} characters, not {len(key)}")
+    if "&" in key:
+        raise InvalidTransactionKeyError(f"a transaction key must not contain '&' (it separates owner and key): {key!r}")
+    return key
+
+
+def key_id(owner: str, key: str) -> str:
+    return f"{owner}&{key}"
+
+
+def coordinator_for(owner: str, key: str, num_coordinators: int) -> int:
+    """The coordinator that owns (owner, key) among `num_coordinators` (0 counts as 1: an
+    un-partitioned assign topic)."""
+    return zlib.crc32(key_id(owner, key).encode()) % max(num_coordinators, 1)
+
+
+@dataclass
+class KeyState:
+    owner: str
+    key: str
+    coordinator_id: int
+    epoch: int = NO_EPOCH
+    txn: TxnId | None = None                # the latest transaction started under the key
+    txn_epoch: int = NO_EPOCH
+    history: list[tuple[TxnId, int]] = field(default_factory=list)   # earlier (txn, epoch), oldest first
+    created_ms: int = 0
+    epoch_ms: int = 0                       # when the current epoch was taken
+    deleted: bool = False
+    # Not persisted: the connection holding the current epoch (closed when it is fenced).
+    holder: Any = None
+    on_fenced: Callable[[], None] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def id(self) -> str:
+        return key_id(self.owner, self.key)
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "owner": self.owner, "key": self.key, "coordinator_id": self.coordinator_id, "epoch": self.epoch,
+            "txn": _txn_json(self.txn), "txn_epoch": self.txn_epoch,
+            "history": [[*_txn_json(txn), epoch] for txn, epoch in self.history],
+            "created_ms": self.created_ms, "epoch_ms": self.epoch_ms, "deleted": self.deleted,
+        }, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> KeyState:
+        data = json.loads(raw)
+        txn = TxnId(*data["txn"]) if data["txn"] is not None else None
+        return cls(owner=data["owner"], key=data["key"], coordinator_id=data["coordinator_id"], epoch=data["epoch"],
+                   txn=txn, txn_epoch=data["txn_epoch"],
+                   history=[(TxnId(most, least), epoch) for most, least, epoch in data["history"]],
+                   created_ms=data["created_ms"], epoch_ms=data["epoch_ms"], deleted=data["deleted"])
+
+
+def _txn_json(txn: TxnId | None) -> list[int] | None:
+    return None if txn is None else [txn.most_bits, txn.least_bits]
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What the admin API shows of one key."""
+
+    owner: str
+    key: str
+    coordinator_id: int
+    epoch: int
+    txn: TxnId | None
+    txn_status: str | None
+    created_ms: int
+    epoch_ms: int
+    age_ms: int                 # since the current epoch was taken
+    connected: bool
+
+
+class TransactionKeys:
+    """The transaction keys of one broker's coordinators, and the epoch checks."""
+
+    def __init__(self, env: StorageEnvironment, service: TransactionCoordinatorService, clock: Clock) -> None:
+        self.env = env
+        self.service = service
+        self._clock = clock
+        self._keys: dict[str, KeyState] = {}
+        self._bindings: dict[TxnId, tuple[KeyState, int]] = {}     # txn -> (its key, the epoch it began under)
+        self.fenced_total = 0
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Load the records (before the coordinators serve)."""
+        db = self.env.db("meta")
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=db)
+            if cursor.set_range(RECORD_PREFIX):
+                for raw_key, value in cursor:
+                    if not raw_key.startswith(RECORD_PREFIX):
+                        break
+                    state = KeyState.from_json(value)
+                    self._keys[state.id] = state
+                    for bound, epoch in state.history:
+                        self._bindings[bound] = (state, epoch)
+                    if state.txn is not None:
+                        self._bindings[state.txn] = (state, state.txn_epoch)
+
+    # --- checks ---------------------------------------------------------------------------
+
+    def check_txn(self, txn: TxnId) -> None:
+        """ExpiredTransactionError when `txn` began under an epoch its key has left."""
+        bound = self._bindings.get(txn)
+        if bound is not None and bound[1] < bound[0].epoch:
+            state, epoch = bound
+            raise ExpiredTransactionError(
+                f"transaction {txn} began under epoch {epoch} of transaction key {state.key!r}, which "
+                f"{'was deleted' if state.deleted else f'is now at epoch {state.epoch}'}: it was aborted")
+
+    def check_epoch(self, owner: str, key: str, epoch: int) -> KeyState:
+        """The key's state if `epoch` is its current one; NotAllowed for an older epoch."""
+        state = self._keys.get(key_id(owner, key))
+        if state is None or state.epoch != epoch:
+            current = "deleted" if state is None or state.deleted else f"at epoch {state.epoch}"
+            raise NotAllowedError(f"transaction key {key!r}: epoch {epoch} was fenced (the key is {current})")
+        return state
+
+    # --- connections ----------------------------------------------------------------------
+
+    async def connect(self, owner: str, key: str, coordinator_id: int, presented: int, *,
+                      holder: Any = None, on_fenced: Callable[[], None] | None = None) -> int:
+        """Give the next epoch of (owner, key) to a connection that presented `presented` (the
+        epoch of its previous connection, -1 for none); fence the previous epoch."""
+        check_transaction_key(key)
+        expected = coordinator_for(owner, key, len(self.service.coordinator_ids))
+        if coordinator_id != expected:
+            raise NotAllowedError(f"transaction key {key!r} of {owner!r} belongs to coordinator {expected}, "
+                                  f"not {coordinator_id} (CRC-32 of 'owner&key' modulo the coordinators)")
+        state = self._keys.get(key_id(owner, key))
+        if state is None:
+            now = self._clock()
+            state = self._keys[key_id(owner, key)] = KeyState(owner, key, coordinator_id, created_ms=now, epoch_ms=now)
+        async with state.lock:
+            if presented != NO_EPOCH and (presented != state.epoch or state.deleted):
+                raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was fenced "
+                                      f"(the key is at epoch {state.epoch}); only a new task (epoch -1) may connect")
+            if state.deleted:
+                state.deleted = False
+                state.created_ms = self._clock()
+            state.epoch += 1                       # 1. fences the older epoch's requests at once
+            state.epoch_ms = self._clock()
+            self.fenced_total += 1 if state.epoch > 0 else 0
+            previous_holder, previous_close = state.holder, state.on_fenced
+            state.holder, state.on_fenced = holder, on_fenced
+            try:
+                await self._persist(state)         # 2. durable before it is answered
+                await self._abort_open(state)
+            finally:
+                # 3. the zombie's connection, once its txn's acks are released: its consumers'
+                # unacknowledged messages then go back to the subscription in full.
+                if previous_close is not None and previous_holder is not holder:
+                    previous_close()
+            log.info("transaction key %s: epoch %d", state.id, state.epoch)
+            return state.epoch
+
+    def disconnected(self, owner: str, key: str, holder: Any) -> None:
+        """The connection `holder` closed: it no longer holds the key's epoch."""
+        state = self._keys.get(key_id(owner, key))
+        if state is not None and state.holder is holder:
+            state.holder, state.on_fenced = None, None
+
+    # --- transactions ---------------------------------------------------------------------
+
+    async def new_transaction(self, owner: str, key: str, epoch: int, coordinator_id: int, timeout_ms: int) -> TxnId:
+        """A transaction of the key, under its current `epoch` (NotAllowed if fenced, or if the
+        key's previous transaction is still open)."""
+        state = self.check_epoch(owner, key, epoch)
+        async with state.lock:
+            self.check_epoch(owner, key, epoch)    # fenced while waiting for the lock
+            if state.txn is not None and self._is_open(state.txn):
+                raise NotAllowedError(f"transaction key {key!r} already has an open transaction {state.txn}: "
+                                      "commit or abort it first (one open transaction per key)")
+            txn = await self.service.new_transaction(coordinator_id, timeout_ms)
+            if state.txn is not None:
+                state.history.append((state.txn, state.txn_epoch))
+                for dropped, _ in state.history[:-HISTORY]:
+                    self._bindings.pop(dropped, None)
+                del state.history[:-HISTORY]
+            state.txn, state.txn_epoch = txn, epoch
+            self._bindings[txn] = (state, epoch)
+            await self._persist(state)
+            return txn
+
+    # --- admin ----------------------------------------------------------------------------
+
+    def keys(self) -> Iterator[KeyState]:
+        return (state for state in self._keys.values() if not state.deleted and state.epoch > NO_EPOCH)
+
+    def info(self, state: KeyState) -> KeyInfo:
+        status = None
+        if state.txn is not None:
+            try:
+                status = self.service.get(state.txn).status.name
+            except TransactionNotFoundError:
+                status = None                      # ended and no longer retained
+        return KeyInfo(state.owner, state.key, state.coordinator_id, state.epoch, state.txn, status,
+                       state.created_ms, state.epoch_ms, max(self._clock() - state.epoch_ms, 0),
+                       state.holder is not None)
+
+    def find(self, owner: str, key: str) -> KeyState:
+        check_transaction_key(key)
+        state = self._keys.get(key_id(owner, key))
+        if state is None or state.deleted or state.epoch == NO_EPOCH:
+            raise KeyNotFoundError(f"transaction key {key!r} of {owner!r} does not exist")
+        return state
+
+    async def delete(self, owner: str, key: str) -> None:
+        """Fence the key's holder, abort its transaction and remove the key (a tombstone keeps
+        its epoch so that it never goes backwards)."""
+        state = self.find(owner, key)
+        async with state.lock:
+            if state.deleted:
+                raise KeyNotFoundError(f"transaction key {key!r} of {owner!r} does not exist")
+            state.epoch += 1
+            state.epoch_ms = self._clock()
+            state.deleted = True
+            previous_close = state.on_fenced
+            state.holder, state.on_fenced = None, None
+            if previous_close is not None:
+                previous_close()
+            await self._persist(state)
+            await self._abort_open(state)
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _is_open(self, txn: TxnId) -> bool:
+        try:
+            return self.service.get(txn).status == TxnStatus.OPEN
+        except TransactionNotFoundError:
+            return False
+
+    async def _abort_open(self, state: KeyState) -> None:
+        if state.txn is not None and state.txn_epoch < state.epoch and self._is_open(state.txn):
+            await self.service.abort_fenced(state.txn)
+
+    async def _persist(self, state: KeyState) -> None:
+        db = self.env.db("meta")
+        record_key = RECORD_PREFIX + state.id.encode()
+        value = state.to_json()
+        await self.env.submit(lambda txn: txn.put(record_key, value, db=db), key=("txnkey", record_key))
+
+
+class KeyNotFoundError(TransactionNotFoundError):
+    """No such transaction key (the admin API answers 404)."""
