@@ -50,6 +50,9 @@ class Subscription:
         self.pending_ack = pending_ack
         self.sub_type = sub_type
         self.dispatcher = Dispatcher(self)
+        # Entries taken out of their consumer's pending set because a txn's ack reserved them:
+        # an abort must deliver them again, also when that consumer is gone by then.
+        self._reserved_by_txn: dict[TxnId, set[Position]] = {}
 
     @property
     def durable(self) -> bool:
@@ -134,7 +137,8 @@ class Subscription:
                         if self.pending_ack.is_fully_pending(a.position, a.batch_size)]
         if consumer is not None:
             for position in reserved:
-                consumer.pending.pop(position, None)
+                if consumer.pending.pop(position, None) is not None:
+                    self._reserved_by_txn.setdefault(txn, set()).add(position)
 
     def auto_ack(self, positions: list[Position]) -> None:
         """Markers and aborted entries: acknowledged so they never count as backlog."""
@@ -147,10 +151,12 @@ class Subscription:
             return
         if commit:
             acked = await self.pending_ack.commit(txn, low_watermark)
+            self._reserved_by_txn.pop(txn, None)
             self.dispatcher.acked(acked)
         else:
             released = await self.pending_ack.abort(txn, low_watermark)
-            self.dispatcher.redeliver(released)
+            reserved = self._reserved_by_txn.pop(txn, set())
+            self.dispatcher.redeliver(sorted(reserved.union(released)))
 
     # --- positioning ----------------------------------------------------------------------
 
