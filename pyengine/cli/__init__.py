@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyengine.cli import admin, demo, pipeline, serve
+from pyengine.cli import admin, demo, perf, pipeline, serve
 
-COMMANDS = {"demo": demo, "serve": serve, "admin": admin, "pipeline": pipeline}
+COMMANDS = {"demo": demo, "serve": serve, "admin": admin, "perf": perf, "pipeline": pipeline}
 
 
 def main(argv: list[str] | None = None) -> int:

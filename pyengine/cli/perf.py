@@ -1,0 +1,654 @@
+"""`pyengine perf produce|consume|txn`: a load generator with latency histograms, like `pulsar-perf`.
+
+    pyengine perf produce --url pulsar://127.0.0.1:6650 --rate 50000 --size 1024 --duration 30
+    pyengine perf consume persistent://public/default/perf --duration 30
+    pyengine perf txn --messages-per-txn 100 --producers 4 --duration 30 --json --plot txn.png
+
+`produce` publishes at `--rate` messages per second (0: as fast as the broker takes them, with at
+most `--max-pending` in flight per producer) and records each message's publish latency (send to
+receipt). `consume` receives and records end-to-end latency (publish time to receipt, ms
+precision as Pulsar's publish time). `txn` publishes `--messages-per-txn` messages per
+transaction on each of `--producers` concurrent producers and commits; it records the publish
+latency, the end-txn latency (commit request to its response) and commit-to-visible: a
+consumer on the topic measures from the moment the commit was acknowledged to the moment the
+transaction's first message arrives (zero if it arrived before the acknowledgement).
+
+Latencies go into HDR histograms (1 us .. 1 h, 3 significant digits). Once per second a
+progress line goes to stderr (rate, MB/s, p99 of that second). At the end a summary with
+p50/p95/p99/p99.9/max goes to stdout; `--json` adds one JSON object as the last line and
+`--plot FILE.png` draws the latency percentile distribution. A failed send, commit or
+connection makes the exit status 1 (the figures of such a run are not trustworthy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import signal
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from hdrh.histogram import HdrHistogram
+
+from pyengine.client import Client
+from pyengine.client.url import parse_service_url
+from pyengine.errors import InvalidTopicNameError, PulsarError
+from pyengine.naming import TopicName
+
+DEFAULT_URL = "pulsar://127.0.0.1:6650"
+DEFAULT_TOPIC = "persistent://public/default/perf"
+HIGHEST_US = 3_600_000_000                  # one hour: anything slower is clamped to it
+SIGNIFICANT_DIGITS = 3
+SUMMARY_PERCENTILES = (50.0, 95.0, 99.0, 99.9)
+# The percentile curve kept in the JSON (and plotted): dense towards the tail.
+CURVE_PERCENTILES = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 97.5, 99.0, 99.5, 99.75, 99.9, 99.95, 99.99, 100.0)
+TXN_TAG = struct.Struct(">Q")               # txn mode: each payload starts with its txn's number
+
+
+# --- latency histograms ----------------------------------------------------------------------
+
+class Latency:
+    """One latency series: an HDR histogram for the whole run and one for the current
+    progress interval. A value is first counted in a dict, rounded down to the HDR bucket it
+    falls in (what the histogram would keep of it anyway); the dict is folded into the
+    histograms once per progress line. That costs a fraction of `record_value` per message,
+    which matters at 100k messages per second."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.total = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_DIGITS)
+        self.interval = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_DIGITS)
+        self._counts: dict[int, int] = {}
+        # Values below 2 * 10^digits rounded up to a power of two are kept exactly; above, the
+        # lowest `bit_length - _EXACT_BITS` bits are dropped (HDR's sub-bucket resolution).
+        self._exact_bits = (2 * 10 ** SIGNIFICANT_DIGITS - 1).bit_length()
+
+    def record(self, seconds: float) -> None:
+        micros = int(seconds * 1e6)
+        if micros < 1:
+            micros = 1
+        elif micros > HIGHEST_US:
+            micros = HIGHEST_US
+        shift = micros.bit_length() - self._exact_bits
+        if shift > 0:
+            micros = micros >> shift << shift
+        counts = self._counts
+        counts[micros] = counts.get(micros, 0) + 1
+
+    def _fold(self) -> None:
+        counts, self._counts = self._counts, {}
+        record = self.interval.record_value
+        for micros, count in counts.items():
+            record(micros, count)
+
+    def roll(self) -> HdrHistogram:
+        """Fold the current interval into the total; return the finished interval."""
+        self._fold()
+        finished = self.interval
+        self.total.add(finished)
+        self.interval = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_DIGITS)
+        return finished
+
+    def discard(self) -> None:
+        """Forget everything recorded so far (the end of the warm-up)."""
+        self._counts.clear()
+        self.total.reset()
+        self.interval.reset()
+
+    @staticmethod
+    def percentile_ms(histogram: HdrHistogram, percentile: float) -> float:
+        return histogram.get_value_at_percentile(percentile) / 1000
+
+    def summary(self) -> dict[str, Any]:
+        h = self.total
+        count = h.get_total_count()
+        out: dict[str, Any] = {"count": count}
+        for p in SUMMARY_PERCENTILES:
+            out[f"p{p:g}"] = round(self.percentile_ms(h, p), 3) if count else None
+        out["mean"] = round(h.get_mean_value() / 1000, 3) if count else None
+        out["max"] = round(h.get_max_value() / 1000, 3) if count else None
+        out["curve"] = [[p, round(self.percentile_ms(h, p), 3)] for p in CURVE_PERCENTILES] if count else []
+        return out
+
+
+# --- plots ----------------------------------------------------------------------------------
+
+def plot_percentiles(series: dict[str, list[list[float]]], path: Path, title: str) -> None:
+    """A latency-by-percentile plot (x: percentile on Gil Tene's 1/(1-p) scale, y: ms) of
+    curves of [percentile, ms] pairs, as `summary()["curve"]` holds them."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    ticks = [0.0, 90.0, 99.0, 99.9, 99.99]
+    plotted = False
+    for label, curve in series.items():
+        points = [(p, ms) for p, ms in curve if p < 100.0]
+        if not points:
+            continue
+        ax.plot([1 / (1 - p / 100) for p, _ in points], [ms for _, ms in points], marker="o", markersize=3,
+                label=label)
+        plotted = True
+    ax.set_xscale("log")
+    ax.set_xticks([1 / (1 - p / 100) for p in ticks])
+    ax.set_xticklabels([f"{p:g}%" for p in ticks])
+    ax.set_xlabel("percentile")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    if plotted:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --- arguments ------------------------------------------------------------------------------
+
+def _number(kind: Callable[[str], float], minimum: float, what: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}") from None
+        if not math.isfinite(value) or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}")
+        return value
+    return parse
+
+
+positive_int = _number(int, 1, "a whole number >= 1")
+non_negative_int = _number(int, 0, "a whole number >= 0")
+non_negative_float = _number(float, 0, "a number >= 0")
+positive_float = _number(float, 1e-9, "a number > 0")
+
+
+def _url(text: str) -> str:
+    try:
+        parse_service_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _topic(text: str) -> str:
+    try:
+        return str(TopicName.parse(text))
+    except (InvalidTopicNameError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"invalid topic {text!r}: {exc}") from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    perf = sub.add_parser("perf", help="load generator with latency histograms (like pulsar-perf)",
+                          description=__doc__.split("\n\n")[0])
+    modes = perf.add_subparsers(dest="mode", required=True, metavar="MODE")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("topic", nargs="?", type=_topic, default=DEFAULT_TOPIC,
+                        help=f"the topic (default {DEFAULT_TOPIC})")
+    common.add_argument("--url", type=_url, default=DEFAULT_URL, help=f"broker service URL (default {DEFAULT_URL})")
+    common.add_argument("--duration", type=non_negative_float, default=10.0,
+                        help="seconds to run after the warm-up (0: until --messages or Ctrl-C)")
+    common.add_argument("--messages", type=non_negative_int, default=0,
+                        help="stop after this many messages (0: no limit)")
+    common.add_argument("--warmup", type=non_negative_float, default=0.0,
+                        help="seconds run before measuring starts (not in the figures)")
+    common.add_argument("--operation-timeout", type=positive_float, default=30.0,
+                        help="seconds for connecting, lookups and each request")
+    common.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
+    common.add_argument("--plot", type=Path, metavar="FILE.png", help="draw the latency percentiles into FILE.png")
+    common.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+
+    sending = argparse.ArgumentParser(add_help=False)
+    sending.add_argument("--rate", type=non_negative_float, default=0.0,
+                         help="messages per second over all producers (0: as fast as possible)")
+    sending.add_argument("--size", type=positive_int, default=1024, help="message size in bytes")
+    sending.add_argument("--producers", type=positive_int, default=1, help="concurrent producers")
+    sending.add_argument("--batching", action=argparse.BooleanOptionalAction, default=True,
+                         help="batch messages into entries (default on)")
+    sending.add_argument("--batch-delay-ms", type=non_negative_int, default=1,
+                         help="longest wait of an open batch (pulsar-perf's -b, default 1 ms)")
+    sending.add_argument("--batch-max-messages", type=positive_int, default=1000, help="messages per batch at most")
+    sending.add_argument("--max-pending", type=positive_int, default=1000,
+                         help="messages in flight per producer at most")
+
+    produce = modes.add_parser("produce", parents=[common, sending], help="publish and measure publish latency")
+    produce.set_defaults(measure=measure_produce)
+
+    consume = modes.add_parser("consume", parents=[common], help="consume and measure end-to-end latency")
+    consume.add_argument("--subscription", default="perf-sub", help="subscription name")
+    consume.add_argument("--consumers", type=positive_int, default=1,
+                         help="consumers on the subscription (more than one: a Shared subscription)")
+    consume.add_argument("--initial-position", choices=("latest", "earliest"), default="latest")
+    consume.add_argument("--receiver-queue-size", type=positive_int, default=1000)
+    consume.set_defaults(measure=measure_consume)
+
+    txn = modes.add_parser("txn", parents=[common, sending],
+                           help="publish in transactions and measure end-txn and commit-to-visible latency")
+    txn.add_argument("--messages-per-txn", type=positive_int, default=100, help="messages per transaction")
+    txn.add_argument("--txn-timeout-ms", type=positive_int, default=60_000, help="transaction timeout")
+    txn.add_argument("--no-visibility", dest="visibility", action="store_false",
+                     help="do not run the consumer that measures commit-to-visible")
+    txn.set_defaults(measure=measure_txn)
+
+
+# --- the run --------------------------------------------------------------------------------
+
+class PerfFailure(Exception):
+    """The run could not be carried out or an operation of it failed."""
+
+
+@dataclass
+class Run:
+    """What every mode shares: the clock, the stop condition, counters and the progress line."""
+
+    args: argparse.Namespace
+    latencies: dict[str, Latency]
+    messages: int = 0                        # counted after the warm-up
+    bytes: int = 0
+    errors: int = 0
+    first_error: BaseException | None = None
+    measuring: bool = False
+    started: float = 0.0                     # when measuring started (loop time)
+    ended: float = 0.0
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _interval_messages: int = 0
+    _interval_bytes: int = 0
+
+    def count(self, messages: int, size: int) -> None:
+        if self.measuring:
+            self.messages += messages
+            self.bytes += messages * size
+            self._interval_messages += messages
+            self._interval_bytes += messages * size
+            if self.args.messages and self.messages >= self.args.messages:
+                self.stop.set()
+
+    def failed(self, error: BaseException) -> None:
+        self.errors += 1
+        if self.first_error is None:
+            self.first_error = error
+
+    def elapsed(self) -> float:
+        end = self.ended or asyncio.get_running_loop().time()
+        return max(end - self.started, 1e-9) if self.measuring or self.ended else 0.0
+
+    async def clock(self) -> None:
+        """The warm-up, then the measured period with a progress line per second."""
+        loop = asyncio.get_running_loop()
+        if self.args.warmup:
+            with _suppress_timeout():
+                await asyncio.wait_for(self.stop.wait(), self.args.warmup)
+        for latency in self.latencies.values():
+            latency.discard()
+        self.started = last = loop.time()
+        self.measuring = True
+        deadline = self.started + self.args.duration if self.args.duration else math.inf
+        while not self.stop.is_set():
+            with _suppress_timeout():
+                await asyncio.wait_for(self.stop.wait(), max(0.0, min(last + 1.0, deadline) - loop.time()))
+            now = loop.time()
+            if now >= deadline:
+                self.stop.set()
+            self._progress(now - last, now - self.started)
+            last = now
+        self.ended = loop.time()
+
+    def _progress(self, interval: float, elapsed: float) -> None:
+        parts = [f"{self.args.mode} {elapsed:6.1f}s", f"{self._interval_messages / interval:9.0f} msg/s",
+                 f"{self._interval_bytes / interval / 1e6:7.2f} MB/s"]
+        for latency in self.latencies.values():
+            finished = latency.roll()
+            if finished.get_total_count():
+                parts.append(f"{latency.name} p99 {Latency.percentile_ms(finished, 99):.2f} ms")
+        self._interval_messages = self._interval_bytes = 0
+        if self.errors:
+            parts.append(f"errors {self.errors}")
+        if not self.args.quiet:
+            print("  ".join(parts), file=sys.stderr, flush=True)
+
+    def result(self, extra: dict[str, Any]) -> dict[str, Any]:
+        for latency in self.latencies.values():
+            latency.roll()
+        elapsed = self.elapsed()
+        return {
+            "mode": self.args.mode, "topic": self.args.topic, "duration_s": round(elapsed, 3),
+            "messages": self.messages, "msgs_per_s": round(self.messages / elapsed, 1),
+            "mb_per_s": round(self.bytes / elapsed / 1e6, 3), "errors": self.errors, **extra,
+            "latency_ms": {name: latency.summary() for name, latency in self.latencies.items()},
+        }
+
+
+class _suppress_timeout:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> bool:
+        return exc_type is TimeoutError
+
+
+class Pacer:
+    """Spaces sends at `rate` per second (0: no spacing); sleeps in steps of >= 1 ms and lets
+    the sends that fell behind go out at once, as pulsar-perf's rate limiter does."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.start = asyncio.get_running_loop().time()
+        self.sent = 0
+
+    async def wait(self, messages: int = 1) -> None:
+        if self.rate:
+            due = self.start + (self.sent + messages - 1) / self.rate
+            delay = due - asyncio.get_running_loop().time()
+            if delay > 0.001:
+                await asyncio.sleep(delay)
+        self.sent += messages
+
+
+class Window:
+    """At most `limit` messages in flight; `acquire` waits for room (receipts release it)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._room: asyncio.Future[None] | None = None
+
+    async def acquire(self) -> None:
+        while self.in_flight >= self.limit:
+            self._room = asyncio.get_running_loop().create_future()
+            await self._room
+        self.in_flight += 1
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        room = self._room
+        if room is not None and not room.done():
+            room.set_result(None)
+
+    async def drained(self) -> None:
+        while self.in_flight:
+            self._room = asyncio.get_running_loop().create_future()
+            await self._room
+
+
+def _producer_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"batching_enabled": args.batching, "batching_max_publish_delay_ms": args.batch_delay_ms,
+            "batching_max_messages": args.batch_max_messages,
+            "batching_max_allowed_size_in_bytes": max(128 * 1024, args.size),
+            "max_pending_messages": args.max_pending, "block_if_queue_full": True}
+
+
+async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, window: Window) -> None:
+    """Send `payload` until the run stops; record each message's publish latency."""
+    publish = run.latencies["publish"]
+    size = len(payload)
+    clock = time.perf_counter
+    pacer = Pacer(rate)
+
+    def settled(future: asyncio.Future[Any], sent: float) -> None:
+        window.release()
+        if future.cancelled() or future.exception() is not None:
+            run.failed(future.exception() or asyncio.CancelledError())
+            return
+        publish.record(clock() - sent)
+        run.count(1, size)
+
+    stop = run.stop
+    while not stop.is_set():
+        # Awaited only when they have to wait: a coroutine per message costs more than the send.
+        if rate:
+            await pacer.wait()
+        if window.in_flight >= window.limit:
+            await window.acquire()
+        else:
+            window.in_flight += 1
+        try:
+            future = producer.send_async(payload)
+        except PulsarError as exc:
+            window.release()
+            run.failed(exc)
+            run.stop.set()
+            break
+        sent = clock()
+        future.add_done_callback(lambda f, sent=sent: settled(f, sent))
+    await window.drained()
+
+
+async def measure_produce(client: Client, run: Run) -> dict[str, Any]:
+    args = run.args
+    payload = b"x" * args.size
+    producers = [await client.create_producer(args.topic, **_producer_options(args)) for _ in range(args.producers)]
+    windows = [Window(args.max_pending) for _ in producers]
+    loops = [_publish_loop(run, p, payload, args.rate / len(producers), w) for p, w in zip(producers, windows)]
+    await asyncio.gather(run.clock(), *loops)
+    for producer in producers:
+        await producer.close()
+    return {"producers": args.producers, "batching": args.batching, "size": args.size, "rate": args.rate}
+
+
+async def measure_consume(client: Client, run: Run) -> dict[str, Any]:
+    args = run.args
+    end_to_end = run.latencies["end-to-end"]
+    consumer_type = "shared" if args.consumers > 1 else "exclusive"
+    consumers = [await client.subscribe(args.topic, args.subscription, consumer_type=consumer_type,
+                                        initial_position=args.initial_position,
+                                        receiver_queue_size=args.receiver_queue_size)
+                 for _ in range(args.consumers)]
+
+    async def consume(consumer: Any) -> None:
+        while not run.stop.is_set():
+            try:
+                message = await consumer.receive(timeout=0.2)
+            except TimeoutError:
+                continue
+            # Pulsar's publish time is in ms: end-to-end latency has ms precision.
+            end_to_end.record(max(0.0, time.time() - message.publish_time / 1000))
+            run.count(1, len(message.data))
+            try:
+                await consumer.acknowledge(message)
+            except PulsarError as exc:
+                run.failed(exc)
+
+    await asyncio.gather(run.clock(), *(consume(c) for c in consumers))
+    for consumer in consumers:
+        await consumer.close()
+    return {"consumers": args.consumers, "subscription": args.subscription}
+
+
+class Visibility:
+    """Commit-to-visible: when each transaction's commit was acknowledged and when its first
+    message reached the consumer; the latency is recorded once both are known."""
+
+    def __init__(self, latency: Latency) -> None:
+        self.latency = latency
+        self.committed: dict[int, float] = {}
+        self.seen: dict[int, float] = {}
+        self.measured = 0
+        self.early = 0
+
+    def on_commit(self, txn_number: int, at: float) -> None:
+        seen = self.seen.pop(txn_number, None)
+        if seen is None:
+            self.committed[txn_number] = at
+        else:
+            self.early += 1             # delivered before the client had the commit's response
+            self._record(0.0)
+
+    def on_message(self, txn_number: int, at: float) -> None:
+        committed = self.committed.pop(txn_number, None)
+        if committed is not None:
+            self._record(at - committed)
+        elif txn_number not in self.seen:
+            self.seen[txn_number] = at
+
+    def _record(self, seconds: float) -> None:
+        self.latency.record(seconds)
+        self.measured += 1
+
+
+async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
+    args = run.args
+    publish, end_txn = run.latencies["publish"], run.latencies["end-txn"]
+    visibility = Visibility(run.latencies["commit-to-visible"]) if args.visibility else None
+    clock = time.perf_counter
+    filler = b"x" * max(0, args.size - TXN_TAG.size)
+    watcher_client = consumer = None
+    if visibility is not None:
+        # The watcher has its own connection, as a separate application would: on the
+        # producers' connection, messages would be ordered behind the commit's response.
+        watcher_client = Client(args.url, operation_timeout_seconds=args.operation_timeout,
+                                connection_timeout_ms=int(args.operation_timeout * 1000))
+        consumer = await watcher_client.subscribe(args.topic, f"perf-visibility-{time.time_ns():x}",
+                                                  consumer_type="exclusive", initial_position="latest",
+                                                  receiver_queue_size=5000)
+    producers = [await client.create_producer(args.topic, **_producer_options(args)) for _ in range(args.producers)]
+    txn_numbers = iter(range(1 << 62))
+    transactions = 0
+    producing = len(producers)
+
+    async def transact(producer: Any) -> None:
+        nonlocal transactions, producing
+        pacer = Pacer(args.rate / len(producers))
+        per_txn = args.messages_per_txn
+        try:
+            while not run.stop.is_set():
+                await pacer.wait(per_txn)
+                number = next(txn_numbers)
+                payload = (TXN_TAG.pack(number) + filler)[:args.size]
+                try:
+                    txn = await client.new_transaction(timeout_ms=args.txn_timeout_ms)
+                    sent = clock()
+                    futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]
+                    for future in futures:
+                        future.add_done_callback(
+                            lambda f: f.cancelled() or f.exception() or publish.record(clock() - sent))
+                    await asyncio.wait(futures)
+                    asked = clock()         # end-txn: the END_TXN round trip, sends already stored
+                    await txn.commit()      # (raises the first failed send, after aborting)
+                    done = clock()
+                except (PulsarError, TimeoutError) as exc:
+                    run.failed(exc)
+                    run.stop.set()
+                    return
+                end_txn.record(done - asked)
+                if visibility is not None:
+                    visibility.on_commit(number, done)
+                if run.measuring:
+                    transactions += 1
+                run.count(per_txn, len(payload))
+        finally:
+            producing -= 1
+
+    async def watch() -> None:
+        assert consumer is not None and visibility is not None
+        received = 0
+        loop = asyncio.get_running_loop()
+        give_up = math.inf
+        while True:
+            if producing == 0:
+                if not visibility.committed:
+                    break
+                give_up = min(give_up, loop.time() + 5.0)   # committed ones get 5 s to show up
+                if loop.time() >= give_up:
+                    break
+            try:
+                message = await consumer.receive(timeout=0.1)
+            except TimeoutError:
+                continue
+            visibility.on_message(TXN_TAG.unpack_from(message.data)[0], clock())
+            received += 1
+            if received % 1000 == 0:
+                await consumer.acknowledge_cumulative(message)
+
+    tasks = [run.clock(), *(transact(p) for p in producers)]
+    if consumer is not None:
+        tasks.append(watch())
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for producer in producers:
+            await producer.close()
+        if watcher_client is not None:
+            await watcher_client.close()
+    extra: dict[str, Any] = {"producers": args.producers, "batching": args.batching, "size": args.size,
+                             "rate": args.rate, "messages_per_txn": args.messages_per_txn,
+                             "transactions": transactions,
+                             "txns_per_s": round(transactions / run.elapsed(), 1)}
+    if visibility is not None:
+        extra["committed_not_seen"] = len(visibility.committed)
+        extra["visible_before_commit_ack"] = visibility.early
+        if visibility.committed:
+            run.failed(PerfFailure(f"{len(visibility.committed)} committed transactions never became visible"))
+    return extra
+
+
+LATENCIES = {"produce": ("publish",), "consume": ("end-to-end",),
+             "txn": ("publish", "end-txn", "commit-to-visible")}
+
+
+async def perf(args: argparse.Namespace) -> dict[str, Any]:
+    names = [n for n in LATENCIES[args.mode] if n != "commit-to-visible" or args.visibility]
+    run = Run(args, {name: Latency(name) for name in names})
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, run.stop.set)
+    try:
+        async with Client(args.url, operation_timeout_seconds=args.operation_timeout,
+                          connection_timeout_ms=int(args.operation_timeout * 1000)) as client:
+            extra = await args.measure(client, run)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    result = run.result(extra)
+    if run.first_error is not None:
+        result["first_error"] = f"{type(run.first_error).__name__}: {run.first_error}"
+    return result
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    print(f"{result['mode']}: {result['messages']} messages in {result['duration_s']:.1f} s: "
+          f"{result['msgs_per_s']:.0f} msg/s, {result['mb_per_s']:.2f} MB/s, errors {result['errors']}")
+    for name, latency in result["latency_ms"].items():
+        if not latency["count"]:
+            print(f"  {name:18} no samples")
+            continue
+        figures = "  ".join(f"p{p:g} {latency[f'p{p:g}']:.3f}" for p in SUMMARY_PERCENTILES)
+        print(f"  {name:18} latency ms: {figures}  max {latency['max']:.3f}  ({latency['count']} samples)")
+    if "first_error" in result:
+        print(f"  first error: {result['first_error']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        raise SystemExit(f"pyengine perf: --plot takes a .png file name, not {str(args.plot)!r}")
+    if args.plot is not None and not args.plot.resolve().parent.is_dir():
+        raise SystemExit(f"pyengine perf: --plot: no directory {str(args.plot.resolve().parent)!r}")
+    if args.mode == "txn" and args.size < TXN_TAG.size and args.visibility:
+        raise SystemExit(f"pyengine perf txn: --size must be at least {TXN_TAG.size} bytes "
+                         "(each message carries its transaction's number) or use --no-visibility")
+    try:
+        result = uvloop.run(perf(args))
+    except (PulsarError, TimeoutError, OSError) as exc:
+        print(f"pyengine perf: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print_summary(result)
+    if args.plot is not None:
+        curves = {name: latency["curve"] for name, latency in result["latency_ms"].items()}
+        plot_percentiles(curves, args.plot, f"pyengine perf {args.mode}: {result['msgs_per_s']:.0f} msg/s")
+    if args.json:
+        sys.stdout.flush()
+        print(json.dumps(result, sort_keys=True))
+    if result["errors"]:
+        print(f"pyengine perf: {result['errors']} operations failed; first: {result.get('first_error')}",
+              file=sys.stderr)
+        return 1
+    return 0

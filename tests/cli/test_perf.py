@@ -1,0 +1,187 @@
+"""`pyengine perf`: against a `pyengine serve` child process on loopback (short runs), and its
+pieces against small models: the latency recorder against a plain HDR histogram, the
+commit-to-visible matching, the argument checks."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hdrh.histogram import HdrHistogram
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.broker_process import BrokerProcess
+from pyengine.cli import main
+from pyengine.cli.perf import HIGHEST_US, SIGNIFICANT_DIGITS, CURVE_PERCENTILES, Latency, Visibility
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("perf-broker"), fsync=False,
+                       extra_args=("--num-coordinators", "2")) as process:
+        yield process
+
+
+def perf(capsys, *argv: str) -> tuple[int, dict, str]:
+    """Run `pyengine perf ARGV --json` in this process: exit code, the JSON line, stderr."""
+    code = main(["perf", *argv, "--json"])
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    return code, json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}, err
+
+
+# --- against a broker --------------------------------------------------------------------------
+
+def test_produce_reports_rate_percentiles_progress_and_a_plot(broker, capsys, tmp_path):
+    plot = tmp_path / "produce.png"
+    code, result, err = perf(capsys, "produce", "persistent://public/default/perf-produce", "--url", broker.url,
+                             "--duration", "1.5", "--size", "512", "--plot", str(plot))
+    assert code == 0, err
+    assert result["mode"] == "produce" and result["errors"] == 0 and result["size"] == 512
+    assert result["messages"] > 100
+    assert result["mb_per_s"] == pytest.approx(result["msgs_per_s"] * 512 / 1e6, rel=0.01)
+    publish = result["latency_ms"]["publish"]
+    assert publish["count"] == result["messages"]
+    assert 0 < publish["p50"] <= publish["p95"] <= publish["p99"] <= publish["p99.9"] <= publish["max"]
+    assert [p for p, _ in publish["curve"]] == list(CURVE_PERCENTILES)
+    assert "msg/s" in err and "publish p99" in err                     # the progress line
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_produce_at_a_fixed_rate_sends_that_many(broker, capsys):
+    code, result, err = perf(capsys, "produce", "persistent://public/default/perf-rate", "--url", broker.url,
+                             "--rate", "300", "--duration", "1", "--no-batching", "--quiet")
+    assert code == 0, err
+    assert 200 <= result["messages"] <= 360, result
+    assert err == ""                                                   # --quiet: no progress line
+
+
+def test_consume_receives_what_was_produced(broker, capsys):
+    topic = "persistent://public/default/perf-consume"
+    code, produced, err = perf(capsys, "produce", topic, "--url", broker.url, "--messages", "500", "--duration", "0",
+                               "--quiet")
+    assert code == 0 and produced["messages"] >= 500, err
+    code, consumed, err = perf(capsys, "consume", topic, "--url", broker.url, "--initial-position", "earliest",
+                               "--messages", str(produced["messages"]), "--duration", "20", "--quiet")
+    assert code == 0, err
+    assert consumed["messages"] == produced["messages"]
+    assert consumed["latency_ms"]["end-to-end"]["count"] == consumed["messages"]
+
+
+def test_txn_measures_end_txn_and_commit_to_visible(broker, capsys, tmp_path):
+    plot = tmp_path / "txn.png"
+    code, result, err = perf(capsys, "txn", "persistent://public/default/perf-txn", "--url", broker.url,
+                             "--messages-per-txn", "20", "--producers", "2", "--duration", "1.5",
+                             "--plot", str(plot))
+    assert code == 0, err
+    assert result["transactions"] > 0 and result["committed_not_seen"] == 0
+    assert result["messages"] == 20 * result["transactions"]
+    latencies = result["latency_ms"]
+    assert latencies["end-txn"]["count"] == result["transactions"]
+    assert latencies["commit-to-visible"]["count"] == result["transactions"]
+    assert latencies["publish"]["count"] == result["messages"]
+    assert "end-txn p99" in err
+    assert plot.exists()
+
+
+def test_an_unreachable_broker_is_a_clear_failure(capsys, unused_tcp_port):
+    code = main(["perf", "produce", "--url", f"pulsar://127.0.0.1:{unused_tcp_port}", "--duration", "1",
+                 "--operation-timeout", "1", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert err.startswith("pyengine perf: ") and "127.0.0.1" in err
+
+
+# --- malformed flags ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["produce", "--rate", "-1"], "--rate: expected a number >= 0"),
+    (["produce", "--rate", "fast"], "--rate: expected a number >= 0"),
+    (["produce", "--size", "0"], "--size: expected a whole number >= 1"),
+    (["produce", "--size", "1.5"], "--size: expected a whole number >= 1"),
+    (["produce", "--duration", "nan"], "--duration: expected a number >= 0"),
+    (["produce", "--producers", "0"], "--producers: expected a whole number >= 1"),
+    (["produce", "--url", "http://127.0.0.1:8080"], "invalid service URL"),
+    (["produce", "persistent://only-two/parts"], "invalid topic"),
+    (["txn", "--messages-per-txn", "0"], "--messages-per-txn: expected a whole number >= 1"),
+    (["consume", "--rate", "10"], "unrecognized arguments: --rate"),
+    (["consume", "--consumers", "-2"], "--consumers: expected a whole number >= 1"),
+    (["fly"], "invalid choice: 'fly'"),
+    ([], "required: MODE"),
+])
+def test_malformed_flags_exit_2_with_the_reason(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perf", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["produce", "--plot", "latency.svg"], "--plot takes a .png file"),
+    (["produce", "--plot", "/no/such/dir/latency.png"], "--plot: no directory"),
+    (["txn", "--size", "4"], "--size must be at least 8 bytes"),
+])
+def test_unusable_values_are_refused_before_connecting(argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perf", *argv, "--url", "pulsar://127.0.0.1:1"])
+    assert message in str(exit_info.value.code)
+
+
+def test_serve_refuses_an_unknown_event_loop(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYENGINE_EVENT_LOOP", "trio")
+    with pytest.raises(SystemExit, match="PYENGINE_EVENT_LOOP must be one of uvloop, asyncio, not 'trio'"):
+        main(["serve", "--data-dir", str(tmp_path), "--port", "0"])
+
+
+# --- the pieces against models -----------------------------------------------------------------
+
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=4000, allow_nan=False), min_size=1, max_size=300))
+def test_latency_percentiles_are_those_of_a_plain_hdr_histogram(seconds):
+    latency = Latency("x")
+    reference = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_DIGITS)
+    half = len(seconds) // 2
+    for i, value in enumerate(seconds):
+        latency.record(value)
+        reference.record_value(min(max(int(value * 1e6), 1), HIGHEST_US))
+        if i == half:
+            latency.roll()                  # an interval boundary in the middle changes nothing
+    latency.roll()
+    assert latency.total.get_total_count() == reference.get_total_count() == len(seconds)
+    for p in CURVE_PERCENTILES:
+        assert latency.total.get_value_at_percentile(p) == reference.get_value_at_percentile(p)
+    assert latency.total.get_max_value() == reference.get_max_value()
+
+
+def test_discarding_the_warmup_forgets_every_value():
+    latency = Latency("x")
+    for _ in range(10):
+        latency.record(0.5)
+    latency.discard()
+    latency.record(0.001)
+    latency.roll()
+    assert latency.total.get_total_count() == 1
+    assert latency.summary()["max"] == 1.0
+
+
+@given(st.lists(st.tuples(st.integers(0, 20), st.floats(0, 100, allow_nan=False),
+                          st.floats(0, 100, allow_nan=False)), unique_by=lambda t: t[0], max_size=20),
+       st.randoms(use_true_random=False))
+def test_commit_to_visible_pairs_each_commit_with_its_first_message(txns, rnd: random.Random):
+    latency = Latency("v")
+    visibility = Visibility(latency)
+    events = []
+    for number, committed, seen in txns:
+        events.append((committed, "commit", number))
+        events += [(seen + k, "message", number) for k in range(3)]     # three messages per txn
+    rnd.shuffle(events)                     # commit acks and messages race in any order
+    for at, kind, number in sorted(events, key=lambda e: e[0]) if rnd.random() < 0.5 else events:
+        (visibility.on_commit if kind == "commit" else visibility.on_message)(number, at)
+    assert visibility.measured == len(txns)
+    assert not visibility.committed
+    latency.roll()
+    assert latency.total.get_total_count() == len(txns)
