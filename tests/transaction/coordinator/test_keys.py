@@ -1,0 +1,308 @@
+"""Transaction keys on the coordinator service: epochs, fencing, persistence, one open
+transaction per key, deletion, and a stateful comparison with a small reference model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from pyengine.errors import ExpiredTransactionError, InvalidTransactionKeyError, NotAllowedError
+from pyengine.transaction import TxnAction, TxnStatus
+from pyengine.transaction.coordinator.keys import (
+    ANONYMOUS,
+    HISTORY,
+    KeyNotFoundError,
+    check_transaction_key,
+    coordinator_for,
+)
+from tests.transaction.coordinator.fakes import FakeClock, RecordingParticipants
+from tests.transaction.coordinator.helpers import ServiceHarness
+
+N = 4
+
+
+def tc(key: str, owner: str = ANONYMOUS) -> int:
+    return coordinator_for(owner, key, N)
+
+
+@pytest.fixture
+async def harness(data_dir, participants, clock):
+    h = ServiceHarness(data_dir, participants, clock, num_coordinators=N)
+    await h.start()
+    yield h
+    await h.stop()
+
+
+class Holder:
+    """Stands for a connection: records that the fence closed it."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def connect(service, key: str, presented: int = -1, holder: Holder | None = None) -> int:
+    holder = holder or Holder()
+    return await service.keys.connect(ANONYMOUS, key, tc(key), presented, holder=holder, on_fenced=holder.close)
+
+
+async def test_epochs_count_up_from_zero_and_fence_the_previous_holder(harness):
+    service = harness.service
+    first, second = Holder(), Holder()
+    assert await connect(service, "k", holder=first) == 0
+    assert await connect(service, "k", holder=second) == 1
+    assert first.closed and not second.closed
+    with pytest.raises(NotAllowedError, match="epoch 0 was fenced"):
+        await connect(service, "k", presented=0)                  # the zombie reconnecting
+    assert await connect(service, "k", presented=1, holder=second) == 2   # the holder reconnecting
+    assert not second.closed                                       # it is not fenced by itself
+    with pytest.raises(NotAllowedError):
+        await connect(service, "k", presented=7)                   # an epoch never handed out
+
+
+async def test_a_new_epoch_aborts_the_open_transaction_and_expires_its_requests(harness, participants):
+    service = harness.service
+    await connect(service, "job")
+    txn = await service.keys.new_transaction(ANONYMOUS, "job", 0, tc("job"), 60_000)
+    await service.add_produced_partitions(txn, ["persistent://t/n/out"])
+    await service.add_acked_subscriptions(txn, [("persistent://t/n/in", "sub")])
+    await connect(service, "job")
+    assert service.get(txn).status == TxnStatus.ABORTED          # at once, not after 60 s
+    assert participants.told(txn) == {"persistent://t/n/out": {TxnAction.ABORT},
+                                      ("persistent://t/n/in", "sub"): {TxnAction.ABORT}}
+    with pytest.raises(ExpiredTransactionError):
+        service.register_produced_partitions(txn, ["persistent://t/n/other"])
+    with pytest.raises(ExpiredTransactionError):
+        service.register_acked_subscriptions(txn, [("persistent://t/n/in", "sub")])
+    for action in (TxnAction.COMMIT, TxnAction.ABORT):
+        with pytest.raises(ExpiredTransactionError):
+            await service.end_transaction(txn, action)
+    assert await service.end_transaction(txn, TxnAction.ABORT, check_epoch=False) == TxnStatus.ABORTED
+    with pytest.raises(NotAllowedError):
+        await service.keys.new_transaction(ANONYMOUS, "job", 0, tc("job"), 60_000)   # old epoch
+
+
+async def test_a_transaction_committed_before_the_fence_stays_committed(harness, participants):
+    service = harness.service
+    await connect(service, "job")
+    txn = await service.keys.new_transaction(ANONYMOUS, "job", 0, tc("job"), 60_000)
+    await service.add_produced_partitions(txn, ["persistent://t/n/out"])
+    await service.end_transaction(txn, TxnAction.COMMIT)
+    await connect(service, "job")
+    assert service.get(txn).status == TxnStatus.COMMITTED
+    with pytest.raises(ExpiredTransactionError):       # still bound to the old epoch
+        await service.end_transaction(txn, TxnAction.COMMIT)
+
+
+async def test_one_open_transaction_per_key(harness):
+    service = harness.service
+    await connect(service, "k")
+    txn = await service.keys.new_transaction(ANONYMOUS, "k", 0, tc("k"), 60_000)
+    with pytest.raises(NotAllowedError, match="already has an open transaction"):
+        await service.keys.new_transaction(ANONYMOUS, "k", 0, tc("k"), 60_000)
+    await service.end_transaction(txn, TxnAction.ABORT)
+    await service.keys.new_transaction(ANONYMOUS, "k", 0, tc("k"), 60_000)
+
+
+async def test_concurrent_new_transactions_of_one_key_give_one(harness):
+    service = harness.service
+    await connect(service, "k")
+    results = await asyncio.gather(*(service.keys.new_transaction(ANONYMOUS, "k", 0, tc("k"), 60_000)
+                                     for _ in range(5)), return_exceptions=True)
+    assert sum(not isinstance(r, BaseException) for r in results) == 1
+    assert all(isinstance(r, NotAllowedError) for r in results if isinstance(r, BaseException))
+
+
+async def test_concurrent_connects_each_get_their_own_epoch(harness):
+    service = harness.service
+    holders = [Holder() for _ in range(8)]
+    epochs = await asyncio.gather(*(connect(service, "race", holder=h) for h in holders))
+    assert sorted(epochs) == list(range(8))
+    winners = [h for h, e in zip(holders, epochs) if not h.closed]
+    assert len(winners) == 1 and epochs[holders.index(winners[0])] == 7
+
+
+async def test_epochs_and_fencing_survive_a_restart(harness):
+    service = harness.service
+    for _ in range(3):
+        await connect(service, "k")
+    txn = await service.keys.new_transaction(ANONYMOUS, "k", 2, tc("k"), 60_000)
+    await connect(service, "k")                                  # epoch 3 fences txn
+    service = await harness.restart()
+    with pytest.raises(ExpiredTransactionError):
+        await service.end_transaction(txn, TxnAction.COMMIT)
+    assert await connect(service, "k") == 4
+
+
+async def test_an_open_transaction_of_a_key_is_aborted_by_a_connect_after_a_restart(harness):
+    service = harness.service
+    await connect(service, "k")
+    txn = await service.keys.new_transaction(ANONYMOUS, "k", 0, tc("k"), 60_000)
+    service = await harness.restart()
+    assert service.get(txn).status == TxnStatus.OPEN
+    assert await connect(service, "k") == 1
+    assert service.get(txn).status == TxnStatus.ABORTED
+
+
+async def test_delete_fences_the_key_and_keeps_its_epoch(harness):
+    service = harness.service
+    holder = Holder()
+    await connect(service, "gone", holder=holder)
+    txn = await service.keys.new_transaction(ANONYMOUS, "gone", 0, tc("gone"), 60_000)
+    await service.keys.delete(ANONYMOUS, "gone")
+    assert holder.closed and service.get(txn).status == TxnStatus.ABORTED
+    assert [s.key for s in service.keys.keys()] == []
+    with pytest.raises(KeyNotFoundError):
+        service.keys.find(ANONYMOUS, "gone")
+    with pytest.raises(KeyNotFoundError):
+        await service.keys.delete(ANONYMOUS, "gone")
+    with pytest.raises(NotAllowedError):
+        await connect(service, "gone", presented=0)               # its holder cannot come back
+    service = await harness.restart()
+    assert await connect(service, "gone") == 2                    # above the tombstone's epoch 1
+
+
+async def test_the_key_must_be_on_its_own_coordinator(harness):
+    wrong = (tc("k") + 1) % N
+    with pytest.raises(NotAllowedError, match=f"belongs to coordinator {tc('k')}"):
+        await harness.service.keys.connect(ANONYMOUS, "k", wrong, -1)
+
+
+@pytest.mark.parametrize("key", ["", "x" * 257, "a&b"])
+async def test_bad_keys_are_refused(harness, key):
+    with pytest.raises(InvalidTransactionKeyError):
+        await harness.service.keys.connect(ANONYMOUS, key, 0, -1)
+    with pytest.raises(InvalidTransactionKeyError):
+        check_transaction_key(key)
+
+
+def test_key_checks():
+    assert check_transaction_key("x" * 256) == "x" * 256
+    with pytest.raises(TypeError):
+        check_transaction_key(None)
+    assert coordinator_for("a", "b", 0) == 0                     # an un-partitioned assign topic
+    assert coordinator_for("a", "b", 16) == coordinator_for("a", "b", 16)
+
+
+async def test_old_bindings_beyond_the_history_are_forgotten(harness):
+    service = harness.service
+    await connect(service, "k")
+    txns = []
+    for _ in range(HISTORY + 3):
+        txn = await service.keys.new_transaction(ANONYMOUS, "k", 0, tc("k"), 60_000)
+        await service.end_transaction(txn, TxnAction.COMMIT)
+        txns.append(txn)
+    await connect(service, "k")
+    with pytest.raises(ExpiredTransactionError):
+        service.keys.check_txn(txns[-HISTORY - 1])
+    service.keys.check_txn(txns[0])                                # forgotten: no longer checked
+    assert len(service.keys.find(ANONYMOUS, "k").history) == HISTORY
+
+
+class KeyMachine(RuleBasedStateMachine):
+    """Random connects, transactions and deletes of a few keys against a model: the current
+    epoch per key, the epoch of each txn, and which txns must be expired."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+
+    @initialize(data_dir=st.just(None))
+    def start(self, data_dir) -> None:
+        import tempfile
+        from pathlib import Path
+        self.tmp = tempfile.TemporaryDirectory()
+        self.harness = ServiceHarness(Path(self.tmp.name), RecordingParticipants(), FakeClock(), num_coordinators=N,
+                                      sync=False)
+        self.loop.run_until_complete(self.harness.start())
+        self.epoch: dict[str, int] = {}            # model: current epoch (tombstones included)
+        self.deleted: set[str] = set()
+        self.txns: list[tuple[str, int, object]] = []
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    @rule(key=st.sampled_from(["a", "b"]), reconnect=st.booleans())
+    def connect(self, key, reconnect) -> None:
+        current = self.epoch.get(key, -1)
+        presented = current if reconnect and current >= 0 else -1
+        if presented >= 0 and key in self.deleted:
+            with pytest.raises(NotAllowedError):
+                self.run(connect(self.harness.service, key, presented))
+            return
+        got = self.run(connect(self.harness.service, key, presented))
+        assert got == current + 1
+        self.epoch[key] = got
+        self.deleted.discard(key)
+
+    @rule(key=st.sampled_from(["a", "b"]), stale=st.booleans())
+    def new_transaction(self, key, stale) -> None:
+        if key not in self.epoch or key in self.deleted:
+            return
+        epoch = self.epoch[key] - 1 if stale else self.epoch[key]
+        service = self.harness.service
+        open_txns = [t for k, e, t in self.txns if k == key and service.get(t).status == TxnStatus.OPEN]
+        if stale or open_txns:
+            with pytest.raises(NotAllowedError):
+                self.run(service.keys.new_transaction(ANONYMOUS, key, epoch, tc(key), 60_000))
+            return
+        txn = self.run(service.keys.new_transaction(ANONYMOUS, key, epoch, tc(key), 60_000))
+        self.txns.append((key, epoch, txn))
+
+    @rule(commit=st.booleans())
+    def end_latest(self, commit) -> None:
+        if not self.txns:
+            return
+        key, epoch, txn = self.txns[-1]
+        service = self.harness.service
+        action = TxnAction.COMMIT if commit else TxnAction.ABORT
+        if epoch < self.epoch[key]:
+            with pytest.raises(ExpiredTransactionError):
+                self.run(service.end_transaction(txn, action))
+        elif service.get(txn).status == TxnStatus.OPEN:
+            self.run(service.end_transaction(txn, action))
+
+    @rule(key=st.sampled_from(["a", "b"]))
+    def delete(self, key) -> None:
+        if key not in self.epoch or key in self.deleted:
+            with pytest.raises(KeyNotFoundError):
+                self.run(self.harness.service.keys.delete(ANONYMOUS, key))
+            return
+        self.run(self.harness.service.keys.delete(ANONYMOUS, key))
+        self.epoch[key] += 1
+        self.deleted.add(key)
+
+    @rule()
+    def restart(self) -> None:
+        self.run(self.harness.restart())
+
+    @invariant()
+    def fenced_txns_are_expired_and_not_open(self) -> None:
+        if not hasattr(self, "harness"):
+            return
+        service = self.harness.service
+        for key, epoch, txn in self.txns[-HISTORY:]:
+            if epoch < self.epoch[key]:
+                with pytest.raises(ExpiredTransactionError):
+                    service.keys.check_txn(txn)
+                assert service.get(txn).status != TxnStatus.OPEN
+            else:
+                service.keys.check_txn(txn)
+        listed = {state.key: state.epoch for state in service.keys.keys()}
+        assert listed == {k: e for k, e in self.epoch.items() if k not in self.deleted}
+
+    def teardown(self) -> None:
+        if hasattr(self, "harness"):
+            self.run(self.harness.stop())
+            self.tmp.cleanup()
+        self.loop.close()
+
+
+KeyMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=20, deadline=None)
+test_key_model = KeyMachine.TestCase
