@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from pyengine.broker.policies import ConflictError, NotFoundError
+from pyengine.metadata import BadVersionError as MetadataBadVersionError
+from pyengine.metadata import NotFoundError as MetadataNotFoundError
+from pyengine.scalable.controller import NotLeaderError
+from pyengine.scalable.layout import LayoutError, SegmentNotFoundError
 from pyengine.errors import (
     ConsumerBusyError,
     InvalidTopicNameError,
@@ -50,6 +54,11 @@ class AdminError(Exception):
 _STATUS_BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
     (InvalidTopicNameError, PRECONDITION_FAILED),        # Pulsar: "... name is not valid"
     (NotFoundError, NOT_FOUND),
+    (MetadataNotFoundError, NOT_FOUND),                  # a scalable topic that does not exist
+    (SegmentNotFoundError, NOT_FOUND),
+    (LayoutError, PRECONDITION_FAILED),                  # Pulsar: "Segment is not active or cannot be split"
+    (MetadataBadVersionError, CONFLICT),                 # exists already / changed concurrently
+    (NotLeaderError, UNAVAILABLE),                       # the controller leader is elsewhere or not elected
     (TopicNotFoundError, NOT_FOUND),
     (SubscriptionNotFoundError, NOT_FOUND),
     (TransactionNotFoundError, NOT_FOUND),

@@ -22,6 +22,7 @@ from pyengine.admin import (
     metrics,
     openapi,
     routes_namespaces,
+    routes_scalable,
     routes_subscriptions,
     routes_tenants,
     routes_topics,
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 ROUTE_TABLES = (routes_tenants.routes, routes_namespaces.routes, routes_topics.routes, routes_subscriptions.routes,
-                routes_transactions.routes, metrics.routes, openapi.routes)
+                routes_transactions.routes, routes_scalable.routes, metrics.routes, openapi.routes)
 
 
 def all_routes() -> list[Route]:

@@ -18,8 +18,10 @@ from pyengine.broker.policies import BrokerPolicies
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
 from pyengine.broker.transactions import CoordinatorRouter, V5Transactions, default_transaction_version
-from pyengine.errors import NotAllowedError, TopicNotFoundError
+from pyengine.errors import NotAllowedError, ServiceNotReadyError, TopicNotFoundError
 from pyengine.naming import TopicName
+from pyengine.scalable.segments import LocalSegments
+from pyengine.scalable.service import ScalableTopicService
 from pyengine.storage import ManagedCursor, ManagedLedger, ManagedLedgerConfig, StorageEnvironment
 from pyengine.storage.environment import DEFAULT_MAP_SIZE
 from pyengine.transaction import TxnAction
@@ -59,6 +61,10 @@ class BrokerConfig:
     txn_v5_retention_ms: int = 60_000        # finalized v5 headers are collected after this
     txn_v5_sweep_interval_ms: int = 1000     # v5 timeout and GC sweeps
     txn_v5_recheck_interval_s: float = 0.5   # re-read of expired OPEN headers (lost notifications)
+    # Scalable topics (PIP-468): a dead controller leader is replaced within the session ttl;
+    # a disconnected ordered consumer keeps its segments for the grace period (seconds).
+    scalable_session_ttl: float = 10.0
+    scalable_grace_period: float = 30.0
 
 
 class BrokerService:
@@ -75,6 +81,10 @@ class BrokerService:
         self.metadata: MetadataStore | None = None
         self.v5: V5Transactions | None = None
         self.coordinator = CoordinatorRouter(self.coordinator_v4, None)
+        # The URL clients reach this broker at (the controller leader's election value);
+        # `pyengine serve` sets it to the protocol server's address.
+        self.service_url = f"pulsar://broker-{config.broker_id}"
+        self._scalable: ScalableTopicService | None = None
         self._started = False
         self._closed = False
 
@@ -195,6 +205,19 @@ class BrokerService:
 
     # --- lifecycle ------------------------------------------------------------------------
 
+    async def scalable_topics(self) -> ScalableTopicService:
+        """The broker's scalable-topic service (started on first use, on the metadata store)."""
+        if self._scalable is None:
+            if self.metadata is None or self._closed:
+                raise ServiceNotReadyError("the broker is not started (no metadata store)")
+            # set before the first await: concurrent first calls share one service (its session
+            # is opened under its own lock)
+            self._scalable = ScalableTopicService(
+                self.metadata, LocalSegments(self, self.service_url), self.service_url,
+                session_ttl=self.config.scalable_session_ttl, grace_period=self.config.scalable_grace_period)
+        await self._scalable.start()
+        return self._scalable
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -204,6 +227,8 @@ class BrokerService:
             await self.v5.close()
         for topic in list(self.topics.values()):
             await topic.close()
+        if self._scalable is not None:
+            await self._scalable.close()
         if self.metadata is not None and self.metadata is not self.config.metadata_store:
             await self.metadata.close()
         await self.env.drain()

@@ -153,6 +153,7 @@ async def start_protocol_server(args: argparse.Namespace, service: BrokerService
     await server.start()
     components.push_async_callback(server.stop)
     endpoints["pulsar"] = f"pulsar://{args.host}:{server.port}"
+    service.service_url = endpoints["pulsar"]      # the scalable-topic controller's election value
     return server
 
 

@@ -10,6 +10,14 @@ range, split and merged by a leader-elected controller that keeps its state in t
 - service.py     ScalableTopicService: the broker's controllers, topic creation and deletion
 """
 
-from pyengine.scalable.layout import HashRange, LayoutError, SegmentInfo, SegmentLayout, SegmentState, key_hash
+from pyengine.scalable.layout import (
+    HashRange,
+    LayoutError,
+    SegmentInfo,
+    SegmentLayout,
+    SegmentNotFoundError,
+    SegmentState,
+    key_hash,
+)
 
-__all__ = ["HashRange", "LayoutError", "SegmentInfo", "SegmentLayout", "SegmentState", "key_hash"]
+__all__ = ["HashRange", "LayoutError", "SegmentInfo", "SegmentLayout", "SegmentNotFoundError", "SegmentState", "key_hash"]

@@ -36,6 +36,10 @@ class LayoutError(ValueError):
     """An invalid layout operation or metadata (unknown segment, not active, not adjacent ...)."""
 
 
+class SegmentNotFoundError(LayoutError):
+    """No segment with that id in the layout."""
+
+
 def key_hash(key: str | bytes) -> int:
     """The position of `key` in [0x0000, 0xFFFF]: Pulsar's Murmur3_32Hash modulo 65536."""
     data = key.encode() if isinstance(key, str) else bytes(key)
@@ -183,7 +187,7 @@ class SegmentLayout:
         try:
             return self.all_segments[segment_id]
         except (KeyError, TypeError):
-            raise LayoutError(f"segment {segment_id!r} not found") from None
+            raise SegmentNotFoundError(f"segment {segment_id!r} not found") from None
 
     def find_active_segment(self, hash_value: int) -> SegmentInfo:
         """The active segment whose range holds `hash_value` (producers route with it)."""

@@ -1,0 +1,183 @@
+"""Scalable topics and their segments (PIP-468), the spec's two admin resources:
+
+    /admin/v2/scalable/{tenant}/{namespace}[/{topic}[/stats|/subscriptions/{subscription}|
+                                                    /split/{segmentId}|/merge/{segmentId1}/{segmentId2}]]
+    /admin/v2/segments/{tenant}/{namespace}/{topic}/{descriptor}[/terminate]
+
+Statuses as Pulsar's ScalableTopics resource: changes answer 204, a topic that exists 409, a
+topic or segment that does not 404, a segment that cannot be split or merged (sealed, not
+adjacent, one hash value wide) and numInitialSegments < 1 412. A split or merge that reaches a
+broker that is not the controller leader answers 503 naming the leader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyengine.admin.errors import NOT_FOUND, PRECONDITION_FAILED, AdminError
+from pyengine.admin.names import namespace_name, subscription_name, topic_name
+from pyengine.admin.routing import Call, Param, Reply, RouteTable
+from pyengine.admin.schemas import DONE, NAMESPACE, STRING_LIST, SUBSCRIPTION, TENANT, TOPIC, errors
+from pyengine.naming import TopicName, parse_segment_descriptor
+from pyengine.scalable.service import ScalableTopicService
+
+routes = RouteTable("scalable topics")
+BASE = "/admin/v2/scalable/{tenant}/{namespace}"
+TOPIC_URL = BASE + "/{topic}"
+SEGMENT_URL = "/admin/v2/segments/{tenant}/{namespace}/{topic}/{descriptor}"
+TOPIC_PATH = (TENANT, NAMESPACE, TOPIC)
+SEGMENT_ID_SCHEMA = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+SEGMENT_ID = Param("segmentId", SEGMENT_ID_SCHEMA, "id of an active segment", "path", required=True)
+SEGMENT_ID1 = Param("segmentId1", SEGMENT_ID_SCHEMA, "id of an active segment", "path", required=True)
+SEGMENT_ID2 = Param("segmentId2", SEGMENT_ID_SCHEMA, "id of the adjacent active segment", "path", required=True)
+SUB = Param("subscription", SUBSCRIPTION.schema, "subscription name (URL-encoded)", "path", required=True)
+DESCRIPTOR = Param("descriptor", {"type": "string", "minLength": 1, "maxLength": 64},
+                   "{hexStart}-{hexEnd}-{segmentId}, e.g. 0000-7fff-1", "path", required=True)
+NUM_SEGMENTS = Param("numInitialSegments", {"type": "integer", "minimum": -(2**31), "maximum": 65536},
+                     "number of initial segments dividing the hash range evenly", default=1)
+PROPERTIES = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 4096}, "maxProperties": 100}
+
+HASH_RANGE = {"type": "object", "properties": {"start": {"type": "integer"}, "end": {"type": "integer"}}}
+SEGMENT_INFO = {
+    "type": "object",
+    "properties": {"segmentId": {"type": "integer"}, "hashRange": HASH_RANGE,
+                   "state": {"type": "string", "enum": ["ACTIVE", "SEALED"]},
+                   "parentIds": {"type": "array", "items": {"type": "integer"}},
+                   "childIds": {"type": "array", "items": {"type": "integer"}},
+                   "createdAtEpoch": {"type": "integer"}, "sealedAtEpoch": {"type": "integer"}},
+}
+SCALABLE_TOPIC_METADATA = {
+    "type": "object",
+    "description": "ScalableTopicMetadata: the segment DAG",
+    "properties": {"epoch": {"type": "integer"}, "nextSegmentId": {"type": "integer"},
+                   "segments": {"type": "object", "additionalProperties": SEGMENT_INFO},
+                   "properties": {"type": "object", "additionalProperties": {"type": "string"}}},
+}
+SCALABLE_TOPIC_STATS = {
+    "type": "object",
+    "description": "ScalableTopicStats: segment counts, per-segment counters, subscriptions and their consumers",
+    "properties": {"topic": {"type": "string"}, "epoch": {"type": "integer"},
+                   "activeSegmentCount": {"type": "integer"}, "sealedSegmentCount": {"type": "integer"},
+                   "segments": {"type": "object"}, "subscriptions": {"type": "object"},
+                   "controllerBrokerUrl": {"type": "string", "nullable": True}},
+}
+
+
+async def scalable(call: Call) -> ScalableTopicService:
+    return await call.service.scalable_topics()
+
+
+def requested_topic(call: Call) -> TopicName:
+    return topic_name(call["tenant"], call["namespace"], call["topic"], domain="topic")
+
+
+def requested_segment(call: Call) -> str:
+    parent = requested_topic(call)
+    start, end, segment_id = parse_segment_descriptor(call["descriptor"])
+    return str(TopicName.segment(parent, start, end, segment_id))
+
+
+def check_namespace(call: Call) -> str:
+    namespace = namespace_name(call["tenant"], call["namespace"])
+    if not call.service.policies.namespace_exists(namespace):
+        raise AdminError(NOT_FOUND, f"namespace {namespace} does not exist")
+    return namespace
+
+
+# --- scalable topics ------------------------------------------------------------------------
+
+@routes.add("GET", BASE, summary="List the scalable topics of a namespace.", params=(TENANT, NAMESPACE),
+            replies={200: Reply("topic:// names", STRING_LIST), **errors(404, 412)})
+async def list_scalable_topics(call: Call) -> list[str]:
+    return await (await scalable(call)).list_topics(check_namespace(call))
+
+
+@routes.add("PUT", TOPIC_URL, summary="Create a scalable topic with numInitialSegments equal hash ranges.",
+            params=(*TOPIC_PATH, NUM_SEGMENTS), body=PROPERTIES,
+            replies={204: DONE, **errors(400, 404, 409, 412)})
+async def create_scalable_topic(call: Call) -> None:
+    check_namespace(call)
+    count = call["numInitialSegments"]
+    if count < 1:
+        raise AdminError(PRECONDITION_FAILED, "numInitialSegments must be >= 1")
+    await (await scalable(call)).create_topic(requested_topic(call), count, call.body or {})
+
+
+@routes.add("GET", TOPIC_URL, summary="The scalable topic's metadata (its segment DAG).", params=TOPIC_PATH,
+            replies={200: Reply("ScalableTopicMetadata", SCALABLE_TOPIC_METADATA), **errors(404, 412)})
+async def get_scalable_topic_metadata(call: Call) -> dict[str, Any]:
+    return (await (await scalable(call)).get_layout(requested_topic(call))).to_metadata()
+
+
+@routes.add("DELETE", TOPIC_URL, summary="Delete a scalable topic and all its segment topics.",
+            params=(*TOPIC_PATH, Param("force", {"type": "boolean"}, "accepted as Pulsar's; segments are deleted "
+                                                                          "with their subscriptions", default=False)),
+            replies={204: DONE, **errors(404, 412)})
+async def delete_scalable_topic(call: Call) -> None:
+    await (await scalable(call)).delete_topic(requested_topic(call))
+
+
+@routes.add("GET", TOPIC_URL + "/stats", summary="Aggregated stats: segment counts, per-segment counters, "
+                                                 "subscriptions and consumers.",
+            params=TOPIC_PATH, replies={200: Reply("ScalableTopicStats", SCALABLE_TOPIC_STATS), **errors(404, 412)})
+async def get_scalable_topic_stats(call: Call) -> dict[str, Any]:
+    controller = await (await scalable(call)).controller(requested_topic(call))
+    return await controller.stats()
+
+
+@routes.add("PUT", TOPIC_URL + "/subscriptions/{subscription}",
+            summary="Create a subscription on every active segment of the scalable topic.",
+            params=(*TOPIC_PATH, SUB), replies={204: DONE, **errors(404, 405, 412, 503)})
+async def create_scalable_subscription(call: Call) -> None:
+    controller = await (await scalable(call)).leader(requested_topic(call))
+    await controller.create_subscription(subscription_name(call["subscription"]))
+
+
+@routes.add("DELETE", TOPIC_URL + "/subscriptions/{subscription}",
+            summary="Delete a subscription: its consumers are unregistered and every segment drops it.",
+            params=(*TOPIC_PATH, SUB), replies={204: DONE, **errors(404, 405, 412, 503)})
+async def delete_scalable_subscription(call: Call) -> None:
+    controller = await (await scalable(call)).leader(requested_topic(call))
+    await controller.delete_subscription(subscription_name(call["subscription"]))
+
+
+@routes.add("POST", TOPIC_URL + "/split/{segmentId}", summary="Split an active segment at the midpoint of its "
+                                                                "hash range.",
+            params=(*TOPIC_PATH, SEGMENT_ID), replies={204: DONE, **errors(400, 404, 409, 412, 503)})
+async def split_segment(call: Call) -> None:
+    await (await scalable(call)).split_segment(requested_topic(call), call["segmentId"])
+
+
+@routes.add("POST", TOPIC_URL + "/merge/{segmentId1}/{segmentId2}", summary="Merge two adjacent active segments.",
+            params=(*TOPIC_PATH, SEGMENT_ID1, SEGMENT_ID2), replies={204: DONE, **errors(400, 404, 409, 412, 503)})
+async def merge_segments(call: Call) -> None:
+    await (await scalable(call)).merge_segments(requested_topic(call), call["segmentId1"], call["segmentId2"])
+
+
+# --- segments ---------------------------------------------------------------------------------
+
+@routes.add("PUT", SEGMENT_URL, summary="Create a segment topic, with these subscriptions at Earliest.",
+            params=(*TOPIC_PATH, DESCRIPTOR), body={**STRING_LIST, "maxItems": 10_000},
+            replies={204: DONE, **errors(400, 404, 412)})
+async def create_segment(call: Call) -> None:
+    check_namespace(call)
+    segment = requested_segment(call)
+    subscriptions = [subscription_name(s) for s in call.body or []]
+    await (await scalable(call)).segments.create(segment, subscriptions)
+
+
+@routes.add("POST", SEGMENT_URL + "/terminate", summary="Terminate (seal) a segment topic: producers get "
+                                                         "TopicTerminated.",
+            params=(*TOPIC_PATH, DESCRIPTOR), replies={204: DONE, **errors(404, 412)})
+async def terminate_segment(call: Call) -> None:
+    await (await scalable(call)).segments.terminate(requested_segment(call))
+
+
+@routes.add("DELETE", SEGMENT_URL, summary="Delete a segment topic and its ledger.",
+            params=(*TOPIC_PATH, DESCRIPTOR), replies={204: DONE, **errors(404, 412)})
+async def delete_segment(call: Call) -> None:
+    segment = requested_segment(call)
+    segments = (await scalable(call)).segments
+    if not await segments.exists(segment):
+        raise AdminError(NOT_FOUND, f"segment topic {segment} does not exist")
+    await segments.delete(segment)

@@ -1,0 +1,117 @@
+"""The scalable-topic and segment admin REST resources, exactly as the spec's tables, with
+Pulsar's statuses for each refusal and malformed input."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyengine.admin.server import all_routes
+from tests.admin.conftest import Api, api, client, server, service  # noqa: F401  (fixtures)
+from tests.broker.helpers import drain
+
+S = "/admin/v2/scalable/public/default"
+G = "/admin/v2/segments/public/default"
+
+
+def test_the_spec_tables_are_the_route_table():
+    paths = {(r.method, r.path) for r in all_routes() if r.path.startswith(("/admin/v2/scalable", "/admin/v2/segments"))}
+    assert paths == {
+        ("GET", "/admin/v2/scalable/{tenant}/{namespace}"),
+        ("PUT", "/admin/v2/scalable/{tenant}/{namespace}/{topic}"),
+        ("GET", "/admin/v2/scalable/{tenant}/{namespace}/{topic}"),
+        ("DELETE", "/admin/v2/scalable/{tenant}/{namespace}/{topic}"),
+        ("GET", "/admin/v2/scalable/{tenant}/{namespace}/{topic}/stats"),
+        ("PUT", "/admin/v2/scalable/{tenant}/{namespace}/{topic}/subscriptions/{subscription}"),
+        ("DELETE", "/admin/v2/scalable/{tenant}/{namespace}/{topic}/subscriptions/{subscription}"),
+        ("POST", "/admin/v2/scalable/{tenant}/{namespace}/{topic}/split/{segmentId}"),
+        ("POST", "/admin/v2/scalable/{tenant}/{namespace}/{topic}/merge/{segmentId1}/{segmentId2}"),
+        ("PUT", "/admin/v2/segments/{tenant}/{namespace}/{topic}/{descriptor}"),
+        ("POST", "/admin/v2/segments/{tenant}/{namespace}/{topic}/{descriptor}/terminate"),
+        ("DELETE", "/admin/v2/segments/{tenant}/{namespace}/{topic}/{descriptor}"),
+    }
+
+
+async def test_scalable_topic_lifecycle(api: Api, service):
+    assert (await api.put(f"{S}/orders?numInitialSegments=2", {"team": "a"})).status == 204
+    assert (await api.put(f"{S}/orders")).status == 409
+    assert (await api.get(S)).body == ["topic://public/default/orders"]
+    metadata = (await api.get(f"{S}/orders")).body
+    assert metadata["epoch"] == 0 and metadata["properties"] == {"team": "a"}
+    assert metadata["segments"]["1"]["hashRange"] == {"start": 32768, "end": 65535}
+    assert (await api.put(f"{S}/orders/subscriptions/sub")).status == 204
+    assert (await api.post(f"{S}/orders/split/0")).status == 204
+    assert (await api.post(f"{S}/orders/merge/3/1")).status == 204
+    metadata = (await api.get(f"{S}/orders")).body
+    assert metadata["epoch"] == 2 and metadata["segments"]["4"]["parentIds"] == [3, 1]
+    stats = (await api.get(f"{S}/orders/stats")).body
+    assert stats["activeSegmentCount"] == 2 and stats["sealedSegmentCount"] == 3
+    assert stats["controllerBrokerUrl"] == service.service_url
+    assert stats["segments"]["4"]["subscriptions"] == {"sub": {"msgBacklog": 0}}
+    assert (await api.delete(f"{S}/orders/subscriptions/sub")).status == 204
+    assert (await api.delete(f"{S}/orders/subscriptions/sub")).status == 404
+    assert (await api.delete(f"{S}/orders")).status == 204
+    assert (await api.get(f"{S}/orders")).status == 404
+    assert (await api.get(S)).body == []
+    assert not [t for t in service.list_topics() if t.startswith("segment://")]
+
+
+async def test_split_and_merge_refusals(api: Api):
+    await api.put(f"{S}/t?numInitialSegments=3")
+    assert (await api.post(f"{S}/t/split/9")).status == 404             # no such segment
+    assert (await api.post(f"{S}/missing/split/0")).status == 404       # no such topic
+    assert (await api.post(f"{S}/t/merge/0/2")).status == 412           # not adjacent
+    assert (await api.post(f"{S}/t/merge/0/0")).status == 412
+    assert (await api.post(f"{S}/t/split/0")).status == 204
+    assert (await api.post(f"{S}/t/split/0")).status == 412             # sealed
+    assert (await api.post(f"{S}/t/split/-1")).status == 400
+    assert (await api.post(f"{S}/t/split/x")).status == 400
+    assert (await api.post(f"{S}/t/split/99999999999999999999")).status == 400
+    assert (await api.post(f"{S}/t/merge/1")).status == 404             # no such path
+    assert (await api.get(f"{S}/t/split/1")).status == 405
+    assert (await api.get(f"{S}/t")).body["epoch"] == 1                  # refusals changed nothing
+
+
+async def test_malformed_input(api: Api):
+    assert (await api.put(f"{S}/t?numInitialSegments=0")).status == 412      # Pulsar: must be >= 1
+    assert (await api.put(f"{S}/t?numInitialSegments=-5")).status == 412
+    assert (await api.put(f"{S}/t?numInitialSegments=70000")).status == 400
+    assert (await api.put(f"{S}/t?numInitialSegments=two")).status == 400
+    assert (await api.put(f"{S}/t", raw="{not json")).status == 400
+    assert (await api.put(f"{S}/t", [1, 2])).status == 400                  # properties are an object
+    assert (await api.put(f"{S}/t", {"a": 1})).status == 400                # of strings
+    assert (await api.put("/admin/v2/scalable/public/nowhere/t")).status == 404
+    assert (await api.get("/admin/v2/scalable/public/nowhere")).status == 404
+    assert (await api.put(f"{S}/%20padded")).status == 412
+    assert (await api.put(f"{S}/a%2Fb")).status == 412                      # '/' in a scalable topic name
+    assert (await api.get(S)).body == []
+    await api.put(f"{S}/t")
+    assert (await api.put(f"{S}/t/subscriptions/%20")).status == 412
+    assert (await api.get(f"{S}/missing/stats")).status == 404
+    assert (await api.delete(f"{S}/missing")).status == 404
+
+
+async def test_segments_resource(api: Api, service, client):
+    segment = "segment://public/default/raw/0000-7fff-1"
+    assert (await api.put(f"{G}/raw/0000-7FFF-1", ["a", "b"])).status == 204     # hex case-insensitive
+    topic = await service.get_topic(segment, create=False)
+    assert sorted(topic.subscriptions) == ["a", "b"]
+    producer = await client.create_producer(segment)
+    await producer.send(b"m")
+    consumer = await client.subscribe(segment, "a")
+    assert [m.data for m in await drain(consumer)] == [b"m"]                    # cursor at Earliest
+    assert (await api.post(f"{G}/raw/0000-7fff-1/terminate")).status == 204
+    assert (await api.post(f"{G}/raw/0000-7fff-1/terminate")).status == 204    # idempotent
+    assert topic.ledger.terminated_at is not None
+    await consumer.close()
+    await producer.close()
+    assert (await api.delete(f"{G}/raw/0000-7fff-1")).status == 204
+    assert not service.topic_exists(segment)
+    assert (await api.delete(f"{G}/raw/0000-7fff-1")).status == 404
+    assert (await api.post(f"{G}/raw/0000-7fff-1/terminate")).status == 404
+    for bad in ("0000-7fff", "7fff-0000-1", "00000-7fff-1", "0000-7fff-01", "zzzz-7fff-1", "0000-7fff-1-2"):
+        assert (await api.put(f"{G}/raw/{bad}")).status == 412, bad
+    assert (await api.put(f"{G}/raw/0000-7fff-2", {"a": 1})).status == 400       # body: a list of names
+    assert (await api.put(f"{G}/raw/0000-7fff-2", [""])).status == 412
+    assert (await api.put(f"{G}/raw/0000-7fff-2", ["x\n"])).status == 412
+    assert (await api.put("/admin/v2/segments/public/nowhere/raw/0000-7fff-2")).status == 404
+    assert not [t for t in service.list_topics() if t.endswith("-2")]
