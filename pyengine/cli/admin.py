@@ -8,6 +8,9 @@
     pyengine admin transactions coordinator-stats
     pyengine admin transactions get-metadata 0 12
     pyengine admin transactions abort 0 12
+    pyengine admin scalable create topic://public/default/orders -n 4
+    pyengine admin scalable split-segment topic://public/default/orders 0
+    pyengine admin segments terminate segment://public/default/orders/0000-3fff-0
 
 A reply with a body is printed as JSON; a failure prints the server's reason to stderr and
 exits with 1.
@@ -57,6 +60,36 @@ def topic_path(topic: str) -> str:
     if name.domain != "persistent":
         raise AdminCallError(f"only persistent:// topics have admin resources, not {topic}")
     return f"{_quote(name.tenant)}/{_quote(name.namespace)}/{_quote(name.local_name)}"
+
+
+def scalable_path(topic: str) -> str:
+    """`tenant/namespace/topic` of a scalable topic (`topic://tenant/ns/topic` or `tenant/ns/topic`)."""
+    try:
+        name = TopicName.parse(topic if "://" in topic else f"topic://{topic}")
+    except InvalidTopicNameError as exc:
+        raise AdminCallError(str(exc)) from None
+    if not name.is_scalable:
+        raise AdminCallError(f"a scalable topic is topic://tenant/namespace/topic, not {topic}")
+    return f"{_quote(name.tenant)}/{_quote(name.namespace)}/{_quote(name.local_name)}"
+
+
+def segment_path(segment: str) -> str:
+    """`tenant/namespace/topic/descriptor` of `segment://tenant/ns/topic/{hexStart}-{hexEnd}-{id}`."""
+    try:
+        name = TopicName.parse(segment)
+    except InvalidTopicNameError as exc:
+        raise AdminCallError(str(exc)) from None
+    if not name.is_segment:
+        raise AdminCallError(f"a segment is segment://tenant/namespace/topic/{{hexStart}}-{{hexEnd}}-{{id}}, "
+                             f"not {segment}")
+    return f"{scalable_path(str(name.scalable_topic))}/{name.segment_descriptor}"
+
+
+def properties(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, not {text!r}")
+    return key, value
 
 
 def namespace_path(namespace: str) -> str:
@@ -118,6 +151,11 @@ MOST = (("most_bits",), {"type": int, "help": "txn id most significant bits (coo
 LEAST = (("least_bits",), {"type": int, "help": "txn id least significant bits"})
 COORDINATOR = (("-c", "--coordinator-id"), {"type": int, "help": "only this coordinator"})
 ENABLE = (("--enable",), {"action": "store_true", "help": "enable (default: disable)"})
+SCALABLE = (("topic",), {"help": "scalable topic, e.g. topic://public/default/t"})
+SEGMENT = (("segment",), {"help": "segment topic, e.g. segment://public/default/t/0000-7fff-1"})
+SEGMENT_ID = (("segment_id",), {"type": int, "help": "segment id"})
+SCALABLE_V2 = V2 + "/scalable"
+SEGMENTS_V2 = V2 + "/segments"
 
 COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
     ("tenants", "list", (), "list the tenants", (), lambda a: ("GET", f"{V2}/tenants", None)),
@@ -191,6 +229,38 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{_topic(a)}/deduplicationEnabled", a.enable)),
     ("topics", "remove-deduplication", (), "remove the topic's de-duplication policy", (TOPIC,),
      lambda a: ("DELETE", f"{_topic(a)}/deduplicationEnabled", None)),
+
+    ("scalable", "list", (), "list the scalable topics of a namespace", (NAMESPACE,),
+     lambda a: ("GET", f"{SCALABLE_V2}/{namespace_path(a.namespace)}", None)),
+    ("scalable", "create", (), "create a scalable topic",
+     (SCALABLE, (("-n", "--num-segments"), {"type": int, "default": 1, "help": "initial segments (default 1)"}),
+      (("-p", "--property"), {"type": properties, "action": "append", "default": [], "help": "key=value"})),
+     lambda a: ("PUT", f"{SCALABLE_V2}/{scalable_path(a.topic)}" + _query(numInitialSegments=a.num_segments),
+                dict(a.property))),
+    ("scalable", "get-metadata", ("metadata",), "show the segment DAG", (SCALABLE,),
+     lambda a: ("GET", f"{SCALABLE_V2}/{scalable_path(a.topic)}", None)),
+    ("scalable", "delete", (), "delete a scalable topic and its segments", (SCALABLE, FORCE),
+     lambda a: ("DELETE", f"{SCALABLE_V2}/{scalable_path(a.topic)}" + _query(force=a.force or None), None)),
+    ("scalable", "stats", (), "show a scalable topic's stats", (SCALABLE,),
+     lambda a: ("GET", f"{SCALABLE_V2}/{scalable_path(a.topic)}/stats", None)),
+    ("scalable", "create-subscription", (), "create a subscription on every active segment",
+     (SCALABLE, SUBSCRIPTION),
+     lambda a: ("PUT", f"{SCALABLE_V2}/{scalable_path(a.topic)}/subscriptions/{_quote(a.subscription)}", None)),
+    ("scalable", "delete-subscription", (), "delete a subscription", (SCALABLE, SUBSCRIPTION),
+     lambda a: ("DELETE", f"{SCALABLE_V2}/{scalable_path(a.topic)}/subscriptions/{_quote(a.subscription)}", None)),
+    ("scalable", "split-segment", ("split",), "split an active segment at its midpoint", (SCALABLE, SEGMENT_ID),
+     lambda a: ("POST", f"{SCALABLE_V2}/{scalable_path(a.topic)}/split/{a.segment_id}", None)),
+    ("scalable", "merge-segments", ("merge",), "merge two adjacent active segments",
+     (SCALABLE, (("segment_id1",), {"type": int}), (("segment_id2",), {"type": int})),
+     lambda a: ("POST", f"{SCALABLE_V2}/{scalable_path(a.topic)}/merge/{a.segment_id1}/{a.segment_id2}", None)),
+
+    ("segments", "create", (), "create a segment topic with subscriptions at Earliest",
+     (SEGMENT, (("-s", "--subscription"), {"action": "append", "default": [], "help": "repeatable"})),
+     lambda a: ("PUT", f"{SEGMENTS_V2}/{segment_path(a.segment)}", a.subscription)),
+    ("segments", "terminate", (), "terminate (seal) a segment topic", (SEGMENT,),
+     lambda a: ("POST", f"{SEGMENTS_V2}/{segment_path(a.segment)}/terminate", None)),
+    ("segments", "delete", (), "delete a segment topic", (SEGMENT,),
+     lambda a: ("DELETE", f"{SEGMENTS_V2}/{segment_path(a.segment)}", None)),
 
     ("transactions", "coordinator-stats", (), "show the transaction coordinators' stats", (COORDINATOR,),
      lambda a: ("GET", f"{TXN}/coordinatorStats" + _query(coordinatorId=a.coordinator_id), None)),
