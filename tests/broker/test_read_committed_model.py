@@ -70,6 +70,26 @@ class Model:
 
 
 class ReadCommittedMachine(RuleBasedStateMachine):
+    """Subclasses run the same model against another transaction design (v5 in
+    tests/transaction/v5/test_read_committed_model.py) through the hooks below."""
+
+    topic = TOPIC
+
+    async def new_txn(self, timeout: int) -> EmbeddedTransaction:
+        return await self.broker.new_transaction(timeout_ms=timeout)
+
+    async def settle(self) -> None:
+        """Wait until the decisions taken so far are applied by every participant."""
+
+    async def expire(self) -> None:
+        """The coordinator aborts the txns whose timeout has passed."""
+        coordinator = self.broker.service.coordinator
+        coordinator.poll_timeouts()
+        await coordinator.wait_for_endings()
+
+    async def ended(self, handle: EmbeddedTransaction) -> bool:
+        return self.broker.service.coordinator.get(handle.txn_id).status.outcome is not None
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -92,8 +112,8 @@ class ReadCommittedMachine(RuleBasedStateMachine):
     async def _open(self) -> None:
         self.stack = Broker.embedded(self.dir, sync=False, clock=lambda: self.now_ms)
         self.broker = await self.stack.__aenter__()
-        self.producer = await self.broker.create_producer(TOPIC)
-        self.consumer = await self.broker.subscribe(TOPIC, SUB, consumer_type="shared",
+        self.producer = await self.broker.create_producer(self.topic)
+        self.consumer = await self.broker.subscribe(self.topic, SUB, consumer_type="shared",
                                                     initial_position="earliest", receiver_queue_size=100_000)
 
     async def _close(self) -> None:
@@ -120,7 +140,7 @@ class ReadCommittedMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.open_txns()) < 3)
     @rule(timeout=st.sampled_from([60_000, 60_000, 1_000]))
     def begin(self, timeout) -> None:
-        handle = self.run(self.broker.new_transaction(timeout_ms=timeout))
+        handle = self.run(self.new_txn(timeout))
         label = len(self.model.txns)
         self.model.txns[label] = "open"
         self.handles[label] = handle
@@ -177,16 +197,10 @@ class ReadCommittedMachine(RuleBasedStateMachine):
         """Two seconds pass: transactions opened with a 1 s timeout are aborted by their
         coordinator, the 60 s ones stay open; a commit of a timed-out one is refused."""
         self.now_ms += 2_000
-        coordinator = self.broker.service.coordinator
-
-        async def expire():
-            coordinator.poll_timeouts()
-            await coordinator.wait_for_endings()
-
-        self.run(expire())
+        self.run(self.expire())
         for txn in self.open_txns():
             handle = self.handles[txn]
-            if coordinator.get(handle.txn_id).status.outcome is not None:
+            if self.run(self.ended(handle)):
                 self.model.end(txn, False)
                 expected = TransactionConflictError if txn in self.model.doomed else InvalidTxnStatusError
                 try:
@@ -215,6 +229,7 @@ class ReadCommittedMachine(RuleBasedStateMachine):
     def engine_agrees_with_the_model(self) -> None:
         if self.stack is None:
             return
+        self.run(self.settle())
 
         async def redeliver_and_drain():
             await self.consumer.redeliver_unacknowledged_messages()
@@ -230,7 +245,7 @@ class ReadCommittedMachine(RuleBasedStateMachine):
         assert sorted(received) == sorted(self.model.deliverable()), (received, self.model)
         # What is acknowledged: the model's acks; entries of aborted txns before the read horizon
         # are acknowledged by the dispatcher (never backlog), beyond it they are not yet known.
-        subscription = self.broker.service.topics[TOPIC].subscriptions[SUB]
+        subscription = self.broker.service.topics[self.topic].subscriptions[SUB]
         horizon = self.model.horizon()
         for index, message in enumerate(self.model.messages):
             acked = subscription.cursor.is_acked(self.ids[message.label].position)
