@@ -167,7 +167,9 @@ class PyengineReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         for flt in filters:
-            column = flt.attribute[0] if len(flt.attribute) == 1 else None
+            # Not (and any filter over several columns) has no single attribute: Spark keeps it.
+            attribute = getattr(flt, "attribute", ())
+            column = attribute[0] if len(attribute) == 1 else None
             if column == "topic" and self._push_topic(flt):
                 continue
             if column == "ledger_id" and self.ledger_bounds.push(flt):
