@@ -46,6 +46,7 @@ from pyengine.protocol.commands import BODY_FIELD, ProtocolError, parse_command
 from pyengine.protocol.network_consumer import NetworkConsumer
 from pyengine.protocol.network_producer import NetworkProducer
 from pyengine.protocol.transactions import TransactionCommands, txn_id
+from pyengine.protocol.scalable import ScalableTopicCommands
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position, TxnId
 
@@ -104,6 +105,7 @@ class ServerConnection(asyncio.Protocol):
         self.producers: dict[int, NetworkProducer] = {}
         self.consumers: dict[int, NetworkConsumer] = {}
         self.txn = TransactionCommands(self)
+        self.scalable = ScalableTopicCommands(self)
         self._decoder = FrameDecoder(max_frame_size=server.max_frame_size, checksum_errors="report")
         self._creating: set[tuple[str, int]] = set()
         self._recently_closed_producers: set[int] = set()
@@ -274,6 +276,7 @@ class ServerConnection(asyncio.Protocol):
             self._release_consumer(consumer)
         self.consumers.clear()
         self.txn.connection_closed()           # its transaction-key epochs are no longer held
+        self.scalable.connection_closed()
         self.server.connection_closed(self)
 
     async def shutdown(self, timeout: float) -> None:
@@ -866,4 +869,6 @@ _HANDLERS: dict[int, Callable[[ServerConnection, Any, Any], None]] = {
     BaseCommand.END_TXN: _txn_handler(TransactionCommands.end_txn),
     BaseCommand.END_TXN_ON_PARTITION: _txn_handler(TransactionCommands.end_txn_on_partition),
     BaseCommand.END_TXN_ON_SUBSCRIPTION: _txn_handler(TransactionCommands.end_txn_on_subscription),
+    BaseCommand.SCALABLE_TOPIC_LOOKUP: lambda connection, body, frame: connection._spawn(connection.scalable.lookup(body)),
+    BaseCommand.SCALABLE_TOPIC_CLOSE: lambda connection, body, frame: connection.scalable.close_session(body),
 }

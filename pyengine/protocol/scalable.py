@@ -1,0 +1,108 @@
+"""Scalable-topic DAG watch sessions on the wire (PIP-468, commands 70-72).
+
+SCALABLE_TOPIC_LOOKUP{session_id, topic} opens a session (any broker serves it, from the
+metadata store); the broker answers SCALABLE_TOPIC_UPDATE{session_id, dag} with the whole DAG
+and pushes another on every layout or controller change. A session id already open on the
+connection, a malformed name or a topic that does not exist is answered by one update with
+`error` (and the session is not opened). SCALABLE_TOPIC_CLOSE{session_id} closes it (nothing
+is answered; an unknown id is ignored, as Pulsar ignores closing what is not open); closing
+the connection closes all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from pyengine.errors import InvalidTopicNameError, NotAllowedError, TopicNotFoundError, to_pulsar_error
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.replies import encode_command
+from pyengine.scalable.layout import SegmentLayout
+from pyengine.scalable.resources import ScalableTopicNotFoundError
+from pyengine.scalable.service import scalable_topic_name
+from pyengine.scalable.watch import DagWatchSession
+from pyengine.scalable.wire import layout_to_dag
+
+if TYPE_CHECKING:
+    from pyengine.protocol.connection import ServerConnection
+
+log = logging.getLogger(__name__)
+BaseCommand = pb.BaseCommand
+MAX_SESSIONS_PER_CONNECTION = 1000
+
+
+def scalable_topic_update(session_id: int, layout: SegmentLayout | None = None, controller_url: str | None = None,
+                          segment_brokers: dict[int, str] | None = None, *, error: int | None = None,
+                          message: str = "") -> bytes:
+    cmd = BaseCommand(type=BaseCommand.SCALABLE_TOPIC_UPDATE)
+    body = cmd.scalableTopicUpdate
+    body.session_id = session_id
+    if layout is not None:
+        layout_to_dag(layout, controller_url, segment_brokers or {}, body.dag)
+    if error is not None:
+        body.error = error
+        body.message = message
+    return encode_command(cmd.SerializeToString())
+
+
+class ScalableTopicCommands:
+    """The DAG watch sessions of one connection."""
+
+    def __init__(self, connection: ServerConnection) -> None:
+        self.connection = connection
+        self.sessions: dict[int, DagWatchSession | None] = {}     # None: opening
+
+    async def lookup(self, body: pb.CommandScalableTopicLookup) -> None:
+        session_id = body.session_id
+        if session_id in self.sessions:
+            self._refuse(session_id, NotAllowedError(f"DAG watch session {session_id} is already open"))
+            return
+        if len(self.sessions) >= MAX_SESSIONS_PER_CONNECTION:
+            self._refuse(session_id, NotAllowedError(f"at most {MAX_SESSIONS_PER_CONNECTION} DAG watch sessions "
+                                                     "per connection"))
+            return
+        self.sessions[session_id] = None
+        try:
+            topic = scalable_topic_name(body.topic)
+            if "://" not in body.topic:
+                raise InvalidTopicNameError(f"a scalable topic is named topic://tenant/namespace/topic, "
+                                            f"not {body.topic!r}")
+            service = await self.connection.service.scalable_topics()
+            segments = service.segments
+
+            def push(layout: SegmentLayout, controller_url: str | None) -> None:
+                if session_id in self.sessions:         # (the first update comes while opening)
+                    brokers = {s.segment_id: segments.broker_url(s.topic_name(topic)) for s in layout.active_segments}
+                    self.connection.write(scalable_topic_update(session_id, layout, controller_url, brokers))
+
+            def ended(error: BaseException) -> None:
+                if self.sessions.pop(session_id, None) is not None:
+                    self._refuse(session_id, error)
+
+            session = DagWatchSession(service.resources, topic, push, ended)
+            await session.start()
+        except Exception as exc:
+            self.sessions.pop(session_id, None)
+            self._refuse(session_id, exc)
+            return
+        if session_id in self.sessions and not self.connection.closed and not session.ended:
+            self.sessions[session_id] = session
+        else:
+            session.close()
+
+    def close_session(self, body: pb.CommandScalableTopicClose) -> None:
+        session = self.sessions.pop(body.session_id, None)
+        if session is not None:
+            session.close()
+
+    def _refuse(self, session_id: int, exc: BaseException) -> None:
+        if isinstance(exc, ScalableTopicNotFoundError):
+            exc = TopicNotFoundError(str(exc))
+        error = to_pulsar_error(exc)
+        self.connection.write(scalable_topic_update(session_id, error=error.server_error, message=str(error)))
+
+    def connection_closed(self) -> None:
+        for session in self.sessions.values():
+            if session is not None:
+                session.close()
+        self.sessions.clear()

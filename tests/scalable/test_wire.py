@@ -1,0 +1,79 @@
+"""DAG watch sessions over the binary protocol (commands 70-72), with a raw wire client."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.scalable.wire import dag_to_layout
+from tests.protocol.conftest import client, connect, server, service  # noqa: F401  (fixtures)
+
+T = "topic://public/default/orders"
+
+
+async def test_lookup_pushes_the_dag_then_every_change(client, service):
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 2)
+    client.send("SCALABLE_TOPIC_LOOKUP", session_id=7, topic=T)
+    first = await client.expect("SCALABLE_TOPIC_UPDATE")
+    assert first.session_id == 7 and not first.HasField("error")
+    layout, controller, brokers = dag_to_layout(first.dag)
+    assert layout.epoch == 0 and [s.segment_id for s in layout.active_segments] == [0, 1]
+    assert brokers == {0: service.service_url, 1: service.service_url}
+    await scalable.split_segment(T, 1)            # elects this broker, then splits
+    seen = []
+    while not seen or seen[-1][0].epoch < 1:
+        update = await client.expect("SCALABLE_TOPIC_UPDATE")
+        seen.append(dag_to_layout(update.dag)[:2])
+    assert seen[-1][1] == service.service_url                   # the leader, once elected
+    assert [s.segment_id for s in seen[-1][0].active_segments] == [0, 2, 3]
+    assert first.dag.segments[0].state == pb.SEGMENT_ACTIVE
+    client.send("SCALABLE_TOPIC_CLOSE", session_id=7)
+    await scalable.split_segment(T, 0)
+    await client.no_command(0.3)                                  # closed: nothing more
+
+
+async def test_refusals_are_updates_with_an_error(client, service):
+    scalable = await service.scalable_topics()
+    client.send("SCALABLE_TOPIC_LOOKUP", session_id=1, topic="topic://public/default/missing")
+    reply = await client.expect("SCALABLE_TOPIC_UPDATE")
+    assert reply.session_id == 1 and reply.error == pb.TopicNotFound and not reply.HasField("dag")
+    for bad in ("persistent://public/default/x", "segment://public/default/x/0000-ffff-0", "a/b/c/d", "",
+                "public/default/orders"):
+        client.send("SCALABLE_TOPIC_LOOKUP", session_id=2, topic=bad)
+        reply = await client.expect("SCALABLE_TOPIC_UPDATE")
+        assert reply.error == pb.InvalidTopicName, bad
+    await scalable.create_topic(T)
+    client.send("SCALABLE_TOPIC_LOOKUP", session_id=3, topic=T)
+    assert not (await client.expect("SCALABLE_TOPIC_UPDATE")).HasField("error")
+    client.send("SCALABLE_TOPIC_LOOKUP", session_id=3, topic=T)       # the id is in use
+    reply = await client.expect("SCALABLE_TOPIC_UPDATE")
+    assert reply.error == pb.NotAllowedError and "already open" in reply.message
+    client.send("SCALABLE_TOPIC_CLOSE", session_id=99)                 # unknown: ignored
+    await client.no_command(0.2)
+    # the topic is deleted: the session ends with an error
+    await scalable.delete_topic(T)
+    reply = await client.expect("SCALABLE_TOPIC_UPDATE")
+    assert reply.session_id == 3 and reply.error == pb.TopicNotFound
+
+
+async def test_sessions_end_with_their_connection(server, service, connect):
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T)
+    one = await connect(server.port)
+    one.send("SCALABLE_TOPIC_LOOKUP", session_id=1, topic=T)
+    await one.expect("SCALABLE_TOPIC_UPDATE")
+    await one.close()
+    other = await connect(server.port)
+    other.send("SCALABLE_TOPIC_LOOKUP", session_id=1, topic=T)
+    await other.expect("SCALABLE_TOPIC_UPDATE")
+    await scalable.split_segment(T, 0)
+    while dag_to_layout((await other.expect("SCALABLE_TOPIC_UPDATE")).dag)[0].epoch < 1:
+        pass
+    watches = len(service.metadata._watches)
+    await other.close()
+    for _ in range(100):                               # the server closes the session's watch
+        if len(service.metadata._watches) < watches:
+            break
+        await asyncio.sleep(0.02)
+    assert len(service.metadata._watches) == watches - 1
