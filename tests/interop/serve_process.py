@@ -13,13 +13,16 @@ The broker's stderr goes to `serve.log` beside the data dir; a failure to start 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
@@ -78,6 +81,15 @@ class ServeProcess:
         self.port = int(_find(r"pulsar=pulsar://[^\s]*:(\d+)", self.ready_line))
         self.http_port = int(_find(r"http=http://[^\s]*:(\d+)", self.ready_line))
         return self
+
+    def admin(self, method: str, path: str, body: Any = None) -> Any:
+        """One admin REST call: the decoded JSON reply (None when empty); an HTTP error raises."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.http_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            text = reply.read()
+        return json.loads(text) if text else None
 
     def log_tail(self, lines: int = 30) -> str:
         if not self.log_path.exists():

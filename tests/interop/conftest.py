@@ -1,0 +1,36 @@
+"""One `pyengine serve` child process per test module, on loopback, and official-client helpers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+
+from tests.interop.serve_process import ServeProcess
+
+# The C++ client logs every connection at INFO; only its errors are worth reading in a test.
+QUIET = logging.getLogger("pulsar-client")
+QUIET.setLevel(logging.ERROR)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    process = ServeProcess(tmp_path_factory.mktemp("interop") / "data", "--num-coordinators", "2")
+    process.start()
+    try:
+        yield process
+    finally:
+        code = process.stop()
+        assert code in (0, None), f"pyengine serve exited with {code}:\n{process.log_tail()}"
+
+
+@pytest.fixture
+def official(broker: ServeProcess) -> Iterator[pulsar.Client]:
+    """An official `pulsar-client` Client on the module's broker, closed after the test."""
+    client = pulsar.Client(broker.url, logger=QUIET, operation_timeout_seconds=10)
+    try:
+        yield client
+    finally:
+        client.close()
