@@ -28,6 +28,10 @@ Ours (`pyengine_` prefix), for what Pulsar does not export:
   {subscription}`: entries reserved by open transactions' individual acknowledgements, and how
   many transactions hold acknowledgements.
 
+Transaction keys (pip-transaction-key-fencing; see `routes_transaction_keys`):
+`pulsar_txn_transaction_key_count`, `pulsar_txn_transaction_key_epoch{transaction_key}`,
+`pulsar_txn_transaction_key_age{transaction_key}` (summary).
+
 Only loaded topics are reported: the broker loads a topic when it is used.
 """
 
@@ -40,6 +44,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pyengine.admin.routes_transaction_keys import transaction_key_metrics
 from pyengine.admin.routing import Call, Reply, RouteTable
 from pyengine.broker.service import BrokerService
 from pyengine.transaction import TxnStatus
@@ -60,6 +65,7 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._coordinator_metrics()
+        yield from transaction_key_metrics(self.service)
         yield from self._topic_metrics()
 
     def _coordinator_metrics(self) -> Iterator[Metric]:

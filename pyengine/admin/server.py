@@ -26,6 +26,7 @@ from pyengine.admin import (
     routes_subscriptions,
     routes_tenants,
     routes_topics,
+    routes_transaction_keys,
     routes_transactions,
 )
 from pyengine.admin.errors import INTERNAL_ERROR, AdminError, error_response, status_of
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 ROUTE_TABLES = (routes_tenants.routes, routes_namespaces.routes, routes_topics.routes, routes_subscriptions.routes,
-                routes_transactions.routes, routes_scalable.routes, metrics.routes, openapi.routes)
+                routes_transactions.routes, routes_transaction_keys.routes, routes_scalable.routes, metrics.routes,
+                openapi.routes)
 
 
 def all_routes() -> list[Route]:

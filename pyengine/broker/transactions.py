@@ -103,8 +103,11 @@ class CoordinatorRouter:
     async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
         await self._for(txn).add_acked_subscriptions(txn, subscriptions)
 
-    async def end_transaction(self, txn: TxnId, action: TxnAction) -> TxnStatus:
-        return await self._for(txn).end_transaction(txn, action)
+    async def end_transaction(self, txn: TxnId, action: TxnAction, *, check_epoch: bool = True) -> TxnStatus:
+        if check_txn(txn).most_bits == V5_COORDINATOR_ID:
+            return await self.v5.end_transaction(txn, action)
+        # check_epoch: transaction keys are v4's (the admin's force-abort turns the check off)
+        return await self.v4.end_transaction(txn, action, check_epoch=check_epoch)
 
     def get(self, txn: TxnId):
         if check_txn(txn).most_bits == V5_COORDINATOR_ID:

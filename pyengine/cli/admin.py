@@ -8,6 +8,7 @@
     pyengine admin transactions coordinator-stats
     pyengine admin transactions get-metadata 0 12
     pyengine admin transactions abort 0 12
+    pyengine admin transactions get-transaction-key my-task
     pyengine admin scalable create topic://public/default/orders -n 4
     pyengine admin scalable split-segment topic://public/default/orders 0
     pyengine admin segments terminate segment://public/default/orders/0000-3fff-0
@@ -154,6 +155,9 @@ ENABLE = (("--enable",), {"action": "store_true", "help": "enable (default: disa
 SCALABLE = (("topic",), {"help": "scalable topic, e.g. topic://public/default/t"})
 SEGMENT = (("segment",), {"help": "segment topic, e.g. segment://public/default/t/0000-7fff-1"})
 SEGMENT_ID = (("segment_id",), {"type": int, "help": "segment id"})
+TXN_KEY = (("transaction_key",), {"help": "the transaction key"})
+OWNER = (("--owner",), {"help": "the key's owner (default: anonymous)"})
+TXN_KEYS = V2 + "/transactions/transaction-keys"
 SCALABLE_V2 = V2 + "/scalable"
 SEGMENTS_V2 = V2 + "/segments"
 
@@ -284,6 +288,12 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
                        f"/{a.most_bits}/{a.least_bits}", None)),
     ("transactions", "abort", ("abort-transaction",), "abort a transaction now (a stuck one)", (MOST, LEAST),
      lambda a: ("POST", f"{TXN}/abortTransaction/{a.most_bits}/{a.least_bits}", None)),
+    ("transactions", "list-transaction-keys", (), "list the transaction keys", (),
+     lambda a: ("GET", TXN_KEYS, None)),
+    ("transactions", "get-transaction-key", (), "show a transaction key (epoch, owner, transaction, age)",
+     (TXN_KEY, OWNER), lambda a: ("GET", f"{TXN_KEYS}/{_quote(a.transaction_key)}" + _query(owner=a.owner), None)),
+    ("transactions", "delete-transaction-key", (), "remove a transaction key, aborting its transaction",
+     (TXN_KEY, OWNER), lambda a: ("DELETE", f"{TXN_KEYS}/{_quote(a.transaction_key)}" + _query(owner=a.owner), None)),
 ]
 
 
