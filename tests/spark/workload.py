@@ -33,6 +33,8 @@ class Workload:
     outcome: dict[tuple[int, int], str] = field(default_factory=dict)        # txn -> committed/aborted/open
     txn_topics: dict[tuple[int, int], set[str]] = field(default_factory=dict)
     delivered: list[dict] = field(default_factory=list)    # the READ_COMMITTED consumers' messages
+    # The running broker's transaction buffers at the end: topic -> (max read position, aborted set)
+    buffers: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def markers(self) -> int:
@@ -153,6 +155,8 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
             workload.labels[i] = (TOPICS[0], txn_key(pending) if pending is not None else None)
 
         for topic in TOPICS:
+            buffer = broker.service.topics[topic].buffer
+            workload.buffers[topic] = (buffer.max_read_position(), buffer.aborted.items(), buffer.ongoing_txns())
             reader = await broker.create_reader(topic, MessageId.earliest, receiver_queue_size=100_000)
             while True:
                 try:
