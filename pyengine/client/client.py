@@ -21,6 +21,7 @@ import itertools
 import logging
 import random
 from types import TracebackType
+from typing import Any
 
 from pyengine.client.config import ClientConfig
 from pyengine.client.consumer import Consumer, ConsumerOptions
@@ -31,9 +32,10 @@ from pyengine.client.message import MessageId
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.producer import PartitionProducer, Producer, ProducerOptions
 from pyengine.client.reader import Reader
+from pyengine.client.scalable import DagWatch, QueueConsumer, ScalableProducer
 from pyengine.client.transaction import Transaction
 from pyengine.client.url import parse_service_url
-from pyengine.client.validation import check_int, check_topic
+from pyengine.client.validation import check_int, check_name, check_topic
 from pyengine.errors import NotAllowedError
 from pyengine.naming import TopicName
 from pyengine.transaction.coordinator.keys import check_transaction_key
@@ -110,9 +112,14 @@ class Client:
                               batching_max_publish_delay_ms: int = 10, max_pending_messages: int = 1000,
                               block_if_queue_full: bool = True, send_timeout_ms: int = 30_000,
                               initial_sequence_id: int | None = None) -> Producer:
-        """A producer on `topic` (on every partition of a partitioned topic)."""
+        """A producer on `topic` (on every partition of a partitioned topic). For a scalable
+        `topic://` name: a ScalableProducer routing each key to its active segment."""
         self._check_open()
         name = check_topic(topic)
+        if TopicName.parse(name).is_scalable:
+            return await self.create_scalable_producer(  # type: ignore[return-value]
+                name, producer_name=producer_name, send_timeout_ms=send_timeout_ms,
+                max_pending_messages=max_pending_messages, block_if_queue_full=block_if_queue_full)
         options = ProducerOptions(producer_name, batching_enabled, batching_max_messages,
                                   batching_max_allowed_size_in_bytes, batching_max_publish_delay_ms,
                                   max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id)
@@ -128,6 +135,35 @@ class Client:
         producer = Producer(self._core, name, handlers, options, partitioned=partitions > 0)
         self._core.open_objects.append(producer)
         return producer
+
+    async def watch_scalable_topic(self, topic: str) -> DagWatch:
+        """A DAG watch of a `topic://` scalable topic (its `layout` stays current)."""
+        self._check_open()
+        watch = await DagWatch(self._core, check_topic(topic)).start()
+        return watch
+
+    async def create_scalable_producer(self, topic: str, **producer_options: Any) -> ScalableProducer:
+        """A producer of a `topic://` scalable topic: each key goes to the active segment holding
+        its hash; sends are re-routed after a split or merge (options: create_producer's)."""
+        watch = await self.watch_scalable_topic(topic)
+        producer = ScalableProducer(self, watch, producer_options)
+        self._core.open_objects.append(producer)  # type: ignore[arg-type]
+        return producer
+
+    async def subscribe_queue(self, topic: str, subscription_name: str, *, receiver_queue_size: int = 1000,
+                              consumer_name: str | None = None) -> QueueConsumer:
+        """A QueueConsumer of a `topic://` scalable topic: Shared on every segment, no controller."""
+        check_name("subscription_name", subscription_name)
+        watch = await self.watch_scalable_topic(topic)
+        consumer = QueueConsumer(self, watch, subscription_name,
+                                 {"receiver_queue_size": receiver_queue_size, "consumer_name": consumer_name})
+        try:
+            await consumer._start()
+        except BaseException:
+            await consumer.close()
+            raise
+        self._core.open_objects.append(consumer)  # type: ignore[arg-type]
+        return consumer
 
     async def subscribe(self, topic: str, subscription_name: str, *, consumer_type: str = "exclusive",
                         initial_position: str = "latest", receiver_queue_size: int = 1000,

@@ -93,6 +93,8 @@ class ClientConnection(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[ProtoMessage]] = {}
         self.producers: dict[int, ProducerListener] = {}
         self.consumers: dict[int, ConsumerListener] = {}
+        # scalable-topic DAG watch sessions (PIP-468): session id -> listener of its updates
+        self.dag_sessions: dict[int, Callable[[pb.CommandScalableTopicUpdate], None]] = {}
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self._close_listeners: list[Callable[[ClientConnection], None]] = []
         self.protocol_version = 0
@@ -271,6 +273,10 @@ class ClientConnection(asyncio.Protocol):
             consumer = self.consumers.get(cmd.active_consumer_change.consumer_id)
             if consumer is not None:
                 consumer.on_active_changed(cmd.active_consumer_change.is_active)
+        elif type_ == T.SCALABLE_TOPIC_UPDATE:
+            listener = self.dag_sessions.get(cmd.scalableTopicUpdate.session_id)
+            if listener is not None:
+                listener(cmd.scalableTopicUpdate)
         elif type_ == T.TOPIC_MIGRATED:
             migrated = cmd.topicMigrated
             table = self.producers if migrated.resource_type == pb.CommandTopicMigrated.Producer else self.consumers

@@ -1,0 +1,287 @@
+"""Scalable topics (PIP-468) in the client: a DAG watch, a key-routed producer and a queue consumer.
+
+* `DagWatch` keeps the segment DAG of a `topic://` name current: it opens a DAG watch session
+  (SCALABLE_TOPIC_LOOKUP) on a broker of the service URL and applies every update the broker
+  pushes; when the connection drops it opens a new session (on the next service address).
+* `ScalableProducer` sends each message to the active segment whose hash range holds its key's
+  hash (Pulsar's Murmur3, `pyengine.scalable.key_hash`; keyless messages go round robin). A
+  segment that was split or merged is terminated before the new layout is published, so a send
+  to it fails with TopicTerminated: the producer waits for a newer layout and sends again to
+  the child that now owns the key. Sends awaited one after the other keep each key's order.
+* `QueueConsumer` (unordered, individual acks) attaches a Shared consumer to every segment,
+  sealed ones included (their backlog is still delivered), and to each new segment the DAG
+  brings; no controller is involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pyengine.client.consumer import Consumer
+from pyengine.client.errors import AlreadyClosedError
+from pyengine.client.message import Message, MessageId
+from pyengine.client.producer import Producer
+from pyengine.errors import PulsarError, TopicTerminatedError
+from pyengine.naming import TopicName
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.commands import base_command
+from pyengine.scalable.layout import SegmentInfo, SegmentLayout
+from pyengine.scalable.wire import dag_to_layout
+
+if TYPE_CHECKING:
+    from pyengine.client.client import Client, ClientCore
+    from pyengine.client.connection import ClientConnection
+
+log = logging.getLogger(__name__)
+
+_session_ids = itertools.count(1)
+
+
+class DagWatch:
+    def __init__(self, core: ClientCore, topic: str) -> None:
+        name = TopicName.parse(topic)
+        if not name.is_scalable:
+            raise ValueError(f"{topic} is not a scalable topic (topic://tenant/namespace/topic)")
+        self.core = core
+        self.topic = str(name)
+        self.topic_name = name
+        self.layout: SegmentLayout | None = None
+        self.controller_url: str | None = None
+        self.segment_brokers: dict[int, str] = {}
+        self.listeners: list[Any] = []
+        self._changed = asyncio.Event()
+        self._connection: ClientConnection | None = None
+        self._session_id = 0
+        self._first: asyncio.Future[None] | None = None
+        self._reopen: asyncio.Task | None = None
+        self._closed = False
+
+    async def start(self) -> DagWatch:
+        await self._open()
+        return self
+
+    async def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        connection = await self.core.pool.get(self.core.lookup._service_address())
+        self._session_id = next(_session_ids)
+        self._first = loop.create_future()
+        self._connection = connection
+        connection.dag_sessions[self._session_id] = self._on_update
+        connection.add_close_listener(self._connection_closed)
+        connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_LOOKUP, session_id=self._session_id,
+                                             topic=self.topic))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._first), self.core.config.operation_timeout)
+        except BaseException:
+            connection.dag_sessions.pop(self._session_id, None)
+            raise
+
+    def _on_update(self, update: pb.CommandScalableTopicUpdate) -> None:
+        first = self._first
+        if update.HasField("error"):
+            error = PulsarError.from_code(update.error, update.message)
+            if self._connection is not None:
+                self._connection.dag_sessions.pop(self._session_id, None)
+            if first is not None and not first.done():
+                first.set_exception(error)
+            else:
+                log.warning("DAG watch of %s ended: %s", self.topic, update.message)
+            return
+        layout, controller, brokers = dag_to_layout(update.dag)
+        if self.layout is None or layout.epoch >= self.layout.epoch:
+            self.layout, self.controller_url, self.segment_brokers = layout, controller, brokers
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
+            for listener in list(self.listeners):
+                try:
+                    listener(layout)
+                except Exception:
+                    log.exception("DAG listener failed")
+        if first is not None and not first.done():
+            first.set_result(None)
+
+    def _connection_closed(self, connection: ClientConnection) -> None:
+        if self._closed or connection is not self._connection:
+            return
+        connection.dag_sessions.pop(self._session_id, None)
+        self._reopen = asyncio.get_running_loop().create_task(self._reopen_loop())
+
+    async def _reopen_loop(self) -> None:
+        delay = self.core.config.initial_backoff
+        while not self._closed:
+            try:
+                await self._open()
+                return
+            except (asyncio.CancelledError, AlreadyClosedError):
+                return
+            except Exception as exc:
+                log.info("re-opening the DAG watch of %s: %s", self.topic, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.core.config.max_backoff)
+
+    async def wait_newer_than(self, epoch: int, timeout: float) -> SegmentLayout:
+        """The layout once its epoch is above `epoch` (TimeoutError after `timeout` s)."""
+        async def wait() -> SegmentLayout:
+            while self.layout is None or self.layout.epoch <= epoch:
+                await self._changed.wait()
+            return self.layout
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reopen is not None:
+            self._reopen.cancel()
+        connection = self._connection
+        if connection is not None and connection.dag_sessions.pop(self._session_id, None) is not None \
+                and connection.usable:
+            connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_CLOSE, session_id=self._session_id))
+
+
+class ScalableProducer:
+    """Sends to the active segment owning each key; re-routes after splits and merges."""
+
+    def __init__(self, client: Client, watch: DagWatch, producer_options: dict[str, Any]) -> None:
+        self._client = client
+        self.watch = watch
+        self._options = producer_options
+        self._producers: dict[int, Producer] = {}
+        self._opening: dict[int, asyncio.Future[Producer]] = {}
+        self._round_robin = itertools.count()
+        self._closed = False
+
+    @property
+    def topic(self) -> str:
+        return self.watch.topic
+
+    def _segment_for(self, layout: SegmentLayout, key: str | None) -> SegmentInfo:
+        if key is not None:
+            return layout.segment_for_key(key)
+        active = layout.active_segments
+        return active[next(self._round_robin) % len(active)]
+
+    async def _producer(self, segment: SegmentInfo) -> Producer:
+        producer = self._producers.get(segment.segment_id)
+        if producer is not None:
+            return producer
+        opening = self._opening.get(segment.segment_id)
+        if opening is None:
+            opening = asyncio.ensure_future(
+                self._client.create_producer(segment.topic_name(self.watch.topic_name), **self._options))
+            self._opening[segment.segment_id] = opening
+            try:
+                producer = await opening
+                self._producers[segment.segment_id] = producer
+                return producer
+            finally:
+                del self._opening[segment.segment_id]
+        return await asyncio.shield(opening)
+
+    async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
+                   ) -> tuple[int, MessageId]:
+        """Send one message; (segment id, message id in that segment)."""
+        timeout = self._client._core.config.operation_timeout
+        while True:
+            if self._closed:
+                raise AlreadyClosedError(f"the producer on {self.topic} is closed")
+            layout = self.watch.layout
+            assert layout is not None
+            segment = self._segment_for(layout, key)
+            try:
+                producer = await self._producer(segment)
+                return segment.segment_id, await producer.send(data, key=key, properties=properties)
+            except TopicTerminatedError:
+                # split or merged: the new layout follows the termination
+                stale = self._producers.pop(segment.segment_id, None)
+                if stale is not None:
+                    await stale.close()
+                if self.watch.layout is layout or self.watch.layout.segment(segment.segment_id).is_active:
+                    await self.watch.wait_newer_than(layout.epoch, timeout)
+
+    async def close(self) -> None:
+        self._closed = True
+        for producer in list(self._producers.values()):
+            await producer.close()
+        self._producers.clear()
+        await self.watch.close()
+
+
+class QueueConsumer:
+    """Shared consumers on every segment of the topic; messages in arrival order across them."""
+
+    def __init__(self, client: Client, watch: DagWatch, subscription: str, options: dict[str, Any]) -> None:
+        self._client = client
+        self.watch = watch
+        self.subscription = subscription
+        self._options = options
+        self._consumers: dict[int, Consumer] = {}
+        self._queue: asyncio.Queue[tuple[int, Message]] = asyncio.Queue()
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._attaching: asyncio.Lock = asyncio.Lock()
+        self._closed = False
+
+    async def _start(self) -> None:
+        self.watch.listeners.append(self._on_layout)
+        await self._attach(self.watch.layout)
+
+    def _on_layout(self, layout: SegmentLayout) -> None:
+        if not self._closed:
+            task = asyncio.get_running_loop().create_task(self._attach(layout))
+            self._tasks[-1 - len(self._tasks)] = task
+
+    async def _attach(self, layout: SegmentLayout | None) -> None:
+        if layout is None:
+            return
+        async with self._attaching:
+            for segment in sorted(layout.all_segments.values(), key=lambda s: s.segment_id):
+                if segment.segment_id in self._consumers or self._closed:
+                    continue
+                consumer = await self._client.subscribe(
+                    segment.topic_name(self.watch.topic_name), self.subscription, consumer_type="shared",
+                    initial_position="earliest", **self._options)
+                self._consumers[segment.segment_id] = consumer
+                self._tasks[segment.segment_id] = asyncio.get_running_loop().create_task(
+                    self._pump(segment.segment_id, consumer))
+
+    async def _pump(self, segment_id: int, consumer: Consumer) -> None:
+        while not self._closed:
+            try:
+                message = await consumer.receive()
+            except (asyncio.CancelledError, AlreadyClosedError):
+                return
+            except Exception as exc:
+                log.warning("queue consumer of %s, segment %d: %s", self.watch.topic, segment_id, exc)
+                return
+            self._queue.put_nowait((segment_id, message))
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message of any segment (`message.topic` names its segment)."""
+        _, message = await asyncio.wait_for(self._queue.get(), timeout)
+        return message
+
+    async def acknowledge(self, message: Message) -> None:
+        try:
+            segment_id = TopicName.parse(message.topic).segment_id
+        except (AttributeError, ValueError):
+            raise ValueError("not a message received from a scalable topic's segment") from None
+        consumer = self._consumers.get(segment_id)
+        if consumer is None:
+            raise ValueError(f"not a message of this consumer's segments ({message.topic})")
+        await consumer.acknowledge(message)
+
+    @property
+    def segments(self) -> list[int]:
+        return sorted(self._consumers)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._on_layout in self.watch.listeners:
+            self.watch.listeners.remove(self._on_layout)
+        for task in self._tasks.values():
+            task.cancel()
+        for consumer in list(self._consumers.values()):
+            await consumer.close()
+        self._consumers.clear()
+        await self.watch.close()
