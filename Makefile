@@ -14,8 +14,9 @@ CYTHON_SRC := $(wildcard core_ext/*.pyx core_ext/*.pxd) setup.py pyproject.toml
 
 setup: $(STAMPS)/core_ext
 
+# The main job: a broker on LMDB in ./data (Pulsar protocol on 6650, admin REST and metrics on 8080).
 run: setup
-	$(VENV)/bin/pyengine demo
+	$(VENV)/bin/pyengine serve --data-dir ./data --port 6650 --http-port 8080
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -3,7 +3,12 @@
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from tests.interop.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -15,8 +20,47 @@ def readme_example(name: str) -> str:
     return match.group(1)
 
 
+def run_example(name: str, *, broker: ServeProcess | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a README example as a script; with `broker`, pointed at it instead of port 6650."""
+    code = readme_example(name)
+    if broker is not None:
+        assert "pulsar://127.0.0.1:6650" in code
+        code = code.replace("pulsar://127.0.0.1:6650", broker.url)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """`pyengine serve` as the quickstart starts it, on free ports."""
+    process = ServeProcess(tmp_path_factory.mktemp("readme") / "data")
+    process.start()
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0
+
+
+def test_the_quickstart_main_job_is_pyengine_serve_on_ports_6650_and_8080():
+    makefile = (ROOT / "Makefile").read_text()
+    run = re.search(r"^run:.*\n\t(.*)$", makefile, re.M)
+    assert run is not None
+    assert run[1] == "$(VENV)/bin/pyengine serve --data-dir ./data --port 6650 --http-port 8080"
+
+
+def test_client_transaction_example_prints_both_orders(broker: ServeProcess):
+    result = run_example("client-transaction", broker=broker)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[b'order-1', b'order-2']"
+
+
+def test_official_client_example_prints_the_greeting(broker: ServeProcess):
+    result = run_example("official-client", broker=broker)
+    assert result.returncode == 0, result.stderr
+    printed = [line for line in result.stdout.splitlines() if " INFO " not in line]   # the C++ client's log
+    assert printed == ["b'hello'"]
+
+
 def test_embedded_example_runs_and_prints_the_transformed_messages():
-    result = subprocess.run([sys.executable, "-c", readme_example("embedded")], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    result = run_example("embedded")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[b'ORDER-0', b'ORDER-1', b'ORDER-2']"
