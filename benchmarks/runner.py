@@ -1,7 +1,8 @@
 """Run one benchmark suite through pytest-benchmark and report its figures.
 
 ``python -m benchmarks SUITE [--quick] [--json] [--record]``: runs ``benchmarks/bench_SUITE.py``
-with pytest-benchmark, turns the timings into the suite's FIGURES, prints a table and, with
+with pytest-benchmark (or calls its ``measure(quick, record)`` when it measures whole runs
+itself, as the broker suite does), turns the timings into the suite's FIGURES, prints a table and, with
 ``--json``, one JSON object of figures as the last line. ``--record`` rewrites the suite's
 section of ``benchmarks/RESULTS.md`` with the figures, the machine and the date.
 """
@@ -119,10 +120,14 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ[QUICK_ENV] = "1" if args.quick else "0"
     module = importlib.import_module(f"benchmarks.bench_{args.suite}")
-    with tempfile.TemporaryDirectory() as tmp:
-        json_path = Path(tmp) / "bench.json"
-        run_pytest_benchmarks(args.suite, args.quick, json_path)
-        values = compute_figures(module.FIGURES, per_op_timings(json_path))
+    if hasattr(module, "measure"):
+        # A suite of whole runs (processes, latency percentiles) measures its figures itself.
+        values = compute_figures(module.FIGURES, module.measure(args.quick, args.record))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            json_path = Path(tmp) / "bench.json"
+            run_pytest_benchmarks(args.suite, args.quick, json_path)
+            values = compute_figures(module.FIGURES, per_op_timings(json_path))
 
     print()
     print(table(module.FIGURES, values))

@@ -56,16 +56,15 @@ TXN_TAG = struct.Struct(">Q")               # txn mode: each payload starts with
 # --- latency histograms ----------------------------------------------------------------------
 
 class Latency:
-    """One latency series: an HDR histogram for the whole run and one for the current
-    progress interval. A value is first counted in a dict, rounded down to the HDR bucket it
-    falls in (what the histogram would keep of it anyway); the dict is folded into the
-    histograms once per progress line. That costs a fraction of `record_value` per message,
-    which matters at 100k messages per second."""
+    """One latency series: an HDR histogram of the whole run. A value is first counted in a
+    dict of the current progress interval, rounded down to the HDR bucket it falls in (what
+    the histogram would keep of it anyway); the dict is folded into the histogram once per
+    progress line. That costs a fraction of `record_value` per message, which matters at
+    100k messages per second."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.total = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_DIGITS)
-        self.interval = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_DIGITS)
         self._counts: dict[int, int] = {}
         # Values below 2 * 10^digits rounded up to a power of two are kept exactly; above, the
         # lowest `bit_length - _EXACT_BITS` bits are dropped (HDR's sub-bucket resolution).
@@ -83,40 +82,47 @@ class Latency:
         counts = self._counts
         counts[micros] = counts.get(micros, 0) + 1
 
-    def _fold(self) -> None:
+    def roll(self) -> tuple[int, float]:
+        """Fold the current interval into the total histogram; return the interval's count
+        and p99 in ms (from the interval's own counts: cheaper than asking a histogram)."""
         counts, self._counts = self._counts, {}
-        record = self.interval.record_value
+        record = self.total.record_value
         for micros, count in counts.items():
             record(micros, count)
-
-    def roll(self) -> HdrHistogram:
-        """Fold the current interval into the total; return the finished interval."""
-        self._fold()
-        finished = self.interval
-        self.total.add(finished)
-        self.interval = HdrHistogram(1, HIGHEST_US, SIGNIFICANT_DIGITS)
-        return finished
+        return sum(counts.values()), _percentile_of_counts(counts, 99.0) / 1000
 
     def discard(self) -> None:
         """Forget everything recorded so far (the end of the warm-up)."""
         self._counts.clear()
         self.total.reset()
-        self.interval.reset()
 
-    @staticmethod
-    def percentile_ms(histogram: HdrHistogram, percentile: float) -> float:
-        return histogram.get_value_at_percentile(percentile) / 1000
+    def percentiles_ms(self, percentiles: tuple[float, ...]) -> dict[float, float]:
+        """Percentiles of the whole run (one pass over the histogram)."""
+        values = self.total.get_percentile_to_value_dict(list(percentiles))
+        return {p: values[p] / 1000 for p in percentiles}
 
     def summary(self) -> dict[str, Any]:
-        h = self.total
-        count = h.get_total_count()
+        count = self.total.get_total_count()
         out: dict[str, Any] = {"count": count}
+        curve = self.percentiles_ms(CURVE_PERCENTILES + SUMMARY_PERCENTILES) if count else {}
         for p in SUMMARY_PERCENTILES:
-            out[f"p{p:g}"] = round(self.percentile_ms(h, p), 3) if count else None
-        out["mean"] = round(h.get_mean_value() / 1000, 3) if count else None
-        out["max"] = round(h.get_max_value() / 1000, 3) if count else None
-        out["curve"] = [[p, round(self.percentile_ms(h, p), 3)] for p in CURVE_PERCENTILES] if count else []
+            out[f"p{p:g}"] = round(curve[p], 3) if count else None
+        out["max"] = round(self.total.get_max_value() / 1000, 3) if count else None
+        out["curve"] = [[p, round(curve[p], 3)] for p in CURVE_PERCENTILES] if count else []
         return out
+
+
+def _percentile_of_counts(counts: dict[int, int], percentile: float) -> float:
+    total = sum(counts.values())
+    if not total:
+        return 0.0
+    target = max(1, math.ceil(total * percentile / 100))
+    seen = 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if seen >= target:
+            return value
+    return max(counts)
 
 
 # --- plots ----------------------------------------------------------------------------------
@@ -254,6 +260,7 @@ class Run:
     args: argparse.Namespace
     latencies: dict[str, Latency]
     messages: int = 0                        # counted after the warm-up
+    all_messages: int = 0                    # warm-up included
     bytes: int = 0
     errors: int = 0
     first_error: BaseException | None = None
@@ -265,6 +272,7 @@ class Run:
     _interval_bytes: int = 0
 
     def count(self, messages: int, size: int) -> None:
+        self.all_messages += messages
         if self.measuring:
             self.messages += messages
             self.bytes += messages * size
@@ -307,9 +315,9 @@ class Run:
         parts = [f"{self.args.mode} {elapsed:6.1f}s", f"{self._interval_messages / interval:9.0f} msg/s",
                  f"{self._interval_bytes / interval / 1e6:7.2f} MB/s"]
         for latency in self.latencies.values():
-            finished = latency.roll()
-            if finished.get_total_count():
-                parts.append(f"{latency.name} p99 {Latency.percentile_ms(finished, 99):.2f} ms")
+            count, p99 = latency.roll()
+            if count:
+                parts.append(f"{latency.name} p99 {p99:.2f} ms")
         self._interval_messages = self._interval_bytes = 0
         if self.errors:
             parts.append(f"errors {self.errors}")
@@ -322,7 +330,7 @@ class Run:
         elapsed = self.elapsed()
         return {
             "mode": self.args.mode, "topic": self.args.topic, "duration_s": round(elapsed, 3),
-            "messages": self.messages, "msgs_per_s": round(self.messages / elapsed, 1),
+            "messages": self.messages, "messages_with_warmup": self.all_messages, "msgs_per_s": round(self.messages / elapsed, 1),
             "mb_per_s": round(self.bytes / elapsed / 1e6, 3), "errors": self.errors, **extra,
             "latency_ms": {name: latency.summary() for name, latency in self.latencies.items()},
         }

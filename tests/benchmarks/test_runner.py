@@ -28,3 +28,20 @@ def test_unknown_suite_is_refused():
     result = subprocess.run([sys.executable, "-m", "benchmarks", "nonsense"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_quick_broker_run_measures_every_figure_over_the_network():
+    """The broker suite runs `pyengine serve` and `pyengine perf` as child processes; its quick
+    mode prints every figure (latencies may be 0 ms when nothing waited, never negative)."""
+    from benchmarks import bench_broker
+
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "broker", "--quick", "--json"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(figures) == {f.name for f in bench_broker.FIGURES}
+    assert all(isinstance(v, float | int) and v >= 0 for v in figures.values()), figures
+    for throughput in ("publish_msgs_per_s", "publish_msgs_per_s_no_fsync", "txn_vs_plain_throughput_100",
+                       "uvloop_vs_asyncio"):
+        assert figures[throughput] > 0, figures
+    assert "| `publish_msgs_per_s` |" in result.stdout

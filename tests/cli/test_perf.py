@@ -149,18 +149,34 @@ def test_latency_percentiles_are_those_of_a_plain_hdr_histogram(seconds):
         latency.record(value)
         reference.record_value(min(max(int(value * 1e6), 1), HIGHEST_US))
         if i == half:
-            latency.roll()                  # an interval boundary in the middle changes nothing
+            assert latency.roll()[0] == half + 1   # an interval boundary in the middle changes nothing
     latency.roll()
     assert latency.total.get_total_count() == reference.get_total_count() == len(seconds)
+    ours = latency.percentiles_ms(CURVE_PERCENTILES)
     for p in CURVE_PERCENTILES:
-        assert latency.total.get_value_at_percentile(p) == reference.get_value_at_percentile(p)
-    assert latency.total.get_max_value() == reference.get_max_value()
+        assert ours[p] == reference.get_value_at_percentile(p) / 1000
+    summary = latency.summary()
+    assert summary["max"] == round(reference.get_max_value() / 1000, 3)
+    assert summary["p99"] == round(reference.get_value_at_percentile(99) / 1000, 3)
+
+
+def test_the_progress_p99_is_the_intervals_own():
+    latency = Latency("x")
+    for ms in range(1, 101):                 # 1 .. 100 ms
+        latency.record(ms / 1000)
+    count, p99 = latency.roll()
+    assert count == 100 and p99 == pytest.approx(99, rel=0.001)
+    latency.record(0.005)
+    assert latency.roll() == (1, pytest.approx(5, rel=0.001))
+    assert latency.roll() == (0, 0.0)
 
 
 def test_discarding_the_warmup_forgets_every_value():
     latency = Latency("x")
     for _ in range(10):
         latency.record(0.5)
+    latency.roll()
+    latency.record(0.7)
     latency.discard()
     latency.record(0.001)
     latency.roll()

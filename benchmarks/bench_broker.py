@@ -1,0 +1,198 @@
+"""Broker benchmarks over the network: `pyengine serve` in one process, `pyengine perf` as the load
+generator in another, on loopback, all in one run.
+
+Run through the runner: `python -m benchmarks broker [--quick] [--json] [--record]`.
+
+This suite measures its figures itself (`measure`), as throughputs and latency percentiles of
+whole runs, instead of pytest-benchmark timings: a figure is one `pyengine perf` run against
+a freshly started broker, and the ratios compare runs made one after the other in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.broker_process import SERVE, BrokerProcess
+from benchmarks.figures import Figure, Target
+from pyengine.cli.perf import plot_percentiles
+
+HERE = Path(__file__).resolve().parent
+PLOT = HERE / "figures" / "broker_latency.png"
+SIZE = 1024
+PER_TXN = 100
+TXN_PRODUCERS = 10                # transactions in flight (one producer each): 10 x 100 messages in
+                                  # flight, as the plain run's 1000 pending messages
+PERF_TIMEOUT_S = 300
+
+
+def measured(name: str, description: str, unit: str, op: str | None = None, value: float | None = None) -> Figure:
+    return Figure(name, description, lambda m, name=name: m[name], unit,
+                  Target(op, value) if op is not None and value is not None else None)
+
+
+FIGURES = [
+    measured("publish_msgs_per_s", "non-transactional publish, 1 KiB, batching on, fsync on, as fast as it goes",
+             "msg/s", ">=", 100_000),
+    measured("txn_vs_plain_throughput_100", "publish throughput with 100 messages per transaction "
+             "(10 transactions in flight) / without transactions", "x", ">=", 0.8),
+    measured("end_txn_p99_ms", "END_TXN (commit) round trip p99, transactions of 100 at half their max rate",
+             "ms", "<=", 5),
+    measured("commit_to_visible_p99_ms", "commit acknowledged -> first message at a consumer (own connection) p99, "
+             "same run", "ms", "<=", 20),
+    measured("publish_p99_ms", "publish latency p99 (send -> receipt) at half of the max publish rate", "ms", "<=", 10),
+    measured("uvloop_vs_asyncio", "max publish throughput with the broker on uvloop / on asyncio's default loop",
+             "x"),
+    measured("publish_msgs_per_s_no_fsync", "as publish_msgs_per_s with the broker's fsync off (--no-fsync)",
+             "msg/s"),
+    measured("end_txn_p99_ms_at_max", "END_TXN p99 in the max-throughput transactional run (report)", "ms"),
+]
+
+NOTES_HEAD = """
+Setup: the broker (`pyengine serve`, LMDB, fsync ON unless said otherwise: every publish
+receipt and END_TXN response is sent after the group commit's fsync, as Pulsar's bookie journal
+syncs by default) and the load generator (`pyengine perf`, uvloop, one process per run) run as
+separate processes on loopback. One broker (fresh data dir) per configuration: uvloop + fsync
+for the four main runs (one topic each, run one after the other), asyncio + fsync and
+uvloop without fsync for one max-rate run each. Each run has a warm-up that is not measured,
+then the measured period. Max-rate runs keep at most 1000 messages in
+flight per producer (pulsar-perf's default); batches of up to 1000 messages / 128 KiB, 1 ms
+batch window (pulsar-perf's `-b 1`). The transactional throughput run uses 10 producers, each
+committing transactions of 100 messages one after another (1000 messages in flight, as the
+plain run) (`--no-visibility`: no consumer in
+the load generator, as in the plain run). Latency figures come from runs at half of the
+measured max rate: `publish_p99_ms` from a plain run, `end_txn_p99_ms` and
+`commit_to_visible_p99_ms` from a transactional run with a consumer on its own connection
+(commit-to-visible counts 0 when the first message arrives before the commit's response).
+Both cores of the machine are shared by the broker and the load generator (and, while
+recording, by other work on the machine: absolute figures move with the load, ratios less).
+"""
+
+
+@dataclass
+class PerfRun:
+    """One `pyengine perf` run: its JSON result and the CPU seconds both sides used."""
+
+    label: str
+    result: dict[str, Any]
+    broker_cpu_s: float
+    loadgen_cpu_s: float
+
+    @property
+    def messages(self) -> int:
+        return max(1, self.result["messages_with_warmup"])
+
+    def cpu_line(self) -> str:
+        r = self.result
+        return (f"| {self.label} | {r['msgs_per_s']:.0f} | {1e6 * self.broker_cpu_s / self.messages:.1f} | "
+                f"{1e6 * self.loadgen_cpu_s / self.messages:.1f} |")
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def perf(broker: BrokerProcess, label: str, mode: str, *flags: str, duration: float, warmup: float) -> PerfRun:
+    """Run `pyengine perf MODE` against `broker` in a child process and return its figures."""
+    topic = "persistent://public/default/bench-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    command = [sys.executable, "-c", SERVE, "perf", mode, topic,
+               "--url", broker.url, "--size", str(SIZE), "--duration", str(duration), "--warmup", str(warmup),
+               "--json", "--quiet", *flags]
+    broker_before, loadgen_before = broker.cpu_seconds(), _children_cpu()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=PERF_TIMEOUT_S)
+    broker_cpu, loadgen_cpu = broker.cpu_seconds() - broker_before, _children_cpu() - loadgen_before
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        raise RuntimeError(f"pyengine perf {mode} {' '.join(flags)} failed (exit {done.returncode}):\n"
+                           f"{done.stdout[-2000:]}{done.stderr[-2000:]}\nbroker log:\n"
+                           f"{''.join(broker.stderr_tail[-20:])}")
+    result = json.loads(lines[-1])
+    return PerfRun(label, result, broker_cpu, loadgen_cpu)
+
+
+def with_broker(label: str, action, *, fsync: bool = True, loop: str = "uvloop") -> Any:
+    data_dir = Path(tempfile.mkdtemp(prefix=f"pyengine-bench-broker-{label}-"))
+    try:
+        with BrokerProcess(data_dir, fsync=fsync, loop=loop) as broker:
+            return action(broker)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def p99(run: PerfRun, latency: str) -> float:
+    value = run.result["latency_ms"][latency]["p99"]
+    if value is None:
+        raise RuntimeError(f"{run.label}: no {latency} samples")
+    return float(value)
+
+
+def measure(quick: bool, record: bool = False) -> dict[str, float]:
+    global NOTES
+    duration, warmup = (2.0, 0.5) if quick else (10.0, 2.0)
+    txn_flags = ("--messages-per-txn", str(PER_TXN), "--producers", str(TXN_PRODUCERS))
+
+    def run(broker: BrokerProcess, label: str, mode: str, *flags: str) -> PerfRun:
+        return perf(broker, label, mode, *flags, duration=duration, warmup=warmup)
+
+    def fsync_on_uvloop(broker: BrokerProcess) -> list[PerfRun]:
+        plain = run(broker, "plain publish, max rate", "produce")
+        txn = run(broker, "100 per txn, max rate", "txn", *txn_flags, "--no-visibility")
+        plain_half = run(broker, "plain publish, half rate", "produce",
+                         "--rate", f"{plain.result['msgs_per_s'] / 2:.0f}")
+        txn_half = run(broker, "100 per txn, half rate", "txn", *txn_flags,
+                       "--rate", f"{txn.result['msgs_per_s'] / 2:.0f}")
+        return [plain, txn, plain_half, txn_half]
+
+    plain, txn, plain_half, txn_half = with_broker("uvloop", fsync_on_uvloop)
+    on_asyncio = with_broker("asyncio", lambda broker: run(broker, "plain publish, max rate, broker on asyncio",
+                                                           "produce"), loop="asyncio")
+    no_fsync = with_broker("nofsync", lambda broker: run(broker, "plain publish, max rate, no fsync", "produce"),
+                           fsync=False)
+
+    figures = {
+        "publish_msgs_per_s": plain.result["msgs_per_s"],
+        "txn_vs_plain_throughput_100": txn.result["msgs_per_s"] / plain.result["msgs_per_s"],
+        "end_txn_p99_ms": p99(txn_half, "end-txn"),
+        "commit_to_visible_p99_ms": p99(txn_half, "commit-to-visible"),
+        "publish_p99_ms": p99(plain_half, "publish"),
+        "uvloop_vs_asyncio": plain.result["msgs_per_s"] / on_asyncio.result["msgs_per_s"],
+        "publish_msgs_per_s_no_fsync": no_fsync.result["msgs_per_s"],
+        "end_txn_p99_ms_at_max": p99(txn, "end-txn"),
+    }
+    runs = [plain, txn, plain_half, txn_half, on_asyncio, no_fsync]
+    NOTES = notes(runs, txn_half)
+    if record:
+        PLOT.parent.mkdir(exist_ok=True)
+        curves = {f"publish at {plain_half.result['msgs_per_s']:.0f} msg/s":
+                  plain_half.result["latency_ms"]["publish"]["curve"],
+                  f"end-txn at {txn_half.result['txns_per_s']:.0f} txn/s":
+                  txn_half.result["latency_ms"]["end-txn"]["curve"],
+                  "commit-to-visible (same run)": txn_half.result["latency_ms"]["commit-to-visible"]["curve"]}
+        plot_percentiles(curves, PLOT, "pyengine broker on loopback, fsync on (latency by percentile)")
+    return figures
+
+
+def notes(runs: list[PerfRun], txn_half: PerfRun) -> str:
+    rows = ["| run | msg/s | broker CPU us/msg | load generator CPU us/msg |", "|---|---|---|---|"]
+    rows += [run.cpu_line() for run in runs]
+    latency = txn_half.result["latency_ms"]
+    early = txn_half.result.get("visible_before_commit_ack", 0)
+    detail = (f"In the half-rate transactional run {txn_half.result['transactions']} transactions: end-txn "
+              f"p50 {latency['end-txn']['p50']} ms, p99 {latency['end-txn']['p99']} ms; commit-to-visible p50 "
+              f"{latency['commit-to-visible']['p50']} ms, p99 {latency['commit-to-visible']['p99']} ms "
+              f"({early} transactions visible before their commit's response arrived).")
+    return (NOTES_HEAD.strip() + "\n\nWhere the CPU goes, per message (CPU seconds of each process over the run, "
+            "warm-up and start-up included, divided by the messages of warm-up and measured period):\n\n" + "\n".join(rows) + "\n\n" + detail
+            + "\n\n![latency percentiles](figures/broker_latency.png)\n")
+
+
+NOTES = NOTES_HEAD
