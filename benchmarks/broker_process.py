@@ -32,6 +32,7 @@ class BrokerProcess:
         self.extra_args = extra_args
         self.process: subprocess.Popen[str] | None = None
         self.url = ""
+        self.http_url = ""
         self.stderr_tail: list[str] = []
         self._stdout_reader: threading.Thread | None = None
         self._stderr_reader: threading.Thread | None = None
@@ -65,6 +66,8 @@ class BrokerProcess:
             self.stop()
             raise RuntimeError(f"no pulsar URL in the ready line {lines[-1]!r}")
         self.url = match[1]
+        http = re.search(r"http=(http://\S+)", lines[-1])
+        self.http_url = http[1] if http else ""
         return self
 
     def _drain_stderr(self, process: subprocess.Popen[str]) -> None:
