@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import signal
@@ -368,24 +369,24 @@ class Window:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.in_flight = 0
-        self._room: asyncio.Future[None] | None = None
+        self.room: asyncio.Future[None] | None = None
 
     async def acquire(self) -> None:
         while self.in_flight >= self.limit:
-            self._room = asyncio.get_running_loop().create_future()
-            await self._room
+            self.room = asyncio.get_running_loop().create_future()
+            await self.room
         self.in_flight += 1
 
     def release(self) -> None:
         self.in_flight -= 1
-        room = self._room
+        room = self.room
         if room is not None and not room.done():
             room.set_result(None)
 
     async def drained(self) -> None:
         while self.in_flight:
-            self._room = asyncio.get_running_loop().create_future()
-            await self._room
+            self.room = asyncio.get_running_loop().create_future()
+            await self.room
 
 
 def _producer_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -402,20 +403,26 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
     clock = time.perf_counter
     pacer = Pacer(rate)
 
-    def settled(future: asyncio.Future[Any], sent: float) -> None:
-        window.release()
+    def settled(sent: float, future: asyncio.Future[Any]) -> None:
+        # Runs once per message: everything inline (the window, the latency, the counters).
+        window.in_flight -= 1
+        room = window.room
+        if room is not None and not room.done():
+            room.set_result(None)
         if future.cancelled() or future.exception() is not None:
             run.failed(future.exception() or asyncio.CancelledError())
             return
-        publish.record(clock() - sent)
+        record(clock() - sent)
         run.count(1, size)
 
+    record = publish.record
     stop = run.stop
+    limit = window.limit
     while not stop.is_set():
         # Awaited only when they have to wait: a coroutine per message costs more than the send.
         if rate:
             await pacer.wait()
-        if window.in_flight >= window.limit:
+        if window.in_flight >= limit:
             await window.acquire()
         else:
             window.in_flight += 1
@@ -424,10 +431,9 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
         except PulsarError as exc:
             window.release()
             run.failed(exc)
-            run.stop.set()
+            stop.set()
             break
-        sent = clock()
-        future.add_done_callback(lambda f, sent=sent: settled(f, sent))
+        future.add_done_callback(functools.partial(settled, clock()))
     await window.drained()
 
 

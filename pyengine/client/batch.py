@@ -54,25 +54,17 @@ class BatchContainer:
     def __len__(self) -> int:
         return len(self._singles)
 
-    def fits(self, payload_size: int) -> bool:
-        """Room for one more message of `payload_size` bytes (an empty batch takes any)."""
-        return not self._singles or (len(self._singles) < self.max_messages
-                                     and self.size + payload_size <= self.max_bytes)
-
     def add(self, single_metadata: bytes, payload: bytes, sequence_id: int,
             future: asyncio.Future[MessageId]) -> bool:
         """Add a message; True when the batch is full with it."""
-        if not self._singles:
+        singles = self._singles
+        if not singles:
             self.first_sequence_id = sequence_id
         self.last_sequence_id = sequence_id
-        self._singles.append((single_metadata, payload))
+        singles.append((single_metadata, payload))
         self.futures.append(future)
-        self.size += len(payload)
-        return len(self._singles) >= self.max_messages or self.size >= self.max_bytes
-
-    @property
-    def full(self) -> bool:
-        return len(self._singles) >= self.max_messages or self.size >= self.max_bytes
+        self.size = size = self.size + len(payload)
+        return len(singles) >= self.max_messages or size >= self.max_bytes
 
     def payload(self) -> bytes:
         return build_batch(self._singles)

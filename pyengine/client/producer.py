@@ -196,7 +196,8 @@ class PartitionProducer(ConnectionHandler):
 
     @property
     def queue_full(self) -> bool:
-        batched = len(self._batch) if self._batch is not None else 0
+        batch = self._batch
+        batched = len(batch.futures) if batch is not None else 0
         return self._pending_messages + batched >= self.options.max_pending_messages
 
     async def wait_for_space(self) -> None:
@@ -292,7 +293,8 @@ class PartitionProducer(ConnectionHandler):
                       future: asyncio.Future[MessageId]) -> None:
         # A batch is one entry of one transaction (or of none): a different txn starts a new batch.
         batch = self._batch
-        if batch is not None and (batch.txn is not txn or not batch.fits(len(payload))):
+        # (an open batch is never full: it is sent as soon as it is, so only the bytes can overflow)
+        if batch is not None and (batch.txn is not txn or batch.size + len(payload) > batch.max_bytes):
             self._flush_batch()
             batch = None
         if batch is None:
