@@ -54,6 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="do not fsync group commits (a machine crash may lose the last ones)")
     p.add_argument("--dedup", action="store_true",
                    help="de-duplicate sends by producer name and sequence id on every namespace by default")
+    p.add_argument("--scalable-session-ttl", type=positive_seconds, default=10.0,
+                   help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
+    p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
+                   help="seconds a disconnected ordered consumer of a scalable topic keeps its segments")
 
 
 def port_number(text: str) -> int:
@@ -73,6 +77,16 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 86400 seconds")
     return value
 
 
@@ -119,7 +133,8 @@ def run_on_chosen_loop(main: Coroutine[Any, Any, None]) -> None:
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(data_dir=args.data_dir, sync=not args.no_fsync, broker_id=args.broker_id,
                         num_coordinators=args.num_coordinators, deduplication_enabled=args.dedup,
-                        metadata_store=args.metadata_store)
+                        metadata_store=args.metadata_store, scalable_session_ttl=args.scalable_session_ttl,
+                        scalable_grace_period=args.scalable_grace_period)
 
 
 async def run_broker(args: argparse.Namespace) -> None:
