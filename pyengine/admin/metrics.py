@@ -48,6 +48,7 @@ from pyengine.admin.routes_transaction_keys import transaction_key_metrics
 from pyengine.admin.routing import Call, Reply, RouteTable
 from pyengine.broker.service import BrokerService
 from pyengine.transaction import TxnStatus
+from pyengine.transaction.coordinator.metadata_metrics import prometheus_families
 from pyengine.transaction.coordinator.stats import END_TXN_LATENCY_BOUNDS_MS
 
 METRICS_PATH = "/metrics"
@@ -66,6 +67,8 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._coordinator_metrics()
         yield from transaction_key_metrics(self.service)
+        if self.service.v5 is not None:
+            yield from prometheus_families(self.service.v5.metrics, self.service.config.cluster_name)
         yield from self._topic_metrics()
 
     def _coordinator_metrics(self) -> Iterator[Metric]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.dispatcher import Dispatcher
+from pyengine.broker.transactions import check_txn_design
 from pyengine.errors import ConsumerBusyError, NotAllowedError
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedCursor
@@ -125,6 +126,7 @@ class Subscription:
         if self.pending_ack is None:
             raise NotAllowedError(f"subscription {self.name} cannot acknowledge in a transaction "
                                   "(a reader's subscription is not durable)")
+        check_txn_design(self.topic.buffer, txn, self.topic.name)
         if cumulative is not None:
             if self.sub_type in ("shared", "key_shared"):
                 raise NotAllowedError(

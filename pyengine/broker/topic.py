@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.dedup import MessageDeduplication
 from pyengine.broker.subscription import Subscription, normalize_sub_type
+from pyengine.broker.transactions import check_txn_design
 from pyengine.errors import NotAllowedError, ProducerBusyError, SubscriptionNotFoundError, TopicTerminatedError
 from pyengine.naming import TopicName
 from pyengine.storage import ManagedCursor, ManagedLedger
@@ -132,6 +133,7 @@ class Topic:
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         if txn is not None:
+            check_txn_design(self.buffer, txn, self.name)
             stored = self.buffer.append(txn, data, num_messages=num_messages, publish_time=publish_time)
         else:
             stored = self.ledger.append(data, num_messages=num_messages, publish_time=publish_time)

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pyengine.errors import TransactionCoordinatorNotFoundError
+from pyengine.errors import NotAllowedError, TransactionCoordinatorNotFoundError
 from pyengine.metadata import MetadataStore
 from pyengine.naming import TopicName
 from pyengine.transaction import TxnAction, TxnStatus
+from pyengine.transaction.buffer.metadata_buffer import MetadataTransactionBuffer
 from pyengine.transaction.coordinator.clock import Clock
 from pyengine.transaction.coordinator.metadata_coordinator import MetadataTransactionCoordinator
 from pyengine.transaction.coordinator.metadata_headers import TxnHeaderCache
@@ -44,6 +45,13 @@ def check_transaction_version(version: object) -> int | None:
     if isinstance(version, bool) or version not in TRANSACTION_VERSIONS:
         raise ValueError(f"transaction_version must be 4, 5 or None (the topic domain's default), not {version!r}")
     return int(version)   # type: ignore[arg-type]
+
+
+def check_txn_design(buffer: object, txn: TxnId, topic: str) -> None:
+    """A v5 txn on a topic served by v4 would never end there (the v5 coordinator tells no
+    participant): refused, as the v5 buffer refuses v4 txns."""
+    if txn.most_bits == V5_COORDINATOR_ID and not isinstance(buffer, MetadataTransactionBuffer):
+        raise NotAllowedError(f"{topic} takes v4 transactions only; {txn} is a v5 (scalable-topic) transaction")
 
 
 class V5Transactions:

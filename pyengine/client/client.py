@@ -204,11 +204,20 @@ class Client:
         self._core.open_objects.append(reader)
         return reader
 
-    async def new_transaction(self, timeout_ms: int = 60_000) -> Transaction:
-        """Begin a transaction; the coordinator aborts it if it is not ended within `timeout_ms`."""
+    async def new_transaction(self, timeout_ms: int = 60_000, *, scalable: bool = False) -> Transaction:
+        """Begin a transaction; the coordinator aborts it if it is not ended within `timeout_ms`.
+
+        `scalable=True`: a transaction over scalable topics (`topic://`, `segment://`), started
+        on the broker's v5 (metadata-driven, PIP-473) coordinator — the spec's "v5 client".
+        Transactions over `persistent://` topics are v4 (the default); a broker refuses a
+        transaction of the other design on a topic (NotAllowed / TransactionConflict)."""
         self._check_open()
         check_int("timeout_ms", timeout_ms, 1)
-        txn_id = await self._core.coordinator.new_transaction(timeout_ms)
+        if not isinstance(scalable, bool):
+            raise TypeError(f"scalable must be a bool, not {type(scalable).__name__}")
+        if scalable and self._core.coordinator.transaction_key is not None:
+            raise ValueError("transaction keys fence v4 transactions; a keyed client cannot start scalable ones")
+        txn_id = await self._core.coordinator.new_transaction(timeout_ms, v5=scalable)
         return Transaction(self._core.coordinator, txn_id, timeout_ms)
 
     @property

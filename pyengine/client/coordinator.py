@@ -34,6 +34,7 @@ from pyengine.errors import ExpiredTransactionError, NotAllowedError, Transactio
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
 from pyengine.transaction.coordinator.keys import ANONYMOUS, NO_EPOCH, coordinator_for
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine_kernels import TxnId
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class TransactionCoordinatorClient:
         self.transaction_key = transaction_key
         self._handlers: dict[int, CoordinatorHandler] = {}
         self._next = itertools.count()
+        self._v5: asyncio.Future[CoordinatorHandler] | None = None     # every broker runs it
         self._started: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
@@ -184,16 +186,39 @@ class TransactionCoordinatorClient:
         """The transaction key's epoch this client holds (-1 before it connected; keyed only)."""
         return max((handler.epoch for handler in self._handlers.values()), default=NO_EPOCH)
 
+    async def _v5_handler(self) -> CoordinatorHandler:
+        """The v5 coordinator (PIP-473), connected once: no discovery, any broker serves it."""
+        if self._v5 is None:
+            handler = CoordinatorHandler(self._core, V5_COORDINATOR_ID, TC_ASSIGN_TOPIC)
+
+            async def start() -> CoordinatorHandler:
+                await handler._start()
+                return handler
+
+            self._v5 = asyncio.ensure_future(start())
+        try:
+            return await asyncio.shield(self._v5)
+        except BaseException:
+            if self._v5.done():
+                self._v5 = None
+            raise
+
     def _handler(self, txn_id: TxnId) -> CoordinatorHandler:
+        if txn_id.most_bits == V5_COORDINATOR_ID and self._v5 is not None and self._v5.done() \
+                and not self._v5.cancelled() and self._v5.exception() is None:
+            return self._v5.result()
         handler = self._handlers.get(txn_id.most_bits)
         if handler is None:
             raise TransactionCoordinatorNotFoundError(f"no coordinator {txn_id.most_bits} for transaction {txn_id}")
         return handler
 
-    async def new_transaction(self, timeout_ms: int) -> TxnId:
-        await self.start()
-        ids = sorted(self._handlers)
-        handler = self._handlers[ids[next(self._next) % len(ids)]]
+    async def new_transaction(self, timeout_ms: int, *, v5: bool = False) -> TxnId:
+        if v5:
+            handler = await self._v5_handler()
+        else:
+            await self.start()
+            ids = sorted(self._handlers)
+            handler = self._handlers[ids[next(self._next) % len(ids)]]
         # txn_ttl_seconds carries milliseconds, as the Java and Go clients (and Apache's broker) use it.
         response = await handler.request(lambda request_id: base_command(
             T.NEW_TXN, request_id=request_id, txn_ttl_seconds=timeout_ms, tc_id=handler.tc_id))
@@ -218,5 +243,11 @@ class TransactionCoordinatorClient:
     async def close(self) -> None:
         if self._started is not None and not self._started.done():
             self._started.cancel()
-        await asyncio.gather(*(h.close() for h in self._handlers.values()))
+        handlers = list(self._handlers.values())
+        if self._v5 is not None:
+            if not self._v5.done():
+                self._v5.cancel()
+            elif not self._v5.cancelled() and self._v5.exception() is None:
+                handlers.append(self._v5.result())
+        await asyncio.gather(*(h.close() for h in handlers))
 

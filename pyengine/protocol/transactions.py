@@ -94,7 +94,7 @@ class TransactionCommands:
 
     async def tc_client_connect(self, body: pb.CommandTcClientConnectRequest) -> None:
         failure = None
-        if body.tc_id not in self.coordinator.coordinator_ids:
+        if not self.coordinator.serves(body.tc_id):
             failure = TransactionCoordinatorNotFoundError(
                 f"transaction coordinator {body.tc_id} is not served by this broker")
         elif body.HasField("transaction_key"):

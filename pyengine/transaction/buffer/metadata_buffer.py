@@ -349,12 +349,17 @@ class MetadataTransactionBuffer(TransactionBuffer):
             listener()
 
     def stats(self) -> dict:
+        """The v4 buffer's figures (same keys), without snapshots and replay (PIP-473: none)."""
         return {
-            "state": self.state.value, "design": "v5", "segment": self.segment,
-            "ongoingTxnSize": len(self._ongoing), "abortedTxnSize": len(self._aborted.items()),
-            "committedTxnCount": self._committed_total, "abortedTxnCount": self._aborted_total,
-            "lateWritesRejected": self._late_total, "ownedOpRecords": sum(map(len, self._ops.values())),
-            "maxReadPosition": str(self.max_read_position()),
+            "state": self.state.value,
+            "design": "v5",
+            "max_read_position": str(self.max_read_position()),
+            "ongoing_txn_count": len(self._ongoing),
+            "aborted_txn_count": len(self._aborted.items()),
+            "committed_total": self._committed_total,
+            "aborted_total": self._aborted_total,
+            "late_writes_rejected": self._late_total,
+            "owned_op_records": sum(map(len, self._ops.values())),
         }
 
     async def close(self) -> None:

@@ -62,3 +62,26 @@ class V5Metrics:
         return {"op_writes_total": self.op_writes_total, "header_cas_total": dict(self.header_cas_total),
                 "index_query_count": self.index_query_count, "index_query_sum_s": self.index_query_sum_s,
                 "outstanding_op_records": self.outstanding_op_records}
+
+
+def prometheus_families(metrics: V5Metrics, cluster: str):
+    """The four PIP-473 metric families (prometheus_client), labelled with the cluster."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    writes = CounterMetricFamily("pulsar_txn_metadata_store_op_writes", "v5 transaction op records written",
+                                 labels=["cluster"])
+    writes.add_metric([cluster], metrics.op_writes_total)
+    yield writes
+    cas = CounterMetricFamily("pulsar_txn_metadata_store_header_cas", "v5 transaction header CAS attempts by outcome",
+                              labels=["cluster", "result"])
+    for result, count in metrics.header_cas_total.items():
+        cas.add_metric([cluster, result], count)
+    yield cas
+    queries = HistogramMetricFamily("pulsar_txn_metadata_store_index_query_seconds",
+                                    "Latency of the v5 op-record index range queries", labels=["cluster"])
+    queries.add_metric([cluster], metrics.cumulative_buckets(), sum_value=metrics.index_query_sum_s)
+    yield queries
+    outstanding = GaugeMetricFamily("pulsar_txn_metadata_store_outstanding_op_records",
+                                    "v5 op records not collected yet (txn GC backlog)", labels=["cluster"])
+    outstanding.add_metric([cluster], metrics.outstanding_op_records)
+    yield outstanding

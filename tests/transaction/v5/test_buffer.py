@@ -117,7 +117,7 @@ async def test_late_write_race_loses_and_stays_invisible(v5):
     await v5.coordinator.end_transaction(txn, COMMIT)
     with pytest.raises(TransactionConflictError):
         await buffer.append(txn, b"late")
-    assert buffer.stats()["lateWritesRejected"] == 1
+    assert buffer.stats()["late_writes_rejected"] == 1
     await buffer.commit(txn, -1)                          # what the header says, materialised here
     assert visible(ledger, buffer) == [b"in-time"]
     await v5.restart()
