@@ -529,10 +529,31 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
     transactions = 0
     producing = len(producers)
 
+    async def finish(txn: Any, number: int, futures: list[asyncio.Future[Any]], size: int) -> None:
+        nonlocal transactions
+        try:
+            await asyncio.wait(futures)
+            asked = clock()             # end-txn: the END_TXN round trip, sends already stored
+            await txn.commit()          # (raises the first failed send, after aborting)
+            done = clock()
+        except (PulsarError, TimeoutError) as exc:
+            run.failed(exc)
+            run.stop.set()
+            return
+        end_txn.record(done - asked)
+        if visibility is not None:
+            visibility.on_commit(number, done)
+        if run.measuring:
+            transactions += 1
+        run.count(len(futures), size)
+
     async def transact(producer: Any) -> None:
-        nonlocal transactions, producing
+        """Transactions one after another; as pulsar-perf, the next one starts while the
+        previous one commits (at most one committing at a time per producer)."""
+        nonlocal producing
         pacer = Pacer(args.rate / len(producers))
         per_txn = args.messages_per_txn
+        committing: asyncio.Future[None] | None = None
         try:
             while not run.stop.is_set():
                 await pacer.wait(per_txn)
@@ -540,25 +561,20 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                 payload = (TXN_TAG.pack(number) + filler)[:args.size]
                 try:
                     txn = await client.new_transaction(timeout_ms=args.txn_timeout_ms)
-                    sent = clock()
-                    futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]
-                    for future in futures:
-                        future.add_done_callback(
-                            lambda f: f.cancelled() or f.exception() or publish.record(clock() - sent))
-                    await asyncio.wait(futures)
-                    asked = clock()         # end-txn: the END_TXN round trip, sends already stored
-                    await txn.commit()      # (raises the first failed send, after aborting)
-                    done = clock()
                 except (PulsarError, TimeoutError) as exc:
                     run.failed(exc)
                     run.stop.set()
-                    return
-                end_txn.record(done - asked)
-                if visibility is not None:
-                    visibility.on_commit(number, done)
-                if run.measuring:
-                    transactions += 1
-                run.count(per_txn, len(payload))
+                    break
+                sent = clock()
+                futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]
+                for future in futures:
+                    future.add_done_callback(
+                        lambda f, sent=sent: f.cancelled() or f.exception() or publish.record(clock() - sent))
+                if committing is not None:
+                    await committing
+                committing = asyncio.ensure_future(finish(txn, number, futures, len(payload)))
+            if committing is not None:
+                await committing
         finally:
             producing -= 1
 
