@@ -161,3 +161,25 @@ def test_a_key_must_be_a_string():
 async def test_a_client_without_a_key_cannot_connect_one(client):
     with pytest.raises(NotAllowedError):
         await client.connect_transaction_key()
+
+
+@pytest.mark.parametrize("close_first", [True, False])
+async def test_an_aborted_cumulative_ack_delivers_every_message_it_reserved_again(client, close_first):
+    """What fencing relies on (and a fix it brought): the messages up to an aborted cumulative
+    ack come back in full, whether their consumer is still there or already gone."""
+    topic = "persistent://public/default/keys-reserved"
+    producer = await client.create_producer(topic)
+    for i in range(6):
+        await producer.send(b"%d" % i)
+    consumer = await client.subscribe(topic, "s", initial_position="earliest")
+    taken = [await consumer.receive(timeout=5) for _ in range(3)]
+    txn = await client.new_transaction()
+    await consumer.acknowledge_cumulative(taken[-1], txn=txn)
+    if close_first:
+        await consumer.close()
+        await txn.abort()
+    else:
+        await txn.abort()
+        await consumer.close()
+    again = await client.subscribe(topic, "s", initial_position="earliest")
+    assert [(await again.receive(timeout=5)).data for _ in range(6)] == [b"%d" % i for i in range(6)]

@@ -156,7 +156,6 @@ class TransactionKeys:
         self._clock = clock
         self._keys: dict[str, KeyState] = {}
         self._bindings: dict[TxnId, tuple[KeyState, int]] = {}     # txn -> (its key, the epoch it began under)
-        self.fenced_total = 0
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -219,7 +218,6 @@ class TransactionKeys:
                 state.created_ms = self._clock()
             state.epoch += 1                       # 1. fences the older epoch's requests at once
             state.epoch_ms = self._clock()
-            self.fenced_total += 1 if state.epoch > 0 else 0
             previous_holder, previous_close = state.holder, state.on_fenced
             state.holder, state.on_fenced = holder, on_fenced
             try:
