@@ -269,6 +269,9 @@ class Run:
     started: float = 0.0                     # when measuring started (loop time)
     ended: float = 0.0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    on_measuring: list[Callable[[], None]] = field(default_factory=list)   # run when the warm-up ends
+    cpu_started: float = 0.0
+    cpu_ended: float = 0.0
     _interval_messages: int = 0
     _interval_bytes: int = 0
 
@@ -294,11 +297,14 @@ class Run:
     async def clock(self) -> None:
         """The warm-up, then the measured period with a progress line per second."""
         loop = asyncio.get_running_loop()
+        self.cpu_started = time.process_time()
         if self.args.warmup:
             with _suppress_timeout():
                 await asyncio.wait_for(self.stop.wait(), self.args.warmup)
         for latency in self.latencies.values():
             latency.discard()
+        for hook in self.on_measuring:
+            hook()
         self.started = last = loop.time()
         self.measuring = True
         deadline = self.started + self.args.duration if self.args.duration else math.inf
@@ -311,6 +317,7 @@ class Run:
             self._progress(now - last, now - self.started)
             last = now
         self.ended = loop.time()
+        self.cpu_ended = time.process_time()
 
     def _progress(self, interval: float, elapsed: float) -> None:
         parts = [f"{self.args.mode} {elapsed:6.1f}s", f"{self._interval_messages / interval:9.0f} msg/s",
@@ -331,8 +338,12 @@ class Run:
         elapsed = self.elapsed()
         return {
             "mode": self.args.mode, "topic": self.args.topic, "duration_s": round(elapsed, 3),
-            "messages": self.messages, "messages_with_warmup": self.all_messages, "msgs_per_s": round(self.messages / elapsed, 1),
+            "messages": self.messages, "msgs_per_s": round(self.messages / elapsed, 1),
             "mb_per_s": round(self.bytes / elapsed / 1e6, 3), "errors": self.errors, **extra,
+            # The load generator's own cost: CPU seconds from the start of the load (after
+            # connecting) to the end of the measured period, and the messages of that span.
+            "messages_with_warmup": self.all_messages,
+            "cpu_s": round((self.cpu_ended or time.process_time()) - self.cpu_started, 3),
             "latency_ms": {name: latency.summary() for name, latency in self.latencies.items()},
         }
 
@@ -489,6 +500,9 @@ class Visibility:
         self.measured = 0
         self.early = 0
 
+    def forget_early(self) -> None:
+        self.early = 0
+
     def on_commit(self, txn_number: int, at: float) -> None:
         seen = self.seen.pop(txn_number, None)
         if seen is None:
@@ -513,6 +527,8 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
     args = run.args
     publish, end_txn = run.latencies["publish"], run.latencies["end-txn"]
     visibility = Visibility(run.latencies["commit-to-visible"]) if args.visibility else None
+    if visibility is not None:
+        run.on_measuring.append(visibility.forget_early)
     clock = time.perf_counter
     filler = b"x" * max(0, args.size - TXN_TAG.size)
     watcher_client = consumer = None
