@@ -4,6 +4,9 @@
                                                     /split/{segmentId}|/merge/{segmentId1}/{segmentId2}]]
     /admin/v2/segments/{tenant}/{namespace}/{topic}/{descriptor}[/terminate]
 
+plus two extensions a controller needs for segments on other brokers: GET of a segment's state
+and DELETE of a segment's subscription.
+
 Statuses as Pulsar's ScalableTopics resource: changes answer 204, a topic that exists 409, a
 topic or segment that does not 404, a segment that cannot be split or merged (sealed, not
 adjacent, one hash value wide) and numInitialSegments < 1 412. A split or merge that reaches a
@@ -171,6 +174,30 @@ async def create_segment(call: Call) -> None:
             params=(*TOPIC_PATH, DESCRIPTOR), replies={204: DONE, **errors(404, 412)})
 async def terminate_segment(call: Call) -> None:
     await (await scalable(call)).segments.terminate(requested_segment(call))
+
+
+@routes.add("GET", SEGMENT_URL, summary="A segment topic's state (extension: the controller of another broker "
+                                     "reads a remote segment's subscriptions and termination with it).",
+            params=(*TOPIC_PATH, DESCRIPTOR), replies={200: Reply("exists, terminated, subscriptions, counters",
+                                                                  {"type": "object"}), **errors(412)})
+async def get_segment(call: Call) -> dict[str, Any]:
+    segment = requested_segment(call)
+    local = (await scalable(call)).segments
+    local = getattr(local, "local", local)          # answer for this broker's own data
+    stats = await local.stats(segment)
+    return {"exists": bool(stats), "terminated": bool(stats.get("terminated")),
+            "subscriptions": {name: {"msgBacklog": sub.get("msgBacklog", 0)}
+                              for name, sub in stats.get("subscriptions", {}).items()},
+            "msgInCounter": stats.get("msgInCounter", 0), "storageSize": stats.get("storageSize", 0)}
+
+
+@routes.add("DELETE", SEGMENT_URL + "/subscriptions/{subscription}",
+            summary="Delete a subscription of a segment topic (extension: the controller deleting a "
+                    "scalable topic's subscription on another broker's segments).",
+            params=(*TOPIC_PATH, DESCRIPTOR, SUB), replies={204: DONE, **errors(412)})
+async def delete_segment_subscription(call: Call) -> None:
+    await (await scalable(call)).segments.delete_subscription(requested_segment(call),
+                                                              subscription_name(call["subscription"]))
 
 
 @routes.add("DELETE", SEGMENT_URL, summary="Delete a segment topic and its ledger.",

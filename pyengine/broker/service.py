@@ -20,7 +20,8 @@ from pyengine.broker.topic import Topic
 from pyengine.broker.transactions import CoordinatorRouter, V5Transactions, default_transaction_version
 from pyengine.errors import NotAllowedError, ServiceNotReadyError, TopicNotFoundError
 from pyengine.naming import TopicName
-from pyengine.scalable.segments import LocalSegments
+from pyengine.scalable.resources import ScalableTopicResources
+from pyengine.scalable.segments import LocalSegments, RoutedSegments
 from pyengine.scalable.service import ScalableTopicService
 from pyengine.storage import ManagedCursor, ManagedLedger, ManagedLedgerConfig, StorageEnvironment
 from pyengine.storage.environment import DEFAULT_MAP_SIZE
@@ -84,6 +85,7 @@ class BrokerService:
         # The URL clients reach this broker at (the controller leader's election value);
         # `pyengine serve` sets it to the protocol server's address.
         self.service_url = f"pulsar://broker-{config.broker_id}"
+        self.web_service_url: str | None = None       # the admin API's URL (set by `pyengine serve`)
         self._scalable: ScalableTopicService | None = None
         self._started = False
         self._closed = False
@@ -212,9 +214,11 @@ class BrokerService:
                 raise ServiceNotReadyError("the broker is not started (no metadata store)")
             # set before the first await: concurrent first calls share one service (its session
             # is opened under its own lock)
+            resources = ScalableTopicResources(self.metadata)
+            segments = RoutedSegments(LocalSegments(self, self.service_url), resources, self.service_url)
             self._scalable = ScalableTopicService(
-                self.metadata, LocalSegments(self, self.service_url), self.service_url,
-                session_ttl=self.config.scalable_session_ttl, grace_period=self.config.scalable_grace_period)
+                self.metadata, segments, self.service_url, session_ttl=self.config.scalable_session_ttl,
+                grace_period=self.config.scalable_grace_period, web_service_url=self.web_service_url)
         await self._scalable.start()
         return self._scalable
 

@@ -178,6 +178,7 @@ async def start_admin_server(args: argparse.Namespace, service: BrokerService,
     await server.start()
     components.push_async_callback(server.stop)
     endpoints["http"] = server.url
+    service.web_service_url = server.url        # where other brokers send segment operations
     endpoints["metrics"] = f"{server.url}/metrics"
     return server
 

@@ -43,8 +43,12 @@ SendCallback = Callable[[BaseException | None, MessageId | None], None]
 # SEND_ERRORs that reject one message (the C++ client keeps the connection for ChecksumError
 # and NotAllowedError); the transaction codes reject a send to an ended or unknown transaction.
 _UNUSABLE = frozenset({CLOSING, CLOSED, FAILED})
+# SEND_ERRORs that reject that send only (the connection stays: reconnecting would make every
+# consumer sharing it redeliver its unacknowledged messages). A terminated topic rejects every
+# send, as Pulsar's producer fails them with TopicTerminatedException without reconnecting (a
+# scalable topic's producer then re-routes them to the segment's children).
 _REJECTING = frozenset({pb.ChecksumError, pb.NotAllowedError, pb.InvalidTxnStatus, pb.TransactionNotFound,
-                        pb.TransactionConflict, pb.ExpiredTransaction})
+                        pb.TransactionConflict, pb.ExpiredTransaction, pb.TopicTerminatedError})
 
 
 @dataclass(frozen=True, slots=True)

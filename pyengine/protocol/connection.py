@@ -376,6 +376,9 @@ class ServerConnection(asyncio.Protocol):
             error = to_pulsar_error(exc)
             self.write(replies.lookup_failed(body.request_id, error.server_error, str(error)))
             return
+        if body.topic.startswith("segment://"):     # served by the broker that owns the segment
+            self._spawn(self.scalable.lookup_segment(body))
+            return
         # The URL the client connected to, so that it reuses this connection (its pool is
         # keyed by the URL string).
         self.write(replies.lookup_connect(body.request_id, self.broker_url))

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from pyengine.errors import InvalidTopicNameError, NotAllowedError, TopicNotFoundError, to_pulsar_error
 from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.naming import TopicName
+from pyengine.protocol import replies
 from pyengine.protocol.replies import encode_command
 from pyengine.scalable.layout import SegmentLayout
 from pyengine.scalable.resources import ScalableTopicNotFoundError
@@ -70,16 +72,18 @@ class ScalableTopicCommands:
             service = await self.connection.service.scalable_topics()
             segments = service.segments
 
-            def push(layout: SegmentLayout, controller_url: str | None) -> None:
+            def push(layout: SegmentLayout, controller_url: str | None, brokers: dict[int, str]) -> None:
                 if session_id in self.sessions:         # (the first update comes while opening)
-                    brokers = {s.segment_id: segments.broker_url(s.topic_name(topic)) for s in layout.active_segments}
                     self.connection.write(scalable_topic_update(session_id, layout, controller_url, brokers))
+
+            async def resolve(layout: SegmentLayout) -> dict[int, str]:
+                return {s.segment_id: await segments.owner_url(s.topic_name(topic)) for s in layout.active_segments}
 
             def ended(error: BaseException) -> None:
                 if self.sessions.pop(session_id, None) is not None:
                     self._refuse(session_id, error)
 
-            session = DagWatchSession(service.resources, topic, push, ended)
+            session = DagWatchSession(service.resources, topic, push, ended, resolve)
             await session.start()
         except Exception as exc:
             self.sessions.pop(session_id, None)
@@ -89,6 +93,19 @@ class ScalableTopicCommands:
             self.sessions[session_id] = session
         else:
             session.close()
+
+    async def lookup_segment(self, body: pb.CommandLookupTopic) -> None:
+        """LOOKUP of a segment:// topic: the broker that owns it (its data is on that broker's
+        disk), this one when it owns it or no owner is recorded yet."""
+        try:
+            service = await self.connection.service.scalable_topics()
+            owner = await service.resources.owner(TopicName.parse(body.topic))
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            self.connection.write(replies.lookup_failed(body.request_id, error.server_error, str(error)))
+            return
+        url = owner if owner is not None and owner != service.broker_url else self.connection.broker_url
+        self.connection.write(replies.lookup_connect(body.request_id, url))
 
     def close_session(self, body: pb.CommandScalableTopicClose) -> None:
         session = self.sessions.pop(body.session_id, None)

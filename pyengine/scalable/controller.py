@@ -205,8 +205,8 @@ class ScalableTopicController:
             subscriptions.update(await self.segments.subscriptions(parent))
         await self._after("subscriptions")
         # 2. the children, with a cursor at Earliest for each subscription
-        for child in children:
-            await self.segments.create(child, sorted(subscriptions))
+        for child in children:      # beside the first parent: the controller need not own segments
+            await self.segments.create(child, sorted(subscriptions), near=parents[0])
             await self._after("create")
         # 3. seal the parents, one after the other
         for parent in parents:

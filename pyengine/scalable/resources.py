@@ -5,8 +5,12 @@
     /topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}               SubscriptionMetadata JSON
     /topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/consumers/{c} ConsumerRegistration JSON
     /topics/{tenant}/{namespace}/{topic}/operation                         the split/merge in progress
+    /topics/{tenant}/{namespace}/{topic}/segments/{segmentId}              the broker owning the segment
+    /brokers/{serviceUrl}                                                  a live broker's URLs (ephemeral)
 
-The last path is ours: the controller writes the split or merge it is about to run before its
+The last three paths are ours. A segment topic lives in the data dir of the broker that created
+it (no shared storage), so its owner is recorded, and brokers register their URLs for the others
+to route segment operations and lookups to. The operation record: the controller writes the split or merge it is about to run before its
 first step and deletes it after the last, so a leader that takes over after a crash knows what
 to complete or roll back (see controller.py). Path parts are percent-encoded (Pulsar's
 `encodedTopicName`), so a name never adds a level.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
 from urllib.parse import quote, unquote
 
 from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
@@ -157,6 +162,44 @@ class ScalableTopicResources:
             if await self.store.exists(f"{base}/{child}"):
                 names.append(str(TopicName("topic", tenant, ns, unquote(child))))
         return sorted(names)
+
+    # --- segment owners and live brokers ----------------------------------------------------
+
+    @classmethod
+    def owner_path(cls, segment: TopicName) -> str:
+        return f"{cls.topic_path(segment.scalable_topic)}/segments/{segment.segment_id}"
+
+    async def claim_owner(self, segment: TopicName, broker_url: str) -> str:
+        """Record `broker_url` as the segment's owner unless one is recorded; the owner."""
+        try:
+            await self.store.create(self.owner_path(segment), broker_url.encode())
+            return broker_url
+        except AlreadyExistsError:
+            owner = await self.owner(segment)
+            return owner if owner is not None else await self.claim_owner(segment, broker_url)
+
+    async def owner(self, segment: TopicName) -> str | None:
+        record = await self.store.get(self.owner_path(segment))
+        return record.value.decode() if record is not None else None
+
+    async def forget_owner(self, segment: TopicName) -> None:
+        try:
+            await self.store.delete(self.owner_path(segment))
+        except NotFoundError:
+            pass
+
+    @staticmethod
+    def broker_path(service_url: str) -> str:
+        return f"/brokers/{_enc(service_url)}"
+
+    async def register_broker(self, service_url: str, web_service_url: str, session: Any) -> None:
+        await self.store.put(self.broker_path(service_url),
+                             json.dumps({"serviceUrl": service_url, "webServiceUrl": web_service_url}).encode(),
+                             session=session)
+
+    async def web_service_url(self, service_url: str) -> str | None:
+        record = await self.store.get(self.broker_path(service_url))
+        return json.loads(record.value).get("webServiceUrl") if record is not None else None
 
     # --- the operation in progress --------------------------------------------------------
 

@@ -3,15 +3,27 @@
 `SegmentOperations` is what the controller calls; every operation is idempotent, because a
 leader that takes over after a crash repeats the steps its predecessor may have done.
 `LocalSegments` runs them on this process's BrokerService (the embedded / single-broker case,
-and the broker serving `/admin/v2/segments` requests).
+and the broker serving `/admin/v2/segments` requests); `RoutedSegments` sends each to the
+broker that owns the segment (several brokers on one metadata store).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import json
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
-from pyengine.errors import SubscriptionNotFoundError, TopicNotFoundError
+import aiohttp
+
+from pyengine.errors import (
+    NotAllowedError,
+    PulsarError,
+    ServiceNotReadyError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
 from pyengine.naming import TopicName
+from pyengine.scalable.resources import ScalableTopicResources
 
 if TYPE_CHECKING:
     from pyengine.broker.service import BrokerService
@@ -23,8 +35,9 @@ class SegmentOperations(Protocol):
     async def subscriptions(self, segment: str) -> list[str]:
         """Subscription names of an existing segment topic ([] when it does not exist)."""
 
-    async def create(self, segment: str, subscriptions: list[str]) -> None:
-        """Create the segment topic (if absent) and each subscription (if absent) at Earliest."""
+    async def create(self, segment: str, subscriptions: list[str], near: str | None = None) -> None:
+        """Create the segment topic (if absent) and each subscription (if absent) at Earliest;
+        on the broker that owns segment `near` when given (children beside their parent)."""
 
     async def terminate(self, segment: str) -> None:
         """Seal the segment topic: producers get TopicTerminated."""
@@ -40,8 +53,19 @@ class SegmentOperations(Protocol):
 
     async def stats(self, segment: str) -> dict: ...
 
-    def broker_url(self, segment: str) -> str:
+    async def owner_url(self, segment: str) -> str:
         """The service URL of the broker serving the segment."""
+
+
+def to_pulsar_error_of_status(status: int, reason: str) -> PulsarError:
+    """The engine error an owner's admin API answered with (its HTTP status)."""
+    if status == 404:
+        return TopicNotFoundError(reason)
+    if status == 503:
+        return ServiceNotReadyError(reason)
+    if status in (405, 409, 412):
+        return NotAllowedError(reason)
+    return PulsarError(reason)
 
 
 def _check_segment(segment: str) -> str:
@@ -68,7 +92,7 @@ class LocalSegments:
         topic = await self.broker.get_topic(segment, create=False)
         return sorted(topic.subscriptions)
 
-    async def create(self, segment: str, subscriptions: list[str]) -> None:
+    async def create(self, segment: str, subscriptions: list[str], near: str | None = None) -> None:
         topic = await self.broker.get_topic(_check_segment(segment))
         for subscription in subscriptions:
             await topic.open_subscription(subscription, "earliest")
@@ -112,5 +136,114 @@ class LocalSegments:
         stats["terminated"] = topic.ledger.terminated_at is not None
         return stats
 
-    def broker_url(self, segment: str) -> str:
+    async def owner_url(self, segment: str) -> str:
         return self.url
+
+
+class RoutedSegments:
+    """Segment operations routed to the broker that owns each segment (several brokers).
+
+    A segment topic lives in the data dir of the broker that created it; its owner is recorded
+    in the metadata store when it is created (`resources.claim_owner`). An operation on a
+    segment this broker owns (or one with no recorded owner) runs locally; any other goes to the
+    owner's `/admin/v2/segments` API, at the web URL the owner registered under `/brokers/`.
+    An owner that is not running makes the operation fail (ServiceNotReadyError): its data is
+    only on its disk, so a split or merge of its segments waits until it is back.
+    """
+
+    def __init__(self, local: LocalSegments, resources: ScalableTopicResources, broker_url: str) -> None:
+        self.local = local
+        self.resources = resources
+        self.url = broker_url
+        self._http: aiohttp.ClientSession | None = None
+
+    async def _owner(self, segment: str) -> str:
+        owner = await self.resources.owner(TopicName.parse(_check_segment(segment)))
+        return owner or self.url
+
+    async def _remote(self, owner: str, method: str, segment: str, suffix: str = "", body: Any = None) -> Any:
+        web = await self.resources.web_service_url(owner)
+        if web is None:
+            raise ServiceNotReadyError(f"segment {segment} is owned by broker {owner}, which is not running")
+        name = TopicName.parse(segment)
+        path = (f"/admin/v2/segments/{quote(name.tenant, safe='')}/{quote(name.namespace, safe='')}/"
+                f"{quote(name.scalable_topic.local_name, safe='')}/{name.segment_descriptor}{suffix}")
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        async with self._http.request(method, web + path, json=body) as reply:
+            text = await reply.text()
+            if reply.status >= 300:
+                reason = json.loads(text).get("reason", text) if text.startswith("{") else text
+                raise to_pulsar_error_of_status(reply.status, f"{owner}: {reason}")
+            return json.loads(text) if text else None
+
+    async def exists(self, segment: str) -> bool:
+        owner = await self._owner(segment)
+        if owner == self.url:
+            return await self.local.exists(segment)
+        return bool((await self._remote(owner, "GET", segment)).get("exists"))
+
+    async def subscriptions(self, segment: str) -> list[str]:
+        owner = await self._owner(segment)
+        if owner == self.url:
+            return await self.local.subscriptions(segment)
+        return sorted((await self._remote(owner, "GET", segment)).get("subscriptions", {}))
+
+    async def create(self, segment: str, subscriptions: list[str], near: str | None = None) -> None:
+        preferred = await self._owner(near) if near is not None else self.url
+        if preferred != self.url and await self.resources.web_service_url(preferred) is None:
+            preferred = self.url                     # the parent's broker is away: create it here
+        owner = await self.resources.claim_owner(TopicName.parse(_check_segment(segment)), preferred)
+        if owner == self.url:
+            await self.local.create(segment, subscriptions)
+        else:
+            await self._remote(owner, "PUT", segment, body=list(subscriptions))
+
+    async def terminate(self, segment: str) -> None:
+        owner = await self._owner(segment)
+        if owner == self.url:
+            await self.local.terminate(segment)
+        else:
+            await self._remote(owner, "POST", segment, "/terminate")
+
+    async def is_terminated(self, segment: str) -> bool:
+        owner = await self._owner(segment)
+        if owner == self.url:
+            return await self.local.is_terminated(segment)
+        return bool((await self._remote(owner, "GET", segment)).get("terminated"))
+
+    async def delete(self, segment: str) -> None:
+        owner = await self._owner(segment)
+        if owner == self.url:
+            await self.local.delete(segment)
+        elif (await self._remote(owner, "GET", segment)).get("exists"):
+            await self._remote(owner, "DELETE", segment)
+        await self.resources.forget_owner(TopicName.parse(segment))
+
+    async def create_subscription(self, segment: str, subscription: str) -> None:
+        owner = await self._owner(segment)
+        if owner == self.url:
+            await self.local.create_subscription(segment, subscription)
+        else:
+            await self._remote(owner, "PUT", segment, body=[subscription])
+
+    async def delete_subscription(self, segment: str, subscription: str) -> None:
+        owner = await self._owner(segment)
+        if owner == self.url:
+            await self.local.delete_subscription(segment, subscription)
+        else:
+            await self._remote(owner, "DELETE", segment, f"/subscriptions/{quote(subscription, safe='')}")
+
+    async def stats(self, segment: str) -> dict:
+        owner = await self._owner(segment)
+        if owner == self.url:
+            return await self.local.stats(segment)
+        return await self._remote(owner, "GET", segment)
+
+    async def owner_url(self, segment: str) -> str:
+        return await self._owner(segment)
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None

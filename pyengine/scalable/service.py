@@ -43,8 +43,9 @@ def scalable_topic_name(name: str | TopicName) -> TopicName:
 class ScalableTopicService:
     def __init__(self, store: MetadataStore, segments: SegmentOperations, broker_url: str, *,
                  session_ttl: float = DEFAULT_SESSION_TTL, grace_period: float = DEFAULT_GRACE_PERIOD,
-                 fault: Fault | None = None) -> None:
+                 fault: Fault | None = None, web_service_url: str | None = None) -> None:
         self.store = store
+        self.web_service_url = web_service_url
         self.resources = ScalableTopicResources(store)
         self.segments = segments
         self.broker_url = broker_url
@@ -66,6 +67,8 @@ class ScalableTopicService:
             if self._session is None or not self._session.alive:
                 self._session = await self.store.create_session(self.session_ttl)
                 self._session.add_listener(self._session_ended)
+                if self.web_service_url:        # other brokers route segment operations here
+                    await self.resources.register_broker(self.broker_url, self.web_service_url, self._session)
             return self._session
 
     def _session_ended(self, session: Session) -> None:
@@ -183,6 +186,9 @@ class ScalableTopicService:
         if self._session is not None:
             self._session.remove_listener(self._session_ended)
             await self._session.close()
+        close = getattr(self.segments, "close", None)
+        if close is not None:
+            await close()
 
     def crash(self) -> None:
         """Stop as a killed broker would (tests): controllers stop, the session is left to

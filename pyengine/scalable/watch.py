@@ -1,6 +1,6 @@
 """DAG watch sessions (the spec's DagWatchSession): any broker serves them from the metadata
 store. A session reads the layout and the controller leader, watches both records, and calls
-`on_update(layout, controller_url)` first with the current state and again after every change
+`on_update(layout, controller_url, segment_brokers)` first with the current state and again after every change
 (each epoch or leader change once; a change of neither is not repeated). When the topic is
 deleted, `on_error` is called once and the session ends.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from pyengine.metadata import Watch
 from pyengine.naming import TopicName
@@ -21,14 +21,16 @@ from pyengine.scalable.resources import ScalableTopicNotFoundError, ScalableTopi
 
 log = logging.getLogger(__name__)
 
-UpdateListener = Callable[[SegmentLayout, "str | None"], None]
+UpdateListener = Callable[[SegmentLayout, "str | None", "dict[int, str]"], None]
+BrokerResolver = Callable[[SegmentLayout], Awaitable["dict[int, str]"]]
 ErrorListener = Callable[[BaseException], None]
 
 
 class DagWatchSession:
     def __init__(self, resources: ScalableTopicResources, topic: TopicName, on_update: UpdateListener,
-                 on_error: ErrorListener) -> None:
+                 on_error: ErrorListener, resolve_brokers: BrokerResolver | None = None) -> None:
         self.resources = resources
+        self.resolve_brokers = resolve_brokers
         self.topic = topic
         self.on_update = on_update
         self.on_error = on_error
@@ -62,8 +64,9 @@ class DagWatchSession:
         if self.layout is not None and layout.epoch == self.layout.epoch and url == self.controller_url:
             return True
         self.layout, self.controller_url = layout, url
+        brokers = await self.resolve_brokers(layout) if self.resolve_brokers is not None else {}
         if not self._closed:
-            self.on_update(layout, url)
+            self.on_update(layout, url, brokers)
         return True
 
     async def _follow(self) -> None:
