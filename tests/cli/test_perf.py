@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +51,18 @@ def test_produce_reports_rate_percentiles_progress_and_a_plot(broker, capsys, tm
     assert [p for p, _ in publish["curve"]] == list(CURVE_PERCENTILES)
     assert "msg/s" in err and "publish p99" in err                     # the progress line
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_produce_to_a_partitioned_topic(broker, capsys):
+    """Partitions answer independently: each message's latency is taken at its own receipt."""
+    request = urllib.request.Request(f"{broker.http_url}/admin/v2/persistent/public/default/perf-parts/partitions",
+                                     data=b"3", method="PUT", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        assert reply.status in (200, 204)
+    code, result, err = perf(capsys, "produce", "persistent://public/default/perf-parts", "--url", broker.url,
+                             "--messages", "3000", "--duration", "0", "--producers", "2", "--quiet")
+    assert code == 0, err
+    assert result["messages"] >= 3000 and result["latency_ms"]["publish"]["count"] == result["messages"]
 
 
 def test_produce_at_a_fixed_rate_sends_that_many(broker, capsys):
