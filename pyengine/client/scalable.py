@@ -33,6 +33,7 @@ from pyengine.scalable.wire import dag_to_layout
 
 if TYPE_CHECKING:
     from pyengine.client.client import Client, ClientCore
+    from pyengine.client.transaction import Transaction
     from pyengine.client.connection import ClientConnection
 
 log = logging.getLogger(__name__)
@@ -180,8 +181,10 @@ class ScalableProducer:
         return await asyncio.shield(opening)
 
     async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
-                   ) -> tuple[int, MessageId]:
-        """Send one message; (segment id, message id in that segment)."""
+                   txn: Transaction | None = None) -> tuple[int, MessageId]:
+        """Send one message; (segment id, message id in that segment). `txn`: a scalable
+        (v5) transaction; a send re-routed after a split stays in it (PIP-473: the decision
+        lives above the segments, sealed ones included)."""
         timeout = self._client._core.config.operation_timeout
         while True:
             if self._closed:
@@ -191,7 +194,7 @@ class ScalableProducer:
             segment = self._segment_for(layout, key)
             try:
                 producer = await self._producer(segment)
-                return segment.segment_id, await producer.send(data, key=key, properties=properties)
+                return segment.segment_id, await producer.send(data, key=key, properties=properties, txn=txn)
             except TopicTerminatedError:
                 # split or merged: the new layout follows the termination
                 stale = self._producers.pop(segment.segment_id, None)
@@ -261,7 +264,8 @@ class QueueConsumer:
         _, message = await asyncio.wait_for(self._queue.get(), timeout)
         return message
 
-    async def acknowledge(self, message: Message) -> None:
+    async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
+        """Acknowledge `message` on its segment (in `txn`, a scalable transaction, if given)."""
         try:
             segment_id = TopicName.parse(message.topic).segment_id
         except (AttributeError, ValueError):
@@ -269,7 +273,7 @@ class QueueConsumer:
         consumer = self._consumers.get(segment_id)
         if consumer is None:
             raise ValueError(f"not a message of this consumer's segments ({message.topic})")
-        await consumer.acknowledge(message)
+        await consumer.acknowledge(message, txn=txn)
 
     @property
     def segments(self) -> list[int]:

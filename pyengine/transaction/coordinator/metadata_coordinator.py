@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import time
@@ -32,7 +33,7 @@ from pyengine.errors import (
     TransactionCoordinatorNotFoundError,
     TransactionNotFoundError,
 )
-from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
+from pyengine.metadata import BadVersionError, MetadataStore, NotFoundError
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator import TxnMeta
 from pyengine.transaction.coordinator.clock import Clock, wall_clock_ms
@@ -67,6 +68,7 @@ DEFAULT_MAX_TIMEOUT_MS = 6 * 60 * 60 * 1000       # as the v4 service
 DEFAULT_RETENTION_MS = 60 * 1000                  # the spec's example retention window
 DEFAULT_SWEEP_INTERVAL_MS = 1000
 DEFAULT_ID_BLOCK = 1000
+MAX_REMEMBERED = 100_000          # headers remembered for a read-free END_TXN
 
 _FINAL = {TxnAction.COMMIT: HeaderState.COMMITTED, TxnAction.ABORT: HeaderState.ABORTED}
 
@@ -98,6 +100,9 @@ class MetadataTransactionCoordinator:
         self._id_lock = asyncio.Lock()
         self._counters = Counters()
         self._sweeper: asyncio.Task | None = None
+        # Headers this coordinator created, with their version: END_TXN can CAS at once (no
+        # read first). A stale entry only costs a failed CAS, then the read-and-CAS loop.
+        self._created: collections.OrderedDict[TxnId, TxnHeader] = collections.OrderedDict()
         self._state = "new"
         self.orphans_collected = 0
 
@@ -140,6 +145,9 @@ class MetadataTransactionCoordinator:
         now = self.clock()
         header = TxnHeader(HeaderState.OPEN, now + timeout_ms, now)
         await self.store.create(header_path(txn), header.encode(), partition_key=txn_key(txn))
+        self._created[txn] = header
+        if len(self._created) > MAX_REMEMBERED:
+            self._created.popitem(last=False)
         self._counters.created += 1
         return txn
 
@@ -209,6 +217,17 @@ class MetadataTransactionCoordinator:
     async def _decide(self, txn: TxnId, action: TxnAction, *, timed_out: bool) -> TxnStatus:
         wanted = _FINAL[action]
         path = header_path(txn)
+        created = self._created.pop(txn, None)
+        if created is not None and not (timed_out and created.timeout_ms > self.clock()):
+            final = TxnHeader(wanted, created.timeout_ms, created.created_ms, self.clock())
+            try:
+                await self.store.put(path, final.encode(), 0, partition_key=txn_key(txn))
+            except (BadVersionError, NotFoundError):
+                self.metrics.cas("conflict")        # changed since: read it (below)
+            else:
+                self.metrics.cas("ok")
+                self._counters.record_ended(TxnStatus.TIME_OUT if timed_out else wanted.status)
+                return wanted.status
         while True:
             record = await self.store.get(path)
             if record is None:
@@ -331,4 +350,4 @@ def _done() -> asyncio.Future[Any]:
     return future
 
 
-__all__ = ["AlreadyExistsError", "MetadataTransactionCoordinator"]
+__all__ = ["MetadataTransactionCoordinator"]
