@@ -614,10 +614,18 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
     transactions = 0
     producing = len(producers)
 
-    async def finish(txn: Any, number: int, futures: list[asyncio.Future[Any]], size: int) -> None:
+    async def finish(txn: Any, number: int, futures: list[asyncio.Future[Any]], sent: float, size: int) -> None:
         nonlocal transactions
         try:
-            await asyncio.wait(futures)
+            # One producer's sends are acknowledged in order: wait for each unsettled one and
+            # take every send as it is found settled (no callback per message).
+            now = clock()
+            for future in futures:
+                if not future.done():
+                    await asyncio.wait((future,))
+                    now = clock()
+                if not future.cancelled() and future.exception() is None:
+                    publish.record(now - sent)
             asked = clock()             # end-txn: the END_TXN round trip, sends already stored
             await txn.commit()          # (raises the first failed send, after aborting)
             done = clock()
@@ -652,12 +660,9 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                     break
                 sent = clock()
                 futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]
-                for future in futures:
-                    future.add_done_callback(
-                        lambda f, sent=sent: f.cancelled() or f.exception() or publish.record(clock() - sent))
                 if committing is not None:
                     await committing
-                committing = asyncio.ensure_future(finish(txn, number, futures, len(payload)))
+                committing = asyncio.ensure_future(finish(txn, number, futures, sent, len(payload)))
             if committing is not None:
                 await committing
         finally:

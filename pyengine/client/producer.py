@@ -114,7 +114,7 @@ def _settle_from(result: asyncio.Future[MessageId], submitted: asyncio.Future[Me
 def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequence_id: Any,
                    txn: Any) -> tuple[bytes, dict[str, str]]:
     if type(data) is bytes and key is None and properties is None and event_time is None \
-            and sequence_id is None and txn is None:
+            and sequence_id is None and (txn is None or type(txn) is Transaction):
         return data, {}                          # the common case, checked in one step (hot path)
     payload = check_payload(data)
     if key is not None and not isinstance(key, str):
@@ -267,8 +267,11 @@ class PartitionProducer(ConnectionHandler):
             while self._held:
                 registration, result, message = self._held[0]
                 try:
-                    await registration
-                    await self.wait_for_space()
+                    if not registration.done():
+                        await registration
+                    registration.result()                 # raises the registration's failure
+                    if self.queue_full:
+                        await self.wait_for_space()
                     submitted = self.submit(*message)
                 except Exception as exc:
                     if self._held and self._held[0][1] is result:
