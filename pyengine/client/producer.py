@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from core_ext.frames import encode_payload_frame
 from pyengine.client.batch import BatchContainer, plain_single_metadata
 from pyengine.client.connection import ClientConnection
-from pyengine.client.errors import AlreadyClosedError, MessageTooBigError, ProducerQueueIsFullError
+from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooBigError, ProducerQueueIsFullError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
 from pyengine.client.message import MessageId
 from pyengine.client.router import PartitionRouter
@@ -268,7 +268,9 @@ class PartitionProducer(ConnectionHandler):
                 registration, result, message = self._held[0]
                 try:
                     if not registration.done():
-                        await registration
+                        await asyncio.wait((registration,))
+                    if registration.cancelled():
+                        raise ConnectError("the transaction's registration of the partition was cancelled")
                     registration.result()                 # raises the registration's failure
                     if self.queue_full:
                         await self.wait_for_space()
