@@ -141,7 +141,8 @@ class ScalableTopicController:
         await self._recover_operation()
         self.layout, self.version = await self.resources.load(self.topic)
         for name in await self.resources.subscriptions(self.topic):
-            coordinator = SubscriptionCoordinator(self.topic, name, self.resources, self.layout, self.grace_period)
+            coordinator = SubscriptionCoordinator(self.topic, name, self.resources, self.layout, self.grace_period,
+                                                  self.segments)
             await coordinator.restore()
             self.subscriptions[name] = coordinator
         self._leading = True
@@ -280,7 +281,7 @@ class ScalableTopicController:
             await self.segments.create_subscription(segment.topic_name(self.topic), subscription)
         if subscription not in self.subscriptions:
             coordinator = SubscriptionCoordinator(self.topic, subscription, self.resources, self.layout,
-                                                  self.grace_period)
+                                                  self.grace_period, self.segments)
             await coordinator.restore()
             self.subscriptions[subscription] = coordinator
         return created

@@ -4,6 +4,12 @@ Round robin as the spec: active segments sorted by the start of their hash range
 sorted by name, segment i to consumer i mod n. Used for StreamConsumer and CheckpointConsumer
 (QueueConsumers attach to every segment and never register).
 
+Ordering across splits and merges: a child segment is not handed out while one of its sealed
+ancestors still has a backlog on this subscription. The ancestor is assigned in its place (to
+the consumer the child would go to), and the coordinator re-checks the backlogs every
+DRAIN_POLL seconds until they are drained; only then do the children go out. So every message of
+a key in a parent is delivered (and acknowledged) before any of its messages in a child.
+
 A registration is a persistent session (spec, Consumer Session Lifecycle): the consumer's name
 and assignment are written to the metadata store when they change; whether it is connected and
 its grace-period timer live only in the leader's memory. A consumer that disconnects keeps its
@@ -22,8 +28,11 @@ from dataclasses import dataclass, field
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import HashRange, SegmentLayout
 from pyengine.scalable.resources import ConsumerRecord, ScalableTopicResources
+from pyengine.scalable.segments import SegmentOperations
 
 log = logging.getLogger(__name__)
+
+DRAIN_POLL = 0.1        # seconds between backlog checks of sealed segments holding children back
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,10 @@ def round_robin(layout: SegmentLayout, consumer_names: list[str]) -> dict[str, l
 
 class SubscriptionCoordinator:
     def __init__(self, topic: TopicName, subscription: str, resources: ScalableTopicResources,
-                 layout: SegmentLayout, grace_period: float) -> None:
+                 layout: SegmentLayout, grace_period: float, segments: SegmentOperations | None = None) -> None:
         self.topic = topic
+        self.segments = segments
+        self._drain_task: asyncio.Task | None = None
         self.subscription = subscription
         self.resources = resources
         self.layout = layout
@@ -146,15 +157,77 @@ class SubscriptionCoordinator:
     def close(self) -> None:
         """Drop the in-memory keep-alive state (leadership lost or topic released)."""
         self._closed = True
+        if self._drain_task is not None:
+            self._drain_task.cancel()
         for registration in self.consumers.values():
             self._cancel_grace(registration)
 
     # --- internals ------------------------------------------------------------------------
 
-    async def _rebalance(self, quiet: set[str] = frozenset()) -> None:
+    async def _backlog(self, segment_id: int) -> int:
+        assert self.segments is not None
+        stats = await self.segments.stats(self.layout.segment(segment_id).topic_name(self.topic))
+        return stats.get("subscriptions", {}).get(self.subscription, {}).get("msgBacklog", 0)
+
+    async def _gate(self, plan: dict[str, list[int]]) -> tuple[dict[str, list[int]], bool]:
+        """`plan` with each child whose sealed ancestors are not drained replaced by those
+        ancestors (each given once); and whether anything is held back."""
+        drained: dict[int, bool] = {}
+        given: set[int] = set()
+        held = False
+
+        async def undrained_ancestors(sid: int) -> list[int]:
+            out: list[int] = []
+            for parent in self.layout.parents(sid):
+                pid = parent.segment_id
+                if pid not in drained:
+                    drained[pid] = await self._backlog(pid) == 0
+                ancestors = await undrained_ancestors(pid)
+                out.extend(ancestors)
+                if not drained[pid] and not ancestors:
+                    out.append(pid)
+            return out
+
+        gated: dict[str, list[int]] = {}
+        for name, segment_ids in plan.items():
+            gated[name] = []
+            for sid in segment_ids:
+                blocking = await undrained_ancestors(sid)
+                if not blocking:
+                    gated[name].append(sid)
+                    continue
+                held = True
+                for ancestor in blocking:
+                    if ancestor not in given:
+                        given.add(ancestor)
+                        gated[name].append(ancestor)
+        return gated, held
+
+    async def _watch_drain(self) -> None:
+        try:
+            while not self._closed:
+                await asyncio.sleep(DRAIN_POLL)
+                async with self._lock:
+                    if not await self._rebalance():
+                        return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("watching the drain of %s/%s failed", self.topic, self.subscription)
+        finally:
+            if self._drain_task is asyncio.current_task():
+                self._drain_task = None
+
+    async def _rebalance(self, quiet: set[str] = frozenset()) -> bool:
         """Recompute, persist the changed registrations, push to the affected consumers
-        (not to `quiet` ones, which get theirs as a return value)."""
+        (not to `quiet` ones, which get theirs as a return value). True while children are
+        held back behind undrained parents (a task re-checks them)."""
         plan = round_robin(self.layout, list(self.consumers))
+        held = False
+        if self.segments is not None and plan:
+            plan, held = await self._gate(plan)
+        if held and self._drain_task is None and not self._closed:
+            self._drain_task = asyncio.get_running_loop().create_task(self._watch_drain())
         for name, segment_ids in plan.items():
             registration = self.consumers[name]
             record = registration.record
@@ -168,6 +241,7 @@ class SubscriptionCoordinator:
                     registration.on_assignment(self.assignment_of(name))
                 except Exception:
                     log.exception("pushing an assignment to consumer %s failed", name)
+        return held
 
     def _start_grace(self, registration: ConsumerRegistration) -> None:
         self._cancel_grace(registration)

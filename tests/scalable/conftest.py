@@ -30,7 +30,7 @@ async def services(broker, store):
     made = []
 
     async def make(name, **kwargs):
-        kwargs.setdefault("session_ttl", 0.3)
+        kwargs.setdefault("session_ttl", 0.5)
         url = f"pulsar://{name}:6650"
         service = await ScalableTopicService(store, LocalSegments(broker.service, url), url, **kwargs).start()
         made.append(service)

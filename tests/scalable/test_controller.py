@@ -264,3 +264,27 @@ async def test_delete_subscription_removes_it_everywhere(broker, services):
             assert "s" not in (await broker.service.get_topic(topic)).subscriptions
     assert await a.resources.subscriptions(scalable_topic_name(TOPIC)) == []
     assert await a.resources.consumers(scalable_topic_name(TOPIC), "s") == []
+
+
+async def test_children_wait_until_their_parent_is_drained(broker, services):
+    """Per-key order across a split: the children are handed out only once the sealed parent's
+    backlog on the subscription is acknowledged; until then the parent is assigned instead."""
+    a = await services("a", session_ttl=5)
+    await a.create_topic(TOPIC, 1)
+    controller = await a.controller(TOPIC)
+    pushed = {"c1": [], "c2": []}
+    await controller.register_consumer("s", "c1", 1, pushed["c1"].append)
+    await controller.register_consumer("s", "c2", 2, pushed["c2"].append)
+    parent = "segment://public/default/orders/0000-ffff-0"
+    producer = await broker.create_producer(parent)
+    for i in range(3):
+        await producer.send(f"m{i}".encode(), key=f"k{i}")
+    await controller.split_segment(0)
+    assert pushed["c1"][-1].segment_ids == [0] and pushed["c1"][-1].layout_epoch == 1    # the parent first
+    assert pushed["c2"][-1].segment_ids == []
+    consumer = await broker.subscribe(parent, "s", initial_position="earliest")
+    for message in await drain(consumer):
+        await consumer.acknowledge(message)
+    await asyncio.sleep(0.4)                                    # the coordinator polls the backlog
+    assert pushed["c1"][-1].segment_ids == [1] and pushed["c2"][-1].segment_ids == [2]
+    await consumer.close()
