@@ -90,3 +90,43 @@ async def _set_deduplication(call: Call, enabled: bool | None) -> None:
     await policies.set_policies(namespace, dataclasses.replace(policies.policies(namespace),
                                                                deduplication_enabled=enabled))
     call.service.refresh_policies()
+
+
+# --- the transaction design of a namespace's topics (PIP-473) ----------------------------------
+
+TRANSACTION_VERSION = {"type": "integer", "enum": [4, 5],
+                       "description": "4: in-stream markers (persistent:// default), 5: metadata-driven "
+                                      "(segment:// default)"}
+
+
+@routes.add("GET", NAMESPACE_PATH + "/transactionVersion",
+            summary="Get the transaction design overriding the topic domain's default in a namespace.",
+            params=(TENANT, NAMESPACE),
+            replies={200: Reply("4 or 5", TRANSACTION_VERSION),
+                     204: Reply("Not set: segment:// topics use 5, the others 4"), **errors(404, 412)})
+async def get_transaction_version(call: Call) -> int | None:
+    return call.service.policies.policies(_namespace(call)).transaction_version
+
+
+@routes.add("POST", NAMESPACE_PATH + "/transactionVersion",
+            summary="Override the transaction design of a namespace's topics (migration, debugging); "
+                    "a topic takes it when it is next loaded.",
+            params=(TENANT, NAMESPACE), body=TRANSACTION_VERSION, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def set_transaction_version(call: Call) -> None:
+    await _set_transaction_version(call, call.body)
+
+
+@routes.add("DELETE", NAMESPACE_PATH + "/transactionVersion",
+            summary="Remove the override: the topic domain's default applies.",
+            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
+async def remove_transaction_version(call: Call) -> None:
+    await _set_transaction_version(call, None)
+
+
+async def _set_transaction_version(call: Call, version: int | None) -> None:
+    namespace = _namespace(call)
+    policies = call.service.policies
+    await policies.set_policies(namespace, dataclasses.replace(policies.policies(namespace),
+                                                               transaction_version=version))
+
