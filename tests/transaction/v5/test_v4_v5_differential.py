@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyengine.broker import Broker
+from pyengine.broker.embedded import EmbeddedTransaction
 from pyengine_kernels import Position
 
 V4_TOPIC = "persistent://public/default/diff"
@@ -27,6 +28,7 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("txn_ack"), st.integers(0, 3), st.integers(0, 40)),
     st.tuples(st.just("cumulative"), st.integers(0, 3), st.integers(0, 40)),
     st.tuples(st.just("end"), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("restart")),
 ), max_size=40)
 
 
@@ -39,7 +41,15 @@ class Side:
         self.txns: list = []             # txn label -> handle
         self.open: list[int] = []
 
-    async def start(self) -> None:
+    async def start(self, broker=None) -> None:
+        """Attach to `broker` (again, after a restart: open txns are rebound to it)."""
+        if broker is not None:
+            self.broker = broker
+            for i, handle in enumerate(self.txns):
+                rebound = EmbeddedTransaction(broker.service, handle.txn_id)
+                rebound._operations = list(handle._operations)
+                rebound.state = handle.state
+                self.txns[i] = rebound
         self.producer = await self.broker.create_producer(self.topic_name)
         self.consumer = await self.broker.subscribe(self.topic_name, SUB, consumer_type="failover",
                                                     initial_position="earliest")
@@ -107,17 +117,29 @@ def test_v5_answers_like_v4(ops):
     directory = tempfile.mkdtemp(prefix="pyengine-diff-")
 
     async def run() -> None:
-        async with Broker.embedded(directory, sync=False) as broker:
+        stack = Broker.embedded(directory, sync=False)
+        broker = await stack.__aenter__()
+        try:
             v4, v5 = Side(broker, V4_TOPIC, 4), Side(broker, V5_TOPIC, 5)
             await v4.start()
             await v5.start()
             assert type(v5.topic.buffer).__name__ == "MetadataTransactionBuffer"
             assert type(v4.topic.buffer).__name__ == "TopicTransactionBuffer"
             for step, op in enumerate(ops):
-                outcomes = (await v4.apply(op), await v5.apply(op))
+                if op[0] == "restart":          # a clean restart: both designs recover their state
+                    await stack.__aexit__(None, None, None)
+                    stack = Broker.embedded(directory, sync=False)
+                    broker = await stack.__aenter__()
+                    await v4.start(broker)
+                    await v5.start(broker)
+                    outcomes = ("ok", "ok")
+                else:
+                    outcomes = (await v4.apply(op), await v5.apply(op))
                 await v5.settle()
                 assert outcomes[0] == outcomes[1], (step, op, outcomes)
                 assert v4.view() == v5.view(), (step, op, v4.view(), v5.view())
+        finally:
+            await stack.__aexit__(None, None, None)
 
     try:
         asyncio.run(asyncio.wait_for(run(), 60))
