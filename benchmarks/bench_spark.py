@@ -23,6 +23,7 @@ import pytest
 from benchmarks.figures import Figure, speedup
 from core_ext.batch import build_batch
 from core_ext.poskeys import pack_i64, pack_position
+from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, SingleMessageMetadata
 from pyengine.storage.entry import HEADER, HEADER_VERSION, MARKER_TXN_ABORT, MARKER_TXN_COMMIT, headers_and_payload
 from pyengine.storage.environment import StorageEnvironment
@@ -41,35 +42,17 @@ ENTRIES_PER_LEDGER = 50_000       # ManagedLedgerConfig's default roll-over
 
 # --- the synthetic data dir -----------------------------------------------------------------
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field_varint(field: int, value: int) -> bytes:
-    return _varint(field << 3) + _varint(value)
-
-
-def _field_bytes(field: int, data: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(data)) + data
-
-
 def outer_metadata(producer: bytes, sequence_id: int, publish_time: int, *, batch: int = 0, key: bytes | None = None,
                    txn: tuple[int, int] | None = None) -> bytes:
-    """A Pulsar MessageMetadata, encoded by hand (field order as protobuf writes it)."""
-    out = _field_bytes(1, producer) + _field_varint(2, sequence_id) + _field_varint(3, publish_time)
+    """A serialised Pulsar MessageMetadata of a stored message (or batch)."""
+    fields: dict = {}
     if key is not None:
-        out += _field_bytes(6, key)
+        fields["partition_key"] = key.decode()
     if batch:
-        out += _field_varint(11, batch)
+        fields["num_messages_in_batch"] = batch
     if txn is not None:
-        out += _field_varint(22, txn[1]) + _field_varint(23, txn[0])
-    return out
+        fields.update(txnid_most_bits=txn[0], txnid_least_bits=txn[1])
+    return message_metadata(producer.decode(), sequence_id, publish_time, **fields).SerializeToString()
 
 
 @dataclass
