@@ -32,7 +32,7 @@ from pyengine.client.message import MessageId
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.producer import PartitionProducer, Producer, ProducerOptions
 from pyengine.client.reader import Reader
-from pyengine.client.scalable import DagWatch, QueueConsumer, ScalableProducer
+from pyengine.client.scalable import DagWatch, QueueConsumer, ScalableProducer, StreamConsumer
 from pyengine.client.transaction import Transaction
 from pyengine.client.url import parse_service_url
 from pyengine.client.validation import check_int, check_name, check_topic
@@ -159,6 +159,24 @@ class Client:
                                  {"receiver_queue_size": receiver_queue_size, "consumer_name": consumer_name})
         try:
             await consumer._start()
+        except BaseException:
+            await consumer.close()
+            raise
+        self._core.open_objects.append(consumer)  # type: ignore[arg-type]
+        return consumer
+
+    async def subscribe_stream(self, topic: str, subscription_name: str, consumer_name: str, *,
+                               receiver_queue_size: int = 1000) -> StreamConsumer:
+        """A StreamConsumer of a `topic://` scalable topic: ordered per key, its segments assigned
+        by the controller leader to the subscription's consumers (by name, kept across
+        reconnects within the grace period)."""
+        check_name("subscription_name", subscription_name)
+        check_name("consumer_name", consumer_name)
+        watch = await self.watch_scalable_topic(topic)
+        consumer = StreamConsumer(self, watch, subscription_name, consumer_name,
+                                  {"receiver_queue_size": receiver_queue_size})
+        try:
+            await consumer._register()
         except BaseException:
             await consumer.close()
             raise

@@ -95,6 +95,8 @@ class ClientConnection(asyncio.Protocol):
         self.consumers: dict[int, ConsumerListener] = {}
         # scalable-topic DAG watch sessions (PIP-468): session id -> listener of its updates
         self.dag_sessions: dict[int, Callable[[pb.CommandScalableTopicUpdate], None]] = {}
+        # ordered consumers of scalable topics: consumer id -> listener of its assignments
+        self.scalable_consumers: dict[int, Callable[[pb.CommandScalableConsumerAssignment], None]] = {}
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self._close_listeners: list[Callable[[ClientConnection], None]] = []
         self.protocol_version = 0
@@ -277,6 +279,10 @@ class ClientConnection(asyncio.Protocol):
             listener = self.dag_sessions.get(cmd.scalableTopicUpdate.session_id)
             if listener is not None:
                 listener(cmd.scalableTopicUpdate)
+        elif type_ == T.SCALABLE_CONSUMER_ASSIGNMENT:
+            listener = self.scalable_consumers.get(cmd.scalableConsumerAssignment.consumer_id)
+            if listener is not None:
+                listener(cmd.scalableConsumerAssignment)
         elif type_ == T.TOPIC_MIGRATED:
             migrated = cmd.topicMigrated
             table = self.producers if migrated.resource_type == pb.CommandTopicMigrated.Producer else self.consumers

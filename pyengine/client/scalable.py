@@ -8,6 +8,8 @@
   segment that was split or merged is terminated before the new layout is published, so a send
   to it fails with TopicTerminated: the producer waits for a newer layout and sends again to
   the child that now owns the key. Sends awaited one after the other keep each key's order.
+* `StreamConsumer` (ordered): registers with the controller leader and consumes the segments
+  it is assigned, following each pushed assignment (see the class).
 * `QueueConsumer` (unordered, individual acks) attaches a Shared consumer to every segment,
   sealed ones included (their backlog is still delivered), and to each new segment the DAG
   brings; no controller is involved.
@@ -24,7 +26,8 @@ from pyengine.client.consumer import Consumer
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import Producer
-from pyengine.errors import PulsarError, TopicTerminatedError
+from pyengine.client.url import parse_broker_url
+from pyengine.errors import ConsumerBusyError, PulsarError, TopicTerminatedError
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
@@ -122,6 +125,10 @@ class DagWatch:
                 log.info("re-opening the DAG watch of %s: %s", self.topic, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.core.config.max_backoff)
+
+    async def wait_changed(self, timeout: float) -> None:
+        """Until the next update (TimeoutError after `timeout` s)."""
+        await asyncio.wait_for(self._changed.wait(), timeout)
 
     async def wait_newer_than(self, epoch: int, timeout: float) -> SegmentLayout:
         """The layout once its epoch is above `epoch` (TimeoutError after `timeout` s)."""
@@ -284,6 +291,163 @@ class QueueConsumer:
         if self._on_layout in self.watch.listeners:
             self.watch.listeners.remove(self._on_layout)
         for task in self._tasks.values():
+            task.cancel()
+        for consumer in list(self._consumers.values()):
+            await consumer.close()
+        self._consumers.clear()
+        await self.watch.close()
+
+
+class StreamConsumer:
+    """An ordered consumer of a scalable topic: registers with the controller leader (the DAG
+    names it), consumes exactly the segments it is assigned (an Exclusive subscription on each),
+    and follows every pushed assignment. The controller hands a split's children out only once
+    the parent is drained, so each key's messages arrive in the order they were sent, provided
+    messages are acknowledged (a parent's unacknowledged messages hold its children back).
+    When the connection to the controller drops, it registers again (with the same name: within
+    the grace period it keeps its segments)."""
+
+    def __init__(self, client: Client, watch: DagWatch, subscription: str, consumer_name: str,
+                 options: dict[str, Any]) -> None:
+        self._client = client
+        self._core = client._core
+        self.watch = watch
+        self.subscription = subscription
+        self.consumer_name = consumer_name
+        self._options = options
+        self.consumer_id = self._core.new_consumer_id()
+        self.layout_epoch = -1
+        self.assigned: list[int] = []
+        self._consumers: dict[str, Consumer] = {}
+        self._pumps: dict[str, asyncio.Task] = {}
+        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        self._applying = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        self._connection: ClientConnection | None = None
+        self._answer: asyncio.Future[pb.CommandScalableConsumerAssignment] | None = None
+        self._request_id = -1
+        self._closed = False
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _register(self) -> None:
+        timeout = self._core.config.operation_timeout
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            url = self.watch.controller_url
+            # no leader yet (no broker was asked about the topic): any broker stands for election
+            address = parse_broker_url(url) if url is not None else self._core.lookup._service_address()
+            connection = await self._core.pool.get(address)
+            self._connection = connection
+            connection.scalable_consumers[self.consumer_id] = self._on_assignment
+            connection.add_close_listener(self._connection_closed)
+            self._request_id = connection.new_request_id()
+            self._answer = asyncio.get_running_loop().create_future()
+            connection.send_command(base_command(
+                pb.BaseCommand.SCALABLE_CONSUMER_REGISTER, request_id=self._request_id, consumer_id=self.consumer_id,
+                topic=self.watch.topic, subscription=self.subscription, consumer_name=self.consumer_name))
+            answer = await asyncio.wait_for(self._answer, timeout)
+            if not answer.HasField("error"):
+                await self._apply(answer)
+                return
+            error = PulsarError.from_code(answer.error, answer.message)
+            connection.scalable_consumers.pop(self.consumer_id, None)
+            if "not the controller leader" not in answer.message or asyncio.get_running_loop().time() > deadline:
+                raise error
+            try:                                   # the DAG will name the new leader
+                await self.watch.wait_changed(self._core.config.initial_backoff * 5)
+            except TimeoutError:
+                pass
+
+    def _on_assignment(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
+        if assignment.HasField("request_id") and assignment.request_id == self._request_id \
+                and self._answer is not None and not self._answer.done():
+            self._answer.set_result(assignment)
+        elif not assignment.HasField("error"):
+            self._spawn(self._apply(assignment))
+
+    async def _apply(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
+        async with self._applying:
+            if self._closed or assignment.layout_epoch < self.layout_epoch:
+                return
+            self.layout_epoch = assignment.layout_epoch
+            self.assigned = [s.segment_id for s in assignment.segments]
+            wanted = [s.topic for s in assignment.segments]
+            for topic in [t for t in self._consumers if t not in wanted]:
+                self._pumps.pop(topic).cancel()
+                await self._consumers.pop(topic).close()
+            for topic in wanted:
+                if topic not in self._consumers:
+                    consumer = await self._subscribe(topic)
+                    self._consumers[topic] = consumer
+                    self._pumps[topic] = asyncio.get_running_loop().create_task(self._pump(consumer))
+
+    async def _subscribe(self, topic: str) -> Consumer:
+        """Exclusive on the segment; its previous owner may still be closing (ConsumerBusy)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._core.config.operation_timeout
+        while True:
+            try:
+                return await self._client.subscribe(topic, self.subscription, consumer_type="exclusive",
+                                                    initial_position="earliest",
+                                                    consumer_name=self.consumer_name, **self._options)
+            except ConsumerBusyError:
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+    async def _pump(self, consumer: Consumer) -> None:
+        while not self._closed:
+            try:
+                message = await consumer.receive()
+            except (asyncio.CancelledError, AlreadyClosedError):
+                return
+            except Exception as exc:
+                log.warning("stream consumer %s on %s: %s", self.consumer_name, consumer.topic, exc)
+                return
+            self._queue.put_nowait(message)
+
+    def _connection_closed(self, connection: ClientConnection) -> None:
+        if self._closed or connection is not self._connection:
+            return
+        connection.scalable_consumers.pop(self.consumer_id, None)
+        self._spawn(self._reregister())
+
+    async def _reregister(self) -> None:
+        delay = self._core.config.initial_backoff
+        while not self._closed:
+            await asyncio.sleep(delay)
+            try:
+                await self._register()
+                return
+            except (asyncio.CancelledError, AlreadyClosedError):
+                return
+            except Exception as exc:
+                log.info("stream consumer %s re-registering: %s", self.consumer_name, exc)
+                delay = min(delay * 2, self._core.config.max_backoff)
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    async def acknowledge(self, message: Message) -> None:
+        consumer = self._consumers.get(getattr(message, "topic", None))
+        if consumer is None:
+            raise ValueError("not a message of a segment this consumer is assigned")
+        await consumer.acknowledge(message)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        connection = self._connection
+        if connection is not None and connection.scalable_consumers.pop(self.consumer_id, None) is not None \
+                and connection.usable:
+            connection.send_command(base_command(pb.BaseCommand.SCALABLE_CONSUMER_UNREGISTER,
+                                                 consumer_id=self.consumer_id))
+        for task in [*self._pumps.values(), *self._tasks]:
             task.cancel()
         for consumer in list(self._consumers.values()):
             await consumer.close()

@@ -875,3 +875,7 @@ _HANDLERS: dict[int, Callable[[ServerConnection, Any, Any], None]] = {
     BaseCommand.SCALABLE_TOPIC_LOOKUP: lambda connection, body, frame: connection._spawn(connection.scalable.lookup(body)),
     BaseCommand.SCALABLE_TOPIC_CLOSE: lambda connection, body, frame: connection.scalable.close_session(body),
 }
+    BaseCommand.SCALABLE_CONSUMER_REGISTER:
+        lambda connection, body, frame: connection._spawn(connection.scalable.register_consumer(body)),
+    BaseCommand.SCALABLE_CONSUMER_UNREGISTER:
+        lambda connection, body, frame: connection._spawn(connection.scalable.unregister_consumer(body)),

@@ -1,4 +1,5 @@
-"""Scalable-topic DAG watch sessions on the wire (PIP-468, commands 70-72).
+"""Scalable topics on the wire (PIP-468): DAG watch sessions (commands 70-72) and the
+registration of ordered consumers with the controller leader (73-75, the project's extension).
 
 SCALABLE_TOPIC_LOOKUP{session_id, topic} opens a session (any broker serves it, from the
 metadata store); the broker answers SCALABLE_TOPIC_UPDATE{session_id, dag} with the whole DAG
@@ -19,6 +20,8 @@ from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.naming import TopicName
 from pyengine.protocol import replies
 from pyengine.protocol.replies import encode_command
+from pyengine.scalable.controller import ScalableTopicController
+from pyengine.scalable.coordinator import ConsumerAssignment
 from pyengine.scalable.layout import SegmentLayout
 from pyengine.scalable.resources import ScalableTopicNotFoundError
 from pyengine.scalable.service import scalable_topic_name
@@ -47,12 +50,78 @@ def scalable_topic_update(session_id: int, layout: SegmentLayout | None = None, 
     return encode_command(cmd.SerializeToString())
 
 
+def consumer_assignment(consumer_id: int, assignment: ConsumerAssignment | None = None, *,
+                        request_id: int | None = None, error: int | None = None, message: str = "") -> bytes:
+    cmd = BaseCommand(type=BaseCommand.SCALABLE_CONSUMER_ASSIGNMENT)
+    body = cmd.scalableConsumerAssignment
+    body.consumer_id = consumer_id
+    if request_id is not None:
+        body.request_id = request_id
+    if assignment is not None:
+        body.layout_epoch = assignment.layout_epoch
+        for segment in assignment.assigned_segments:
+            item = body.segments.add()
+            item.segment_id = segment.segment_id
+            item.hash_start, item.hash_end = segment.hash_range.start, segment.hash_range.end
+            item.topic = segment.topic
+    if error is not None:
+        body.error = error
+        body.message = message
+    return encode_command(cmd.SerializeToString())
+
+
 class ScalableTopicCommands:
-    """The DAG watch sessions of one connection."""
+    """The DAG watch sessions and ordered-consumer registrations of one connection."""
 
     def __init__(self, connection: ServerConnection) -> None:
         self.connection = connection
         self.sessions: dict[int, DagWatchSession | None] = {}     # None: opening
+        # consumer id -> (controller, subscription, consumer name)
+        self.consumers: dict[int, tuple[ScalableTopicController, str, str]] = {}
+
+    async def register_consumer(self, body: pb.CommandScalableConsumerRegister) -> None:
+        consumer_id, request_id = body.consumer_id, body.request_id
+        try:
+            if consumer_id in self.consumers:
+                raise NotAllowedError(f"consumer {consumer_id} is already registered on this connection")
+            if "://" not in body.topic:
+                raise InvalidTopicNameError(f"a scalable topic is named topic://tenant/namespace/topic, "
+                                            f"not {body.topic!r}")
+            topic = scalable_topic_name(body.topic)
+            service = await self.connection.service.scalable_topics()
+            controller = await service.leader(topic)
+
+            def push(assignment: ConsumerAssignment) -> None:
+                if self.consumers.get(consumer_id, (None,))[0] is controller and not self.connection.closed:
+                    self.connection.write(consumer_assignment(consumer_id, assignment))
+
+            self.consumers[consumer_id] = (controller, body.subscription, body.consumer_name)
+            try:
+                assignment = await controller.register_consumer(body.subscription, body.consumer_name,
+                                                                consumer_id, push)
+            except BaseException:
+                self.consumers.pop(consumer_id, None)
+                raise
+        except Exception as exc:
+            if isinstance(exc, ScalableTopicNotFoundError):
+                exc = TopicNotFoundError(str(exc))
+            error = to_pulsar_error(exc)
+            self.connection.write(consumer_assignment(consumer_id, request_id=request_id, error=error.server_error,
+                                                      message=str(error)))
+            return
+        if self.connection.closed:
+            controller.consumer_disconnected(body.subscription, body.consumer_name)
+            return
+        self.connection.write(consumer_assignment(consumer_id, assignment, request_id=request_id))
+
+    async def unregister_consumer(self, body: pb.CommandScalableConsumerUnregister) -> None:
+        registered = self.consumers.pop(body.consumer_id, None)
+        if registered is not None:
+            controller, subscription, name = registered
+            try:
+                await controller.unregister_consumer(subscription, name)
+            except Exception as exc:        # not the leader any more: the grace period evicts it
+                log.info("unregistering consumer %s: %s", name, exc)
 
     async def lookup(self, body: pb.CommandScalableTopicLookup) -> None:
         session_id = body.session_id
@@ -123,3 +192,6 @@ class ScalableTopicCommands:
             if session is not None:
                 session.close()
         self.sessions.clear()
+        for controller, subscription, name in self.consumers.values():
+            controller.consumer_disconnected(subscription, name)     # its grace period starts
+        self.consumers.clear()

@@ -18,7 +18,8 @@ T = "topic://public/default/orders"
 
 
 @pytest.fixture
-async def client(server):
+async def client(server, service):
+    service.service_url = f"pulsar://127.0.0.1:{server.port}"     # as `pyengine serve` sets it
     async with Client(f"pulsar://127.0.0.1:{server.port}", operation_timeout_seconds=10) as client:
         yield client
 
@@ -136,3 +137,69 @@ async def test_split_and_merge_under_continuous_produce_and_consume(client, serv
     assert len({topic for topic, _ in received}) >= 5            # parents and children all served
     assert sorted(consumer.segments) == sorted(layout.all_segments)
     assert all(TopicName.parse(t).is_segment for t, _ in received)
+
+
+async def test_stream_consumers_keep_each_keys_order_across_splits_and_merges(client, service):
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 2)
+    one = await client.subscribe_stream(T, "ordered", "c1")
+    two = await client.subscribe_stream(T, "ordered", "c2")
+    assert sorted(one.assigned + two.assigned) == [0, 1]
+    producer = await client.create_producer(T)
+    keys = [f"key-{i}" for i in range(24)]
+    sent: list[str] = []
+    received: list[str] = []
+    stop = asyncio.Event()
+
+    async def produce():
+        i = 0
+        while not stop.is_set() or i < 60:
+            await producer.send(f"{keys[i % len(keys)]}:{i}".encode(), key=keys[i % len(keys)])
+            sent.append(f"{keys[i % len(keys)]}:{i}")
+            i += 1
+            await asyncio.sleep(0)
+
+    async def consume(consumer):
+        while True:
+            message = await consumer.receive()
+            received.append(message.data.decode())
+            await consumer.acknowledge(message)
+
+    tasks = [asyncio.create_task(consume(one)), asyncio.create_task(consume(two))]
+    producing = asyncio.create_task(produce())
+    await asyncio.sleep(0.1)
+    await scalable.split_segment(T, 0)
+    await asyncio.sleep(0.2)
+    await scalable.split_segment(T, 1)
+    await asyncio.sleep(0.2)
+    await scalable.merge_segments(T, 3, 4)
+    await asyncio.sleep(0.2)
+    stop.set()
+    await producing
+    for _ in range(300):
+        if len(received) >= len(sent):
+            break
+        await asyncio.sleep(0.02)
+    for task in tasks:
+        task.cancel()
+    assert sorted(received) == sorted(sent)                        # none lost, none twice
+    order: dict[str, list[int]] = {}
+    for item in received:
+        key, index = item.split(":")
+        order.setdefault(key, []).append(int(index))
+    assert all(indexes == sorted(indexes) for indexes in order.values()), "a key's order was broken"
+    layout = await scalable.get_layout(T)
+    assert sorted(one.assigned + two.assigned) == sorted(s.segment_id for s in layout.active_segments)
+
+
+async def test_stream_consumer_refusals(client, service):
+    with pytest.raises(TopicNotFoundError):
+        await client.subscribe_stream("topic://public/default/missing", "s", "c")
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    for bad in ("", None):
+        with pytest.raises((TypeError, ValueError)):
+            await client.subscribe_stream(T, "s", bad)
+    consumer = await client.subscribe_stream(T, "s", "c")
+    with pytest.raises(ValueError):
+        await consumer.acknowledge(object())

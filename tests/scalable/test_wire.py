@@ -77,3 +77,45 @@ async def test_sessions_end_with_their_connection(server, service, connect):
             break
         await asyncio.sleep(0.02)
     assert len(service.metadata._watches) == watches - 1
+
+
+async def test_consumer_registration_over_the_wire(server, service, connect):
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 2)
+    one = await connect(server.port)
+    reply = await one.request("SCALABLE_CONSUMER_REGISTER", request_id=5, consumer_id=1, topic=T,
+                              subscription="s", consumer_name="c1")
+    assert reply.request_id == 5 and not reply.HasField("error")
+    assert [s.segment_id for s in reply.segments] == [0, 1] and reply.segments[0].topic.startswith("segment://")
+    again = await one.request("SCALABLE_CONSUMER_REGISTER", request_id=6, consumer_id=1, topic=T,
+                              subscription="s", consumer_name="c1")
+    assert again.error == pb.NotAllowedError
+    for topic, code in (("persistent://public/default/x", pb.InvalidTopicName), ("public/default/orders",
+                        pb.InvalidTopicName), ("topic://public/default/none", pb.TopicNotFound)):
+        bad = await one.request("SCALABLE_CONSUMER_REGISTER", request_id=7, consumer_id=9, topic=topic,
+                                subscription="s", consumer_name="c9")
+        assert bad.error == code, topic
+    two = await connect(server.port)
+    reply = await two.request("SCALABLE_CONSUMER_REGISTER", request_id=1, consumer_id=1, topic=T,
+                              subscription="s", consumer_name="c2")
+    assert [s.segment_id for s in reply.segments] == [1]
+    pushed = await one.expect("SCALABLE_CONSUMER_ASSIGNMENT")       # c1 lost segment 1 to c2
+    assert pushed.consumer_id == 1 and [s.segment_id for s in pushed.segments] == [0]
+    await one.close()                                                # c1 keeps its session (grace period)
+    controller = await scalable.leader(T)
+    for _ in range(100):
+        consumers = (await controller.stats())["subscriptions"]["s"]["consumers"]
+        if not consumers[0]["connected"]:
+            break
+        await asyncio.sleep(0.02)
+    assert [(c["consumerName"], c["connected"], c["assignedSegments"]) for c in consumers] == [
+        ("c1", False, [0]), ("c2", True, [1])]
+    two.send("SCALABLE_CONSUMER_UNREGISTER", consumer_id=1)
+    pushed_none = await two.no_command(0.2)
+    assert pushed_none is None
+    for _ in range(100):
+        names = [c["consumerName"] for c in (await controller.stats())["subscriptions"]["s"]["consumers"]]
+        if names == ["c1"]:
+            break
+        await asyncio.sleep(0.02)
+    assert names == ["c1"]
