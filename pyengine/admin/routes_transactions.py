@@ -39,6 +39,7 @@ from pyengine.admin.schemas import (
 from pyengine.broker.subscription import Subscription
 from pyengine.errors import SubscriptionNotFoundError
 from pyengine.transaction import TxnAction
+from pyengine.transaction.coordinator.metadata_records import is_v5
 from pyengine_kernels import TxnId
 
 routes = RouteTable("transactions")
@@ -80,7 +81,10 @@ async def get_coordinator_stats(call: Call) -> dict[str, Any]:
             params=(MOST_BITS, LEAST_BITS),
             replies={200: Reply("TransactionMetadata", TRANSACTION_METADATA), **errors(400, 404, 503)})
 async def get_transaction_metadata(call: Call) -> dict[str, Any]:
-    return await stats.transaction_metadata(call.service, call.service.coordinator.get(requested_txn(call)))
+    txn = requested_txn(call)
+    if is_v5(txn):      # a header in the metadata store; the v5 coordinator knows no participants
+        return await stats.transaction_metadata(call.service, await call.service.coordinator.v5.get(txn))
+    return await stats.transaction_metadata(call.service, call.service.coordinator.get(txn))
 
 
 @routes.add("GET", BASE + "/transactionInBufferStats" + TOPIC_SUFFIX + "/{mostSigBits}/{leastSigBits}",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from pyengine.errors import (
@@ -89,6 +90,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._committed_total = 0
         self._aborted_total = 0
         self._late_total = 0
+        self._recover_start_ms = self._recover_end_ms = 0
         ledger.add_listener(self._notify)
         ledger.add_failure_listener(self._on_append_failed)
 
@@ -98,6 +100,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         if self.state is BufferState.READY:
             return
         self.state = BufferState.INITIALIZING
+        self._recover_start_ms = time.time_ns() // 1_000_000
         try:
             stored = await self.store.get(buffer_path(self.segment))
             if stored is not None:
@@ -121,6 +124,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
             self.state = BufferState.NONE
             raise ServiceNotReadyError(f"v5 transaction buffer of {self.segment} cannot recover: {exc}") from exc
         self.state = BufferState.READY
+        self._recover_end_ms = time.time_ns() // 1_000_000
         for txn, header in decided:       # crashed mid-materialisation: finish it now
             self._on_decided(txn, header)
         self._notify()
@@ -360,6 +364,11 @@ class MetadataTransactionBuffer(TransactionBuffer):
             "aborted_total": self._aborted_total,
             "late_writes_rejected": self._late_total,
             "owned_op_records": sum(map(len, self._ops.values())),
+            # the v4 keys the admin API reads: no snapshots, no low watermarks in v5
+            "last_snapshot_timestamp": 0,
+            "low_watermarks": {},
+            "recover_start_time": self._recover_start_ms,
+            "recover_end_time": self._recover_end_ms,
         }
 
     async def close(self) -> None:

@@ -1,0 +1,28 @@
+"""v5 transactions through the admin API: a txn's metadata (from its header), the force-abort,
+and the transaction-buffer stats of a segment (the v4 keys, no snapshots)."""
+
+from __future__ import annotations
+
+from pyengine.admin import stats
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
+from tests.admin.conftest import api, client, server, service  # noqa: F401  (fixtures)
+
+SEGMENT = "segment://public/default/admin/0000-ffff-0"
+BASE = "/admin/v3/transactions"
+
+
+async def test_v5_transaction_metadata_and_force_abort(api, client, service):
+    producer = await client.create_producer(SEGMENT)
+    txn = await client.new_transaction(timeout_ms=30_000, version=5)
+    await producer.send(b"x", txn=txn)
+    most, least = txn.txn_id.most_bits, txn.txn_id.least_bits
+    reply = await api.get(f"{BASE}/transactionMetadata/{most}/{least}")
+    assert reply.status == 200, reply
+    assert reply.body["status"] == "OPEN" and reply.body["timeoutAt"] - reply.body["openTimestamp"] == 30_000
+    assert (await api.post(f"{BASE}/abortTransaction/{most}/{least}")).status in (200, 204)
+    reply = await api.get(f"{BASE}/transactionMetadata/{most}/{least}")
+    assert reply.body["status"] == "ABORTED"
+    assert (await api.get(f"{BASE}/transactionMetadata/{V5_COORDINATOR_ID}/999999")).status == 404
+    figures = stats.buffer_stats(service.topics[SEGMENT], True)
+    assert figures["lastSnapshotTimestamps"] == 0 and figures["lowWaterMarks"] == {}
+    assert figures["recoverEndTime"] >= figures["recoverStartTime"] > 0
