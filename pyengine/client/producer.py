@@ -12,7 +12,6 @@ of a partitioned topic with Pulsar's routing.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections import deque
@@ -98,17 +97,6 @@ def _message_fields(key: str | None, properties: dict[str, str], event_time: int
     if event_time:
         fields["event_time"] = event_time
     return fields
-
-
-def _settle_from(result: asyncio.Future[MessageId], submitted: asyncio.Future[MessageId]) -> None:
-    if result.done():
-        return
-    if submitted.cancelled():
-        result.cancel()
-    elif submitted.exception() is not None:
-        result.set_exception(submitted.exception())
-    else:
-        result.set_result(submitted.result())
 
 
 def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequence_id: Any,
@@ -220,8 +208,10 @@ class PartitionProducer(ConnectionHandler):
                 waiter.set_result(None)
 
     def submit(self, payload: bytes, key: str | None, properties: dict[str, str], event_time: int | None,
-               sequence_id: int | None, txn: Transaction | None) -> asyncio.Future[MessageId]:
-        """Queue one message now (synchronously: submission order is sequence order)."""
+               sequence_id: int | None, txn: Transaction | None,
+               future: asyncio.Future[MessageId] | None = None) -> asyncio.Future[MessageId]:
+        """Queue one message now (synchronously: submission order is sequence order); its
+        receipt settles `future` (a new one when not given)."""
         # The hot path of every send: few calls, the checks ordered cheapest first.
         if self.state in _UNUSABLE:
             self._check_usable()
@@ -236,7 +226,8 @@ class PartitionProducer(ConnectionHandler):
             self._next_sequence = sequence_id + 1
         else:
             self._next_sequence = max(self._next_sequence, sequence_id + 1)
-        future: asyncio.Future[MessageId] = self._loop.create_future()
+        if future is None:
+            future = self._loop.create_future()
         if not self.options.batching_enabled:
             self._send_single(payload, _message_fields(key, properties, event_time), sequence_id, txn, future)
         elif key is None and not properties and not event_time:
@@ -274,7 +265,7 @@ class PartitionProducer(ConnectionHandler):
                     registration.result()                 # raises the registration's failure
                     if self.queue_full:
                         await self.wait_for_space()
-                    submitted = self.submit(*message)
+                    self.submit(*message, future=result)   # the receipt settles `result` itself
                 except Exception as exc:
                     if self._held and self._held[0][1] is result:
                         self._held.popleft()
@@ -282,7 +273,6 @@ class PartitionProducer(ConnectionHandler):
                         result.set_exception(exc)
                     continue
                 self._held.popleft()
-                submitted.add_done_callback(functools.partial(_settle_from, result))
         finally:
             self._held_submitter = None
 
