@@ -32,7 +32,7 @@ from pyengine.client.message import MessageId
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.producer import PartitionProducer, Producer, ProducerOptions
 from pyengine.client.reader import Reader
-from pyengine.client.scalable import DagWatch, QueueConsumer, ScalableProducer, StreamConsumer
+from pyengine.client.scalable import CheckpointConsumer, DagWatch, QueueConsumer, ScalableProducer, StreamConsumer
 from pyengine.client.transaction import Transaction
 from pyengine.client.url import parse_service_url
 from pyengine.client.validation import check_int, check_name, check_topic
@@ -179,6 +179,24 @@ class Client:
             await consumer._register()
         except BaseException:
             await consumer.close()
+            raise
+        self._core.open_objects.append(consumer)  # type: ignore[arg-type]
+        return consumer
+
+    async def subscribe_checkpoint(self, topic: str, subscription_name: str, consumer_name: str, *,
+                                   checkpoint: dict[int, MessageId] | None = None) -> CheckpointConsumer:
+        """A CheckpointConsumer of a `topic://` scalable topic: assigned by the controller like a
+        StreamConsumer, reading from `checkpoint` (a previous consumer's `checkpoint()`) on."""
+        check_name("subscription_name", subscription_name)
+        check_name("consumer_name", consumer_name)
+        if checkpoint is not None and not isinstance(checkpoint, dict):
+            raise TypeError("checkpoint is a dict of segment id to MessageId (CheckpointConsumer.checkpoint())")
+        watch = await self.watch_scalable_topic(topic)
+        try:
+            consumer = CheckpointConsumer(self, watch, subscription_name, consumer_name, {}, checkpoint)
+            await consumer._register()
+        except BaseException:
+            await watch.close()
             raise
         self._core.open_objects.append(consumer)  # type: ignore[arg-type]
         return consumer

@@ -10,6 +10,8 @@
   the child that now owns the key. Sends awaited one after the other keep each key's order.
 * `StreamConsumer` (ordered): registers with the controller leader and consumes the segments
   it is assigned, following each pushed assignment (see the class).
+* `CheckpointConsumer`: assigned like a StreamConsumer, reads with readers and keeps its own
+  position (`checkpoint()`), for connectors.
 * `QueueConsumer` (unordered, individual acks) attaches a Shared consumer to every segment,
   sealed ones included (their backlog is still delivered), and to each new segment the DAG
   brings; no controller is involved.
@@ -27,11 +29,11 @@ from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import Producer
 from pyengine.client.url import parse_broker_url
-from pyengine.errors import ConsumerBusyError, PulsarError, TopicTerminatedError
+from pyengine.errors import ConsumerBusyError, NotAllowedError, PulsarError, TopicTerminatedError
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
-from pyengine.scalable.layout import SegmentInfo, SegmentLayout
+from pyengine.scalable.layout import SegmentInfo, SegmentLayout, key_hash
 from pyengine.scalable.wire import dag_to_layout
 
 if TYPE_CHECKING:
@@ -453,3 +455,97 @@ class StreamConsumer:
             await consumer.close()
         self._consumers.clear()
         await self.watch.close()
+
+
+class CheckpointConsumer(StreamConsumer):
+    """An unmanaged ordered consumer (for connectors): registered with the controller like a
+    StreamConsumer, but it reads its segments with non-durable readers and keeps its position
+    itself — `checkpoint()` returns it, and a new consumer started from it resumes after the
+    last message handed out. Before an assigned segment it reads the segment's sealed ancestors
+    to their end, handing out only the messages whose key hash falls in the assigned segment's
+    range (keyless ones: in the range holding the ancestor's first hash), so each key's messages
+    come in order across splits and merges without acknowledgements."""
+
+    def __init__(self, client: Client, watch: DagWatch, subscription: str, consumer_name: str,
+                 options: dict[str, Any], checkpoint: dict[int, MessageId] | None = None) -> None:
+        super().__init__(client, watch, subscription, consumer_name, options)
+        # segment id -> (hash range read, last message id handed out, read to its end)
+        self._progress: dict[int, tuple[tuple[int, int], MessageId | None, bool]] = {}
+        for sid, message_id in (checkpoint or {}).items():
+            if not isinstance(message_id, MessageId):
+                raise TypeError("a checkpoint maps segment ids to MessageIds")
+            self._progress[sid] = ((0, 0xFFFF), message_id, False)
+        self._chains: dict[int, asyncio.Task] = {}
+
+    def checkpoint(self) -> dict[int, MessageId]:
+        """Where to resume: the last message id handed out of each segment read."""
+        return {sid: last for sid, (_, last, _) in self._progress.items() if last is not None}
+
+    async def _apply(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
+        async with self._applying:
+            if self._closed or assignment.layout_epoch < self.layout_epoch:
+                return
+            self.layout_epoch = assignment.layout_epoch
+            self.assigned = [s.segment_id for s in assignment.segments]
+            for sid in [s for s in self._chains if s not in self.assigned]:
+                self._chains.pop(sid).cancel()
+            layout = self.watch.layout
+            if layout is None or layout.epoch < assignment.layout_epoch:
+                layout = await self.watch.wait_newer_than(assignment.layout_epoch - 1,
+                                                          self._core.config.operation_timeout)
+            for sid in self.assigned:
+                if sid not in self._chains:
+                    self._chains[sid] = asyncio.get_running_loop().create_task(self._chain(layout, sid))
+
+    async def _chain(self, layout: SegmentLayout, sid: int) -> None:
+        target = layout.segment(sid)
+        try:
+            for ancestor in layout.lineage(sid):
+                if ancestor.segment_id == sid:
+                    break
+                if ancestor.hash_range.start <= target.hash_range.end and \
+                        target.hash_range.start <= ancestor.hash_range.end:
+                    await self._read(ancestor, target, to_end=True)
+            await self._read(target, target, to_end=False)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("checkpoint consumer %s, segment %d: %s", self.consumer_name, sid, exc)
+
+    async def _read(self, segment: SegmentInfo, target: SegmentInfo, *, to_end: bool) -> None:
+        wanted = (target.hash_range.start, target.hash_range.end)
+        start: MessageId = MessageId.earliest
+        progress = self._progress.get(segment.segment_id)
+        if progress is not None:
+            (low, high), last, done = progress
+            if low <= wanted[0] and wanted[1] <= high:
+                if done:
+                    return
+                start = last if last is not None else MessageId.earliest
+        reader = await self._client.create_reader(segment.topic_name(self.watch.topic_name), start,
+                                                  start_message_id_inclusive=start == MessageId.earliest)
+        try:
+            while True:
+                if to_end and not await reader.has_message_available():
+                    self._progress[segment.segment_id] = (wanted, self._last(segment.segment_id), True)
+                    return
+                message = await reader.read_next()
+                hash_value = key_hash(message.partition_key) if message.partition_key is not None \
+                    else segment.hash_range.start
+                self._progress[segment.segment_id] = (wanted, message.message_id, False)
+                if target.hash_range.contains(hash_value):
+                    self._queue.put_nowait(message)
+        finally:
+            await reader.close()
+
+    def _last(self, sid: int) -> MessageId | None:
+        progress = self._progress.get(sid)
+        return progress[1] if progress is not None else None
+
+    async def acknowledge(self, message: Message) -> None:
+        raise NotAllowedError("a CheckpointConsumer acknowledges nothing: its position is checkpoint()")
+
+    async def close(self) -> None:
+        for task in self._chains.values():
+            task.cancel()
+        await super().close()

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from pyengine.client import Client
-from pyengine.errors import TopicNotFoundError
+from pyengine.errors import NotAllowedError, TopicNotFoundError
 from pyengine.naming import TopicName
 from pyengine.scalable import key_hash
 from tests.protocol.conftest import server, service  # noqa: F401  (fixtures)
@@ -203,3 +203,51 @@ async def test_stream_consumer_refusals(client, service):
     consumer = await client.subscribe_stream(T, "s", "c")
     with pytest.raises(ValueError):
         await consumer.acknowledge(object())
+
+
+async def test_checkpoint_consumer_orders_keys_across_splits_and_resumes_from_its_checkpoint(client, service):
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    producer = await client.create_producer(T)
+    keys = [f"key-{i}" for i in range(12)]
+    sent = []
+    for i in range(40):
+        await producer.send(f"{keys[i % 12]}:{i}".encode(), key=keys[i % 12])
+        sent.append(f"{keys[i % 12]}:{i}")
+    await scalable.split_segment(T, 0)                 # 40 messages stay in the sealed parent
+    await producer.watch.wait_newer_than(0, 5)
+    for i in range(40, 80):
+        await producer.send(f"{keys[i % 12]}:{i}".encode(), key=keys[i % 12])
+        sent.append(f"{keys[i % 12]}:{i}")
+    one = await client.subscribe_checkpoint(T, "cp", "a")
+    two = await client.subscribe_checkpoint(T, "cp", "b")
+    received: list[str] = []
+
+    async def take(consumer, count):
+        while len(received) < count:
+            try:
+                received.append((await consumer.receive(0.2)).data.decode())
+            except TimeoutError:
+                if len(received) >= count:
+                    return
+    await asyncio.wait_for(asyncio.gather(take(one, 80), take(two, 80)), 10)
+    assert sorted(received) == sorted(sent)
+    order: dict[str, list[int]] = {}
+    for item in received:
+        key, index = item.split(":")
+        order.setdefault(key, []).append(int(index))
+    assert all(v == sorted(v) for v in order.values())
+    with pytest.raises(NotAllowedError):
+        await one.acknowledge(object())
+    # resume: a consumer started from the checkpoints gets only what came after
+    saved = {**one.checkpoint(), **two.checkpoint()}
+    assert set(saved) >= {1, 2}
+    await one.close()
+    await two.close()
+    await producer.send(b"late", key="key-0")
+    resumed = await client.subscribe_checkpoint(T, "cp2", "c", checkpoint=saved)
+    assert (await resumed.receive(5)).data == b"late"
+    with pytest.raises(TimeoutError):
+        await resumed.receive(0.3)
+    with pytest.raises(TypeError):
+        await client.subscribe_checkpoint(T, "cp3", "d", checkpoint=[1, 2])
