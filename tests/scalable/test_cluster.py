@@ -79,6 +79,9 @@ async def test_kill_the_leader_in_the_middle_of_a_split(brokers, etcd):
     assert http("PUT", f"{leader.http_url}{BASE}/subscriptions/q")[0] == 204
 
     async with Client(third.url, operation_timeout_seconds=20) as client:
+        ordered = [await client.subscribe_stream(T, "ordered", name) for name in ("s1", "s2")]
+        before = {c.consumer_name: list(c.assigned) for c in ordered}
+        assert sorted(before["s1"] + before["s2"]) == [0, 1]
         consumer = await client.subscribe_queue(T, "q")
         producer = await client.create_producer(T)
         sent: list[str] = []
@@ -127,6 +130,17 @@ async def test_kill_the_leader_in_the_middle_of_a_split(brokers, etcd):
             await asyncio.sleep(0.05)
         layout.check()
         assert pending is None and layout.epoch in (0, 1)
+        # the ordered consumers re-registered with the new leader under their names, within the
+        # grace period: their sessions were restored from etcd, nobody was evicted
+        for _ in range(200):
+            stats = http("GET", f"{new_leader.http_url}{BASE}/stats")[1]
+            sessions = {c["consumerName"]: c for c in stats["subscriptions"]["ordered"]["consumers"]}
+            if all(c["connected"] for c in sessions.values()) and len(sessions) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert sorted(sessions) == ["s1", "s2"] and all(c["connected"] for c in sessions.values())
+        if layout.epoch == 0:                              # rolled back: the very same segments
+            assert {name: c["assignedSegments"] for name, c in sessions.items()} == before
         # the topic goes on: the new leader splits every active segment (children beside b0's)
         for segment in list(layout.active_segments):
             assert http("POST", f"{new_leader.http_url}{BASE}/split/{segment.segment_id}")[0] == 204
