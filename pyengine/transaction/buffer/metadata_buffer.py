@@ -20,10 +20,11 @@ Nothing transactional is ever written into the segment's stream: no markers, no 
 * recovery reads the store's current state: the aborted set, then `idx:writes-by-segment` for
   this segment (one range query), joined with the headers. No log replay.
 
-Known limit: if the broker dies after the entry became durable but before its op record did
-(etcd: two stores), nothing ties that entry to its txn; if the txn then commits it is visible
-with it, and if it aborts the entry stays visible too (no op record tells the buffer it is
-aborted). On the LMDB backend both writes share the data dir but not (yet) one write txn.
+On the LMDB backend (the metadata store in the data dir) an entry and its op record are one
+write transaction. Known limit on etcd (two stores): if the broker dies after the entry became
+durable but before its op record did, nothing ties that entry to its txn; the txn is then
+aborted (the client's send failed) but that entry stays visible (no op record tells the buffer
+it is aborted).
 """
 
 from __future__ import annotations
@@ -218,13 +219,18 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._held(txn, position)              # before any reader can reach it
         self._subscribe(txn)
         op = OpRecord("write", self.segment, position)
-        written = asyncio.ensure_future(self.store.put(op_prefix(txn), op.encode(), sequential=True,
-                                                       partition_key=txn_key(txn)))
-        results = await asyncio.gather(durable, written, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise PersistenceError(f"transactional append of {txn} to {self.segment} failed: {result}") from result
-        record = results[1]
+        # Awaited at once, with no suspension since append_entry: on the LMDB backend the op
+        # record is submitted to the same group commit as the entry — one write transaction,
+        # so a crash can never leave the entry without the record tying it to its txn.
+        try:
+            record = await self.store.put(op_prefix(txn), op.encode(), sequential=True, partition_key=txn_key(txn))
+        except Exception as exc:
+            durable.add_done_callback(_retrieve)
+            raise PersistenceError(f"transactional append of {txn} to {self.segment}: op record: {exc}") from exc
+        try:
+            await durable
+        except Exception as exc:
+            raise PersistenceError(f"transactional append of {txn} to {self.segment} failed: {exc}") from exc
         self._ops.setdefault(txn, []).append(record.path)
         self.metrics.op_written()
         # The late-write race: did the decision land before this op record?
@@ -397,6 +403,11 @@ def _parse_positions(text: str) -> set[Position]:
 
 def _format_positions(positions: set[Position]) -> str:
     return ",".join(f"{p.ledger_id}:{p.entry_id}" for p in sorted(positions))
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Future:

@@ -8,6 +8,8 @@ Kill points:
                         deleted its op records yet
   materialise-acks      the pending acks were applied to the cursor, their op records not deleted
   after-cas             the coordinator's header CAS landed, the client was not answered
+  appends               none: transactional sends in a loop (three open txns) until the parent
+                        kills the process at a random moment
 
 Prints, flushed, one line per fact the parent relies on: `SENT <least> <label>` once a
 transactional send is durable, `ACKED <least> <label>` once a transactional ack is, `PLAIN
@@ -94,7 +96,21 @@ def arm(kill_point: str, after: int) -> None:
         raise SystemExit(f"unknown kill point {kill_point!r}")
 
 
+async def appends(data_dir: str) -> None:
+    async with Broker.embedded(data_dir, sync=True) as broker:
+        producer = await broker.create_producer(SEGMENT)
+        txns = [await broker.new_transaction(timeout_ms=600_000, version=5) for _ in range(3)]
+        say("READY")
+        label = 0
+        while True:
+            await asyncio.gather(*(producer.send(b"t%d" % (label + i), txn=txns[i % 3]) for i in range(6)))
+            label += 6
+
+
 async def main(data_dir: str, seed: int, kill_point: str) -> None:
+    if kill_point == "appends":
+        await appends(data_dir)
+        return
     rng = random.Random(seed)
     async with Broker.embedded(data_dir, sync=True) as broker:
         producer = await broker.create_producer(SEGMENT)

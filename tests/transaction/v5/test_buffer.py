@@ -228,3 +228,21 @@ async def test_many_txns_interleaved_keep_the_horizon_at_the_oldest_open(v5):
     await eventually(lambda: visible(ledger, buffer) == [b"1.0", b"2.0", b"1.1", b"2.1"])
     assert buffer.state is BufferState.READY
     assert len(await v5.store.list_prefix(op_prefix(txns[0]))) == 0
+
+
+async def test_lmdb_entry_and_op_record_are_one_write_transaction(v5, monkeypatch):
+    if v5.backend.name != "lmdb":
+        return                                  # the other backends are separate stores
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await v5.env.barrier()
+    batches = []
+    original = type(v5.env)._write_batch
+
+    def recording(env, writes):
+        batches.append(len([w for w in writes if w is not None]))
+        return original(env, writes)
+
+    monkeypatch.setattr(type(v5.env), "_write_batch", recording)
+    await buffer.append(txn, b"t")
+    assert batches == [2]                       # the entry and the op record, one commit
