@@ -22,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from pyengine.client.backoff import Backoff
 from pyengine.client.consumer import Consumer
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
@@ -44,6 +46,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _session_ids = itertools.count(1)
+
+
+async def retry(core: ClientCore, attempt: Callable[[], Awaitable[None]], stopped: Callable[[], bool],
+                what: str) -> None:
+    """Run `attempt` until it succeeds or `stopped()`, backing off between failures."""
+    backoff = Backoff(core.config.initial_backoff, core.config.max_backoff)
+    while not stopped():
+        try:
+            await attempt()
+            return
+        except (asyncio.CancelledError, AlreadyClosedError):
+            return
+        except Exception as exc:
+            log.info("%s: %s", what, exc)
+            await asyncio.sleep(backoff.next())
 
 
 class DagWatch:
@@ -116,17 +133,7 @@ class DagWatch:
         self._reopen = asyncio.get_running_loop().create_task(self._reopen_loop())
 
     async def _reopen_loop(self) -> None:
-        delay = self.core.config.initial_backoff
-        while not self._closed:
-            try:
-                await self._open()
-                return
-            except (asyncio.CancelledError, AlreadyClosedError):
-                return
-            except Exception as exc:
-                log.info("re-opening the DAG watch of %s: %s", self.topic, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.core.config.max_backoff)
+        await retry(self.core, self._open, lambda: self._closed, f"re-opening the DAG watch of {self.topic}")
 
     async def wait_changed(self, timeout: float) -> None:
         """Until the next update (TimeoutError after `timeout` s)."""
@@ -419,17 +426,9 @@ class StreamConsumer:
         self._spawn(self._reregister())
 
     async def _reregister(self) -> None:
-        delay = self._core.config.initial_backoff
-        while not self._closed:
-            await asyncio.sleep(delay)
-            try:
-                await self._register()
-                return
-            except (asyncio.CancelledError, AlreadyClosedError):
-                return
-            except Exception as exc:
-                log.info("stream consumer %s re-registering: %s", self.consumer_name, exc)
-                delay = min(delay * 2, self._core.config.max_backoff)
+        await asyncio.sleep(self._core.config.initial_backoff)
+        await retry(self._core, self._register, lambda: self._closed,
+                    f"stream consumer {self.consumer_name} re-registering")
 
     async def receive(self, timeout: float | None = None) -> Message:
         return await asyncio.wait_for(self._queue.get(), timeout)
