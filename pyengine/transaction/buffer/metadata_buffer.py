@@ -94,6 +94,8 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._recover_start_ms = self._recover_end_ms = 0
         ledger.add_listener(self._notify)
         ledger.add_failure_listener(self._on_append_failed)
+        ledger.add_trim_listener(self._on_trimmed)
+        self._trimming: asyncio.Task | None = None
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -256,6 +258,19 @@ class MetadataTransactionBuffer(TransactionBuffer):
         ops = self._ops.get(txn)
         if ops and op_path in ops:
             ops.remove(op_path)
+
+    def _on_trimmed(self, first_position: Position) -> None:
+        """Entries before `first_position` are gone: so is the need to remember aborts whose
+        last entry here lies there (and the hidden late writes among them)."""
+        if self._aborted.trim_before(first_position) and self.state is BufferState.READY:
+            self._trimming = asyncio.get_running_loop().create_task(self._save_trimmed())
+        self._hidden = {p for p in self._hidden if p >= first_position}
+
+    async def _save_trimmed(self) -> None:
+        try:
+            await self._save_aborted()
+        except MetadataStoreError as exc:      # the next abort or trim saves it again
+            log.warning("saving the trimmed aborted set of %s failed: %s", self.segment, exc)
 
     def _on_append_failed(self, first_failed: Position) -> None:
         gone = [txn for txn, first in self._ongoing.items() if first >= first_failed]

@@ -64,8 +64,8 @@ class V5:
         await self.coordinator.start(sweep=False)
         return self
 
-    async def buffer(self, segment: str = SEGMENT) -> tuple[ManagedLedger, MetadataTransactionBuffer]:
-        ledger = await ManagedLedger.open(self.env, segment)
+    async def buffer(self, segment: str = SEGMENT, config=None) -> tuple[ManagedLedger, MetadataTransactionBuffer]:
+        ledger = await ManagedLedger.open(self.env, segment, config)
         buffer = MetadataTransactionBuffer(ledger, self.store, self.headers, metrics=self.metrics)
         await buffer.recover()
         self.ledgers.append(ledger)

@@ -246,3 +246,28 @@ async def test_lmdb_entry_and_op_record_are_one_write_transaction(v5, monkeypatc
     monkeypatch.setattr(type(v5.env), "_write_batch", recording)
     await buffer.append(txn, b"t")
     assert batches == [2]                       # the entry and the op record, one commit
+
+
+async def test_trimmed_ledgers_take_their_aborts_with_them(v5):
+    from pyengine.storage import ManagedLedgerConfig
+    from pyengine_kernels import AbortedTxnSet
+
+    ledger, buffer = await v5.buffer(config=ManagedLedgerConfig(max_entries_per_ledger=2, retention_ms=0))
+    old = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(old, b"old")
+    await v5.coordinator.end_transaction(old, ABORT)
+    await eventually(lambda: buffer.is_txn_aborted(old))
+    for i in range(4):
+        await ledger.append(b"p%d" % i)
+    recent = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(recent, b"recent")
+    await v5.coordinator.end_transaction(recent, ABORT)
+    await eventually(lambda: buffer.is_txn_aborted(recent))
+    await buffer.wait_materialised()
+    cursor = await ledger.open_cursor("all", "earliest")
+    await cursor.ack_cumulative(ledger.lac)
+    assert await ledger.trim()
+    await eventually(lambda: buffer._trimming is not None and buffer._trimming.done())
+    assert not buffer.is_txn_aborted(old) and buffer.is_txn_aborted(recent)
+    stored = AbortedTxnSet.from_bytes((await v5.store.get(buffer_path(SEGMENT))).value)
+    assert old not in stored and recent in stored
