@@ -119,9 +119,7 @@ class TxnHeader:
     @classmethod
     def decode(cls, value: bytes, path: str = "?") -> TxnHeader:
         try:
-            raw = json.loads(value)
-            if not isinstance(raw, dict):
-                raise TypeError("not a JSON object")
+            raw = _json_object(value)
             finalized = raw.get("finalized_ms")
             header = cls(HeaderState(raw["state"]), _int(raw["timeout_ms"]), _int(raw["created_ms"]),
                          None if finalized is None else _int(finalized))
@@ -152,9 +150,7 @@ class OpRecord:
     @classmethod
     def decode(cls, value: bytes, path: str = "?") -> OpRecord:
         try:
-            raw = json.loads(value)
-            if not isinstance(raw, dict):
-                raise TypeError("not a JSON object")
+            raw = _json_object(value)
             kind = raw["kind"]
             if kind not in ("write", "ack"):
                 raise ValueError(f"unknown kind {kind!r}")
@@ -173,6 +169,13 @@ class OpRecord:
                        None if ack_set is None else tuple(_int(w) for w in ack_set))
         except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise CorruptTxnRecordError(f"txn op record {path} cannot be decoded: {exc}") from None
+
+
+def _json_object(value: bytes) -> dict:
+    raw = json.loads(value)
+    if not isinstance(raw, dict):
+        raise TypeError("not a JSON object")
+    return raw
 
 
 def _int(value: object) -> int:
