@@ -114,6 +114,8 @@ async def test_a_key_on_the_wrong_coordinator_or_an_unknown_epoch_is_refused(ser
     assert unknown.error == pb.TransactionCoordinatorNotFound
     future = await key_connect(client, epoch=5)         # never handed out
     assert future.error == pb.NotAllowedError
+    for odd in (-5, -(2**63), 2**63 - 1):              # not an epoch a client can hold
+        assert (await key_connect(client, epoch=odd)).error == pb.NotAllowedError
     assert (await key_connect(client, epoch=None)).epoch == 0   # no epoch field: a new task
 
 
