@@ -148,3 +148,28 @@ async def test_a_send_before_the_fence_is_aborted_with_the_txn(server: ProtocolS
             seen.append(raw.payload)
     assert seen[0].endswith(b"visible")
     await task2.no_command(0.2)
+
+
+async def test_a_late_send_of_an_ended_transaction_never_lands_in_the_next_one(server: ProtocolServer,
+                                                                               connect: Connect) -> None:
+    """Kafka KIP-890 / Jepsen's Bufstream finding: a delayed or retried produce of an ended
+    transaction must not join the key's next transaction (ids are per transaction here)."""
+    task, watcher = await connect(server.port), await connect(server.port)
+    await key_connect(task)
+    first = bits(await new_txn(task))
+    await task.create_producer(TOPIC, producer_id=1, request_id=next(_ids))
+    assert (await task.publish(1, 0, b"first", **first)).type == BaseCommand.SEND_RECEIPT
+    end = await task.request("END_TXN", request_id=next(_ids), txn_action=int(TxnAction.COMMIT), **first)
+    assert not end.HasField("error")
+    second = bits(await new_txn(task))
+    late = await task.publish(1, 1, b"late-retry-of-first", **first)
+    assert late.type == BaseCommand.SEND_ERROR
+    assert late.send_error.error in (pb.InvalidTxnStatus, pb.TransactionNotFound)
+    assert (await task.publish(1, 2, b"second", **second)).type == BaseCommand.SEND_RECEIPT
+    end = await task.request("END_TXN", request_id=next(_ids), txn_action=int(TxnAction.COMMIT), **second)
+    assert not end.HasField("error")
+    await watcher.subscribe(TOPIC, "all", consumer_id=1, request_id=next(_ids), permits=10)
+    seen = [(await watcher.message())[1] for _ in range(2)]
+    assert seen[0].endswith(b"first") and seen[1].endswith(b"second")
+    assert not any(b"late-retry" in payload for payload in seen)
+    await watcher.no_command(0.2)
