@@ -9,19 +9,25 @@ and DELETE of a segment's subscription.
 
 Statuses as Pulsar's ScalableTopics resource: changes answer 204, a topic that exists 409, a
 topic or segment that does not 404, a segment that cannot be split or merged (sealed, not
-adjacent, one hash value wide) and numInitialSegments < 1 412. A split or merge that reaches a
-broker that is not the controller leader answers 503 naming the leader.
+adjacent, one hash value wide) and numInitialSegments < 1 412. A split, merge or subscription
+change that reaches a broker that is not the controller leader is forwarded to the leader's admin
+API (503 naming the leader when it cannot be reached).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import aiohttp
+from aiohttp.web import Response as web_response
 
 from pyengine.admin.errors import NOT_FOUND, PRECONDITION_FAILED, AdminError
 from pyengine.admin.names import namespace_name, subscription_name, topic_name
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import DONE, NAMESPACE, STRING_LIST, SUBSCRIPTION, TENANT, TOPIC, errors
 from pyengine.naming import TopicName, parse_segment_descriptor
+from pyengine.scalable.controller import NotLeaderError
 from pyengine.scalable.service import ScalableTopicService
 
 routes = RouteTable("scalable topics")
@@ -66,8 +72,32 @@ SCALABLE_TOPIC_STATS = {
 }
 
 
+FORWARDED = "X-Pyengine-Forwarded"
+
+
 async def scalable(call: Call) -> ScalableTopicService:
     return await call.service.scalable_topics()
+
+
+async def on_leader(call: Call, action: Callable[[ScalableTopicService], Awaitable[Any]]) -> Any:
+    """Run a leader-only `action` here, or forward the request to the controller leader's admin
+    API when another broker leads (Pulsar redirects to the leader; the caller sees no difference).
+    A forwarded request is not forwarded again (503 naming the leader instead)."""
+    service = await scalable(call)
+    try:
+        await action(service)
+        return None
+    except NotLeaderError as error:
+        web = await service.resources.web_service_url(error.leader_url) if error.leader_url else None
+        if web is None or call.request.headers.get(FORWARDED):
+            raise
+    request = call.request
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        async with session.request(request.method, web + request.rel_url.path_qs, data=await request.read(),
+                                   headers={"Content-Type": "application/json", FORWARDED: "1"}) as reply:
+            body = await reply.read()
+            return web_response(status=reply.status, body=body or None,
+                                content_type=reply.content_type if body else None)
 
 
 def requested_topic(call: Call) -> TopicName:
@@ -131,30 +161,35 @@ async def get_scalable_topic_stats(call: Call) -> dict[str, Any]:
 @routes.add("PUT", TOPIC_URL + "/subscriptions/{subscription}",
             summary="Create a subscription on every active segment of the scalable topic.",
             params=(*TOPIC_PATH, SUB), replies={204: DONE, **errors(404, 405, 412, 503)})
-async def create_scalable_subscription(call: Call) -> None:
-    controller = await (await scalable(call)).leader(requested_topic(call))
-    await controller.create_subscription(subscription_name(call["subscription"]))
+async def create_scalable_subscription(call: Call) -> Any:
+    async def create(service: ScalableTopicService) -> None:
+        await (await service.leader(requested_topic(call))).create_subscription(
+            subscription_name(call["subscription"]))
+    return await on_leader(call, create)
 
 
 @routes.add("DELETE", TOPIC_URL + "/subscriptions/{subscription}",
             summary="Delete a subscription: its consumers are unregistered and every segment drops it.",
             params=(*TOPIC_PATH, SUB), replies={204: DONE, **errors(404, 405, 412, 503)})
-async def delete_scalable_subscription(call: Call) -> None:
-    controller = await (await scalable(call)).leader(requested_topic(call))
-    await controller.delete_subscription(subscription_name(call["subscription"]))
+async def delete_scalable_subscription(call: Call) -> Any:
+    async def delete(service: ScalableTopicService) -> None:
+        await (await service.leader(requested_topic(call))).delete_subscription(
+            subscription_name(call["subscription"]))
+    return await on_leader(call, delete)
 
 
 @routes.add("POST", TOPIC_URL + "/split/{segmentId}", summary="Split an active segment at the midpoint of its "
                                                                 "hash range.",
             params=(*TOPIC_PATH, SEGMENT_ID), replies={204: DONE, **errors(400, 404, 409, 412, 503)})
-async def split_segment(call: Call) -> None:
-    await (await scalable(call)).split_segment(requested_topic(call), call["segmentId"])
+async def split_segment(call: Call) -> Any:
+    return await on_leader(call, lambda service: service.split_segment(requested_topic(call), call["segmentId"]))
 
 
 @routes.add("POST", TOPIC_URL + "/merge/{segmentId1}/{segmentId2}", summary="Merge two adjacent active segments.",
             params=(*TOPIC_PATH, SEGMENT_ID1, SEGMENT_ID2), replies={204: DONE, **errors(400, 404, 409, 412, 503)})
-async def merge_segments(call: Call) -> None:
-    await (await scalable(call)).merge_segments(requested_topic(call), call["segmentId1"], call["segmentId2"])
+async def merge_segments(call: Call) -> Any:
+    return await on_leader(call, lambda service: service.merge_segments(
+        requested_topic(call), call["segmentId1"], call["segmentId2"]))
 
 
 # --- segments ---------------------------------------------------------------------------------
