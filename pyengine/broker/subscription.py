@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.dispatcher import Dispatcher
 from pyengine.broker.transactions import check_txn_design
-from pyengine.errors import ConsumerBusyError, NotAllowedError
+from pyengine.errors import ConsumerBusyError, NotAllowedError, TransactionConflictError
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedCursor
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
-from pyengine_kernels import Position, TxnId, ackset_is_fully_acked
+from pyengine_kernels import (Position, TxnId, ackset_acked_indexes, ackset_andnot, ackset_is_fully_acked,
+                              ackset_new, ackset_or)
 
 if TYPE_CHECKING:
     from pyengine.broker.topic import Topic
@@ -142,6 +143,47 @@ class Subscription:
                 if consumer.pending.pop(position, None) is not None:
                     self._reserved_by_txn.setdefault(txn, set()).add(position)
 
+    async def ack_cumulative_in_batch_with_transaction(self, consumer: Consumer | None, txn: TxnId,
+                                                       ack: IndividualAck) -> None:
+        """A transactional cumulative ack of a message inside a batch, as the Java client sends
+        it: the batch's entry with the ack set of its later indexes (set bits, still free).
+        It covers every entry before the batch, cumulatively, and the batch's indexes up to the
+        message, individually. What the cursor or this transaction already acknowledged is
+        left out, so consecutive transactions can each take a slice of one batch (acking the
+        whole entry would lose the slices after the message)."""
+        assert ack.ack_set is not None
+        pending = self.pending_ack
+        if pending is None:
+            raise NotAllowedError(f"subscription {self.name} cannot acknowledge in a transaction "
+                                  "(a reader's subscription is not durable)")
+        size = ack.batch_size
+        requested = ackset_acked_indexes(list(ack.ack_set), size)
+        if not requested:
+            raise ValueError(f"a cumulative acknowledgement of {ack.position} acknowledges no message of its batch")
+        message = requested[-1]
+        mine = pending.individual_ack_of_txn.get(txn, {}).get(ack.position)
+        if self.cursor.is_acked(ack.position) or _acked_in(self.cursor.batch_ack_set(ack.position), message) \
+                or (mine is not None and (mine.ack_set is None or _acked_in(list(mine.ack_set), message))):
+            # Already acknowledged (say, delivered again after a reconnect): a transaction that
+            # took it again must fail, or its outputs would be committed twice.
+            raise TransactionConflictError(f"[{self.topic.name}][{self.name}] Transaction:{txn} try to cumulative "
+                                           f"ack batch message:{ack.position}:{message} already acked before")
+        covered = self.cursor.mark_delete
+        holder = pending.cumulative_ack_of_txn
+        if holder is not None and holder[0] == txn and holder[1] > covered:
+            covered = holder[1]
+        before = self.topic.ledger.previous_position(ack.position)
+        if before > covered:
+            await self.ack_with_transaction(consumer, txn, cumulative=before)
+        all_indexes = ackset_new(size)
+        free = list(ack.ack_set)              # in Pulsar's convention: a set bit is not acked
+        cursor_free = self.cursor.batch_ack_set(ack.position)
+        if cursor_free is not None:           # indexes the cursor acked stay out of the request
+            free = ackset_or(free, ackset_andnot(all_indexes, cursor_free))
+        if mine is not None and mine.ack_set is not None:
+            free = ackset_or(free, ackset_andnot(all_indexes, list(mine.ack_set)))
+        await self.ack_with_transaction(consumer, txn, acks=[IndividualAck(ack.position, size, tuple(free))])
+
     def auto_ack(self, positions: list[Position]) -> None:
         """Markers and aborted entries: acknowledged so they never count as backlog."""
         self.cursor.ack(positions)
@@ -154,7 +196,9 @@ class Subscription:
         if commit:
             acked = await self.pending_ack.commit(txn, low_watermark)
             self._reserved_by_txn.pop(txn, None)
-            self.dispatcher.acked(acked)
+            # A batch the transaction acked only some indexes of is still in flight: its other
+            # messages must stay redeliverable.
+            self.dispatcher.acked([position for position in acked if self.cursor.is_acked(position)])
         else:
             released = await self.pending_ack.abort(txn, low_watermark)
             reserved = self._reserved_by_txn.pop(txn, set())
@@ -202,3 +246,12 @@ class Subscription:
         if self.pending_ack is not None:
             await self.pending_ack.close()
         await self.cursor.flush()
+
+
+def _acked_in(ack_set: list[int] | None, index: int) -> bool:
+    """Whether batch index `index` is acknowledged in `ack_set` (a clear bit; a missing word
+    is acknowledged); None is no batch state at all: nothing acknowledged."""
+    if ack_set is None:
+        return False
+    word = index // 64
+    return word >= len(ack_set) or not (ack_set[word] >> (index % 64)) & 1

@@ -94,6 +94,22 @@ def _ack_id(message_id: MessageId, *, whole_entry: bool = False) -> pb.MessageId
     return data
 
 
+def _cumulative_txn_target(message_id: MessageId) -> pb.MessageIdData:
+    """What a transactional cumulative ack of `message_id` sends (as the Java client): its
+    entry, and for a batch message that is not its batch's last, the ack set of the indexes
+    after it (still unacknowledged). Acking the entry before instead, as a plain cumulative
+    ack does, would conflict with the previous transaction's ack of the same batch."""
+    data = pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=message_id.entry_id & _MASK64)
+    size, index = message_id.batch_size, message_id.batch_index
+    if 0 <= index < size - 1:
+        words = [0] * ((size + 63) // 64)
+        for later in range(index + 1, size):
+            words[later // 64] |= 1 << (later % 64)
+        data.ack_set.extend(_signed(w) for w in words)
+        data.batch_size = size
+    return data
+
+
 class PartitionConsumer(ConnectionHandler):
     def __init__(self, core: ClientCore, parent: Consumer, topic: str, partition: int,
                  options: ConsumerOptions) -> None:
@@ -298,10 +314,7 @@ class PartitionConsumer(ConnectionHandler):
 
     async def ack_with_transaction(self, message_id: MessageId, txn: Transaction, cumulative: bool) -> None:
         if cumulative:
-            target = _cumulative_target(message_id)
-            if target is None:
-                return
-            ack_type = pb.CommandAck.Cumulative
+            target, ack_type = _cumulative_txn_target(message_id), pb.CommandAck.Cumulative
         else:
             target, ack_type = _ack_id(message_id), pb.CommandAck.Individual
         connection = await self._connected()

@@ -48,7 +48,7 @@ from pyengine.protocol.network_producer import NetworkProducer
 from pyengine.protocol.transactions import TransactionCommands, txn_id
 from pyengine.protocol.scalable import ScalableTopicCommands
 from pyengine.transaction.pendingack import IndividualAck
-from pyengine_kernels import Position, TxnId
+from pyengine_kernels import Position, TxnId, ackset_is_fully_acked
 
 if TYPE_CHECKING:
     from pyengine.protocol.server import ProtocolServer
@@ -716,8 +716,13 @@ class ServerConnection(asyncio.Protocol):
             if body.ack_type == pb.CommandAck.Cumulative:
                 if len(body.message_id) != 1:
                     raise NotAllowedError("a cumulative acknowledgement names exactly one message")
-                position = Position(_signed(body.message_id[0].ledgerId), _signed(body.message_id[0].entryId))
-                operation = subscription.ack_with_transaction(consumer.broker_consumer, txn, cumulative=position)
+                ack = self._individual_ack(consumer, body.message_id[0])
+                if ack.ack_set is None or ackset_is_fully_acked(list(ack.ack_set), ack.batch_size):
+                    operation = subscription.ack_with_transaction(consumer.broker_consumer, txn,
+                                                                  cumulative=ack.position)
+                else:                       # up to a message inside a batch (the Java client's form)
+                    operation = subscription.ack_cumulative_in_batch_with_transaction(
+                        consumer.broker_consumer, txn, ack)
             else:
                 acks = [self._individual_ack(consumer, message_id) for message_id in body.message_id]
                 operation = subscription.ack_with_transaction(consumer.broker_consumer, txn, acks=acks)
@@ -874,8 +879,8 @@ _HANDLERS: dict[int, Callable[[ServerConnection, Any, Any], None]] = {
     BaseCommand.END_TXN_ON_SUBSCRIPTION: _txn_handler(TransactionCommands.end_txn_on_subscription),
     BaseCommand.SCALABLE_TOPIC_LOOKUP: lambda connection, body, frame: connection._spawn(connection.scalable.lookup(body)),
     BaseCommand.SCALABLE_TOPIC_CLOSE: lambda connection, body, frame: connection.scalable.close_session(body),
-}
     BaseCommand.SCALABLE_CONSUMER_REGISTER:
         lambda connection, body, frame: connection._spawn(connection.scalable.register_consumer(body)),
     BaseCommand.SCALABLE_CONSUMER_UNREGISTER:
         lambda connection, body, frame: connection._spawn(connection.scalable.unregister_consumer(body)),
+}

@@ -100,6 +100,55 @@ async def test_cumulative_acknowledgement_in_a_transaction(client):
     assert [int((await again.receive(timeout=5)).data) for _ in range(2)] == [3, 4]
 
 
+async def test_consecutive_transactions_each_cumulatively_ack_a_slice_of_one_batch(client):
+    """Regression: a transactional cumulative ack inside a batch acked the entry before the
+    batch, so the next transaction's ack in the same batch conflicted with the mark-delete
+    position (TransactionConflictError). Now it carries the batch's ack set (the Java form)
+    and the broker reserves only the indexes not acked yet."""
+    source = await client.create_producer(IN, batching_enabled=True, batching_max_messages=10,
+                                          batching_max_publish_delay_ms=1000)
+    await asyncio.gather(*(source.send(b"%d" % i) for i in range(10)))
+    consumer = await client.subscribe(IN, "slices", initial_position="earliest")
+    messages = [await consumer.receive(timeout=5) for _ in range(10)]
+    assert len({(m.message_id.ledger_id, m.message_id.entry_id) for m in messages}) == 1
+    for last in (2, 5):
+        txn = await client.new_transaction()
+        await consumer.acknowledge_cumulative(messages[last], txn=txn)
+        await txn.commit()
+    again_txn = await client.new_transaction()             # taking an acked message again fails:
+    with pytest.raises(TransactionConflictError):          # its outputs would be committed twice
+        await consumer.acknowledge_cumulative(messages[4], txn=again_txn)
+    await again_txn.abort()
+    twice = await client.new_transaction()                 # two slices in one transaction
+    await consumer.acknowledge_cumulative(messages[6], txn=twice)
+    await consumer.acknowledge_cumulative(messages[7], txn=twice)
+    await twice.commit()
+    aborted = await client.new_transaction()
+    await consumer.acknowledge_cumulative(messages[8], txn=aborted)
+    await aborted.abort()
+    await consumer.close()
+    again = await client.subscribe(IN, "slices")
+    assert [int((await again.receive(timeout=5)).data) for _ in range(2)] == [8, 9]
+    with pytest.raises(TimeoutError):
+        await again.receive(timeout=0.3)
+
+
+async def test_the_rest_of_a_batch_a_transaction_acked_part_of_is_still_redelivered(client):
+    """Regression: committing a transaction that acked some indexes of a batch dropped the
+    whole entry from the consumer's in-flight messages, so a redelivery request skipped the
+    rest of the batch and a later cumulative ack took it unprocessed."""
+    source = await client.create_producer(IN, batching_enabled=True, batching_max_messages=10,
+                                          batching_max_publish_delay_ms=1000)
+    await asyncio.gather(*(source.send(b"%d" % i) for i in range(10)))
+    consumer = await client.subscribe(IN, "rest", initial_position="earliest")
+    messages = [await consumer.receive(timeout=5) for _ in range(10)]
+    txn = await client.new_transaction()
+    await consumer.acknowledge_cumulative(messages[4], txn=txn)
+    await txn.commit()
+    await consumer.redeliver_unacknowledged_messages()
+    assert [int((await consumer.receive(timeout=5)).data) for _ in range(5)] == [5, 6, 7, 8, 9]
+
+
 async def test_a_conflicting_ack_fails_and_commit_aborts_instead(client):
     source = await client.create_producer(IN)
     producer = await client.create_producer(OUT)
