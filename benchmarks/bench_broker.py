@@ -54,6 +54,9 @@ FIGURES = [
     measured("publish_msgs_per_s_no_fsync", "as publish_msgs_per_s with the broker's fsync off (--no-fsync)",
              "msg/s"),
     measured("end_txn_p99_ms_at_max", "END_TXN p99 in the max-throughput transactional run (report)", "ms"),
+    measured("txn_vs_plain_cpu_100", "CPU per message (broker + load generator) without / with transactions of "
+             "100, over every max-rate round: the throughput ratio where both sides are CPU-bound (report; steadier "
+             "than the throughputs on a shared machine)", "x"),
 ]
 
 NOTES_HEAD = """
@@ -118,6 +121,10 @@ class PerfRun:
     @property
     def messages(self) -> int:
         return max(1, self.result["messages_with_warmup"])
+
+    @property
+    def cpu_per_message(self) -> float:
+        return (self.broker_cpu_s + self.loadgen_cpu_s) / self.messages
 
     def cpu_line(self) -> str:
         r = self.result
@@ -192,6 +199,7 @@ def measure(quick: bool, record: bool = False) -> dict[str, float]:
         "uvloop_vs_asyncio": plain.result["msgs_per_s"] / on_asyncio.result["msgs_per_s"],
         "publish_msgs_per_s_no_fsync": no_fsync.result["msgs_per_s"],
         "end_txn_p99_ms_at_max": p99(txn, "end-txn"),
+        "txn_vs_plain_cpu_100": sum(r[0].cpu_per_message for r in rounds) / sum(r[1].cpu_per_message for r in rounds),
     }
     NOTES = notes([run for runs in rounds for run in runs] + [plain_half, txn_half], txn_half, repeats)
     if record:

@@ -292,8 +292,11 @@ class Run:
             self.first_error = error
 
     def elapsed(self) -> float:
+        """Seconds measured so far (never 0: a run stopped in its warm-up measured nothing)."""
+        if not self.measuring:
+            return 1e-9
         end = self.ended or asyncio.get_running_loop().time()
-        return max(end - self.started, 1e-9) if self.measuring or self.ended else 0.0
+        return max(end - self.started, 1e-9)
 
     async def clock(self) -> None:
         """The warm-up, then the measured period with a progress line per second."""
@@ -321,6 +324,7 @@ class Run:
         self.cpu_ended = time.process_time()
 
     def _progress(self, interval: float, elapsed: float) -> None:
+        interval = max(interval, 1e-9)
         parts = [f"{self.args.mode} {elapsed:6.1f}s", f"{self._interval_messages / interval:9.0f} msg/s",
                  f"{self._interval_bytes / interval / 1e6:7.2f} MB/s"]
         for latency in self.latencies.values():

@@ -4,6 +4,8 @@ commit-to-visible matching, the argument checks."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import random
 import urllib.request
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 
 from benchmarks.broker_process import BrokerProcess
 from pyengine.cli import main
-from pyengine.cli.perf import HIGHEST_US, SIGNIFICANT_DIGITS, CURVE_PERCENTILES, Latency, Visibility
+from pyengine.cli.perf import CURVE_PERCENTILES, HIGHEST_US, SIGNIFICANT_DIGITS, Latency, Run, Visibility
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +216,16 @@ def test_commit_to_visible_pairs_each_commit_with_its_first_message(txns, rnd: r
     assert not visibility.committed
     latency.roll()
     assert latency.total.get_total_count() == len(txns)
+
+
+async def test_a_run_stopped_in_its_warmup_reports_nothing_measured():
+    args = argparse.Namespace(mode="produce", topic="t", messages=0, duration=10.0, warmup=5.0, quiet=True)
+    run = Run(args, {"publish": Latency("publish")})
+    clock = asyncio.ensure_future(run.clock())
+    run.count(50, 100)                      # warm-up traffic
+    await asyncio.sleep(0.05)
+    run.stop.set()                          # Ctrl-C during the warm-up
+    await clock
+    result = run.result({})
+    assert (result["messages"], result["msgs_per_s"], result["messages_with_warmup"]) == (0, 0.0, 50)
+    assert result["latency_ms"]["publish"]["count"] == 0 and result["latency_ms"]["publish"]["p99"] is None
