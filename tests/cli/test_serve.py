@@ -64,6 +64,27 @@ async def test_serve_announces_serves_and_stops_cleanly_on_sigterm(tmp_path: Pat
         assert broker.stop() == 0
 
 
+async def test_sigterm_with_clients_attached_still_exits_0_and_keeps_what_was_acknowledged(tmp_path: Path) -> None:
+    broker = ServeProcess(tmp_path / "data", "--num-coordinators", "1").start()
+    try:
+        async with Client(broker.url, operation_timeout_seconds=5) as client:
+            producer = await client.create_producer(TOPIC)
+            await client.subscribe(TOPIC, "attached", initial_position="earliest")
+            await producer.send(b"acknowledged")
+            open_txn = await client.new_transaction()
+            await producer.send(b"never-committed", txn=open_txn)
+            assert broker.stop() == 0, broker.log_tail()      # while all of that is connected
+    finally:
+        broker.kill()
+    broker.start()
+    try:
+        async with Client(broker.url) as client:
+            reader = await client.subscribe(TOPIC, "after", initial_position="earliest")
+            assert (await reader.receive(timeout=5)).data == b"acknowledged"
+    finally:
+        assert broker.stop() == 0
+
+
 async def test_serve_runs_on_the_memory_metadata_store(tmp_path: Path) -> None:
     broker = ServeProcess(tmp_path / "data", "--metadata-store", "memory", "--num-coordinators", "1").start()
     try:
