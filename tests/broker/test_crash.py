@@ -56,10 +56,22 @@ async def test_transactions_survive_kill_9_atomically(tmp_path, seed):
     data = tmp_path / "data"
     proc = subprocess.Popen([sys.executable, "-c", WORKER, str(data)], stdout=subprocess.PIPE, text=True,
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    time.sleep(1.5 + random.Random(seed).random())
+    # Kill at a random point once the worker has done some of everything (by its own output,
+    # not by the clock: on a loaded machine start-up alone can take seconds).
+    kill_after = random.Random(seed).randrange(12, 60)
+    head: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        head.append(line)
+        kinds = {entry.split()[0] for entry in head}
+        if len(head) >= kill_after and {"C", "A", "P"} <= kinds:
+            break
     proc.send_signal(signal.SIGKILL)
     out, _ = proc.communicate()
-    lines = [line.split() for line in out.splitlines() if line.strip()]
+    lines = [line.split() for line in ("".join(head) + out).splitlines() if line.strip()]
     committed = {int(n) for kind, n in lines if kind == "C"}
     aborted = {int(n) for kind, n in lines if kind == "A"}
     plain = {int(n) for kind, n in lines if kind == "P"}
