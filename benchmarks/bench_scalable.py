@@ -61,11 +61,12 @@ FIGURES = [
 ]
 
 NOTES = f"""
-A split is five metadata-store round trips and three segment-topic operations on the controller
-(the operation record, the subscription discovery, two child topics with their cursors, the
-parent's termination, the CAS of the layout, the deletion of the operation record), then one
-watch notification to the broker serving the client's DAG session, which re-reads the layout and
-the leader lock and pushes the DAG. On etcd every write is a raft commit (fsync) of the loopback
+A split on the controller: a read of the layout and of any pending operation, the operation
+record, the subscription discovery, the two child topics with their cursors (each with its owner
+record, one create-if-absent), the parent's termination, the CAS of the layout, the deletion of
+the operation record — about nine metadata-store round trips — then one watch notification to the
+broker serving the client's DAG session, which re-reads the layout, the leader lock and the
+segments' owners (cached) and pushes the DAG. On etcd every write is a raft commit (fsync) of the loopback
 single-node cluster.
 
 Failover: the survivors' elections watch the leader lock; it disappears when the dead broker's

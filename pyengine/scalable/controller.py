@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from pyengine.errors import NotAllowedError, SubscriptionNotFoundError
+from pyengine.errors import NotAllowedError, PulsarError, SubscriptionNotFoundError
 from pyengine.metadata import BadVersionError, LeaderState, Session
 from pyengine.naming import TopicName
 from pyengine.scalable.coordinator import AssignmentListener, ConsumerAssignment, SubscriptionCoordinator
@@ -162,6 +162,7 @@ class ScalableTopicController:
             await self._take_over()
             if not (self.is_leader and self._leading):
                 raise NotLeaderError(self.topic, self.election.leader)
+            await self._recover_operation()          # one that failed earlier, if any
             yield
 
     async def _after(self, step: str) -> None:
@@ -194,7 +195,16 @@ class ScalableTopicController:
     async def _start(self, operation: PendingOperation) -> SegmentLayout:
         await self.resources.begin_operation(self.topic, operation)
         await self._after("operation")
-        return await self._run(operation)
+        try:
+            return await self._run(operation)
+        except PulsarError:
+            # a step failed (a segment's broker is away...): complete or roll back now if we
+            # can; if not, the record stays and the next operation tries again first
+            try:
+                await self._recover_operation()
+            except Exception as error:
+                log.warning("controller of %s: the failed %s stays pending: %s", self.topic, operation.kind, error)
+            raise
 
     async def _run(self, operation: PendingOperation) -> SegmentLayout:
         target = operation.target_layout
@@ -329,12 +339,17 @@ class ScalableTopicController:
         segments = {}
         for sid, info in sorted(layout.all_segments.items()):
             topic = info.topic_name(self.topic)
-            segment_stats = await self.segments.stats(topic)
+            try:
+                segment_stats = await self.segments.stats(topic)
+            except PulsarError as error:        # its broker is down: the rest is still reported
+                segment_stats = {"unavailable": str(error)}
             segments[str(sid)] = {"segmentId": sid, "hashRange": info.hash_range.to_json(),
                                   "state": info.state.value, "topic": topic,
                                   "msgInCounter": segment_stats.get("msgInCounter", 0),
                                   "storageSize": segment_stats.get("storageSize", 0),
                                   "terminated": segment_stats.get("terminated", False),
+                                  **({"unavailable": segment_stats["unavailable"]}
+                                     if "unavailable" in segment_stats else {}),
                                   "subscriptions": {name: {"msgBacklog": s.get("msgBacklog", 0)}
                                                     for name, s in segment_stats.get("subscriptions", {}).items()}}
         subscriptions = {}

@@ -155,11 +155,20 @@ class RoutedSegments:
         self.local = local
         self.resources = resources
         self.url = broker_url
+        # segment -> owner: an owner never changes while its segment exists (one metadata read
+        # per segment instead of one per operation); forgotten when the segment is deleted
+        self._owners: dict[str, str] = {}
         self._http: aiohttp.ClientSession | None = None
 
     async def _owner(self, segment: str) -> str:
-        owner = await self.resources.owner(TopicName.parse(_check_segment(segment)))
-        return owner or self.url
+        segment = _check_segment(segment)
+        owner = self._owners.get(segment)
+        if owner is None:
+            owner = await self.resources.owner(TopicName.parse(segment))
+            if owner is None:
+                return self.url
+            self._owners[segment] = owner
+        return owner
 
     async def _remote(self, owner: str, method: str, segment: str, suffix: str = "", body: Any = None) -> Any:
         web = await self.resources.web_service_url(owner)
@@ -170,12 +179,16 @@ class RoutedSegments:
                 f"{quote(name.scalable_topic.local_name, safe='')}/{name.segment_descriptor}{suffix}")
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-        async with self._http.request(method, web + path, json=body) as reply:
-            text = await reply.text()
-            if reply.status >= 300:
-                reason = json.loads(text).get("reason", text) if text.startswith("{") else text
-                raise to_pulsar_error_of_status(reply.status, f"{owner}: {reason}")
-            return json.loads(text) if text else None
+        try:
+            async with self._http.request(method, web + path, json=body) as reply:
+                text = await reply.text()
+                status = reply.status
+        except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            raise ServiceNotReadyError(f"segment {segment}: broker {owner} ({web}) is unreachable: {error}") from None
+        if status >= 300:
+            reason = json.loads(text).get("reason", text) if text.startswith("{") else text
+            raise to_pulsar_error_of_status(status, f"{owner}: {reason}")
+        return json.loads(text) if text else None
 
     async def exists(self, segment: str) -> bool:
         owner = await self._owner(segment)
@@ -194,6 +207,7 @@ class RoutedSegments:
         if preferred != self.url and await self.resources.web_service_url(preferred) is None:
             preferred = self.url                     # the parent's broker is away: create it here
         owner = await self.resources.claim_owner(TopicName.parse(_check_segment(segment)), preferred)
+        self._owners[_check_segment(segment)] = owner
         if owner == self.url:
             await self.local.create(segment, subscriptions)
         else:
@@ -219,6 +233,7 @@ class RoutedSegments:
         elif (await self._remote(owner, "GET", segment)).get("exists"):
             await self._remote(owner, "DELETE", segment)
         await self.resources.forget_owner(TopicName.parse(segment))
+        self._owners.pop(_check_segment(segment), None)
 
     async def create_subscription(self, segment: str, subscription: str) -> None:
         owner = await self._owner(segment)

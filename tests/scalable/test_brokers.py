@@ -60,9 +60,21 @@ async def test_requests_to_the_follower_reach_the_leader(cluster):
         stats = await reply.json()
     assert stats["segments"]["2"]["subscriptions"] == {"sub": {"msgBacklog": 0}}
     assert stats["segments"]["0"]["terminated"] is True
+    await b_admin.stop()                         # b's segments API is away: a still reports the rest
+    async with http.get(f"{a_admin.url}{BASE}/stats") as reply:
+        stats = await reply.json()
+    assert reply.status == 200 and "unreachable" in stats["segments"]["2"]["unavailable"]
+    async with http.post(f"{a_admin.url}{BASE}/split/2") as reply:                     # cannot seal b's segment
+        assert reply.status == 503 and "unreachable" in (await reply.json())["reason"]
+    await b_admin.start()
+    b.web_service_url = b_admin.url
+    await (await b.scalable_topics()).resources.register_broker(b.service_url, b_admin.url,
+                                                                (await b.scalable_topics())._session)
     async with http.delete(f"{b_admin.url}{BASE}/subscriptions/sub") as reply:
         assert reply.status == 204
-    assert "sub" not in (await b.get_topic("segment://public/default/orders/0000-3fff-2")).subscriptions
+    async with http.post(f"{b_admin.url}{BASE}/split/2") as reply:       # the failed split left nothing behind
+        assert reply.status == 204
+    assert "sub" not in (await b.get_topic("segment://public/default/orders/0000-3fff-2", create=False)).subscriptions
     async with http.delete(f"{a_admin.url}{BASE}") as reply:                           # a deletes b's segments
         assert reply.status == 204
     assert not [t for t in b.list_topics() if t.startswith("segment://")]
