@@ -251,3 +251,25 @@ async def test_checkpoint_consumer_orders_keys_across_splits_and_resumes_from_it
         await resumed.receive(0.3)
     with pytest.raises(TypeError):
         await client.subscribe_checkpoint(T, "cp3", "d", checkpoint=[1, 2])
+
+
+async def test_watch_and_stream_consumer_come_back_after_the_connection_drops(client, service, server):
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 2)
+    watch = await client.watch_scalable_topic(T)
+    stream = await client.subscribe_stream(T, "s", "c1")
+    before = list(stream.assigned)
+    for connection in list(server.connections):           # the broker drops every client connection
+        connection.close()
+    await scalable.split_segment(T, 0)
+    layout = await watch.wait_newer_than(0, 10)           # a new session got the change
+    assert layout.epoch == 1
+    controller = await scalable.leader(T)
+    for _ in range(200):                                   # the consumer re-registered under its name
+        consumers = (await controller.stats())["subscriptions"]["s"]["consumers"]
+        if consumers and consumers[0]["connected"]:
+            break
+        await asyncio.sleep(0.02)
+    assert [c["consumerName"] for c in consumers] == ["c1"] and consumers[0]["connected"]
+    assert before == [0, 1]
+    await watch.close()

@@ -222,3 +222,17 @@ def test_every_key_routes_to_the_one_active_segment_holding_its_hash(keys, n):
     for key in keys:
         segment = layout.segment_for_key(key)
         assert segment.is_active and segment.hash_range.contains(key_hash(key))
+
+
+@given(st.integers(1, 40), st.lists(st.text(min_size=1, max_size=8), max_size=12, unique=True))
+def test_round_robin_gives_every_active_segment_to_exactly_one_consumer_evenly(segments, consumers):
+    from pyengine.scalable.coordinator import round_robin
+    layout = SegmentLayout.initial(segments)
+    plan = round_robin(layout, consumers)
+    assert set(plan) == set(consumers)
+    if consumers:
+        assigned = [sid for ids in plan.values() for sid in ids]
+        assert sorted(assigned) == sorted(s.segment_id for s in layout.active_segments)
+        sizes = [len(ids) for ids in plan.values()]
+        assert max(sizes) - min(sizes) <= 1
+        assert plan == round_robin(layout, list(reversed(consumers)))      # order of arrival is irrelevant
