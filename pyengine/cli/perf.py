@@ -32,7 +32,7 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,7 +207,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--duration", type=non_negative_float, default=10.0,
                         help="seconds to run after the warm-up (0: until --messages or Ctrl-C)")
     common.add_argument("--messages", type=non_negative_int, default=0,
-                        help="stop after this many messages (0: no limit)")
+                        help="send this many messages after the warm-up, then stop (0: no limit; txn mode "
+                             "rounds up to whole transactions)")
     common.add_argument("--warmup", type=non_negative_float, default=0.0,
                         help="seconds run before measuring starts (not in the figures)")
     common.add_argument("--operation-timeout", type=positive_float, default=30.0,
@@ -263,6 +264,7 @@ class Run:
     latencies: dict[str, Latency]
     messages: int = 0                        # counted after the warm-up
     all_messages: int = 0                    # warm-up included
+    sent_measured: int = 0                   # messages sent after the warm-up
     bytes: int = 0
     errors: int = 0
     first_error: BaseException | None = None
@@ -285,6 +287,17 @@ class Run:
             self._interval_bytes += messages * size
             if self.args.messages and self.messages >= self.args.messages:
                 self.stop.set()
+
+    def may_send(self, messages: int = 1) -> bool:
+        """Whether the senders may send `messages` more: `--messages` counts the measured
+        messages, so once that many are sent after the warm-up, sending stops."""
+        if self.stop.is_set():
+            return False
+        if self.args.messages and self.measuring:
+            if self.sent_measured >= self.args.messages:
+                return False
+            self.sent_measured += messages
+        return True
 
     def failed(self, error: BaseException) -> None:
         self.errors += 1
@@ -435,7 +448,7 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
     record = publish.record
     stop = run.stop
     limit = window.limit
-    while not stop.is_set():
+    while run.may_send():
         # Awaited only when they have to wait: a coroutine per message costs more than the send.
         if rate:
             await pacer.wait()
@@ -496,7 +509,7 @@ async def _publish_in_order(run: Run, producer: Any, payload: bytes, rate: float
 
     reaper = asyncio.ensure_future(reap())
     try:
-        while not stop.is_set():
+        while run.may_send():
             if rate:
                 await pacer.wait()
             while len(pending) >= limit:
@@ -518,6 +531,15 @@ async def _publish_in_order(run: Run, producer: Any, payload: bytes, rate: float
         await reaper
 
 
+async def _then_stop(run: Run, senders: list[Coroutine[Any, Any, None]]) -> None:
+    """Run the senders; when every one has finished (its quota sent and settled, or a
+    failure), the run is over."""
+    try:
+        await asyncio.gather(*senders)
+    finally:
+        run.stop.set()
+
+
 async def measure_produce(client: Client, run: Run) -> dict[str, Any]:
     args = run.args
     payload = b"x" * args.size
@@ -527,7 +549,7 @@ async def measure_produce(client: Client, run: Run) -> dict[str, Any]:
         loops = [_publish_in_order(run, p, payload, rate, args.max_pending) for p in producers]
     else:
         loops = [_publish_loop(run, p, payload, rate, Window(args.max_pending)) for p in producers]
-    await asyncio.gather(run.clock(), *loops)
+    await asyncio.gather(run.clock(), _then_stop(run, loops))
     for producer in producers:
         await producer.close()
     return {"producers": args.producers, "batching": args.batching, "size": args.size, "rate": args.rate}
@@ -652,7 +674,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
         per_txn = args.messages_per_txn
         committing: asyncio.Future[None] | None = None
         try:
-            while not run.stop.is_set():
+            while run.may_send(per_txn):
                 await pacer.wait(per_txn)
                 number = next(txn_numbers)
                 payload = (TXN_TAG.pack(number) + filler)[:args.size]
@@ -693,7 +715,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
             if received % 1000 == 0:
                 await consumer.acknowledge_cumulative(message)
 
-    tasks = [run.clock(), *(transact(p) for p in producers)]
+    tasks = [run.clock(), _then_stop(run, [transact(p) for p in producers])]
     if consumer is not None:
         tasks.append(watch())
     try:
