@@ -14,6 +14,8 @@ import pytest
 
 from pyengine.cli import main
 from pyengine.client import Client
+from pyengine.metadata import open_metadata_store
+from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
 from tests.interop.serve_process import ServeProcess, serve_command
 
 TOPIC = "persistent://public/default/serve-contract"
@@ -93,6 +95,29 @@ async def test_serve_runs_on_the_memory_metadata_store(tmp_path: Path) -> None:
             await producer.send(b"x")
     finally:
         assert broker.stop() == 0
+
+
+async def test_brokers_on_one_etcd_metadata_store_share_it(tmp_path: Path) -> None:
+    etcd = LocalEtcd(tmp_path / "etcd")
+    try:
+        etcd.start()
+    except EtcdUnavailableError as exc:
+        pytest.fail(f"this test needs a local etcd: {exc}", pytrace=False)
+    brokers = [ServeProcess(tmp_path / f"data-{i}", "--metadata-store", etcd.url, "--broker-id", f"b{i}",
+                            "--num-coordinators", "1") for i in range(2)]
+    try:
+        first = brokers[0].start()
+        first.admin("PUT", "/admin/v2/scalable/public/default/orders?numInitialSegments=2")
+        async with Client(first.url) as client:               # the broker serves as usual meanwhile
+            producer = await client.create_producer(TOPIC)
+            await producer.send(b"on-etcd")
+        second = brokers[1].start()                            # its own data dir, the same store
+        assert second.admin("GET", "/admin/v2/scalable/public/default") == ["topic://public/default/orders"]
+        assert [broker.stop() for broker in brokers] == [0, 0]
+    finally:
+        for broker in brokers:
+            broker.kill()
+        etcd.stop()
 
 
 @pytest.mark.parametrize(("argv", "complaint"), [
