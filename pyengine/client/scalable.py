@@ -433,11 +433,13 @@ class StreamConsumer:
     async def receive(self, timeout: float | None = None) -> Message:
         return await asyncio.wait_for(self._queue.get(), timeout)
 
-    async def acknowledge(self, message: Message) -> None:
+    async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
+        """Acknowledge `message` on its segment (in `txn`, a scalable transaction, if given:
+        the segment counts as drained for its children only once the txn commits)."""
         consumer = self._consumers.get(getattr(message, "topic", None))
         if consumer is None:
             raise ValueError("not a message of a segment this consumer is assigned")
-        await consumer.acknowledge(message)
+        await consumer.acknowledge(message, txn=txn)
 
     async def close(self) -> None:
         if self._closed:

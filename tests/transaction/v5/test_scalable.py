@@ -21,7 +21,8 @@ B = "topic://public/other/payments"
 
 
 @pytest.fixture
-async def client(server):
+async def client(server, service):
+    service.service_url = f"pulsar://127.0.0.1:{server.port}"     # as `pyengine serve` sets it
     async with Client(f"pulsar://127.0.0.1:{server.port}", operation_timeout_seconds=10) as client:
         yield client
 
@@ -44,6 +45,7 @@ async def test_split_and_merge_mid_transaction(client, service):
     payments = await client.create_producer(B)
     watch_a = await client.subscribe_queue(A, "audit")
     watch_b = await client.subscribe_queue(B, "audit")
+    stream = await client.subscribe_stream(A, "ordered", "c1")       # ordered, from the start
     keys = [f"k{i}" for i in range(24)]
 
     committed = await client.new_transaction(scalable=True)
@@ -83,6 +85,31 @@ async def test_split_and_merge_mid_transaction(client, service):
         {f"c3-{k}".encode() for k in keys[:6]} | {b"c-pay", b"plain-before"}
     assert set(counts) == expected, set(counts) ^ expected
     assert all(n == 1 for n in counts.values()), [d for d, n in counts.items() if n > 1]
+
+    # the ordered StreamConsumer sees the same atomic outcome, each key in send order; its acks
+    # go in a transaction: the children of a split are handed out once the parent's commit lands
+    ack_txn = await client.new_transaction(scalable=True)
+    ordered: list[bytes] = []
+    while True:
+        try:
+            message = await stream.receive(timeout=1.0 if ack_txn is not None else 3.0)
+        except (TimeoutError, asyncio.TimeoutError):
+            if ack_txn is None:
+                break
+            await ack_txn.commit()                  # releases the sealed parents' children
+            ack_txn = None
+            continue
+        ordered.append(message.data)
+        if ack_txn is not None:
+            await stream.acknowledge(message, txn=ack_txn)
+        else:
+            await stream.acknowledge(message)
+    assert Counter(ordered) == Counter(expected - {b"c-pay"})
+    for key in keys:
+        mine = [d for d in ordered if d.endswith(f"-{key}".encode())]
+        assert mine == [d for d in (f"c-{key}".encode(), f"c2-{key}".encode(), f"c3-{key}".encode())
+                        if d in expected], (key, mine)
+    await stream.close()
 
     # consume-and-ack in a transaction across sealed and live segments
     worker = await client.subscribe_queue(A, "work")
