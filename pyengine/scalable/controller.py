@@ -278,8 +278,9 @@ class ScalableTopicController:
     # --- subscriptions and consumers ---------------------------------------------------------
 
     async def create_subscription(self, subscription: str) -> bool:
-        """Create the subscription on every active segment (from their latest position, as
-        Pulsar's createSubscription default). False when it existed."""
+        """Create the subscription on every active segment, its cursor at Earliest (as the
+        Segments API creates cursors, on this broker or the segment's owner). False when it
+        existed."""
         _check_subscription(subscription)
         async with self._as_leader():
             return await self._create_subscription(subscription)
