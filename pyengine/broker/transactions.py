@@ -32,19 +32,8 @@ from pyengine.transaction.coordinator.service import TransactionCoordinatorServi
 from pyengine.transaction.coordinator.validation import check_txn
 from pyengine_kernels import TxnId
 
-TRANSACTION_VERSIONS = (4, 5)
-
-
 def default_transaction_version(topic: TopicName) -> int:
     return 5 if topic.domain == "segment" else 4
-
-
-def check_transaction_version(version: object) -> int | None:
-    if version is None:
-        return None
-    if isinstance(version, bool) or version not in TRANSACTION_VERSIONS:
-        raise ValueError(f"transaction_version must be 4, 5 or None (the topic domain's default), not {version!r}")
-    return int(version)   # type: ignore[arg-type]
 
 
 def check_txn_design(buffer: object, txn: TxnId, topic: str) -> None:

@@ -169,6 +169,7 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
         self._subscribed: set[TxnId] = set()
         self._deciding: dict[TxnId, asyncio.Task] = {}
         self._requests: dict[TxnId, int] = {}                  # ack requests being written
+        self._written: dict[asyncio.Task, int] = {}            # request (its task) -> its record seq
         self._request_waiters: dict[TxnId, list[asyncio.Future]] = {}
         self.late_acks_rejected = 0
 
@@ -195,18 +196,35 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
         checked = check_individual_acks(acks)
         async with self._acking(txn):
             await super().individual_ack(txn, checked)
-            if await self._late(txn):
+            seq = self._written.pop(asyncio.current_task(), None)
+            if seq is not None and await self._late(txn, seq):
                 for ack in checked:
                     self._acks.release(txn, ack.position, Reservation(ack.ack_set, ack.batch_size))
-                await self._forget_last_request(txn)
+                await self._forget_request(txn, seq)
 
     async def cumulative_ack(self, txn: TxnId, position: Position) -> None:
         await self._check_open(txn)
         async with self._acking(txn):
             await super().cumulative_ack(txn, position)
-            if await self._late(txn):
+            seq = self._written.pop(asyncio.current_task(), None)
+            if seq is not None and await self._late(txn, seq):
                 self._acks.release_cumulative(txn, position)
-                await self._forget_last_request(txn)
+                await self._forget_request(txn, seq)
+
+    async def _log(self, txn: TxnId, append, undo) -> None:
+        """The v4 handle's write of a request, remembering which record is this request's."""
+        task = asyncio.current_task()
+
+        def appending():
+            seq, written = append()
+            self._written[task] = seq
+            return seq, written
+
+        try:
+            await super()._log(txn, appending, undo)
+        except BaseException:
+            self._written.pop(task, None)
+            raise
 
     @contextlib.asynccontextmanager
     async def _acking(self, txn: TxnId):
@@ -239,22 +257,20 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
                                            "not OPEN")
         self._watch(txn)
 
-    async def _late(self, txn: TxnId) -> bool:
-        """Did the decision on `txn` land before the records just written (the late-ack race)?"""
-        seqs = self._records.get(txn)
-        if not seqs:
-            return False
+    async def _late(self, txn: TxnId, seq: int) -> bool:
+        """Did the decision on `txn` land before request `seq`'s records (the late-ack race)?"""
         record = await self.metadata.store.get(header_path(txn))
         if record is None:
             return True
         header = TxnHeader.decode(record.value, record.path)
-        return header.state.final and record.mod_revision < self.metadata.revision_of(seqs[-1])
+        return header.state.final and record.mod_revision < self.metadata.revision_of(seq)
 
-    async def _forget_last_request(self, txn: TxnId) -> None:
-        seqs = self._records[txn]
-        seq = seqs.pop()
+    async def _forget_request(self, txn: TxnId, seq: int) -> None:
+        seqs = self._records.get(txn, [])
+        if seq in seqs:
+            seqs.remove(seq)
         if not seqs:
-            del self._records[txn]
+            self._records.pop(txn, None)
         self.late_acks_rejected += 1
         await self.metadata.delete_records([seq])
         raise TransactionConflictError(f"[{self._name}] Transaction:{txn} ended before this ack was recorded")
