@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pyengine.errors import NotAllowedError, TransactionCoordinatorNotFoundError
+from pyengine.errors import NotAllowedError, ServiceNotReadyError, TransactionCoordinatorNotFoundError
 from pyengine.metadata import MetadataStore
 from pyengine.naming import TopicName
 from pyengine.transaction import TxnAction, TxnStatus
@@ -78,13 +78,19 @@ class CoordinatorRouter:
         return self.v4.coordinator_ids
 
     def serves(self, coordinator_id: int) -> bool:
-        return coordinator_id in self.v4.coordinator_ids or self.v5.serves(coordinator_id)
+        return coordinator_id in self.v4.coordinator_ids or (self.v5 is not None and self.v5.serves(coordinator_id))
 
     def _for(self, txn: TxnId) -> Any:
-        return self.v5 if check_txn(txn).most_bits == V5_COORDINATOR_ID else self.v4
+        if check_txn(txn).most_bits != V5_COORDINATOR_ID:
+            return self.v4
+        if self.v5 is None:
+            raise ServiceNotReadyError("the v5 transaction coordinator is not started")
+        return self.v5
 
     async def new_transaction(self, coordinator_id: int, timeout_ms: int) -> TxnId:
         if coordinator_id == V5_COORDINATOR_ID:
+            if self.v5 is None:
+                raise ServiceNotReadyError("the v5 transaction coordinator is not started")
             return await self.v5.new_transaction(coordinator_id, timeout_ms)
         return await self.v4.new_transaction(coordinator_id, timeout_ms)
 
@@ -102,7 +108,7 @@ class CoordinatorRouter:
 
     async def end_transaction(self, txn: TxnId, action: TxnAction, *, check_epoch: bool = True) -> TxnStatus:
         if check_txn(txn).most_bits == V5_COORDINATOR_ID:
-            return await self.v5.end_transaction(txn, action)
+            return await self._for(txn).end_transaction(txn, action)
         # check_epoch: transaction keys are v4's (the admin's force-abort turns the check off)
         return await self.v4.end_transaction(txn, action, check_epoch=check_epoch)
 

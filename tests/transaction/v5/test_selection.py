@@ -46,3 +46,23 @@ async def test_malformed_overrides_are_refused(api, service):
     assert (await api.post(PATH.format(ns="nope"), 5)).status == 404
     assert (await api.get(PATH.format(ns="nope"))).status == 404
     assert service.policies.policies("public/default").transaction_version is None
+
+
+async def test_v5_requests_before_the_broker_started_are_not_ready(tmp_path):
+    import pytest
+
+    from pyengine.broker.service import BrokerConfig, BrokerService
+    from pyengine.errors import ServiceNotReadyError
+    from pyengine.transaction import TxnAction
+    from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
+    from pyengine_kernels import TxnId
+
+    broker = BrokerService(BrokerConfig(data_dir=tmp_path / "data", sync=False))
+    try:
+        assert not broker.coordinator.serves(V5_COORDINATOR_ID)
+        with pytest.raises(ServiceNotReadyError):
+            await broker.coordinator.new_transaction(V5_COORDINATOR_ID, 1000)
+        with pytest.raises(ServiceNotReadyError):
+            await broker.coordinator.end_transaction(TxnId(V5_COORDINATOR_ID, 1), TxnAction.COMMIT)
+    finally:
+        await broker.close()
