@@ -99,8 +99,11 @@ timer in the client, on this VM while it was shared):
   writer, write, fsync, wake-up of the event loop), and every hop waits for a core when the
   machine is busy. Phase timer, 1 transaction stream: NEW_TXN 1.8 ms, ADD_PARTITION + sends
   7.2 ms, END_TXN 3.5 ms (p50); 10 streams: 11.9 / 32.3 / 22.3 ms. The broker's CPU per
-  transactional message is 3-5x the plain one (~1.5-2.5 ms of coordinator and buffer work in
-  Python per transaction). What would cut end-txn: the decision record and the markers in
+  transactional message is 2.5-3.5x the plain one: ~1.3 ms per transaction of 100 (0.8 ms
+  user: coordinator log records, the buffer's bookkeeping, the marker, tasks; 0.5 ms kernel:
+  the extra group commits), and the load generator's 1.7x (14-15 vs 8.5-9 us: the
+  transaction's three requests and held sends), so even CPU-bound the ratio is ~0.5
+  (`txn_vs_plain_cpu_100`). What would cut end-txn: the decision record and the markers in
   one group commit (one LMDB transaction keeps them atomic), and a writer that writes commit
   N+1 while commit N syncs. Neither is done (storage and coordinator are outside this suite).
 - `commit_to_visible` is small because the dispatcher delivers the committed entries as soon
