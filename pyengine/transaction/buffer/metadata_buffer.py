@@ -20,11 +20,11 @@ Nothing transactional is ever written into the segment's stream: no markers, no 
 * recovery reads the store's current state: the aborted set, then `idx:writes-by-segment` for
   this segment (one range query), joined with the headers. No log replay.
 
-On the LMDB backend (the metadata store in the data dir) an entry and its op record are one
-write transaction. Known limit on etcd (two stores): if the broker dies after the entry became
-durable but before its op record did, nothing ties that entry to its txn; the txn is then
-aborted (the client's send failed) but that entry stays visible (no op record tells the buffer
-it is aborted).
+No crash leaves an entry whose txn the segment does not know: on the LMDB backend (the metadata
+store in the data dir) an entry and its op record are one write transaction; with a separate
+store (etcd) a txn's first entry on a segment is recorded before it is appended, at a lower
+bound of its position (after a restart the horizon may then wait on a few entries that were
+in flight beside it, until the txn ends); its later entries are tied to it by txn id.
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ class MetadataTransactionBuffer(TransactionBuffer):
         ledger.add_failure_listener(self._on_append_failed)
         ledger.add_trim_listener(self._on_trimmed)
         self._trimming: asyncio.Task | None = None
+        # The store is the LMDB store of the ledger's own data dir: entry and op record can
+        # share one write transaction.
+        self._same_commit = getattr(store, "env", None) is ledger.env
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -210,6 +213,24 @@ class MetadataTransactionBuffer(TransactionBuffer):
         state = await self.headers.get(txn)
         if state.header is None or state.header.state is not HeaderState.OPEN:
             raise TransactionConflictError(_not_open(txn, state.header))
+        reserved = None
+        if not self._same_commit and txn not in self._ops:
+            # A separate store (etcd): the txn's first entry here is recorded BEFORE it is
+            # appended, at a position no later than its own (the next one the ledger can
+            # assign), so no crash can leave an entry of a txn this segment does not know.
+            # Later entries of the txn are its own (an abort hides them by txn id).
+            ahead = OpRecord("write", self.segment, self.ledger.lac.next())
+            try:
+                reserved = await self.store.put(op_prefix(txn), ahead.encode(), sequential=True,
+                                                partition_key=txn_key(txn))
+            except Exception as exc:
+                raise PersistenceError(f"transactional append of {txn} to {self.segment}: op record: {exc}") from exc
+            self._ops.setdefault(txn, []).append(reserved.path)
+            self.metrics.op_written()
+            state = await self.headers.get(txn)
+            if state.header is None or state.header.state is not HeaderState.OPEN:
+                await self._reject_late(txn, None, reserved.path, state.header)
+                raise TransactionConflictError(_not_open(txn, state.header))
         try:
             position, durable = self.ledger.append_entry(data, txn_most=txn.most_bits, txn_least=txn.least_bits,
                                                          num_messages=num_messages, publish_time=publish_time)
@@ -220,21 +241,25 @@ class MetadataTransactionBuffer(TransactionBuffer):
             raise PersistenceError(f"cannot append to {self.segment}")
         self._held(txn, position)              # before any reader can reach it
         self._subscribe(txn)
-        op = OpRecord("write", self.segment, position)
-        # Awaited at once, with no suspension since append_entry: on the LMDB backend the op
-        # record is submitted to the same group commit as the entry — one write transaction,
-        # so a crash can never leave the entry without the record tying it to its txn.
-        try:
-            record = await self.store.put(op_prefix(txn), op.encode(), sequential=True, partition_key=txn_key(txn))
-        except Exception as exc:
-            durable.add_done_callback(_retrieve)
-            raise PersistenceError(f"transactional append of {txn} to {self.segment}: op record: {exc}") from exc
+        if reserved is not None:
+            record = reserved
+        else:
+            op = OpRecord("write", self.segment, position)
+            # Awaited at once, with no suspension since append_entry: on the LMDB backend the
+            # op record is submitted to the same group commit as the entry — one write
+            # transaction, so a crash never leaves the entry without the record of its txn.
+            try:
+                record = await self.store.put(op_prefix(txn), op.encode(), sequential=True,
+                                              partition_key=txn_key(txn))
+            except Exception as exc:
+                durable.add_done_callback(_retrieve)
+                raise PersistenceError(f"transactional append of {txn} to {self.segment}: op record: {exc}") from exc
+            self._ops.setdefault(txn, []).append(record.path)
+            self.metrics.op_written()
         try:
             await durable
         except Exception as exc:
             raise PersistenceError(f"transactional append of {txn} to {self.segment} failed: {exc}") from exc
-        self._ops.setdefault(txn, []).append(record.path)
-        self.metrics.op_written()
         # The late-write race: did the decision land before this op record?
         header = await self.store.get(header_path(txn))
         if header is None or header.mod_revision < record.mod_revision and \
@@ -244,10 +269,11 @@ class MetadataTransactionBuffer(TransactionBuffer):
             raise TransactionConflictError(_not_open(txn, decided))
         return position
 
-    async def _reject_late(self, txn: TxnId, position: Position, op_path: str, header: TxnHeader | None) -> None:
+    async def _reject_late(self, txn: TxnId, position: Position | None, op_path: str,
+                           header: TxnHeader | None) -> None:
         """A write that lost the race with its txn's decision: never visible."""
         self._late_total += 1
-        if header is not None and header.state is HeaderState.COMMITTED:
+        if position is not None and header is not None and header.state is HeaderState.COMMITTED:
             self._hidden.add(position)
             await self.ledger.set_property(HIDDEN_PROPERTY, _format_positions(self._hidden))
         try:

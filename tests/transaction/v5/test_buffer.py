@@ -5,6 +5,7 @@ recovery from the store, and dropped notifications recovered by the deadline re-
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -271,3 +272,30 @@ async def test_trimmed_ledgers_take_their_aborts_with_them(v5):
     assert not buffer.is_txn_aborted(old) and buffer.is_txn_aborted(recent)
     stored = AbortedTxnSet.from_bytes((await v5.store.get(buffer_path(SEGMENT))).value)
     assert old not in stored and recent in stored
+
+
+async def test_separate_store_records_a_txns_first_entry_before_appending_it(v5, monkeypatch):
+    """etcd / memory: a crash between the two writes must not leave an entry no op record ties
+    to its txn, so the first entry of a txn on a segment is recorded first (at a lower bound of
+    its position); LMDB writes both in one commit instead."""
+    from pyengine.errors import PersistenceError
+    from pyengine.storage import StorageError
+
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await ledger.append(b"plain")
+
+    def crash(*args, **kwargs):
+        raise StorageError("the process died here")
+
+    monkeypatch.setattr(ledger, "append_entry", crash)
+    with pytest.raises(PersistenceError):
+        await buffer.append(txn, b"t")
+    records = await ops_of(v5.store)
+    if v5.backend.name == "lmdb":
+        assert records == []
+    else:
+        assert [json.loads(r.value)["position"] for r in records] == [[ledger.lac.ledger_id, ledger.lac.entry_id + 1]]
+    monkeypatch.undo()
+    await buffer.append(txn, b"t")                      # later writes: one record each, as on LMDB
+    assert len(await ops_of(v5.store)) == (1 if v5.backend.name == "lmdb" else 2)
