@@ -105,6 +105,7 @@ async def appends(data_dir: str) -> None:
         while True:
             await asyncio.gather(*(producer.send(b"t%d" % (label + i), txn=txns[i % 3]) for i in range(6)))
             label += 6
+            say(f"SENT {label}")
 
 
 async def main(data_dir: str, seed: int, kill_point: str) -> None:

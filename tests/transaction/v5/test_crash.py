@@ -144,7 +144,8 @@ async def test_no_transactional_entry_without_its_op_record_after_kill_9(tmp_pat
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "READY"
-        await asyncio.sleep(0.3 + random.Random(seed).random() * 0.7)
+        assert (await asyncio.to_thread(child.stdout.readline)).startswith("SENT")    # it is sending
+        await asyncio.sleep(0.1 + random.Random(seed).random() * 0.5)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(30)
