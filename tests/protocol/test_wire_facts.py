@@ -109,6 +109,15 @@ BASE_COMMAND_TYPES = {
     63: ("TC_CLIENT_CONNECT_RESPONSE", "tcClientConnectResponse"),
     68: ("TOPIC_MIGRATED", "topicMigrated"),
 }
+# The project's extensions: scalable topics (PIP-468), the spec's 70-72 and our 73-75.
+BASE_COMMAND_EXTENSIONS = {
+    70: ("SCALABLE_TOPIC_LOOKUP", "scalableTopicLookup"),
+    71: ("SCALABLE_TOPIC_UPDATE", "scalableTopicUpdate"),
+    72: ("SCALABLE_TOPIC_CLOSE", "scalableTopicClose"),
+    73: ("SCALABLE_CONSUMER_REGISTER", "scalableConsumerRegister"),
+    74: ("SCALABLE_CONSUMER_ASSIGNMENT", "scalableConsumerAssignment"),
+    75: ("SCALABLE_CONSUMER_UNREGISTER", "scalableConsumerUnregister"),
+}
 
 
 def _enum_items(enum_descriptor) -> dict[str, int]:
@@ -124,18 +133,19 @@ def test_marker_type_numbers() -> None:
 
 
 def test_base_command_type_numbers_and_body_fields() -> None:
+    all_types = {**BASE_COMMAND_TYPES, **BASE_COMMAND_EXTENSIONS}
     types = _enum_items(pb.BaseCommand.Type.DESCRIPTOR)
-    assert types == {name: number for number, (name, _) in BASE_COMMAND_TYPES.items()}
+    assert types == {name: number for number, (name, _) in all_types.items()}
     fields = pb.BaseCommand.DESCRIPTOR.fields_by_number
-    for number, (type_name, field_name) in BASE_COMMAND_TYPES.items():
+    for number, (type_name, field_name) in all_types.items():
         field = fields[number]
         assert field.name == field_name, type_name
         assert field.message_type is not None, type_name
         assert not field.is_required and not field.is_repeated, type_name
     # `type` is field 1, required; nothing else besides the bodies.
     assert fields[1].name == "type" and fields[1].is_required
-    assert set(fields) == {1, *BASE_COMMAND_TYPES}
-    assert dict(BODY_FIELD) == {number: field for number, (_, field) in BASE_COMMAND_TYPES.items()}
+    assert set(fields) == {1, *all_types}
+    assert dict(BODY_FIELD) == {number: field for number, (_, field) in all_types.items()}
 
 
 # --- parsed from the brief file ---------------------------------------------------------------------
