@@ -39,7 +39,7 @@ from pyengine.admin.schemas import (
 from pyengine.broker.subscription import Subscription
 from pyengine.errors import SubscriptionNotFoundError
 from pyengine.transaction import TxnAction
-from pyengine.transaction.coordinator.metadata_records import is_v5
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, is_v5
 from pyengine_kernels import TxnId
 
 routes = RouteTable("transactions")
@@ -71,6 +71,10 @@ async def requested_subscription(call: Call) -> Subscription:
                                 {"anyOf": [COORDINATOR_STATS_MAP, COORDINATOR_STATS]}), **errors(400, 404)})
 async def get_coordinator_stats(call: Call) -> dict[str, Any]:
     coordinator = call.service.coordinator
+    if call["coordinatorId"] == V5_COORDINATOR_ID and coordinator.v5 is not None:
+        # the v5 coordinator (PIP-473): no log, no low watermark; its open txns are headers
+        return {"state": "Ready", "leastSigBits": -1, "lowWaterMark": -1,
+                "ongoingTxnSize": await coordinator.v5.open_count()}
     if call["coordinatorId"] is not None:
         return stats.coordinator_stats(coordinator.store(call["coordinatorId"]))
     return {str(cid): stats.coordinator_stats(coordinator.store(cid)) for cid in coordinator.coordinator_ids}

@@ -325,6 +325,10 @@ class MetadataTransactionCoordinator:
 
     # --- stats ----------------------------------------------------------------------------
 
+    async def open_count(self) -> int:
+        """Transactions still OPEN in the store (every broker's): one index range query."""
+        return len(await self.store.range_query(IDX_DEADLINE))
+
     def stats(self) -> dict:
         c = self._counters
         return {"coordinator_id": V5_COORDINATOR_ID, "created_total": c.created, "committed_total": c.committed,

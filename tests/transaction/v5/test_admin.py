@@ -26,3 +26,15 @@ async def test_v5_transaction_metadata_and_force_abort(api, client, service):
     figures = stats.buffer_stats(service.topics[SEGMENT], True)
     assert figures["lastSnapshotTimestamps"] == 0 and figures["lowWaterMarks"] == {}
     assert figures["recoverEndTime"] >= figures["recoverStartTime"] > 0
+
+
+async def test_v5_coordinator_stats(api, client):
+    path = f"{BASE}/coordinatorStats?coordinatorId={V5_COORDINATOR_ID}"
+    assert (await api.get(path)).body["ongoingTxnSize"] == 0
+    txns = [await client.new_transaction(version=5) for _ in range(3)]
+    reply = await api.get(path)
+    assert reply.status == 200 and reply.body == {"state": "Ready", "leastSigBits": -1, "lowWaterMark": -1,
+                                                  "ongoingTxnSize": 3}
+    await txns[0].commit()
+    assert (await api.get(path)).body["ongoingTxnSize"] == 2
+    assert str(V5_COORDINATOR_ID) not in (await api.get(f"{BASE}/coordinatorStats")).body   # v4's, as before
