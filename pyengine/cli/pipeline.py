@@ -81,7 +81,9 @@ def export(args: argparse.Namespace) -> int:
     from spark_udfs.udfs import COUNTS, committed_rows
 
     owned = SparkSession.getActiveSession() is None
-    spark = spark_udfs.session(args.master, app_name="pyengine-pipeline-export")
+    # Our bar replaces Spark's console progress (the two would overwrite each other's line).
+    spark = spark_udfs.session(args.master, app_name="pyengine-pipeline-export",
+                               conf={"spark.ui.showConsoleProgress": "false"})
     try:
         context = spark.sparkContext
         counts = {name: context.accumulator(0) for name in COUNTS}
@@ -120,6 +122,7 @@ class _Progress:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pipeline-progress", daemon=True)
         self._shown = False
+        self._total = 0
 
     def __enter__(self) -> _Progress:
         if self.enabled:
@@ -130,6 +133,8 @@ class _Progress:
         if self.enabled:
             self._stop.set()
             self._thread.join()
+            if self._shown and exc[0] is None:
+                self.render(self._total, self._total)       # the last poll may predate the end
             if self._shown:
                 sys.stderr.write("\n")
                 sys.stderr.flush()
@@ -146,6 +151,7 @@ class _Progress:
                 self.render(done, total)
 
     def render(self, done: int, total: int) -> None:
+        self._total = total
         filled = self.WIDTH * done // total
         sys.stderr.write(f"\rexport [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} tasks")
         sys.stderr.flush()

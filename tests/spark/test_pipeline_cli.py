@@ -84,6 +84,8 @@ def test_progress_bar_renders_tasks_done(capsys):
         def statusTracker(self):
             return Tracker()
 
-    progress = _Progress(Context())
-    progress.render(3, 12)
-    assert "[#######.......................] 3/12 tasks" in capsys.readouterr().err
+    with _Progress(Context(), interval=60) as progress:
+        progress.render(3, 12)
+    err = capsys.readouterr().err
+    assert "[#######.......................] 3/12 tasks" in err
+    assert err.endswith(f"[{'#' * 30}] 12/12 tasks\n")             # finished: full bar, new line
