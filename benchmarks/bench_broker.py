@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -158,9 +159,24 @@ def broker_on(label: str, *, fsync: bool = True, loop: str = "uvloop") -> Iterat
     data_dir = Path(tempfile.mkdtemp(prefix=f"pyengine-bench-broker-{label}-"))
     try:
         with BrokerProcess(data_dir, fsync=fsync, loop=loop) as broker:
+            check_event_loop(broker, loop)
             yield broker
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def check_event_loop(broker: BrokerProcess, loop: str) -> None:
+    """The broker logs the module of its event loop: make sure a comparison of loops compares them."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = [line for line in broker.stderr_tail if "Pulsar protocol on" in line]
+        if lines:
+            on_uvloop = "(uvloop" in lines[-1]
+            if on_uvloop != (loop == "uvloop"):
+                raise RuntimeError(f"the broker was to run on {loop}: {lines[-1].strip()}")
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the broker never said which event loop it runs on: {''.join(broker.stderr_tail[-5:])}")
 
 
 def p99(run: PerfRun, latency: str) -> float:

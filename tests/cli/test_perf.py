@@ -229,3 +229,11 @@ async def test_a_run_stopped_in_its_warmup_reports_nothing_measured():
     result = run.result({})
     assert (result["messages"], result["msgs_per_s"], result["messages_with_warmup"]) == (0, 0.0, 50)
     assert result["latency_ms"]["publish"]["count"] == 0 and result["latency_ms"]["publish"]["p99"] is None
+
+
+def test_the_broker_benchmark_checks_which_event_loop_the_broker_runs(broker):
+    from benchmarks.bench_broker import check_event_loop
+
+    check_event_loop(broker, "uvloop")
+    with pytest.raises(RuntimeError, match="was to run on asyncio"):
+        check_event_loop(broker, "asyncio")
