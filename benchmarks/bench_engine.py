@@ -42,14 +42,21 @@ messages costs three extra commits (NEW, decision, marker) shared by every task 
 phase. What remains is CPU: per transaction ~0.3 ms of coordinator and buffer work in Python
 (records, tasks, the marker), per message ~2-3 us of txn bookkeeping, and the idle gaps while
 all tasks wait for the same decision/marker commit. `txn_publish_ratio_100` measured between
-0.64 and 0.84 over seven runs on this shared VM (plain runs alone vary by ~20% between runs);
-a typical run is ~0.75, so the 0.8 target is met only on good runs.
+0.57 and 0.84 over ten runs on this VM (plain runs alone vary by ~20% between runs, with the
+disk's fsync time); a typical run is ~0.7: the 0.8 target is NOT reliably met. Each task waits
+for four durable steps in a row per transaction (NEW, the sends with ADD_PARTITION, decision,
+markers) against one for a plain group, so the fsync latency of the shared disk shows up
+three more times; writing the decision and the markers in one LMDB transaction would remove
+one of them.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
 
 Appends: 8 tasks each append 500 entries at a time (one `append_batch`) and wait for them;
 the baseline writes the same prepared items with one `putmulti(append=True)` and one commit.
+`append_vs_lmdb_putmulti` moved between 0.39 and 0.63 over five runs in one session (0.52-0.56
+in an earlier one): both sides end in the same fsync, whose time on this VM's disk varies run to
+run, and ours adds the event-loop hops of 8 appenders and 40 group commits.
 """
 
 
