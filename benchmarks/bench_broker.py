@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from benchmarks.broker_process import SERVE, BrokerProcess
+from pyengine.testing import SERVE, ServeProcess
 from benchmarks.figures import Figure, Target
 from pyengine.cli.perf import plot_percentiles
 
@@ -136,7 +136,7 @@ class PerfRun:
                 f"{1e6 * self.loadgen_cpu_s / self.messages:.1f} |")
 
 
-def perf(broker: BrokerProcess, label: str, mode: str, *flags: str, duration: float, warmup: float) -> PerfRun:
+def perf(broker: ServeProcess, label: str, mode: str, *flags: str, duration: float, warmup: float) -> PerfRun:
     """Run `pyengine perf MODE` against `broker` in a child process and return its figures."""
     topic = "persistent://public/default/bench-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
     command = [sys.executable, "-c", SERVE, "perf", mode, topic,
@@ -149,34 +149,34 @@ def perf(broker: BrokerProcess, label: str, mode: str, *flags: str, duration: fl
     if done.returncode != 0 or not lines or not lines[-1].startswith("{"):
         raise RuntimeError(f"pyengine perf {mode} {' '.join(flags)} failed (exit {done.returncode}):\n"
                            f"{done.stdout[-2000:]}{done.stderr[-2000:]}\nbroker log:\n"
-                           f"{''.join(broker.stderr_tail[-20:])}")
+                           f"{broker.log_tail(20)}")
     result = json.loads(lines[-1])
     return PerfRun(label, result, broker_cpu, result["cpu_s"])
 
 
 @contextlib.contextmanager
-def broker_on(label: str, *, fsync: bool = True, loop: str = "uvloop") -> Iterator[BrokerProcess]:
+def broker_on(label: str, *, fsync: bool = True, loop: str = "uvloop") -> Iterator[ServeProcess]:
     data_dir = Path(tempfile.mkdtemp(prefix=f"pyengine-bench-broker-{label}-"))
     try:
-        with BrokerProcess(data_dir, fsync=fsync, loop=loop) as broker:
+        with ServeProcess(data_dir / "data", fsync=fsync, loop=loop) as broker:
             check_event_loop(broker, loop)
             yield broker
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def check_event_loop(broker: BrokerProcess, loop: str) -> None:
+def check_event_loop(broker: ServeProcess, loop: str) -> None:
     """The broker logs the module of its event loop: make sure a comparison of loops compares them."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        lines = [line for line in broker.stderr_tail if "Pulsar protocol on" in line]
+        lines = [line for line in broker.log_lines(200) if "Pulsar protocol on" in line]
         if lines:
             on_uvloop = "(uvloop" in lines[-1]
             if on_uvloop != (loop == "uvloop"):
                 raise RuntimeError(f"the broker was to run on {loop}: {lines[-1].strip()}")
             return
         time.sleep(0.05)
-    raise RuntimeError(f"the broker never said which event loop it runs on: {''.join(broker.stderr_tail[-5:])}")
+    raise RuntimeError(f"the broker never said which event loop it runs on: {broker.log_tail(5)}")
 
 
 def p99(run: PerfRun, latency: str) -> float:
@@ -191,7 +191,7 @@ def measure(quick: bool, record: bool = False) -> dict[str, float]:
     duration, warmup, repeats = (2.0, 0.5, 1) if quick else (8.0, 2.0, 3)
     txn_flags = ("--messages-per-txn", str(PER_TXN), "--producers", str(TXN_PRODUCERS))
 
-    def run(broker: BrokerProcess, label: str, mode: str, *flags: str) -> PerfRun:
+    def run(broker: ServeProcess, label: str, mode: str, *flags: str) -> PerfRun:
         return perf(broker, label, mode, *flags, duration=duration, warmup=warmup)
 
     with broker_on("uvloop") as uv, broker_on("asyncio", loop="asyncio") as aio, \

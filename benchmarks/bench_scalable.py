@@ -29,7 +29,7 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
-from benchmarks.broker_process import BrokerProcess
+from pyengine.testing import ServeProcess
 from benchmarks.figures import Figure
 from pyengine.admin import AdminServer
 from pyengine.broker.service import BrokerConfig, BrokerService
@@ -162,9 +162,8 @@ def http_json(method: str, url: str) -> tuple[int, object]:
 def measure_failover(etcd: LocalEtcd, rounds: int, root: Path) -> dict[str, float]:
     timings = []
     for round_ in range(rounds):
-        brokers = [BrokerProcess(root / f"r{round_}-b{i}", fsync=False, extra_args=(
-            "--metadata-store", etcd.url, "--broker-id", f"b{i}",
-            "--scalable-session-ttl", str(FAILOVER_TTL_S))) for i in range(3)]
+        brokers = [ServeProcess(root / f"r{round_}-b{i}", "--metadata-store", etcd.url, "--broker-id", f"b{i}",
+                                "--scalable-session-ttl", str(FAILOVER_TTL_S), fsync=False) for i in range(3)]
         try:
             for broker in brokers:
                 broker.start()

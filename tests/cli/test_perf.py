@@ -17,15 +17,15 @@ from hdrh.histogram import HdrHistogram
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.broker_process import BrokerProcess
+from pyengine.testing import ServeProcess
 from pyengine.cli import main
 from pyengine.cli.perf import CURVE_PERCENTILES, HIGHEST_US, SIGNIFICANT_DIGITS, Latency, Run, Visibility
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("perf-broker"), fsync=False,
-                       extra_args=("--num-coordinators", "2")) as process:
+def broker(tmp_path_factory) -> Iterator[ServeProcess]:
+    with ServeProcess(tmp_path_factory.mktemp("perf-broker") / "data", "--num-coordinators", "2",
+                      fsync=False) as process:
         yield process
 
 

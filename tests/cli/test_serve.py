@@ -16,7 +16,7 @@ from pyengine.cli import main
 from pyengine.client import Client
 from pyengine.metadata import open_metadata_store
 from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
-from tests.interop.serve_process import ServeProcess, serve_command
+from pyengine.testing import ServeProcess, serve_command
 
 TOPIC = "persistent://public/default/serve-contract"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pyengine.client import Client
-from tests.interop.serve_process import ServeProcess
+from pyengine.testing import ServeProcess
 
 TOPIC = "persistent://public/default/keys-crash"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.interop.serve_process import ServeProcess
+from pyengine.testing import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

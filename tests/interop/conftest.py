@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from tests.interop.serve_process import ServeProcess
+from pyengine.testing import ServeProcess
 
 # The C++ client logs every connection at INFO; only its errors are worth reading in a test.
 QUIET = logging.getLogger("pulsar-client")

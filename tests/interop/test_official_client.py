@@ -13,7 +13,7 @@ import pulsar
 import pytest
 
 from tests.interop.conftest import QUIET
-from tests.interop.serve_process import ServeProcess
+from pyengine.testing import ServeProcess
 
 NS = "persistent://public/default"
 

@@ -22,7 +22,7 @@ import pytest
 from pyengine.client import Client
 from pyengine.errors import PulsarError
 from tests.interop.conftest import QUIET
-from tests.interop.serve_process import ServeProcess
+from pyengine.testing import ServeProcess
 
 
 class Watcher:

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.broker_process import BrokerProcess
+from pyengine.testing import ServeProcess
 from pyengine.client import Client
 from pyengine.metadata import open_metadata_store
 from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
@@ -53,8 +53,8 @@ def etcd(tmp_path):
 def brokers(etcd, tmp_path):
     started = []
     for i in range(3):
-        broker = BrokerProcess(tmp_path / f"b{i}", fsync=False, extra_args=(
-            "--metadata-store", etcd.url, "--broker-id", f"b{i}", "--scalable-session-ttl", str(TTL_S)))
+        broker = ServeProcess(tmp_path / f"b{i}", "--metadata-store", etcd.url, "--broker-id", f"b{i}",
+                              "--scalable-session-ttl", str(TTL_S), fsync=False)
         started.append(broker.start())
     yield started
     for broker in started:

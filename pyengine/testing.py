@@ -1,14 +1,17 @@
-"""`pyengine serve` as a child process on loopback, for the tests that need a real broker process
-(the official client, SIGTERM/SIGKILL, the CLI contract).
+"""`pyengine serve` as a child process on loopback, for tests and benchmarks that need a real
+broker process (the official client, SIGTERM/SIGKILL, the CLI contract, load generators in a
+process of their own).
 
-    broker = ServeProcess(tmp_path / "data")
-    broker.start()                 # waits for the `ready` line; ports 0 -> the ones it picked
-    ... broker.url, broker.http_url ...
-    broker.kill()                  # SIGKILL
-    broker.start()                 # same data dir, same ports
-    assert broker.stop() == 0      # SIGTERM, the exit code
+    with ServeProcess(tmp_path / "data", "--num-coordinators", "2") as broker:
+        ... broker.url, broker.http_url ...
+        broker.kill()                  # SIGKILL (a crash)
+        broker.start()                 # same data dir, same ports
+        assert broker.stop() == 0      # SIGTERM, then the exit code
 
-The broker's stderr goes to `serve.log` beside the data dir; a failure to start quotes its tail.
+`start()` waits for the `ready` line and learns the ports the broker picked (port 0 means a free
+one), so a restart comes back on the same ones. The broker's stderr goes to a log file beside
+the data dir (`log_tail()`); a failure to start quotes its tail. `cpu_seconds()` reads the
+child's CPU time from /proc, so a benchmark can say how busy the broker was.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 import threading
 import urllib.request
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 READY_TIMEOUT_S = 60.0
@@ -35,15 +39,21 @@ def serve_command(*args: str) -> list[str]:
 
 
 class ServeProcess:
-    def __init__(self, data_dir: Path, *extra_args: str, port: int = 0, http_port: int = 0) -> None:
+    """One `pyengine serve` child on 127.0.0.1. `fsync=False` adds `--no-fsync`; `loop` sets
+    PYENGINE_EVENT_LOOP (`uvloop`, the default, or `asyncio`)."""
+
+    def __init__(self, data_dir: Path, *extra_args: str, port: int = 0, http_port: int = 0,
+                 fsync: bool = True, loop: str | None = None) -> None:
         self.data_dir = data_dir
-        self.extra_args = extra_args
+        self.extra_args = (*extra_args, *(() if fsync else ("--no-fsync",)))
         self.port = port
         self.http_port = http_port
+        self.loop = loop
         self.log_path = data_dir.parent / f"{data_dir.name}-serve.log"
         self.process: subprocess.Popen[str] | None = None
         self.stdout_lines: list[str] = []
         self.ready_line = ""
+        self._reader: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -57,18 +67,21 @@ class ServeProcess:
         """Start (or restart, on the ports of the last start) and wait for the ready line."""
         command = serve_command("--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(self.port),
                                 "--http-port", str(self.http_port), *self.extra_args)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.loop is not None:
+            env["PYENGINE_EVENT_LOOP"] = self.loop
         ready = threading.Event()
         self.ready_line = ""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a") as log:
-            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
         process = self.process
 
         def read_stdout() -> None:          # keeps the pipe drained for the broker's whole life
             assert process.stdout is not None
             for line in process.stdout:
                 self.stdout_lines.append(line)
-                if "ready" in line:
+                if "ready" in line and not ready.is_set():
                     self.ready_line = line
                     ready.set()
             ready.set()
@@ -91,10 +104,20 @@ class ServeProcess:
             text = reply.read()
         return json.loads(text) if text else None
 
-    def log_tail(self, lines: int = 30) -> str:
+    def log_lines(self, lines: int = 30) -> list[str]:
+        """The last `lines` lines of the broker's log (its stderr)."""
         if not self.log_path.exists():
-            return ""
-        return "".join(self.log_path.read_text(errors="replace").splitlines(keepends=True)[-lines:])
+            return []
+        return self.log_path.read_text(errors="replace").splitlines(keepends=True)[-lines:]
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "".join(self.log_lines(lines))
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the broker process has used so far."""
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def kill(self) -> int | None:
         """SIGKILL (a crash); the exit code, None if it was not running."""
@@ -104,7 +127,8 @@ class ServeProcess:
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
         code = process.wait()
-        self._reader.join(5)             # the reader sees EOF once the process is gone
+        if self._reader is not None:
+            self._reader.join(5)             # the reader sees EOF once the process is gone
         assert process.stdout is not None
         process.stdout.close()
         return code
@@ -120,8 +144,15 @@ class ServeProcess:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise RuntimeError(f"pyengine serve did not stop within {timeout} s of SIGTERM:\n{self.log_tail()}")
+            raise RuntimeError(f"pyengine serve did not stop within {timeout} s of SIGTERM:\n{self.log_tail()}") from None
         return self.kill()
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
 
 
 def _find(pattern: str, line: str) -> str:
