@@ -45,6 +45,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+async def _forward(consumer: Consumer, closed: Callable[[], bool], put: Callable[[Message], None], what: str) -> None:
+    """Hand what `consumer` receives to `put` until its owner closes (or the consumer does);
+    a failure ends the forwarding with a warning naming `what`."""
+    while not closed():
+        try:
+            message = await consumer.receive()
+        except (asyncio.CancelledError, AlreadyClosedError):
+            return
+        except Exception as exc:
+            log.warning("%s: %s", what, exc)
+            return
+        put(message)
+
 _session_ids = itertools.count(1)
 
 
@@ -262,18 +276,10 @@ class QueueConsumer:
                     initial_position="earliest", **self._options)
                 self._consumers[segment.segment_id] = consumer
                 self._tasks[segment.segment_id] = asyncio.get_running_loop().create_task(
-                    self._pump(segment.segment_id, consumer))
-
-    async def _pump(self, segment_id: int, consumer: Consumer) -> None:
-        while not self._closed:
-            try:
-                message = await consumer.receive()
-            except (asyncio.CancelledError, AlreadyClosedError):
-                return
-            except Exception as exc:
-                log.warning("queue consumer of %s, segment %d: %s", self.watch.topic, segment_id, exc)
-                return
-            self._queue.put_nowait((segment_id, message))
+                    _forward(consumer, lambda: self._closed,
+                             lambda message, segment_id=segment.segment_id: self._queue.put_nowait(
+                                 (segment_id, message)),
+                             f"queue consumer of {self.watch.topic}, segment {segment.segment_id}"))
 
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message of any segment (`message.topic` names its segment)."""
@@ -392,7 +398,9 @@ class StreamConsumer:
                 if topic not in self._consumers:
                     consumer = await self._subscribe(topic)
                     self._consumers[topic] = consumer
-                    self._pumps[topic] = asyncio.get_running_loop().create_task(self._pump(consumer))
+                    self._pumps[topic] = asyncio.get_running_loop().create_task(_forward(
+                        consumer, lambda: self._closed, self._queue.put_nowait,
+                        f"stream consumer {self.consumer_name} on {consumer.topic}"))
 
     async def _subscribe(self, topic: str) -> Consumer:
         """Exclusive on the segment; its previous owner may still be closing (ConsumerBusy)."""
@@ -408,16 +416,6 @@ class StreamConsumer:
                     raise
                 await asyncio.sleep(0.05)
 
-    async def _pump(self, consumer: Consumer) -> None:
-        while not self._closed:
-            try:
-                message = await consumer.receive()
-            except (asyncio.CancelledError, AlreadyClosedError):
-                return
-            except Exception as exc:
-                log.warning("stream consumer %s on %s: %s", self.consumer_name, consumer.topic, exc)
-                return
-            self._queue.put_nowait(message)
 
     def _connection_closed(self, connection: ClientConnection) -> None:
         if self._closed or connection is not self._connection:
