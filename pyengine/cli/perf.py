@@ -378,9 +378,9 @@ class Pacer:
     """Spaces sends at `rate` per second (0: no spacing); sleeps in steps of >= 1 ms and lets
     the sends that fell behind go out at once, as pulsar-perf's rate limiter does."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, delay: float = 0.0) -> None:
         self.rate = rate
-        self.start = asyncio.get_running_loop().time()
+        self.start = asyncio.get_running_loop().time() + delay
         self.sent = 0
 
     async def wait(self, messages: int = 1) -> None:
@@ -640,17 +640,23 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
     transactions = 0
     producing = len(producers)
 
-    async def finish(txn: Any, number: int, futures: list[asyncio.Future[Any]], sent: float, size: int) -> None:
+    def settled(sent: float, future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            publish.record(clock() - sent)
+
+    async def finish(txn: Any, number: int, futures: list[asyncio.Future[Any]], sent: float | None,
+                     size: int) -> None:
         nonlocal transactions
         try:
-            # One producer's sends are acknowledged in order: wait for each unsettled one and
-            # take every send as it is found settled (no callback per message).
+            # One producer's sends are acknowledged in order: wait for each unsettled one. A
+            # burst (`sent`: when it went) takes every send as it is found settled instead of
+            # a callback per message; paced sends were timed by their own callbacks.
             now = clock()
             for future in futures:
                 if not future.done():
                     await asyncio.wait((future,))
                     now = clock()
-                if not future.cancelled() and future.exception() is None:
+                if sent is not None and not future.cancelled() and future.exception() is None:
                     publish.record(now - sent)
             asked = clock()             # end-txn: the END_TXN round trip, sends already stored
             await txn.commit()          # (raises the first failed send, after aborting)
@@ -666,16 +672,20 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
             transactions += 1
         run.count(len(futures), size)
 
-    async def transact(producer: Any) -> None:
+    async def transact(producer: Any, index: int) -> None:
         """Transactions one after another; as pulsar-perf, the next one starts while the
-        previous one commits (at most one committing at a time per producer)."""
+        previous one commits (at most one committing at a time per producer), and a rate
+        spaces every message, not whole transactions: producers that sent their transactions
+        as bursts would all burst at the same instants (their pacers start together)."""
         nonlocal producing
-        pacer = Pacer(args.rate / len(producers))
         per_txn = args.messages_per_txn
+        # Paced producers start spread over one transaction's time, as independent clients
+        # would be: started together, their commits would all fall on the same instants.
+        rate = args.rate / len(producers)
+        pacer = Pacer(rate, index * per_txn / rate / len(producers) if rate else 0.0)
         committing: asyncio.Future[None] | None = None
         try:
             while run.may_send(per_txn):
-                await pacer.wait(per_txn)
                 number = next(txn_numbers)
                 payload = (TXN_TAG.pack(number) + filler)[:args.size]
                 try:
@@ -684,8 +694,16 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                     run.failed(exc)
                     run.stop.set()
                     break
-                sent = clock()
-                futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]
+                if pacer.rate:
+                    sent, futures = None, []
+                    for _ in range(per_txn):
+                        await pacer.wait()
+                        future = producer.send_async(payload, txn=txn)
+                        future.add_done_callback(functools.partial(settled, clock()))
+                        futures.append(future)
+                else:
+                    sent = clock()
+                    futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]
                 if committing is not None:
                     await committing
                 committing = asyncio.ensure_future(finish(txn, number, futures, sent, len(payload)))
@@ -715,7 +733,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
             if received % 1000 == 0:
                 await consumer.acknowledge_cumulative(message)
 
-    tasks = [run.clock(), _then_stop(run, [transact(p) for p in producers])]
+    tasks = [run.clock(), _then_stop(run, [transact(p, i) for i, p in enumerate(producers)])]
     if consumer is not None:
         tasks.append(watch())
     try:

@@ -103,6 +103,22 @@ def test_txn_measures_end_txn_and_commit_to_visible(broker, capsys, tmp_path):
     assert plot.exists()
 
 
+def test_txn_at_a_rate_spaces_each_message_and_times_each_send(broker, capsys):
+    """A paced transactional run spaces messages, not whole transactions (as pulsar-perf),
+    so a send's latency is taken at its own receipt, not when the transaction collects it."""
+    code, result, err = perf(capsys, "txn", "persistent://public/default/perf-txn-rate", "--url", broker.url,
+                             "--messages-per-txn", "50", "--producers", "2", "--rate", "400",
+                             "--duration", "1.5", "--warmup", "0.2", "--no-visibility", "--quiet")
+    assert code == 0, err
+    assert 300 <= result["messages"] <= 700, result                    # 1.5 s at 400 msg/s
+    publish = result["latency_ms"]["publish"]
+    # (receipts are timed as they come, transactions counted when committed: the two may
+    # differ by the transactions open when the warm-up ended)
+    assert abs(publish["count"] - result["messages"]) <= 2 * 50, (publish, result)
+    # A send waited for by the transaction's end would show ~ its transaction's span (125 ms).
+    assert publish["p50"] < 60, publish
+
+
 def test_an_unreachable_broker_is_a_clear_failure(capsys, unused_tcp_port):
     code = main(["perf", "produce", "--url", f"pulsar://127.0.0.1:{unused_tcp_port}", "--duration", "1",
                  "--operation-timeout", "1", "--quiet"])
