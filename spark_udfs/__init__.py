@@ -44,12 +44,12 @@ from spark_udfs.options import ISOLATIONS, OptionError
 from spark_udfs.schema import ARROW_SCHEMA, SCHEMA, VISIBILITY_COLUMNS
 from spark_udfs.session import read, register, session
 from spark_udfs.source import PyengineDataSource
-from spark_udfs.state import TopicState, TxnState, capture_state
+from spark_udfs.state import MetadataBackendError, TopicState, TxnState, capture_state
 from spark_udfs.udfs import committed_batches, committed_column, committed_filter, committed_rows, committed_udf
 
 __all__ = [
-    "ARROW_SCHEMA", "ISOLATIONS", "OptionError", "PyengineDataSource", "SCHEMA", "TopicState", "TxnState",
-    "VISIBILITY_COLUMNS", "capture_state", "committed_batches", "committed_column", "committed_filter",
+    "ARROW_SCHEMA", "ISOLATIONS", "MetadataBackendError", "OptionError", "PyengineDataSource", "SCHEMA",
+    "TopicState", "TxnState", "VISIBILITY_COLUMNS", "capture_state", "committed_batches", "committed_column", "committed_filter",
     "committed_rows", "committed_udf", "read",
     "register", "session",
 ]

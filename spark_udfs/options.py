@@ -3,8 +3,8 @@
 | option | default | meaning |
 | --- | --- | --- |
 | `path` (or `load(path)`) | required | the broker's data dir |
-| `topics` | every topic | comma-separated names and patterns: a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`), a namespace (`public/default`: its topics), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*`). A name that is not stored, or a pattern that matches nothing, is an error. |
-| `isolation` | `read_committed` | `read_committed`: what a READ_COMMITTED consumer receives (no aborted or open txn's messages, nothing past the read horizon, no markers). `read_uncommitted`: every message, committed or not (PIP-31's READ_UNCOMMITTED); markers are control entries and stay out unless `includeMarkers`. |
+| `topics` | every topic | comma-separated names and patterns: a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`, `segment://public/default/orders/0000-ffff-0`), a scalable topic (`topic://public/default/orders`: its stored `segment://` topics), a namespace (`public/default`: its topics, segments included), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*` = `persistent://...`, `segment://public/default/orders/*`). A name that is not stored, or a pattern that matches nothing, is an error. |
+| `isolation` | `read_committed` | `read_committed`: what a READ_COMMITTED consumer receives (no aborted or open txn's messages, nothing past the read horizon, no markers; v5 `segment://` topics: from the transaction records of the data dir's LMDB metadata store, see `spark_udfs.state`). `read_uncommitted`: every message, committed or not (PIP-31's READ_UNCOMMITTED); markers are control entries and stay out unless `includeMarkers`. |
 | `includeMarkers` | `false` | with `read_uncommitted`: also the commit/abort marker rows (`is_marker` true), i.e. every stored entry (audits, or your own `committed_filter`) |
 | `startPosition` | `earliest` | first position read, inclusive: `earliest`, `latest`, `LEDGER:ENTRY`, or a JSON object `{"topic": "LEDGER:ENTRY", ...}` |
 | `endPosition` | `latest` | last position read, inclusive (`latest`: the last entry stored when the query is planned) |
@@ -192,6 +192,12 @@ def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[
                        if TopicName.parse(name).namespace_name == pattern and not is_system(name)]
             if not matched:
                 raise OptionError(f"namespace {pattern!r} has no stored topic")
+        elif pattern.startswith("topic://"):
+            scalable = _normalize(pattern, "topics")
+            matched = [name for name in stored if name.startswith("segment://")
+                       and str(TopicName.parse(name).scalable_topic) == scalable]
+            if not matched:
+                raise OptionError(f"scalable topic {scalable!r} has no stored segment:// topic in this data dir")
         else:
             name = _normalize(pattern, "topics")
             if name not in stored:

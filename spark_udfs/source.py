@@ -59,7 +59,7 @@ from pyengine.storage.reader import StoreReader, TopicInfo
 from pyengine_kernels import Position
 from spark_udfs.options import OptionError, ReadOptions, parse_options, resolve_topics
 from spark_udfs.schema import SCHEMA, record_batch
-from spark_udfs.state import PreparedState, TxnState, compute_topic_state
+from spark_udfs.state import PreparedState, TxnState, open_snapshot
 
 _MIN_CHUNK, _MAX_CHUNK, _FIRST_CHUNK = 16, 65536, 1024
 _INT64_MAX = (1 << 63) - 1
@@ -151,13 +151,10 @@ class PyengineReader(DataSourceReader):
         self.options = options
         self.ledger_bounds = _Bounds()
         self.entry_bounds = _Bounds()
-        with StoreReader(options.path) as store, store.view() as view:
-            names = resolve_topics(options.topics, view.topic_names())
-            self.topics: dict[str, TopicInfo] = {name: view.topic(name) for name in names}
-            state = None
-            if options.read_committed:
-                state = TxnState(str(store.path), {name: compute_topic_state(view, info)
-                                                   for name, info in self.topics.items()}, view.counter("ledger"))
+        with open_snapshot(options.path) as snapshot:
+            names = resolve_topics(options.topics, snapshot.topic_names())
+            self.topics: dict[str, TopicInfo] = {name: snapshot.view.topic(name) for name in names}
+            state = snapshot.state(names) if options.read_committed else None
         # Shipped to every task inside this reader (pickled once with the plan); each worker
         # process decodes it once.
         self.state = state.to_bytes() if state is not None else None

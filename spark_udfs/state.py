@@ -13,6 +13,25 @@ decode it once per process (`prepared()`), never per batch.
 
 Ledger ids are unique within a data dir (one counter for all topics), so a row's ledger id
 names its topic: `PreparedState.mask` needs no topic column.
+
+v5 topics (PIP-473: `segment://` topics, or any topic of a namespace whose policy says
+`transaction_version` 5) keep no transaction state in their stream: no markers, no snapshots.
+Their state is read from the metadata store in the data dir (the LMDB backend's `metadata`
+database), in the same LMDB read transaction as the entries, exactly as a recovering
+`MetadataTransactionBuffer` reads it, with the decisions of the headers applied at once:
+
+* aborted = the segment's stored aborted set (`/txn-buffer/<segment>`) plus every txn with a
+  write record here whose header is ABORTED or gone (a decision not materialised yet);
+* ongoing = the txns with a write record here whose header is OPEN (first entry = lowest
+  position): the horizon stops before the oldest, as the v4 one does;
+* hidden = the late writes (a write whose op record came after its txn's decision, refused
+  to the sender): the positions the buffer stored in the ledger property, plus those whose
+  op record has a higher store revision than a COMMITTED header (the live buffer hides them
+  before the decision is applied: it waits for that append).
+
+So a v5 state is an aborted set and a horizon, as v4's, plus (rarely non-empty) hidden
+positions. A broker with another metadata store (etcd, memory) keeps none of it in the data
+dir: reading its v5 topics READ_COMMITTED is refused (`MetadataBackendError`).
 """
 
 from __future__ import annotations
@@ -20,7 +39,8 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,16 +48,32 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pyengine.broker.transactions import default_transaction_version
+from pyengine.metadata.keys import index_range
+from pyengine.metadata.lmdb_store import LmdbKV
+from pyengine.metadata.local import current_revision, read_index, read_record
+from pyengine.naming import TopicName
 from pyengine.storage.reader import ReadView, StoreReader, TopicInfo
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer.ended import EndedTxns
 from pyengine.transaction.buffer.replay import below_low_watermark, load_snapshot, read_horizon, replay_entry
 from pyengine.transaction.buffer.snapshot import TransactionBufferSnapshot
+from pyengine.transaction.buffer.metadata_buffer import HIDDEN_PROPERTY, _parse_positions
 from pyengine.transaction.buffer.topic_buffer import TXN_PROPERTY
+from pyengine.transaction.coordinator.metadata_records import (
+    IDX_WRITES,
+    V5_COORDINATOR_ID,
+    HeaderState,
+    OpRecord,
+    TxnHeader,
+    buffer_path,
+    header_path,
+    txn_of_path,
+)
 from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId, visibility_mask
 
 _MAGIC = b"PETS"
-_VERSION = 1
+_VERSION = 2
 _HEAD = struct.Struct("<4sBI")
 
 
@@ -52,6 +88,8 @@ class TopicState:
     aborted: bytes                   # AbortedTxnSet.to_bytes()
     ongoing: tuple[tuple[TxnId, Position], ...] = ()     # open txns and their first entries
     ledgers: tuple[int, ...] = ()    # ids of the topic's ledgers that hold entries
+    design: int = 4                  # 4: PIP-31 (markers in the stream), 5: PIP-473 (metadata store)
+    hidden: tuple[Position, ...] = ()  # v5: late writes of committed txns, never visible
 
     def aborted_set(self) -> AbortedTxnSet:
         return AbortedTxnSet.from_bytes(self.aborted)
@@ -85,7 +123,8 @@ class TxnState:
                 "last": [state.last_position.ledger_id, state.last_position.entry_id],
                 "horizon": [state.max_read_position.ledger_id, state.max_read_position.entry_id],
                 "ongoing": [[t.most_bits, t.least_bits, p.ledger_id, p.entry_id] for t, p in state.ongoing],
-                "ledgers": list(state.ledgers), "aborted_bytes": len(state.aborted),
+                "ledgers": list(state.ledgers), "aborted_bytes": len(state.aborted), "design": state.design,
+                "hidden": [[p.ledger_id, p.entry_id] for p in state.hidden],
             })
             blobs.append(state.aborted)
         raw_head = json.dumps(head, separators=(",", ":")).encode()
@@ -106,7 +145,7 @@ class TxnState:
                 topics[item["topic"]] = TopicState(
                     item["topic"], item["topic_id"], Position(*item["last"]), Position(*item["horizon"]), aborted,
                     tuple((TxnId(m, s), Position(lg, e)) for m, s, lg, e in item["ongoing"]),
-                    tuple(item["ledgers"]))
+                    tuple(item["ledgers"]), item["design"], tuple(Position(lg, e) for lg, e in item["hidden"]))
             if offset != len(data):
                 raise ValueError(f"{len(data) - offset} bytes follow the transaction state")
         except (struct.error, KeyError, TypeError, json.JSONDecodeError) as exc:
@@ -151,13 +190,107 @@ def compute_topic_state(view: ReadView, info: TopicInfo) -> TopicState:
                       tuple(ledger.ledger_id for ledger in info.ledgers if ledger.entries))
 
 
+class MetadataBackendError(ValueError):
+    """The v5 transaction state of a data dir's topics is not in the data dir: its broker kept
+    it in another metadata store (etcd, memory)."""
+
+
+def compute_v5_topic_state(view: ReadView, kv: LmdbKV, info: TopicInfo) -> TopicState:
+    """The state of a v5 (PIP-473) topic: what a `MetadataTransactionBuffer` recovering from
+    this snapshot of the metadata store holds once it has applied the decisions of the headers
+    (module doc). `kv` must read the same LMDB transaction as `view`."""
+    last = info.last_position
+    stored = read_record(kv, buffer_path(info.name))
+    aborted = AbortedTxnSet.from_bytes(stored.value) if stored is not None else AbortedTxnSet()
+    ongoing = OngoingTxnMap()
+    hidden = set(_parse_positions(info.properties.get(HIDDEN_PROPERTY, "")))
+    headers: dict[TxnId, Any] = {}
+    undecided_aborts: dict[TxnId, Position] = {}
+    # Write records in index order (segment, ledger, entry): a txn's first one is its first entry.
+    for record in read_index(kv, IDX_WRITES, index_range(None, None, (info.name,))):
+        txn = txn_of_path(record.path)
+        position = OpRecord.decode(record.value, record.path).position
+        if txn not in headers:
+            header_record = read_record(kv, header_path(txn))
+            headers[txn] = None if header_record is None else (
+                TxnHeader.decode(header_record.value, header_record.path), header_record.mod_revision)
+        found = headers[txn]
+        state = HeaderState.ABORTED if found is None else found[0].state
+        if state is HeaderState.OPEN:
+            if txn not in aborted:
+                ongoing.add(txn, position)
+        elif state is HeaderState.COMMITTED:
+            if record.mod_revision > found[1]:
+                hidden.add(position)           # written after the commit: refused to its sender
+        elif txn not in aborted:
+            undecided_aborts[txn] = position   # the last one wins: aborted at its last entry here
+    for txn, position in undecided_aborts.items():
+        aborted.add(txn, position)
+    horizon = read_horizon(ongoing, last, info.previous_position)
+    return TopicState(info.name, info.topic_id, last, horizon, aborted.to_bytes(), tuple(ongoing.items()),
+                      tuple(ledger.ledger_id for ledger in info.ledgers if ledger.entries), 5,
+                      tuple(sorted(p for p in hidden if p <= last)))
+
+
+class Snapshot:
+    """One LMDB read transaction over a data dir: its topics (`view`), and the records of the
+    LMDB metadata store and the broker's admin policies in it, all of the same instant."""
+
+    def __init__(self, store: StoreReader, txn: Any) -> None:
+        self.store = store
+        self.view = ReadView(store, txn)
+        self._txn = txn
+        self._metadata_db = store.env.db("metadata")
+        self.kv = LmdbKV(txn, self._metadata_db)
+
+    def topic_names(self) -> list[str]:
+        return self.view.topic_names()
+
+    def transaction_version(self, name: str) -> int:
+        """4 or 5, as the broker decides it: the namespace policy, else the topic's domain."""
+        topic = TopicName.parse(name)
+        raw = self._txn.get(f"/admin/namespaces/{topic.namespace_name}".encode(), db=self._metadata_db)
+        override = json.loads(raw).get("transaction_version") if raw is not None else None
+        return override or default_transaction_version(topic)
+
+    def topic_state(self, info: TopicInfo) -> TopicState:
+        if self.transaction_version(info.name) == 4:
+            return compute_topic_state(self.view, info)
+        if current_revision(self.kv) == 0 and self._has_v5_entries(info):
+            raise MetadataBackendError(
+                f"{info.name} holds v5 (PIP-473) transactions, whose state lives in the broker's metadata "
+                f"store, and the LMDB metadata store of {self.store.path} has never been written: the broker "
+                "ran with another metadata store (--metadata-store etcd://... or memory). READ_COMMITTED over "
+                "v5 topics reads that state only from the data dir's own store (--metadata-store lmdb, the "
+                "default); read these topics with isolation=read_uncommitted, or through a consumer")
+        return compute_v5_topic_state(self.view, self.kv, info)
+
+    def _has_v5_entries(self, info: TopicInfo) -> bool:
+        if not info.ledgers:
+            return False
+        first = info.first_position or info.last_position.next()
+        for chunk in self.view.iter_headers(info.topic_id, first, info.last_position):
+            if any(most == V5_COORDINATOR_ID for _l, _e, _m, most, _least, _c in chunk):
+                return True
+        return False
+
+    def state(self, names: Iterable[str]) -> TxnState:
+        return TxnState(str(self.store.path.resolve()), {name: self.topic_state(self.view.topic(name))
+                                                         for name in names}, self.view.counter("ledger"))
+
+
+@contextmanager
+def open_snapshot(data_dir: str | Path) -> Iterator[Snapshot]:
+    """The data dir opened read-only, one consistent snapshot for the block."""
+    with StoreReader(data_dir) as store, store.env.read() as txn:
+        yield Snapshot(store, txn)
+
+
 def capture_state(data_dir: str | Path, topics: Iterable[str] | None = None) -> TxnState:
     """Capture the READ_COMMITTED state of `topics` (full names; default every stored topic)
     from `data_dir`, read-only, in one snapshot. The environment is open only meanwhile."""
-    with StoreReader(data_dir) as reader, reader.view() as view:
-        names = list(topics) if topics is not None else view.topic_names()
-        states = {name: compute_topic_state(view, view.topic(name)) for name in names}
-        return TxnState(str(Path(data_dir).resolve()), states, view.counter("ledger"))
+    with open_snapshot(data_dir) as snapshot:
+        return snapshot.state(list(topics) if topics is not None else snapshot.topic_names())
 
 
 # --- applying it ----------------------------------------------------------------------------
@@ -175,6 +308,13 @@ class PreparedState:
         self.names = list(state.topics)
         self.horizons = [state.topics[name].max_read_position for name in self.names]
         self.aborted = [state.topics[name].aborted_set() for name in self.names]
+        # v5 late writes: per topic, ledger -> its hidden entry ids (almost always empty)
+        self.hidden: list[dict[int, np.ndarray]] = []
+        for name in self.names:
+            by_ledger: dict[int, list[int]] = {}
+            for position in state.topics[name].hidden:
+                by_ledger.setdefault(position.ledger_id, []).append(position.entry_id)
+            self.hidden.append({ledger: np.array(entries, dtype=np.int64) for ledger, entries in by_ledger.items()})
         ledgers = [(ledger, index) for index, name in enumerate(self.names) for ledger in state.topics[name].ledgers]
         top = max([state.max_ledger_id, *(ledger for ledger, _ in ledgers)], default=-1)
         self.max_ledger_id = top
@@ -198,8 +338,24 @@ class PreparedState:
         """Visibility of rows all of one topic: the Rust kernel, one pass (NumPy in -> NumPy
         out, Arrow in -> Arrow out)."""
         i = self.index[topic]
-        return visibility_mask(ledger_id, entry_id, txnid_most, txnid_least, is_marker,
-                               self.horizons[i], self.aborted[i])
+        visible = visibility_mask(ledger_id, entry_id, txnid_most, txnid_least, is_marker,
+                                  self.horizons[i], self.aborted[i])
+        if self.hidden[i]:
+            hidden = self.hidden_rows(i, ledger_id, entry_id)
+            if hidden.any():
+                mask = _bool_numpy(visible) & ~hidden
+                visible = mask if isinstance(visible, np.ndarray) else pa.array(mask)
+        return visible
+
+    def hidden_rows(self, index: int, ledger_id, entry_id) -> np.ndarray:
+        """The rows at the hidden positions (v5 late writes) of topic `index`."""
+        ledgers, entries = _int64_numpy(ledger_id), _int64_numpy(entry_id)
+        hidden = np.zeros(len(ledgers), dtype=np.bool_)
+        for ledger, hidden_entries in self.hidden[index].items():
+            rows = ledgers == ledger
+            if rows.any():
+                hidden[rows] = np.isin(entries[rows], hidden_entries)
+        return hidden
 
     def _owners(self, ledger_id) -> np.ndarray:
         """Index of the captured topic of each row's ledger; -1 for ledgers newer than the
@@ -236,8 +392,9 @@ class PreparedState:
 
     def classify(self, ledger_id, entry_id, txnid_most, txnid_least, is_marker) -> tuple[np.ndarray, dict[str, int]]:
         """Visibility of the rows, and why the others are not visible: counts of `marker`
-        rows, `aborted` rows (of aborted transactions) and `uncommitted` rows (of open
-        transactions, or behind the read horizon, or newer than the capture)."""
+        rows, `aborted` rows (of aborted transactions, and v5 late writes refused to their
+        sender) and `uncommitted` rows (of open transactions, or behind the read horizon, or
+        newer than the capture)."""
         visible = _bool_numpy(self.mask(ledger_id, entry_id, txnid_most, txnid_least, is_marker))
         markers = _bool_numpy(is_marker)
         aborted = np.zeros(len(visible), dtype=np.bool_)
@@ -246,6 +403,8 @@ class PreparedState:
             for index in np.unique(owner[owner >= 0]).tolist():
                 rows = owner == index
                 aborted[rows] = self.aborted[index].contains_many(txnid_most, txnid_least)[rows]
+                if self.hidden[index]:
+                    aborted[rows] |= self.hidden_rows(index, ledger_id, entry_id)[rows]
         aborted &= ~markers
         counts = {"visible": int(visible.sum()), "marker": int(markers.sum()), "aborted": int(aborted.sum())}
         counts["uncommitted"] = len(visible) - counts["visible"] - counts["marker"] - counts["aborted"]
@@ -266,4 +425,5 @@ def _bool_numpy(array) -> np.ndarray:
     return array if isinstance(array, np.ndarray) else array.to_numpy(zero_copy_only=False)
 
 
-__all__ = ["PreparedState", "TopicState", "TxnState", "capture_state", "compute_topic_state"]
+__all__ = ["MetadataBackendError", "PreparedState", "Snapshot", "TopicState", "TxnState", "capture_state",
+           "compute_topic_state", "compute_v5_topic_state", "open_snapshot"]

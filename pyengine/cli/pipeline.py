@@ -46,18 +46,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spark_udfs.options import OptionError
+    from spark_udfs.state import MetadataBackendError
 
     try:
         return export(args)
-    except (OptionError, StorageError) as exc:
+    except (OptionError, StorageError, MetadataBackendError) as exc:
         raise SystemExit(f"pyengine pipeline export: {exc}") from None
 
 
 def _plan(args: argparse.Namespace):
     """Everything checked and the state captured before Spark starts: bad input costs no JVM."""
-    from pyengine.storage.reader import StoreReader
     from spark_udfs.options import parse_options, resolve_topics
-    from spark_udfs.state import TxnState, compute_topic_state
+    from spark_udfs.state import open_snapshot
 
     options = {"path": str(args.data_dir), "startPosition": args.start_position}
     if args.topics is not None:
@@ -65,11 +65,10 @@ def _plan(args: argparse.Namespace):
     parsed = parse_options(options)
     if args.out.exists() and args.mode == "error":
         raise SystemExit(f"pyengine pipeline export: {args.out} exists (--mode overwrite or append)")
-    with StoreReader(args.data_dir) as store, store.view() as view:
-        names = resolve_topics(parsed.topics, view.topic_names())
-        infos = {name: view.topic(name) for name in names}
-        state = TxnState(str(store.path), {name: compute_topic_state(view, info) for name, info in infos.items()},
-                         view.counter("ledger"))
+    with open_snapshot(args.data_dir) as snapshot:
+        names = resolve_topics(parsed.topics, snapshot.topic_names())
+        infos = {name: snapshot.view.topic(name) for name in names}
+        state = snapshot.state(names)
     ends = {name: f"{info.last_position.ledger_id}:{info.last_position.entry_id}" for name, info in infos.items()}
     return names, state, ends
 

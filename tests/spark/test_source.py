@@ -15,7 +15,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 import spark_udfs
-from tests.spark.workload import TOPICS, Workload
+from tests.spark.workload import ALL_TOPICS, SCALABLE, SEGMENTS, TOPICS, Workload
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 ORDER = ("topic", "ledger_id", "entry_id", "batch_index")
@@ -60,9 +60,11 @@ def test_read_committed_equals_the_brokers_consumer_row_for_row(spark, workload)
         assert row["topic"] == topic and not row["is_marker"]
         assert (row["txnid_most"], row["txnid_least"]) == (txn if txn is not None else (None, None))
         assert txn is None or workload.outcome[txn] == "committed"
-    # The workload exercised what it should have.
-    outcomes = Counter(workload.outcome.values())
-    assert outcomes["committed"] and outcomes["aborted"] and outcomes["open"]
+        assert label not in workload.late
+    # The workload exercised what it should have, in both designs (v5: segment:// topics).
+    outcomes = Counter((workload.outcome[txn], topic in SEGMENTS) for topic, txn in workload.labels.values() if txn)
+    assert all(outcomes[(state, v5)] for state in ("committed", "aborted", "open") for v5 in (False, True))
+    assert {r["topic"] for r in got} == set(ALL_TOPICS) and workload.late
     assert any(r["batch_index"] > 0 for r in got) and any(r["ledger_id"] != got[0]["ledger_id"] for r in got)
 
 
@@ -105,7 +107,7 @@ def test_topics_positions_and_pushed_filters(spark, workload):
     everything = expected(workload)
     # A namespace, a glob, a list.
     for option, topics in [("acme/sales", {TOPICS[2]}), ("persistent://public/default/pay*", {TOPICS[1]}),
-                           (f"{TOPICS[0]},{TOPICS[2]}", {TOPICS[0], TOPICS[2]})]:
+                           (f"{TOPICS[0]},{TOPICS[2]}", {TOPICS[0], TOPICS[2]}), (SCALABLE, set(SEGMENTS))]:
         rows = rows_of(spark_udfs.read(spark, path, topics=option))
         assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in rows] == [r for r in everything if r["topic"] in topics]
     # Pushed comparisons are honoured by the source (Spark does not re-apply them).
@@ -116,7 +118,8 @@ def test_topics_positions_and_pushed_filters(spark, workload):
     want = [r for r in orders if r["ledger_id"] >= ledger and r["entry_id"] < 20]
     assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in rows_of(pushed)] == want
     picked = df.filter(F.col("entry_id").isin(3, 5) & F.col("topic").startswith("persistent://public/"))
-    assert len(rows_of(picked)) == sum(1 for r in everything if r["entry_id"] in (3, 5) and "public/" in r["topic"])
+    assert len(rows_of(picked)) == sum(1 for r in everything
+                                      if r["entry_id"] in (3, 5) and r["topic"].startswith("persistent://public/"))
     # Negations and ORs are left to Spark (a Not has no single column: it was once a crash).
     negated = df.filter(~(F.col("entry_id") == 3) & ((F.col("ledger_id") == ledger) | F.col("key").isNull()))
     assert len(rows_of(negated)) == sum(1 for r in everything
@@ -164,10 +167,12 @@ def test_a_missing_data_dir_or_a_schema_is_refused(spark, tmp_path):
 
 
 def test_nothing_after_an_open_transaction_is_visible(spark, workload):
-    """The workload ends with an open transaction's message and a plain message behind it."""
-    last_two = sorted(workload.labels)[-2:]
+    """The workload ends with an open transaction's message and a plain message behind it, in
+    each design (v4 on a persistent:// topic, v5 on a segment:// topic)."""
+    last_four = sorted(workload.labels)[-4:]
+    assert {workload.labels[label][0] for label in last_four} == {TOPICS[0], SEGMENTS[0]}
     rows = rows_of(spark.read.format("pyengine").load(str(workload.data_dir)))
-    assert not {int(r["value"]) for r in rows} & set(last_two)
+    assert not {int(r["value"]) for r in rows} & set(last_four)
     uncommitted = rows_of(spark.read.format("pyengine").option("isolation", "read_uncommitted")
                           .load(str(workload.data_dir)))
-    assert set(last_two) <= {int(r["value"]) for r in uncommitted}
+    assert set(last_four) <= {int(r["value"]) for r in uncommitted}

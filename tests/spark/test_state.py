@@ -11,17 +11,20 @@ from hypothesis import strategies as st
 
 from pyengine_kernels import AbortedTxnSet, Position, TxnId
 from spark_udfs.state import TopicState, TxnState, capture_state
-from tests.spark.workload import TOPICS
+from tests.spark.workload import ALL_TOPICS, SEGMENTS, TOPICS
 
 
 def test_capture_equals_the_running_brokers_transaction_buffers(workload):
     state = capture_state(workload.data_dir)
-    assert set(state.topics) == set(TOPICS)
+    assert set(state.topics) == set(ALL_TOPICS)
     for topic, (horizon, aborted, ongoing) in workload.buffers.items():
         captured = state[topic]
         assert captured.max_read_position == horizon
         assert sorted(captured.aborted_set().items()) == sorted(aborted)
         assert list(captured.ongoing) == list(ongoing)
+        # v5 (segment://): from the metadata store; the workload's late write is hidden.
+        assert captured.design == (5 if topic in SEGMENTS else 4)
+        assert len(captured.hidden) == (len(workload.late) if topic == SEGMENTS[1] else 0)
     assert TxnState.from_bytes(state.to_bytes()) == state
     assert state.select([TOPICS[1]]).topics == {TOPICS[1]: state[TOPICS[1]]}
 

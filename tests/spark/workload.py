@@ -6,10 +6,15 @@ that wrote them. The workload mixes plain and transactional messages, single mes
 batches, keys, properties and event times, commits, aborts, timeouts (the coordinators'
 clock moves and they abort what expired), transactions spanning topics, ledger roll-overs
 (small ledgers: several partitions per topic) and transactions still open at the end.
+
+Both designs at once: v4 (PIP-31) transactions on `persistent://` topics (markers in the
+stream) and v5 (PIP-473) transactions of the metadata-driven coordinator on two `segment://`
+topics of one scalable topic (state in the data dir's LMDB metadata store, no markers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +25,16 @@ from pyengine.client.message import MessageId
 from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, SingleMessageMetadata
 from pyengine.storage.entry import headers_and_payload
+from pyengine.errors import TransactionConflictError
 from pyengine.storage.managed_ledger import ManagedLedgerConfig
+from pyengine.transaction import TxnAction
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 
 TOPICS = ("persistent://public/default/orders", "persistent://public/default/payments",
           "persistent://acme/sales/refunds")
+SCALABLE = "topic://public/default/events"
+SEGMENTS = ("segment://public/default/events/0000-7fff-1", "segment://public/default/events/8000-ffff-2")
+ALL_TOPICS = TOPICS + SEGMENTS
 
 
 @dataclass
@@ -33,13 +44,15 @@ class Workload:
     outcome: dict[tuple[int, int], str] = field(default_factory=dict)        # txn -> committed/aborted/open
     txn_topics: dict[tuple[int, int], set[str]] = field(default_factory=dict)
     delivered: list[dict] = field(default_factory=list)    # the READ_COMMITTED consumers' messages
+    late: set[int] = field(default_factory=set)            # v5 late writes: refused, never visible
     # The running broker's transaction buffers at the end: topic -> (max read position, aborted set)
     buffers: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def markers(self) -> int:
         """Commit/abort markers stored: one per ended transaction per topic it wrote to."""
-        return sum(len(self.txn_topics[txn]) for txn, state in self.outcome.items() if state != "open")
+        return sum(len(self.txn_topics[txn]) for txn, state in self.outcome.items()
+                   if state != "open" and txn[0] != V5_COORDINATOR_ID)      # v5: none
 
 
 def consumer_row(topic: str, message) -> dict:
@@ -61,7 +74,8 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
         await broker.service.policies.create_tenant("acme")
         await broker.service.policies.create_namespace("acme/sales")
         producers = {topic: await broker.create_producer(topic, producer_name=f"p-{i}")
-                     for i, topic in enumerate(TOPICS)}
+                     for i, topic in enumerate(ALL_TOPICS)}
+        coordinator = broker.service.coordinator
         open_txns: list = []
 
         def message_fields(i: int) -> dict:
@@ -111,7 +125,8 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
         for _ in range(steps):
             roll = rng.random()
             if roll < 0.12 and len(open_txns) < 4:
-                txn = await broker.new_transaction(timeout_ms=rng.choice([60_000, 60_000, 1_000]))
+                txn = await broker.new_transaction(timeout_ms=rng.choice([60_000, 60_000, 1_000]),
+                                                   version=rng.choice([4, 5]))
                 open_txns.append(txn)
                 workload.outcome[txn_key(txn)] = "open"
                 workload.txn_topics[txn_key(txn)] = set()
@@ -123,16 +138,21 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
             elif roll < 0.25 and open_txns:
                 # Two seconds pass: the 1 s transactions time out and their coordinators abort them.
                 now[0] += 2_000
-                await broker.service.coordinator.wait_for_endings()
-                broker.service.coordinator.poll_timeouts()
-                await broker.service.coordinator.wait_for_endings()
+                await coordinator.wait_for_endings()
+                coordinator.poll_timeouts()
+                await coordinator.wait_for_endings()
+                await coordinator.v5.sweep_timeouts()
                 for txn in list(open_txns):
-                    if broker.service.coordinator.get(txn.txn_id).status.outcome is not None:
+                    meta = await coordinator.v5.get(txn.txn_id) if txn.txn_id.most_bits == V5_COORDINATOR_ID \
+                        else coordinator.get(txn.txn_id)
+                    if meta.status.outcome is not None:
                         open_txns.remove(txn)
                         workload.outcome[txn_key(txn)] = "aborted"
             else:
-                topic = rng.choice(TOPICS)
                 txn = rng.choice(open_txns) if open_txns and rng.random() < 0.5 else None
+                # v5 transactions write to segment:// topics only, v4 ones to persistent:// only.
+                v5 = txn.txn_id.most_bits == V5_COORDINATOR_ID if txn is not None else rng.random() < 0.4
+                topic = rng.choice(SEGMENTS if v5 else TOPICS)
                 count = rng.choice([1, 1, 1, 2, 5, 11])
                 labels = list(range(label, label + count))
                 label += count
@@ -145,16 +165,35 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
                     workload.labels[i] = (topic, txn_key(txn) if txn is not None else None)
                 if txn is not None:
                     workload.txn_topics[txn_key(txn)].add(topic)
-        # Left open: what a READ_COMMITTED reader must not see, nor anything after it (a plain
-        # message behind it waits too).
-        txn = await broker.new_transaction(timeout_ms=3_600_000)
-        workload.outcome[txn_key(txn)] = "open"
-        workload.txn_topics[txn_key(txn)] = {TOPICS[0]}
-        for i, pending in ((label, txn), (label + 1, None)):
-            await producers[TOPICS[0]].send(str(i).encode(), txn=pending)
-            workload.labels[i] = (TOPICS[0], txn_key(pending) if pending is not None else None)
+        # A v5 late write: a send that loses the race with its transaction's commit is refused
+        # (TransactionConflictError) and its entry, stored anyway, is never visible.
+        txn = await broker.new_transaction(version=5)
+        workload.outcome[txn_key(txn)] = "committed"
+        workload.txn_topics[txn_key(txn)] = {SEGMENTS[1]}
+        for i in (label, label + 1):
+            workload.labels[i] = (SEGMENTS[1], txn_key(txn))
+        await producers[SEGMENTS[1]].send(str(label).encode(), txn=txn)
+        decided = asyncio.ensure_future(coordinator.end_transaction(txn.txn_id, TxnAction.COMMIT))
+        try:
+            await producers[SEGMENTS[1]].send(str(label + 1).encode(), txn=txn)
+        except TransactionConflictError:
+            workload.late.add(label + 1)
+        await decided
+        assert workload.late, "the late write was not late"
+        label += 2
+        # Left open, in each design: what a READ_COMMITTED reader must not see, nor anything
+        # after it (a plain message behind it waits too).
+        for version, topic in ((4, TOPICS[0]), (5, SEGMENTS[0])):
+            txn = await broker.new_transaction(timeout_ms=3_600_000, version=version)
+            workload.outcome[txn_key(txn)] = "open"
+            workload.txn_topics[txn_key(txn)] = {topic}
+            for i, pending in ((label, txn), (label + 1, None)):
+                await producers[topic].send(str(i).encode(), txn=pending)
+                workload.labels[i] = (topic, txn_key(pending) if pending is not None else None)
+            label += 2
+        await settle_v5(broker, workload)
 
-        for topic in TOPICS:
+        for topic in ALL_TOPICS:
             buffer = broker.service.topics[topic].buffer
             workload.buffers[topic] = (buffer.max_read_position(), buffer.aborted.items(), buffer.ongoing_txns())
             reader = await broker.create_reader(topic, MessageId.earliest, receiver_queue_size=100_000)
@@ -166,3 +205,17 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
                 workload.delivered.append(consumer_row(topic, message))
             await reader.close()
     return workload
+
+
+async def settle_v5(broker, workload: Workload) -> None:
+    """v5 decisions reach the segments by a metadata-store watch: wait until each segment's
+    buffer holds exactly the open transactions that wrote to it (every decision applied)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    for topic in SEGMENTS:
+        buffer = broker.service.topics[topic].buffer
+        want = {txn for txn, state in workload.outcome.items() if state == "open" and topic in workload.txn_topics[txn]}
+        while {(t.most_bits, t.least_bits) for t, _ in buffer.ongoing_txns()} != want:
+            assert loop.time() < deadline, f"the v5 decisions did not reach {topic} in 10 s"
+            await asyncio.sleep(0.005)
+        await buffer.wait_materialised()
