@@ -44,16 +44,19 @@ def test_trailing_bytes_are_refused(workload):
 
 @st.composite
 def states_and_rows(draw):
-    """Two topics owning disjoint ledgers (1..3 and 4..6), horizons, aborted txns; rows of
-    both topics, transactional or not, markers, and rows of a ledger newer than the capture."""
+    """Two topics owning disjoint ledgers (1..3 and 4..6), horizons, aborted txns, v5 hidden
+    positions (late writes); rows of both topics, transactional or not, markers, and rows of a
+    ledger newer than the capture."""
     topics = {}
     for index, ledgers in enumerate(((1, 2, 3), (4, 5, 6))):
         horizon = Position(draw(st.sampled_from(ledgers)), draw(st.integers(0, 9)))
         aborted = AbortedTxnSet()
         for most, least in draw(st.sets(st.tuples(st.integers(0, 2), st.integers(0, 9)), max_size=6)):
             aborted.add(TxnId(most, least), Position(ledgers[-1], 10))
+        hidden = draw(st.sets(st.tuples(st.sampled_from(ledgers), st.integers(0, 9)), max_size=3))
         topics[f"t{index}"] = TopicState(f"t{index}", index + 1, Position(ledgers[-1], 9), horizon,
-                                         aborted.to_bytes(), (), ledgers)
+                                         aborted.to_bytes(), (), ledgers, 5 if hidden else 4,
+                                         tuple(sorted(Position(*p) for p in hidden)))
     state = TxnState("/nowhere", topics, max_ledger_id=6)
     rows = draw(st.lists(st.tuples(st.integers(1, 7), st.integers(0, 9), st.none() | st.tuples(
         st.integers(0, 2), st.integers(0, 9)), st.booleans()), max_size=40))
@@ -64,7 +67,8 @@ def reference(state: TxnState, rows) -> tuple[list[bool], dict[str, int]]:
     visible, counts = [], {"visible": 0, "marker": 0, "aborted": 0, "uncommitted": 0}
     for ledger, entry, txn, marker in rows:
         topic = next((t for t in state.topics.values() if ledger in t.ledgers), None)
-        aborted = topic is not None and txn is not None and TxnId(*txn) in {t for t, _ in topic.aborted_set().items()}
+        aborted = topic is not None and (txn is not None and TxnId(*txn) in {t for t, _ in topic.aborted_set().items()}
+                                         or Position(ledger, entry) in topic.hidden)
         ok = (topic is not None and not marker and Position(ledger, entry) <= topic.max_read_position
               and not aborted)
         visible.append(ok)
