@@ -188,7 +188,7 @@ async def v5_start(data_dir: Path) -> float:
 
 
 class _NoParticipants:
-    async def end_txn_on_partition(self, *args) -> None:
+    async def end_txn_on_partition(self, *args, **kwargs) -> None:
         return None
 
     async def end_txn_on_subscription(self, *args) -> None:

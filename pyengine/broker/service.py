@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pyengine.broker.policies import BrokerPolicies
 from pyengine.broker.subscription import wire_sub_type
@@ -194,9 +195,10 @@ class BrokerService:
 
     # --- transaction participants (called by the coordinators) ------------------------------
 
-    async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int) -> None:
+    async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int, *,
+                                   after: asyncio.Future[Any] | None = None) -> None:
         loaded = await self.get_topic(topic, create=False)
-        await loaded.end_txn(txn, action == TxnAction.COMMIT, low_watermark)
+        await loaded.end_txn(txn, action == TxnAction.COMMIT, low_watermark, after=after)
 
     async def end_txn_on_subscription(self, topic: str, subscription: str, txn: TxnId, action: TxnAction,
                                       low_watermark: int) -> None:

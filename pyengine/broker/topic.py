@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.dedup import MessageDeduplication
@@ -191,11 +191,14 @@ class Topic:
 
     # --- transactions ---------------------------------------------------------------------
 
-    async def end_txn(self, txn: TxnId, commit: bool, low_watermark: int) -> None:
+    async def end_txn(self, txn: TxnId, commit: bool, low_watermark: int, *,
+                      after: asyncio.Future[Any] | None = None) -> None:
+        """End `txn` here; `after`: the coordinator's decision still being written (see
+        TransactionParticipants)."""
         if commit:
-            await self.buffer.commit(txn, low_watermark)
+            await self.buffer.commit(txn, low_watermark, after=after)
         else:
-            await self.buffer.abort(txn, low_watermark)
+            await self.buffer.abort(txn, low_watermark, after=after)
 
     # --- reading --------------------------------------------------------------------------
 

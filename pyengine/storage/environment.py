@@ -71,10 +71,12 @@ class StorageEnvironment:
         self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in DATABASES}
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyengine-lmdb-writer")
         self._loop: asyncio.AbstractEventLoop | None = None
-        # key -> [write fn, futures, on_seal]; insertion order is write order.
+        # key -> [write fn, futures, on_seal, futures it is conditional on]; insertion order is
+        # write order.
         self._pending: dict[object, list[Any]] = {}
         self._flush_scheduled = False
         self._flushing = False
+        self._linger = False
         self._closed = False
         self._counters: dict[bytes, int] = {}
         if not readonly:
@@ -98,7 +100,8 @@ class StorageEnvironment:
     # --- writes ---------------------------------------------------------------------------
 
     def submit(self, write: WriteFn | None, *, key: object = None,
-               on_seal: Callable[[], None] | None = None) -> asyncio.Future[Any]:
+               on_seal: Callable[[], None] | None = None,
+               after: asyncio.Future[Any] | None = None, linger: bool = False) -> asyncio.Future[Any]:
         """Queue `write` for the next group commit; the future resolves with its return value
         once the commit is durable, or fails with a StorageError (the whole batch then failed).
 
@@ -106,23 +109,45 @@ class StorageEnvironment:
         has not been sealed yet (used for "latest state" records such as cursors). `on_seal`
         runs on the event loop when the batch is handed to the writer, so the submitter knows
         that later changes need a new submission. `write=None` is a barrier: its future
-        resolves when everything submitted before it is durable.
+        resolves when everything submitted before it is durable. `after`: see `depend`.
+        `linger`: the batch is sealed one event-loop turn later than it would be, so that the
+        writes of tasks this one starts (a decision's commit markers) can join its commit.
         """
         self._check_open()
+        if after is not None:
+            _check_condition(after)
         loop = self._bind_loop()
         future = loop.create_future()
         slot = self._pending.pop(key, None) if key is not None else None
         if slot is None:
-            slot = [write, [future], on_seal]
+            slot = [write, [future], on_seal, []]
         else:
             slot[0] = write
             slot[1].append(future)
             slot[2] = on_seal
+        if after is not None:
+            slot[3].append(after)
+        if linger:
+            self._linger = True
         self._pending[key if key is not None else object()] = slot
         if not self._flush_scheduled and not self._flushing:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         return future
+
+    def depend(self, key: object, after: asyncio.Future[Any]) -> None:
+        """Make the queued write under `key` conditional on `after`, the future of an earlier
+        `submit`: it is written only in the same LMDB transaction as `after`'s write or in a
+        later one, and fails instead (with a StorageError) if `after`'s write failed. So a
+        write that presupposes another (a commit marker, its coordinator's decision) is never
+        durable without it, yet need not wait for it before being queued: both usually land
+        in one group commit. Batches are written one at a time in submission order, so `after`
+        is always settled or in the same batch when this write's batch is sealed."""
+        _check_condition(after)
+        slot = self._pending.get(key)
+        if slot is None:
+            raise StorageError(f"no queued write under {key!r} to make conditional")
+        slot[3].append(after)
 
     async def barrier(self) -> None:
         """Wait until everything submitted so far is durable."""
@@ -170,19 +195,54 @@ class StorageEnvironment:
         return loop
 
     def _flush(self) -> None:
+        if self._linger and not self._flushing and not self._closed:
+            self._linger = False                    # one more turn for the writes to come
+            self._flush_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+            return
         self._flush_scheduled = False
         if self._flushing or not self._pending or self._closed:
             return
         batch = list(self._pending.values())
         self._pending = {}
-        for _write, _futures, on_seal in batch:
+        for _write, _futures, on_seal, _after in batch:
             if on_seal is not None:
                 on_seal()
+        if any(slot[3] for slot in batch):
+            batch = self._without_refused(batch)
+            if not batch:
+                return
         self._flushing = True
         loop = self._loop
         assert loop is not None
         done = self._executor.submit(self._write_batch, [slot[0] for slot in batch])
         done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._flushed, batch, f))
+
+    @staticmethod
+    def _without_refused(batch: list[list[Any]]) -> list[list[Any]]:
+        """The batch less its conditional writes whose condition failed (see `depend`), whose
+        futures fail. A condition still unsettled must be in this very batch."""
+        in_batch = {id(future) for slot in batch for future in slot[1]}
+        kept = []
+        for slot in batch:
+            reason = None
+            for after in slot[3]:
+                if after.done():
+                    if after.cancelled() or after.exception() is not None:
+                        reason = "was cancelled" if after.cancelled() else f"failed: {after.exception()}"
+                        break
+                elif id(after) not in in_batch:
+                    reason = "was never queued in this storage environment"
+                    break
+            if reason is None:
+                kept.append(slot)
+                continue
+            failure = StorageError(f"not written: the write it presupposes {reason}")
+            for future in slot[1]:
+                if not future.done():
+                    future.set_exception(failure)
+        return kept
 
     def _write_batch(self, writes: list[WriteFn | None]) -> list[Any]:
         """Writer thread: one LMDB write transaction for the whole batch."""
@@ -197,12 +257,12 @@ class StorageEnvironment:
             error = done.exception()
         if error is not None:
             failure = _storage_error(error)
-            for _write, futures, _on_seal in batch:
+            for _write, futures, _on_seal, _after in batch:
                 for future in futures:
                     if not future.done():
                         future.set_exception(failure)
         else:
-            for (_write, futures, _on_seal), result in zip(batch, done.result()):
+            for (_write, futures, _on_seal, _after), result in zip(batch, done.result()):
                 for future in futures:
                     if not future.done():
                         future.set_result(result)
@@ -224,7 +284,7 @@ class StorageEnvironment:
         self._closed = True
         self._executor.shutdown(wait=True)
         pending, self._pending = self._pending, {}
-        for _write, futures, _on_seal in pending.values():
+        for _write, futures, _on_seal, _after in pending.values():
             for future in futures:
                 if not future.done():
                     future.set_exception(LedgerClosedError("the storage environment was closed before this write"))
@@ -243,6 +303,11 @@ class StorageEnvironment:
             elif _COUNTER.unpack(raw)[0] != FORMAT_VERSION:
                 raise StorageError(f"{self.path} holds data format {_COUNTER.unpack(raw)[0]}, "
                                    f"this pyengine reads format {FORMAT_VERSION}")
+
+
+def _check_condition(after: object) -> None:
+    if not isinstance(after, asyncio.Future):
+        raise TypeError(f"after must be the asyncio.Future of an earlier submit, not {type(after).__name__}")
 
 
 def _storage_error(error: BaseException) -> StorageError:

@@ -198,16 +198,22 @@ class ManagedLedger:
                                  num_messages=num_messages, publish_time=publish_time)[1]
 
     def append_entry(self, data: bytes, *, txn_most: int = NO_TXN, txn_least: int = NO_TXN,
-                     marker_type: int = MARKER_NONE, num_messages: int = 1,
-                     publish_time: int = 0) -> tuple[Position | None, asyncio.Future[Position]]:
+                     marker_type: int = MARKER_NONE, num_messages: int = 1, publish_time: int = 0,
+                     after: asyncio.Future[Any] | None = None) -> tuple[Position | None, asyncio.Future[Position]]:
         """Append one entry and say at once where it will be: the position is assigned now,
         and the entry becomes readable there when the future resolves (a transaction buffer
         registers the position before any reader can reach it). The position is None when
-        the append failed at once (the future then holds the error)."""
+        the append failed at once (the future then holds the error).
+
+        `after` (a commit marker's coordinator decision): the entry is durable only with or
+        after that write, and fails if it failed - and with it the appends that share its
+        group commit, as after any failed write (StorageEnvironment.depend)."""
         future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
         batch = self._batch_for_append(future)
         if batch is None:
             return None, future
+        if after is not None:
+            self.env.depend(("append", self.topic_id), after)
         position = self._add(batch, encode_entry(data, txn_most, txn_least, marker_type, num_messages, publish_time))
         batch.completions.append((future, position))
         return position, future

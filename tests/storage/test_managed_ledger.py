@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from pyengine.storage import (
     ManagedLedger,
     ManagedLedgerConfig,
     StorageEnvironment,
+    StorageError,
     StorageFullError,
     TopicTerminatedError,
 )
@@ -198,6 +200,30 @@ async def test_append_entry_tells_the_position_before_it_is_durable(env):
     position, future = ml.append_entry(b"x")
     assert position is not None and position > ml.lac
     assert await future == position
+
+
+async def test_an_entry_conditional_on_a_failed_write_fails_with_its_batch(env):
+    """A commit marker waits for no decision, but is never durable without it: when the
+    decision's write fails, the marker's group commit is not written (nor what shares it)."""
+    ml = await ManagedLedger.open(env, TOPIC)
+    before = await ml.append(b"before")
+    release = threading.Event()
+
+    def doomed(txn):
+        release.wait(10)
+        raise RuntimeError("injected decision failure")
+
+    decision = env.submit(doomed)
+    await asyncio.sleep(0)                      # the decision's commit is in flight
+    _, plain = ml.append_entry(b"plain")
+    _, marker = ml.append_entry(b"marker", after=decision)
+    release.set()
+    for future in (decision, plain, marker):
+        with pytest.raises(StorageError):
+            await future
+    later = await ml.append(b"later")
+    assert [e.data for e in ml.read_entries(ml.first_position(), 10)] == [b"before", b"later"]
+    assert later > before
 
 
 def test_headers_and_payload_round_trip():

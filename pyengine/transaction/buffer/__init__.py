@@ -14,6 +14,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 from pyengine.storage.entry import Entry
 from pyengine_kernels import AbortedTxnSet, Position, TxnId
@@ -41,13 +42,15 @@ class TransactionBuffer(ABC):
         ended on this topic."""
 
     @abstractmethod
-    async def commit(self, txn: TxnId, low_watermark: int) -> None:
+    async def commit(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
         """End `txn` as committed (idempotent). `low_watermark` is the coordinator's: every txn
-        of that coordinator with a sequence up to it has ended."""
+        of that coordinator with a sequence up to it has ended. `after`: the coordinator's
+        decision, still being written to the same storage environment; what ends the txn here
+        is made durable only with or after it (StorageEnvironment.depend)."""
 
     @abstractmethod
-    async def abort(self, txn: TxnId, low_watermark: int) -> None:
-        """End `txn` as aborted (idempotent)."""
+    async def abort(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
+        """End `txn` as aborted (idempotent); `after` as for `commit`."""
 
     @abstractmethod
     def max_read_position(self) -> Position:

@@ -33,6 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pyengine.errors import (
     InvalidTxnStatusError,
@@ -367,10 +368,10 @@ class MetadataTransactionBuffer(TransactionBuffer):
         while self._materialising:
             await asyncio.gather(*list(self._materialising.values()), return_exceptions=True)
 
-    async def commit(self, txn: TxnId, low_watermark: int) -> None:
-        await self._end_on_request(txn, HeaderState.COMMITTED)
+    async def commit(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
+        await self._end_on_request(txn, HeaderState.COMMITTED)      # (the header is the decision)
 
-    async def abort(self, txn: TxnId, low_watermark: int) -> None:
+    async def abort(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
         await self._end_on_request(txn, HeaderState.ABORTED)
 
     async def _end_on_request(self, txn: TxnId, wanted: HeaderState) -> None:

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from pyengine.errors import (
     InvalidTxnStatusError,
@@ -243,24 +244,28 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     # --- commit and abort -----------------------------------------------------------------
 
-    async def commit(self, txn: TxnId, low_watermark: int) -> None:
-        await self._end(txn, TxnAction.COMMIT, low_watermark)
+    async def commit(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
+        await self._end(txn, TxnAction.COMMIT, low_watermark, after)
 
-    async def abort(self, txn: TxnId, low_watermark: int) -> None:
-        await self._end(txn, TxnAction.ABORT, low_watermark)
+    async def abort(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
+        await self._end(txn, TxnAction.ABORT, low_watermark, after)
 
-    async def _end(self, txn: TxnId, action: TxnAction, low_watermark: int) -> None:
+    async def _end(self, txn: TxnId, action: TxnAction, low_watermark: int,
+                   after: asyncio.Future[Any] | None) -> None:
         _check_txn(txn)
         _check_int("low_watermark", low_watermark, minimum=-1)
+        if after is not None and not isinstance(after, asyncio.Future):
+            raise TypeError(f"after must be an asyncio.Future, not {type(after).__name__}")
         await self._wait_ready()
-        await self._end_on_topic(txn, action)
+        await self._end_on_topic(txn, action, after)
         aborts = self._apply_low_watermark(txn.most_bits, low_watermark)
         self._after_end()
         if aborts:
             await asyncio.gather(*aborts, return_exceptions=True)
 
-    async def _end_on_topic(self, txn: TxnId, action: TxnAction) -> None:
-        """Write the marker and, once it is durable, end `txn` here. Idempotent."""
+    async def _end_on_topic(self, txn: TxnId, action: TxnAction, after: asyncio.Future[Any] | None = None) -> None:
+        """Write the marker (durable with or after `after`, the decision) and, once it is
+        durable, end `txn` here. Idempotent."""
         while True:
             if self.state is not BufferState.READY:
                 raise ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is {self.state.value}")
@@ -286,7 +291,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         try:
             _position, durable = self.ledger.append_entry(
                 data, txn_most=txn.most_bits, txn_least=txn.least_bits, marker_type=marker_type,
-                publish_time=publish_time)
+                publish_time=publish_time, after=after)
         except StorageError as exc:
             raise _persistence_error(exc) from exc
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -351,6 +356,9 @@ class TopicTransactionBuffer(TransactionBuffer):
         except PulsarError as exc:
             log.warning("%s: could not abort txn %s below the low watermark: %s", self.ledger.name, txn, exc)
             return
+        except Exception:               # its caller gathers these quietly: say it here
+            log.exception("%s: aborting txn %s below the low watermark failed", self.ledger.name, txn)
+            raise
         self._after_end()
 
     async def _wait_ready(self) -> None:

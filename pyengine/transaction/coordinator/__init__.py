@@ -3,9 +3,10 @@ needs from the rest of the broker to end a transaction on its participants."""
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine_kernels import TxnId
@@ -30,10 +31,15 @@ class TxnMeta:
 class TransactionParticipants(Protocol):
     """How a coordinator reaches a transaction's participants (Pulsar's END_TXN_ON_PARTITION /
     END_TXN_ON_SUBSCRIPTION). In one process these are direct calls into the topics. Each must
-    be idempotent: the coordinator repeats a call until it succeeds, also after a restart."""
+    be idempotent: the coordinator repeats a call until it succeeds, also after a restart.
+
+    `after` on a partition: the decision's record, not durable yet (the partition is told at
+    once, so that its marker shares the decision's group commit). A participant writing into
+    the coordinator's StorageEnvironment makes its writes conditional on it
+    (`StorageEnvironment.depend`); any other must await it before applying the decision."""
 
     async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction,
-                                   low_watermark: int) -> None: ...
+                                   low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None: ...
 
     async def end_txn_on_subscription(self, topic: str, subscription: str, txn: TxnId,
                                       action: TxnAction, low_watermark: int) -> None: ...

@@ -381,10 +381,8 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
 
     # --- changes --------------------------------------------------------------------------
 
-    async def _append_op(self, state: _LiveTxn, value: bytes, now: int, undo: Callable[[], None]) -> None:
-        await self._await_write(self._submit_op(state, value, now, undo))
-
-    def _submit_op(self, state: _LiveTxn, value: bytes, now: int, undo: Callable[[], None]) -> asyncio.Future[Any]:
+    def _submit_op(self, state: _LiveTxn, value: bytes, now: int, undo: Callable[[], None], *,
+                   linger: bool = False) -> asyncio.Future[Any]:
         key = self._allocate_log_key()
         state.log_keys.append(key)
         state.meta.last_modified_ms = now
@@ -394,10 +392,36 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             undo()
             _discard(state.log_keys, key)
 
-        state.last_write = self._submit(lambda txn: txn.put(key, value, db=db), undo_op)
+        state.last_write = self._submit(lambda txn: txn.put(key, value, db=db), undo_op, linger=linger)
         return state.last_write
 
+    def submit_decision(self, txn: TxnId, new: TxnStatus, *, timed_out: bool = False) -> tuple[TxnMeta, asyncio.Future[Any]]:
+        """Move an OPEN txn to COMMITTING or ABORTING now and queue the record, without waiting
+        for it: returns the txn as decided and the record's write, for participants whose own
+        writes go into the same group commit (StorageEnvironment.depend). If the write fails
+        the txn is OPEN again; `written` waits for it as `update_status` would."""
+        self._check_ready()
+        new = check_status(new, "new")
+        if new not in (TxnStatus.COMMITTING, TxnStatus.ABORTING):
+            raise ValueError(f"a decision is COMMITTING or ABORTING, not {new.name}")
+        if not isinstance(timed_out, bool):
+            raise TypeError(f"timed_out must be a bool, not {type(timed_out).__name__}")
+        if timed_out and new != TxnStatus.ABORTING:
+            raise ValueError("timed_out marks an OPEN -> ABORTING move only")
+        state = self._open_txn(check_txn(txn))
+        written = self._submit_decision(state, new, timed_out, linger=True)
+        return _copy(state.meta), written
+
+    async def written(self, write: asyncio.Future[Any]) -> None:
+        """Wait for a write of this store (StorageError -> PersistenceError)."""
+        await self._await_write(write)
+
     async def _decide(self, state: _LiveTxn, new: TxnStatus, timed_out: bool) -> TxnMeta:
+        await self._await_write(self._submit_decision(state, new, timed_out))
+        return _copy(state.meta)
+
+    def _submit_decision(self, state: _LiveTxn, new: TxnStatus, timed_out: bool, *,
+                         linger: bool = False) -> asyncio.Future[Any]:
         meta = state.meta
         previous, now = meta.status, self._clock()
         meta.status, meta.timed_out, meta.last_modified_ms = new, timed_out, now
@@ -407,8 +431,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             if meta.status == new:
                 meta.status, meta.timed_out = previous, False
 
-        await self._append_op(state, value, now, undo)
-        return _copy(meta)
+        return self._submit_op(state, value, now, undo, linger=linger)
 
     async def _finish(self, sequence: int, state: _LiveTxn, status: TxnStatus) -> TxnMeta:
         meta = state.meta
@@ -443,8 +466,8 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
     # --- helpers --------------------------------------------------------------------------
 
     def _submit(self, write: Callable[[lmdb.Transaction], Any],
-                undo: Callable[[], None] | None = None) -> asyncio.Future[Any]:
-        future = self._env.submit(write)
+                undo: Callable[[], None] | None = None, *, linger: bool = False) -> asyncio.Future[Any]:
+        future = self._env.submit(write, linger=linger)
         self._in_flight.add(future)
         future.add_done_callback(self._in_flight.discard)
         if undo is not None:

@@ -16,10 +16,11 @@ step 2 and re-arms the timeouts of the OPEN ones.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Any
 
 from pyengine.errors import (
     InvalidTxnStatusError,
@@ -295,17 +296,17 @@ class TransactionCoordinatorService:
         deciding = _DECIDING[ending.action]
         try:
             if decided:
-                meta = store.get(txn)
+                meta, decision = store.get(txn), None
             else:
                 try:
-                    meta = await store.update_status(txn, deciding, TxnStatus.OPEN, timed_out=ending.timed_out)
+                    meta, decision = store.submit_decision(txn, deciding, timed_out=ending.timed_out)
                 except Exception:
                     self._rearm_timeout(store, txn)
                     raise
             self._timeouts.cancel(txn)
             final = (TxnStatus.COMMITTED if ending.action == TxnAction.COMMIT
                      else TxnStatus.TIME_OUT if meta.timed_out else TxnStatus.ABORTED)
-            await self._tell_participants(store, meta, ending.action)
+            await self._tell_participants(store, meta, ending.action, decision)
             # Every participant has applied the decision durably: the outcome is final and the
             # caller is answered now. The terminal record only lets the log be trimmed; after a
             # crash before it lands, recovery resumes the (idempotent) ending.
@@ -325,21 +326,39 @@ class TransactionCoordinatorService:
             if self._endings.get(txn) is ending:
                 del self._endings[txn]
 
-    async def _tell_participants(self, store: LogTransactionMetadataStore, meta: TxnMeta, action: TxnAction) -> None:
+    async def _tell_participants(self, store: LogTransactionMetadataStore, meta: TxnMeta, action: TxnAction,
+                                 decision: asyncio.Future[Any] | None) -> None:
+        """Tell every participant the decision. `decision` (its record's write, when it is
+        not durable yet): the partitions are told at once and write their markers into the
+        same group commit, conditional on it; the subscriptions, whose acks go into
+        cursors shared with non-transactional acks, are told once it is durable. If it
+        fails, nothing was applied anywhere: the txn is OPEN again and this raises."""
         txn, participants = meta.txn_id, self.participants
-        calls = [until_confirmed(
-                     lambda topic=topic: participants.end_txn_on_partition(topic, txn, action, store.low_watermark()),
-                     f"{action.name} of {txn} on partition {topic}", self.backoff, gone=GONE_ERRORS)
-                 for topic in meta.partitions]
-        calls += [until_confirmed(
-                      lambda topic=topic, sub=sub: participants.end_txn_on_subscription(
-                          topic, sub, txn, action, store.low_watermark()),
-                      f"{action.name} of {txn} on subscription {topic}/{sub}", self.backoff, gone=GONE_ERRORS)
-                  for topic, sub in meta.subscriptions]
-        if len(calls) == 1:
-            await calls[0]                   # spares gather's task per call in the common case
-        else:
-            await asyncio.gather(*calls)
+        partitions = [until_confirmed(
+                          lambda topic=topic: participants.end_txn_on_partition(
+                              topic, txn, action, store.low_watermark(), after=decision),
+                          f"{action.name} of {txn} on partition {topic}", self.backoff, gone=GONE_ERRORS)
+                      for topic in meta.partitions]
+        told = asyncio.ensure_future(_all(partitions)) if partitions else None
+        if decision is not None:
+            try:
+                await store.written(decision)
+            except BaseException:
+                self._rearm_timeout(store, txn)
+                if told is not None:         # its markers failed with the decision; stop retrying
+                    told.cancel()
+                    await asyncio.gather(told, return_exceptions=True)
+                raise
+        subscriptions = [until_confirmed(
+                             lambda topic=topic, sub=sub: participants.end_txn_on_subscription(
+                                 topic, sub, txn, action, store.low_watermark()),
+                             f"{action.name} of {txn} on subscription {topic}/{sub}", self.backoff,
+                             gone=GONE_ERRORS)
+                         for topic, sub in meta.subscriptions]
+        if subscriptions:
+            await _all(subscriptions)
+        if told is not None:
+            await told
 
     # --- timeouts -------------------------------------------------------------------------
 
@@ -390,6 +409,13 @@ class TransactionCoordinatorService:
     def _check_running(self) -> None:
         if self._state != "running":
             raise ServiceNotReadyError(f"the transaction coordinator service is {self._state}")
+
+
+async def _all(calls: list[Awaitable[Any]]) -> None:
+    if len(calls) == 1:
+        await calls[0]                       # spares gather's task per call in the common case
+    else:
+        await asyncio.gather(*calls)
 
 
 def _stopped(txn: TxnId, ending: _Ending) -> None:

@@ -51,7 +51,10 @@ class JournalingParticipants:
         self.rng = rng
         self.hang_on = hang_on
 
-    async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int) -> None:
+    async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int, *,
+                                   after: asyncio.Future | None = None) -> None:
+        if after is not None:           # a journal outside the coordinator's storage: decision first
+            await asyncio.shield(after)
         await self._handle(topic, txn, action)
 
     async def end_txn_on_subscription(self, topic: str, subscription: str, txn: TxnId, action: TxnAction,

@@ -67,7 +67,10 @@ class RecordingParticipants:
     def calls_for(self, txn: TxnId) -> list[Call]:
         return [call for call in self.calls if call.txn == txn]
 
-    async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int) -> None:
+    async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int, *,
+                                   after: asyncio.Future | None = None) -> None:
+        if after is not None:           # not in the coordinator's storage: wait for the decision
+            await asyncio.shield(after)
         await self._handle(topic, txn, action, low_watermark)
 
     async def end_txn_on_subscription(self, topic: str, subscription: str, txn: TxnId, action: TxnAction,

@@ -124,7 +124,9 @@ async def test_resumed_endings_find_every_coordinator_registered_pulsar_18923(da
     seen = []
 
     class AskingParticipants(RecordingParticipants):
-        async def end_txn_on_partition(self, topic, txn, action, low_watermark):
+        async def end_txn_on_partition(self, topic, txn, action, low_watermark, *, after=None):
+            if after is not None:
+                await asyncio.shield(after)
             try:
                 seen.append([harness.service.get(t).status for t in txns])
             except Exception as exc:

@@ -65,7 +65,9 @@ async def test_the_decision_is_durable_before_any_participant_hears_of_it(harnes
     seen = []
 
     class Inspecting(RecordingParticipants):
-        async def end_txn_on_partition(self, topic, txn, action, low_watermark):
+        async def end_txn_on_partition(self, topic, txn, action, low_watermark, *, after=None):
+            if after is not None:       # a participant outside the coordinator's storage waits for it
+                await asyncio.shield(after)
             with env.read() as rtxn:
                 raw = [records.TxnLogRecord.FromString(v) for k, v in rtxn.cursor(db=env.db("txn_log"))
                        if records.log_sequence(k) != records.HEADER_SEQUENCE]
@@ -367,7 +369,9 @@ async def test_a_final_status_that_cannot_be_written_is_retried(data_dir, partic
     txn = await new_txn(service)
 
     class FailAfterTelling(RecordingParticipants):
-        async def end_txn_on_partition(self, topic, txn, action, low_watermark):
+        async def end_txn_on_partition(self, topic, txn, action, low_watermark, *, after=None):
+            if after is not None:
+                await asyncio.shield(after)
             env.failing = 3
 
     service.participants = FailAfterTelling()

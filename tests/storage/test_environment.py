@@ -1,0 +1,113 @@
+"""Group commit's conditional writes (`StorageEnvironment.depend` / `submit(after=...)`): a
+write that presupposes another is never durable without it, and usually shares its commit."""
+
+import asyncio
+import threading
+
+import pytest
+
+from pyengine.storage import StorageEnvironment, StorageError
+
+
+def put(env: StorageEnvironment, key: bytes, seen: list | None = None):
+    meta = env.db("meta")
+
+    def write(txn):
+        if seen is not None:
+            seen.append((key, txn))         # kept alive: ids of freed objects are reused
+        txn.put(key, b"1", db=meta)
+    return write
+
+
+def stored(env: StorageEnvironment, key: bytes) -> bool:
+    with env.read() as txn:
+        return txn.get(key, db=env.db("meta")) is not None
+
+
+def doomed_write(release: threading.Event):
+    """A write that holds the writer thread until `release`, then fails its whole batch."""
+    def write(txn):
+        release.wait(10)
+        raise RuntimeError("injected write failure")
+    return write
+
+
+async def test_a_conditional_write_shares_the_commit_of_its_condition(env):
+    seen: list = []
+    decision = env.submit(put(env, b"decision", seen))
+    marker = env.submit(put(env, b"marker", seen), after=decision)
+    await asyncio.gather(decision, marker)
+    assert [key for key, _ in seen] == [b"decision", b"marker"]
+    assert seen[0][1] is seen[1][1]                 # one LMDB write transaction
+    assert stored(env, b"decision") and stored(env, b"marker")
+
+
+async def test_a_condition_already_durable_lets_the_write_through(env):
+    decision = env.submit(put(env, b"decision"))
+    await decision
+    await env.submit(put(env, b"marker"), after=decision)
+    assert stored(env, b"marker")
+
+
+async def test_a_write_queued_behind_its_failed_condition_is_never_written(env):
+    release = threading.Event()
+    decision = env.submit(doomed_write(release))
+    await asyncio.sleep(0)                          # the decision's batch is with the writer now
+    seen: list = []
+    marker = env.submit(put(env, b"marker", seen), after=decision)
+    unrelated = env.submit(put(env, b"unrelated"))
+    release.set()
+    with pytest.raises(StorageError, match="injected"):
+        await decision
+    with pytest.raises(StorageError, match="presupposes failed"):
+        await marker
+    await unrelated                                 # the rest of the next batch is written
+    assert seen == [] and not stored(env, b"marker") and stored(env, b"unrelated")
+    await env.submit(put(env, b"later"))            # and the environment goes on
+    assert stored(env, b"later")
+
+
+async def test_depend_makes_a_queued_keyed_write_conditional(env):
+    release = threading.Event()
+    decision = env.submit(doomed_write(release))
+    await asyncio.sleep(0)
+    batch = env.submit(put(env, b"entries"), key=("append", 1))
+    env.depend(("append", 1), decision)
+    release.set()
+    with pytest.raises(StorageError):
+        await decision
+    with pytest.raises(StorageError, match="presupposes"):
+        await batch
+    assert not stored(env, b"entries")
+
+
+async def test_a_condition_from_elsewhere_is_refused_not_trusted(env):
+    foreign = asyncio.get_running_loop().create_future()      # never submitted here
+    with pytest.raises(StorageError, match="never queued"):
+        await env.submit(put(env, b"marker"), after=foreign)
+    assert not stored(env, b"marker")
+
+
+async def test_malformed_conditions_are_clear_errors(env):
+    with pytest.raises(TypeError, match="after must be"):
+        env.submit(put(env, b"x"), after="decision")
+    with pytest.raises(StorageError, match="no queued write"):
+        env.depend(("append", 99), env.submit(put(env, b"y")))
+    with pytest.raises(TypeError, match="after must be"):
+        env.depend(("append", 99), 42)
+    await env.barrier()
+    assert not stored(env, b"x") and stored(env, b"y")
+
+
+async def test_a_lingering_write_waits_one_turn_for_the_writes_of_the_tasks_it_starts(env):
+    async def marker(seen, decision):
+        env.submit(put(env, b"marker", seen), after=decision)
+
+    for linger in (False, True):
+        seen: list = []
+        decision = env.submit(put(env, b"decision", seen), linger=linger)
+        task = asyncio.ensure_future(marker(seen, decision))   # its first step comes a turn later
+        await task
+        await env.barrier()
+        same_commit = seen[0][1] is seen[1][1]
+        assert same_commit is linger, (linger, seen)
