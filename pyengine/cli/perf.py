@@ -40,6 +40,7 @@ from typing import Any
 import uvloop
 from hdrh.histogram import HdrHistogram
 
+from pyengine.cli.gc_tuning import settled_garbage_collector
 from pyengine.client import Client
 from pyengine.client.url import parse_service_url
 from pyengine.errors import InvalidTopicNameError, PulsarError
@@ -766,9 +767,10 @@ async def perf(args: argparse.Namespace) -> dict[str, Any]:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, run.stop.set)
     try:
-        async with Client(args.url, operation_timeout_seconds=args.operation_timeout,
-                          connection_timeout_ms=int(args.operation_timeout * 1000)) as client:
-            extra = await args.measure(client, run)
+        with settled_garbage_collector():
+            async with Client(args.url, operation_timeout_seconds=args.operation_timeout,
+                              connection_timeout_ms=int(args.operation_timeout * 1000)) as client:
+                extra = await args.measure(client, run)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)

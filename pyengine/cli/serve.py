@@ -33,6 +33,7 @@ import uvloop
 
 from pyengine.admin import AdminServer
 from pyengine.broker.service import BrokerConfig, BrokerService
+from pyengine.cli.gc_tuning import settled_garbage_collector
 from pyengine.metadata import MetadataStoreError
 from pyengine.protocol.server import ProtocolServer
 
@@ -148,8 +149,9 @@ async def run_broker(args: argparse.Namespace) -> None:
         service = await start_service(args, components)
         await start_protocol_server(args, service, components, endpoints)
         await start_admin_server(args, service, components, endpoints)
-        announce_ready(args, endpoints)
-        await stop.wait()
+        with settled_garbage_collector():
+            announce_ready(args, endpoints)
+            await stop.wait()
         log.info("stopping")
     log.info("stopped")
 
