@@ -240,6 +240,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          help="consumers on the subscription (more than one: a Shared subscription)")
     consume.add_argument("--initial-position", choices=("latest", "earliest"), default="latest")
     consume.add_argument("--receiver-queue-size", type=positive_int, default=1000)
+    consume.add_argument("--txn", action="store_true",
+                         help="acknowledge in transactions (pulsar-perf consume's -txn) and measure end-txn")
+    consume.add_argument("--messages-per-txn", type=positive_int, default=50,
+                         help="with --txn: acknowledgements per transaction")
+    consume.add_argument("--txn-timeout-ms", type=positive_int, default=60_000, help="with --txn: transaction timeout")
     consume.set_defaults(measure=measure_consume)
 
     txn = modes.add_parser("txn", parents=[common, sending],
@@ -559,13 +564,36 @@ async def measure_produce(client: Client, run: Run) -> dict[str, Any]:
 async def measure_consume(client: Client, run: Run) -> dict[str, Any]:
     args = run.args
     end_to_end = run.latencies["end-to-end"]
+    end_txn = run.latencies.get("end-txn")
     consumer_type = "shared" if args.consumers > 1 else "exclusive"
     consumers = [await client.subscribe(args.topic, args.subscription, consumer_type=consumer_type,
                                         initial_position=args.initial_position,
                                         receiver_queue_size=args.receiver_queue_size)
                  for _ in range(args.consumers)]
+    transactions = 0
+
+    def settled(ack: asyncio.Future[None]) -> None:
+        if not ack.cancelled() and ack.exception() is not None:
+            run.failed(ack.exception())       # (its transaction's commit aborts and raises it too)
+
+    async def commit(txn: Any, acks: list[asyncio.Future[None]]) -> None:
+        nonlocal transactions
+        await asyncio.wait(acks)              # every acknowledgement answered (commit would wait too)
+        started = time.perf_counter()
+        try:
+            await txn.commit()
+        except (PulsarError, TimeoutError) as exc:
+            run.failed(exc)
+            return
+        assert end_txn is not None
+        end_txn.record(time.perf_counter() - started)
+        if run.measuring:
+            transactions += 1
 
     async def consume(consumer: Any) -> None:
+        # With --txn: acknowledgements go out without waiting, as pulsar-perf's acknowledgeAsync
+        # (the transaction waits for them on commit); every `messages_per_txn` one commits.
+        txn, acks = None, []
         while not run.stop.is_set():
             try:
                 message = await consumer.receive(timeout=0.2)
@@ -575,14 +603,30 @@ async def measure_consume(client: Client, run: Run) -> dict[str, Any]:
             end_to_end.record(max(0.0, time.time() - message.publish_time / 1000))
             run.count(1, len(message.data))
             try:
-                await consumer.acknowledge(message)
-            except PulsarError as exc:
+                if not args.txn:
+                    await consumer.acknowledge(message)
+                    continue
+                if txn is None:
+                    txn = await client.new_transaction(timeout_ms=args.txn_timeout_ms)
+                ack = asyncio.ensure_future(consumer.acknowledge(message, txn=txn))
+                ack.add_done_callback(settled)
+                acks.append(ack)
+                if len(acks) == args.messages_per_txn:
+                    await commit(txn, acks)
+                    txn, acks = None, []
+            except (PulsarError, TimeoutError) as exc:
                 run.failed(exc)
+        if txn is not None:                   # what it acknowledged last is committed too
+            await commit(txn, acks)
 
     await asyncio.gather(run.clock(), *(consume(c) for c in consumers))
     for consumer in consumers:
         await consumer.close()
-    return {"consumers": args.consumers, "subscription": args.subscription}
+    extra: dict[str, Any] = {"consumers": args.consumers, "subscription": args.subscription}
+    if args.txn:
+        extra.update(messages_per_txn=args.messages_per_txn, transactions=transactions,
+                     txns_per_s=round(transactions / run.elapsed(), 1))
+    return extra
 
 
 class Visibility:
@@ -756,12 +800,13 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
     return extra
 
 
-LATENCIES = {"produce": ("publish",), "consume": ("end-to-end",),
+LATENCIES = {"produce": ("publish",), "consume": ("end-to-end", "end-txn"),
              "txn": ("publish", "end-txn", "commit-to-visible")}
 
 
 async def perf(args: argparse.Namespace) -> dict[str, Any]:
-    names = [n for n in LATENCIES[args.mode] if n != "commit-to-visible" or args.visibility]
+    names = [n for n in LATENCIES[args.mode]
+             if (n != "commit-to-visible" or args.visibility) and (n != "end-txn" or args.mode != "consume" or args.txn)]
     run = Run(args, {name: Latency(name) for name in names})
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

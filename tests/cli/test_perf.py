@@ -87,6 +87,34 @@ def test_consume_receives_what_was_produced(broker, capsys):
     assert consumed["latency_ms"]["end-to-end"]["count"] == consumed["messages"]
 
 
+def test_consume_with_txn_acknowledges_in_transactions_and_commits_them(broker, capsys):
+    topic = "persistent://public/default/perf-consume-txn"
+    code, produced, err = perf(capsys, "produce", topic, "--url", broker.url, "--messages", "230", "--duration", "0",
+                               "--quiet")
+    assert code == 0 and produced["messages"] == 230, err
+    code, consumed, err = perf(capsys, "consume", topic, "--url", broker.url, "--initial-position", "earliest",
+                               "--subscription", "txn-sub", "--txn", "--messages-per-txn", "50",
+                               "--messages", "230", "--duration", "20", "--quiet")
+    assert code == 0 and consumed["errors"] == 0, (err, consumed)
+    assert consumed["messages"] == 230 and consumed["messages_per_txn"] == 50
+    assert consumed["transactions"] == 5                                # 4 full ones, then the last 30
+    assert consumed["latency_ms"]["end-txn"]["count"] == 5
+    # Every acknowledgement was committed: the subscription has nothing left.
+    url = f"{broker.http_url}/admin/v2/persistent/public/default/perf-consume-txn/stats"
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        stats = json.loads(reply.read())
+    assert stats["subscriptions"]["txn-sub"]["msgBacklog"] == 0, stats["subscriptions"]["txn-sub"]
+
+
+def test_consume_without_txn_reports_no_end_txn(broker, capsys):
+    topic = "persistent://public/default/perf-consume-plain"
+    perf(capsys, "produce", topic, "--url", broker.url, "--messages", "20", "--duration", "0", "--quiet")
+    code, consumed, err = perf(capsys, "consume", topic, "--url", broker.url, "--initial-position", "earliest",
+                               "--messages", "20", "--duration", "20", "--quiet")
+    assert code == 0, err
+    assert set(consumed["latency_ms"]) == {"end-to-end"} and "transactions" not in consumed
+
+
 def test_txn_measures_end_txn_and_commit_to_visible(broker, capsys, tmp_path):
     plot = tmp_path / "txn.png"
     code, result, err = perf(capsys, "txn", "persistent://public/default/perf-txn", "--url", broker.url,
@@ -141,6 +169,8 @@ def test_an_unreachable_broker_is_a_clear_failure(capsys, unused_tcp_port):
     (["txn", "--messages-per-txn", "0"], "--messages-per-txn: expected a whole number >= 1"),
     (["consume", "--rate", "10"], "unrecognized arguments: --rate"),
     (["consume", "--consumers", "-2"], "--consumers: expected a whole number >= 1"),
+    (["consume", "--txn", "--messages-per-txn", "0"], "--messages-per-txn: expected a whole number >= 1"),
+    (["produce", "--txn"], "unrecognized arguments: --txn"),
     (["fly"], "invalid choice: 'fly'"),
     ([], "required: MODE"),
 ])
