@@ -48,7 +48,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pyengine.broker.transactions import default_transaction_version
 from pyengine.metadata.keys import index_range
 from pyengine.metadata.lmdb_store import LmdbKV
 from pyengine.metadata.local import current_revision, read_index, read_record
@@ -251,7 +250,9 @@ class Snapshot:
         topic = TopicName.parse(name)
         raw = self._txn.get(f"/admin/namespaces/{topic.namespace_name}".encode(), db=self._metadata_db)
         override = json.loads(raw).get("transaction_version") if raw is not None else None
-        return override or default_transaction_version(topic)
+        # The domain's default is pyengine.broker.transactions.default_transaction_version's
+        # rule, not imported: that would load the whole broker into every Spark worker.
+        return override or (5 if topic.is_segment else 4)
 
     def topic_state(self, info: TopicInfo) -> TopicState:
         if self.transaction_version(info.name) == 4:

@@ -2,7 +2,7 @@
 
 The data dir comes from a randomized transactional workload (tests/spark/workload.py):
 commits, aborts, timeouts, batches, transactions spanning topics, small ledgers, and a
-transaction still open at the end.
+transaction still open at the end, in both transaction designs (v4 persistent://, v5 segment://).
 """
 
 from __future__ import annotations
@@ -10,12 +10,17 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 import spark_udfs
-from tests.spark.workload import ALL_TOPICS, SCALABLE, SEGMENTS, TOPICS, Workload
+from pyengine.storage.errors import StorageError
+from spark_udfs.options import OptionError
+from spark_udfs.source import PyengineDataSource
+from tests.spark.workload import ALL_TOPICS, SCALABLE, SEGMENTS, TOPICS, Workload, read_directly
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 ORDER = ("topic", "ledger_id", "entry_id", "batch_index")
@@ -30,10 +35,10 @@ def _ms(value: dt.datetime | None) -> int | None:
 
 
 def rows_of(df) -> list[dict]:
-    """The DataFrame's rows as the consumer rows of tests/spark/workload.py (plus the
-    transaction columns), in position order."""
+    """The DataFrame's (or Arrow table's) rows as the consumer rows of tests/spark/workload.py
+    (plus the transaction columns), in position order."""
     rows = []
-    for row in df.toArrow().to_pylist():
+    for row in (df if isinstance(df, pa.Table) else df.toArrow()).to_pylist():
         row["publish_time"] = _ms(row["publish_time"])
         row["event_time"] = _ms(row["event_time"])
         row["properties"] = dict(row["properties"])
@@ -49,9 +54,19 @@ def expected(workload: Workload) -> list[dict]:
     return sorted(workload.delivered, key=lambda r: tuple(r[c] for c in ORDER))
 
 
-def test_read_committed_equals_the_brokers_consumer_row_for_row(spark, workload):
-    df = spark.read.format("pyengine").load(str(workload.data_dir))
-    got = rows_of(df)
+# Each whole-data-dir read once for the module (a Spark query costs about a second).
+@pytest.fixture(scope="module")
+def committed(spark, workload) -> list[dict]:
+    return rows_of(spark.read.format("pyengine").load(str(workload.data_dir)))
+
+
+@pytest.fixture(scope="module")
+def uncommitted(spark, workload) -> list[dict]:
+    return rows_of(spark.read.format("pyengine").option("isolation", "read_uncommitted").load(str(workload.data_dir)))
+
+
+def test_read_committed_equals_the_brokers_consumer_row_for_row(committed, workload):
+    got = committed
     assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in got] == expected(workload)
     # The workload's outcome agrees: nothing of aborted or open transactions, no markers.
     for row in got:
@@ -68,11 +83,10 @@ def test_read_committed_equals_the_brokers_consumer_row_for_row(spark, workload)
     assert any(r["batch_index"] > 0 for r in got) and any(r["ledger_id"] != got[0]["ledger_id"] for r in got)
 
 
-def test_read_uncommitted_has_every_message_and_markers_on_request(spark, workload):
-    base = spark.read.format("pyengine").option("isolation", "read_uncommitted")
-    rows = rows_of(base.load(str(workload.data_dir)))
-    assert sorted(int(r["value"]) for r in rows) == sorted(workload.labels)
-    with_markers = rows_of(base.option("includeMarkers", "true").load(str(workload.data_dir)))
+def test_read_uncommitted_has_every_message_and_markers_on_request(workload, uncommitted):
+    assert sorted(int(r["value"]) for r in uncommitted) == sorted(workload.labels)
+    # (Through Spark, includeMarkers is what `pyengine pipeline export` reads with.)
+    with_markers = rows_of(read_directly(workload.data_dir, isolation="read_uncommitted", includeMarkers="true"))
     markers = [r for r in with_markers if r["is_marker"]]
     assert len(markers) == workload.markers
     assert all(r["txnid_most"] is not None and workload.outcome[(r["txnid_most"], r["txnid_least"])] != "open"
@@ -105,10 +119,11 @@ def test_committed_filter_rejects_rows_of_topics_it_has_no_state_for(spark, work
 def test_topics_positions_and_pushed_filters(spark, workload):
     path = str(workload.data_dir)
     everything = expected(workload)
-    # A namespace, a glob, a list.
+    # A namespace, a glob, a list (the source's reader itself), a scalable topic (through Spark).
     for option, topics in [("acme/sales", {TOPICS[2]}), ("persistent://public/default/pay*", {TOPICS[1]}),
                            (f"{TOPICS[0]},{TOPICS[2]}", {TOPICS[0], TOPICS[2]}), (SCALABLE, set(SEGMENTS))]:
-        rows = rows_of(spark_udfs.read(spark, path, topics=option))
+        rows = rows_of(spark_udfs.read(spark, path, topics=option) if option == SCALABLE
+                       else read_directly(workload.data_dir, topics=option))
         assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in rows] == [r for r in everything if r["topic"] in topics]
     # Pushed comparisons are honoured by the source (Spark does not re-apply them).
     orders = [r for r in everything if r["topic"] == TOPICS[0]]
@@ -126,11 +141,11 @@ def test_topics_positions_and_pushed_filters(spark, workload):
                                         if r["entry_id"] != 3 and (r["ledger_id"] == ledger or r["key"] is None))
     # Start and end positions, inclusive; per topic as JSON.
     start, end = orders[3], orders[-3]
-    window = rows_of(spark_udfs.read(spark, path, topics=TOPICS[0], startPosition=f"{start['ledger_id']}:"
-                                     f"{start['entry_id']}", endPosition=f"{end['ledger_id']}:{end['entry_id']}"))
+    window = rows_of(read_directly(workload.data_dir, topics=TOPICS[0], startPosition=f"{start['ledger_id']}:"
+                                   f"{start['entry_id']}", endPosition=f"{end['ledger_id']}:{end['entry_id']}"))
     key = lambda r: (r["ledger_id"], r["entry_id"])  # noqa: E731
     assert [r["value"] for r in window] == [r["value"] for r in orders if key(start) <= key(r) <= key(end)]
-    per_topic = rows_of(spark_udfs.read(spark, path, startPosition=f'{{"{TOPICS[0]}": "latest"}}'))
+    per_topic = rows_of(read_directly(workload.data_dir, startPosition=f'{{"{TOPICS[0]}": "latest"}}'))
     assert [r for r in per_topic if r["topic"] == TOPICS[0]] == []
     assert len(per_topic) == len(everything) - len(orders)
 
@@ -149,30 +164,37 @@ def test_topics_positions_and_pushed_filters(spark, workload):
     ({"maxPartitionEntries": "lots"}, "maxPartitionEntries must be a positive integer"),
     ({"tpoics": "x"}, "unknown option"),
 ])
-def test_malformed_options_fail_with_a_clear_error(spark, workload, options, message):
-    reader = spark.read.format("pyengine")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    with pytest.raises(PySparkException, match=message):
-        reader.load(str(workload.data_dir)).count()
+def test_malformed_options_fail_with_a_clear_error(workload, options, message):
+    """What Spark calls when it plans a read (schema(), then reader()), without a Spark query:
+    the two tests below show such errors reach Spark's caller."""
+    with pytest.raises((OptionError, StorageError), match=message):
+        source = PyengineDataSource({"path": str(workload.data_dir), **options})
+        source.reader(source.schema())
+
+
+def test_option_errors_reach_the_spark_caller(spark, workload):
+    for options, message in [({"isolation": "serializable"}, "isolation must be one of"),      # at schema()
+                             ({"topics": "public/default/zz*"}, "no stored topic matches")]:   # at reader()
+        reader = spark.read.format("pyengine")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        with pytest.raises(PySparkException, match=message):
+            reader.load(str(workload.data_dir)).count()
 
 
 def test_a_missing_data_dir_or_a_schema_is_refused(spark, tmp_path):
-    with pytest.raises(PySparkException, match="needs the broker's data dir"):
-        spark.read.format("pyengine").load().count()
     with pytest.raises(PySparkException, match=str(tmp_path / "nowhere")):
         spark.read.format("pyengine").load(str(tmp_path / "nowhere")).count()
-    with pytest.raises(PySparkException, match="fixed schema"):
-        spark.read.format("pyengine").schema("topic string").load(str(tmp_path)).count()
+    with pytest.raises(OptionError, match="needs the broker's data dir"):
+        PyengineDataSource({}).schema()
+    with pytest.raises(OptionError, match="fixed schema"):
+        PyengineDataSource({"path": str(tmp_path)}).reader(StructType([StructField("topic", StringType())]))
 
 
-def test_nothing_after_an_open_transaction_is_visible(spark, workload):
+def test_nothing_after_an_open_transaction_is_visible(workload, committed, uncommitted):
     """The workload ends with an open transaction's message and a plain message behind it, in
     each design (v4 on a persistent:// topic, v5 on a segment:// topic)."""
     last_four = sorted(workload.labels)[-4:]
     assert {workload.labels[label][0] for label in last_four} == {TOPICS[0], SEGMENTS[0]}
-    rows = rows_of(spark.read.format("pyengine").load(str(workload.data_dir)))
-    assert not {int(r["value"]) for r in rows} & set(last_four)
-    uncommitted = rows_of(spark.read.format("pyengine").option("isolation", "read_uncommitted")
-                          .load(str(workload.data_dir)))
+    assert not {int(r["value"]) for r in committed} & set(last_four)
     assert set(last_four) <= {int(r["value"]) for r in uncommitted}

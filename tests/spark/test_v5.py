@@ -26,10 +26,10 @@ from pyengine.transaction import TxnAction
 from pyengine.transaction.coordinator.metadata_coordinator import MetadataTransactionCoordinator
 from pyengine.transaction.coordinator.metadata_records import OpRecord, op_prefix, txn_key
 from pyengine_kernels import Position
-from spark_udfs.options import OptionError, parse_options, resolve_topics
-from spark_udfs.source import PyengineReader
+from spark_udfs.options import OptionError, resolve_topics
 from spark_udfs.state import MetadataBackendError, capture_state
 from tests.metadata.conftest import etcd_server  # noqa: F401  (fixture)
+from tests.spark.workload import read_directly
 
 SEGMENT = "segment://public/default/late/0000-ffff-0"
 V5_PERSISTENT = "persistent://acme/v5/orders"        # v5 by its namespace's policy
@@ -37,18 +37,14 @@ V5_PERSISTENT = "persistent://acme/v5/orders"        # v5 by its namespace's pol
 
 def source_rows(data_dir, **options) -> list[tuple[str, Position, bytes]]:
     """What `spark.read.format("pyengine")` returns, read by the source's reader itself."""
-    reader = PyengineReader(parse_options({"path": str(data_dir), **options}))
-    rows = []
-    for partition in reader.partitions():
-        for batch in reader.read(partition):
-            rows += [(r["topic"], Position(r["ledger_id"], r["entry_id"]), r["value"]) for r in batch.to_pylist()]
-    return sorted(rows)
+    return sorted((r["topic"], Position(r["ledger_id"], r["entry_id"]), r["value"])
+                  for r in read_directly(data_dir, **options).to_pylist())
 
 
 async def consumer_rows(broker, topics) -> list[tuple[str, Position, bytes]]:
-    rows = []
-    for topic in topics:
+    async def consume(topic: str) -> list:
         reader = await broker.create_reader(topic, MessageId.earliest)
+        rows = []
         while True:
             try:
                 message = await reader.receive(timeout=0.3)
@@ -56,7 +52,9 @@ async def consumer_rows(broker, topics) -> list[tuple[str, Position, bytes]]:
                 break
             rows.append((topic, Position(message.message_id.ledger_id, message.message_id.entry_id), message.data))
         await reader.close()
-    return sorted(rows)
+        return rows
+
+    return sorted(row for rows in await asyncio.gather(*map(consume, topics)) for row in rows)
 
 
 async def write(data_dir) -> dict[str, object]:
