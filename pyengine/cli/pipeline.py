@@ -10,6 +10,8 @@ state captured once here and broadcast. The read is bounded by the positions of 
 capture, so state and rows agree even while the broker appends. Shows a progress bar (Spark
 tasks done) on stderr and prints the counts: rows read, committed rows written, and the rows
 dropped as aborted, uncommitted (open transactions and what waits behind them) or markers.
+`--format delta` writes a Delta table when Delta Lake's jars are on Spark's classpath, and
+otherwise stops before reading anything, saying what is missing.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from pathlib import Path
 
 from pyengine.storage.errors import StorageError
 
-FORMATS = ("parquet",)
+FORMATS = ("parquet", "delta")
+DELTA_SOURCE = "org.apache.spark.sql.delta.sources.DeltaDataSource"      # Delta's `delta` format
+DELTA_NEEDS = (
+    "--format delta needs Delta Lake's JVM jars on Spark's classpath (io.delta:delta-spark_2.13 and "
+    "io.delta:delta-storage, the release built for this Spark), and this Spark has no 'delta' data source: "
+    "set PYSPARK_SUBMIT_ARGS='--packages io.delta:delta-spark_2.13:VERSION pyspark-shell' (downloads them "
+    "from Maven Central) or '--jars /path/delta-spark.jar,/path/delta-storage.jar pyspark-shell', or copy "
+    "the jars into pyspark's jars directory. --format parquet needs nothing more")
 MODES = ("error", "overwrite", "append")
 
 
@@ -34,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--topics", default=None,
                    help="comma-separated topics, namespaces (tenant/ns) or globs; default: every topic")
     e.add_argument("--out", type=Path, required=True, help="output directory")
-    e.add_argument("--format", choices=FORMATS, default="parquet")
+    e.add_argument("--format", choices=FORMATS, default="parquet",
+                   help="parquet, or delta (needs Delta Lake's jars on Spark's classpath)")
     e.add_argument("--master", default="local[*]", help="Spark master (local[*], spark://host:7077, yarn, ...)")
     e.add_argument("--isolation", choices=("read_committed", "read_uncommitted"), default="read_committed")
     e.add_argument("--mode", choices=MODES, default="error",
@@ -84,6 +94,8 @@ def export(args: argparse.Namespace) -> int:
     spark = spark_udfs.session(args.master, app_name="pyengine-pipeline-export",
                                conf={"spark.ui.showConsoleProgress": "false"})
     try:
+        if args.format == "delta" and not spark._jvm.org.apache.spark.util.Utils.classIsLoadable(DELTA_SOURCE):
+            raise SystemExit(f"pyengine pipeline export: {DELTA_NEEDS}")      # before anything is read
         context = spark.sparkContext
         counts = {name: context.accumulator(0) for name in COUNTS}
         raw = spark_udfs.read(spark, str(args.data_dir), topics=names, isolation="read_uncommitted",

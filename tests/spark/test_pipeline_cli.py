@@ -57,6 +57,13 @@ def test_export_read_uncommitted_of_one_namespace_with_the_text_report(spark, wo
     assert pq.read_table(out).num_rows == sum(1 for r in workload.delivered if r["topic"] == TOPICS[2])
 
 
+def test_export_as_delta_without_its_jars_says_what_is_needed(spark, workload, tmp_path):
+    """This machine has no Delta Lake jars (they come from Maven Central, out of reach here)."""
+    with pytest.raises(SystemExit, match="--format delta needs Delta Lake's JVM jars on Spark's classpath"):
+        _export(workload, tmp_path / "delta", "--format", "delta", "--no-progress")
+    assert not (tmp_path / "delta").exists()
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--topics", "public/default/nope*"], "no stored topic matches"),
     (["--topics", "persistent://public/default/ghost"], "unknown topic"),
