@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyengine.storage import (
     ManagedLedger,
@@ -89,6 +91,32 @@ async def test_lac_moves_only_after_the_commit_is_durable(env):
     assert ml.read_entries(ml.first_position(), 10) == []
     position = await future
     assert ml.lac == position
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=st.lists(st.lists(st.binary(min_size=0, max_size=300), max_size=12), min_size=1, max_size=6),
+       max_entries=st.integers(1, 9), max_bytes=st.integers(64, 1500))
+def test_append_batch_lays_entries_out_as_single_appends_would(tmp_path_factory, batches, max_entries, max_bytes):
+    """The batch path (one loop per ledger's worth of entries) rolls ledgers over by count and
+    by size exactly where appending the same entries one by one would."""
+    config = ManagedLedgerConfig(max_entries_per_ledger=max_entries, max_ledger_bytes=max_bytes)
+
+    async def layout(batched: bool):
+        env = StorageEnvironment(tmp_path_factory.mktemp("layout"))
+        try:
+            ml = await ManagedLedger.open(env, TOPIC, config)
+            positions = []
+            for batch in batches:
+                if batched:
+                    positions += await ml.append_batch(batch)
+                else:
+                    positions += [await ml.append(data) for data in batch]
+            stored = [(e.position, e.data) for e in ml.read_entries(ml.first_position(), 1000)] if positions else []
+            return positions, stored, [(i.ledger_id, i.entries, i.size) for i in ml.ledgers.values()]
+        finally:
+            env.close()
+
+    assert asyncio.run(layout(True)) == asyncio.run(layout(False))
 
 
 async def test_ledgers_roll_over_by_entry_count(env):
