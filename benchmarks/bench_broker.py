@@ -92,21 +92,27 @@ timer in the client, on this VM while it was shared):
   us of client CPU per message), perf's receipt handling (a reaper instead of a callback per
   message: 12 -> 9 us), one-pass percentiles; transactional sends held for ADD_PARTITION_TO_TXN
   in order by one task and settled by their own receipts (20 -> 14 us per message).
-- A transaction of 100 messages is four durable steps one after another: NEW_TXN (coordinator
-  log record), ADD_PARTITION_TO_TXN (log record) before its first send, the sends (entries),
-  END_TXN (decision record, then the commit marker on the partition; answered after the
-  marker). Every step is a group commit through the storage's single LMDB writer thread, with
-  at most one commit in flight, so a step waits for up to two commit cycles (queue hop to the
-  writer, write, fsync, wake-up of the event loop), and every hop waits for a core when the
-  machine is busy. Phase timer, 1 transaction stream: NEW_TXN 1.8 ms, ADD_PARTITION + sends
-  7.2 ms, END_TXN 3.5 ms (p50); 10 streams: 11.9 / 32.3 / 22.3 ms. The broker's CPU per
-  transactional message is 2.5-3.5x the plain one: ~1.3 ms per transaction of 100 (0.8 ms
-  user: coordinator log records, the buffer's bookkeeping, the marker, tasks; 0.5 ms kernel:
-  the extra group commits), and the load generator's 1.7x (14-15 vs 8.5-9 us: the
-  transaction's three requests and held sends), so even CPU-bound the ratio is ~0.5
-  (`txn_vs_plain_cpu_100`). What would cut end-txn: the decision record and the markers in
-  one group commit (one LMDB transaction keeps them atomic), and a writer that writes commit
-  N+1 while commit N syncs. Neither is done (storage and coordinator are outside this suite).
+- A transaction of 100 messages is, over the wire, four durable steps one after another:
+  NEW_TXN (coordinator log record), ADD_PARTITION_TO_TXN (log record; the client holds the
+  sends until it is answered, as Pulsar's clients do), the sends (entries), END_TXN (the
+  decision record and the commit marker, now written by one group commit: the marker is a
+  conditional write that cannot be durable without its decision; before, END_TXN waited for
+  two commits in a row). Every step is a group commit through the storage's single LMDB writer
+  thread, with at most one commit in flight, so a step waits for up to two commit cycles
+  (queue hop to the writer, write, fsync, wake-up of the event loop). In the max-rate
+  transactional run neither side is CPU-bound (load generator ~60% of a core, broker less):
+  10 producers with one transaction in flight each are latency-bound, a cycle being
+  NEW_TXN + ADD_PARTITION + sends while the previous END_TXN overlaps. The CPU per
+  transactional message is still ~1.7-2x the plain one on both sides
+  (`txn_vs_plain_cpu_100`). Not done: answering NEW_TXN / ADD_PARTITION_TO_TXN before their
+  records are durable (PIP-31 logs them first), and a writer that writes commit N+1 while
+  commit N syncs (LMDB allows it only without its own fsync ordering: not crash-safe).
+- Paced runs (`--rate`) space every message, as pulsar-perf's rate limiter does, and paced
+  transactional producers start spread over one transaction's time: with a burst per
+  transaction and pacers started together, all producers committed at the same instants and
+  the half-rate END_TXN figure measured those synchronized bursts. `serve` and `perf` freeze
+  their start-up objects and collect the young generation every 50,000 allocations (default
+  700) while they run.
 - `commit_to_visible` is small because the dispatcher delivers the committed entries as soon
   as the marker is durable, before the END_TXN response reaches the client: most
   transactions are visible before their commit is acknowledged.

@@ -37,26 +37,31 @@ NOTES = """
 Publish: 10 concurrent tasks, 1 KiB messages, fsync on; plain tasks send groups of 100 and wait
 for them, transactional tasks send 100 per transaction and commit (same messages in flight).
 A transactional send shares its group commit with the ADD_PARTITION record (one LMDB
-transaction), and END_TXN answers once the markers are durable, so a transaction of 100
-messages costs three extra commits (NEW, decision, marker) shared by every task in the same
-phase. What remains is CPU: per transaction ~0.3 ms of coordinator and buffer work in Python
-(records, tasks, the marker), per message ~2-3 us of txn bookkeeping, and the idle gaps while
-all tasks wait for the same decision/marker commit. `txn_publish_ratio_100` measured between
-0.57 and 0.84 over ten runs on this VM (plain runs alone vary by ~20% between runs, with the
-disk's fsync time); a typical run is ~0.7: the 0.8 target is NOT reliably met. Each task waits
-for four durable steps in a row per transaction (NEW, the sends with ADD_PARTITION, decision,
-markers) against one for a plain group, so the fsync latency of the shared disk shows up
-three more times; writing the decision and the markers in one LMDB transaction would remove
-one of them.
+transaction), and END_TXN writes the coordinator's decision and the commit marker in one group
+commit (the marker is a conditional write: never durable without the decision), so each task
+waits for three durable steps per transaction (NEW, the sends, the decision with its marker)
+against one per plain group; the terminal record is written after the answer. The run is
+CPU-bound (process CPU ~= wall time): plain ~23-29 us of process CPU per message (both threads,
+kernel included), transactional ~35-37 us; CPython's collector takes 15-20% of either (the
+embedding application owns the collector: the benchmark leaves it at its defaults). The extra
+~1 ms per transaction of 100 is coordinator records, the buffer's bookkeeping, the marker and
+~35 more event-loop callbacks per transaction, and the extra commits' kernel time.
+`txn_publish_ratio_100` measured 0.51-0.84 over this session's runs (plain runs alone vary by
+~20% with the disk's fsync time and the other work on the machine): the 0.8 target is NOT
+reliably met; merging the decision and marker commits cut in-process END_TXN of a one-message
+transaction from 1.3-1.6 ms to 1.05 ms (p50) but did not move this ratio measurably.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
 
 Appends: 8 tasks each append 500 entries at a time (one `append_batch`) and wait for them;
 the baseline writes the same prepared items with one `putmulti(append=True)` and one commit.
-`append_vs_lmdb_putmulti` moved between 0.39 and 0.63 over five runs in one session (0.52-0.56
-in an earlier one): both sides end in the same fsync, whose time on this VM's disk varies run to
-run, and ours adds the event-loop hops of 8 appenders and 40 group commits.
+Where ours goes (100k entries, one run): the writer thread ~0.09 s in putmulti and ~0.19-0.27 s
+in 27 commits (write + fsync), the event loop ~0.16 s encoding and keying entries (0.22 s before
+`append_batch` added the entries that fit a ledger in one loop); what the two threads cannot
+overlap (the GIL while putmulti runs, the hand-offs between loop and writer) is the rest. The
+baseline is one 100 MB putmulti and one fsync. `append_vs_lmdb_putmulti` moved between 0.34
+and 0.63 over runs in three sessions, with the disk and the machine's other load.
 """
 
 
