@@ -44,6 +44,7 @@ FORMAT_VERSION = 1
 DEFAULT_MAP_SIZE = 64 << 30     # address space only: the file grows as data is written
 
 WriteFn = Callable[[lmdb.Transaction], Any]
+LAZY_WRITE_DELAY_S = 0.01      # a lazy write waits at most this long for a commit to join
 _COUNTER = struct.Struct(">q")
 
 
@@ -71,12 +72,13 @@ class StorageEnvironment:
         self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in DATABASES}
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyengine-lmdb-writer")
         self._loop: asyncio.AbstractEventLoop | None = None
-        # key -> [write fn, futures, on_seal, futures it is conditional on]; insertion order is
-        # write order.
+        # key -> [write fn, futures, on_seal, futures it is conditional on, asks for a commit];
+        # insertion order is write order.
         self._pending: dict[object, list[Any]] = {}
         self._flush_scheduled = False
         self._flushing = False
         self._linger = False
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._counters: dict[bytes, int] = {}
         if not readonly:
@@ -101,7 +103,8 @@ class StorageEnvironment:
 
     def submit(self, write: WriteFn | None, *, key: object = None,
                on_seal: Callable[[], None] | None = None,
-               after: asyncio.Future[Any] | None = None, linger: bool = False) -> asyncio.Future[Any]:
+               after: asyncio.Future[Any] | None = None, linger: bool = False,
+               lazy: bool = False) -> asyncio.Future[Any]:
         """Queue `write` for the next group commit; the future resolves with its return value
         once the commit is durable, or fails with a StorageError (the whole batch then failed).
 
@@ -112,6 +115,9 @@ class StorageEnvironment:
         resolves when everything submitted before it is durable. `after`: see `depend`.
         `linger`: the batch is sealed one event-loop turn later than it would be, so that the
         writes of tasks this one starts (a decision's commit markers) can join its commit.
+        `lazy`: the write asks for no commit of its own: it joins the next one, or is written
+        after LAZY_WRITE_DELAY_S (records nobody waits for, which would otherwise take a
+        commit cycle that the next awaited write has to queue behind).
         """
         self._check_open()
         if after is not None:
@@ -120,17 +126,23 @@ class StorageEnvironment:
         future = loop.create_future()
         slot = self._pending.pop(key, None) if key is not None else None
         if slot is None:
-            slot = [write, [future], on_seal, []]
+            slot = [write, [future], on_seal, [], not lazy]
         else:
             slot[0] = write
             slot[1].append(future)
             slot[2] = on_seal
+            slot[4] = slot[4] or not lazy
         if after is not None:
             slot[3].append(after)
         if linger:
             self._linger = True
         self._pending[key if key is not None else object()] = slot
-        if not self._flush_scheduled and not self._flushing:
+        if self._flush_scheduled or self._flushing:
+            pass
+        elif lazy:
+            if self._lazy_timer is None:
+                self._lazy_timer = loop.call_later(LAZY_WRITE_DELAY_S, self._flush_lazy)
+        else:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         return future
@@ -204,9 +216,12 @@ class StorageEnvironment:
         self._flush_scheduled = False
         if self._flushing or not self._pending or self._closed:
             return
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
         batch = list(self._pending.values())
         self._pending = {}
-        for _write, _futures, on_seal, _after in batch:
+        for _write, _futures, on_seal, _after, _eager in batch:
             if on_seal is not None:
                 on_seal()
         if any(slot[3] for slot in batch):
@@ -257,16 +272,24 @@ class StorageEnvironment:
             error = done.exception()
         if error is not None:
             failure = _storage_error(error)
-            for _write, futures, _on_seal, _after in batch:
+            for _write, futures, _on_seal, _after, _eager in batch:
                 for future in futures:
                     if not future.done():
                         future.set_exception(failure)
         else:
-            for (_write, futures, _on_seal, _after), result in zip(batch, done.result()):
+            for (_write, futures, _on_seal, _after, _eager), result in zip(batch, done.result()):
                 for future in futures:
                     if not future.done():
                         future.set_result(result)
         if self._pending and not self._flush_scheduled:
+            if any(slot[4] for slot in self._pending.values()):
+                self._flush()
+            elif self._lazy_timer is None and self._loop is not None:
+                self._lazy_timer = self._loop.call_later(LAZY_WRITE_DELAY_S, self._flush_lazy)
+
+    def _flush_lazy(self) -> None:
+        self._lazy_timer = None
+        if not self._flush_scheduled and not self._flushing:
             self._flush()
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -282,9 +305,12 @@ class StorageEnvironment:
         if self._closed:
             return
         self._closed = True
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
         self._executor.shutdown(wait=True)
         pending, self._pending = self._pending, {}
-        for _write, futures, _on_seal, _after in pending.values():
+        for _write, futures, _on_seal, _after, _eager in pending.values():
             for future in futures:
                 if not future.done():
                     future.set_exception(LedgerClosedError("the storage environment was closed before this write"))

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pyengine.storage import StorageEnvironment, StorageError
+from pyengine.storage import LedgerClosedError, StorageEnvironment, StorageError, environment
 
 
 def put(env: StorageEnvironment, key: bytes, seen: list | None = None):
@@ -111,3 +111,52 @@ async def test_a_lingering_write_waits_one_turn_for_the_writes_of_the_tasks_it_s
         await env.barrier()
         same_commit = seen[0][1] is seen[1][1]
         assert same_commit is linger, (linger, seen)
+
+
+async def test_a_lazy_write_joins_the_next_commit(env, monkeypatch):
+    monkeypatch.setattr(environment, "LAZY_WRITE_DELAY_S", 30.0)      # no timer in this test
+    seen: list = []
+    lazy = env.submit(put(env, b"trim-record", seen), lazy=True)
+    await asyncio.sleep(0)
+    assert not lazy.done() and seen == []           # it asked for no commit of its own
+    await env.submit(put(env, b"decision", seen))
+    assert lazy.done() and [key for key, _ in seen] == [b"trim-record", b"decision"]
+    assert seen[0][1] is seen[1][1]
+
+
+async def test_a_lazy_write_alone_is_written_after_a_short_delay(env):
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await env.submit(put(env, b"trim-record"), lazy=True)
+    assert loop.time() - started >= environment.LAZY_WRITE_DELAY_S * 0.9 and stored(env, b"trim-record")
+
+
+async def test_a_lazy_write_queued_behind_a_commit_does_not_take_the_next_one_alone(env, monkeypatch):
+    monkeypatch.setattr(environment, "LAZY_WRITE_DELAY_S", 30.0)
+    release = threading.Event()
+    meta = env.db("meta")
+    seen: list = []
+
+    def slow(txn):
+        release.wait(10)
+        txn.put(b"slow", b"1", db=meta)
+
+    first = env.submit(slow)
+    await asyncio.sleep(0)                          # in flight
+    lazy = env.submit(put(env, b"trim-record", seen), lazy=True)
+    release.set()
+    await first
+    eager = env.submit(put(env, b"next", seen))     # still in time to share the lazy one's commit
+    await asyncio.gather(lazy, eager)
+    assert seen[0][1] is seen[1][1]
+
+
+async def test_drain_writes_lazy_writes_and_close_refuses_them(tmp_path):
+    env = StorageEnvironment(tmp_path / "a")
+    kept = env.submit(put(env, b"kept"), lazy=True)
+    await env.drain()
+    assert kept.done() and stored(env, b"kept")
+    lost = env.submit(put(env, b"lost"), lazy=True)
+    env.close()
+    with pytest.raises(LedgerClosedError):
+        await lost

@@ -457,7 +457,10 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
                 self._live[sequence] = state
                 heapq.heappush(self._live_heap, sequence)
 
-        future = self._submit(write, undo)
+        # The terminal record only lets the log be trimmed (a crash before it lands resumes the
+        # ending, which is idempotent): it joins the next group commit instead of taking one of
+        # its own, which the txns opened next would have to queue behind.
+        future = self._submit(write, undo, lazy=True)
         self._finishing[sequence] = future
         future.add_done_callback(lambda _: self._finishing.pop(sequence, None))
         await self._await_write(future)
@@ -465,9 +468,9 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _submit(self, write: Callable[[lmdb.Transaction], Any],
-                undo: Callable[[], None] | None = None, *, linger: bool = False) -> asyncio.Future[Any]:
-        future = self._env.submit(write, linger=linger)
+    def _submit(self, write: Callable[[lmdb.Transaction], Any], undo: Callable[[], None] | None = None, *,
+                linger: bool = False, lazy: bool = False) -> asyncio.Future[Any]:
+        future = self._env.submit(write, linger=linger, lazy=lazy)
         self._in_flight.add(future)
         future.add_done_callback(self._in_flight.discard)
         if undo is not None:
