@@ -340,25 +340,30 @@ class TransactionCoordinatorService:
                           f"{action.name} of {txn} on partition {topic}", self.backoff, gone=GONE_ERRORS)
                       for topic in meta.partitions]
         told = asyncio.ensure_future(_all(partitions)) if partitions else None
-        if decision is not None:
-            try:
-                await store.written(decision)
-            except BaseException:
-                self._rearm_timeout(store, txn)
-                if told is not None:         # its markers failed with the decision; stop retrying
-                    told.cancel()
-                    await asyncio.gather(told, return_exceptions=True)
-                raise
-        subscriptions = [until_confirmed(
-                             lambda topic=topic, sub=sub: participants.end_txn_on_subscription(
-                                 topic, sub, txn, action, store.low_watermark()),
-                             f"{action.name} of {txn} on subscription {topic}/{sub}", self.backoff,
-                             gone=GONE_ERRORS)
-                         for topic, sub in meta.subscriptions]
-        if subscriptions:
-            await _all(subscriptions)
         if told is not None:
-            await told
+            told.add_done_callback(_retrieve)
+        try:
+            if decision is not None:
+                try:
+                    await store.written(decision)
+                except Exception:
+                    self._rearm_timeout(store, txn)
+                    raise
+            subscriptions = [until_confirmed(
+                                 lambda topic=topic, sub=sub: participants.end_txn_on_subscription(
+                                     topic, sub, txn, action, store.low_watermark()),
+                                 f"{action.name} of {txn} on subscription {topic}/{sub}", self.backoff,
+                                 gone=GONE_ERRORS)
+                             for topic, sub in meta.subscriptions]
+            if subscriptions:
+                await _all(subscriptions)
+            if told is not None:
+                await told
+        finally:
+            # A failed decision failed the markers too: stop retrying them. A cancelled ending
+            # (the coordinator closing) resumes after a restart.
+            if told is not None and not told.done():
+                told.cancel()
 
     # --- timeouts -------------------------------------------------------------------------
 
@@ -424,7 +429,7 @@ def _stopped(txn: TxnId, ending: _Ending) -> None:
             f"the transaction coordinator closed while ending {txn}; it resumes on restart"))
 
 
-def _retrieve(future: asyncio.Future[TxnStatus]) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     """Mark an ending's failure as seen even when no request waits for it any more."""
     if not future.cancelled():
         future.exception()

@@ -490,3 +490,23 @@ async def test_a_failed_start_leaves_nothing_running(data_dir, participants, clo
     with pytest.raises(ServiceNotReadyError):
         await service.new_transaction(0, 1000)
     env.close()
+
+
+async def test_closing_while_partitions_and_subscriptions_are_told_stops_telling_them(data_dir, participants, clock):
+    """Partitions are told while the decision is still being written, in a task of their own:
+    closing the coordinator must stop it too, not leave it calling participants afterwards."""
+    harness = ServiceHarness(data_dir, participants, clock)
+    service = await harness.start()
+    txn = await new_txn(service, partitions=("p1",), subscriptions=(("p2", "s"),))
+    partition, subscription = participants.block("p1"), participants.block(("p2", "s"))
+    ending = asyncio.ensure_future(service.end_transaction(txn, A.COMMIT))
+    await participants.reached("p1")
+    await participants.reached(("p2", "s"))
+    await harness.stop()
+    with pytest.raises(ServiceNotReadyError):
+        await ending
+    partition.set()
+    subscription.set()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert participants.told(txn) == {}                  # nothing confirmed after the close
