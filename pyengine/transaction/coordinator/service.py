@@ -3,10 +3,14 @@ N v4 coordinators (ids 0..N-1), each a `LogTransactionMetadataStore`, plus what 
 state into outcomes — ending transactions on their participants, timeouts, recovery.
 
 Ending a transaction (END_TXN, or a timeout):
-1. write COMMITTING / ABORTING: the decision, durable before anything else happens;
-2. tell every produced partition and acked subscription (concurrently), each call repeated with
-   back-off until it confirms (a participant that no longer exists counts as confirmed);
-3. write COMMITTED / ABORTED (TIME_OUT when the timeout decided), then answer.
+1. write COMMITTING / ABORTING: the decision. Nothing of the outcome becomes durable anywhere
+   before it: the produced partitions are told at once, and their markers are conditional
+   writes in the decision's group commit (StorageEnvironment.depend); the acked subscriptions
+   are told once it is durable (their acks go into cursors shared with plain acks);
+2. every call is repeated with back-off until it confirms (a participant that no longer
+   exists counts as confirmed); once all did, answer;
+3. write COMMITTED / ABORTED (TIME_OUT when the timeout decided), lazily: it only lets the log
+   be trimmed, and a restart before it lands resumes the (idempotent) ending.
 Every END_TXN for a txn being ended joins the same completion; the same decision again, also
 after the end (within the FINISHED retention, also across restarts), succeeds; the other
 decision is InvalidTxnStatusError. After a restart, `start()` resumes every decided txn at
@@ -145,8 +149,9 @@ class TransactionCoordinatorService:
         self._arm_purge()
 
     async def close(self) -> None:
-        """Stop: endings in progress stop where they are (their decision is durable, so the
-        next start resumes them) and their waiters get ServiceNotReadyError."""
+        """Stop: endings in progress stop where they are (a durable decision is resumed by the
+        next start; one still being written is lost with its markers, the txn stays OPEN) and
+        their waiters get ServiceNotReadyError."""
         if self._state == "closed":
             return
         self._state = "closed"
