@@ -150,7 +150,7 @@ class TransactionCoordinatorService:
 
     async def close(self) -> None:
         """Stop: endings in progress stop where they are (a durable decision is resumed by the
-        next start; one still being written is lost with its markers, the txn stays OPEN) and
+        next start; one not yet written may be lost with its markers: the txn is OPEN again) and
         their waiters get ServiceNotReadyError."""
         if self._state == "closed":
             return
