@@ -234,8 +234,9 @@ told apart by their ledger ids) and a broadcast left-anti join against the abort
 `count()` of both.
 
 The filter-only figures start from every stored row's five visibility columns cached in Spark's
-memory, `count()` of the filtered rows: ours is `committed_filter` (a SCALAR_ITER `arrow_udf`
-calling the Rust `visibility_mask` over the Arrow buffers, the state broadcast once). On cached
+memory, `count()` of the filtered rows: ours is `committed_filter` (`NOT is_marker`, which Spark
+pushes below the UDF, and a SCALAR_ITER `arrow_udf` of the four other columns calling the Rust
+`visibility_mask` over the Arrow buffers, the state broadcast once). On cached
 rows the Spark SQL formulation (whole-stage code-generated, no Python) is faster than any
 Python UDF: `filter_arrow_udf_vs_spark_sql` is well below 1. The time of our UDF is almost all
 Spark's JVM <-> Python Arrow exchange (the kernel itself filters 10M rows in a few ms, see the
@@ -247,9 +248,21 @@ Sizes: 10,074,292 stored rows (markers included), 9,310,089 READ_COMMITTED-visib
 shared the 2 cores with other engineers' jobs and the Spark tests (load average ~8), which
 lowers the absolute figures (`source_rows_per_s`, seconds per round) more than the ratios; an
 earlier probe on the same data under less load read the 9.3M visible rows in 16.8 s (~550k
-rows/s) against 23.3 s for raw rows + Spark SQL. A do-nothing `arrow_udf` over the same five
-cached columns costs about what ours does (2.2 s vs 2.5 s on 200k cached rows): the UDF's time
-is Spark's exchange, so its lead over a Python UDF stays a few times here, not 20x.
+rows/s) against 23.3 s for raw rows + Spark SQL.
+
+Why `arrow_udf_vs_python_udf` stays far from 20: the floor is Spark's exchange, not our code.
+Probe on 4M cached rows, same session, best of 3-4 after warm-up (load ~2-4): a do-nothing
+`arrow_udf` of ONE column 1.27 s, of the five columns 1.68 s; ours with the five columns 2.2 s,
+ours as now (markers tested in Spark, four columns to Python: the bit-packed bool column cost
+its transfer and an unpack per batch) 1.42-1.55 s; the row-at-a-time Python UDF 4.4-5.6 s
+(the same 4.4 s when it too gets `NOT is_marker` in Spark and four arguments). So even a
+one-column no-op is only ~4x faster than the Python UDF here. Tried without effect:
+`maxRecordsPerBatch` 65536 / 100000 / 262144 / 1M (within noise once the JVM is warm; an
+apparent 1.5x for 100000 was JIT warm-up of the first config measured);
+`spark.sql.execution.arrow.pythonUDF.columnarInput.enabled` (applies only to Arrow-backed
+columnar input: the default cache is not); Spark 4.3's `ArrowCachedBatchSerializer` as
+`spark.sql.cache.serializer`, which would feed cached Arrow batches to the UDF, fails in 4.3.0
+(IndexOutOfBoundsException reading a validity buffer, even for a no-op `arrow_udf`).
 """
 
 FULL_ROWS = 10_000_000

@@ -99,10 +99,15 @@ def test_committed_filter_on_raw_rows_equals_the_read_committed_source(spark, wo
     state = spark_udfs.capture_state(workload.data_dir)
     filtered = rows_of(spark_udfs.committed_filter(raw, state))
     assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in filtered] == expected(workload)
-    # The same test as a column, over a DataFrame with other column names.
-    renamed = raw.select(*(F.col(c).alias(f"x_{c}") for c in spark_udfs.VISIBILITY_COLUMNS))
-    column = spark_udfs.committed_column(state, tuple(f"x_{c}" for c in spark_udfs.VISIBILITY_COLUMNS))
-    assert renamed.filter(column).count() == len(workload.delivered)
+    # The same test as a column over a DataFrame with other column names, and as the UDF of
+    # all five columns (markers tested in Python): they agree on every row.
+    names = tuple(f"x_{c}" for c in spark_udfs.VISIBILITY_COLUMNS)
+    renamed = raw.select(*(F.col(c).alias(name) for c, name in zip(spark_udfs.VISIBILITY_COLUMNS, names)))
+    both = renamed.select(spark_udfs.committed_column(state, names).alias("column"),
+                          spark_udfs.committed_udf(state)(*names).alias("udf")).toArrow()
+    assert Counter(zip(both["column"].to_pylist(), both["udf"].to_pylist())) == {
+        (True, True): len(workload.delivered),
+        (False, False): len(workload.labels) + workload.markers - len(workload.delivered)}
 
 
 def test_committed_filter_rejects_rows_of_topics_it_has_no_state_for(spark, workload):
