@@ -17,6 +17,13 @@ no commit/abort markers. `isolation=read_uncommitted` gives every message (commi
 entry_id, batch_index, publish_time, event_time, key, value, properties, producer_name,
 sequence_id, txnid_most, txnid_least, is_marker). Options: `spark_udfs.options`.
 
+Both transaction designs: v4 (PIP-31) topics carry their state in the stream (markers, the
+buffer's snapshot); v5 (PIP-473) `segment://` topics keep it in the metadata store, which the
+source reads from the data dir's LMDB metadata store in the same snapshot as the entries
+(`topics="topic://tenant/ns/name"` names every segment of a scalable topic). A data dir whose
+broker kept its metadata in etcd has no v5 state inside: READ_COMMITTED over its v5 topics is
+refused with `MetadataBackendError` (READ_UNCOMMITTED works).
+
 Your own DataFrames (e.g. every stored row, exported earlier) filtered the same way, by an
 Arrow UDF calling the Rust visibility kernel, with the transaction state captured once on the
 driver and broadcast::
