@@ -17,7 +17,6 @@ from pyspark.errors import PySparkException
 from pyengine.broker import Broker
 from pyengine.broker.policies import NamespacePolicies
 from pyengine.cli import main
-from pyengine.client.message import MessageId
 from pyengine.metadata.lmdb_store import LmdbMetadataStore
 from pyengine.protocol.commands import message_metadata
 from pyengine.storage import ManagedLedger, StorageEnvironment
@@ -29,7 +28,7 @@ from pyengine_kernels import Position
 from spark_udfs.options import OptionError, resolve_topics
 from spark_udfs.state import MetadataBackendError, capture_state
 from tests.metadata.conftest import etcd_server  # noqa: F401  (fixture)
-from tests.spark.workload import read_directly
+from tests.spark.workload import consume_all, read_directly
 
 SEGMENT = "segment://public/default/late/0000-ffff-0"
 V5_PERSISTENT = "persistent://acme/v5/orders"        # v5 by its namespace's policy
@@ -42,19 +41,10 @@ def source_rows(data_dir, **options) -> list[tuple[str, Position, bytes]]:
 
 
 async def consumer_rows(broker, topics) -> list[tuple[str, Position, bytes]]:
-    async def consume(topic: str) -> list:
-        reader = await broker.create_reader(topic, MessageId.earliest)
-        rows = []
-        while True:
-            try:
-                message = await reader.receive(timeout=0.3)
-            except TimeoutError:
-                break
-            rows.append((topic, Position(message.message_id.ledger_id, message.message_id.entry_id), message.data))
-        await reader.close()
-        return rows
+    def row(topic, message):
+        return topic, Position(message.message_id.ledger_id, message.message_id.entry_id), message.data
 
-    return sorted(row for rows in await asyncio.gather(*map(consume, topics)) for row in rows)
+    return sorted(await consume_all(broker, topics, row, quiet=0.3))
 
 
 async def write(data_dir) -> dict[str, object]:

@@ -196,22 +196,26 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
         for topic in ALL_TOPICS:
             buffer = broker.service.topics[topic].buffer
             workload.buffers[topic] = (buffer.max_read_position(), buffer.aborted.items(), buffer.ongoing_txns())
-
-        async def consume(topic: str) -> list[dict]:
-            reader = await broker.create_reader(topic, MessageId.earliest, receiver_queue_size=100_000)
-            rows = []
-            while True:
-                try:
-                    message = await reader.receive(timeout=0.5)
-                except TimeoutError:
-                    break
-                rows.append(consumer_row(topic, message))
-            await reader.close()
-            return rows
-
-        for rows in await asyncio.gather(*map(consume, ALL_TOPICS)):     # the quiet 0.5 s once, not per topic
-            workload.delivered += rows
+        workload.delivered = await consume_all(broker, ALL_TOPICS)
     return workload
+
+
+async def consume_all(broker, topics, row=consumer_row, quiet: float = 0.5) -> list:
+    """`row(topic, message)` of every message READ_COMMITTED readers of `topics` receive from
+    the start, until `quiet` seconds pass without one (all topics at once: one quiet wait)."""
+    async def consume(topic: str) -> list:
+        reader = await broker.create_reader(topic, MessageId.earliest, receiver_queue_size=100_000)
+        rows = []
+        while True:
+            try:
+                message = await reader.receive(timeout=quiet)
+            except TimeoutError:
+                break
+            rows.append(row(topic, message))
+        await reader.close()
+        return rows
+
+    return [row for rows in await asyncio.gather(*map(consume, topics)) for row in rows]
 
 
 async def settle_v5(broker, workload: Workload) -> None:
