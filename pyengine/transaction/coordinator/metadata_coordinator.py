@@ -33,7 +33,7 @@ from pyengine.errors import (
     TransactionCoordinatorNotFoundError,
     TransactionNotFoundError,
 )
-from pyengine.metadata import BadVersionError, MetadataStore, NotFoundError
+from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator import TxnMeta
 from pyengine.transaction.coordinator.clock import Clock, wall_clock_ms
@@ -45,7 +45,9 @@ from pyengine.transaction.coordinator.metadata_records import (
     OP_PREFIX,
     V5_COORDINATOR_ID,
     HeaderState,
+    OpRecord,
     TxnHeader,
+    buffer_path,
     declare_indexes,
     header_path,
     op_prefix,
@@ -60,7 +62,7 @@ from pyengine.transaction.coordinator.validation import (
     check_subscriptions,
     check_txn,
 )
-from pyengine_kernels import TxnId
+from pyengine_kernels import AbortedTxnSet, Position, TxnId
 
 log = logging.getLogger(__name__)
 
@@ -270,13 +272,21 @@ class MetadataTransactionCoordinator:
 
     async def collect_garbage(self) -> int:
         """Delete the headers finalized more than `retention_ms` ago, force-deleting the op
-        records their participants left; returns how many headers were deleted."""
+        records their participants left; returns how many headers were deleted.
+
+        A participant that never materialised the decision (its segment was not loaded, or
+        crashed) must not lose it with the records: the aborted txn's writes are added to that
+        segment's stored aborted set first (what the buffer itself would have done), and a
+        committed txn whose leftovers still need their participant - acks to apply to a
+        cursor, late writes to hide - keeps its header and op records until it materialised."""
         self._check_running()
         cutoff = self.clock() - self.retention_ms
         deleted = 0
         for state in (HeaderState.COMMITTED, HeaderState.ABORTED):
             for record in await self.store.range_query(IDX_FINAL, (state.value,), (state.value, cutoff + 1)):
                 txn = txn_of_path(record.path)
+                if not await self._settle_leftovers(txn, state, record.mod_revision):
+                    continue
                 orphans = await self._delete_ops(txn)
                 if orphans:
                     self.orphans_collected += orphans
@@ -288,6 +298,47 @@ class MetadataTransactionCoordinator:
                     pass                            # another broker's sweep got there first
         self.metrics.outstanding_op_records = await self.count_op_records()
         return deleted
+
+    async def _settle_leftovers(self, txn: TxnId, state: HeaderState, decided_revision: int) -> bool:
+        """Make the op records `txn`'s participants left safe to delete; False: keep them."""
+        leftovers: list[tuple[Any, OpRecord]] = []
+        after = None
+        while True:
+            page = await self.store.list_prefix(op_prefix(txn), after=after, limit=1000)
+            leftovers += [(record, OpRecord.decode(record.value, record.path)) for record in page]
+            if not page.more:
+                break
+            after = page.last_path
+        if state is HeaderState.COMMITTED:
+            waiting = [op for record, op in leftovers
+                       if op.kind == "ack" or record.create_revision > decided_revision]
+            if waiting:
+                log.info("GC of v5 transaction %s deferred: %d op records wait for their participants "
+                         "(acks to apply, late writes to hide)", txn, len(waiting))
+            return not waiting
+        last_write: dict[str, Position] = {}
+        for _record, op in leftovers:
+            if op.kind == "write" and (op.segment not in last_write or op.position > last_write[op.segment]):
+                last_write[op.segment] = op.position
+        for segment, position in last_write.items():
+            await self._record_abort(segment, txn, position)
+        return True
+
+    async def _record_abort(self, segment: str, txn: TxnId, position: Position) -> None:
+        """Add `txn` to `segment`'s stored aborted set (compare-and-set: its buffer may save it)."""
+        path = buffer_path(segment)
+        while True:
+            stored = await self.store.get(path)
+            aborted = AbortedTxnSet.from_bytes(stored.value) if stored is not None else AbortedTxnSet()
+            if txn in aborted:
+                return
+            aborted.add(txn, position)
+            try:
+                await self.store.put(path, aborted.to_bytes(), stored.version if stored is not None else -1)
+                log.info("GC of v5 transaction %s: recorded its abort for %s, which had not", txn, segment)
+                return
+            except (BadVersionError, AlreadyExistsError):
+                continue
 
     async def _delete_ops(self, txn: TxnId) -> int:
         count = 0

@@ -16,8 +16,11 @@ from pyengine.transaction.buffer import BufferState
 from pyengine.transaction.coordinator.metadata_records import (
     IDX_WRITES,
     V5_COORDINATOR_ID,
+    OpRecord,
     buffer_path,
+    header_path,
     op_prefix,
+    txn_key,
 )
 from pyengine_kernels import Position, TxnId
 
@@ -299,3 +302,42 @@ async def test_separate_store_records_a_txns_first_entry_before_appending_it(v5,
     monkeypatch.undo()
     await buffer.append(txn, b"t")                      # later writes: one record each, as on LMDB
     assert len(await ops_of(v5.store)) == (1 if v5.backend.name == "lmdb" else 2)
+
+
+async def test_an_abort_its_segment_never_saw_survives_the_garbage_collection(v5, clock):
+    """The segment is not loaded when its txn is aborted and collected: the collector records
+    the abort in the segment's stored aborted set before it deletes the op records, as the
+    buffer would have (without, the restarted segment showed the aborted message)."""
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"aborted")
+    await v5.restart()                                    # the segment is not loaded again
+    await v5.coordinator.end_transaction(txn, ABORT)
+    clock.now += 10_000
+    assert await v5.coordinator.collect_garbage() == 1
+    assert await ops_of(v5.store) == [] and await v5.store.get(header_path(txn)) is None
+    ledger, buffer = await v5.buffer()
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == []
+
+
+async def test_a_commit_its_segment_never_saw_is_collected_and_stays_visible(v5, clock):
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"committed")
+    await v5.restart()
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    clock.now += 10_000
+    assert await v5.coordinator.collect_garbage() == 1
+    ledger, buffer = await v5.buffer()
+    assert visible(ledger, buffer) == [b"committed"]
+
+
+async def test_committed_acks_their_subscription_never_applied_keep_the_txn_from_collection(v5, clock):
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    ack = OpRecord("ack", SEGMENT, Position(1, 0), subscription="sub")
+    await v5.store.put(op_prefix(txn), ack.encode(), sequential=True, partition_key=txn_key(txn))
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    clock.now += 10_000
+    assert await v5.coordinator.collect_garbage() == 0    # the acks still wait for their cursor
+    assert len(await v5.store.list_prefix(op_prefix(txn))) == 1
+    assert await v5.store.get(header_path(txn)) is not None
