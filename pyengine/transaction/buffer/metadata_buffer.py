@@ -18,7 +18,8 @@ Nothing transactional is ever written into the segment's stream: no markers, no 
   Then the buffer deletes the op records it owns. Each step is idempotent: a buffer that
   crashes half-way redoes what is left after its restart.
 * recovery reads the store's current state: the aborted set, then `idx:writes-by-segment` for
-  this segment (one range query), joined with the headers. No log replay.
+  this segment (one range query), joined with the headers. No log replay. A write recorded
+  after its txn's commit (a late write whose hiding a crash did not let us save) is hidden then.
 
 No crash leaves an entry whose txn the segment does not know: on the LMDB backend (the metadata
 store in the data dir) an entry and its op record are one write transaction; with a separate
@@ -116,18 +117,28 @@ class MetadataTransactionBuffer(TransactionBuffer):
             with self.metrics.index_query():
                 records = await self.store.range_query(IDX_WRITES, prefix=(self.segment,))
             decided = []
+            writes: dict[TxnId, list[tuple[int, Position]]] = {}
             for record in records:
                 txn = txn_of_path(record.path)
                 op = OpRecord.decode(record.value, record.path)
                 self._ops.setdefault(txn, []).append(record.path)
+                writes.setdefault(txn, []).append((record.create_revision, op.position))
                 self._held(txn, op.position)
+            late: set[Position] = set()
             for txn in list(self._ops):
                 state = await self.headers.get(txn)
                 if state.header is not None and state.header.state is HeaderState.OPEN:
                     self._subscribe(txn)
-                else:
-                    decided.append((txn, state.header))
-        except (MetadataStoreError, CorruptTxnRecordError, ValueError) as exc:
+                    continue
+                if state.header is not None and state.header.state is HeaderState.COMMITTED:
+                    # A write recorded after the commit lost the late-write race; a crash may
+                    # have come before its position was saved as hidden: hide it now.
+                    late.update(position for revision, position in writes[txn] if revision > state.revision)
+                decided.append((txn, state.header))
+            if not late <= self._hidden:
+                self._hidden |= late
+                await self.ledger.set_property(HIDDEN_PROPERTY, _format_positions(self._hidden))
+        except (MetadataStoreError, CorruptTxnRecordError, ValueError, StorageError) as exc:
             self.state = BufferState.NONE
             raise ServiceNotReadyError(f"v5 transaction buffer of {self.segment} cannot recover: {exc}") from exc
         self.state = BufferState.READY

@@ -341,3 +341,27 @@ async def test_committed_acks_their_subscription_never_applied_keep_the_txn_from
     assert await v5.coordinator.collect_garbage() == 0    # the acks still wait for their cursor
     assert len(await v5.store.list_prefix(op_prefix(txn))) == 1
     assert await v5.store.get(header_path(txn)) is not None
+
+
+async def test_a_late_write_whose_hiding_was_never_saved_is_hidden_by_recovery(v5):
+    """A crash after a late write's op record landed but before its position was saved as
+    hidden: recovery sees that the op record came after the commit and hides it itself."""
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"in-time")
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, COMMIT)
+
+    async def crash(*_args, **_kwargs):
+        raise RuntimeError("the broker died here")
+
+    ledger.set_property = crash
+    with pytest.raises(RuntimeError, match="died"):
+        await buffer.append(txn, b"late")
+    await v5.restart()
+    ledger, buffer = await v5.buffer()
+    await buffer.wait_materialised()
+    assert visible(ledger, buffer) == [b"in-time"]
+    await v5.restart()                                    # and it stays hidden for good
+    ledger, buffer = await v5.buffer()
+    assert visible(ledger, buffer) == [b"in-time"]
