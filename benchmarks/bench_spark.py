@@ -244,11 +244,10 @@ kernels suite), which is also why the gap to row-at-a-time Python UDFs is a few 
 the 20x of the kernel alone: `python_udf` is a classic pickled row-at-a-time UDF
 (`useArrow=False`), `arrow_udf_vs_python_udf_arrow_batched` the same function with Spark 4.3's
 Arrow-batched transport (still one Python call per row).
-Sizes: 10,074,292 stored rows (markers included), 9,310,089 READ_COMMITTED-visible. This run
-shared the 2 cores with other engineers' jobs and the Spark tests (load average ~8), which
-lowers the absolute figures (`source_rows_per_s`, seconds per round) more than the ratios; an
-earlier probe on the same data under less load read the 9.3M visible rows in 16.8 s (~550k
-rows/s) against 23.3 s for raw rows + Spark SQL.
+Sizes: 10,074,292 stored rows (markers included), 9,310,089 READ_COMMITTED-visible. The run
+recorded here had the machine to itself (an earlier one, at load ~8, read 150k rows/s and gave
+3.15 / 1.37 for the two ratios: the absolute figures move with the load much more than the
+ratios).
 
 Why `arrow_udf_vs_python_udf` stays far from 20: the floor is Spark's exchange, not our code.
 Probe on 4M cached rows, same session, best of 3-4 after warm-up (load ~2-4): a do-nothing
