@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,19 @@ FORMAT_VERSION = 1
 DEFAULT_MAP_SIZE = 64 << 30     # address space only: the file grows as data is written
 
 WriteFn = Callable[[lmdb.Transaction], Any]
+
+
+@dataclass(slots=True)
+class _QueuedWrite:
+    """A write waiting for the next group commit (one per key: later submissions coalesce)."""
+
+    write: WriteFn | None
+    futures: list[asyncio.Future[Any]]
+    on_seal: Callable[[], None] | None
+    conditions: list[asyncio.Future[Any]] = field(default_factory=list)    # see `depend`
+    eager: bool = True                   # asks for a commit (False: lazy, joins the next one)
+
+
 LAZY_WRITE_DELAY_S = 0.01      # a lazy write waits at most this long for a commit to join
 _COUNTER = struct.Struct(">q")
 
@@ -72,9 +86,8 @@ class StorageEnvironment:
         self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in DATABASES}
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyengine-lmdb-writer")
         self._loop: asyncio.AbstractEventLoop | None = None
-        # key -> [write fn, futures, on_seal, futures it is conditional on, asks for a commit];
-        # insertion order is write order.
-        self._pending: dict[object, list[Any]] = {}
+        # key -> its queued write; insertion order is write order.
+        self._pending: dict[object, _QueuedWrite] = {}
         self._flush_scheduled = False
         self._flushing = False
         self._linger = False
@@ -124,27 +137,25 @@ class StorageEnvironment:
             _check_condition(after)
         loop = self._bind_loop()
         future = loop.create_future()
-        slot = self._pending.pop(key, None) if key is not None else None
-        if slot is None:
-            slot = [write, [future], on_seal, [], not lazy]
+        queued = self._pending.pop(key, None) if key is not None else None
+        if queued is None:
+            queued = _QueuedWrite(write, [future], on_seal, eager=not lazy)
         else:
-            slot[0] = write
-            slot[1].append(future)
-            slot[2] = on_seal
-            slot[4] = slot[4] or not lazy
+            queued.write = write
+            queued.futures.append(future)
+            queued.on_seal = on_seal
+            queued.eager = queued.eager or not lazy
         if after is not None:
-            slot[3].append(after)
+            queued.conditions.append(after)
         if linger:
             self._linger = True
-        self._pending[key if key is not None else object()] = slot
-        if self._flush_scheduled or self._flushing:
-            pass
-        elif lazy:
-            if self._lazy_timer is None:
+        self._pending[key if key is not None else object()] = queued
+        if not self._flush_scheduled and not self._flushing:
+            if not lazy:
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+            elif self._lazy_timer is None:
                 self._lazy_timer = loop.call_later(LAZY_WRITE_DELAY_S, self._flush_lazy)
-        else:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush)
         return future
 
     def depend(self, key: object, after: asyncio.Future[Any]) -> None:
@@ -156,10 +167,10 @@ class StorageEnvironment:
         in one group commit. Batches are written one at a time in submission order, so `after`
         is always settled or in the same batch when this write's batch is sealed."""
         _check_condition(after)
-        slot = self._pending.get(key)
-        if slot is None:
+        queued = self._pending.get(key)
+        if queued is None:
             raise StorageError(f"no queued write under {key!r} to make conditional")
-        slot[3].append(after)
+        queued.conditions.append(after)
 
     async def barrier(self) -> None:
         """Wait until everything submitted so far is durable."""
@@ -221,28 +232,28 @@ class StorageEnvironment:
             self._lazy_timer = None
         batch = list(self._pending.values())
         self._pending = {}
-        for _write, _futures, on_seal, _after, _eager in batch:
-            if on_seal is not None:
-                on_seal()
-        if any(slot[3] for slot in batch):
+        for queued in batch:
+            if queued.on_seal is not None:
+                queued.on_seal()
+        if any(queued.conditions for queued in batch):
             batch = self._without_refused(batch)
             if not batch:
                 return
         self._flushing = True
         loop = self._loop
         assert loop is not None
-        done = self._executor.submit(self._write_batch, [slot[0] for slot in batch])
+        done = self._executor.submit(self._write_batch, [queued.write for queued in batch])
         done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._flushed, batch, f))
 
     @staticmethod
-    def _without_refused(batch: list[list[Any]]) -> list[list[Any]]:
+    def _without_refused(batch: list[_QueuedWrite]) -> list[_QueuedWrite]:
         """The batch less its conditional writes whose condition failed (see `depend`), whose
         futures fail. A condition still unsettled must be in this very batch."""
-        in_batch = {id(future) for slot in batch for future in slot[1]}
+        in_batch = {id(future) for queued in batch for future in queued.futures}
         kept = []
-        for slot in batch:
+        for queued in batch:
             reason = None
-            for after in slot[3]:
+            for after in queued.conditions:
                 if after.done():
                     if after.cancelled() or after.exception() is not None:
                         reason = "was cancelled" if after.cancelled() else f"failed: {after.exception()}"
@@ -251,10 +262,10 @@ class StorageEnvironment:
                     reason = "was never queued in this storage environment"
                     break
             if reason is None:
-                kept.append(slot)
+                kept.append(queued)
                 continue
             failure = StorageError(f"not written: the write it presupposes {reason}")
-            for future in slot[1]:
+            for future in queued.futures:
                 if not future.done():
                     future.set_exception(failure)
         return kept
@@ -264,7 +275,7 @@ class StorageEnvironment:
         with self._env.begin(write=True) as txn:
             return [write(txn) if write is not None else None for write in writes]
 
-    def _flushed(self, batch: list[list[Any]], done: concurrent.futures.Future) -> None:
+    def _flushed(self, batch: list[_QueuedWrite], done: concurrent.futures.Future) -> None:
         self._flushing = False
         if done.cancelled():
             error: BaseException | None = LedgerClosedError("the storage environment was closed")
@@ -272,17 +283,17 @@ class StorageEnvironment:
             error = done.exception()
         if error is not None:
             failure = _storage_error(error)
-            for _write, futures, _on_seal, _after, _eager in batch:
-                for future in futures:
+            for queued in batch:
+                for future in queued.futures:
                     if not future.done():
                         future.set_exception(failure)
         else:
-            for (_write, futures, _on_seal, _after, _eager), result in zip(batch, done.result()):
-                for future in futures:
+            for queued, result in zip(batch, done.result()):
+                for future in queued.futures:
                     if not future.done():
                         future.set_result(result)
         if self._pending and not self._flush_scheduled:
-            if any(slot[4] for slot in self._pending.values()):
+            if any(queued.eager for queued in self._pending.values()):
                 self._flush()
             elif self._lazy_timer is None and self._loop is not None:
                 self._lazy_timer = self._loop.call_later(LAZY_WRITE_DELAY_S, self._flush_lazy)
@@ -310,8 +321,8 @@ class StorageEnvironment:
             self._lazy_timer = None
         self._executor.shutdown(wait=True)
         pending, self._pending = self._pending, {}
-        for _write, futures, _on_seal, _after, _eager in pending.values():
-            for future in futures:
+        for queued in pending.values():
+            for future in queued.futures:
                 if not future.done():
                     future.set_exception(LedgerClosedError("the storage environment was closed before this write"))
         self._env.close()
