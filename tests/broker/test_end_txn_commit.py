@@ -3,6 +3,7 @@ written by one group commit (the markers are conditional on the decision, never 
 without it), and a decision that cannot be written leaves nothing applied anywhere."""
 
 import asyncio
+import contextlib
 import threading
 
 import pytest
@@ -40,13 +41,21 @@ class GatedWriter:
             self.allowed.release()
 
 
-async def test_the_decision_and_the_marker_share_one_group_commit(tmp_path):
+@contextlib.asynccontextmanager
+async def one_sent_txn(tmp_path):
+    """A broker, a consumer of T, and a txn whose one message to T is durable (nothing else
+    is in flight)."""
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)
         consumer = await broker.subscribe(T, "s", initial_position="earliest")
         txn = await broker.new_transaction()
         await producer.send(b"m", txn=txn)
         await broker.service.env.barrier()
+        yield broker, consumer, txn
+
+
+async def test_the_decision_and_the_marker_share_one_group_commit(tmp_path):
+    async with one_sent_txn(tmp_path) as (broker, consumer, txn):
         gate = GatedWriter(broker.service.env)
         try:
             commit = asyncio.ensure_future(txn.commit())
@@ -63,13 +72,8 @@ async def test_the_decision_and_the_marker_share_one_group_commit(tmp_path):
 
 
 async def test_a_decision_that_cannot_be_written_applies_nothing(tmp_path):
-    async with Broker.embedded(tmp_path) as broker:
-        producer = await broker.create_producer(T)
-        consumer = await broker.subscribe(T, "s", initial_position="earliest")
-        txn = await broker.new_transaction()
-        await producer.send(b"m", txn=txn)
+    async with one_sent_txn(tmp_path) as (broker, consumer, txn):
         env = broker.service.env
-        await env.barrier()
         original, failed = env._write_batch, []
 
         def fail_once(writes):
