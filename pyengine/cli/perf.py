@@ -805,8 +805,12 @@ LATENCIES = {"produce": ("publish",), "consume": ("end-to-end", "end-txn"),
 
 
 async def perf(args: argparse.Namespace) -> dict[str, Any]:
-    names = [n for n in LATENCIES[args.mode]
-             if (n != "commit-to-visible" or args.visibility) and (n != "end-txn" or args.mode != "consume" or args.txn)]
+    left_out = set()
+    if args.mode == "txn" and not args.visibility:
+        left_out.add("commit-to-visible")
+    if args.mode == "consume" and not args.txn:
+        left_out.add("end-txn")
+    names = [n for n in LATENCIES[args.mode] if n not in left_out]
     run = Run(args, {name: Latency(name) for name in names})
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
