@@ -7,6 +7,7 @@ before the read horizon is known), and opens every durable subscription with its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -63,11 +64,19 @@ class Topic:
     async def load(cls, service: BrokerService, name: TopicName) -> Topic:
         ledger = await ManagedLedger.open(service.env, str(name), service.config.ledger)
         buffer = service.new_transaction_buffer(ledger)
-        await buffer.recover()
         topic = cls(service, name, ledger, buffer)
-        for cursor_name in topic._stored_cursor_names():
-            cursor = await ledger.open_cursor(cursor_name)
-            await topic._attach_subscription(cursor)
+        try:
+            await buffer.recover()
+            for cursor_name in topic._stored_cursor_names():
+                cursor = await ledger.open_cursor(cursor_name)
+                await topic._attach_subscription(cursor)
+        except BaseException:
+            # Nothing of a failed load may live on (Pulsar #14760: a half-open topic stayed
+            # unusable; here its buffer's snapshot timer would also outlive it): the next load
+            # starts afresh.
+            with contextlib.suppress(Exception):
+                await topic.close()
+            raise
         return topic
 
     def _stored_cursor_names(self) -> list[str]:

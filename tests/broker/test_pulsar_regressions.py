@@ -3,6 +3,8 @@ in tests/transaction/*/test_pulsar_regressions.py)."""
 
 import asyncio
 
+import pytest
+
 from pyengine.broker import Broker
 from pyengine.client import MessageId
 from tests.broker.helpers import drain
@@ -152,3 +154,248 @@ async def test_10306_a_timed_out_transaction_releases_its_acks(tmp_path):
         retry = await broker.new_transaction()
         await consumer.acknowledge(again, txn=retry)         # no conflict
         await retry.commit()
+
+
+# --- acks in transactions: redelivery, permits and the pending-ack log ----------------------
+
+async def publish_batch(broker, producer, payloads: list[bytes], txn=None):
+    """One batch entry of `payloads` (the embedded producer sends single messages only)."""
+    from core_ext.batch import build_batch
+    from pyengine.protocol.commands import message_metadata
+    from pyengine.protocol.pulsar_api_pb2 import SingleMessageMetadata
+    from pyengine.storage.entry import headers_and_payload
+
+    topic = broker.service.topics[producer.topic]
+    sequence = producer._next_sequence
+    producer._next_sequence += len(payloads)
+    singles = [(SingleMessageMetadata(payload_size=len(p), sequence_id=sequence + i).SerializeToString(), p)
+               for i, p in enumerate(payloads)]
+    fields = {"num_messages_in_batch": len(payloads)}
+    if txn is not None:
+        fields.update(txnid_most_bits=txn.txn_id.most_bits, txnid_least_bits=txn.txn_id.least_bits)
+        await txn._register_partition(producer.topic)
+    metadata = message_metadata(producer.producer_name, sequence, 1, **fields).SerializeToString()
+    return await topic.publish(producer._producer, headers_and_payload(metadata, build_batch(singles)),
+                               sequence_id=sequence, num_messages=len(payloads),
+                               txn=txn.txn_id if txn is not None else None)
+
+
+async def test_21177_messages_held_by_an_open_txn_do_not_use_up_a_consumers_permits(tmp_path):
+    """The dispatcher filtered entries pending in a transaction only after counting them against
+    the consumer's permits: a consumer with a small receiver queue got nothing and stayed stuck.
+    After a restart the subscription reads those entries again (its pending acks replayed)."""
+    from pyengine.transaction import TxnAction
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        for i in range(10):
+            await producer.send(b"m%d" % i)
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest",
+                                          receiver_queue_size=5)
+        held = [await consumer.receive(timeout=2) for _ in range(5)]
+        txn = await broker.new_transaction()
+        for message in held:
+            await consumer.acknowledge(message, txn=txn)
+        txn_id = txn.txn_id
+    async with Broker.embedded(tmp_path) as broker:
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", receiver_queue_size=5)
+        assert [m.data for m in await drain(consumer)] == [b"m%d" % i for i in range(5, 10)]
+        await broker.service.coordinator.end_transaction(txn_id, TxnAction.ABORT)
+        assert sorted(m.data for m in await drain(consumer)) == [b"m%d" % i for i in range(5)]
+
+
+async def test_14327_an_abort_redelivers_only_the_batch_indexes_no_other_txn_holds(tmp_path):
+    """txn1 acked indexes 0-1 of a batch, txn2 indexes 2-4; aborting txn2 redelivered the whole
+    batch, and acking 0-1 again was a TransactionConflict."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        await publish_batch(broker, producer, [bytes([i]) for i in range(5)])
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        batch = await drain(consumer)
+        assert len(batch) == 5
+        txn1, txn2 = await broker.new_transaction(), await broker.new_transaction()
+        for message in batch[:2]:
+            await consumer.acknowledge(message, txn=txn1)
+        for message in batch[2:]:
+            await consumer.acknowledge(message, txn=txn2)
+        await txn2.abort()
+        again = await drain(consumer)
+        assert sorted(m.message_id.batch_index for m in again) == [2, 3, 4]
+        for message in again:                   # no conflict with txn1's indexes
+            await consumer.acknowledge(message)
+        await txn1.commit()
+        assert await drain(consumer) == []
+        assert broker.service.topics[T].subscriptions["s"].backlog() == 0
+
+
+async def test_25107_an_aborted_txns_acked_messages_come_back_exactly_once(tmp_path):
+    """After aborting a transaction that acked messages, they were delivered more than once."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        for i in range(10):
+            await producer.send(b"m%d" % i)
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        received = await drain(consumer)
+        txn = await broker.new_transaction()
+        for message in received:
+            await consumer.acknowledge(message, txn=txn)
+        await txn.abort()
+        again = await drain(consumer)
+        assert sorted(m.data for m in again) == sorted(m.data for m in received)   # each once
+        retry = await broker.new_transaction()
+        for message in again:
+            await consumer.acknowledge(message, txn=retry)
+        await retry.commit()
+        await consumer.redeliver_unacknowledged_messages()
+        assert await drain(consumer) == []
+        assert broker.service.topics[T].subscriptions["s"].backlog() == 0
+
+
+async def test_19814_redelivery_never_replays_aborted_batches(tmp_path):
+    """A Shared consumer restarted while batched transactional messages were unacked got
+    messages of aborted transactions on the replay path."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        visible = {b"p0", b"p1"}
+        await producer.send(b"p0")
+        for round_ in range(4):
+            txn = await broker.new_transaction()
+            payloads = [b"t%d-%d" % (round_, i) for i in range(4)]
+            await publish_batch(broker, producer, payloads, txn=txn)
+            if round_ % 2:
+                await txn.abort()
+            else:
+                await txn.commit()
+                visible.update(payloads)
+        await producer.send(b"p1")
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        for _ in range(3):                       # restarts and redeliveries, nothing acked
+            assert {m.data for m in await drain(consumer)} == visible
+            await consumer.close()
+            consumer = await broker.subscribe(T, "s", consumer_type="shared")
+        await consumer.redeliver_unacknowledged_messages()
+        assert {m.data for m in await drain(consumer)} == visible
+
+
+async def test_librdkafka_2993_a_long_run_of_aborted_entries_does_not_stall_a_consumer(tmp_path):
+    """Kafka analogue: ~1.8M aborted messages in a row made a read_committed consumer fail. Here
+    thousands of aborted entries stand between a consumer with a one-message queue and the
+    next committed message; they are skipped (and acked) without a permit each."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest", receiver_queue_size=1)
+        aborted = await broker.new_transaction()
+        await asyncio.gather(*(producer.send(b"a", txn=aborted) for _ in range(3000)))
+        await aborted.abort()
+        await producer.send(b"after")
+        message = await consumer.receive(timeout=10)
+        assert message.data == b"after"
+        await consumer.acknowledge(message)
+        assert broker.service.topics[T].subscriptions["s"].backlog() == 0
+
+
+async def test_15137_a_long_open_txn_does_not_pin_later_records_of_the_pending_ack_log(tmp_path):
+    """A long-open transaction that acked a later position stopped the pending-ack log's
+    cleanup: the broker kept every later record and ran out of memory."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        for i in range(51):
+            await producer.send(b"m%d" % i)
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        messages = await drain(consumer)
+        long_open = await broker.new_transaction()
+        await consumer.acknowledge(messages[50], txn=long_open)
+        for message in messages[:50]:
+            txn = await broker.new_transaction()
+            await consumer.acknowledge(message, txn=txn)
+            await txn.commit()
+        store = broker.service.topics[T].subscriptions["s"].pending_ack.store
+
+        def logged():
+            return [ack for chunk in store.scan(100) for ack in chunk]
+
+        await broker.service.env.barrier()      # the records' deletions are durable
+        assert [ack.txn for ack in logged()] == [long_open.txn_id]
+        await long_open.commit()
+        await broker.service.env.barrier()
+        assert logged() == []
+        assert broker.service.topics[T].subscriptions["s"].backlog() == 0
+
+
+async def test_kop_1283_a_txn_aborted_after_a_pause_is_never_visible(tmp_path):
+    """KoP: read_committed consumers saw messages of transactions aborted 75 ms or more after
+    the send."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        for _ in range(3):
+            txn = await broker.new_transaction()
+            await producer.send(b"aborted", txn=txn)
+            await asyncio.sleep(0.1)
+            await txn.abort()
+        txn = await broker.new_transaction()
+        await producer.send(b"committed", txn=txn)
+        await txn.commit()
+        assert [m.data for m in await drain(consumer)] == [b"committed"]
+
+
+async def test_14760_a_topic_whose_buffer_recovery_failed_can_be_loaded_again(tmp_path):
+    """A failed transaction-buffer recovery left the topic half-open and unusable (reader or
+    writer creation failed, CursorAlreadyClosed) until the broker restarted. Here the load
+    fails with the reason and releases what it opened; the next load starts afresh."""
+    from pyengine.storage import CorruptRecordError
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        txn = await broker.new_transaction()
+        await producer.send(b"committed", txn=txn)
+        await txn.commit()
+    async with Broker.embedded(tmp_path) as broker:
+        env = broker.service.env
+        with env.read() as read:                  # the topic's snapshot record (the only topic)
+            keys = [key for key, _ in read.cursor(db=env.db("tb_snapshots"))]
+        assert len(keys) == 1
+        await env.submit(lambda txn: txn.put(keys[0], b"\xff garbage", db=env.db("tb_snapshots")))
+        for _ in range(2):                        # fails the same way each time, nothing left behind
+            with pytest.raises(CorruptRecordError):
+                await broker.service.get_topic(T)
+            assert T not in broker.service.topics
+        await env.submit(lambda txn: txn.delete(keys[0], db=env.db("tb_snapshots")))
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")   # full replay instead
+        assert [m.data for m in await drain(consumer)] == [b"committed"]
+        producer = await broker.create_producer(T)
+        await producer.send(b"after")
+        assert [m.data for m in await drain(consumer)] == [b"after"]
+
+
+async def test_14760_a_failed_load_leaves_nothing_running(tmp_path, monkeypatch):
+    """The same with a pending-ack log that cannot be replayed, which fails the load after the
+    buffer recovered: that buffer is closed (its snapshot timer would otherwise outlive the
+    failed topic and write stale snapshots beside the next load's)."""
+    from pyengine.transaction.buffer import BufferState
+    from pyengine.transaction.pendingack import PendingAckReplayError
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        await producer.send(b"m")
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        message = await consumer.receive(timeout=2)
+        txn = await broker.new_transaction()
+        await consumer.acknowledge(message, txn=txn)
+    async with Broker.embedded(tmp_path) as broker:
+        service, env = broker.service, broker.service.env
+        buffers = []
+        new_buffer = service.new_transaction_buffer
+        monkeypatch.setattr(service, "new_transaction_buffer", lambda ledger: buffers.append(new_buffer(ledger))
+                            or buffers[-1])
+        with env.read() as read:
+            keys = [key for key, _ in read.cursor(db=env.db("pending_ack"))]
+        assert len(keys) == 1
+        await env.submit(lambda t: t.put(keys[0], b"\xff\xff\xff", db=env.db("pending_ack")))
+        with pytest.raises(PendingAckReplayError):
+            await service.get_topic(T)
+        assert T not in service.topics and buffers[-1].state is BufferState.CLOSED
+        await env.submit(lambda t: t.delete(keys[0], db=env.db("pending_ack")))
+        consumer = await broker.subscribe(T, "s")
+        assert [m.data for m in await drain(consumer)] == [b"m"]
+        assert buffers[-1].state is BufferState.READY
