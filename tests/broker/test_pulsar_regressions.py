@@ -399,3 +399,73 @@ async def test_14760_a_failed_load_leaves_nothing_running(tmp_path, monkeypatch)
         consumer = await broker.subscribe(T, "s")
         assert [m.data for m in await drain(consumer)] == [b"m"]
         assert buffers[-1].state is BufferState.READY
+
+
+# --- commit and coordinator semantics ---------------------------------------------------------
+
+async def test_13348_committing_a_txn_whose_send_failed_aborts_it_and_says_why(tmp_path):
+    """A commit of a transaction with a failed operation went through as if nothing had
+    happened (or aborted silently). Here the commit aborts the transaction and raises the
+    send's error; nothing of the transaction becomes visible."""
+    from pyengine.errors import PulsarError
+
+    other = "persistent://public/default/regression-terminated"
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        doomed = await broker.create_producer(other)
+        await (await broker.service.get_topic(other)).terminate()
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        txn = await broker.new_transaction()
+        await producer.send(b"first", txn=txn)
+        failed = asyncio.ensure_future(doomed.send(b"refused", txn=txn))
+        await asyncio.sleep(0)                  # the send is in flight when the commit starts
+        with pytest.raises(PulsarError, match="terminated"):
+            await txn.commit()
+        assert failed.done() and failed.exception() is not None
+        assert txn.state == "aborted"
+        from pyengine.transaction import TxnStatus
+        assert broker.service.coordinator.get(txn.txn_id).status is TxnStatus.ABORTED
+        assert await drain(consumer) == []
+
+
+async def test_redpanda_3036_the_horizon_is_exactly_before_the_first_open_entry(tmp_path):
+    """Redpanda: an off-by-one between the stable offset as a bound and as a last readable
+    offset made records past it visible. Here the entry right before an open transaction's
+    first entry is the last one delivered, and the read horizon names it."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        before = await producer.send(b"before")
+        txn = await broker.new_transaction()
+        first = await producer.send(b"open", txn=txn)
+        await producer.send(b"after")
+        buffer = broker.service.topics[T].buffer
+        assert (first.ledger_id, first.entry_id) == (before.ledger_id, before.entry_id + 1)
+        horizon = buffer.max_read_position()
+        assert (horizon.ledger_id, horizon.entry_id) == (before.ledger_id, before.entry_id)
+        assert [m.data for m in await drain(consumer)] == [b"before"]
+        await txn.commit()
+        assert [m.data for m in await drain(consumer)] == [b"open", b"after"]
+
+
+async def test_redpanda_5442_an_open_txn_goes_on_at_once_after_a_restart(tmp_path):
+    """Redpanda: after its coordinator restarted, ongoing transactions were blocked for about a
+    minute. Here a transaction opened before a restart takes sends and commits right after."""
+    import time
+
+    from pyengine.broker.embedded import EmbeddedTransaction
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        txn = await broker.new_transaction()
+        await producer.send(b"before-restart", txn=txn)
+        txn_id = txn.txn_id
+    async with Broker.embedded(tmp_path) as broker:
+        started = time.monotonic()
+        same = EmbeddedTransaction(broker.service, txn_id)
+        producer = await broker.create_producer(T)
+        await producer.send(b"after-restart", txn=same)
+        await same.commit()
+        assert time.monotonic() - started < 2
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        assert [m.data for m in await drain(consumer)] == [b"before-restart", b"after-restart"]

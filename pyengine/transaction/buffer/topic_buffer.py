@@ -287,6 +287,9 @@ class TopicTransactionBuffer(TransactionBuffer):
             # A marker is a transactional entry too: recovery must replay it. Then look again,
             # the txn may have moved on while the property was written.
             await asyncio.shield(self._mark_transactional())
+        if self.ledger.terminated_at is not None:
+            await self._end_on_terminated_topic(txn, action)
+            return
         data, marker_type, publish_time = marker_entry(action, txn)
         try:
             _position, durable = self.ledger.append_entry(
@@ -299,6 +302,30 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._ending[txn] = (action, done)
         durable.add_done_callback(partial(self._marker_written, txn, action, done))
         await asyncio.shield(done)
+
+    async def _end_on_terminated_topic(self, txn: TxnId, action: TxnAction) -> None:
+        """A terminated ledger takes no entry, not even a marker; retrying one would never end
+        (the coordinator's end of the txn hung). No late write can reach this topic either, so
+        the outcome needs no marker to refuse one: it is applied here, and when the txn has
+        entries (written before the termination) a snapshot records it, which recovery's
+        replay of those entries obeys."""
+        had_entries = txn in self._ongoing
+        if action is TxnAction.ABORT:
+            if had_entries:                 # hidden as if its marker were the last entry
+                self._aborted.add(txn, self.ledger.lac)
+            self._aborted_total += 1
+        else:
+            self._committed_total += 1
+        self._ongoing.remove(txn)
+        self._ended.add(txn, action)
+        self._ended_since_snapshot += 1
+        if had_entries:
+            try:
+                await self._write_snapshot()
+            except (StorageError, PulsarError) as exc:      # the snapshot timer tries again
+                log.warning("%s: the snapshot recording %s of %s on the terminated topic failed: %s",
+                            self.ledger.name, action.name.lower(), txn, exc)
+                self._schedule_snapshot_timer()
 
     def _marker_written(self, txn: TxnId, action: TxnAction, done: asyncio.Future[None],
                         durable: asyncio.Future[Position]) -> None:
