@@ -240,25 +240,33 @@ class EmbeddedProducer:
             fields["properties"] = [KeyValue(key=k, value=v) for k, v in properties.items()]
         if event_time:
             fields["event_time"] = event_time
-        registration = None
-        if txn is not None:
-            txn._check_open()
-            fields["txnid_most_bits"] = txn.txn_id.most_bits
-            fields["txnid_least_bits"] = txn.txn_id.least_bits
-        metadata = message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
-        try:
-            if txn is not None:
-                registration = txn._register_partition(self._topic.name)
-            stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
-                                         sequence_id=sequence_id, publish_time=publish_time,
-                                         txn=txn.txn_id if txn is not None else None)
-            if txn is not None:
-                txn._track(stored)
-            position = await stored
-            if registration is not None:
-                await registration          # committed with or before the entry: done by now
-        except Exception as exc:
-            raise to_pulsar_error(exc) from exc
+        if txn is None:
+            metadata = message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
+            try:
+                position = await self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
+                                                     sequence_id=sequence_id, publish_time=publish_time)
+            except Exception as exc:
+                raise to_pulsar_error(exc) from exc
+        else:
+            # The per-message path of a transaction: no call that a test of a field spares.
+            if txn.state != "open":
+                txn._check_open()
+            txn_id = txn.txn_id
+            metadata = message_metadata(self._producer.name, sequence_id, publish_time,
+                                        txnid_most_bits=txn_id.most_bits, txnid_least_bits=txn_id.least_bits,
+                                        **fields).SerializeToString()
+            try:
+                registration = txn._partitions.get(self._topic.name)
+                if registration is None or registration.done():
+                    registration = txn._register_partition(self._topic.name)   # new, or again if it failed
+                stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
+                                             sequence_id=sequence_id, publish_time=publish_time, txn=txn_id)
+                txn._operations.append(stored)      # the commit waits for it, whatever happens to it
+                position = await stored
+                if not registration.done() or registration.cancelled() or registration.exception() is not None:
+                    await registration      # committed with or before the entry: done by now
+            except Exception as exc:
+                raise to_pulsar_error(exc) from exc
         if position is None:
             return MessageId(-1, -1, partition=self._topic.partition_index)
         return MessageId(position.ledger_id, position.entry_id, partition=self._topic.partition_index)

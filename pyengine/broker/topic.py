@@ -21,6 +21,7 @@ from pyengine.naming import TopicName
 from pyengine.storage import ManagedCursor, ManagedLedger
 from pyengine.storage.entry import Entry
 from pyengine.transaction.buffer import TransactionBuffer
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine_kernels import Position, TxnId
 
 if TYPE_CHECKING:
@@ -142,7 +143,8 @@ class Topic:
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         if txn is not None:
-            check_txn_design(self.buffer, txn, self.name)
+            if txn.most_bits == V5_COORDINATOR_ID:
+                check_txn_design(self.buffer, txn, self.name)
             stored = self.buffer.append(txn, data, num_messages=num_messages, publish_time=publish_time)
         else:
             stored = self.ledger.append(data, num_messages=num_messages, publish_time=publish_time)
