@@ -52,6 +52,15 @@ embedding application owns the collector: the benchmark leaves it at its default
 ~20% with the disk's fsync time and the other work on the machine): the 0.8 target is NOT
 reliably met; merging the decision and marker commits cut in-process END_TXN of a one-message
 transaction from 1.3-1.6 ms to 1.05 ms (p50) but did not move this ratio measurably.
+A later decomposition (10 tasks, 10k-20k messages, runs of each kind alternated 6-12 times in
+one process, main-thread CPU per message): a NEW_TXN per group of 100 costs 0-3 us per
+message, sending in the transaction (its registration, the buffer's bookkeeping) 2-6, the
+commit 2-4; on the same machine identical runs differ by up to 35% (17.5-26 us for the same
+plain run, same GC counts), which is the size of the whole gap. The same ratio with fsync off
+is ~0.83, on uvloop ~0.70 (uvloop speeds up the plain run, not the transactional one: the
+extra cost is not the event loop's callbacks). Delaying back-to-back group commits by 1 ms to
+batch more per commit (as BookKeeper's journal waits up to 2 ms) did not change the wire
+broker's transactional throughput or CPU per message, so it was not kept.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
