@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import lmdb
+import pytest
 
 from benchmarks.figures import Figure, Target, slowdown
 from pyengine.broker import Broker
@@ -34,6 +35,10 @@ APPEND_BATCH = 500                  # ... each appending this many entries at a 
 
 
 NOTES = """
+Rounds alternate between the two sides of each ratio (plain, 100 per txn, 10 per txn, plain,
+...; appends, putmulti, appends, ...), each figure from each side's best round: the machine's
+slow and fast spells last seconds to minutes and then fall on both sides.
+
 Publish: 10 concurrent tasks, 1 KiB messages, fsync on; plain tasks send groups of 100 and wait
 for them, transactional tasks send 100 per transaction and commit (same messages in flight).
 A transactional send shares its group commit with the ADD_PARTITION record (one LMDB
@@ -122,7 +127,7 @@ async def publish(broker, messages: int, per_txn: int | None) -> None:
 
 
 def publish_benchmark(benchmark, per_txn):
-    """Each round publishes into a broker started (on a fresh data dir) before the clock runs."""
+    """One round: publish into a broker started (on a fresh data dir) before the clock runs."""
     benchmark.extra_info["ops"] = PUBLISH_MESSAGES
     loop = asyncio.new_event_loop()
     rounds = []
@@ -141,21 +146,26 @@ def publish_benchmark(benchmark, per_txn):
 
     try:
         benchmark.pedantic(lambda broker: loop.run_until_complete(publish(broker, PUBLISH_MESSAGES, per_txn)),
-                           setup=setup, teardown=teardown, rounds=3 if QUICK else 5)
+                           setup=setup, teardown=teardown, rounds=1)
     finally:
         loop.close()
 
 
-def test_publish_plain(benchmark):
-    publish_benchmark(benchmark, None)
+# The rounds of the publish benchmarks take turns (plain, 100 per txn, 10 per txn, plain, ...),
+# one test item per round, and each timing is its best round: the machine's slow and fast
+# spells, which last seconds to minutes here, then fall on both sides of a ratio.
+PASSES = 3 if QUICK else 5
+PUBLISH = {"test_publish_plain": None, "test_publish_txn_100": 100, "test_publish_txn_10": 10}
 
 
-def test_publish_txn_100(benchmark):
-    publish_benchmark(benchmark, 100)
+def alternating(names) -> list:
+    return [pytest.param(name, id=f"{name.removeprefix('test_')}-{n}") for n in range(PASSES) for name in names]
 
 
-def test_publish_txn_10(benchmark):
-    publish_benchmark(benchmark, 10)
+@pytest.mark.parametrize("timing", alternating(PUBLISH))
+def test_publish(benchmark, timing):
+    benchmark.extra_info["timing"] = timing
+    publish_benchmark(benchmark, PUBLISH[timing])
 
 
 # --- transaction-buffer recovery ------------------------------------------------------------
@@ -218,7 +228,7 @@ def test_recovery_by_replay(benchmark):
 
 # --- appends vs raw LMDB --------------------------------------------------------------------
 
-def test_append_group_commit(benchmark):
+def append_group_commit(benchmark):
     """Durable appends through the managed ledger, as producers ingest continuously: APPENDERS
     tasks each append a batch of APPEND_BATCH entries (what one socket read brings) and wait
     until it is durable before the next; group commit merges what is pending."""
@@ -245,13 +255,18 @@ def test_append_group_commit(benchmark):
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
-    benchmark.pedantic(target, setup=setup, rounds=3 if QUICK else 5)
+    benchmark.pedantic(target, setup=setup, rounds=1)
 
 
-def test_lmdb_putmulti(benchmark):
+@functools.cache
+def putmulti_items() -> list[tuple[bytes, bytes]]:
+    return [(i.to_bytes(16, "big"), PAYLOAD) for i in range(APPEND_ENTRIES)]
+
+
+def lmdb_putmulti(benchmark):
     """The same data written by py-lmdb directly: one putmulti(append=True), one durable commit."""
     benchmark.extra_info["ops"] = APPEND_ENTRIES
-    items = [(i.to_bytes(16, "big"), PAYLOAD) for i in range(APPEND_ENTRIES)]
+    items = putmulti_items()
 
     def setup():
         return (Path(tempfile.mkdtemp(prefix="pyengine-lmdb-")),), {}
@@ -266,4 +281,13 @@ def test_lmdb_putmulti(benchmark):
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
-    benchmark.pedantic(target, setup=setup, rounds=3 if QUICK else 5)
+    benchmark.pedantic(target, setup=setup, rounds=1)
+
+
+APPENDS = {"test_append_group_commit": append_group_commit, "test_lmdb_putmulti": lmdb_putmulti}
+
+
+@pytest.mark.parametrize("timing", alternating(APPENDS))
+def test_appends(benchmark, timing):
+    benchmark.extra_info["timing"] = timing
+    APPENDS[timing](benchmark)

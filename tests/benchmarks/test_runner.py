@@ -45,3 +45,22 @@ def test_quick_broker_run_measures_every_figure_over_the_network():
                        "uvloop_vs_asyncio"):
         assert figures[throughput] > 0, figures
     assert "| `publish_msgs_per_s` |" in result.stdout
+
+
+def test_items_of_one_timing_give_their_best_round_per_operation(tmp_path):
+    """Alternating suites run one test item per round and name the timing the items share."""
+    from benchmarks.runner import per_op_timings
+
+    def bench(name, seconds, ops=None, timing=None):
+        info = {k: v for k, v in (("ops", ops), ("timing", timing)) if v is not None}
+        return {"name": name, "stats": {"min": seconds}, "extra_info": info}
+
+    report = tmp_path / "bench.json"
+    report.write_text(json.dumps({"benchmarks": [
+        bench("test_publish[publish_plain-0]", 3.0, ops=1000, timing="test_publish_plain"),
+        bench("test_publish[publish_txn-0]", 4.0, ops=1000, timing="test_publish_txn"),
+        bench("test_publish[publish_plain-1]", 2.0, ops=1000, timing="test_publish_plain"),
+        bench("test_publish[publish_txn-1]", 5.0, ops=1000, timing="test_publish_txn"),
+        bench("test_single", 0.5),
+    ]}))
+    assert per_op_timings(report) == {"test_publish_plain": 0.002, "test_publish_txn": 0.004, "test_single": 0.5}
