@@ -310,15 +310,8 @@ class TopicTransactionBuffer(TransactionBuffer):
         entries (written before the termination) a snapshot records it, which recovery's
         replay of those entries obeys."""
         had_entries = txn in self._ongoing
-        if action is TxnAction.ABORT:
-            if had_entries:                 # hidden as if its marker were the last entry
-                self._aborted.add(txn, self.ledger.lac)
-            self._aborted_total += 1
-        else:
-            self._committed_total += 1
-        self._ongoing.remove(txn)
-        self._ended.add(txn, action)
-        self._ended_since_snapshot += 1
+        # An aborted txn's entries are hidden as if its marker were the last entry.
+        self._apply_end(txn, action, self.ledger.lac if had_entries else None)
         if had_entries:
             try:
                 await self._write_snapshot()
@@ -336,15 +329,21 @@ class TopicTransactionBuffer(TransactionBuffer):
                 heapq.heappush(self._ongoing_least_bits.setdefault(txn.most_bits, []), txn.least_bits)
             done.set_exception(_persistence_error(error))
             return
+        self._apply_end(txn, action, durable.result())
+        done.set_result(None)
+
+    def _apply_end(self, txn: TxnId, action: TxnAction, abort_position: Position | None) -> None:
+        """`txn` ended here; if aborted, its entries are hidden, the abort being remembered
+        at `abort_position` (its marker's: aborts are trimmed with the ledgers before it)."""
         if action is TxnAction.ABORT:
-            self._aborted.add(txn, durable.result())
+            if abort_position is not None:
+                self._aborted.add(txn, abort_position)
             self._aborted_total += 1
         else:
             self._committed_total += 1
         self._ongoing.remove(txn)
         self._ended.add(txn, action)
         self._ended_since_snapshot += 1
-        done.set_result(None)
 
     def _known_outcome(self, txn: TxnId) -> TxnAction | None:
         ending = self._ending.get(txn)
