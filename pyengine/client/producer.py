@@ -26,7 +26,7 @@ from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooB
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
 from pyengine.client.message import MessageId
 from pyengine.client.router import PartitionRouter
-from pyengine.client.transaction import Transaction
+from pyengine.client.transaction import OPEN, Transaction
 from pyengine.client.validation import check_int, check_name, check_payload, check_properties
 from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -256,23 +256,32 @@ class PartitionProducer(ConnectionHandler):
     async def _submit_held(self) -> None:
         try:
             while self._held:
-                registration, result, message = self._held[0]
+                registration = self._held[0][0]
+                failure: Exception | None = None
                 try:
                     if not registration.done():
                         await asyncio.wait((registration,))
                     if registration.cancelled():
                         raise ConnectError("the transaction's registration of the partition was cancelled")
                     registration.result()                 # raises the registration's failure
-                    if self.queue_full:
-                        await self.wait_for_space()
-                    self.submit(*message, future=result)   # the receipt settles `result` itself
                 except Exception as exc:
+                    failure = exc
+                # Every message held behind this registration, in order, checked once for it.
+                while self._held and self._held[0][0] is registration:
+                    _, result, message = self._held[0]
+                    if failure is not None:
+                        if not result.done():
+                            result.set_exception(failure)
+                    else:
+                        try:
+                            if self.queue_full:
+                                await self.wait_for_space()
+                            self.submit(*message, future=result)   # the receipt settles `result` itself
+                        except Exception as exc:
+                            if not result.done():
+                                result.set_exception(exc)
                     if self._held and self._held[0][1] is result:
                         self._held.popleft()
-                    if not result.done():
-                        result.set_exception(exc)
-                    continue
-                self._held.popleft()
         finally:
             self._held_submitter = None
 
@@ -511,10 +520,13 @@ class Producer:
         """Queue a message of `txn` now, in send order: at once when its partition is already
         registered with the transaction, after the registration otherwise. The transaction
         tracks it from this moment, so a commit right after `send_async` waits for it."""
-        txn._check_open()
-        future = producer.submit_in_txn(txn._register_partition(producer.topic), payload, key, props, event_time,
-                                        sequence_id, txn)
-        txn._track(future)             # commit waits for this send, whatever happens to it
+        if txn.state != OPEN:
+            txn._check_open()
+        registration = txn._partitions.get(producer.topic)
+        if registration is None or registration.done():     # the first send, or maybe a failed one
+            registration = txn._register_partition(producer.topic)
+        future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn)
+        txn._operations.append(future)      # commit waits for this send, whatever happens to it
         return future
 
     def send_async(self, data: bytes, callback: SendCallback | None = None, *, key: str | None = None,
