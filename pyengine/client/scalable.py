@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -468,17 +469,43 @@ class CheckpointConsumer(StreamConsumer):
     def __init__(self, client: Client, watch: DagWatch, subscription: str, consumer_name: str,
                  options: dict[str, Any], checkpoint: dict[int, MessageId] | None = None) -> None:
         super().__init__(client, watch, subscription, consumer_name, options)
-        # segment id -> (hash range read, last message id handed out, read to its end)
+        # segment id -> (hash range read, last message id read, read to its end)
         self._progress: dict[int, tuple[tuple[int, int], MessageId | None, bool]] = {}
         for sid, message_id in (checkpoint or {}).items():
             if not isinstance(message_id, MessageId):
                 raise TypeError("a checkpoint maps segment ids to MessageIds")
             self._progress[sid] = ((0, 0xFFFF), message_id, False)
         self._chains: dict[int, asyncio.Task] = {}
+        # Read messages wait in the queue as (assigned segment, segment read, message); per
+        # segment read: how many wait, and the last one handed out by receive().
+        self._queue: asyncio.Queue[tuple[int, int, Message]] = asyncio.Queue()  # type: ignore[assignment]
+        self._waiting: Counter[int] = Counter()
+        self._handed: dict[int, MessageId] = {}
 
     def checkpoint(self) -> dict[int, MessageId]:
-        """Where to resume: the last message id handed out of each segment read."""
-        return {sid: last for sid, (_, last, _) in self._progress.items() if last is not None}
+        """Where to resume, per segment read: how far it was read when none of its messages
+        waits in this consumer's queue, else the last message handed out by receive() (a
+        message read but not received yet is not behind the checkpoint)."""
+        positions = {}
+        for sid, (_, last_read, _) in self._progress.items():
+            position = last_read if not self._waiting[sid] else self._handed.get(sid)
+            if position is not None:
+                positions[sid] = position
+        return positions
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message of a segment still assigned here: messages read for a segment the
+        controller has since given to another consumer are dropped (that consumer reads them;
+        handing them out here too would deliver them twice and out of their key's order)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            target, sid, message = await asyncio.wait_for(self._queue.get(), remaining)
+            self._waiting[sid] -= 1
+            if target in self.assigned:
+                self._handed[sid] = message.message_id
+                return message
 
     async def _apply(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
         async with self._applying:
@@ -533,7 +560,8 @@ class CheckpointConsumer(StreamConsumer):
                     else segment.hash_range.start
                 self._progress[segment.segment_id] = (wanted, message.message_id, False)
                 if target.hash_range.contains(hash_value):
-                    self._queue.put_nowait(message)
+                    self._waiting[segment.segment_id] += 1
+                    self._queue.put_nowait((target.segment_id, segment.segment_id, message))
         finally:
             await reader.close()
 

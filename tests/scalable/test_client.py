@@ -273,3 +273,28 @@ async def test_watch_and_stream_consumer_come_back_after_the_connection_drops(cl
     assert [c["consumerName"] for c in consumers] == ["c1"] and consumers[0]["connected"]
     assert before == [0, 1]
     await watch.close()
+
+
+async def test_a_checkpoint_is_behind_every_message_not_yet_received(client, service):
+    """The consumer reads ahead into its queue; a checkpoint taken then names the last message
+    received, not the last one read, so a consumer resumed from it loses nothing."""
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    producer = await client.create_producer(T)
+    for i in range(10):
+        await producer.send(b"m%d" % i, key="k")
+    consumer = await client.subscribe_checkpoint(T, "cp", "a")
+    first = [(await consumer.receive(5)).data for _ in range(3)]
+    for _ in range(100):                        # the rest read into the queue, not received
+        if consumer._queue.qsize() == 7:
+            break
+        await asyncio.sleep(0.02)
+    assert first == [b"m0", b"m1", b"m2"] and consumer._queue.qsize() == 7
+    saved = consumer.checkpoint()
+    await consumer.close()
+    resumed = await client.subscribe_checkpoint(T, "cp2", "b", checkpoint=saved)
+    rest = [await resumed.receive(5) for _ in range(7)]
+    assert [m.data for m in rest] == [b"m%d" % i for i in range(3, 10)]
+    with pytest.raises(TimeoutError):
+        await resumed.receive(0.3)
+    assert list(resumed.checkpoint().values()) == [rest[-1].message_id]   # nothing waits any more
