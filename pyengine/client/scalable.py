@@ -430,7 +430,17 @@ class StreamConsumer:
                     f"stream consumer {self.consumer_name} re-registering")
 
     async def receive(self, timeout: float | None = None) -> Message:
-        return await asyncio.wait_for(self._queue.get(), timeout)
+        """The next message of a segment still assigned here: one read before its segment went
+        to another consumer is dropped (that consumer gets it from the segment's cursor; handed
+        out here too it would come twice, could not be acknowledged, and could break its key's
+        order)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            message = await asyncio.wait_for(self._queue.get(), remaining)
+            if message.topic in self._consumers:
+                return message
 
     async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
         """Acknowledge `message` on its segment (in `txn`, a scalable transaction, if given:

@@ -298,3 +298,37 @@ async def test_a_checkpoint_is_behind_every_message_not_yet_received(client, ser
     with pytest.raises(TimeoutError):
         await resumed.receive(0.3)
     assert list(resumed.checkpoint().values()) == [rest[-1].message_id]   # nothing waits any more
+
+
+async def test_a_stream_consumer_drops_what_it_read_of_a_segment_it_lost(client, service):
+    """Messages read ahead from a segment that is then given to another consumer are not
+    handed out (they could not be acknowledged, and the new owner delivers them)."""
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 2)
+    one = await client.subscribe_stream(T, "ordered", "c1")
+    assert sorted(one.assigned) == [0, 1]
+    producer = await client.create_producer(T)
+    sent = [f"k{i}" for i in range(40)]
+    for key in sent:
+        await producer.send(key.encode(), key=key)
+    for _ in range(100):                        # all read ahead into one's queue
+        if one._queue.qsize() == len(sent):
+            break
+        await asyncio.sleep(0.02)
+    assert one._queue.qsize() == len(sent)
+    two = await client.subscribe_stream(T, "ordered", "c2")
+    for _ in range(100):
+        if len(one.assigned) == 1 and len(two.assigned) == 1:
+            break
+        await asyncio.sleep(0.02)
+    received = {"c1": [], "c2": []}
+    for name, consumer in (("c1", one), ("c2", two)):
+        while True:
+            try:
+                message = await consumer.receive(0.5)
+            except TimeoutError:
+                break
+            await consumer.acknowledge(message)          # each one is still this consumer's
+            received[name].append(message.data.decode())
+    assert sorted(received["c1"] + received["c2"]) == sorted(sent)
+    assert received["c1"] and received["c2"]
