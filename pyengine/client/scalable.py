@@ -336,7 +336,7 @@ class StreamConsumer:
         self.assigned: list[int] = []
         self._consumers: dict[str, Consumer] = {}
         self._pumps: dict[str, asyncio.Task] = {}
-        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()     # what _hand_out turns into a message
         self._applying = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._connection: ClientConnection | None = None
@@ -431,16 +431,19 @@ class StreamConsumer:
 
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message of a segment still assigned here: one read before its segment went
-        to another consumer is dropped (that consumer gets it from the segment's cursor; handed
-        out here too it would come twice, could not be acknowledged, and could break its key's
-        order)."""
+        to another consumer is dropped (that consumer reads it too; handed out here as well it
+        would come twice, could not be acknowledged, and could break its key's order)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            message = await asyncio.wait_for(self._queue.get(), remaining)
-            if message.topic in self._consumers:
+            message = self._hand_out(await asyncio.wait_for(self._queue.get(), remaining))
+            if message is not None:
                 return message
+
+    def _hand_out(self, queued: Any) -> Message | None:
+        """The message of a queue item, or None when its segment is no longer assigned here."""
+        return queued if queued.topic in self._consumers else None
 
     async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
         """Acknowledge `message` on its segment (in `txn`, a scalable transaction, if given:
@@ -488,7 +491,6 @@ class CheckpointConsumer(StreamConsumer):
         self._chains: dict[int, asyncio.Task] = {}
         # Read messages wait in the queue as (assigned segment, segment read, message); per
         # segment read: how many wait, and the last one handed out by receive().
-        self._queue: asyncio.Queue[tuple[int, int, Message]] = asyncio.Queue()  # type: ignore[assignment]
         self._waiting: Counter[int] = Counter()
         self._handed: dict[int, MessageId] = {}
 
@@ -503,19 +505,13 @@ class CheckpointConsumer(StreamConsumer):
                 positions[sid] = position
         return positions
 
-    async def receive(self, timeout: float | None = None) -> Message:
-        """The next message of a segment still assigned here: messages read for a segment the
-        controller has since given to another consumer are dropped (that consumer reads them;
-        handing them out here too would deliver them twice and out of their key's order)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            target, sid, message = await asyncio.wait_for(self._queue.get(), remaining)
-            self._waiting[sid] -= 1
-            if target in self.assigned:
-                self._handed[sid] = message.message_id
-                return message
+    def _hand_out(self, queued: Any) -> Message | None:
+        target, sid, message = queued
+        self._waiting[sid] -= 1
+        if target not in self.assigned:
+            return None
+        self._handed[sid] = message.message_id
+        return message
 
     async def _apply(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
         async with self._applying:
