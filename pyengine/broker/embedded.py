@@ -32,7 +32,7 @@ from pyengine.broker.topic import Producer, Topic
 from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.errors import InvalidTxnStatusError, NotAllowedError, PulsarError, to_pulsar_error
 from pyengine.protocol.commands import message_metadata
-from pyengine.protocol.pulsar_api_pb2 import KeyValue
+from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
 from pyengine.storage.entry import headers_and_payload
 from pyengine.transaction import TxnAction
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
@@ -141,6 +141,12 @@ class EmbeddedTransaction:
         self._partitions: dict[str, asyncio.Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._operations: list[asyncio.Future] = []
+        # The txn id fields of every message's metadata, encoded once: a serialized protobuf
+        # message followed by more fields is that message with those fields set (encodings
+        # merge). Setting the two fields by name on each message was a fifth of what a
+        # transactional send adds to a plain one (instructions counted under callgrind).
+        self._metadata_fields = MessageMetadata(
+            txnid_most_bits=txn_id.most_bits, txnid_least_bits=txn_id.least_bits).SerializePartialToString()
 
     def _check_open(self) -> None:
         if self.state != "open":
@@ -251,16 +257,14 @@ class EmbeddedProducer:
             # The per-message path of a transaction: no call that a test of a field spares.
             if txn.state != "open":
                 txn._check_open()
-            txn_id = txn.txn_id
-            metadata = message_metadata(self._producer.name, sequence_id, publish_time,
-                                        txnid_most_bits=txn_id.most_bits, txnid_least_bits=txn_id.least_bits,
-                                        **fields).SerializeToString()
+            metadata = (message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
+                        + txn._metadata_fields)
             try:
                 registration = txn._partitions.get(self._topic.name)
                 if registration is None or registration.done():
                     registration = txn._register_partition(self._topic.name)   # new, or again if it failed
                 stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
-                                             sequence_id=sequence_id, publish_time=publish_time, txn=txn_id)
+                                             sequence_id=sequence_id, publish_time=publish_time, txn=txn.txn_id)
                 txn._operations.append(stored)      # the commit waits for it, whatever happens to it
                 position = await stored
                 if not registration.done() or registration.cancelled() or registration.exception() is not None:

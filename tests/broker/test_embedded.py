@@ -14,6 +14,9 @@ from pyengine.errors import (
     NotAllowedError,
     TransactionConflictError,
 )
+from pyengine.protocol.commands import parse_message_metadata
+from pyengine.storage.entry import split_headers_and_payload
+from pyengine_kernels import Position
 from tests.broker.helpers import drain
 
 T = "persistent://public/default/t"
@@ -190,6 +193,29 @@ async def test_committed_messages_appear_only_after_commit(tmp_path):
         await txn.commit()
         assert [m.data for m in await drain(consumer)] == [b"t1", b"plain-after-open-txn"]
 
+
+
+async def test_a_transactional_message_carries_its_txn_id_and_fields_in_its_metadata(tmp_path):
+    # The txn id fields are encoded once per transaction and appended to each message's
+    # metadata: what is stored must parse as one MessageMetadata with everything set.
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        await (await broker.new_transaction()).abort()
+        txn = await broker.new_transaction()                # not (0, 0): unset fields read as 0
+        assert txn.txn_id.most_bits != 0
+        sent = await producer.send(b"payload", key="k", properties={"a": "1"}, event_time=7, txn=txn)
+        await txn.commit()
+        topic = await broker.service.get_topic(T)
+        entry = topic.ledger.read_entry(Position(sent.ledger_id, sent.entry_id))
+        raw, payload = split_headers_and_payload(entry.data)
+        metadata = parse_message_metadata(raw)
+        assert payload == b"payload"
+        assert metadata.HasField("txnid_most_bits") and metadata.HasField("txnid_least_bits")
+        assert (metadata.txnid_most_bits, metadata.txnid_least_bits) == (txn.txn_id.most_bits, txn.txn_id.least_bits)
+        assert (metadata.producer_name, metadata.sequence_id) == (producer.producer_name, 0)
+        assert (metadata.partition_key, metadata.event_time) == ("k", 7)
+        assert [(p.key, p.value) for p in metadata.properties] == [("a", "1")]
+        assert (entry.txn_most, entry.txn_least) == (txn.txn_id.most_bits, txn.txn_id.least_bits)
 
 async def test_aborted_messages_never_appear_and_do_not_block(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
