@@ -12,8 +12,8 @@ retention horizon". A watch notification can be lost (a dropped connection, a bu
 raised when PIP-473 was voted), so `recheck_expired` — run every `recheck_interval_s` —
 re-reads each cached OPEN header with listeners whose deadline has passed: a stuck read
 horizon is bounded by the txn's timeout plus the coordinator's timeout sweep, never longer.
-A watch that fails (for instance compacted history after a long disconnection) is reopened
-and every watched header re-read.
+A watch that fails (for instance compacted history after a long disconnection) is reopened,
+backed off while it keeps failing, and every watched header re-read.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[TxnId, "TxnHeader | None"], None]
 DEFAULT_RECHECK_INTERVAL_S = 0.5
+REOPEN_DELAY_MIN_S = 0.01        # first wait before reopening a failed header watch
 
 
 @dataclass(slots=True)
@@ -146,24 +147,32 @@ class TxnHeaderCache:
     # --- the watch ------------------------------------------------------------------------
 
     async def _follow(self) -> None:
+        delay = REOPEN_DELAY_MIN_S
         while not self._closed:
             watch = self._watch
             assert watch is not None
             try:
                 async for notification in watch:
                     self._on_notification(notification)
+                    delay = REOPEN_DELAY_MIN_S          # it works: a next failure backs off anew
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("v5 header watch failed (%s): reopening it and re-reading watched headers", exc)
+            while not self._closed:
+                # Backed off, doubling up to the recheck interval: a watch that fails as soon as
+                # it is open (or a store that refuses it) must not spin the event loop.
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, self.recheck_interval_s)
+                try:
+                    self._watch = await self.store.range_watch(IDX_FINAL)
+                    break
+                except MetadataStoreError as exc:
+                    log.warning("reopening the v5 header watch failed: %s", exc)
             if self._closed:
+                if self._watch is not None:
+                    self._watch.close()         # reopened as close() ran
                 return
-            try:
-                self._watch = await self.store.range_watch(IDX_FINAL)
-            except MetadataStoreError as exc:
-                log.warning("reopening the v5 header watch failed: %s", exc)
-                await asyncio.sleep(self.recheck_interval_s)
-                continue
             for txn in self.watched():
                 try:
                     await self.get(txn, fresh=True)
