@@ -48,6 +48,7 @@ from pyengine.transaction.buffer.ended import EndedTxns
 from pyengine.transaction.buffer.markers import marker_entry
 from pyengine.transaction.buffer.replay import load_snapshot, read_horizon, replay_entry
 from pyengine.transaction.buffer.snapshot import SnapshotStore, TransactionBufferSnapshot
+from pyengine.transaction.outcome import Outcome
 from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._ongoing_least_bits: dict[int, list[int]] = {}     # coordinator -> heap (may hold stale ids)
         self._aborted = AbortedTxnSet()
         self._ended = EndedTxns()
-        self._ending: dict[TxnId, tuple[TxnAction, asyncio.Future[None]]] = {}
+        self._ending: dict[TxnId, tuple[TxnAction, Outcome[None]]] = {}
         self._queued: deque[_QueuedAppend] = deque()
         self._transactional = ledger.properties.get(TXN_PROPERTY) == "true"
         self._marking: asyncio.Task | None = None     # writing the PIP-373 property
@@ -276,7 +277,7 @@ class TopicTransactionBuffer(TransactionBuffer):
                     f"with {known.name.lower()}")
             ending = self._ending.get(txn)
             if ending is not None:
-                await asyncio.shield(ending[1])
+                await ending[1].waiter()        # a cancelled caller cancels nothing else
                 return
             if known is action:
                 return
@@ -297,11 +298,10 @@ class TopicTransactionBuffer(TransactionBuffer):
                 publish_time=publish_time, after=after)
         except StorageError as exc:
             raise _persistence_error(exc) from exc
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.add_done_callback(_retrieve)
+        done: Outcome[None] = Outcome()
         self._ending[txn] = (action, done)
         durable.add_done_callback(partial(self._marker_written, txn, action, done))
-        await asyncio.shield(done)
+        await done.waiter()
 
     async def _end_on_terminated_topic(self, txn: TxnId, action: TxnAction) -> None:
         """A terminated ledger takes no entry, not even a marker; retrying one would never end
@@ -320,7 +320,7 @@ class TopicTransactionBuffer(TransactionBuffer):
                             self.ledger.name, action.name.lower(), txn, exc)
                 self._schedule_snapshot_timer()
 
-    def _marker_written(self, txn: TxnId, action: TxnAction, done: asyncio.Future[None],
+    def _marker_written(self, txn: TxnId, action: TxnAction, done: Outcome[None],
                         durable: asyncio.Future[Position]) -> None:
         del self._ending[txn]
         error = durable.exception()

@@ -25,6 +25,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import lmdb
@@ -49,6 +50,7 @@ from pyengine.transaction.coordinator.validation import (
     check_subscriptions,
     check_txn,
 )
+from pyengine.transaction.outcome import Outcome
 from pyengine_kernels import TxnId
 
 log = logging.getLogger(__name__)
@@ -109,7 +111,8 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         self._finished_counts = dict.fromkeys(TxnStatus, 0)
         self._finish_order: deque[tuple[int, int]] = deque()   # (sequence, finished_ms), oldest first
         self._finishing: dict[int, asyncio.Future[Any]] = {}   # FINISHED writes in flight
-        self._in_flight: set[asyncio.Future[Any]] = set()
+        # Writes in flight -> their outcome, which callers await (see `_await_write`).
+        self._in_flight: dict[asyncio.Future[Any], Outcome[None]] = {}
         self._next_txn_sequence = 0
         self._next_log_sequence = 0
         self._state = "new"
@@ -471,17 +474,26 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
     def _submit(self, write: Callable[[lmdb.Transaction], Any], undo: Callable[[], None] | None = None, *,
                 linger: bool = False, lazy: bool = False) -> asyncio.Future[Any]:
         future = self._env.submit(write, linger=linger, lazy=lazy)
-        self._in_flight.add(future)
-        future.add_done_callback(self._in_flight.discard)
-        if undo is not None:
-            # Runs as soon as the batch fails, before any later batch can complete.
-            future.add_done_callback(lambda f: undo() if not f.cancelled() and f.exception() else None)
+        self._in_flight[future] = Outcome()
+        future.add_done_callback(partial(self._write_settled, undo))     # one callback, one loop hop
         return future
 
+    def _write_settled(self, undo: Callable[[], None] | None, future: asyncio.Future[Any]) -> None:
+        outcome = self._in_flight.pop(future)
+        if future.cancelled():
+            outcome.cancel()
+        elif (failure := future.exception()) is not None:
+            if undo is not None:
+                undo()      # as soon as the batch failed, before any later batch can complete
+            outcome.set_exception(failure)
+        else:
+            outcome.set_result(None)
+
     async def _await_write(self, future: asyncio.Future[Any]) -> None:
+        # A cancelled caller must not make a write that may still land look failed.
+        outcome = self._in_flight.get(future)
         try:
-            # Shielded: a cancelled caller must not make a write that may still land look failed.
-            await asyncio.shield(future)
+            await (outcome.waiter() if outcome is not None else asyncio.shield(future))   # shield: settled
         except StorageError as exc:
             raise PersistenceError(f"transaction coordinator {self.coordinator_id}: {exc}") from exc
 

@@ -54,6 +54,7 @@ from pyengine.transaction.coordinator.validation import (
     check_subscriptions,
     check_txn,
 )
+from pyengine.transaction.outcome import Outcome
 from pyengine_kernels import TxnId
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class _Ending:
 
     action: TxnAction
     timed_out: bool
-    done: asyncio.Future[TxnStatus]
+    done: Outcome[TxnStatus]
     task: asyncio.Task[None] | None = None
 
 
@@ -174,7 +175,7 @@ class TransactionCoordinatorService:
     async def wait_for_endings(self) -> None:
         """Wait until no transaction is being ended (for a graceful stop, and for tests)."""
         while self._endings:
-            await asyncio.wait([ending.done for ending in self._endings.values()])
+            await asyncio.wait([ending.task for ending in self._endings.values() if ending.task is not None])
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -242,7 +243,7 @@ class TransactionCoordinatorService:
             if current == TxnStatus.OPEN:        # its decision is about to be written
                 current = _DECIDING[ending.action]
             raise InvalidTxnStatusError(f"transaction {txn}: expected {_DECIDING[action].name} but is {current.name}")
-        status = await asyncio.shield(ending.done)
+        status = await ending.done.waiter()     # a cancelled request cancels nothing else
         self._counters.record_end_txn((time.perf_counter() - started) * 1000)
         return status
 
@@ -289,9 +290,7 @@ class TransactionCoordinatorService:
 
     def _begin_ending(self, store: LogTransactionMetadataStore, txn: TxnId, action: TxnAction,
                       timed_out: bool, *, decided: bool) -> _Ending:
-        done: asyncio.Future[TxnStatus] = asyncio.get_running_loop().create_future()
-        done.add_done_callback(_retrieve)
-        ending = _Ending(action, timed_out, done)
+        ending = _Ending(action, timed_out, Outcome())
         self._endings[txn] = ending
         ending.task = asyncio.create_task(self._end(store, txn, ending, decided),
                                           name=f"end-txn-{txn}-{action.name}")

@@ -197,6 +197,20 @@ async def test_concurrent_ends_of_one_txn_write_one_marker(env):
     assert len(markers) == 1
 
 
+async def test_a_cancelled_end_does_not_fail_the_ends_waiting_on_the_same_marker(env):
+    ledger, buffer = await open_buffer(env)
+    await buffer.append(T1, b"x")
+    first = asyncio.ensure_future(buffer.commit(T1, -1))
+    await asyncio.sleep(0)                               # its marker is being written
+    repeat = asyncio.ensure_future(buffer.commit(T1, -1))
+    await asyncio.sleep(0)
+    first.cancel()
+    await repeat                                         # the marker landed: the repeat succeeds
+    assert first.cancelled()
+    assert [e.marker_type for e in ledger.read_entries(Position.EARLIEST, 10)] == [0, MARKER_TXN_COMMIT]
+    assert buffer.max_read_position() == ledger.lac
+
+
 @pytest.mark.parametrize("first, then", [("commit", "abort"), ("abort", "commit")])
 async def test_the_opposite_end_of_an_ended_txn_is_an_error(env, first, then):
     ledger, buffer = await open_buffer(env)

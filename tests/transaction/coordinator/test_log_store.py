@@ -213,6 +213,21 @@ async def test_concurrent_repeats_write_once(env, clock):
     await store.close()
 
 
+async def test_a_cancelled_caller_does_not_fail_the_write_a_repeat_waits_on(env, clock, reopen):
+    store = await open_store(env, clock)
+    txn = await drive_to(store, S.OPEN)
+    first = asyncio.ensure_future(store.add_produced_partitions(txn, ["t"]))
+    await asyncio.sleep(0)                               # its record is submitted
+    repeat = asyncio.ensure_future(store.add_produced_partitions(txn, ["t"]))   # waits on that write
+    await asyncio.sleep(0)
+    first.cancel()
+    await repeat
+    assert first.cancelled()
+    store, env = await restart(store, reopen, env, clock)
+    assert store.get(txn).partitions == ["t"]           # durable, written once
+    await store.close()
+
+
 # --- malformed input ---------------------------------------------------------------------
 
 async def test_malformed_arguments(env, clock):
