@@ -37,14 +37,18 @@ class Backoff:
 
 async def until_confirmed(call: Callable[[], Awaitable[T]], what: str, backoff: Backoff, *,
                           gone: tuple[type[Exception], ...] = (),
-                          retry_on: tuple[type[Exception], ...] = (Exception,)) -> T | None:
+                          retry_on: tuple[type[Exception], ...] = (Exception,),
+                          local: bool = False) -> T | None:
     """Await `call()` until it returns (its result) or raises one of `gone` (None). Exceptions
     in `retry_on`, and a call that takes longer than `backoff.call_timeout_ms`, are retried
-    after a growing pause; any other exception propagates."""
+    after a growing pause; any other exception propagates. `local`: a write to this broker's
+    own storage, which completes or fails but cannot hang: no timeout (it costs a timer)."""
     delay_ms = backoff.initial_ms
     attempt = 1
     while True:
         try:
+            if local:
+                return await call()
             async with asyncio.timeout(backoff.call_timeout_ms / 1000):
                 return await call()
         except gone:

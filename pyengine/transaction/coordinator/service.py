@@ -317,7 +317,8 @@ class TransactionCoordinatorService:
             self._counters.record_ended(final)
             ending.done.set_result(final)
             await until_confirmed(lambda: store.update_status(txn, final, deciding),
-                                  f"writing {final.name} for {txn}", self.backoff, retry_on=(PersistenceError,))
+                                  f"writing {final.name} for {txn}", self.backoff, retry_on=(PersistenceError,),
+                                  local=True)
         except asyncio.CancelledError:
             _stopped(txn, ending)
             raise
