@@ -89,6 +89,16 @@ coordinator's write bookkeeping, ~12 task steps; the rest of that time is the co
 four log writes, the marker, and the buffer's bookkeeping, spread thin over many functions.
 Two full runs of this suite that day gave 0.744 and 0.799 (the one recorded above); `--quick`
 (5k messages, a fresh broker per round) 0.631.
+Then the shared outcomes a transaction awaits (log writes, its ending, its marker) stopped
+going through `asyncio.shield` (`pyengine/transaction/outcome.py`: a waiter per caller, set
+directly), the log's two done callbacks per write became one, and the terminal record's local
+write lost its timeout timer (~44k instructions alone): a one-message transaction went from
+36 to ~20 event-loop callbacks and from 1.18M to 0.98M instructions; at 100 per transaction
+122.3k -> ~119k instructions per message against 104.0k plain. `txn_publish_ratio_10` moved
+from 0.32-0.33 to 0.37-0.42; `txn_publish_ratio_100` stayed within its noise (0.71-0.80 over
+five full runs that afternoon, 0.706 the one recorded above, the machine in a slower spell:
+plain 11-14 us per message where it had been 9). Old and new code alternated in one window:
+10 per txn 27.8-30.1 -> 25.7-28.7 us of CPU per message; 100 per txn within the noise.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
