@@ -1,11 +1,12 @@
 """An outcome that many callers await and none of them may cancel.
 
 A cancelled request (a client gone, a timeout) must not make an ending, a marker or a log
-write that may still succeed look failed to the other requests waiting on it. Over a shared
-future, `asyncio.shield` does that at three event-loop hops per caller (the future's done
-callback, the shield's own, the caller's wake-up); a transaction's path awaits several such
-outcomes, and those hops were a tenth of its CPU. Here each caller waits on a future of its
-own, which setting the outcome completes directly: one hop, the caller's wake-up.
+write (coordinator log, pending-ack log) that may still succeed look failed to the others
+waiting on it. Over a shared future, `asyncio.shield` does that at three event-loop hops per
+caller (the future's done callback, the shield's own, the caller's wake-up); a transaction's
+path awaits several such outcomes, and those hops were a tenth of its CPU. Here each caller
+waits on a future of its own, which setting the outcome completes directly: one hop, the
+caller's wake-up.
 """
 
 from __future__ import annotations

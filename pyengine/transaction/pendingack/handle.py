@@ -45,6 +45,7 @@ from pyengine.transaction.pendingack.validation import (
     check_low_watermark,
     check_txn,
 )
+from pyengine.transaction.outcome import Outcome
 from pyengine_kernels import Position, TxnId, ackset_and, ackset_is_fully_acked, ackset_new
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         self._name = store.subscription
         self._acks = PendingAckState()
         self._records: dict[TxnId, list[int]] = {}                      # txn -> its log records
-        self._in_flight: dict[TxnId, set[asyncio.Future[None]]] = {}    # requests being logged
+        self._in_flight: dict[TxnId, set[Outcome[None]]] = {}    # requests being logged
         self._ending: dict[TxnId, tuple[TxnAction, asyncio.Task[list[Position]]]] = {}
         self._low_watermarks: dict[int, int] = {}                       # coordinator id -> lwm
         self._replay_error: PendingAckReplayError | None = None
@@ -235,7 +236,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         except Exception as exc:          # could not even queue the write (closed environment...)
             undo()
             raise PersistenceError(f"[{self._name}] cannot log the ack of Transaction:{txn}: {exc}") from exc
-        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        outcome: Outcome[None] = Outcome()
         in_flight = self._in_flight.setdefault(txn, set())
         in_flight.add(outcome)
 
@@ -253,7 +254,7 @@ class PendingAckHandleImpl(PendingAckHandle):
                 del self._in_flight[txn]
 
         written.add_done_callback(settle)
-        await asyncio.shield(outcome)
+        await outcome.waiter()      # a cancelled caller cancels nothing else
 
     def _check_may_ack(self, txn: TxnId) -> None:
         if txn in self._ending:
@@ -309,7 +310,7 @@ class PendingAckHandleImpl(PendingAckHandle):
 
     async def _end_now(self, txn: TxnId, action: TxnAction) -> list[Position]:
         while in_flight := self._in_flight.get(txn):
-            await asyncio.wait(set(in_flight))
+            await asyncio.wait([outcome.waiter() for outcome in in_flight])
         individual, cumulative = self._acks.acks_of(txn)
         seqs = list(self._records.get(txn, ()))
         if not individual and cumulative is None and not seqs:
@@ -439,7 +440,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         """Refuse new calls, then wait for the writes under way."""
         self.state = HandleState.CLOSED
         pending = [task for _action, task in self._ending.values()]
-        pending += [outcome for futures in self._in_flight.values() for outcome in futures]
+        pending += [outcome.waiter() for outcomes in self._in_flight.values() for outcome in outcomes]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 

@@ -32,6 +32,18 @@ async def test_commit_applies_individual_and_batch_acks_to_the_cursor(env):
     assert h.individual_ack_of_txn == {} and h.individual_ack_positions == {} and log_records(sub) == 0
 
 
+async def test_a_cancelled_ack_caller_keeps_its_logged_ack_for_the_commit(env):
+    sub = await open_subscription(env, 2)
+    h, p = sub.handle, sub.positions
+    ack = asyncio.ensure_future(h.individual_ack(T1, [IndividualAck(p[0])]))
+    await asyncio.sleep(0)                               # reserved, its record being written
+    ack.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await ack
+    assert await asyncio.wait_for(h.commit(T1, -1), 5) == [p[0]]   # after the record, not stuck
+    assert sub.cursor.is_acked(p[0]) and log_records(sub) == 0
+
+
 async def test_committed_batch_indexes_complete_an_entry(env):
     sub = await open_subscription(env, 2)
     h, p = sub.handle, sub.positions[0]
