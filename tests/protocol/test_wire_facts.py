@@ -158,6 +158,9 @@ RULES = {"required": "LABEL_REQUIRED", "optional": "LABEL_OPTIONAL", "repeated":
 
 
 def _brief() -> str:
+    if not BRIEF.is_file():
+        raise AssertionError(f"the wire-protocol brief is not at {BRIEF}: this repository expects the "
+                             "shared specs checked out beside it, as ../shared (CI's layout)")
     return BRIEF.read_text(encoding="utf-8")
 
 
