@@ -406,14 +406,15 @@ class Window:
         self.in_flight = 0
         self.room: asyncio.Future[None] | None = None
 
-    async def acquire(self) -> None:
-        while self.in_flight >= self.limit:
+    async def acquire(self, count: int = 1) -> None:
+        """Room for `count` more (a group larger than the limit goes when nothing is in flight)."""
+        while self.in_flight and self.in_flight + count > self.limit:
             self.room = asyncio.get_running_loop().create_future()
             await self.room
-        self.in_flight += 1
+        self.in_flight += count
 
-    def release(self) -> None:
-        self.in_flight -= 1
+    def release(self, count: int = 1) -> None:
+        self.in_flight -= count
         room = self.room
         if room is not None and not room.done():
             room.set_result(None)
@@ -690,19 +691,22 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
             publish.record(clock() - sent)
 
     async def finish(txn: Any, number: int, futures: list[asyncio.Future[Any]], sent: float | None,
-                     size: int) -> None:
+                     size: int, window: Window) -> None:
         nonlocal transactions
         try:
             # One producer's sends are acknowledged in order: wait for each unsettled one. A
             # burst (`sent`: when it went) takes every send as it is found settled instead of
             # a callback per message; paced sends were timed by their own callbacks.
             now = clock()
-            for future in futures:
-                if not future.done():
-                    await asyncio.wait((future,))
-                    now = clock()
-                if sent is not None and not future.cancelled() and future.exception() is None:
-                    publish.record(now - sent)
+            try:
+                for future in futures:
+                    if not future.done():
+                        await asyncio.wait((future,))
+                        now = clock()
+                    if sent is not None and not future.cancelled() and future.exception() is None:
+                        publish.record(now - sent)
+            finally:
+                window.release(len(futures))     # the sends are settled: no longer pending
             asked = clock()             # end-txn: the END_TXN round trip, sends already stored
             await txn.commit()          # (raises the first failed send, after aborting)
             done = clock()
@@ -718,17 +722,20 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
         run.count(len(futures), size)
 
     async def transact(producer: Any, index: int) -> None:
-        """Transactions one after another; as pulsar-perf, the next one starts while the
-        previous one commits (at most one committing at a time per producer), and a rate
-        spaces every message, not whole transactions: producers that sent their transactions
-        as bursts would all burst at the same instants (their pacers start together)."""
+        """Transactions one after another, as pulsar-perf runs them: a transaction's commit
+        is asynchronous and the next transaction opens at once, so several may be committing;
+        the producer's messages in flight are bounded by `--max-pending` (pulsar-perf's
+        maxPendingMessages, blocking when full). A rate spaces every message, not whole
+        transactions: producers that sent their transactions as bursts would all burst at
+        the same instants (their pacers start together)."""
         nonlocal producing
         per_txn = args.messages_per_txn
         # Paced producers start spread over one transaction's time, as independent clients
         # would be: started together, their commits would all fall on the same instants.
         rate = args.rate / len(producers)
         pacer = Pacer(rate, index * per_txn / rate / len(producers) if rate else 0.0)
-        committing: asyncio.Future[None] | None = None
+        window = Window(args.max_pending)
+        committing: set[asyncio.Future[None]] = set()
         try:
             while run.may_send(per_txn):
                 number = next(txn_numbers)
@@ -739,6 +746,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                     run.failed(exc)
                     run.stop.set()
                     break
+                await window.acquire(per_txn)
                 if pacer.rate:
                     sent, futures = None, []
                     for _ in range(per_txn):
@@ -749,11 +757,11 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                 else:
                     sent = clock()
                     futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]
-                if committing is not None:
-                    await committing
-                committing = asyncio.ensure_future(finish(txn, number, futures, sent, len(payload)))
-            if committing is not None:
-                await committing
+                ending = asyncio.ensure_future(finish(txn, number, futures, sent, len(payload), window))
+                committing.add(ending)
+                ending.add_done_callback(committing.discard)
+            if committing:
+                await asyncio.wait(committing)
         finally:
             producing -= 1
 

@@ -11,6 +11,7 @@ import random
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hdrh.histogram import HdrHistogram
@@ -283,3 +284,63 @@ def test_the_broker_benchmark_checks_which_event_loop_the_broker_runs(broker):
     check_event_loop(broker, "uvloop")
     with pytest.raises(RuntimeError, match="was to run on asyncio"):
         check_event_loop(broker, "asyncio")
+
+
+class _SlowCommitClient:
+    """A client whose commits take 30 ms and whose sends settle at once (on the next loop
+    turn): what `perf txn` overlaps, and how much it keeps in flight."""
+
+    def __init__(self) -> None:
+        self.committing = self.most_committing = 0
+        self.pending = self.most_pending = 0
+        self.created = 0
+        client = self
+
+        class Txn:
+            async def commit(self) -> None:
+                client.committing += 1
+                client.most_committing = max(client.most_committing, client.committing)
+                await asyncio.sleep(0.03)
+                client.committing -= 1
+
+        class Producer:
+            def send_async(self, payload: bytes, txn: Any) -> asyncio.Future[None]:
+                future = asyncio.get_running_loop().create_future()
+                client.pending += 1
+                client.most_pending = max(client.most_pending, client.pending)
+
+                def settle() -> None:
+                    client.pending -= 1
+                    future.set_result(None)
+
+                asyncio.get_running_loop().call_later(0.001, settle)
+                return future
+
+            async def close(self) -> None:
+                pass
+
+        self._txn, self._producer = Txn, Producer
+
+    async def new_transaction(self, timeout_ms: int) -> Any:
+        self.created += 1
+        return self._txn()
+
+    async def create_producer(self, topic: str, **options: Any) -> Any:
+        return self._producer()
+
+
+async def test_txn_commits_asynchronously_within_the_pending_limit():
+    """As pulsar-perf: a transaction's commit does not hold up the next transaction (several
+    commit at once), while a producer's messages in flight stay within --max-pending."""
+    from pyengine.cli.perf import measure_txn
+
+    args = argparse.Namespace(mode="txn", topic="t", messages=0, duration=0.3, warmup=0.0, quiet=True, size=64,
+                              rate=0.0, producers=1, messages_per_txn=10, max_pending=30, txn_timeout_ms=1000,
+                              visibility=False, batching=True, batch_delay_ms=1, batch_max_messages=1000)
+    run = Run(args, {name: Latency(name) for name in ("publish", "end-txn", "commit-to-visible")})
+    client = _SlowCommitClient()
+    result = await measure_txn(client, run)
+    assert run.errors == 0, run.first_error
+    assert result["transactions"] > 0 and client.most_committing >= 3, (result, client.most_committing)
+    assert client.most_pending <= 30 and client.most_pending >= 20, client.most_pending
+    assert client.committing == 0                  # every commit waited for before the run ends
