@@ -69,10 +69,11 @@ when not measured: uvloop + fsync (the main figures), asyncio + fsync, uvloop wi
 every run uses its own topic. Each run has a warm-up that is not measured, then the measured
 period (full run: 2 s + 8 s; `--quick`: 0.5 s + 2 s and one round). Max-rate runs keep at most 1000 messages in
 flight per producer (pulsar-perf's default); batches of up to 1000 messages / 128 KiB, 1 ms
-batch window (pulsar-perf's `-b 1`). The transactional throughput run uses 10 producers, each
-committing transactions of 100 messages one after another (1000 messages in flight, as the
-plain run) (`--no-visibility`: no consumer in
-the load generator, as in the plain run). Latency figures come from runs at half of the
+batch window (pulsar-perf's `-b 1`). The transactional throughput run uses 10 producers with
+100 pending messages each (1000 in flight, as the plain run's one producer), each sending
+transactions of 100 messages one after another; as in pulsar-perf, a commit is asynchronous
+and the next transaction opens at once, so several commit at a time (`--no-visibility`: no
+consumer in the load generator, as in the plain run). Latency figures come from runs at half of the
 measured max rate: `publish_p99_ms` from a plain run, `end_txn_p99_ms` and
 `commit_to_visible_p99_ms` from a transactional run with a consumer on its own connection
 (commit-to-visible counts 0 when the first message arrives before the commit's response).
@@ -99,13 +100,20 @@ timer in the client, on this VM while it was shared):
   conditional write that cannot be durable without its decision; before, END_TXN waited for
   two commits in a row). Every step is a group commit through the storage's single LMDB writer
   thread, with at most one commit in flight, so a step waits for up to two commit cycles
-  (queue hop to the writer, write, fsync, wake-up of the event loop). In the max-rate
-  transactional run neither side is CPU-bound (load generator ~60% of a core, broker less):
-  10 producers with one transaction in flight each are latency-bound, a cycle being
-  NEW_TXN + ADD_PARTITION + sends while the previous END_TXN overlaps. The CPU per
-  transactional message is still ~1.7-2x the plain one on both sides
-  (`txn_vs_plain_cpu_100`). Not done: answering NEW_TXN / ADD_PARTITION_TO_TXN before their
-  records are durable (PIP-31 logs them first), and a writer that writes commit N+1 while
+  (queue hop to the writer, write, fsync, wake-up of the event loop). Until 2026-11-25 the
+  load generator let one transaction per producer commit at a time, which made the max-rate
+  transactional run latency-bound on END_TXN (both processes together used ~1.1 of the 2
+  cores); commits are now asynchronous as in pulsar-perf. With 100 pending per producer a
+  producer's cycle is still NEW_TXN + ADD_PARTITION + its sends (~1.4 cores busy); with 1000
+  pending per producer both cores are busy and the throughput is about the same (the same
+  afternoon, runs taking turns: 94-141k msg/s with 100, 103-187k with 1000, plain 216-304k).
+  What bounds it is CPU per message, ~2x the plain one (`txn_vs_plain_cpu_100`): /proc
+  counters of one run of each, per message, broker user 0.7 us plain / 2.4-2.9 txn, system
+  1.5 / 1.8-2.1, load generator 3.0-3.5 / 4.6-5.7. Per transaction of 100 that is ~200 us
+  more of the broker's Python (about what the embedded engine spends per transaction: the
+  coordinator's records, the marker, the buffer; the three extra commands themselves are a
+  small part) and ~130 us more of the load generator's. Not done: answering NEW_TXN /
+  ADD_PARTITION_TO_TXN before their records are durable (PIP-31 logs them first), and a writer that writes commit N+1 while
   commit N syncs (LMDB allows it only without its own fsync ordering: not crash-safe).
 - Per transaction of 100 on this VM (one quiet-machine run of each, /proc CPU counters per
   thread): the broker's event loop spends ~0.9 ms against ~0.3 ms for 100 plain messages (the
