@@ -179,7 +179,8 @@ def perf(broker: ServeProcess, label: str, mode: str, *flags: str, duration: flo
                            f"{done.stdout[-2000:]}{done.stderr[-2000:]}\nbroker log:\n"
                            f"{broker.log_tail(20)}")
     result = json.loads(lines[-1])
-    return PerfRun(label, result, broker_cpu, result["cpu_s"])
+    # (a transactional run's commit-to-visible consumer is a process of its own: counted in)
+    return PerfRun(label, result, broker_cpu, result["cpu_s"] + result.get("watcher_cpu_s", 0.0))
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ import uvloop
 from hdrh.histogram import HdrHistogram
 
 from pyengine.cli.gc_tuning import settled_garbage_collector
+from pyengine.cli.perf_watcher import TXN_TAG, WatcherProcess   # txn mode: payloads start with their txn's number
 from pyengine.client import Client
 from pyengine.client.url import parse_service_url
 from pyengine.errors import InvalidTopicNameError, PulsarError
@@ -53,7 +54,6 @@ SIGNIFICANT_DIGITS = 3
 SUMMARY_PERCENTILES = (50.0, 95.0, 99.0, 99.9)
 # The percentile curve kept in the JSON (and plotted): dense towards the tail.
 CURVE_PERCENTILES = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 97.5, 99.0, 99.5, 99.75, 99.9, 99.95, 99.99, 100.0)
-TXN_TAG = struct.Struct(">Q")               # txn mode: each payload starts with its txn's number
 
 
 # --- latency histograms ----------------------------------------------------------------------
@@ -654,10 +654,14 @@ class Visibility:
 
     def on_message(self, txn_number: int, at: float) -> None:
         committed = self.committed.pop(txn_number, None)
-        if committed is not None:
+        if committed is None:
+            if txn_number not in self.seen:
+                self.seen[txn_number] = at
+        elif at < committed:            # it arrived first, and its report came after the commit's
+            self.early += 1
+            self._record(0.0)
+        else:
             self._record(at - committed)
-        elif txn_number not in self.seen:
-            self.seen[txn_number] = at
 
     def _record(self, seconds: float) -> None:
         self.latency.record(seconds)
@@ -672,15 +676,13 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
         run.on_measuring.append(visibility.forget_early)
     clock = time.perf_counter
     filler = b"x" * max(0, args.size - TXN_TAG.size)
-    watcher_client = consumer = None
+    watcher = None
     if visibility is not None:
-        # The watcher has its own connection, as a separate application would: on the
-        # producers' connection, messages would be ordered behind the commit's response.
-        watcher_client = Client(args.url, operation_timeout_seconds=args.operation_timeout,
-                                connection_timeout_ms=int(args.operation_timeout * 1000))
-        consumer = await watcher_client.subscribe(args.topic, f"perf-visibility-{time.time_ns():x}",
-                                                  consumer_type="exclusive", initial_position="latest",
-                                                  receiver_queue_size=5000)
+        # The watcher is its own process, as a separate application would be: on the
+        # producers' connection, messages would be ordered behind the commit's response, and
+        # on their event loop, its decoding of every message would delay the END_TXN answers.
+        watcher = await WatcherProcess.start(args.url, args.topic, f"perf-visibility-{time.time_ns():x}",
+                                             args.operation_timeout)
     producers = [await client.create_producer(args.topic, **_producer_options(args)) for _ in range(args.producers)]
     txn_numbers = iter(range(1 << 62))
     transactions = 0
@@ -710,13 +712,14 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
             asked = clock()             # end-txn: the END_TXN round trip, sends already stored
             await txn.commit()          # (raises the first failed send, after aborting)
             done = clock()
+            acknowledged = time.monotonic()     # the watcher process's clock
         except (PulsarError, TimeoutError) as exc:
             run.failed(exc)
             run.stop.set()
             return
         end_txn.record(done - asked)
         if visibility is not None:
-            visibility.on_commit(number, done)
+            visibility.on_commit(number, acknowledged)
         if run.measuring:
             transactions += 1
         run.count(len(futures), size)
@@ -766,8 +769,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
             producing -= 1
 
     async def watch() -> None:
-        assert consumer is not None and visibility is not None
-        received = 0
+        assert watcher is not None and visibility is not None
         loop = asyncio.get_running_loop()
         give_up = math.inf
         while True:
@@ -777,30 +779,26 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                 give_up = min(give_up, loop.time() + 5.0)   # committed ones get 5 s to show up
                 if loop.time() >= give_up:
                     break
-            try:
-                message = await consumer.receive(timeout=0.1)
-            except TimeoutError:
-                continue
-            visibility.on_message(TXN_TAG.unpack_from(message.data)[0], clock())
-            received += 1
-            if received % 1000 == 0:
-                await consumer.acknowledge_cumulative(message)
+            for number, at in await watcher.records(timeout=0.1):
+                visibility.on_message(number, at)
 
     tasks = [run.clock(), _then_stop(run, [transact(p, i) for i, p in enumerate(producers)])]
-    if consumer is not None:
+    if watcher is not None:
         tasks.append(watch())
+    watcher_cpu = 0.0
     try:
         await asyncio.gather(*tasks)
     finally:
         for producer in producers:
             await producer.close()
-        if watcher_client is not None:
-            await watcher_client.close()
+        if watcher is not None:
+            watcher_cpu = await watcher.stop()
     extra: dict[str, Any] = {"producers": args.producers, "batching": args.batching, "size": args.size,
                              "rate": args.rate, "messages_per_txn": args.messages_per_txn,
                              "transactions": transactions,
                              "txns_per_s": round(transactions / run.elapsed(), 1)}
     if visibility is not None:
+        extra["watcher_cpu_s"] = round(watcher_cpu, 3)
         extra["committed_not_seen"] = len(visibility.committed)
         extra["visible_before_commit_ack"] = visibility.early
         if visibility.committed:
