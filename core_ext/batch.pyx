@@ -7,13 +7,23 @@ metadata is scanned at the protobuf wire-format level rather than parsed.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport UINT32_MAX, int32_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from ._endian cimport load_be32, store_be32
 
 cdef enum:
+    # SingleMessageMetadata
+    PROPERTIES_FIELD = 1
+    PARTITION_KEY_FIELD = 2
     PAYLOAD_SIZE_FIELD = 3
+    EVENT_TIME_FIELD = 5
+    ORDERING_KEY_FIELD = 7
+    SEQUENCE_ID_FIELD = 8
+    # KeyValue
+    KEY_FIELD = 1
+    VALUE_FIELD = 2
     WIRE_VARINT = 0
     WIRE_FIXED64 = 1
     WIRE_LENGTH_DELIMITED = 2
@@ -52,36 +62,51 @@ cdef inline Py_ssize_t _skip(Py_ssize_t size, Py_ssize_t pos, uint64_t count) ex
     return pos + <Py_ssize_t>count
 
 
+cdef inline Py_ssize_t _read_tag(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                                 uint64_t* field, int* wire_type) except -1:
+    cdef uint64_t tag
+    pos = _read_varint(data, size, pos, &tag)
+    if tag >> 3 == 0 or tag > UINT32_MAX:
+        raise BatchFormatError(f"invalid protobuf tag {tag}")
+    field[0] = tag >> 3
+    wire_type[0] = tag & 7
+    return pos
+
+
+cdef Py_ssize_t _skip_value(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos, int wire_type,
+                            uint64_t field) except -1:
+    """The position after a field's value, which is not needed."""
+    cdef uint64_t value
+    if wire_type == WIRE_VARINT:
+        return _read_varint(data, size, pos, &value)
+    if wire_type == WIRE_FIXED64:
+        return _skip(size, pos, 8)
+    if wire_type == WIRE_LENGTH_DELIMITED:
+        pos = _read_varint(data, size, pos, &value)
+        return _skip(size, pos, value)
+    if wire_type == WIRE_FIXED32:
+        return _skip(size, pos, 4)
+    # 3 and 4 are proto2 groups, unused by SingleMessageMetadata; 6 and 7 do not exist.
+    raise BatchFormatError(f"unsupported protobuf wire type {wire_type} in field {field}")
+
+
 cdef int32_t read_payload_size(const unsigned char* data, Py_ssize_t size) except -1:
     cdef Py_ssize_t pos = 0
-    cdef uint64_t tag, field, value
+    cdef uint64_t field, value
     cdef int wire_type
     cdef int32_t payload_size = 0
     cdef bint found = False
     while pos < size:
-        pos = _read_varint(data, size, pos, &tag)
-        field = tag >> 3
-        wire_type = tag & 7
-        if field == 0 or tag > UINT32_MAX:
-            raise BatchFormatError(f"invalid protobuf tag {tag}")
-        if wire_type == WIRE_VARINT:
+        pos = _read_tag(data, size, pos, &field, &wire_type)
+        if field == PAYLOAD_SIZE_FIELD:
+            if wire_type != WIRE_VARINT:
+                raise BatchFormatError(f"payload_size has wire type {wire_type}, not a varint")
             pos = _read_varint(data, size, pos, &value)
-            if field == PAYLOAD_SIZE_FIELD:
-                # Last occurrence wins; int32 keeps the varint's low 32 bits, as in protobuf.
-                payload_size = <int32_t><uint32_t>value
-                found = True
-        elif field == PAYLOAD_SIZE_FIELD:
-            raise BatchFormatError(f"payload_size has wire type {wire_type}, not a varint")
-        elif wire_type == WIRE_FIXED64:
-            pos = _skip(size, pos, 8)
-        elif wire_type == WIRE_LENGTH_DELIMITED:
-            pos = _read_varint(data, size, pos, &value)
-            pos = _skip(size, pos, value)
-        elif wire_type == WIRE_FIXED32:
-            pos = _skip(size, pos, 4)
+            # Last occurrence wins; int32 keeps the varint's low 32 bits, as in protobuf.
+            payload_size = <int32_t><uint32_t>value
+            found = True
         else:
-            # 3 and 4 are proto2 groups, unused by SingleMessageMetadata; 6 and 7 do not exist.
-            raise BatchFormatError(f"unsupported protobuf wire type {wire_type} in field {field}")
+            pos = _skip_value(data, size, pos, wire_type, field)
     if not found:
         raise BatchFormatError("the single message metadata has no payload_size")
     if payload_size < 0:
@@ -103,48 +128,144 @@ def single_payload_size(metadata):
         PyBuffer_Release(&view)
 
 
+cdef Py_ssize_t _next_message(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos, Py_ssize_t index,
+                              Py_ssize_t expected, Py_ssize_t* metadata_size,
+                              Py_ssize_t* payload_size) except -1:
+    """Check the framing of the message at ``data[pos]``; return the position after it (its
+    metadata and payload are the ``metadata_size + payload_size`` bytes before that)."""
+    if index == expected:
+        raise BatchFormatError(f"{size - pos} bytes follow the {expected} messages announced")
+    if size - pos < 4:
+        raise BatchFormatError(f"message {index}: its metadata size is cut off")
+    metadata_size[0] = load_be32(data + pos)
+    pos += 4
+    if metadata_size[0] > size - pos:
+        raise BatchFormatError(f"message {index}: metadata of {metadata_size[0]} bytes overruns the batch")
+    payload_size[0] = read_payload_size(data + pos, metadata_size[0])
+    pos += metadata_size[0]
+    if payload_size[0] > size - pos:
+        raise BatchFormatError(f"message {index}: payload of {payload_size[0]} bytes overruns the batch")
+    return pos + payload_size[0]
+
+
+cdef inline void _check_count(Py_ssize_t index, Py_ssize_t expected) except *:
+    if expected >= 0 and index != expected:
+        raise BatchFormatError(f"the batch holds {index} messages, {expected} were announced")
+
+
+cdef Py_ssize_t _expected(num_messages) except -2:
+    if num_messages is None:
+        return -1
+    if num_messages < 0:
+        raise BatchFormatError(f"num_messages must not be negative, got {num_messages}")
+    return num_messages
+
+
+cdef list _messages(payload, num_messages, bint decode):
+    """The messages of a batch: (metadata, payload) pairs, or with ``decode`` each message's
+    decoded fields (``_decode_single``)."""
+    cdef Py_buffer view
+    cdef const unsigned char* data
+    cdef const unsigned char* metadata
+    cdef Py_ssize_t pos = 0, index = 0, metadata_size, payload_size
+    cdef Py_ssize_t expected = _expected(num_messages)
+    cdef list messages = []
+    PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+    try:
+        data = <const unsigned char*>view.buf
+        while pos < view.len:
+            pos = _next_message(data, view.len, pos, index, expected, &metadata_size, &payload_size)
+            metadata = data + pos - payload_size - metadata_size
+            body = _copy(data + pos - payload_size, payload_size)
+            if decode:
+                messages.append(_decode_single(metadata, metadata_size, body))
+            else:
+                messages.append((_copy(metadata, metadata_size), body))
+            index += 1
+    finally:
+        PyBuffer_Release(&view)
+    _check_count(index, expected)
+    return messages
+
+
 def split_batch(payload, num_messages=None):
     """Split an uncompressed batch payload into (single metadata, message payload) pairs.
 
     With ``num_messages`` (the outer metadata's num_messages_in_batch), the batch must hold
     exactly that many messages.
     """
-    cdef Py_buffer view
-    cdef const unsigned char* data
-    cdef Py_ssize_t pos = 0, expected = -1, index = 0, metadata_size, payload_size
-    cdef list messages = []
-    if num_messages is not None:
-        expected = num_messages
-        if expected < 0:
-            raise BatchFormatError(f"num_messages must not be negative, got {expected}")
-    PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+    return _messages(payload, num_messages, False)
+
+
+cdef object _text(const unsigned char* data, Py_ssize_t size):
+    """A proto2 string field: its str, or its bytes when they are not UTF-8 (as the protobuf
+    runtime hands them out)."""
     try:
-        data = <const unsigned char*>view.buf
-        while pos < view.len:
-            if index == expected:
-                raise BatchFormatError(
-                    f"{view.len - pos} bytes follow the {expected} messages announced")
-            if view.len - pos < 4:
-                raise BatchFormatError(f"message {index}: its metadata size is cut off")
-            metadata_size = load_be32(data + pos)
-            pos += 4
-            if metadata_size > view.len - pos:
-                raise BatchFormatError(
-                    f"message {index}: metadata of {metadata_size} bytes overruns the batch")
-            payload_size = read_payload_size(data + pos, metadata_size)
-            metadata = _copy(data + pos, metadata_size)
-            pos += metadata_size
-            if payload_size > view.len - pos:
-                raise BatchFormatError(
-                    f"message {index}: payload of {payload_size} bytes overruns the batch")
-            messages.append((metadata, _copy(data + pos, payload_size)))
-            pos += payload_size
-            index += 1
-    finally:
-        PyBuffer_Release(&view)
-    if expected >= 0 and index != expected:
-        raise BatchFormatError(f"the batch holds {index} messages, {expected} were announced")
-    return messages
+        return PyUnicode_DecodeUTF8(<const char*>data, size, NULL)
+    except UnicodeDecodeError:
+        return _copy(data, size)
+
+
+cdef tuple _key_value(const unsigned char* data, Py_ssize_t size):
+    cdef Py_ssize_t pos = 0, start
+    cdef uint64_t field, length
+    cdef int wire_type
+    key = value = ""                      # absent (required in the schema): protobuf's default
+    while pos < size:
+        pos = _read_tag(data, size, pos, &field, &wire_type)
+        if wire_type == WIRE_LENGTH_DELIMITED and (field == KEY_FIELD or field == VALUE_FIELD):
+            pos = _read_varint(data, size, pos, &length)
+            start = pos
+            pos = _skip(size, pos, length)
+            if field == KEY_FIELD:
+                key = _text(data + start, pos - start)
+            else:
+                value = _text(data + start, pos - start)
+        else:
+            pos = _skip_value(data, size, pos, wire_type, field)
+    return key, value
+
+
+cdef tuple _decode_single(const unsigned char* data, Py_ssize_t size, bytes body):
+    """(body, properties, partition_key, ordering_key, event_time, sequence_id) of one message;
+    a field absent is None (event_time: 0). A field of an unexpected wire type is skipped, as
+    protobuf keeps it among the unknown fields; a repeated singular field's last value wins."""
+    cdef Py_ssize_t pos = 0, start
+    cdef uint64_t field, value
+    cdef int wire_type
+    cdef dict properties = {}
+    cdef uint64_t event_time = 0
+    partition_key = ordering_key = sequence_id = None
+    while pos < size:
+        pos = _read_tag(data, size, pos, &field, &wire_type)
+        if wire_type == WIRE_LENGTH_DELIMITED and (field == PROPERTIES_FIELD or field == PARTITION_KEY_FIELD
+                                                   or field == ORDERING_KEY_FIELD):
+            pos = _read_varint(data, size, pos, &value)
+            start = pos
+            pos = _skip(size, pos, value)
+            if field == PROPERTIES_FIELD:
+                key, text = _key_value(data + start, pos - start)
+                properties[key] = text
+            elif field == PARTITION_KEY_FIELD:
+                partition_key = _text(data + start, pos - start)
+            else:
+                ordering_key = _copy(data + start, pos - start)
+        elif wire_type == WIRE_VARINT and (field == EVENT_TIME_FIELD or field == SEQUENCE_ID_FIELD):
+            pos = _read_varint(data, size, pos, &value)
+            if field == EVENT_TIME_FIELD:
+                event_time = value
+            else:
+                sequence_id = value
+        else:
+            pos = _skip_value(data, size, pos, wire_type, field)
+    return body, properties, partition_key, ordering_key, event_time, sequence_id
+
+
+def decode_batch(payload, num_messages=None):
+    """Split an uncompressed batch payload and decode what a consumer reads of each message's
+    SingleMessageMetadata: a list of (payload, properties, partition_key, ordering_key,
+    event_time, sequence_id) (see ``split_batch`` for ``num_messages``)."""
+    return _messages(payload, num_messages, True)
 
 
 def build_batch(messages):

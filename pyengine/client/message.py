@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from functools import total_ordering
 from typing import ClassVar
 
-from core_ext.batch import split_batch
+from core_ext.batch import decode_batch
 from pyengine.protocol.commands import parse_message_metadata
-from pyengine.protocol.pulsar_api_pb2 import NONE, ZLIB, MessageIdData, SingleMessageMetadata
+from pyengine.protocol.pulsar_api_pb2 import NONE, ZLIB, MessageIdData
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine_kernels import Position, ackset_acked_indexes
 
@@ -149,21 +149,18 @@ def decode_entry(topic: str, position: Position, data: bytes, *, partition: int 
                         event_time=md.event_time, sequence_id=md.sequence_id, **common)]
     count = md.num_messages_in_batch
     try:
-        pieces = split_batch(payload, count)
+        pieces = decode_batch(payload, count)       # compiled: each message's fields, no protobuf object
     except ValueError as exc:
         raise DecodeError(f"entry {position} of {topic}: {exc}") from exc
-    skipped = set(ackset_acked_indexes(ack_set, count)) if ack_set is not None else set()
+    skipped = set(ackset_acked_indexes(ack_set, count)) if ack_set is not None else ()
     messages = []
-    for index, (raw_single, body) in enumerate(pieces):
+    ledger_id, entry_id, first_sequence = position.ledger_id, position.entry_id, md.sequence_id
+    for index, (body, properties, partition_key, ordering_key, event_time, sequence_id) in enumerate(pieces):
         if index in skipped:
             continue
-        single = SingleMessageMetadata.FromString(raw_single)
         messages.append(Message(
-            message_id=MessageId(position.ledger_id, position.entry_id, index, partition, count),
-            data=body, properties={kv.key: kv.value for kv in single.properties},
-            partition_key=single.partition_key if single.HasField("partition_key") else None,
-            ordering_key=single.ordering_key if single.HasField("ordering_key") else None,
-            event_time=single.event_time,
-            sequence_id=single.sequence_id if single.HasField("sequence_id") else md.sequence_id + index,
+            message_id=MessageId(ledger_id, entry_id, index, partition, count),
+            data=body, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
+            event_time=event_time, sequence_id=first_sequence + index if sequence_id is None else sequence_id,
             **common))
     return messages

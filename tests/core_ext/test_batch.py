@@ -9,7 +9,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core_ext.batch import BatchFormatError, build_batch, single_payload_size, split_batch
+from core_ext.batch import BatchFormatError, build_batch, decode_batch, single_payload_size, split_batch
+from pyengine.protocol import pulsar_api_pb2 as pb
 from tests.reference import batch as ref
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -125,6 +126,20 @@ def messages(draw):
     return pairs
 
 
+def mutated(batch: bytes, data) -> bytes:
+    """`batch` with one bit flipped, its tail cut off, or a few bytes inserted."""
+    batch = bytearray(batch)
+    pos = data.draw(st.integers(0, len(batch)))
+    kind = data.draw(st.sampled_from(["flip", "truncate", "insert"]))
+    if kind == "flip" and pos < len(batch):
+        batch[pos] ^= 1 << data.draw(st.integers(0, 7))
+    elif kind == "truncate":
+        del batch[pos:]
+    else:
+        batch[pos:pos] = data.draw(st.binary(min_size=1, max_size=6))
+    return bytes(batch)
+
+
 def outcome(function, *args):
     try:
         return function(*args)
@@ -190,17 +205,8 @@ def test_split_on_random_bytes_matches_reference(payload, count):
 @given(messages(), st.data())
 @PROPERTY
 def test_split_of_mutated_batches_matches_reference(pairs, data):
-    batch = bytearray(build_batch(pairs))
-    pos = data.draw(st.integers(0, len(batch)))
-    kind = data.draw(st.sampled_from(["flip", "truncate", "insert"]))
-    if kind == "flip" and pos < len(batch):
-        batch[pos] ^= 1 << data.draw(st.integers(0, 7))
-    elif kind == "truncate":
-        del batch[pos:]
-    else:
-        batch[pos:pos] = data.draw(st.binary(min_size=1, max_size=6))
+    batch = mutated(build_batch(pairs), data)
     count = data.draw(st.none() | st.just(len(pairs)))
-    batch = bytes(batch)
     assert outcome(split_batch, batch, count) == outcome(ref.split_batch, batch, count)
 
 
@@ -325,3 +331,84 @@ def test_split_rejects_non_int_count():
 
 def test_batch_format_error_is_a_value_error():
     assert issubclass(BatchFormatError, ValueError)
+
+
+# --- decode_batch: what a consumer reads of each message, against the protobuf runtime -------
+
+def protobuf_decoding(payload, count=None):
+    """decode_batch's oracle: split_batch, then the real SingleMessageMetadata of each message."""
+    decoded = []
+    for metadata, body in split_batch(payload, count):
+        try:
+            single = pb.SingleMessageMetadata.FromString(metadata)
+        except Exception:                                # protobuf's DecodeError
+            raise BatchFormatError("metadata does not parse") from None
+        decoded.append((body, {kv.key: kv.value for kv in single.properties},
+                        single.partition_key if single.HasField("partition_key") else None,
+                        single.ordering_key if single.HasField("ordering_key") else None,
+                        single.event_time, single.sequence_id if single.HasField("sequence_id") else None))
+    return decoded
+
+
+@given(messages(), st.booleans())
+@PROPERTY
+def test_decode_matches_protobuf(pairs, announce):
+    batch = build_batch(pairs)
+    count = len(pairs) if announce else None
+    assert decode_batch(batch, count) == protobuf_decoding(batch, count)
+
+
+@given(messages(), st.data())
+@PROPERTY
+def test_decode_of_mutated_batches_matches_protobuf(pairs, data):
+    batch = mutated(build_batch(pairs), data)
+    assert outcome(decode_batch, batch) == outcome(protobuf_decoding, batch)
+
+
+def _one(metadata: bytes, body: bytes = b"") -> bytes:
+    return struct.pack(">I", len(metadata)) + metadata + body
+
+
+def test_decode_fields_of_the_wrong_wire_type_are_skipped_like_protobuf():
+    # partition_key as a varint, sequence_id as a length-delimited blob: unknown fields to protobuf.
+    metadata = payload_size_field(0) + tag(2, 0) + varint(5) + tag(8, 2) + varint(1) + b"x" + tag(5, 0) + varint(7)
+    assert decode_batch(_one(metadata)) == protobuf_decoding(_one(metadata)) == [(b"", {}, None, None, 7, None)]
+
+
+def test_decode_strings_that_are_not_utf8_come_back_as_bytes_like_protobuf():
+    kv = tag(1, 2) + varint(2) + b"\xff\xfe" + tag(2, 2) + varint(1) + b"v"
+    metadata = payload_size_field(0) + tag(1, 2) + varint(len(kv)) + kv + tag(2, 2) + varint(1) + b"\x80"
+    assert decode_batch(_one(metadata)) == protobuf_decoding(_one(metadata)) == [
+        (b"", {b"\xff\xfe": "v"}, b"\x80", None, 0, None)]
+
+
+def test_decode_a_property_without_its_value_is_empty_like_protobuf():
+    kv = tag(1, 2) + varint(1) + b"k"
+    metadata = payload_size_field(0) + tag(1, 2) + varint(len(kv)) + kv
+    assert decode_batch(_one(metadata)) == [(b"", {"k": ""}, None, None, 0, None)]
+
+
+@pytest.mark.parametrize("metadata", [
+    payload_size_field(0) + tag(1, 2) + varint(3) + tag(1, 2) + varint(9),      # a key overrunning its property
+    payload_size_field(0) + tag(1, 2) + varint(2) + tag(1, 0) + b"\x80",          # a varint cut off inside it
+    payload_size_field(0) + tag(1, 2) + varint(1) + b"\x00",                     # field number 0 inside it
+    payload_size_field(0) + tag(2, 2) + varint(4) + b"ab",                       # a partition key cut off
+    payload_size_field(0) + tag(1, 2) + varint(2) + tag(9, 3),                   # a group inside a property
+])
+def test_decode_rejects_malformed_metadata_like_protobuf(metadata):
+    with pytest.raises(BatchFormatError):
+        decode_batch(_one(metadata))
+    with pytest.raises(BatchFormatError):
+        protobuf_decoding(_one(metadata))
+
+
+def test_decode_checks_the_count_and_its_argument_like_split():
+    assert decode_batch(OBSERVED, 5) == protobuf_decoding(OBSERVED, 5)
+    assert [sequence for *_, sequence in decode_batch(OBSERVED)] == [0, 1, 2, 3, 4]
+    with pytest.raises(BatchFormatError, match="announced"):
+        decode_batch(OBSERVED, 4)
+    with pytest.raises(BatchFormatError, match="negative"):
+        decode_batch(OBSERVED, -1)
+    with pytest.raises(TypeError):
+        decode_batch("not bytes")
+    assert decode_batch(b"") == []
