@@ -75,8 +75,10 @@ transactions of 100 messages one after another; as in pulsar-perf, a commit is a
 and the next transaction opens at once, so several commit at a time (`--no-visibility`: no
 consumer in the load generator, as in the plain run). Latency figures come from runs at half of the
 measured max rate: `publish_p99_ms` from a plain run, `end_txn_p99_ms` and
-`commit_to_visible_p99_ms` from a transactional run with a consumer on its own connection
-(commit-to-visible counts 0 when the first message arrives before the commit's response).
+`commit_to_visible_p99_ms` from a transactional run with a consumer in a process of its own,
+as a separate application (`pyengine.cli.perf_watcher`: it reports each transaction's first
+message with its CLOCK_MONOTONIC arrival time; commit-to-visible counts 0 when that message
+arrived before the commit's response).
 Both cores of the machine are shared by the broker and the load generator (and, while
 recording, by other work on the machine: absolute figures move with the load, ratios less).
 
@@ -123,8 +125,19 @@ timer in the client, on this VM while it was shared):
   kernel time of ~0.5 group commits per transaction); the load generator ~1.6 ms against ~1.0
   ms (holding the sends for ADD_PARTITION_TO_TXN, the coordinator requests, the commit). In
   all ~3.0 ms against ~1.8 ms per 100 messages.
-- END_TXN latency seen by the broker (its `pyengine_txn_end_latency_seconds` histogram, half
-  rate): mean 4.2 ms, 75% under 5 ms, 98% under 10 ms. The load generator sees p50 ~11 ms,
+- END_TXN at half rate is bounded by the machine being full: the half-rate transactional run
+  has 10 producers each sending small batches (a batch per producer per 1 ms window, ~7
+  messages), and every batch is a SEND, an entry, a receipt and often a group commit of its
+  own: the broker spends ~17 us per message there (two thirds of it in the kernel: socket
+  I/O, LMDB page writes, fdatasync) against ~6 with one producer at the same rate, plain or
+  not. Until 2026-11-25 the commit-to-visible consumer ran inside the load generator and
+  decoded every message on the event loop that times END_TXN: at 50k msg/s (runs taking
+  turns) END_TXN p99 was 16.4 ms with it and 6.1 without; in its own process 8.3-11.1 ms
+  (the watcher still takes 7-9 us of CPU per message from the same two cores), and
+  commit-to-visible now includes the watcher process's own scheduling delays. Batches are
+  decoded in Cython since (`core_ext.batch.decode_batch`: 2.35 -> 1.12 us per message).
+  Earlier, END_TXN latency seen by the broker (its `pyengine_txn_end_latency_seconds`
+  histogram, half rate): mean 4.2 ms, 75% under 5 ms, 98% under 10 ms. The load generator sees p50 ~11 ms,
   p99 ~28 ms: its event loop lags (sleep(1 ms) overshoots by 4 ms at p90, 8 ms at p99)
   because one socket read brings the receipts of a whole group commit and settles the send
   futures of all of them in one callback (112 callbacks over 2 ms in 6 s, 262 ms in all,
