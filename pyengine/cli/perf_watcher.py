@@ -10,8 +10,8 @@ from the latest message), then writes to stdout one record per transaction it se
 transaction's number (the first 8 bytes of its payloads) and the CLOCK_MONOTONIC time of the
 transaction's first message, which the load generator compares with the time its commit was
 acknowledged (the same clock on the same host). The first record, number READY, says the
-subscription is in place. It runs until SIGTERM or SIGINT; a failure is reported on stderr with
-exit status 1.
+subscription is in place. It runs until SIGTERM or SIGINT, then unsubscribes; a failure is
+reported on stderr with exit status 1.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ async def watch(url: str, topic: str, subscription: str, operation_timeout: floa
         if receiving.done() and not receiving.cancelled() and receiving.exception() is not None:
             raise receiving.exception()
         flush()
-        await consumer.close()
+        await consumer.unsubscribe()      # leaves no subscription holding the topic's backlog
 
 
 class WatcherFailed(RuntimeError):

@@ -5,7 +5,9 @@ generator pairs its reports, which come later than the messages they time."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -46,6 +48,9 @@ async def test_the_watcher_reports_each_transactions_first_message_once(broker):
     finally:
         cpu = await watcher.stop()
     assert cpu > 0
+    # It unsubscribed: no subscription is left to hold the topic's backlog.
+    with urllib.request.urlopen(f"{broker.http_url}/admin/v2/persistent/public/default/watched/subscriptions") as r:
+        assert json.load(r) == []
 
 
 async def test_a_watcher_that_cannot_subscribe_is_a_clear_failure(unused_tcp_port):
