@@ -41,7 +41,7 @@ import uvloop
 from hdrh.histogram import HdrHistogram
 
 from pyengine.cli.gc_tuning import settled_garbage_collector
-from pyengine.cli.perf_watcher import TXN_TAG, WatcherProcess   # txn mode: payloads start with their txn's number
+from pyengine.cli.perf_watcher import TXN_TAG, WatcherFailed, WatcherProcess   # txn mode: payloads start with their txn's number
 from pyengine.client import Client
 from pyengine.client.url import parse_service_url
 from pyengine.errors import InvalidTopicNameError, PulsarError
@@ -676,6 +676,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
         run.on_measuring.append(visibility.forget_early)
     clock = time.perf_counter
     filler = b"x" * max(0, args.size - TXN_TAG.size)
+    producers = [await client.create_producer(args.topic, **_producer_options(args)) for _ in range(args.producers)]
     watcher = None
     if visibility is not None:
         # The watcher is its own process, as a separate application would be: on the
@@ -683,7 +684,6 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
         # on their event loop, its decoding of every message would delay the END_TXN answers.
         watcher = await WatcherProcess.start(args.url, args.topic, f"perf-visibility-{time.time_ns():x}",
                                              args.operation_timeout)
-    producers = [await client.create_producer(args.topic, **_producer_options(args)) for _ in range(args.producers)]
     txn_numbers = iter(range(1 << 62))
     transactions = 0
     producing = len(producers)
@@ -858,7 +858,7 @@ def run(args: argparse.Namespace) -> int:
                          "(each message carries its transaction's number) or use --no-visibility")
     try:
         result = uvloop.run(perf(args))
-    except (PulsarError, TimeoutError, OSError) as exc:
+    except (PulsarError, TimeoutError, OSError, WatcherFailed) as exc:
         print(f"pyengine perf: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print_summary(result)

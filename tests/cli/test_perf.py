@@ -156,6 +156,27 @@ def test_an_unreachable_broker_is_a_clear_failure(capsys, unused_tcp_port):
     assert err.startswith("pyengine perf: ") and "127.0.0.1" in err
 
 
+def test_txn_against_an_unreachable_broker_is_a_clear_failure(capsys, unused_tcp_port):
+    code = main(["perf", "txn", "--url", f"pulsar://127.0.0.1:{unused_tcp_port}", "--duration", "1",
+                 "--operation-timeout", "1", "--quiet"])
+    assert code == 1
+    assert capsys.readouterr().err.startswith("pyengine perf: ")
+
+
+def test_a_visibility_watcher_that_fails_is_a_clear_failure(broker, capsys, monkeypatch):
+    from pyengine.cli import perf as perf_module
+    from pyengine.cli.perf_watcher import WatcherFailed
+
+    async def refuse(*args, **kwargs):
+        raise WatcherFailed("the visibility watcher ended (exit 1): no luck")
+
+    monkeypatch.setattr(perf_module.WatcherProcess, "start", refuse)
+    code = main(["perf", "txn", "persistent://public/default/perf-watch-fails", "--url", broker.url,
+                 "--duration", "1", "--quiet"])
+    assert code == 1
+    assert capsys.readouterr().err.startswith("pyengine perf: WatcherFailed: the visibility watcher ended")
+
+
 # --- malformed flags ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
