@@ -104,6 +104,9 @@ The collector is not what separates the two sides: tuned as `pyengine serve` tun
 process alternating fresh-broker 20k-message runs, plain 9.5-11.2 us per message (11.6-14.8 at
 the defaults) and 100 per txn 12.1-14.9 (15.4-18.4): both sides ~25% faster, the ratio best
 over best 0.78-0.79 tuned against 0.70-0.85 at the defaults.
+Seven full runs of this suite in one later hour (no engine change since the recording
+before): `txn_publish_ratio_100` 0.772, 0.805, 0.696, 0.754, 0.687, 0.755 and 0.710 (the one
+recorded above); median 0.755. The target is not met.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
