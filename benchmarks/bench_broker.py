@@ -47,7 +47,7 @@ FIGURES = [
              "(10 producers, commits asynchronous, 1000 messages in flight as the plain run) / without transactions", "x", ">=", 0.8),
     measured("end_txn_p99_ms", "END_TXN (commit) round trip p99, transactions of 100 at half their max rate",
              "ms", "<=", 5),
-    measured("commit_to_visible_p99_ms", "commit acknowledged -> first message at a consumer (own connection) p99, "
+    measured("commit_to_visible_p99_ms", "commit acknowledged -> first message at a consumer (a process of its own) p99, "
              "same run", "ms", "<=", 20),
     measured("publish_p99_ms", "publish latency p99 (send -> receipt) at half of the max publish rate", "ms", "<=", 10),
     measured("uvloop_vs_asyncio", "max publish throughput with the broker on uvloop / on asyncio's default loop",
