@@ -49,6 +49,7 @@ from pyengine.naming import TopicName
 
 DEFAULT_URL = "pulsar://127.0.0.1:6650"
 DEFAULT_TOPIC = "persistent://public/default/perf"
+TXN_NUMBERS_END = 1 << 62                 # txn mode numbers its transactions below this
 HIGHEST_US = 3_600_000_000                  # one hour: anything slower is clamped to it
 SIGNIFICANT_DIGITS = 3
 SUMMARY_PERCENTILES = (50.0, 95.0, 99.0, 99.9)
@@ -684,7 +685,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
         # on their event loop, its decoding of every message would delay the END_TXN answers.
         watcher = await WatcherProcess.start(args.url, args.topic, f"perf-visibility-{time.time_ns():x}",
                                              args.operation_timeout)
-    txn_numbers = iter(range(1 << 62))
+    txn_numbers = iter(range(TXN_NUMBERS_END))
     transactions = 0
     producing = len(producers)
 

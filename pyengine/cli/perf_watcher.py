@@ -24,8 +24,8 @@ import struct
 import sys
 import time
 
-RECORD = struct.Struct(">qd")          # transaction number, monotonic seconds
-READY = -1
+RECORD = struct.Struct(">Qd")          # transaction number, monotonic seconds
+READY = (1 << 64) - 1                  # not a number perf gives a transaction (they stay below 2**62)
 # (`-m pyengine.cli.perf_watcher` would import this module twice: the package imports it first)
 _RUN_MAIN = "from pyengine.cli.perf_watcher import main; raise SystemExit(main())"
 TXN_TAG = struct.Struct(">Q")          # as pyengine.cli.perf writes it at the head of each payload
@@ -65,7 +65,7 @@ async def watch(url: str, topic: str, subscription: str, operation_timeout: floa
                 # burst has been taken)
                 message = await consumer.receive()
                 number = TXN_TAG.unpack_from(message.data)[0] if len(message.data) >= TXN_TAG.size else None
-                if number is not None and number not in seen:
+                if number is not None and number != READY and number not in seen:
                     seen.add(number)
                     pending.extend(RECORD.pack(number, time.monotonic()))
                     if not flush_scheduled:

@@ -37,6 +37,7 @@ async def test_the_watcher_reports_each_transactions_first_message_once(broker):
                     producer.send_async(TXN_TAG.pack(number) + bytes([k]), txn=txn)
                 await txn.commit()
             producer.send_async(b"short", txn=None)         # not a perf payload: not reported
+            producer.send_async(b"\xff" * 8, txn=None)      # any 8 bytes, even READY's: not reported
             await producer.flush()
         reported: list[tuple[int, float]] = []
         deadline = time.monotonic() + 10
@@ -95,4 +96,7 @@ def test_a_report_that_comes_after_the_commit_but_timed_before_it_counts_as_earl
 
 
 def test_the_ready_record_cannot_be_a_transaction_number():
-    assert READY < 0 <= min(TXN_TAG.unpack(b"\0" * 8))
+    from pyengine.cli import perf
+
+    assert READY == TXN_TAG.unpack(b"\xff" * 8)[0]
+    assert READY >= perf.TXN_NUMBERS_END          # perf numbers its transactions below this
