@@ -365,3 +365,18 @@ async def test_txn_commits_asynchronously_within_the_pending_limit():
     assert result["transactions"] > 0 and client.most_committing >= 3, (result, client.most_committing)
     assert client.most_pending <= 30 and client.most_pending >= 20, client.most_pending
     assert client.committing == 0                  # every commit waited for before the run ends
+
+
+async def test_the_pending_window_lets_a_group_larger_than_its_limit_go_alone():
+    """--messages-per-txn above --max-pending: a transaction's sends go when nothing else is
+    in flight, instead of waiting for ever."""
+    from pyengine.cli.perf import Window
+
+    window = Window(10)
+    await window.acquire(25)                       # nothing in flight: goes
+    waiting = asyncio.ensure_future(window.acquire(25))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()                      # 25 in flight: the next group waits
+    window.release(25)
+    await asyncio.wait_for(waiting, 1)
+    assert window.in_flight == 25
