@@ -9,6 +9,7 @@ Two kinds of checks:
 """
 
 import re
+import subprocess
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2
@@ -16,7 +17,30 @@ from google.protobuf import descriptor_pb2
 from pyengine.protocol import pb
 from pyengine.protocol.commands import BODY_FIELD
 
-BRIEF = Path(__file__).resolve().parents[3] / "shared" / "protocol" / "pulsar-wire-protocol.md"
+BRIEF_IN_SHARED = Path("protocol") / "pulsar-wire-protocol.md"
+
+
+def _brief_path() -> Path:
+    """The brief in ../shared beside this checkout (CI's layout), or else beside the local
+    checkout this one was cloned from (a scratch clone in a temporary directory)."""
+    repo = Path(__file__).resolve().parents[2]
+    beside = repo.parent / "shared" / BRIEF_IN_SHARED
+    if beside.is_file():
+        return beside
+    try:
+        origin = subprocess.run(["git", "-C", str(repo), "remote", "get-url", "origin"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return beside
+    origin_path = Path(origin.removeprefix("file://"))
+    if origin_path.is_dir():
+        cloned_from = origin_path.resolve().parent / "shared" / BRIEF_IN_SHARED
+        if cloned_from.is_file():
+            return cloned_from
+    return beside
+
+
+BRIEF = _brief_path()
 
 # --- hard-coded from the brief, section 2.2 / 2.1 -------------------------------------------------
 
@@ -160,7 +184,7 @@ RULES = {"required": "LABEL_REQUIRED", "optional": "LABEL_OPTIONAL", "repeated":
 def _brief() -> str:
     if not BRIEF.is_file():
         raise AssertionError(f"the wire-protocol brief is not at {BRIEF}: this repository expects the "
-                             "shared specs checked out beside it, as ../shared (CI's layout)")
+                             "shared specs checked out beside it (or beside the checkout it was cloned from), as ../shared")
     return BRIEF.read_text(encoding="utf-8")
 
 
