@@ -29,7 +29,6 @@ import functools
 import json
 import math
 import signal
-import struct
 import sys
 import time
 from collections.abc import Callable, Coroutine

@@ -22,7 +22,9 @@ import resource
 import signal
 import struct
 import sys
+import tempfile
 import time
+from typing import Any
 
 RECORD = struct.Struct(">Qd")          # transaction number, monotonic seconds
 READY = (1 << 64) - 1                  # not a number perf gives a transaction (they stay below 2**62)
@@ -93,18 +95,20 @@ class WatcherFailed(RuntimeError):
 class WatcherProcess:
     """The load generator's side: the watcher as a child process, and the records it writes."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, stderr: Any) -> None:
         self._process = process
+        self._stderr = stderr              # a file, not a pipe: nobody reads it while it runs
         self._rest = b""
         self._cpu_before = _children_cpu()
 
     @classmethod
     async def start(cls, url: str, topic: str, subscription: str, operation_timeout: float) -> WatcherProcess:
         """Start the watcher and wait until it is subscribed."""
+        stderr = tempfile.TemporaryFile()
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-c", _RUN_MAIN, url, topic, subscription, repr(operation_timeout),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        watcher = cls(process)
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=stderr)
+        watcher = cls(process, stderr)
         try:
             # (the interpreter's start-up and imports come before the subscription's timeout)
             records = await watcher.records(timeout=operation_timeout + 30.0)
@@ -126,8 +130,8 @@ class WatcherProcess:
             return []
         if not data:
             await self._process.wait()
-            assert self._process.stderr is not None
-            reason = (await self._process.stderr.read()).decode(errors="replace").strip()
+            self._stderr.seek(0)
+            reason = self._stderr.read()[-2000:].decode(errors="replace").strip()
             raise WatcherFailed(f"the visibility watcher ended (exit {self._process.returncode})"
                                 + (f": {reason}" if reason else ""))
         data = self._rest + data
@@ -147,6 +151,7 @@ class WatcherProcess:
             except TimeoutError:
                 self._process.kill()
                 await self._process.wait()
+        self._stderr.close()
         return _children_cpu() - self._cpu_before
 
 
