@@ -13,8 +13,6 @@ import json
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
-import aiohttp
-
 from pyengine.errors import (
     NotAllowedError,
     PulsarError,
@@ -26,6 +24,8 @@ from pyengine.naming import TopicName
 from pyengine.scalable.resources import ScalableTopicResources
 
 if TYPE_CHECKING:
+    import aiohttp
+
     from pyengine.broker.service import BrokerService
 
 
@@ -174,6 +174,8 @@ class RoutedSegments:
         web = await self.resources.web_service_url(owner)
         if web is None:
             raise ServiceNotReadyError(f"segment {segment} is owned by broker {owner}, which is not running")
+        import aiohttp       # only brokers sharing a metadata store need it: embedding stays light
+
         name = TopicName.parse(segment)
         path = (f"/admin/v2/segments/{quote(name.tenant, safe='')}/{quote(name.namespace, safe='')}/"
                 f"{quote(name.scalable_topic.local_name, safe='')}/{name.segment_descriptor}{suffix}")
