@@ -140,7 +140,13 @@ class EmbeddedTransaction:
         self.state = "open"
         self._partitions: dict[str, asyncio.Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], asyncio.Future[None]] = {}
-        self._operations: list[asyncio.Future] = []
+        # Sends and acks under way, and the first of them that failed: the commit waits until
+        # none is under way, and aborts if one failed. (A count rather than a list of their
+        # futures: a send that succeeded leaves nothing behind for the commit to look at.)
+        self._in_flight = 0
+        self._failure: BaseException | None = None
+        self._settled: asyncio.Future[None] | None = None     # what the commit waits on
+        self._registered: set[str] = set()      # partitions whose registration succeeded
         # The txn id fields of every message's metadata, encoded once: a serialized protobuf
         # message followed by more fields is that message with those fields set (encodings
         # merge). Setting the two fields by name on each message was a fifth of what a
@@ -151,6 +157,20 @@ class EmbeddedTransaction:
     def _check_open(self) -> None:
         if self.state != "open":
             raise InvalidTxnStatusError(f"transaction {self.txn_id} is {self.state}")
+
+    def _rebound(self, service: BrokerService) -> EmbeddedTransaction:
+        """This transaction on `service` (a restarted broker, whose coordinator kept it open):
+        the same state, and a failed operation is still remembered (tests restart brokers
+        under open transactions)."""
+        if self._in_flight:
+            raise InvalidTxnStatusError(f"transaction {self.txn_id} has operations under way")
+        rebound = EmbeddedTransaction(service, self.txn_id)
+        rebound.state = self.state
+        rebound._partitions = dict(self._partitions)
+        rebound._subscriptions = dict(self._subscriptions)
+        rebound._registered = set(self._registered)
+        rebound._failure = self._failure
+        return rebound
 
     def _register_partition(self, topic: str) -> asyncio.Future[None]:
         """Register `topic` with the coordinator once (sends in flight share it). The record is
@@ -172,15 +192,43 @@ class EmbeddedTransaction:
             self._subscriptions[key] = registration
         return registration
 
-    def _track(self, operation: asyncio.Future) -> None:
-        self._operations.append(operation)
+    def _track(self, *operations: asyncio.Future[Any]) -> None:
+        """Operations the commit waits for until they are settled, whatever happens to the
+        caller that awaits them (an ack goes on when its caller is cancelled)."""
+        for operation in operations:
+            self._in_flight += 1
+            operation.add_done_callback(self._tracked_settled)
+
+    def _tracked_settled(self, operation: asyncio.Future[Any]) -> None:
+        self._operation_ended(operation if operation.cancelled() else operation.exception())
+
+    def _operation_ended(self, failure: BaseException | asyncio.Future[Any] | None = None) -> None:
+        """A send or ack is over; `failure`: how it failed, or the future that was cancelled
+        (a cancelled operation counts as failed: what it did may or may not have been done)."""
+        self._in_flight -= 1
+        if failure is not None and self._failure is None:
+            cancelled = isinstance(failure, (asyncio.CancelledError, asyncio.Future))
+            self._failure = (asyncio.CancelledError("an operation of the transaction was cancelled")
+                             if cancelled else failure)
+        if not self._in_flight and self._settled is not None and not self._settled.done():
+            self._settled.set_result(None)
+
+    async def _operations_settled(self) -> BaseException | None:
+        """Wait until no send or ack of the transaction is under way; the first that failed."""
+        while self._in_flight:
+            self._settled = asyncio.get_running_loop().create_future()
+            try:
+                await self._settled
+            finally:
+                self._settled = None
+        return self._failure
 
     async def commit(self) -> None:
         """Commit once every send and ack of the transaction is done; if one of them failed,
         abort instead and raise its error (as Pulsar's clients do)."""
         self._check_open()
         self.state = "committing"
-        failure = await _first_failure(self._operations)
+        failure = await self._operations_settled()
         if failure is not None:
             self.state = "aborting"
             await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
@@ -196,7 +244,7 @@ class EmbeddedTransaction:
     async def abort(self) -> None:
         self._check_open()
         self.state = "aborting"
-        await _first_failure(self._operations)
+        await self._operations_settled()
         await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
         self.state = "aborted"
 
@@ -259,18 +307,29 @@ class EmbeddedProducer:
                 txn._check_open()
             metadata = (message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
                         + txn._metadata_fields)
+            topic = self._topic.name
             try:
-                registration = txn._partitions.get(self._topic.name)
-                if registration is None or registration.done():
-                    registration = txn._register_partition(self._topic.name)   # new, or again if it failed
+                # The partition's registration: new, shared with the sends in flight, or again
+                # if it failed; none once it succeeded.
+                registration = None if topic in txn._registered else txn._register_partition(topic)
                 stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
                                              sequence_id=sequence_id, publish_time=publish_time, txn=txn.txn_id)
-                txn._operations.append(stored)      # the commit waits for it, whatever happens to it
-                position = await stored
-                if not registration.done() or registration.cancelled() or registration.exception() is not None:
-                    await registration      # committed with or before the entry: done by now
             except Exception as exc:
                 raise to_pulsar_error(exc) from exc
+            txn._in_flight += 1         # from here the commit waits for it, and aborts if it fails
+            try:
+                position = await stored
+                if registration is not None:
+                    await registration      # committed with or before the entry: done by now
+                    txn._registered.add(topic)
+            except BaseException as exc:
+                txn._operation_ended(exc)
+                if isinstance(exc, Exception):
+                    raise to_pulsar_error(exc) from exc
+                raise
+            txn._in_flight -= 1         # _operation_ended(), inlined: this is every message's path
+            if not txn._in_flight and txn._settled is not None and not txn._settled.done():
+                txn._settled.set_result(None)
         if position is None:
             return MessageId(-1, -1, partition=self._topic.partition_index)
         return MessageId(position.ledger_id, position.entry_id, partition=self._topic.partition_index)
@@ -376,7 +435,7 @@ class EmbeddedConsumer:
             registration = txn._register_subscription(self._topic.name, self._subscription.name)
             operation = asyncio.ensure_future(
                 self._subscription.ack_with_transaction(self._consumer, txn.txn_id, acks=[ack]))
-            txn._track(operation)
+            txn._track(registration, operation)     # the commit waits for them, whatever happens here
             await registration
             await operation
         except Exception as exc:
@@ -399,7 +458,7 @@ class EmbeddedConsumer:
             registration = txn._register_subscription(self._topic.name, self._subscription.name)
             operation = asyncio.ensure_future(
                 self._subscription.ack_with_transaction(self._consumer, txn.txn_id, cumulative=position))
-            txn._track(operation)
+            txn._track(registration, operation)     # the commit waits for them, whatever happens here
             await registration
             await operation
         except Exception as exc:
@@ -460,19 +519,6 @@ class EmbeddedConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise NotAllowedError("the consumer is closed")
-
-
-async def _first_failure(operations: list[asyncio.Future]) -> BaseException | None:
-    """Wait for every operation; the first error among them (None if all succeeded)."""
-    pending = [op for op in operations if not op.done()]
-    if pending:
-        await asyncio.wait(pending)
-    for op in operations:
-        if op.cancelled():
-            return asyncio.CancelledError("an operation of the transaction was cancelled")
-        if op.exception() is not None:
-            return op.exception()
-    return None
 
 
 _MASK64 = (1 << 64) - 1

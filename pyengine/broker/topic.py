@@ -145,7 +145,7 @@ class Topic:
         if txn is not None:
             if txn.most_bits == V5_COORDINATOR_ID:
                 check_txn_design(self.buffer, txn, self.name)
-            stored = self.buffer.append(txn, data, num_messages=num_messages, publish_time=publish_time)
+            stored = self.buffer.append_checked(txn, data, num_messages, publish_time)
         else:
             stored = self.ledger.append(data, num_messages=num_messages, publish_time=publish_time)
         self.dedup.record(producer.name, highest, stored)

@@ -217,6 +217,61 @@ async def test_a_transactional_message_carries_its_txn_id_and_fields_in_its_meta
         assert [(p.key, p.value) for p in metadata.properties] == [("a", "1")]
         assert (entry.txn_most, entry.txn_least) == (txn.txn_id.most_bits, txn.txn_id.least_bits)
 
+async def test_a_commit_waits_for_the_sends_still_under_way_and_includes_them(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        txn = await broker.new_transaction()
+        sends = [asyncio.ensure_future(producer.send(b"%d" % i, txn=txn)) for i in range(5)]
+        await asyncio.sleep(0)               # each send is waiting for its group commit
+        assert not any(send.done() for send in sends)
+        await txn.commit()
+        assert all(send.done() and send.exception() is None for send in sends)
+        assert [m.data for m in await drain(consumer)] == [b"%d" % i for i in range(5)]
+
+
+async def test_a_send_cancelled_under_way_makes_the_commit_abort(tmp_path):
+    """Its entry may be stored or not: the transaction cannot commit it (as a failed send)."""
+    from pyengine.errors import PulsarError
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        txn = await broker.new_transaction()
+        await producer.send(b"stored", txn=txn)
+        cancelled = asyncio.ensure_future(producer.send(b"cancelled", txn=txn))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with pytest.raises(PulsarError, match="cancelled"):
+            await txn.commit()
+        assert txn.state == "aborted"
+        assert await drain(consumer) == []
+
+
+async def test_a_failed_partition_registration_makes_the_commit_abort(tmp_path, monkeypatch):
+    """An entry whose partition the coordinator does not know would never get its marker."""
+    from pyengine.errors import PersistenceError
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        txn = await broker.new_transaction()
+
+        def refused(txn_id, partitions):
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(PersistenceError("the registration was not written"))
+            return future
+
+        monkeypatch.setattr(broker.service.coordinator, "register_produced_partitions", refused)
+        with pytest.raises(PersistenceError):
+            await producer.send(b"unregistered", txn=txn)
+        monkeypatch.undo()
+        with pytest.raises(PersistenceError, match="not written"):
+            await txn.commit()
+        assert txn.state == "aborted"
+        assert await drain(consumer) == []
+
+
 async def test_aborted_messages_never_appear_and_do_not_block(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)

@@ -216,12 +216,7 @@ class ReadCommittedMachine(RuleBasedStateMachine):
         self.run(self._open())
         # The coordinator keeps open transactions across the restart: rebind their handles.
         for label, handle in self.handles.items():
-            rebound = EmbeddedTransaction(self.broker.service, handle.txn_id)
-            rebound._partitions = dict(handle._partitions)
-            rebound._subscriptions = dict(handle._subscriptions)
-            rebound._operations = list(handle._operations)     # the client remembers failed ops
-            rebound.state = handle.state
-            self.handles[label] = rebound
+            self.handles[label] = handle._rebound(self.broker.service)
 
     # --- what the engine must agree on ------------------------------------------------------
 

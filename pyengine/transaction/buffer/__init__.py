@@ -41,6 +41,12 @@ class TransactionBuffer(ABC):
         Fails at once with TransactionConflictError/NotAllowedError for a txn that already
         ended on this topic."""
 
+    def append_checked(self, txn: TxnId, data: bytes, num_messages: int,
+                       publish_time: int) -> asyncio.Future[Position]:
+        """`append` for callers whose arguments are known good (the broker's publish path):
+        an implementation may skip their checks."""
+        return self.append(txn, data, num_messages=num_messages, publish_time=publish_time)
+
     @abstractmethod
     async def commit(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
         """End `txn` as committed (idempotent). `low_watermark` is the coordinator's: every txn

@@ -154,7 +154,20 @@ class TopicTransactionBuffer(TransactionBuffer):
             _check_int("num_messages", num_messages, minimum=1)
         if type(publish_time) is not int or publish_time < 0:
             _check_int("publish_time", publish_time, minimum=0)
+        return self.append_checked(txn, data, num_messages, publish_time)
+
+    def append_checked(self, txn: TxnId, data: bytes, num_messages: int,
+                       publish_time: int) -> asyncio.Future[Position]:
+        """`append` without the checks of its arguments: the broker's publish path, whose
+        callers decoded or built them."""
         if self.state is BufferState.READY and self._transactional and not self._queued:
+            if txn in self._ongoing and txn not in self._ending:
+                # A later entry of an open txn (most of them): its first one did every check.
+                try:
+                    return self.ledger.append_entry(data, txn_most=txn.most_bits, txn_least=txn.least_bits,
+                                                    num_messages=num_messages, publish_time=publish_time)[1]
+                except StorageError as exc:
+                    return _failed(asyncio.get_running_loop(), exc)
             return self._append_now(txn, data, num_messages, publish_time)
         loop = asyncio.get_running_loop()
         if self.state is BufferState.CLOSED:

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyengine.broker import Broker
-from pyengine.broker.embedded import EmbeddedTransaction
 from pyengine_kernels import Position
 
 V4_TOPIC = "persistent://public/default/diff"
@@ -46,10 +45,7 @@ class Side:
         if broker is not None:
             self.broker = broker
             for i, handle in enumerate(self.txns):
-                rebound = EmbeddedTransaction(broker.service, handle.txn_id)
-                rebound._operations = list(handle._operations)
-                rebound.state = handle.state
-                self.txns[i] = rebound
+                self.txns[i] = handle._rebound(broker.service)
         self.producer = await self.broker.create_producer(self.topic_name)
         self.consumer = await self.broker.subscribe(self.topic_name, SUB, consumer_type="failover",
                                                     initial_position="earliest")
