@@ -107,6 +107,25 @@ over best 0.78-0.79 tuned against 0.70-0.85 at the defaults.
 Seven full runs of this suite in one later hour (no engine change since the recording
 before): `txn_publish_ratio_100` 0.772, 0.805, 0.696, 0.754, 0.687, 0.755 and 0.710 (the one
 recorded above); median 0.755. The target is not met.
+A later session (2026-11-25, evening): an embedded transaction counts its sends under way
+instead of keeping each one's future for the commit to inspect, and the broker's publish path
+appends to the transaction buffer without re-checking its arguments: 119.8k -> 117.9k
+instructions per message at 100 per transaction (callgrind, gc off; plain 104.2k, so 0.884
+by instructions; a one-message transaction costs ~870k instructions on top of a plain send).
+Importing the embedding API no longer loads aiohttp, which made a third of the heap that every
+full collection scans (7.1 -> 4.7 ms for a full collection after import). Where the rest of
+the time gap is, per 20k-message round: the loop waits in select 49-57 ms of ~290 against
+35-37 of ~220 (the same ~17% of the wall time on both sides: three durable steps per
+transaction convoy the 10 tasks as one durable step per group does); the transactional round
+runs 268 young collections against 176 and two full collections against one (~12-15 ms each
+in the benchmark's process): its live objects rise and fall three times per transaction
+(NEW, the sends, the commit) instead of once per group, and the collector counts the rises.
+That one extra full collection is ~5% of a round and falls on either side of a ratio in
+whole collections, which is much of the round-to-round spread. Committing asynchronously
+and opening the next transaction at once (as pulsar-perf does) did not change the ratio on
+this workload (five alternating rounds, twice: 0.735-0.857 against 0.747-0.814
+committing in turn), so the benchmark keeps committing in turn. Three full runs before the
+recording above gave 0.724, 0.752 and 0.803.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
