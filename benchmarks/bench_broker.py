@@ -142,6 +142,21 @@ timer in the client, on this VM while it was shared):
   because one socket read brings the receipts of a whole group commit and settles the send
   futures of all of them in one callback (112 callbacks over 2 ms in 6 s, 262 ms in all,
   measured on asyncio's loop), and the END_TXN responses wait behind them.
+- Later the same day (one broker, runs of 6 s taking turns, /proc counters; the figures are
+  per message): at max rate, plain 231-312k msg/s with the broker at 0.4-0.7 us user + 2.0-4.1
+  system; transactions of 100 with 10 producers x 100 pending 93-95k (3.7 + 5.6-5.8), 10 x 1000
+  pending 107k (3.1-3.8 + 5.3-5.9, END_TXN p99 21 ms), 2 x 500 73-74k, 1 x 1000 56-65k (one
+  producer waits for each NEW_TXN, as pulsar-perf's does). The broker's kernel time is as
+  large a part of the gap as its Python: under strace (which slows both runs), a transaction
+  of 100 costs the broker 0.41 fdatasync, 3.6 pwrite64 (LMDB page writes: 3.6 times the plain
+  run's per message), 5.7 futex and 18 getpid calls (asyncio.get_running_loop checks the
+  pid on 3.11). Paced at 40k msg/s with 10 producers: plain 5.0 us user + 9.8 system;
+  transactions without a consumer 8.1 + 8.0 (END_TXN p99 4.9 ms), with the watcher 9.9-10.3 +
+  6.8-7.0 and the watcher's own 6.4-6.8 us (END_TXN p99 7.5-8.8 ms): the consumer costs the
+  broker ~2 us per message and the machine ~9 in all. Tried and not kept, no measurable
+  change: answering a SEND of an already registered transaction without its task (10.1 us
+  user either way at 40k); the watcher taking queued messages without `receive()` (6.8 ->
+  6.4 us per message: a batch receive would not change the figure).
 - Paced runs (`--rate`) space every message, as pulsar-perf's rate limiter does, and paced
   transactional producers start spread over one transaction's time: with a burst per
   transaction and pacers started together, all producers committed at the same instants and
