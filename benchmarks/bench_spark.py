@@ -262,6 +262,15 @@ apparent 1.5x for 100000 was JIT warm-up of the first config measured);
 columnar input: the default cache is not); Spark 4.3's `ArrowCachedBatchSerializer` as
 `spark.sql.cache.serializer`, which would feed cached Arrow batches to the UDF, fails in 4.3.0
 (IndexOutOfBoundsException reading a validity buffer, even for a no-op `arrow_udf`).
+Later probe (4M stored rows, same session, best of 3 after a warm-up, 2026-11-25): the fixed
+cost per Spark task is a large part of an Arrow UDF's time on cached rows. A do-nothing
+one-column `arrow_udf` took 0.50 s over the rows in 2 partitions, 0.87 s in the source's 10
+(one per ledger of 50k entries; 10M rows make ~22) and 1.58 s in 40: ~35-40 ms per task. Ours
+took 0.52-0.60 s, 0.76-0.97 s and 1.56 s; the row-at-a-time Python UDF 1.83 s in 2 partitions
+and 2.11 s in 10 (3.1-3.5x and 2.2-2.8x). Reading through the source costs ~57 ms per task the
+same way (1.87 s in 10 partitions, 2.51 s in 38, 4.31 s in 96). Packing several ledgers into one
+input partition, as Spark's file sources pack small files, would take some of that off both
+the source and the filter, but not the exchange: a ratio near 20 is out of reach either way.
 """
 
 FULL_ROWS = 10_000_000
