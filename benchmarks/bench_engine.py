@@ -109,8 +109,8 @@ before): `txn_publish_ratio_100` 0.772, 0.805, 0.696, 0.754, 0.687, 0.755 and 0.
 recorded above); median 0.755. The target is not met.
 A later session (2026-11-25, evening): an embedded transaction counts its sends under way
 instead of keeping each one's future for the commit to inspect, and the broker's publish path
-appends to the transaction buffer without re-checking its arguments: 119.8k -> 117.9k
-instructions per message at 100 per transaction (callgrind, gc off; plain 104.2k, so 0.884
+appends to the transaction buffer without re-checking its arguments: 119.8k -> 118.5k
+instructions per message at 100 per transaction (callgrind, gc off; plain 104.2k, so 0.879
 by instructions; a one-message transaction costs ~870k instructions on top of a plain send).
 Importing the embedding API no longer loads aiohttp, which made a third of the heap that every
 full collection scans (7.1 -> 4.7 ms for a full collection after import). Where the rest of

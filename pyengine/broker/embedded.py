@@ -200,16 +200,15 @@ class EmbeddedTransaction:
             operation.add_done_callback(self._tracked_settled)
 
     def _tracked_settled(self, operation: asyncio.Future[Any]) -> None:
-        self._operation_ended(operation if operation.cancelled() else operation.exception())
+        self._operation_ended(asyncio.CancelledError() if operation.cancelled() else operation.exception())
 
-    def _operation_ended(self, failure: BaseException | asyncio.Future[Any] | None = None) -> None:
-        """A send or ack is over; `failure`: how it failed, or the future that was cancelled
-        (a cancelled operation counts as failed: what it did may or may not have been done)."""
+    def _operation_ended(self, failure: BaseException | None = None) -> None:
+        """A send or ack is over; `failure`: how it failed (a cancelled operation counts as
+        failed: what it did may or may not have been done)."""
         self._in_flight -= 1
         if failure is not None and self._failure is None:
-            cancelled = isinstance(failure, (asyncio.CancelledError, asyncio.Future))
             self._failure = (asyncio.CancelledError("an operation of the transaction was cancelled")
-                             if cancelled else failure)
+                             if isinstance(failure, asyncio.CancelledError) else failure)
         if not self._in_flight and self._settled is not None and not self._settled.done():
             self._settled.set_result(None)
 

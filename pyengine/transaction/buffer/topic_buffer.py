@@ -160,27 +160,8 @@ class TopicTransactionBuffer(TransactionBuffer):
                        publish_time: int) -> asyncio.Future[Position]:
         """`append` without the checks of its arguments: the broker's publish path, whose
         callers decoded or built them."""
-        if self.state is BufferState.READY and self._transactional and not self._queued:
-            if txn in self._ongoing and txn not in self._ending:
-                # A later entry of an open txn (most of them): its first one did every check.
-                try:
-                    return self.ledger.append_entry(data, txn_most=txn.most_bits, txn_least=txn.least_bits,
-                                                    num_messages=num_messages, publish_time=publish_time)[1]
-                except StorageError as exc:
-                    return _failed(asyncio.get_running_loop(), exc)
-            return self._append_now(txn, data, num_messages, publish_time)
-        loop = asyncio.get_running_loop()
-        if self.state is BufferState.CLOSED:
-            return _failed(loop, ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed"))
-        # Until recovery is over (the ended txns are not all known yet), and until the topic is
-        # durably marked as transactional, appends wait here in order (as Pulsar's do).
-        future: asyncio.Future[Position] = loop.create_future()
-        self._queued.append(_QueuedAppend(txn, data, num_messages, publish_time, future))
-        if self.state is BufferState.READY:
-            self._release_queue()
-        return future
-
-    def _append_now(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int) -> asyncio.Future[Position]:
+        if self.state is not BufferState.READY or not self._transactional or self._queued:
+            return self._append_queued(txn, data, num_messages, publish_time)
         # A txn already open here (and not being ended) has not ended: skip the checks.
         ongoing = txn in self._ongoing and txn not in self._ending
         if not ongoing and self._has_ended(txn):
@@ -196,6 +177,19 @@ class TopicTransactionBuffer(TransactionBuffer):
         if position is not None and not ongoing:
             self._register(txn, position)
         return durable
+
+    def _append_queued(self, txn: TxnId, data: bytes, num_messages: int,
+                       publish_time: int) -> asyncio.Future[Position]:
+        loop = asyncio.get_running_loop()
+        if self.state is BufferState.CLOSED:
+            return _failed(loop, ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed"))
+        # Until recovery is over (the ended txns are not all known yet), and until the topic is
+        # durably marked as transactional, appends wait here in order (as Pulsar's do).
+        future: asyncio.Future[Position] = loop.create_future()
+        self._queued.append(_QueuedAppend(txn, data, num_messages, publish_time, future))
+        if self.state is BufferState.READY:
+            self._release_queue()
+        return future
 
     def _on_append_failed(self, first_failed: Position) -> None:
         """Appends failed: nothing from `first_failed` on is durable, so a txn whose first
@@ -245,10 +239,11 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._flush_queue()
 
     def _flush_queue(self) -> None:
-        while self._queued:
-            item = self._queued.popleft()
+        # Taken all at once: with the queue empty, each append goes through in its turn.
+        queued, self._queued = self._queued, deque()
+        for item in queued:
             if not item.future.done():
-                _chain(self._append_now(item.txn, item.data, item.num_messages, item.publish_time), item.future)
+                _chain(self.append_checked(item.txn, item.data, item.num_messages, item.publish_time), item.future)
 
     def _fail_queue(self, error: Exception) -> None:
         while self._queued:
