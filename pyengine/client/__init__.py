@@ -1,5 +1,11 @@
 """pyengine's asyncio Pulsar client (with transactions), and the message types it shares with
-the embedded client."""
+the embedded client.
+
+Every error the client raises can be imported from here: the broker's errors (one class per
+Pulsar `ServerError` code, defined in `pyengine.errors` and shared with the embedded client)
+and the client's own (`pyengine.client.errors`). They are the same classes, not copies, so
+`except pyengine.client.TransactionConflictError` catches what `pyengine.errors` names so.
+"""
 
 from pyengine.client.client import Client
 from pyengine.client.consumer import Consumer
@@ -11,9 +17,25 @@ from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import Producer
 from pyengine.client.reader import Reader
 from pyengine.client.transaction import Transaction
-from pyengine.errors import ExpiredTransactionError, InvalidTransactionKeyError
+from pyengine.errors import (
+    ChecksumError, ConsumerBusyError, ConsumerNotFoundError, ExpiredTransactionError, InvalidSubscriptionNameError,
+    InvalidTopicNameError, InvalidTransactionKeyError, InvalidTxnStatusError, MetadataError, NotAllowedError,
+    PersistenceError, ProducerBusyError, ProducerFencedError, PulsarError, ServiceNotReadyError,
+    SubscriptionNotFoundError, TooManyRequestsError, TopicNotFoundError, TopicTerminatedError,
+    TransactionConflictError, TransactionCoordinatorNotFoundError, TransactionNotFoundError,
+)
 
 __all__ = [
-    "AlreadyClosedError", "Client", "ConnectError", "Consumer", "CumulativeAcknowledgementNotAllowedError",
-    "ExpiredTransactionError", "InvalidTransactionKeyError", "Message", "MessageId", "MessageTooBigError", "Producer", "ProducerQueueIsFullError", "Reader", "Transaction",
+    # the client
+    "Client", "Consumer", "Message", "MessageId", "Producer", "Reader", "Transaction",
+    # errors of the client's side of the wire
+    "AlreadyClosedError", "ConnectError", "CumulativeAcknowledgementNotAllowedError", "MessageTooBigError",
+    "ProducerQueueIsFullError",
+    # the broker's errors
+    "ChecksumError", "ConsumerBusyError", "ConsumerNotFoundError", "ExpiredTransactionError",
+    "InvalidSubscriptionNameError", "InvalidTopicNameError", "InvalidTransactionKeyError", "InvalidTxnStatusError",
+    "MetadataError", "NotAllowedError", "PersistenceError", "ProducerBusyError", "ProducerFencedError", "PulsarError",
+    "ServiceNotReadyError", "SubscriptionNotFoundError", "TooManyRequestsError", "TopicNotFoundError",
+    "TopicTerminatedError", "TransactionConflictError", "TransactionCoordinatorNotFoundError",
+    "TransactionNotFoundError",
 ]

@@ -4,7 +4,10 @@ import asyncio
 
 import pytest
 
+import pyengine.client
+from pyengine import errors
 from pyengine.client import AlreadyClosedError, Client, MessageId, MessageTooBigError
+from pyengine.client import errors as client_errors
 from pyengine.errors import ConsumerBusyError, InvalidTopicNameError, TopicNotFoundError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
@@ -12,6 +15,25 @@ from pyengine.protocol.commands import base_command
 from core_ext.frames import encode_command
 
 TOPIC = "persistent://public/default/errors"
+
+
+def _error_classes(module) -> dict[str, type]:
+    return {name: value for name, value in vars(module).items()
+            if isinstance(value, type) and issubclass(value, errors.PulsarError)}
+
+
+def test_every_error_class_is_importable_from_pyengine_client():
+    from pyengine.client import InvalidTxnStatusError, TransactionConflictError, TransactionNotFoundError
+
+    assert (InvalidTxnStatusError, TransactionConflictError, TransactionNotFoundError) == (
+        errors.InvalidTxnStatusError, errors.TransactionConflictError, errors.TransactionNotFoundError)
+    exported = {}
+    exec("from pyengine.client import *", exported)          # what __all__ promises
+    every = {**_error_classes(errors), **_error_classes(client_errors)}
+    assert len(every) > 25
+    for name, cls in every.items():
+        assert getattr(pyengine.client, name) is cls, name   # the same class, not a copy
+        assert exported.get(name) is cls, f"{name} missing from pyengine.client.__all__"
 
 
 async def test_a_topic_in_a_missing_namespace_is_not_found_at_once(client):
