@@ -5,9 +5,10 @@ import asyncio
 import pytest
 
 from pyengine.client import Client
-from pyengine.client.transaction import ABORTED, COMMITTED, TIMED_OUT
+from pyengine.client.transaction import ABORTED, COMMITTED, TIMED_OUT, Transaction
 from pyengine.errors import InvalidTxnStatusError, TransactionConflictError, TransactionNotFoundError
 from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine_kernels import TxnId
 
 IN = "persistent://public/default/txn-in"
 OUT = "persistent://public/default/txn-out"
@@ -200,6 +201,27 @@ async def test_a_timed_out_transaction_is_aborted_by_the_broker(client):
         await client._core.coordinator.end(txn.txn_id, pb.COMMIT)
     await producer.send(b"plain")
     assert (await watcher.receive(timeout=5)).data == b"plain"
+
+
+async def test_a_transaction_the_coordinator_never_issued_is_not_found(client):
+    """A txn id of a real coordinator (most bits 0) that it never handed out: every request of
+    it is TransactionNotFound, not InvalidTxnStatus, from the send's registration to the end."""
+    await (await client.new_transaction()).abort()          # the coordinator is up and issuing
+    coordinator = client._core.coordinator
+    never_issued = TxnId(0, 1 << 40)
+    with pytest.raises(TransactionNotFoundError):
+        await coordinator.end(never_issued, pb.COMMIT)
+    with pytest.raises(TransactionNotFoundError):
+        await coordinator.end(never_issued, pb.ABORT)
+    forged = Transaction(coordinator, never_issued, 60_000)
+    producer = await client.create_producer(OUT)
+    with pytest.raises(TransactionNotFoundError):           # ADD_PARTITION_TO_TXN refuses it
+        await producer.send(b"x", txn=forged)
+    with pytest.raises(TransactionNotFoundError):           # commit aborts and raises the send's failure
+        await forged.commit()
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    with pytest.raises(TimeoutError):
+        await watcher.receive(timeout=0.3)
 
 
 async def test_concurrent_sends_and_acks_register_once(client, monkeypatch):
