@@ -1,8 +1,15 @@
 """Topic names, normalised as Pulsar does.
 
 `my-topic` is `persistent://public/default/my-topic`; `tenant/ns/topic` gets the `persistent://`
-domain; a partition of a partitioned topic is `<topic>-partition-<n>`. Names are compared and
-stored in their normalised (full) form only.
+domain; a partition of a partitioned topic is `<topic>-partition-<n>`, `n` written as Pulsar
+writes it (decimal, no sign, no leading zero, a Java int). Names are compared and stored in their
+normalised (full) form only.
+
+Pulsar also reads a legacy V1 name, `persistent://tenant/cluster/namespace/topic`: its TopicName
+takes any fourth part as the local name of a namespace `tenant/cluster/namespace`, so a V2 local
+name never contains '/'. pyengine has no cluster level, and does not support V1 names: a
+persistent or non-persistent name with a '/' in its topic part is refused (InvalidTopicNameError)
+rather than read as a topic whose local name contains a '/'.
 
 Scalable topics (PIP-468) add two domains: `topic://tenant/ns/name` names a scalable topic (its
 segment DAG lives in the metadata store; it has no ledger of its own), and
@@ -25,6 +32,8 @@ _NAME_PART = re.compile(r"^[-=:.\w]+$")
 _MAX_NAME = 1024
 HASH_MIN, HASH_MAX = 0x0000, 0xFFFF
 _DESCRIPTOR = re.compile(r"^([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-(0|[1-9][0-9]{0,18})$")
+_PARTITION_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")        # as Pulsar reads it: ASCII, no sign, no leading 0
+_MAX_PARTITION_INDEX = 2**31 - 1
 
 
 def format_segment_descriptor(start: int, end: int, segment_id: int) -> str:
@@ -91,6 +100,10 @@ class TopicName:
             local = f"{base}/{format_segment_descriptor(start, end, segment_id)}"   # canonical (lowercase)
         elif domain == "topic" and "/" in local:
             raise InvalidTopicNameError(f"invalid scalable topic name {name!r}: no '/' in the topic part")
+        elif "/" in local:
+            raise InvalidTopicNameError(
+                f"invalid topic name {name!r}: V1 topic names ({domain}://tenant/cluster/namespace/topic) "
+                f"are not supported, use {domain}://tenant/namespace/topic (no '/' in the topic part)")
         return cls(domain, tenant, namespace, local)
 
     @classmethod
@@ -145,7 +158,9 @@ class TopicName:
     def partition_index(self) -> int:
         """The partition number of `<topic>-partition-<n>`, else -1."""
         base, sep, index = self.local_name.rpartition(PARTITION_SUFFIX)
-        return int(index) if sep and base and index.isdigit() else -1
+        if not (sep and base and _PARTITION_INDEX.fullmatch(index)) or int(index) > _MAX_PARTITION_INDEX:
+            return -1
+        return int(index)
 
     @property
     def partitioned_topic(self) -> TopicName:
@@ -155,8 +170,8 @@ class TopicName:
         return TopicName(self.domain, self.tenant, self.namespace, self.local_name.rpartition(PARTITION_SUFFIX)[0])
 
     def partition(self, index: int) -> TopicName:
-        if index < 0:
-            raise ValueError("a partition index is >= 0")
+        if not 0 <= index <= _MAX_PARTITION_INDEX:
+            raise ValueError(f"a partition index is in [0, {_MAX_PARTITION_INDEX}]")
         return TopicName(self.domain, self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}")
 
 

@@ -131,6 +131,7 @@ def test_malformed_client_arguments(url, kwargs, error):
     (123, {}, TypeError),
     ("a/b", {}, InvalidTopicNameError),
     ("bogus://public/default/t", {}, InvalidTopicNameError),
+    ("persistent://public/cluster/default/t", {}, InvalidTopicNameError),        # a V1 name
     (TOPIC, {"producer_name": ""}, ValueError),
     (TOPIC, {"producer_name": 5}, TypeError),
     (TOPIC, {"batching_enabled": "yes"}, TypeError),
