@@ -3,7 +3,7 @@
 | option | default | meaning |
 | --- | --- | --- |
 | `path` (or `load(path)`) | required | the broker's data dir |
-| `topics` | every topic | comma-separated names and patterns: a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`, `segment://public/default/orders/0000-ffff-0`), a scalable topic (`topic://public/default/orders`: its stored `segment://` topics), a namespace (`public/default`: its topics, segments included), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*` = `persistent://...`, `segment://public/default/orders/*`). A name that is not stored, or a pattern that matches nothing, is an error. |
+| `topics` | every topic | comma-separated names and patterns, or a list of them (`.option("topics", [...])` passes the list's `str()`, read back as a Python or JSON list of strings): a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`, `segment://public/default/orders/0000-ffff-0`), a scalable topic (`topic://public/default/orders`: its stored `segment://` topics), a namespace (`public/default`: its topics, segments included), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*` = `persistent://...`, `segment://public/default/orders/*`). A name that is not stored, or a pattern that matches nothing, is an error. |
 | `isolation` | `read_committed` | `read_committed`: what a READ_COMMITTED consumer receives (no aborted or open txn's messages, nothing past the read horizon, no markers; v5 `segment://` topics: from the transaction records of the data dir's LMDB metadata store, see `spark_udfs.state`). `read_uncommitted`: every message, committed or not (PIP-31's READ_UNCOMMITTED); markers are control entries and stay out unless `includeMarkers`. |
 | `includeMarkers` | `false` | with `read_uncommitted`: also the commit/abort marker rows (`is_marker` true), i.e. every stored entry (audits, or your own `committed_filter`) |
 | `startPosition` | `earliest` | first position read, inclusive: `earliest`, `latest`, `LEDGER:ENTRY`, or a JSON object `{"topic": "LEDGER:ENTRY", ...}` |
@@ -73,7 +73,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         raise OptionError(f"unknown option(s) {', '.join(unknown)} of the pyengine data source; known: {known}")
     path = given.get("path")
     if not path and given.get("paths"):
-        paths = _list(given["paths"])
+        paths = _list("paths", given["paths"])
         if len(paths) != 1:
             raise OptionError("the pyengine data source reads one data dir: give one path")
         path = paths[0]
@@ -87,7 +87,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     if include_markers and isolation == READ_COMMITTED:
         raise OptionError("includeMarkers needs isolation=read_uncommitted (READ_COMMITTED never shows markers)")
     topics = given.get("topics")
-    patterns = tuple(_list(topics)) if topics is not None else None
+    patterns = tuple(_list("topics", topics)) if topics is not None else None
     if patterns is not None and not patterns:
         raise OptionError("topics is empty: name topics, a namespace (tenant/ns) or a pattern, or leave it out")
     return ReadOptions(
@@ -99,22 +99,23 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     )
 
 
-def _list(value) -> list[str]:
-    """A list option: comma-separated, or a Python/JSON list (what `.option(k, [..])` gives)."""
+def _list(name: str, value) -> list[str]:
+    """A list option: comma-separated, or a Python/JSON list or tuple of strings (what
+    `.option(name, [...])` passes on: the list's `str()`, e.g. "['a', 'b']")."""
     if isinstance(value, (list, tuple)):
-        items = list(value)
+        items = value
     else:
         text = str(value).strip()
-        if text.startswith("["):
-            try:
-                items = ast.literal_eval(text)
-            except (ValueError, SyntaxError) as exc:
-                raise OptionError(f"cannot read the list {text!r}: {exc}") from exc
-            if not isinstance(items, list):
-                raise OptionError(f"cannot read the list {text!r}")
-        else:
-            items = text.split(",")
-    return [str(item).strip() for item in items if str(item).strip()]
+        if not text.startswith(("[", "(")):
+            return [item.strip() for item in text.split(",") if item.strip()]
+        try:
+            items = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            items = None
+    if not isinstance(items, (list, tuple)) or not all(isinstance(item, str) for item in items):
+        raise OptionError(f"{name}: cannot read {value!r} as a list of strings: give a Python or JSON list of "
+                          "strings (['a', 'b']) or comma-separated names (a,b)")
+    return [item.strip() for item in items if item.strip()]
 
 
 def _bool(name: str, value) -> bool:

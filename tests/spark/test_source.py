@@ -8,6 +8,7 @@ transaction still open at the end, in both transaction designs (v4 persistent://
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 
 import pyarrow as pa
@@ -155,6 +156,20 @@ def test_topics_positions_and_pushed_filters(spark, workload):
     assert len(per_topic) == len(everything) - len(orders)
 
 
+def test_topics_as_a_list_as_spark_passes_it(spark, workload):
+    """`.option("topics", [...])` reaches the source as the list's str() ("['a', 'b']"); a
+    JSON list and a tuple's str() read the same way."""
+    want = rows_of(read_directly(workload.data_dir, topics=f"{TOPICS[0]},{TOPICS[2]}"))
+    assert {r["topic"] for r in want} == {TOPICS[0], TOPICS[2]}
+    for given in (str([TOPICS[0], TOPICS[2]]), json.dumps([TOPICS[2], TOPICS[0]]), str((TOPICS[0], TOPICS[2])),
+                  str([f" {TOPICS[0]} ", TOPICS[2], ""])):
+        assert rows_of(read_directly(workload.data_dir, topics=given)) == want, given
+    # Through Spark: a list with a scalable topic and a namespace.
+    reader = spark.read.format("pyengine").option("topics", [SCALABLE, "acme/sales"])
+    assert dict(Counter(r.topic for r in reader.load(str(workload.data_dir)).select("topic").collect())) == \
+        dict(Counter(r["topic"] for r in expected(workload) if r["topic"] in (*SEGMENTS, TOPICS[2])))
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"isolation": "serializable"}, "isolation must be one of"),
     ({"startPosition": "3-4"}, "startPosition must be earliest, latest, LEDGER:ENTRY"),
@@ -163,6 +178,14 @@ def test_topics_positions_and_pushed_filters(spark, workload):
     ({"topics": "ghost/ns"}, "namespace 'ghost/ns' has no stored topic"),
     ({"topics": "public/default/zz*"}, "no stored topic matches"),
     ({"topics": " , "}, "topics is empty"),
+    ({"topics": "[]"}, "topics is empty"),
+    # Lists as `.option("topics", [...])` passes them (their str()), malformed:
+    ({"topics": f"['{TOPICS[0]}', '{TOPICS[1]}'"}, r"topics: cannot read .* as a list of strings"),   # unclosed
+    ({"topics": "[orders, payments]"}, r"topics: cannot read .* as a list of strings"),        # not quoted
+    ({"topics": f"[['{TOPICS[0]}']]"}, r"topics: cannot read .* as a list of strings"),        # nested
+    ({"topics": "[1, 2]"}, r"topics: cannot read .* as a list of strings"),                   # not strings
+    ({"topics": f"['{TOPICS[0]}'] + ['{TOPICS[1]}']"}, r"topics: cannot read .* as a list of strings"),
+    ({"topics": f"['{TOPICS[0]}', 'persistent://public/default/nope']"}, "unknown topic"),
     ({"includeMarkers": "true"}, "includeMarkers needs isolation=read_uncommitted"),
     ({"includeMarkers": "maybe", "isolation": "read_uncommitted"}, "includeMarkers must be true or false"),
     ({"maxBatchRows": "0"}, "maxBatchRows must be a positive integer"),
