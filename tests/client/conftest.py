@@ -13,6 +13,18 @@ from pyengine.client import Client
 from pyengine.protocol.server import ProtocolServer
 
 
+async def drain(consumer, timeout: float = 1.0) -> list:
+    """Receive and acknowledge until nothing comes for `timeout` seconds; the messages."""
+    got = []
+    while True:
+        try:
+            message = await consumer.receive(timeout=timeout)
+        except TimeoutError:
+            return got
+        got.append(message)
+        await consumer.acknowledge(message)
+
+
 class NetworkBroker:
     def __init__(self, data_dir: Path, **config) -> None:
         self.data_dir = data_dir

@@ -9,7 +9,7 @@ from pyengine.client import AlreadyClosedError, Client
 from pyengine.client.handler import READY
 from pyengine.client.producer import PartitionProducer
 
-from .conftest import NetworkBroker
+from .conftest import NetworkBroker, drain
 
 TOPIC = "persistent://public/default/restart"
 
@@ -22,17 +22,6 @@ async def dedup_broker(tmp_path):
         yield broker
     finally:
         await broker.stop()
-
-
-async def _drain(consumer, timeout=1.0):
-    got = []
-    while True:
-        try:
-            message = await consumer.receive(timeout=timeout)
-        except TimeoutError:
-            return got
-        got.append(message)
-        await consumer.acknowledge(message)
 
 
 async def test_pending_sends_are_stored_once_across_a_restart(dedup_broker, monkeypatch):
@@ -54,7 +43,7 @@ async def test_pending_sends_are_stored_once_across_a_restart(dedup_broker, monk
         ids = await asyncio.wait_for(asyncio.gather(*lost, *later), 15)
         assert all(i.entry_id == -1 for i in ids[:50])          # duplicates: dropped by the broker
         assert producer.last_sequence_id == 99
-        got = await _drain(consumer)
+        got = await drain(consumer)
         assert [int(m.data) for m in got] == list(range(100))
         assert [m.sequence_id for m in got] == list(range(100))
 
@@ -70,7 +59,7 @@ async def test_consumers_subscribe_again_and_get_the_unacked_messages(dedup_brok
             await consumer.acknowledge(message)
         await asyncio.sleep(0.05)
         await dedup_broker.restart()
-        rest = await _drain(consumer, timeout=3)
+        rest = await drain(consumer, timeout=3)
         assert [int(m.data) for m in rest] == list(range(4, 10))
         await producer.send(b"after")
         assert (await consumer.receive(timeout=5)).data == b"after"
