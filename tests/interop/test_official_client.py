@@ -1,11 +1,13 @@
 """The official `pulsar-client` (3.13, the C++ client) against a `pyengine serve` child process:
 produce/consume with and without batching, batch-index acks, negative acks and redelivery
 counts, Shared/Failover/Key_Shared, readers and seek, get-last-message-id, de-duplication
-after a reconnect, partitioned topics created through the admin REST API."""
+after a reconnect, partitioned topics created through the admin REST API, a topic terminated
+under its consumers and producer."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 
@@ -33,6 +35,36 @@ def assert_nothing_more(consumer: pulsar.Consumer, wait_ms: int = 300) -> None:
     with pytest.raises(pulsar.Timeout):
         message = consumer.receive(timeout_millis=wait_ms)
         pytest.fail(f"unexpected message {message.data()!r}")
+
+
+class ConnectionWatch:
+    """Samples `is_connected()` of consumers every few milliseconds in a thread, from `with` to its
+    end. A consumer whose connection closes is not connected until it has subscribed again (the C++
+    client waits 100 ms first), so any close in that time shows as a False sample."""
+
+    def __init__(self, *consumers: pulsar.Consumer, interval: float = 0.005) -> None:
+        self.consumers = list(consumers)        # more may be added while watching
+        self.interval = interval
+        self.samples = 0
+        self.disconnected: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for consumer in list(self.consumers):
+                self.samples += 1
+                if not consumer.is_connected():
+                    self.disconnected.append(consumer.subscription_name())
+
+    def __enter__(self) -> ConnectionWatch:
+        assert all(consumer.is_connected() for consumer in self.consumers)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def test_produce_and_consume_without_batching(official: pulsar.Client) -> None:
@@ -262,3 +294,44 @@ def test_admin_errors_reach_the_caller(broker: ServeProcess) -> None:
     with error.value:
         assert error.value.code == 400
         assert "reason" in json.loads(error.value.read())
+
+
+def test_a_topic_terminated_under_official_clients_keeps_its_consumers_connected(broker: ServeProcess,
+                                                                                 official: pulsar.Client) -> None:
+    """Regression: REACHED_END_OF_TOPIC is a command the C++ client does not handle. It closes the
+    whole connection, subscribes again and, the topic still being at its end, is sent it again:
+    a reconnect loop, about ten a second. So after a termination through the admin API the broker
+    must not send it: the consumers stay connected and get everything sent before the
+    termination, and the producer's sends fail with TopicTerminated."""
+    path = "/admin/v2/persistent/public/default/terminated"
+    topic = f"{NS}/terminated"
+    # The consumers get a client (a connection) of their own: the producer's SEND_ERROR
+    # TopicTerminated makes the C++ client close the connection it came on, and that close must
+    # not be mistaken for one caused by the consumers' topic reaching its end.
+    consumers_client = pulsar.Client(broker.url, logger=QUIET, operation_timeout_seconds=10)
+    try:
+        consumer = consumers_client.subscribe(topic, "sub")
+        producer = official.create_producer(topic, batching_enabled=False)
+        ids = [producer.send(b"before-%d" % i) for i in range(10)]
+        early = receive_all(consumer, 3)
+        with ConnectionWatch(consumer) as watch:
+            last = broker.admin("POST", f"{path}/terminate")
+            assert (last["ledgerId"], last["entryId"]) == (ids[-1].ledger_id(), ids[-1].entry_id())
+            late = receive_all(consumer, 7)                  # up to the end of the terminated topic
+            with pytest.raises(pulsar.TopicTerminated):
+                producer.send(b"after")
+            assert_nothing_more(consumer, wait_ms=1000)
+            # A subscription made after the termination reads it all and stays connected too.
+            latecomer = consumers_client.subscribe(topic, "latecomer",
+                                                   initial_position=pulsar.InitialPosition.Earliest)
+            watch.consumers.append(latecomer)
+            assert [m.data() for m in receive_all(latecomer, 10)] == [b"before-%d" % i for i in range(10)]
+            assert_nothing_more(latecomer, wait_ms=1000)
+        assert [m.data() for m in early + late] == [b"before-%d" % i for i in range(10)]
+        assert watch.samples > 100
+        assert watch.disconnected == []
+        stats = broker.admin("GET", f"{path}/stats")
+        assert {name: (len(sub["consumers"]), sub["msgBacklog"]) for name, sub in stats["subscriptions"].items()} \
+            == {"sub": (1, 0), "latecomer": (1, 0)}
+    finally:
+        consumers_client.close()
