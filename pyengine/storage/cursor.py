@@ -92,7 +92,7 @@ class ManagedCursor:
         if not changed:
             return _done()
         self._advance_mark_delete()
-        return self.persist()
+        return self._persist_moved(md)
 
     def ack_batch_indexes(self, position: Position, ack_set: list[int], batch_size: int) -> asyncio.Future[None]:
         """Acknowledge some indexes of a batch entry: `ack_set` has a set bit for every index
@@ -112,12 +112,22 @@ class ManagedCursor:
         """Acknowledge everything up to and including `position`."""
         if position <= self.mark_delete:
             return _done()
-        self.mark_delete = position
+        before, self.mark_delete = self.mark_delete, position
         self._drop_acks_up_to(position)
         self._advance_mark_delete()
         if self.read_position <= self.mark_delete:
             self.read_position = self.ledger.next_position(self.mark_delete)
-        return self.persist()
+        return self._persist_moved(before)
+
+    def _persist_moved(self, before: Position) -> asyncio.Future[None]:
+        """`persist`, and once the mark-delete has moved past the last entry of a ledger, let
+        the ledger trim what every cursor consumed (as Pulsar does when the slowest cursor
+        moves on). The trim's deletion is written after this state."""
+        persisted = self.persist()
+        md = self.mark_delete
+        if self.durable and md != before and (md.ledger_id != before.ledger_id or self.ledger.is_last_entry(md)):
+            self.ledger.trim_soon()
+        return persisted
 
     def is_acked(self, position: Position) -> bool:
         if position <= self.mark_delete:

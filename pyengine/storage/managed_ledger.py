@@ -13,9 +13,10 @@ last-add-confirmed position (LAC) move, so readers never see an entry that could
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -23,11 +24,13 @@ from core_ext.poskeys import pack_i64, pack_position, unpack_position
 from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry
 from pyengine.storage.environment import StorageEnvironment
 from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
-from pyengine.storage.records_pb2 import LedgerRecord, PositionRecord, TopicRecord
+from pyengine.storage.records_pb2 import CursorRecord, LedgerRecord, PositionRecord, TopicRecord
 from pyengine_kernels import Position
 
 if TYPE_CHECKING:
     from pyengine.storage.cursor import ManagedCursor
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,10 @@ class ManagedLedgerConfig:
     # (Pulsar's default); otherwise ledgers are kept until older / larger than the limit.
     retention_ms: int = -1
     retention_bytes: int = -1
+
+    @property
+    def retains_everything(self) -> bool:
+        return self.retention_ms < 0 and self.retention_bytes < 0
 
 
 @dataclass(slots=True)
@@ -58,10 +65,16 @@ class LedgerInfo:
     size: int = 0
     created_ms: int = 0
     closed: bool = False
+    closed_ms: int = 0
 
     def record(self) -> bytes:
         return LedgerRecord(ledger_id=self.ledger_id, last_entry_id=self.last_entry_id, entries=self.entries,
-                            size=self.size, created_ms=self.created_ms, closed=self.closed).SerializeToString()
+                            size=self.size, created_ms=self.created_ms, closed=self.closed,
+                            closed_ms=self.closed_ms).SerializeToString()
+
+    def close(self) -> None:
+        self.closed = True
+        self.closed_ms = _now_ms()
 
 
 def _now_ms() -> int:
@@ -94,6 +107,9 @@ class ManagedLedger:
         self._in_flight = 0
         self._listeners: list[Callable[[], None]] = []
         self._trim_listeners: list[Callable[[Position], None]] = []
+        self._trim_lock = asyncio.Lock()
+        self._trimming: asyncio.Task[None] | None = None
+        self._trim_again = False
         self._failure_listeners: list[Callable[[Position], None]] = []
         self.cursors: dict[str, ManagedCursor] = {}
         self._closed = False
@@ -138,7 +154,7 @@ class ManagedLedger:
                     except Exception as exc:
                         raise CorruptRecordError(f"ledger record of topic {topic_id}: {exc}") from exc
                     ledgers.append(LedgerInfo(rec.ledger_id, rec.last_entry_id, rec.entries, rec.size,
-                                              rec.created_ms, rec.closed))
+                                              rec.created_ms, rec.closed, rec.closed_ms))
         return ledgers
 
     async def _recover_open_ledgers(self) -> None:
@@ -158,7 +174,8 @@ class ManagedLedger:
                         last = unpack_position(key[8:])[1]
                         count += 1
                         size += len(value)
-            info.last_entry_id, info.entries, info.size, info.closed = last, count, size, True
+            info.last_entry_id, info.entries, info.size = last, count, size
+            info.close()
             self._put_ledger_record(info)
         last_pos = self._last_entry_position()
         if last_pos is not None:
@@ -177,10 +194,11 @@ class ManagedLedger:
         info = self._current
         if info is None:
             return
-        info.closed = True
+        info.close()
         info.last_entry_id = last_entry_id
         self._current = None
         self._put_ledger_record(info)
+        self.trim_soon()
 
     def _put_ledger_record(self, info: LedgerInfo) -> None:
         key = self._prefix + pack_i64(info.ledger_id)
@@ -351,7 +369,7 @@ class ManagedLedger:
             info.entries -= len(sizes)
             info.size -= sum(sizes)
             info.last_entry_id = self.lac.entry_id if self.lac.ledger_id == ledger_id else -1
-            info.closed = True
+            info.close()
             if info is self._current:
                 self._current = None
             self._put_ledger_record(info)
@@ -467,6 +485,11 @@ class ManagedLedger:
 
     # --- positions ------------------------------------------------------------------------
 
+    def is_last_entry(self, position: Position) -> bool:
+        """`position` is the last entry of a closed ledger."""
+        info = self.ledgers.get(position.ledger_id)
+        return info is not None and info.closed and position.entry_id >= info.last_entry_id
+
     def first_position(self) -> Position:
         """The first entry still stored, or where the next append will go when there is none."""
         for info in self.ledgers.values():
@@ -554,24 +577,47 @@ class ManagedLedger:
 
     # --- trimming -------------------------------------------------------------------------
 
+    @property
+    def retains_everything(self) -> bool:
+        return self.config.retains_everything
+
+    def set_retention(self, retention_ms: int, retention_bytes: int) -> None:
+        """Change the retention of consumed ledgers (topic / namespace policies); -1: no limit."""
+        for name, value in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+                raise ValueError(f"{name} must be an int >= -1, not {value!r}")
+        if (retention_ms, retention_bytes) != (self.config.retention_ms, self.config.retention_bytes):
+            self.config = replace(self.config, retention_ms=retention_ms, retention_bytes=retention_bytes)
+
     async def trim(self, now_ms: int | None = None) -> list[int]:
-        """Delete closed ledgers that every durable cursor has consumed and that retention no
-        longer keeps. Returns the deleted ledger ids."""
+        """Delete closed ledgers that every durable cursor has consumed (every closed ledger
+        when there is none) and that retention no longer keeps: oldest first, each one whose
+        close is older than the retention time or while the topic is over the retention size,
+        up to the first that is neither (Pulsar's ManagedLedgerImpl trimming). Returns the
+        deleted ledger ids."""
         self._check_open()
-        if self.config.retention_ms < 0 and self.config.retention_bytes < 0:
-            return []
-        now_ms = _now_ms() if now_ms is None else now_ms
-        durable = [c for c in self.cursors.values() if c.durable]
-        slowest = min((c.mark_delete for c in durable), default=self.lac)
+        async with self._trim_lock:          # one at a time: each works on the ledgers left
+            if self.retains_everything:
+                return []
+            return await self._trim(_now_ms() if now_ms is None else now_ms)
+
+    async def _trim(self, now_ms: int) -> list[int]:
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        # Every durable cursor counts, also one stored but not opened yet (a topic being loaded
+        # opens its cursors after its ledger): what it has not consumed is never trimmed.
+        mark_deletes = [c.mark_delete for c in self.cursors.values() if c.durable]
+        mark_deletes += self._stored_mark_deletes(exclude=self.cursors)
+        slowest = min(mark_deletes, default=self.lac)
         candidates = [info for info in self.ledgers.values()
                       if info.closed and info is not self._current
                       and (info.last_entry_id < 0 or Position(info.ledger_id, info.last_entry_id) <= slowest)]
         kept_bytes = self.total_size
         doomed = []
         for info in candidates:      # oldest first
-            too_old = self.config.retention_ms >= 0 and now_ms - info.created_ms >= self.config.retention_ms
-            too_big = self.config.retention_bytes >= 0 and kept_bytes > self.config.retention_bytes
-            if info.last_entry_id < 0 or too_old or too_big:
+            closed_ms = info.closed_ms or info.created_ms       # (records written before closed_ms)
+            expired = retention_ms >= 0 and now_ms - closed_ms > retention_ms
+            over_quota = retention_bytes >= 0 and kept_bytes > retention_bytes
+            if info.last_entry_id < 0 or expired or over_quota:
                 doomed.append(info)
                 kept_bytes -= info.size
             else:
@@ -597,6 +643,48 @@ class ManagedLedger:
         for listener in list(self._trim_listeners):
             listener(first)
         return [info.ledger_id for info in doomed]
+
+    def _stored_mark_deletes(self, exclude: dict[str, ManagedCursor]) -> list[Position]:
+        prefix, found = self._prefix, []
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=self.env.db("cursors"))
+            if cursor.set_range(prefix):
+                for key, value in cursor:
+                    if not key.startswith(prefix):
+                        break
+                    if key[len(prefix):].decode() in exclude:
+                        continue
+                    try:
+                        md = CursorRecord.FromString(value).mark_delete
+                    except Exception as exc:
+                        raise CorruptRecordError(f"cursor record on {self.name}: {exc}") from exc
+                    found.append(Position(md.ledger_id, md.entry_id))
+        return found
+
+    def trim_soon(self) -> None:
+        """Trim in the background, as Pulsar does when a ledger is closed or the slowest cursor
+        moves on: nothing to wait for, and a failure is logged (the next trim retries)."""
+        if self._closed or self.retains_everything:
+            return
+        if self._trimming is not None:
+            self._trim_again = True
+            return
+        self._trimming = asyncio.get_running_loop().create_task(self._trim_in_background(),
+                                                                 name=f"trim-{self.name}")
+
+    async def _trim_in_background(self) -> None:
+        try:
+            while not self._closed:
+                self._trim_again = False
+                try:
+                    await self.trim()
+                except StorageError as exc:          # (a closed ledger's LedgerClosedError too)
+                    log.warning("trimming %s failed (retried by the next trim): %s", self.name, exc)
+                    return
+                if not self._trim_again:
+                    return
+        finally:
+            self._trimming = None
 
     # --- cursors --------------------------------------------------------------------------
 
@@ -634,6 +722,8 @@ class ManagedLedger:
         for cursor in self.cursors.values():
             await cursor.flush()
         self._closed = True
+        if self._trimming is not None:
+            await asyncio.wait([self._trimming])     # its deletion lands or fails as a whole
 
     async def delete(self) -> None:
         """Delete the managed ledger with all its entries, ledgers and cursors."""

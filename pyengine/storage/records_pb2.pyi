@@ -36,20 +36,22 @@ class TopicRecord(_message.Message):
     def __init__(self, topic_id: _Optional[int] = ..., name: _Optional[str] = ..., created_ms: _Optional[int] = ..., terminated_at: _Optional[_Union[PositionRecord, _Mapping]] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class LedgerRecord(_message.Message):
-    __slots__ = ("ledger_id", "last_entry_id", "entries", "size", "created_ms", "closed")
+    __slots__ = ("ledger_id", "last_entry_id", "entries", "size", "created_ms", "closed", "closed_ms")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     CLOSED_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_MS_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     last_entry_id: int
     entries: int
     size: int
     created_ms: int
     closed: bool
-    def __init__(self, ledger_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., entries: _Optional[int] = ..., size: _Optional[int] = ..., created_ms: _Optional[int] = ..., closed: _Optional[bool] = ...) -> None: ...
+    closed_ms: int
+    def __init__(self, ledger_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., entries: _Optional[int] = ..., size: _Optional[int] = ..., created_ms: _Optional[int] = ..., closed: _Optional[bool] = ..., closed_ms: _Optional[int] = ...) -> None: ...
 
 class LedgerAcks(_message.Message):
     __slots__ = ("ledger_id", "entry_ids")

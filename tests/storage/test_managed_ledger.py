@@ -172,31 +172,6 @@ async def test_terminate_seals_the_ledger(env, reopen):
         await ml2.append(b"z")
 
 
-async def test_trim_deletes_consumed_ledgers_within_retention(env):
-    config = ManagedLedgerConfig(max_entries_per_ledger=5, retention_ms=0)
-    ml = await ManagedLedger.open(env, TOPIC, config)
-    cursor = await ml.open_cursor("sub", "earliest")
-    positions = await asyncio.gather(*(ml.append(b"x") for _ in range(20)))
-    assert await ml.trim() == []                       # nothing consumed yet
-    await cursor.ack_cumulative(positions[11])
-    trimmed_from = []
-    ml.add_trim_listener(trimmed_from.append)
-    deleted = await ml.trim()
-    assert deleted == sorted({p.ledger_id for p in positions[:10]})
-    assert ml.first_position() == positions[10]
-    assert trimmed_from == [positions[10]]
-    assert [e.position for e in ml.read_entries(Position(-1, -1), 100)] == positions[10:]
-
-
-async def test_trim_keeps_everything_by_default(env):
-    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=2))
-    cursor = await ml.open_cursor("sub", "earliest")
-    positions = await asyncio.gather(*(ml.append(b"x") for _ in range(6)))
-    await cursor.ack_cumulative(positions[-1])
-    assert await ml.trim() == []
-    assert ml.number_of_entries == 6
-
-
 async def test_map_full_fails_the_write_and_reads_keep_working(tmp_path):
     env = StorageEnvironment(tmp_path / "small", map_size=2 << 20)
     try:

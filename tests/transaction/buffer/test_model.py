@@ -22,7 +22,7 @@ from pyengine_kernels import Position, TxnId
 from tests.transaction.buffer.helpers import TOPIC, visible_positions
 from tests.transaction.buffer.reference_model import Status, TopicModel
 
-LEDGER_CONFIG = ManagedLedgerConfig(max_entries_per_ledger=3, retention_ms=0)
+LEDGER_CONFIG = ManagedLedgerConfig(max_entries_per_ledger=3)     # trimmed by the `trim` rule only
 BUFFER_CONFIG = TopicTransactionBufferConfig(snapshot_max_txn_count=3, snapshot_min_interval_ms=3_600_000,
                                              replay_chunk_entries=2)
 COORDINATORS = st.sampled_from([1, 2])
@@ -162,7 +162,9 @@ class TransactionBufferMachine(RuleBasedStateMachine):
             horizon = self.buffer.max_read_position()      # consumers never read past it
             if horizon.entry_id >= 0:
                 await self.cursor.ack_cumulative(horizon)
-            await self.ledger.trim()
+            self.ledger.set_retention(0, -1)
+            await self.ledger.trim(now_ms=1 << 62)          # every consumed ledger
+            self.ledger.set_retention(-1, -1)
 
         self.run(trim())
         self.model.trim_before(pos(self.ledger.first_position()))

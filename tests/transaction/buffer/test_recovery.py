@@ -298,8 +298,10 @@ async def test_a_txn_whose_marker_was_trimmed_stays_ended_after_a_crash(reopen):
     await buffer.commit(ended[1], -1)
     for _ in range(4):
         await ledger.append(b"plain")
+    first = ledger.first_position()
     await cursor.ack_cumulative(buffer.max_read_position())
-    assert await ledger.trim()
+    await ledger.trim(now_ms=1 << 62)          # (the ack may have started trimming already)
+    assert ledger.first_position() > first
     assert all(not e.is_marker for e in ledger.read_entries(Position.EARLIEST, 100))
     await ledger.close()
     await env.drain()

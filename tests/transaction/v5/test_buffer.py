@@ -270,8 +270,10 @@ async def test_trimmed_ledgers_take_their_aborts_with_them(v5):
     await eventually(lambda: buffer.is_txn_aborted(recent))
     await buffer.wait_materialised()
     cursor = await ledger.open_cursor("all", "earliest")
+    first = ledger.first_position()
     await cursor.ack_cumulative(ledger.lac)
-    assert await ledger.trim()
+    await ledger.trim(now_ms=1 << 62)          # (the ack may have started trimming already)
+    assert ledger.first_position() > first
     await eventually(lambda: buffer._trimming is not None and buffer._trimming.done())
     assert not buffer.is_txn_aborted(old) and buffer.is_txn_aborted(recent)
     stored = AbortedTxnSet.from_bytes((await v5.store.get(buffer_path(SEGMENT))).value)

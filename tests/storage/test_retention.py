@@ -1,0 +1,135 @@
+"""Trimming consumed ledgers by retention, as Pulsar's managed ledger does it: only closed
+ledgers every durable cursor has consumed (every closed ledger when there is no durable cursor),
+oldest first, each one closed longer ago than the retention time or while the topic is over the
+retention size; in the background once a ledger closes or the slowest cursor moves past one."""
+
+import asyncio
+
+import pytest
+
+from pyengine.storage import ManagedLedger, ManagedLedgerConfig
+from pyengine_kernels import Position
+
+TOPIC = "persistent://public/default/retained"
+MINUTE = 60_000
+
+
+async def filled(env, *, entries: int, per_ledger: int, **retention) -> tuple[ManagedLedger, list[Position]]:
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=per_ledger, **retention))
+    positions = await asyncio.gather(*(ml.append(b"x" * 100) for _ in range(entries)))
+    return ml, positions
+
+
+async def settled(ml: ManagedLedger) -> None:
+    """Let a background trim finish."""
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if ml._trimming is None:
+            return
+        await asyncio.wait([ml._trimming])
+
+
+def ledger_ids(positions) -> list[int]:
+    return sorted({p.ledger_id for p in positions})
+
+
+async def test_consumed_ledgers_past_the_retention_time_are_deleted(env):
+    ml, positions = await filled(env, entries=20, per_ledger=5, retention_ms=MINUTE)
+    cursor = await ml.open_cursor("sub", "earliest")
+    now = max(info.closed_ms for info in ml.ledgers.values())
+    assert await ml.trim(now + 2 * MINUTE) == []                  # nothing consumed yet
+    await cursor.ack_cumulative(positions[11])
+    trimmed_from = []
+    ml.add_trim_listener(trimmed_from.append)
+    assert await ml.trim(now) == []                               # consumed, but retained
+    assert await ml.trim(now + 2 * MINUTE) == ledger_ids(positions[:10])
+    assert ml.first_position() == positions[10]
+    assert trimmed_from == [positions[10]]
+    assert [e.position for e in ml.read_entries(Position(-1, -1), 100)] == positions[10:]
+
+
+async def test_retention_time_counts_from_the_close_of_a_ledger(env):
+    ml, positions = await filled(env, entries=6, per_ledger=3, retention_ms=MINUTE)
+    first = ml.ledgers[positions[0].ledger_id]
+    first.created_ms -= 10 * MINUTE              # opened long ago, closed just now: retained
+    assert await ml.trim(first.closed_ms + MINUTE) == []          # not older than the retention
+    assert await ml.trim(first.closed_ms + MINUTE + 1) == [first.ledger_id]
+
+
+async def test_the_retention_size_keeps_the_newest_consumed_ledgers(env):
+    ml, positions = await filled(env, entries=15, per_ledger=3)
+    ledger_size = ml.ledgers[positions[0].ledger_id].size
+    ml.set_retention(-1, 2 * ledger_size + 1)    # two ledgers' worth (the open one counts)
+    assert await ml.trim() == ledger_ids(positions[:9])
+    assert ml.total_size == 2 * ledger_size
+
+
+async def test_a_durable_cursor_holds_back_what_it_has_not_consumed(env):
+    ml, positions = await filled(env, entries=12, per_ledger=3, retention_ms=0)
+    cursor = await ml.open_cursor("slow", "earliest")
+    await cursor.ack([positions[4]])             # acknowledged out of order: nothing consumed in full
+    assert await ml.trim(10**15) == []
+    await cursor.ack_cumulative(positions[5])    # the first two ledgers now are
+    await settled(ml)
+    assert ml.first_position() == positions[6]
+
+
+async def test_a_stored_cursor_not_opened_yet_holds_back_what_it_has_not_consumed(env, reopen):
+    ml, positions = await filled(env, entries=9, per_ledger=3)
+    cursor = await ml.open_cursor("sub", "earliest")
+    await cursor.ack_cumulative(positions[2])
+    await ml.close()
+    again = await ManagedLedger.open(reopen(env), TOPIC, ManagedLedgerConfig(max_entries_per_ledger=3,
+                                                                             retention_ms=0))
+    assert await again.trim(10**15) == [positions[0].ledger_id]     # (its cursor is not open)
+    assert again.first_position() == positions[3]
+
+
+async def test_the_slowest_cursor_moving_past_a_ledger_trims_it_in_the_background(env):
+    ml, positions = await filled(env, entries=9, per_ledger=3, retention_ms=0)
+    fast, slow = await ml.open_cursor("fast", "earliest"), await ml.open_cursor("slow", "earliest")
+    await fast.ack_cumulative(positions[-1])
+    await settled(ml)
+    assert ml.first_position() == positions[0]   # the slow cursor keeps everything
+    await asyncio.sleep(0.002)                   # retention 0: older than 0 ms
+    await slow.ack_cumulative(positions[2])
+    await settled(ml)
+    assert ml.first_position() == positions[3]
+
+
+async def test_without_a_durable_cursor_closed_ledgers_go_when_a_ledger_rolls_over(env):
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=3, retention_ms=0))
+    reader = ml.new_non_durable_cursor(Position(-1, -1))      # a reader holds nothing back
+    positions = [await ml.append(b"x") for _ in range(4)]     # the 4th closes the first ledger
+    await settled(ml)
+    await asyncio.sleep(0.002)                   # retention 0: closed more than 0 ms ago
+    positions += [await ml.append(b"x") for _ in range(3)]    # the 7th closes the second
+    await settled(ml)
+    assert ml.first_position() == positions[3]
+    assert ml.read_entries(reader.read_position, 1)[0].position == positions[3]
+
+
+async def test_everything_is_kept_by_default(env):
+    ml, positions = await filled(env, entries=6, per_ledger=2)
+    cursor = await ml.open_cursor("sub", "earliest")
+    await cursor.ack_cumulative(positions[-1])
+    await settled(ml)
+    assert await ml.trim(10**15) == []
+    assert ml.number_of_entries == 6
+
+
+async def test_the_close_time_of_a_ledger_survives_a_restart(env, reopen):
+    ml, positions = await filled(env, entries=4, per_ledger=2)
+    closed = {info.ledger_id: info.closed_ms for info in ml.ledgers.values() if info.closed}
+    assert closed and all(closed.values())
+    await ml.close()
+    again = await ManagedLedger.open(reopen(env), TOPIC)
+    assert {i: again.ledgers[i].closed_ms for i in closed} == closed
+
+
+@pytest.mark.parametrize("retention", [(-2, 0), (0, -2), (1.5, 0), (0, "1"), (True, 0), (None, 0)])
+async def test_a_malformed_retention_is_refused(env, retention):
+    ml = await ManagedLedger.open(env, TOPIC)
+    with pytest.raises(ValueError, match="must be an int >= -1"):
+        ml.set_retention(*retention)
+    assert (ml.config.retention_ms, ml.config.retention_bytes) == (-1, -1)
