@@ -1,5 +1,5 @@
 """Namespaces: `/admin/v2/namespaces` (Pulsar's Namespaces resource), with the namespace
-de-duplication policy the official client's tests switch on and off."""
+de-duplication policy the official client's tests switch on and off, and the retention policy."""
 
 from __future__ import annotations
 
@@ -8,8 +8,17 @@ from typing import Any
 
 from pyengine.admin.names import namespace_name, tenant_name
 from pyengine.admin.routing import Call, Reply, RouteTable
-from pyengine.admin.schemas import BOOLEAN, DONE, NAMESPACE, NAMESPACE_POLICIES, STRING_LIST, TENANT, errors
-from pyengine.broker.policies import NamespacePolicies
+from pyengine.admin.schemas import (
+    BOOLEAN,
+    DONE,
+    NAMESPACE,
+    NAMESPACE_POLICIES,
+    RETENTION_POLICIES,
+    STRING_LIST,
+    TENANT,
+    errors,
+)
+from pyengine.broker.policies import NamespacePolicies, Retention
 
 routes = RouteTable("namespaces")
 BASE = "/admin/v2/namespaces"
@@ -21,7 +30,22 @@ def _namespace(call: Call) -> str:
 
 
 def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
-    return {"deduplicationEnabled": policies.deduplication_enabled, "properties": policies.properties}
+    return {"deduplicationEnabled": policies.deduplication_enabled, "retention_policies": _retention(policies),
+            "properties": policies.properties}
+
+
+def _retention(policies: NamespacePolicies) -> dict[str, int] | None:
+    if policies.retention_time_minutes is None or policies.retention_size_mb is None:
+        return None
+    return Retention(policies.retention_time_minutes, policies.retention_size_mb).to_json()
+
+
+def _retention_fields(body: Any) -> dict[str, int | None]:
+    """NamespacePolicies' fields for a RetentionPolicies body (None: no policy)."""
+    if body is None:
+        return {"retention_time_minutes": None, "retention_size_mb": None}
+    retention = Retention.from_json(body)
+    return {"retention_time_minutes": retention.time_minutes, "retention_size_mb": retention.size_mb}
 
 
 @routes.add("GET", BASE + "/{tenant}", summary="List the namespaces of a tenant.", params=(TENANT,),
@@ -35,7 +59,8 @@ async def list_namespaces(call: Call) -> list[str]:
 async def create_namespace(call: Call) -> None:
     body = call.body or {}
     policies = NamespacePolicies(deduplication_enabled=body.get("deduplicationEnabled"),
-                                 properties=body.get("properties", {}))
+                                 properties=body.get("properties", {}),
+                                 **_retention_fields(body.get("retention_policies")))
     await call.service.policies.create_namespace(_namespace(call), policies)
 
 
@@ -85,11 +110,40 @@ async def remove_namespace_deduplication(call: Call) -> None:
 
 
 async def _set_deduplication(call: Call, enabled: bool | None) -> None:
+    await _change_policies(call, deduplication_enabled=enabled)
+
+
+async def _change_policies(call: Call, **changes: Any) -> None:
+    """Store the namespace's policies with `changes`, and apply them to its loaded topics."""
     namespace = _namespace(call)
     policies = call.service.policies
-    await policies.set_policies(namespace, dataclasses.replace(policies.policies(namespace),
-                                                               deduplication_enabled=enabled))
+    await policies.set_policies(namespace, dataclasses.replace(policies.policies(namespace), **changes))
     call.service.refresh_policies()
+
+
+# --- retention of consumed ledgers ----------------------------------------------------------------
+
+@routes.add("GET", NAMESPACE_PATH + "/retention", summary="Get the namespace's retention policy.",
+            params=(TENANT, NAMESPACE),
+            replies={200: Reply("RetentionPolicies", RETENTION_POLICIES),
+                     204: Reply("Not set: the broker's default applies"), **errors(404, 412)})
+async def get_namespace_retention(call: Call) -> dict[str, int] | None:
+    return _retention(call.service.policies.policies(_namespace(call)))
+
+
+@routes.add("POST", NAMESPACE_PATH + "/retention",
+            summary="Set how long and how much of its topics' consumed ledgers a namespace keeps.",
+            params=(TENANT, NAMESPACE), body=RETENTION_POLICIES, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def set_namespace_retention(call: Call) -> None:
+    await _change_policies(call, **_retention_fields(call.body))
+
+
+@routes.add("DELETE", NAMESPACE_PATH + "/retention",
+            summary="Remove the namespace's retention policy (the broker's default applies).",
+            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
+async def remove_namespace_retention(call: Call) -> None:
+    await _change_policies(call, **_retention_fields(None))
 
 
 # --- the transaction design of a namespace's topics (PIP-473) ----------------------------------
@@ -125,8 +179,5 @@ async def remove_transaction_version(call: Call) -> None:
 
 
 async def _set_transaction_version(call: Call, version: int | None) -> None:
-    namespace = _namespace(call)
-    policies = call.service.policies
-    await policies.set_policies(namespace, dataclasses.replace(policies.policies(namespace),
-                                                               transaction_version=version))
+    await _change_policies(call, transaction_version=version)
 

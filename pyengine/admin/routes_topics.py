@@ -23,6 +23,7 @@ from pyengine.admin.schemas import (
     PARTITIONED_METADATA,
     PARTITIONED_TOPIC_STATS,
     PARTITIONS,
+    RETENTION_POLICIES,
     STRING_LIST,
     TENANT,
     TERMINATED_AT,
@@ -30,6 +31,7 @@ from pyengine.admin.schemas import (
     TOPIC_STATS,
     errors,
 )
+from pyengine.broker.policies import Retention
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import TopicName
@@ -221,9 +223,55 @@ async def remove_topic_deduplication(call: Call) -> None:
 
 
 async def _set_topic_deduplication(call: Call, enabled: bool | None) -> None:
+    await _set_topic_policy(call, "deduplicationEnabled", enabled)
+
+
+async def _set_topic_policy(call: Call, policy: str, value: Any) -> None:
+    """Store (None: remove) one policy of the topic, and apply it if the topic is loaded."""
     name = known_topic(call.service, requested_topic(call))
-    await call.service.policies.set_topic_policy(str(name), "deduplicationEnabled", enabled)
+    await call.service.policies.set_topic_policy(str(name), policy, value)
     call.service.refresh_policies()
+
+
+# --- topic-level retention, and trimming on demand ---------------------------------------
+
+@routes.add("GET", TOPIC_URL + "/retention", summary="Get the topic's retention policy.",
+            params=(*TOPIC_PATH, APPLIED),
+            replies={200: Reply("RetentionPolicies", RETENTION_POLICIES), 204: Reply("Not set on the topic"),
+                     **errors(400, 404, 412)})
+async def get_topic_retention(call: Call) -> dict[str, int] | None:
+    name = known_topic(call.service, requested_topic(call))
+    policies = call.service.policies
+    if call["applied"]:
+        return policies.retention(str(name)).to_json()
+    return policies.topic_policies(str(name)).get("retention")
+
+
+@routes.add("POST", TOPIC_URL + "/retention",
+            summary="Set how long and how much of its consumed ledgers a topic keeps.",
+            params=TOPIC_PATH, body=RETENTION_POLICIES, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def set_topic_retention(call: Call) -> None:
+    await _set_topic_policy(call, "retention", Retention.from_json(call.body).to_json())
+
+
+@routes.add("DELETE", TOPIC_URL + "/retention",
+            summary="Remove the topic's retention policy (the namespace's applies).",
+            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
+async def remove_topic_retention(call: Call) -> None:
+    await _set_topic_policy(call, "retention", None)
+
+
+@routes.add("POST", TOPIC_URL + "/trim",
+            summary="Delete now the consumed ledgers the topic's retention no longer keeps.",
+            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
+async def trim_topic(call: Call) -> None:
+    name = requested_topic(call)
+    partitions = call.service.policies.partitions(str(name))
+    names = [name.partition(i) for i in range(partitions)] if partitions else [name]
+    for each in names:            # (a partition never written to has nothing to trim)
+        if not partitions or call.service.topic_exists(str(each)):
+            await (await existing_topic(call.service, each)).ledger.trim()
 
 
 # --- termination ----------------------------------------------------------------------------

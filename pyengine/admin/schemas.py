@@ -31,11 +31,20 @@ TENANT_INFO = {
     "properties": {"adminRoles": {**STRING_LIST, "maxItems": 100},
                    "allowedClusters": {**STRING_LIST, "maxItems": 100}},
 }
+RETENTION_LIMIT = {"type": "integer", "minimum": -1, "maximum": 2**31 - 1}
+RETENTION_POLICIES = {
+    "type": "object",
+    "description": "Pulsar's RetentionPolicies: how long and how much of the consumed ledgers to keep "
+                   "(-1: no limit; both 0: none; a missing field is 0)",
+    "properties": {"retentionTimeInMinutes": RETENTION_LIMIT, "retentionSizeInMB": RETENTION_LIMIT},
+    "additionalProperties": False,
+}
 NAMESPACE_POLICIES = {
     "type": "object",
     "description": "Pulsar's Policies, the fields this broker applies",
     "properties": {
         "deduplicationEnabled": {"type": "boolean", "nullable": True},
+        "retention_policies": {**RETENTION_POLICIES, "nullable": True},
         "properties": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }

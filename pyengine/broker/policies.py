@@ -51,6 +51,40 @@ class NamespacePolicies:
         return cls(**known)
 
 
+@dataclass(frozen=True)
+class Retention:
+    """Pulsar's RetentionPolicies: how long (minutes) and how much (MB) of a topic's consumed
+    ledgers to keep; -1 keeps them without that limit, 0 not at all."""
+
+    time_minutes: int = -1
+    size_mb: int = -1
+
+    def __post_init__(self) -> None:
+        for name, value in (("retentionTimeInMinutes", self.time_minutes), ("retentionSizeInMB", self.size_mb)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+                raise ValueError(f"{name} must be an integer >= -1, not {value!r}")
+        if (self.time_minutes == 0) != (self.size_mb == 0):
+            # As Pulsar validates it: a lone 0 next to a limit is ambiguous (-1 means no limit).
+            raise ValueError("a retention of 0 minutes or 0 MB is only valid with the other also 0 "
+                             "(use -1 for no limit)")
+
+    @classmethod
+    def from_json(cls, data: Any) -> Retention:
+        """The admin API's body, `{"retentionTimeInMinutes": T, "retentionSizeInMB": S}`."""
+        if not isinstance(data, dict) or set(data) - {"retentionTimeInMinutes", "retentionSizeInMB"}:
+            raise ValueError("retention policies are {\"retentionTimeInMinutes\": int, \"retentionSizeInMB\": int}, "
+                             f"not {data!r}")
+        return cls(data.get("retentionTimeInMinutes", 0), data.get("retentionSizeInMB", 0))
+
+    def to_json(self) -> dict[str, int]:
+        return {"retentionTimeInMinutes": self.time_minutes, "retentionSizeInMB": self.size_mb}
+
+    @property
+    def ms_and_bytes(self) -> tuple[int, int]:
+        return (self.time_minutes * 60_000 if self.time_minutes >= 0 else -1,
+                self.size_mb << 20 if self.size_mb >= 0 else -1)
+
+
 def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidTopicNameError(f"invalid {kind} name {name!r}")
@@ -60,10 +94,12 @@ def check_name(kind: str, name: str) -> str:
 class BrokerPolicies:
     """Admin metadata of one broker's data dir, read-through cached."""
 
-    def __init__(self, env: StorageEnvironment, *, num_coordinators: int, deduplication_default: bool) -> None:
+    def __init__(self, env: StorageEnvironment, *, num_coordinators: int, deduplication_default: bool,
+                 retention_default: Retention | None = None) -> None:
         self.env = env
         self._db = env.db("metadata")
         self.deduplication_default = deduplication_default
+        self.retention_default = retention_default or Retention()
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
 
@@ -224,3 +260,15 @@ class BrokerPolicies:
             if namespace_value is not None:
                 return namespace_value
         return self.deduplication_default
+
+    def retention(self, topic: str) -> Retention:
+        """Topic policy, else namespace policy, else the broker's default (Pulsar's order)."""
+        topic_value = self.topic_policies(topic).get("retention")
+        if topic_value is not None:
+            return Retention.from_json(topic_value)
+        name = TopicName.parse(topic)
+        if self.namespace_exists(name.namespace_name):
+            policies = self.policies(name.namespace_name)
+            if policies.retention_time_minutes is not None and policies.retention_size_mb is not None:
+                return Retention(policies.retention_time_minutes, policies.retention_size_mb)
+        return self.retention_default

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pyengine.broker.policies import BrokerPolicies
+from pyengine.broker.policies import BrokerPolicies, Retention
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
 from pyengine.broker.transactions import CoordinatorRouter, V5Transactions, default_transaction_version
@@ -67,6 +67,24 @@ class BrokerConfig:
     # a disconnected ordered consumer keeps its segments for the grace period (seconds).
     scalable_session_ttl: float = 10.0
     scalable_grace_period: float = 30.0
+    # Retention of consumed ledgers where no topic or namespace policy says otherwise (Pulsar's
+    # defaultRetentionTimeInMinutes / defaultRetentionSizeInMB). Ours keeps them (-1, -1): a data
+    # dir is also what the Spark pipeline reads. Pulsar's own default, 0 / 0, deletes a ledger
+    # once every subscription has consumed it. Loaded topics are checked every
+    # `retention_check_interval_s` (Pulsar's retentionCheckIntervalInSeconds), besides when a
+    # ledger closes and when the slowest subscription moves past one.
+    retention: Retention = field(default_factory=Retention)
+    retention_check_interval_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not self.ledger.retains_everything:
+            raise ValueError("a broker's retention is a policy: set BrokerConfig.retention (namespaces and topics "
+                             "override it), not ManagedLedgerConfig's retention_ms / retention_bytes")
+        if not isinstance(self.retention, Retention):
+            raise TypeError(f"retention must be a Retention, not {type(self.retention).__name__}")
+        interval = self.retention_check_interval_s
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
+            raise ValueError(f"retention_check_interval_s must be a number of seconds in (0, 86400], not {interval!r}")
 
 
 class BrokerService:
@@ -77,7 +95,8 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
-                                       deduplication_default=config.deduplication_enabled)
+                                       deduplication_default=config.deduplication_enabled,
+                                       retention_default=config.retention)
         self.coordinator_v4 = TransactionCoordinatorService(self.env, self, num_coordinators=config.num_coordinators,
                                                             clock=config.clock)
         self.metadata: MetadataStore | None = None
@@ -88,6 +107,7 @@ class BrokerService:
         self.service_url = f"pulsar://broker-{config.broker_id}"
         self.web_service_url: str | None = None       # the admin API's URL (set by `pyengine serve`)
         self._scalable: ScalableTopicService | None = None
+        self._retention_check: asyncio.TimerHandle | None = None
         self._started = False
         self._closed = False
 
@@ -96,6 +116,8 @@ class BrokerService:
         await self.coordinator_v4.start()
         await self._start_v5()
         self._started = True
+        self._retention_check = asyncio.get_running_loop().call_later(
+            self.config.retention_check_interval_s, self._check_retention)
 
     # --- topics ---------------------------------------------------------------------------
 
@@ -151,6 +173,18 @@ class BrokerService:
         """Apply changed namespace/topic policies to the loaded topics."""
         for topic in self.topics.values():
             topic.dedup.enabled = self.policies.deduplication_enabled(topic.name)
+            self.apply_retention(topic.ledger)
+
+    def apply_retention(self, ledger: ManagedLedger) -> None:
+        """Give `ledger` the retention its policies say, and trim by it."""
+        ledger.set_retention(*self.policies.retention(ledger.name).ms_and_bytes)
+        ledger.trim_soon()
+
+    def _check_retention(self) -> None:
+        for topic in list(self.topics.values()):
+            topic.ledger.trim_soon()
+        self._retention_check = asyncio.get_running_loop().call_later(
+            self.config.retention_check_interval_s, self._check_retention)
 
     async def delete_topic(self, name: str) -> None:
         topic = await self.get_topic(name, create=False)
@@ -228,6 +262,8 @@ class BrokerService:
         if self._closed:
             return
         self._closed = True
+        if self._retention_check is not None:
+            self._retention_check.cancel()
         await self.coordinator_v4.close()
         if self.v5 is not None:
             await self.v5.close()

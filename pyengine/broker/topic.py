@@ -71,6 +71,7 @@ class Topic:
             for cursor_name in topic._stored_cursor_names():
                 cursor = await ledger.open_cursor(cursor_name)
                 await topic._attach_subscription(cursor)
+            service.apply_retention(ledger)      # once its subscriptions hold back what they need
         except BaseException:
             # Nothing of a failed load may live on (Pulsar #14760: a half-open topic stayed
             # unusable; here its buffer's snapshot timer would also outlive it): the next load

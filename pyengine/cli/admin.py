@@ -152,6 +152,13 @@ MOST = (("most_bits",), {"type": int, "help": "txn id most significant bits (coo
 LEAST = (("least_bits",), {"type": int, "help": "txn id least significant bits"})
 COORDINATOR = (("-c", "--coordinator-id"), {"type": int, "help": "only this coordinator"})
 ENABLE = (("--enable",), {"action": "store_true", "help": "enable (default: disable)"})
+RETENTION_TIME = (("--time",), {"type": int, "required": True,
+                                "help": "minutes to keep consumed messages (-1: no limit; 0 with --size 0: none)"})
+RETENTION_SIZE = (("--size",), {"type": int, "required": True, "help": "MB of consumed messages to keep (-1: no limit)"})
+
+
+def _retention(a: argparse.Namespace) -> dict[str, int]:
+    return {"retentionTimeInMinutes": a.time, "retentionSizeInMB": a.size}
 SCALABLE = (("topic",), {"help": "scalable topic, e.g. topic://public/default/t"})
 SEGMENT = (("segment",), {"help": "segment topic, e.g. segment://public/default/t/0000-7fff-1"})
 SEGMENT_ID = (("segment_id",), {"type": int, "help": "segment id"})
@@ -190,6 +197,13 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/deduplication", a.enable)),
     ("namespaces", "remove-deduplication", (), "remove the namespace's de-duplication policy", (NAMESPACE,),
      lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/deduplication", None)),
+    ("namespaces", "get-retention", (), "show the namespace's retention policy", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/retention", None)),
+    ("namespaces", "set-retention", (), "keep consumed messages --time minutes / --size MB",
+     (NAMESPACE, RETENTION_TIME, RETENTION_SIZE),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/retention", _retention(a))),
+    ("namespaces", "remove-retention", (), "remove the namespace's retention policy", (NAMESPACE,),
+     lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/retention", None)),
 
     ("topics", "list", (), "list the persistent topics of a namespace", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/persistent/{namespace_path(a.namespace)}", None)),
@@ -233,6 +247,15 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{_topic(a)}/deduplicationEnabled", a.enable)),
     ("topics", "remove-deduplication", (), "remove the topic's de-duplication policy", (TOPIC,),
      lambda a: ("DELETE", f"{_topic(a)}/deduplicationEnabled", None)),
+    ("topics", "get-retention", (), "show the topic's retention policy",
+     (TOPIC, (("--applied",), {"action": "store_true", "help": "the policy in force"})),
+     lambda a: ("GET", f"{_topic(a)}/retention" + _query(applied=a.applied or None), None)),
+    ("topics", "set-retention", (), "keep the topic's consumed messages --time minutes / --size MB",
+     (TOPIC, RETENTION_TIME, RETENTION_SIZE), lambda a: ("POST", f"{_topic(a)}/retention", _retention(a))),
+    ("topics", "remove-retention", (), "remove the topic's retention policy", (TOPIC,),
+     lambda a: ("DELETE", f"{_topic(a)}/retention", None)),
+    ("topics", "trim-topic", ("trim",), "delete now the consumed ledgers retention no longer keeps", (TOPIC,),
+     lambda a: ("POST", f"{_topic(a)}/trim", None)),
 
     ("scalable", "list", (), "list the scalable topics of a namespace", (NAMESPACE,),
      lambda a: ("GET", f"{SCALABLE_V2}/{namespace_path(a.namespace)}", None)),

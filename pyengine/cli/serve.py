@@ -32,6 +32,7 @@ from typing import Any, Coroutine
 import uvloop
 
 from pyengine.admin import AdminServer
+from pyengine.broker.policies import Retention
 from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.cli.gc_tuning import settled_garbage_collector
 from pyengine.metadata import MetadataStoreError
@@ -55,6 +56,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="do not fsync group commits (a machine crash may lose the last ones)")
     p.add_argument("--dedup", action="store_true",
                    help="de-duplicate sends by producer name and sequence id on every namespace by default")
+    p.add_argument("--retention-time-minutes", type=retention_limit, default=-1,
+                   help="minutes to keep consumed ledgers where no namespace or topic policy says (Pulsar's "
+                        "defaultRetentionTimeInMinutes; -1, the default here: no limit; Pulsar's default is 0)")
+    p.add_argument("--retention-size-mb", type=retention_limit, default=-1,
+                   help="MB of consumed ledgers to keep per topic by default (Pulsar's defaultRetentionSizeInMB; "
+                        "-1, the default here: no limit; 0 with --retention-time-minutes 0: keep none)")
     p.add_argument("--scalable-session-ttl", type=positive_seconds, default=10.0,
                    help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
     p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
@@ -81,6 +88,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def retention_limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"{value} is below -1 (-1: no limit)")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -104,6 +121,11 @@ def metadata_store_url(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        Retention(args.retention_time_minutes, args.retention_size_mb)
+    except ValueError as exc:          # refused as argparse refuses a flag, before anything starts
+        print(f"pyengine serve: error: --retention-time-minutes / --retention-size-mb: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -135,7 +157,8 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(data_dir=args.data_dir, sync=not args.no_fsync, broker_id=args.broker_id,
                         num_coordinators=args.num_coordinators, deduplication_enabled=args.dedup,
                         metadata_store=args.metadata_store, scalable_session_ttl=args.scalable_session_ttl,
-                        scalable_grace_period=args.scalable_grace_period)
+                        scalable_grace_period=args.scalable_grace_period,
+                        retention=Retention(args.retention_time_minutes, args.retention_size_mb))
 
 
 async def run_broker(args: argparse.Namespace) -> None:

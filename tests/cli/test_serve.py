@@ -4,6 +4,7 @@ across a SIGTERM restart and exits 0; bad flags and taken ports are clear errors
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -12,7 +13,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from pyengine.cli import main
+from pyengine.broker.policies import Retention
+from pyengine.cli import main, serve
 from pyengine.client import Client
 from pyengine.metadata import open_metadata_store
 from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
@@ -128,6 +130,9 @@ async def test_brokers_on_one_etcd_metadata_store_share_it(tmp_path: Path) -> No
     (["--metadata-store", "etcd://127.0.0.1"], "--metadata-store: 'etcd://127.0.0.1' is not etcd://HOST:PORT"),
     (["--metadata-store", "etcd://:2379"], "is not etcd://HOST:PORT"),
     (["--num-coordinators", "0"], "--num-coordinators: 0 is not at least 1"),
+    (["--retention-time-minutes", "-2"], "--retention-time-minutes: -2 is below -1"),
+    (["--retention-size-mb", "lots"], "--retention-size-mb: 'lots' is not a whole number"),
+    (["--retention-time-minutes", "10", "--retention-size-mb", "0"], "only valid with the other also 0"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
 ])
 def test_bad_flags_are_refused_before_anything_starts(tmp_path: Path, capsys, argv: list[str],
@@ -137,6 +142,19 @@ def test_bad_flags_are_refused_before_anything_starts(tmp_path: Path, capsys, ar
     assert exit_info.value.code == 2
     assert complaint in capsys.readouterr().err
     assert not (tmp_path / "data").exists()             # nothing was created
+
+
+def serve_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    serve.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["serve", *argv])
+
+
+def test_the_retention_flags_are_the_brokers_default_policy(tmp_path: Path) -> None:
+    args = serve_args("--data-dir", str(tmp_path), "--retention-time-minutes", "30", "--retention-size-mb", "-1")
+    assert serve.broker_config(args).retention == Retention(30, -1)
+    default = serve.broker_config(serve_args("--data-dir", str(tmp_path)))
+    assert default.retention == Retention(-1, -1)          # ours keeps consumed ledgers unless asked
 
 
 def test_the_data_dir_is_required(capsys) -> None:
