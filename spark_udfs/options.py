@@ -10,6 +10,7 @@
 | `endPosition` | `latest` | last position read, inclusive (`latest`: the last entry stored when the query is planned) |
 | `maxBatchRows` | 65536 | rows per Arrow batch the reader yields (about) |
 | `maxPartitionEntries` | 100000 | a ledger with more entries is read by several partitions |
+| `filterPushdown` | `false` | `true`: comparisons on `topic`, `ledger_id` and `entry_id` narrow what is planned and read (see `spark_udfs.source`). Off by default: Spark 4.3 keeps the read plan of the last pushed-down scan on the loaded DataFrame and reuses it for its other scans, so with it on a DataFrame read again (unfiltered, or with other filters, or twice in one query) gets the rows of another scan's filters. Turn it on only for a DataFrame scanned once; narrowing by `topics`, `startPosition` and `endPosition` is always safe. |
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 ISOLATIONS = (READ_COMMITTED, READ_UNCOMMITTED)
 KNOWN = ("path", "paths", "topics", "isolation", "includemarkers", "startposition", "endposition",
-         "maxbatchrows", "maxpartitionentries")
+         "maxbatchrows", "maxpartitionentries", "filterpushdown")
 _SPELLING = {"includemarkers": "includeMarkers", "startposition": "startPosition", "endposition": "endPosition",
-             "maxbatchrows": "maxBatchRows", "maxpartitionentries": "maxPartitionEntries"}
+             "maxbatchrows": "maxBatchRows", "maxpartitionentries": "maxPartitionEntries",
+             "filterpushdown": "filterPushdown"}
 
 
 class OptionError(ValueError):
@@ -58,6 +60,7 @@ class ReadOptions:
     end: PositionSpec = PositionSpec("latest")
     max_batch_rows: int = 65536
     max_partition_entries: int = 100_000
+    filter_pushdown: bool = False
 
     @property
     def read_committed(self) -> bool:
@@ -96,6 +99,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         end=parse_position_spec("endPosition", given.get("endposition", "latest")),
         max_batch_rows=_positive("maxBatchRows", given.get("maxbatchrows", 65536)),
         max_partition_entries=_positive("maxPartitionEntries", given.get("maxpartitionentries", 100_000)),
+        filter_pushdown=_bool("filterPushdown", given.get("filterpushdown", "false")),
     )
 
 

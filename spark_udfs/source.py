@@ -17,8 +17,9 @@ function (MapInArrow), so this is the Arrow filter fused into the scan: no row c
 the JVM to be dropped there.
 
 Filter push-down (Spark >= 4.1 with `spark.sql.python.filterPushdown.enabled=true`, which
-`spark_udfs.register` sets): comparisons that narrow what is read are taken over and honoured
-exactly by the source, so Spark does not re-apply them:
+`spark_udfs.register` sets), with the option `filterPushdown=true` only: comparisons that
+narrow what is read are taken over and honoured exactly by the source, so Spark does not
+re-apply them:
 
 * `topic`: `=`, `<=>`, `IN`, `STARTSWITH`, `ENDSWITH`, `CONTAINS`, `IS NOT NULL` -> only
   those topics are planned;
@@ -27,11 +28,20 @@ exactly by the source, so Spark does not re-apply them:
   checked per entry before decoding).
 
 Everything else (negations, ORs, other columns) is left to Spark.
+
+Without the option (the default) every filter is left to Spark and the plan never depends on a
+query's filters. The reason is a flaw of Spark 4.3 (the pinned version): the plan made with
+the pushed filters (the reader, its partitions) is stored on the loaded DataFrame's data
+source, not on the scan, and every later scan of that DataFrame without filters Spark can push
+(`df.count()` after `df.filter(...).count()`) reuses it, as do all scans of it in one query (a
+union of two filtered views gets the last one's rows twice): rows silently lost or repeated.
+(Spark's master keeps the plan per scan instead.)
 """
 
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 import numpy as np
@@ -101,6 +111,7 @@ class _Bounds:
     def __init__(self) -> None:
         self.low, self.high = -1, _INT64_MAX
         self.values: frozenset[int] | None = None
+        self.ordered: tuple[int, ...] = ()             # the values, sorted
 
     def push(self, flt: Filter) -> bool:
         if isinstance(flt, IsNotNull):
@@ -110,6 +121,7 @@ class _Bounds:
             if not values or not all(_is_int(v) for v in values):
                 return False
             self.values = frozenset(values) if self.values is None else self.values & frozenset(values)
+            self.ordered = tuple(sorted(self.values))
             return True
         value = getattr(flt, "value", None)
         if not _is_int(value):
@@ -128,15 +140,15 @@ class _Bounds:
             return False
         return True
 
-    def interval(self) -> tuple[int, int]:
-        """The smallest interval holding every admitted value."""
-        low, high = self.low, self.high
+    def clip(self, low: int, high: int) -> tuple[int, int] | None:
+        """The smallest part of `low..high` holding every value admitted in it (None: none is)."""
+        low, high = max(low, self.low), min(high, self.high)
         if self.values is not None:
-            inside = [v for v in self.values if low <= v <= high]
+            inside = self.ordered[bisect_left(self.ordered, low):bisect_right(self.ordered, high)]
             if not inside:
-                return 0, -1
-            low, high = min(inside), max(inside)
-        return low, high
+                return None
+            low, high = inside[0], inside[-1]
+        return (low, high) if low <= high else None
 
     def admits(self, value: int) -> bool:
         return self.low <= value <= self.high and (self.values is None or value in self.values)
@@ -163,6 +175,9 @@ class PyengineReader(DataSourceReader):
     # --- planning ---------------------------------------------------------------------------
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        if not self.options.filter_pushdown:
+            yield from filters            # see the module doc: Spark would reuse this plan elsewhere
+            return
         for flt in filters:
             # Not (and any filter over several columns) has no single attribute: Spark keeps it.
             attribute = getattr(flt, "attribute", ())
@@ -206,23 +221,27 @@ class PyengineReader(DataSourceReader):
         return start, end
 
     def partitions(self) -> list[InputPartition]:
+        """One partition per ledger holding entries to read, or one per `maxPartitionEntries`
+        of them; each cut to the entries the pushed `entry_id` comparisons admit (a range
+        admitting none of an `IN` list's values is not planned)."""
         parts: list[InputPartition] = []
-        low_entry, high_entry = self.entry_bounds.interval()
-        low_ledger, high_ledger = self.ledger_bounds.interval()
         step = self.options.max_partition_entries
         for info in self.topics.values():
             start, end = self._range(info)
             for ledger in info.ledgers:
                 lid = ledger.ledger_id
-                if not ledger.entries or not low_ledger <= lid <= high_ledger or not self.ledger_bounds.admits(lid):
+                if not ledger.entries or not start.ledger_id <= lid <= end.ledger_id:
                     continue
-                if lid < start.ledger_id or lid > end.ledger_id:
+                first = max(ledger.first_entry, start.entry_id if lid == start.ledger_id else -1)
+                last = min(ledger.last_entry, end.entry_id if lid == end.ledger_id else _INT64_MAX)
+                span = self.entry_bounds.clip(first, last)
+                if span is None or not self.ledger_bounds.admits(lid):
                     continue
-                first = max(ledger.first_entry, low_entry, start.entry_id if lid == start.ledger_id else -1)
-                last = min(ledger.last_entry, high_entry, end.entry_id if lid == end.ledger_id else _INT64_MAX)
+                first, last = span
                 for chunk_first in range(first, last + 1, step):
-                    parts.append(LedgerPartition(info.name, info.topic_id, lid, chunk_first,
-                                                 min(last, chunk_first + step - 1)))
+                    chunk = self.entry_bounds.clip(chunk_first, min(last, chunk_first + step - 1))
+                    if chunk is not None:
+                        parts.append(LedgerPartition(info.name, info.topic_id, lid, *chunk))
         return parts
 
     # --- reading (in the workers) -----------------------------------------------------------

@@ -131,18 +131,19 @@ def test_topics_positions_and_pushed_filters(spark, workload):
         rows = rows_of(spark_udfs.read(spark, path, topics=option) if option == SCALABLE
                        else read_directly(workload.data_dir, topics=option))
         assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in rows] == [r for r in everything if r["topic"] in topics]
-    # Pushed comparisons are honoured by the source (Spark does not re-apply them).
+    # Pushed comparisons are honoured by the source (Spark does not re-apply them), with
+    # filterPushdown on (a DataFrame per query: tests/spark/test_planning.py says why).
     orders = [r for r in everything if r["topic"] == TOPICS[0]]
     ledger = orders[len(orders) // 2]["ledger_id"]
-    df = spark.read.format("pyengine").load(path)
-    pushed = df.filter((F.col("topic") == TOPICS[0]) & (F.col("ledger_id") >= ledger) & (F.col("entry_id") < 20))
+    pushing = spark.read.format("pyengine").option("filterPushdown", True)
+    pushed = pushing.load(path).filter((F.col("topic") == TOPICS[0]) & (F.col("ledger_id") >= ledger) & (F.col("entry_id") < 20))
     want = [r for r in orders if r["ledger_id"] >= ledger and r["entry_id"] < 20]
     assert [{c: r[c] for c in CONSUMER_COLUMNS} for r in rows_of(pushed)] == want
-    picked = df.filter(F.col("entry_id").isin(3, 5) & F.col("topic").startswith("persistent://public/"))
+    picked = pushing.load(path).filter(F.col("entry_id").isin(3, 5) & F.col("topic").startswith("persistent://public/"))
     assert len(rows_of(picked)) == sum(1 for r in everything
                                       if r["entry_id"] in (3, 5) and r["topic"].startswith("persistent://public/"))
     # Negations and ORs are left to Spark (a Not has no single column: it was once a crash).
-    negated = df.filter(~(F.col("entry_id") == 3) & ((F.col("ledger_id") == ledger) | F.col("key").isNull()))
+    negated = pushing.load(path).filter(~(F.col("entry_id") == 3) & ((F.col("ledger_id") == ledger) | F.col("key").isNull()))
     assert len(rows_of(negated)) == sum(1 for r in everything
                                         if r["entry_id"] != 3 and (r["ledger_id"] == ledger or r["key"] is None))
     # Start and end positions, inclusive; per topic as JSON.
@@ -190,6 +191,7 @@ def test_topics_as_a_list_as_spark_passes_it(spark, workload):
     ({"includeMarkers": "maybe", "isolation": "read_uncommitted"}, "includeMarkers must be true or false"),
     ({"maxBatchRows": "0"}, "maxBatchRows must be a positive integer"),
     ({"maxPartitionEntries": "lots"}, "maxPartitionEntries must be a positive integer"),
+    ({"filterPushdown": "sometimes"}, "filterPushdown must be true or false"),
     ({"tpoics": "x"}, "unknown option"),
 ])
 def test_malformed_options_fail_with_a_clear_error(workload, options, message):
