@@ -20,9 +20,11 @@ DEFAULT_CONF = {
 
 def use_this_python() -> None:
     """Python workers run the interpreter on PATH unless told otherwise, which may lack
-    pyarrow and the native kernels: point them at this one when the user has not chosen."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    pyarrow and the native kernels: point them at this one when the user has not chosen
+    (a variable set but empty counts as not chosen: Spark could not start workers with it)."""
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        if not os.environ.get(name, "").strip():
+            os.environ[name] = sys.executable
 
 
 def register(spark: SparkSession) -> SparkSession:

@@ -75,6 +75,28 @@ def test_export_refuses_bad_input_before_starting_spark(workload, tmp_path, argv
     assert not (tmp_path / "out").exists()
 
 
+class _SessionAsked(Exception):
+    pass
+
+
+def test_export_master_defaults_to_local_all_cores(workload, tmp_path, monkeypatch):
+    """What master `export` starts Spark with, stopped right there (no second JVM session)."""
+    import spark_udfs
+
+    asked = []
+
+    def session(master, **kwargs):
+        asked.append(master)
+        raise _SessionAsked
+
+    monkeypatch.setattr(spark_udfs, "session", session)
+    for extra in ([], ["--master", "spark://head:7077"]):
+        with pytest.raises(_SessionAsked):
+            main(["pipeline", "export", "--data-dir", str(workload.data_dir), "--out", str(tmp_path / "o"), *extra])
+    assert asked == ["local[*]", "spark://head:7077"]
+    assert not (tmp_path / "o").exists()
+
+
 def test_export_of_a_missing_data_dir_and_bad_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit, match="not a pyengine data dir|no LMDB|data dir"):
         main(["pipeline", "export", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")])
