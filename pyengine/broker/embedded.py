@@ -30,6 +30,7 @@ from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Producer, Topic
 from pyengine.client.message import Message, MessageId, decode_entry
+from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.errors import InvalidTxnStatusError, NotAllowedError, PulsarError, to_pulsar_error
 from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
@@ -80,13 +81,19 @@ class EmbeddedClient:
 
     async def subscribe(self, topic: str, subscription_name: str, *, consumer_type: str = "exclusive",
                         initial_position: str = "latest", receiver_queue_size: int = 1000,
-                        consumer_name: str | None = None, priority: int = 0) -> EmbeddedConsumer:
+                        consumer_name: str | None = None, priority: int = 0,
+                        negative_ack_redelivery_delay_ms: int = 60_000) -> EmbeddedConsumer:
+        """Attach a consumer; `negative_ack_redelivery_delay_ms` as in `pyengine.client` and
+        Pulsar's clients (a negatively acknowledged message comes back after it; 0: at once)."""
         if initial_position not in INITIAL_POSITIONS:
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be >= 1")
+        delay = negative_ack_redelivery_delay_ms
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+            raise ValueError(f"negative_ack_redelivery_delay_ms must be an int >= 0, not {delay!r}")
         loaded = await self.service.get_topic(topic)
-        consumer = EmbeddedConsumer(self, loaded, receiver_queue_size)
+        consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, negative_ack_delay_ms=delay)
         broker_side = Consumer(consumer, name=consumer_name, priority=priority)
         subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
                                               initial_position=initial_position)
@@ -343,9 +350,10 @@ class EmbeddedConsumer:
     """Implements the broker's ConsumerSink: delivered entries land in a local receiver queue."""
 
     def __init__(self, client: EmbeddedClient, topic: Topic, receiver_queue_size: int, *,
-                 reader: bool = False) -> None:
+                 reader: bool = False, negative_ack_delay_ms: int = 0) -> None:
         self._client = client
         self._topic = topic
+        self._nacks = NegativeAckTracker(negative_ack_delay_ms, self._redeliver) if negative_ack_delay_ms else None
         self._queue: asyncio.Queue[Message] = asyncio.Queue()
         self._queue_size = receiver_queue_size
         self._consumed_since_flow = 0
@@ -442,32 +450,60 @@ class EmbeddedConsumer:
 
     async def acknowledge_cumulative(self, message: Message | MessageId,
                                      txn: EmbeddedTransaction | None = None) -> None:
+        """Acknowledge everything up to and including `message`. Inside a batch, the batch's
+        indexes up to it are acknowledged too (batch-index acknowledgement, as for `acknowledge`
+        and as the network path takes a cumulative ack with an ack set): in a transaction, the
+        messages before it in its batch must not come back once it commits."""
         self._check_open()
-        assert self._subscription is not None
+        subscription = self._subscription
+        assert subscription is not None
         message_id = self._message_id(message)
-        position = message_id.position
-        if message_id.batch_index >= 0 and message_id.batch_index < message_id.batch_size - 1:
-            # Messages after this one in its batch are not acknowledged: ack up to the entry before.
-            position = self._topic.ledger.previous_position(position)
+        in_batch = 0 <= message_id.batch_index < message_id.batch_size - 1
+        ack = self._batch_prefix_ack(message_id) if in_batch else None
         try:
             if txn is None:
-                await self._subscription.ack_cumulative(self._consumer, position)
+                if ack is None:
+                    await subscription.ack_cumulative(self._consumer, message_id.position)
+                else:               # everything before the entry, and the entry's indexes up to it
+                    before = self._topic.ledger.previous_position(message_id.position)
+                    await asyncio.gather(subscription.ack_cumulative(self._consumer, before),
+                                         subscription.ack_individual(self._consumer, [ack]))
                 return
             txn._check_open()
-            registration = txn._register_subscription(self._topic.name, self._subscription.name)
+            registration = txn._register_subscription(self._topic.name, subscription.name)
             operation = asyncio.ensure_future(
-                self._subscription.ack_with_transaction(self._consumer, txn.txn_id, cumulative=position))
+                subscription.ack_with_transaction(self._consumer, txn.txn_id, cumulative=message_id.position)
+                if ack is None else
+                subscription.ack_cumulative_in_batch_with_transaction(self._consumer, txn.txn_id, ack))
             txn._track(registration, operation)     # the commit waits for them, whatever happens here
             await registration
             await operation
         except Exception as exc:
             raise to_pulsar_error(exc) from exc
 
+    @staticmethod
+    def _batch_prefix_ack(message_id: MessageId) -> IndividualAck:
+        """The entry of a batched message with its indexes up to the message acknowledged."""
+        size, index = message_id.batch_size, message_id.batch_index
+        words = [w & _MASK64 for w in ackset_new(size)]
+        for word in range(index // 64 + 1):          # clear bits 0..index (a clear bit is acked)
+            bits = 64 if word < index // 64 else index % 64 + 1
+            words[word] &= ~((1 << bits) - 1) & _MASK64
+        return IndividualAck(message_id.position, size, tuple(_signed(w) for w in words))
+
     async def negative_acknowledge(self, message: Message | MessageId) -> None:
-        """Ask for the message again (redelivered with a higher redelivery count)."""
+        """Ask for the message again: redelivered, with a higher redelivery count, once the
+        consumer's negative-ack delay has passed (its whole entry, as Pulsar redelivers)."""
         self._check_open()
-        assert self._subscription is not None and self._consumer is not None
-        self._subscription.redeliver_unacknowledged(self._consumer, [self._message_id(message).position])
+        message_id = self._message_id(message)
+        if self._nacks is None:
+            self._redeliver(self, [message_id])
+        else:
+            self._nacks.add(self, message_id)
+
+    def _redeliver(self, _owner: object, message_ids: list[MessageId]) -> None:
+        if not self._closed and self._subscription is not None and self._consumer is not None:
+            self._subscription.redeliver_unacknowledged(self._consumer, [m.position for m in message_ids])
 
     async def redeliver_unacknowledged_messages(self) -> None:
         self._check_open()
@@ -508,6 +544,8 @@ class EmbeddedConsumer:
         if self._closed:
             return
         self._closed = True
+        if self._nacks is not None:
+            self._nacks.close()
         if self._subscription is not None and self._consumer is not None:
             self._subscription.remove_consumer(self._consumer)
             if self._reader:

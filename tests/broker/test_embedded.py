@@ -2,6 +2,7 @@
 de-duplicate and run transactions in-process, across restarts."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -17,7 +18,7 @@ from pyengine.errors import (
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine_kernels import Position
-from tests.broker.helpers import drain
+from tests.broker.helpers import drain, publish_batch
 
 T = "persistent://public/default/t"
 
@@ -57,16 +58,40 @@ async def test_unacked_messages_come_back_after_restart_acked_ones_do_not(tmp_pa
         assert [m.data for m in await drain(consumer)] == [b"m3", b"m4", b"m5"]
 
 
-async def test_negative_ack_redelivers_with_a_higher_redelivery_count(tmp_path):
+async def test_negative_ack_redelivers_after_the_delay_with_a_higher_redelivery_count(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)
-        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest",
+                                          negative_ack_redelivery_delay_ms=300)
         await producer.send(b"x")
         first = await consumer.receive(timeout=2)
         assert first.redelivery_count == 0
+        asked = time.monotonic()
         await consumer.negative_acknowledge(first)
         again = await consumer.receive(timeout=2)
+        assert time.monotonic() - asked >= 0.3
         assert again.message_id == first.message_id and again.redelivery_count == 1
+        at_once = await broker.subscribe(T, "now", initial_position="earliest", negative_ack_redelivery_delay_ms=0)
+        await at_once.negative_acknowledge(await at_once.receive(timeout=2))
+        assert (await at_once.receive(timeout=0.2)).redelivery_count == 1
+
+
+async def test_negative_acks_wait_a_minute_by_default_as_in_pulsars_clients(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        await producer.send(b"x")
+        await consumer.negative_acknowledge(await consumer.receive(timeout=2))
+        assert await drain(consumer, timeout=0.3) == []
+        await consumer.close()                       # its pending redelivery goes with it
+
+
+@pytest.mark.parametrize("delay", [-1, 1.5, "10", True, None])
+async def test_a_malformed_negative_ack_delay_is_refused(tmp_path, delay):
+    async with Broker.embedded(tmp_path) as broker:
+        with pytest.raises(ValueError, match="negative_ack_redelivery_delay_ms"):
+            await broker.subscribe(T, "s", negative_ack_redelivery_delay_ms=delay)
+        assert "s" not in (await broker.service.get_topic(T)).subscriptions
 
 
 async def test_cumulative_ack_and_shared_refusal(tmp_path):
@@ -83,6 +108,28 @@ async def test_cumulative_ack_and_shared_refusal(tmp_path):
         message = await shared.receive(timeout=2)
         with pytest.raises(NotAllowedError):
             await shared.acknowledge_cumulative(message)
+
+
+@pytest.mark.parametrize("in_txn", [False, True])
+async def test_a_cumulative_ack_inside_a_batch_covers_the_batch_up_to_the_message(tmp_path, in_txn):
+    """As the network path takes a cumulative ack with an ack set: what comes back after a
+    restart is only what follows the message (a transaction that consumed half a batch and
+    committed must not see that half again, or its outputs would be produced twice)."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        await producer.send(b"first")
+        await publish_batch(broker, producer, [b"b%d" % i for i in range(70)])     # two ack-set words
+        await producer.send(b"last")
+        got = await drain(consumer)
+        assert got[66].data == b"b65"
+        txn = await broker.new_transaction() if in_txn else None
+        await consumer.acknowledge_cumulative(got[66], txn=txn)
+        if txn is not None:
+            await txn.commit()
+    async with Broker.embedded(tmp_path) as broker:
+        consumer = await broker.subscribe(T, "s")
+        assert [m.data for m in await drain(consumer)] == [b"b66", b"b67", b"b68", b"b69", b"last"]
 
 
 async def test_exclusive_subscription_refuses_a_second_consumer(tmp_path):
