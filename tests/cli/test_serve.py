@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from pyengine.broker.policies import Retention
+from pyengine.broker.service import BrokerService
 from pyengine.cli import main, serve
 from pyengine.client import Client
 from pyengine.metadata import open_metadata_store
@@ -155,6 +156,16 @@ def test_the_retention_flags_are_the_brokers_default_policy(tmp_path: Path) -> N
     assert serve.broker_config(args).retention == Retention(30, -1)
     default = serve.broker_config(serve_args("--data-dir", str(tmp_path)))
     assert default.retention == Retention(-1, -1)          # ours keeps consumed ledgers unless asked
+
+
+@pytest.mark.parametrize(("flags", "synced"), [((), True), (("--no-fsync",), False)])
+def test_group_commits_are_fsynced_unless_no_fsync_is_given(tmp_path: Path, flags: tuple[str, ...],
+                                                            synced: bool) -> None:
+    broker = BrokerService(serve.broker_config(serve_args("--data-dir", str(tmp_path), *flags)))
+    try:
+        assert {broker.env._env.flags()[k] for k in ("sync", "metasync")} == {synced}
+    finally:
+        broker.env.close()
 
 
 def test_the_data_dir_is_required(capsys) -> None:

@@ -160,3 +160,20 @@ async def test_drain_writes_lazy_writes_and_close_refuses_them(tmp_path):
     env.close()
     with pytest.raises(LedgerClosedError):
         await lost
+
+
+def test_every_commit_is_fsynced_by_default_and_sync_false_is_the_only_way_out(tmp_path):
+    """A publish is acknowledged after its commit is durable: LMDB must sync both the data and
+    its meta page on every commit unless asked otherwise (a kill -9 test cannot see this: the
+    page cache survives a process)."""
+    from pyengine.broker.service import BrokerConfig
+
+    durable = StorageEnvironment(tmp_path / "durable")
+    relaxed = StorageEnvironment(tmp_path / "relaxed", sync=False)
+    try:
+        assert {k: durable._env.flags()[k] for k in ("sync", "metasync")} == {"sync": True, "metasync": True}
+        assert {k: relaxed._env.flags()[k] for k in ("sync", "metasync")} == {"sync": False, "metasync": False}
+    finally:
+        durable.close()
+        relaxed.close()
+    assert BrokerConfig(data_dir=tmp_path).sync is True
