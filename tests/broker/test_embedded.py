@@ -185,6 +185,32 @@ async def test_key_shared_keeps_each_key_on_one_consumer_in_order(tmp_path):
         assert sum(len(v) for v in by_key.values()) == 7
 
 
+async def test_a_key_shared_consumer_that_joins_waits_until_what_came_before_is_acked(tmp_path):
+    """Pulsar's recently-joined rule: keys move to a new consumer, but it gets nothing at or
+    after the read position of its arrival until everything before is acknowledged, so no key
+    is ever delivered out of order across the two consumers."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        first = await broker.subscribe(T, "s", consumer_type="key_shared", consumer_name="first")
+        for i in range(20):
+            await producer.send(b"old-%d" % i, key=f"key-{i % 10}")
+        old = await drain(first)
+        assert len(old) == 20                         # alone: every key is the first one's
+        joined = await broker.subscribe(T, "s", consumer_type="key_shared", consumer_name="joined")
+        for i in range(20):
+            await producer.send(b"new-%d" % i, key=f"key-{i % 10}")
+        kept_by_first = await drain(first)            # its own keys go on
+        assert await drain(joined) == []              # the moved keys wait
+        for message in old[:-1]:
+            await first.acknowledge(message)
+        assert await drain(joined) == []              # one message before its arrival still unacked
+        await first.acknowledge(old[-1])
+        moved = await drain(joined)
+        assert moved and kept_by_first                # the keys were split between the two
+        assert {m.partition_key for m in moved}.isdisjoint(m.partition_key for m in kept_by_first)
+        assert sorted(m.data for m in moved + kept_by_first) == sorted(b"new-%d" % i for i in range(20))
+
+
 async def test_seek_and_reader_and_last_message_id(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)
