@@ -19,6 +19,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 import spark_udfs
 from pyengine.storage.errors import StorageError
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from spark_udfs.options import OptionError
 from spark_udfs.source import PyengineDataSource
 from tests.spark.workload import ALL_TOPICS, SCALABLE, SEGMENTS, TOPICS, Workload, read_directly
@@ -228,3 +229,23 @@ def test_nothing_after_an_open_transaction_is_visible(workload, committed, uncom
     assert {workload.labels[label][0] for label in last_four} == {TOPICS[0], SEGMENTS[0]}
     assert not {int(r["value"]) for r in committed} & set(last_four)
     assert set(last_four) <= {int(r["value"]) for r in uncommitted}
+
+
+def test_transactions_ended_by_their_timeout_are_not_read_committed(workload, committed, uncommitted):
+    """The workload has, in each design, transactions its client never ended that their
+    coordinator aborted when their timeout passed; their messages are stored (READ_UNCOMMITTED)
+    and absent from READ_COMMITTED, though later messages of their topics are visible (the
+    read horizon is past them: the abort hides them)."""
+    assert {txn[0] == V5_COORDINATOR_ID for txn in workload.timed_out} == {False, True}
+    assert all(workload.outcome[txn] == "aborted" for txn in workload.timed_out)
+    visible = {int(r["value"]) for r in committed}
+    assert visible == {int(r["value"]) for r in workload.delivered}
+    stored = {int(r["value"]) for r in uncommitted}
+    passed = set()          # the designs with a timed-out transaction the read horizon is past
+    for txn in workload.timed_out:
+        mine = [(label, topic) for label, (topic, owner) in workload.labels.items() if owner == txn]
+        assert {label for label, _ in mine} <= stored and not {label for label, _ in mine} & visible
+        if mine and all(any(later > label and workload.labels[later][0] == topic for later in visible)
+                        for label, topic in mine):
+            passed.add(txn[0] == V5_COORDINATOR_ID)
+    assert passed == {False, True}

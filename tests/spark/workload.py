@@ -4,8 +4,10 @@ broker's own READ_COMMITTED consumers deliver from it: the oracle of the Spark t
 Every message's payload is its label (`b"<label>"`), so rows can be traced back to the step
 that wrote them. The workload mixes plain and transactional messages, single messages and
 batches, keys, properties and event times, commits, aborts, timeouts (the coordinators'
-clock moves and they abort what expired), transactions spanning topics, ledger roll-overs
-(small ledgers: several partitions per topic) and transactions still open at the end.
+clock moves and they abort what expired; at least one such transaction in each design, with
+a visible message behind it: `Workload.timed_out`), transactions spanning topics, ledger
+roll-overs (small ledgers: several partitions per topic) and transactions still open at the
+end.
 
 Both designs at once: v4 (PIP-31) transactions on `persistent://` topics (markers in the
 stream) and v5 (PIP-473) transactions of the metadata-driven coordinator on two `segment://`
@@ -27,7 +29,7 @@ from pyengine.protocol.pulsar_api_pb2 import KeyValue, SingleMessageMetadata
 from pyengine.storage.entry import headers_and_payload
 from pyengine.errors import TransactionConflictError
 from pyengine.storage.managed_ledger import ManagedLedgerConfig
-from pyengine.transaction import TxnAction
+from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 
 TOPICS = ("persistent://public/default/orders", "persistent://public/default/payments",
@@ -45,6 +47,7 @@ class Workload:
     txn_topics: dict[tuple[int, int], set[str]] = field(default_factory=dict)
     delivered: list[dict] = field(default_factory=list)    # the READ_COMMITTED consumers' messages
     late: set[int] = field(default_factory=set)            # v5 late writes: refused, never visible
+    timed_out: set[tuple[int, int]] = field(default_factory=set)   # txns aborted by their coordinator's timeout
     # The running broker's transaction buffers at the end: topic -> (max read position, aborted set)
     buffers: dict[str, tuple] = field(default_factory=dict)
 
@@ -122,49 +125,84 @@ async def write_workload(data_dir: Path, seed: int, steps: int = 400) -> Workloa
         def txn_key(txn) -> tuple[int, int]:
             return (txn.txn_id.most_bits, txn.txn_id.least_bits)
 
+        async def begin(timeout_ms: int, version: int):
+            txn = await broker.new_transaction(timeout_ms=timeout_ms, version=version)
+            open_txns.append(txn)
+            workload.outcome[txn_key(txn)] = "open"
+            workload.txn_topics[txn_key(txn)] = set()
+            return txn
+
+        async def end(txn, commit: bool) -> None:
+            """The client ends `txn`."""
+            open_txns.remove(txn)
+            await (txn.commit() if commit else txn.abort())
+            workload.outcome[txn_key(txn)] = "committed" if commit else "aborted"
+
+        async def write(topic: str, txn, count: int) -> None:
+            nonlocal label
+            labels = list(range(label, label + count))
+            label += count
+            now[0] += rng.randrange(0, 3)
+            if count == 1 and rng.random() < 0.7:
+                await producers[topic].send(str(labels[0]).encode(), txn=txn, **message_fields(labels[0]))
+            else:
+                await send_batch(producers[topic], labels, txn)
+            for i in labels:
+                workload.labels[i] = (topic, txn_key(txn) if txn is not None else None)
+            if txn is not None:
+                workload.txn_topics[txn_key(txn)].add(topic)
+
+        async def pass_time(ms: int) -> None:
+            """`ms` pass: the coordinators abort the open transactions whose timeout passed
+            (their clients never end them: they are out of `open_txns` from then on)."""
+            now[0] += ms
+            await coordinator.wait_for_endings()
+            coordinator.poll_timeouts()
+            await coordinator.wait_for_endings()
+            await coordinator.v5.sweep_timeouts()
+            for txn in list(open_txns):
+                if txn.txn_id.most_bits == V5_COORDINATOR_ID:
+                    # A v5 header says aborted, not why: only the sweep ends a txn of open_txns.
+                    ended = (await coordinator.v5.get(txn.txn_id)).status.outcome is TxnAction.ABORT
+                else:
+                    ended = coordinator.get(txn.txn_id).status is TxnStatus.TIME_OUT
+                if ended:
+                    open_txns.remove(txn)
+                    workload.outcome[txn_key(txn)] = "aborted"
+                    workload.timed_out.add(txn_key(txn))
+
         for _ in range(steps):
             roll = rng.random()
             if roll < 0.12 and len(open_txns) < 4:
-                txn = await broker.new_transaction(timeout_ms=rng.choice([60_000, 60_000, 1_000]),
-                                                   version=rng.choice([4, 5]))
-                open_txns.append(txn)
-                workload.outcome[txn_key(txn)] = "open"
-                workload.txn_topics[txn_key(txn)] = set()
+                await begin(rng.choice([60_000, 60_000, 1_000]), rng.choice([4, 5]))
             elif roll < 0.22 and open_txns:
-                txn = open_txns.pop(rng.randrange(len(open_txns)))
-                commit = rng.random() < 0.7
-                await (txn.commit() if commit else txn.abort())
-                workload.outcome[txn_key(txn)] = "committed" if commit else "aborted"
+                await end(open_txns[rng.randrange(len(open_txns))], rng.random() < 0.7)
             elif roll < 0.25 and open_txns:
-                # Two seconds pass: the 1 s transactions time out and their coordinators abort them.
-                now[0] += 2_000
-                await coordinator.wait_for_endings()
-                coordinator.poll_timeouts()
-                await coordinator.wait_for_endings()
-                await coordinator.v5.sweep_timeouts()
-                for txn in list(open_txns):
-                    meta = await coordinator.v5.get(txn.txn_id) if txn.txn_id.most_bits == V5_COORDINATOR_ID \
-                        else coordinator.get(txn.txn_id)
-                    if meta.status.outcome is not None:
-                        open_txns.remove(txn)
-                        workload.outcome[txn_key(txn)] = "aborted"
+                await pass_time(2_000)        # the 1 s transactions time out
             else:
                 txn = rng.choice(open_txns) if open_txns and rng.random() < 0.5 else None
                 # v5 transactions write to segment:// topics only, v4 ones to persistent:// only.
                 v5 = txn.txn_id.most_bits == V5_COORDINATOR_ID if txn is not None else rng.random() < 0.4
-                topic = rng.choice(SEGMENTS if v5 else TOPICS)
-                count = rng.choice([1, 1, 1, 2, 5, 11])
-                labels = list(range(label, label + count))
-                label += count
-                now[0] += rng.randrange(0, 3)
-                if count == 1 and rng.random() < 0.7:
-                    await producers[topic].send(str(labels[0]).encode(), txn=txn, **message_fields(labels[0]))
-                else:
-                    await send_batch(producers[topic], labels, txn)
-                for i in labels:
-                    workload.labels[i] = (topic, txn_key(txn) if txn is not None else None)
-                if txn is not None:
-                    workload.txn_topics[txn_key(txn)].add(topic)
+                await write(rng.choice(SEGMENTS if v5 else TOPICS), txn, rng.choice([1, 1, 1, 2, 5, 11]))
+        # Whatever the dice did, in each design: a transaction its client never ends, aborted by
+        # its coordinator when its timeout passes, on a topic no open transaction holds back (its
+        # messages are below the read horizon: only the abort hides them), with a plain message
+        # behind it that READ_COMMITTED readers receive.
+        expiring = {}
+        for version, topics in ((4, TOPICS), (5, SEGMENTS)):
+            held = {topic for txn in open_txns for topic in workload.txn_topics[txn_key(txn)]}
+            topic = next((topic for topic in topics if topic not in held), topics[-1])
+            for txn in [txn for txn in open_txns if topic in workload.txn_topics[txn_key(txn)]]:
+                await end(txn, commit=True)
+            expiring[topic] = txn = await begin(1_000, version)
+            await write(topic, txn, 1)
+            await write(topic, txn, 5)
+        await pass_time(2_000)
+        for topic, txn in expiring.items():
+            assert txn_key(txn) in workload.timed_out and txn.state == "open", "the timeout did not end it"
+            await write(topic, None, 1)
+        v5_timed_out = sum(1 for txn in workload.timed_out if txn[0] == V5_COORDINATOR_ID)
+        assert coordinator.v5.stats()["timed_out_total"] == v5_timed_out
         # A v5 late write: a send that loses the race with its transaction's commit is refused
         # (TransactionConflictError) and its entry, stored anyway, is never visible.
         txn = await broker.new_transaction(version=5)
