@@ -55,18 +55,38 @@ async def test_21951_last_message_id_skips_aborted_entries(tmp_path):
         assert await reader.get_last_message_id() == kept
 
 
-async def test_11877_22610_markers_and_aborted_entries_do_not_stall_readers_or_backlog(tmp_path):
-    """Markers were counted as messages and aborted entries were filtered without moving the
-    cursor: readers believed messages were available, backlog never reached zero."""
+async def test_11877_a_reader_that_read_everything_is_not_told_markers_are_left(tmp_path):
+    """Each transaction leaves a marker entry after its messages; the end-of-topic check
+    counted it while the broker never dispatched it, so hasMessageAvailable() stayed true.
+    Here the last message id a reader is given is its last message, never a marker."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        for i in range(3):
+            txn = await broker.new_transaction()
+            await producer.send(b"m%d" % i, txn=txn)
+            await txn.commit()                       # a commit marker after each message
+        reader = await broker.create_reader(T, MessageId.earliest)
+        received = await drain(reader)
+        assert [m.data for m in received] == [b"m0", b"m1", b"m2"]
+        last = await reader.get_last_message_id()
+        assert last == received[-1].message_id       # hasMessageAvailable(): nothing left
+
+
+async def test_22610_aborted_entries_do_not_stall_a_reader_or_the_backlog(tmp_path):
+    """Aborted entries were filtered without moving the position past them: a reader stayed
+    stuck on them and a subscription's backlog never reached zero."""
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)
         consumer = await broker.subscribe(T, "s", initial_position="earliest")
-        for commit in (True, False, True, False):
+        for commit in (False, False, True, False):
             txn = await broker.new_transaction()
-            await producer.send(b"m", txn=txn)
+            await producer.send(b"committed" if commit else b"aborted", txn=txn)
             await (txn.commit() if commit else txn.abort())
+        await producer.send(b"plain")
+        reader = await broker.create_reader(T, MessageId.earliest)
+        assert [m.data for m in await drain(reader)] == [b"committed", b"plain"]
         received = await drain(consumer)
-        assert len(received) == 2
+        assert [m.data for m in received] == [b"committed", b"plain"]
         for message in received:
             await consumer.acknowledge(message)
         subscription = broker.service.topics[T].subscriptions["s"]

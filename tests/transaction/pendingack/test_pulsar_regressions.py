@@ -86,41 +86,59 @@ async def test_pulsar_10306_abort_releases_the_pending_acks(env, reopen):
     assert await after.handle.commit(T2, -1) == [p[0], p[1]]
 
 
-async def test_pulsar_26369_26374_13654_a_corrupt_record_fails_replay_at_once(env, reopen):
-    """Pulsar's replay could loop forever without a log line (#26369), retry unclassified read
-    errors in a hot loop (#26374), and leave a subscribe unanswered when init failed (#13654).
-    Here a bad record ends the replay at once with an error naming it, the handle then answers
-    every call at once, and a read error is reported after one attempt."""
-    sub = await open_subscription(env, 2500)
-    p = sub.positions
-    await asyncio.gather(*(sub.handle.store.append_individual(T1, [IndividualAck(position)])[1]
-                           for position in p))
-    bad_seq = 2490
-    key, db = sub.handle.store._key(bad_seq), env.db("pending_ack")
-    await env.submit(lambda txn: txn.put(key, b"\xff\xff\xff", db=db))
+BAD_SEQUENCE = 2490
 
+
+async def reopened_with_a_corrupt_record(env, reopen):
+    """A subscription with 2,500 pending-ack records, one of them (BAD_SEQUENCE) not
+    decodable, opened again without replaying; and a list of the replay's chunk reads."""
+    sub = await open_subscription(env, 2500)
+    await asyncio.gather(*(sub.handle.store.append_individual(T1, [IndividualAck(position)])[1]
+                           for position in sub.positions))
+    key, db = sub.handle.store._key(BAD_SEQUENCE), env.db("pending_ack")
+    await env.submit(lambda txn: txn.put(key, b"\xff\xff\xff", db=db))
     after = await open_subscription(reopen(env), replay=False)
     reads = []
     real_read = after.handle.store._read_chunk
     after.handle.store._read_chunk = lambda *args: reads.append(args) or real_read(*args)
+    return after, reads
+
+
+async def test_pulsar_26369_a_replay_that_cannot_progress_fails_at_once(env, reopen):
+    """Pulsar's pending-ack replay could loop forever without a log line (#26369). Here a
+    record that cannot be decoded ends the replay at once, in one pass, naming the record."""
+    after, reads = await reopened_with_a_corrupt_record(env, reopen)
     started = time.monotonic()
-    with pytest.raises(PendingAckReplayError, match=f"pending-ack/sub: record {bad_seq} cannot be decoded"):
+    with pytest.raises(PendingAckReplayError, match=f"pending-ack/sub: record {BAD_SEQUENCE} cannot be decoded"):
         await asyncio.wait_for(after.handle.replay(), timeout=10)
     assert time.monotonic() - started < 10
-    assert len(reads) == bad_seq // 1000 + 1                     # one pass, no retry
+    assert len(reads) == BAD_SEQUENCE // 1000 + 1              # one pass, no retry
     assert after.handle.state is HandleState.ERROR
-    with pytest.raises(ServiceNotReadyError, match="PendingAckHandle not replay error!"):
-        await asyncio.wait_for(after.handle.individual_ack(T3, [IndividualAck(p[2])]), timeout=1)
+
+
+async def test_pulsar_26374_a_read_error_is_reported_after_one_attempt(env, reopen):
+    """Read errors Pulsar did not classify were retried at once, forever (#26374, ~1000
+    reads/s). Here a read error fails the replay after one attempt."""
+    after, reads = await reopened_with_a_corrupt_record(env, reopen)
 
     def broken(*args):
         reads.append(args)
         raise OSError(5, "BookieHandleNotAvailable-like read error")
 
     after.handle.store._read_chunk = broken
-    reads.clear()
     with pytest.raises(PendingAckReplayError, match="cannot read the records from the start"):
         await asyncio.wait_for(after.handle.replay(), timeout=10)
     assert len(reads) == 1
+
+
+async def test_pulsar_13654_after_a_failed_replay_every_call_is_answered_at_once(env, reopen):
+    """A subscribe never got its answer when pending-ack initialisation failed (#13654). Here a
+    handle whose replay failed answers every later call at once with an error."""
+    after, _ = await reopened_with_a_corrupt_record(env, reopen)
+    with pytest.raises(PendingAckReplayError):
+        await asyncio.wait_for(after.handle.replay(), timeout=10)
+    with pytest.raises(ServiceNotReadyError, match="PendingAckHandle not replay error!"):
+        await asyncio.wait_for(after.handle.individual_ack(T3, [IndividualAck(after.positions[2])]), timeout=1)
 
 
 async def test_pulsar_19449_after_a_restart_a_message_acked_before_is_a_clean_conflict(env, reopen):
