@@ -71,3 +71,15 @@ async def test_pulsar_admin_paths_are_there(api):
         ("post", "/admin/v3/transactions/abortTransaction/{mostSigBits}/{leastSigBits}"),
     ]:
         assert method in paths[path], (method, path)
+
+
+async def test_an_unknown_path_or_method_is_a_json_error_with_the_allowed_methods(api):
+    reply = await api.get("/admin/v2/no-such-resource")
+    assert reply.status == 404
+    assert reply.headers["Content-Type"].startswith("application/json")
+    assert reply.body == {"reason": "no admin resource at /admin/v2/no-such-resource"}
+    reply = await api.call("PATCH", "/admin/v2/namespaces/public/default/retention")
+    assert reply.status == 405
+    assert reply.headers["Content-Type"].startswith("application/json")
+    assert reply.body["reason"].startswith("PATCH is not allowed on /admin/v2/namespaces/public/default/retention")
+    assert {m.strip() for m in reply.headers["Allow"].split(",")} >= {"GET", "POST", "DELETE"}
