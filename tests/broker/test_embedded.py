@@ -267,7 +267,6 @@ async def test_committed_messages_appear_only_after_commit(tmp_path):
         assert [m.data for m in await drain(consumer)] == [b"t1", b"plain-after-open-txn"]
 
 
-
 async def test_a_transactional_message_carries_its_txn_id_and_fields_in_its_metadata(tmp_path):
     # The txn id fields are encoded once per transaction and appended to each message's
     # metadata: what is stored must parse as one MessageMetadata with everything set.
@@ -289,6 +288,7 @@ async def test_a_transactional_message_carries_its_txn_id_and_fields_in_its_meta
         assert (metadata.partition_key, metadata.event_time) == ("k", 7)
         assert [(p.key, p.value) for p in metadata.properties] == [("a", "1")]
         assert (entry.txn_most, entry.txn_least) == (txn.txn_id.most_bits, txn.txn_id.least_bits)
+
 
 async def test_a_commit_waits_for_the_sends_still_under_way_and_includes_them(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
