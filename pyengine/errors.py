@@ -28,6 +28,12 @@ class PersistenceError(PulsarError):
     server_error = ServerError.PersistenceError
 
 
+class IncompatibleSchemaError(PulsarError):
+    """A schema the topic's schema registry refuses: incompatible with its schemas, or invalid."""
+
+    server_error = ServerError.IncompatibleSchema
+
+
 class ConsumerBusyError(PulsarError):
     server_error = ServerError.ConsumerBusy
 
@@ -112,7 +118,8 @@ _BY_CODE: dict[int, type[PulsarError]] = {
     cls.server_error: cls
     for cls in (MetadataError, PersistenceError, ConsumerBusyError, ServiceNotReadyError, ChecksumError,
                 TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, TooManyRequestsError,
-                TopicTerminatedError, ProducerBusyError, InvalidTopicNameError, NotAllowedError,
+                TopicTerminatedError, ProducerBusyError, InvalidTopicNameError, IncompatibleSchemaError,
+                NotAllowedError,
                 ProducerFencedError, TransactionCoordinatorNotFoundError, InvalidTxnStatusError,
                 TransactionConflictError, TransactionNotFoundError, ExpiredTransactionError)
 }

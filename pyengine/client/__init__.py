@@ -18,7 +18,8 @@ from pyengine.client.producer import Producer
 from pyengine.client.reader import Reader
 from pyengine.client.transaction import Transaction
 from pyengine.errors import (
-    ChecksumError, ConsumerBusyError, ConsumerNotFoundError, ExpiredTransactionError, InvalidSubscriptionNameError,
+    ChecksumError, ConsumerBusyError, ConsumerNotFoundError, ExpiredTransactionError, IncompatibleSchemaError,
+    InvalidSubscriptionNameError,
     InvalidTopicNameError, InvalidTransactionKeyError, InvalidTxnStatusError, MetadataError, NotAllowedError,
     PersistenceError, ProducerBusyError, ProducerFencedError, PulsarError, ServiceNotReadyError,
     SubscriptionNotFoundError, TooManyRequestsError, TopicNotFoundError, TopicTerminatedError,
@@ -32,7 +33,7 @@ __all__ = [
     "AlreadyClosedError", "ConnectError", "CumulativeAcknowledgementNotAllowedError", "MessageTooBigError",
     "ProducerQueueIsFullError",
     # the broker's errors
-    "ChecksumError", "ConsumerBusyError", "ConsumerNotFoundError", "ExpiredTransactionError",
+    "ChecksumError", "ConsumerBusyError", "ConsumerNotFoundError", "ExpiredTransactionError", "IncompatibleSchemaError",
     "InvalidSubscriptionNameError", "InvalidTopicNameError", "InvalidTransactionKeyError", "InvalidTxnStatusError",
     "MetadataError", "NotAllowedError", "PersistenceError", "ProducerBusyError", "ProducerFencedError", "PulsarError",
     "ServiceNotReadyError", "SubscriptionNotFoundError", "TooManyRequestsError", "TopicNotFoundError",

@@ -1,0 +1,147 @@
+"""The schema registry on the data dir's LMDB metadata database: one JSON record per schema id
+(`/schemas/<tenant>/<namespace>/<topic>`) holding every version, tombstones included."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections import defaultdict
+from typing import Any
+
+from pyengine.schema import (
+    AVRO_BASED,
+    CompatibilityStrategy,
+    InvalidSchemaDataError,
+    NoSchemaError,
+    SchemaData,
+    SchemaRegistry,
+    SchemaType,
+    StoredSchema,
+)
+from pyengine.schema import compatibility as rules
+from pyengine.storage import StorageEnvironment
+
+S = CompatibilityStrategy
+_CONSUMER_CHECKED_WITH_LATEST = frozenset({S.BACKWARD, S.FORWARD, S.FORWARD_TRANSITIVE, S.FULL})
+
+
+def _to_json(stored: StoredSchema) -> dict[str, Any]:
+    schema = stored.schema
+    return {"version": stored.version, "type": schema.type.name, "data": base64.b64encode(schema.data).decode(),
+            "properties": schema.properties, "name": schema.name, "timestamp": stored.timestamp_ms,
+            "deleted": stored.deleted}
+
+
+def _from_json(record: dict[str, Any]) -> StoredSchema:
+    schema = SchemaData(SchemaType[record["type"]], base64.b64decode(record["data"]), record["properties"],
+                        record.get("name", ""))
+    return StoredSchema(record["version"], schema, record["timestamp"], record["deleted"])
+
+
+class LmdbSchemaRegistry(SchemaRegistry):
+    def __init__(self, env: StorageEnvironment, *, clock_ms: Any = None) -> None:
+        self.env = env
+        self._db = env.db("metadata")
+        self._cache: dict[str, list[StoredSchema]] = {}
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+
+    @staticmethod
+    def _key(schema_id: str) -> bytes:
+        return f"/schemas/{schema_id}".encode()
+
+    def versions(self, schema_id: str) -> list[StoredSchema]:
+        cached = self._cache.get(schema_id)
+        if cached is None:
+            with self.env.read() as txn:
+                raw = txn.get(self._key(schema_id), db=self._db)
+            cached = [] if raw is None else [_from_json(r) for r in json.loads(raw)]
+            self._cache[schema_id] = cached
+        return list(cached)
+
+    async def _store(self, schema_id: str, versions: list[StoredSchema]) -> None:
+        key, db = self._key(schema_id), self._db
+        if versions:
+            raw = json.dumps([_to_json(v) for v in versions], sort_keys=True).encode()
+            await self.env.submit(lambda txn: txn.put(key, raw, db=db), key=("schemas", schema_id))
+        else:
+            await self.env.submit(lambda txn: txn.delete(key, db=db), key=("schemas", schema_id))
+        self._cache[schema_id] = versions
+
+    def find_version(self, schema_id: str, schema: SchemaData) -> int | None:
+        for stored in self.live(schema_id):
+            if rules.same_definition(stored.schema, schema):
+                return stored.version
+        return None
+
+    def _identical(self, live: list[StoredSchema], schema: SchemaData) -> int | None:
+        """The oldest live version that is the same schema: the same Avro schema for the
+        Avro-defined types, the same bytes otherwise (and the same type; properties aside)."""
+        parsed = None
+        if schema.type in AVRO_BASED:
+            try:
+                parsed = rules.parse_avro(schema.data)
+            except InvalidSchemaDataError:
+                parsed = None
+        for stored in live:
+            if stored.schema.type != schema.type:
+                continue
+            if rules.same_definition(stored.schema, schema):
+                return stored.version
+            if parsed is not None:
+                try:
+                    if rules.parse_avro(stored.schema.data) == parsed:
+                        return stored.version
+                except InvalidSchemaDataError:
+                    continue
+        return None
+
+    def _to_check(self, live: list[StoredSchema], strategy: CompatibilityStrategy) -> list[SchemaData]:
+        return [s.schema for s in (live if strategy.transitive else live[-1:])]
+
+    async def put_if_absent(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> int:
+        rules.validate(schema)
+        async with self._locks[schema_id]:
+            versions = self.versions(schema_id)
+            live = self.live(schema_id)
+            same = self._identical(live, schema)
+            if same is not None:
+                return same
+            rules.check(self._to_check(live, strategy), schema, strategy)
+            version = versions[-1].version + 1 if versions else 0
+            await self._store(schema_id, [*versions, StoredSchema(version, schema, self._clock_ms())])
+            return version
+
+    async def delete(self, schema_id: str, *, force: bool = False) -> int | None:
+        async with self._locks[schema_id]:
+            versions = self.versions(schema_id)
+            if force:
+                if versions:
+                    await self._store(schema_id, [])
+                return None
+            if not versions or versions[-1].deleted:
+                return None
+            tombstone = StoredSchema(versions[-1].version + 1, SchemaData(SchemaType.NONE), self._clock_ms(),
+                                     deleted=True)
+            await self._store(schema_id, [*versions, tombstone])
+            return tombstone.version
+
+    def check_compatible(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> None:
+        rules.validate(schema)
+        rules.check(self._to_check(self.live(schema_id), strategy), schema, strategy)
+
+    def check_consumer(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> None:
+        # A consumer's schema must read what the topic's schema wrote (BACKWARD), against the
+        # latest schema, or against all of them for the transitive strategies.
+        if strategy == S.ALWAYS_COMPATIBLE:
+            return
+        rules.validate(schema)
+        live = self.live(schema_id)
+        if not live:
+            raise NoSchemaError("Topic does not have schema to check")
+        if strategy in _CONSUMER_CHECKED_WITH_LATEST:
+            rules.check([live[-1].schema], schema, S.BACKWARD)
+        else:
+            rules.check([s.schema for s in live], schema, strategy, latest_only=False)
