@@ -55,6 +55,7 @@ class Consumer:
         self.pending: dict[Position, int] = {}      # delivered, unacknowledged: position -> batch size
         self.active = False
         self.connected = True
+        self.auto_consume_schema = False            # subscribed with AUTO_CONSUME: takes the topic's schema
 
     def __repr__(self) -> str:
         return f"Consumer({self.name!r}, permits={self.permits}, pending={len(self.pending)})"

@@ -40,6 +40,12 @@ class NamespacePolicies:
     retention_size_mb: int | None = None
     message_ttl_seconds: int | None = None
     transaction_version: int | None = None         # 4 | 5 overrides the topic domain's default (PIP-473)
+    # Schema registry (None: the broker's default): a SchemaCompatibilityStrategy name, whether
+    # a new schema may be registered by a producer or consumer, whether a producer without a
+    # schema is refused on a topic that has one.
+    schema_compatibility_strategy: str | None = None
+    is_allow_auto_update_schema: bool | None = None
+    schema_validation_enforced: bool | None = None
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

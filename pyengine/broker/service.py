@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pyengine.broker.policies import BrokerPolicies, Retention
+from pyengine.broker.schemas import TopicSchemas
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
 from pyengine.broker.transactions import CoordinatorRouter, V5Transactions, default_transaction_version
@@ -24,6 +25,8 @@ from pyengine.naming import TopicName
 from pyengine.scalable.resources import ScalableTopicResources
 from pyengine.scalable.segments import LocalSegments, RoutedSegments
 from pyengine.scalable.service import ScalableTopicService
+from pyengine.schema import CompatibilityStrategy, schema_id
+from pyengine.schema.registry import LmdbSchemaRegistry
 from pyengine.storage import ManagedCursor, ManagedLedger, ManagedLedgerConfig, StorageEnvironment
 from pyengine.storage.environment import DEFAULT_MAP_SIZE
 from pyengine.transaction import TxnAction
@@ -75,6 +78,11 @@ class BrokerConfig:
     # ledger closes and when the slowest subscription moves past one.
     retention: Retention = field(default_factory=Retention)
     retention_check_interval_s: float = 120.0
+    # Schema registry defaults where no namespace policy says (Pulsar's schemaCompatibilityStrategy,
+    # isAllowAutoUpdateSchemaEnabled and isSchemaValidationEnforced, with their defaults).
+    schema_compatibility_strategy: str = "FULL"
+    allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
 
     def __post_init__(self) -> None:
         if not self.ledger.retains_everything:
@@ -82,6 +90,13 @@ class BrokerConfig:
                              "override it), not ManagedLedgerConfig's retention_ms / retention_bytes")
         if not isinstance(self.retention, Retention):
             raise TypeError(f"retention must be a Retention, not {type(self.retention).__name__}")
+        strategy = CompatibilityStrategy.parse(self.schema_compatibility_strategy)
+        if strategy == CompatibilityStrategy.UNDEFINED:
+            raise ValueError("the broker's schema compatibility strategy cannot be UNDEFINED (it is the default "
+                             "that namespaces fall back on)")
+        for flag in ("allow_auto_update_schema", "schema_validation_enforced"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, not {getattr(self, flag)!r}")
         interval = self.retention_check_interval_s
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
             raise ValueError(f"retention_check_interval_s must be a number of seconds in (0, 86400], not {interval!r}")
@@ -97,6 +112,10 @@ class BrokerService:
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled,
                                        retention_default=config.retention)
+        self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
+                                    strategy=config.schema_compatibility_strategy,
+                                    allow_auto_update=config.allow_auto_update_schema,
+                                    validation_enforced=config.schema_validation_enforced)
         self.coordinator_v4 = TransactionCoordinatorService(self.env, self, num_coordinators=config.num_coordinators,
                                                             clock=config.clock)
         self.metadata: MetadataStore | None = None
@@ -190,6 +209,9 @@ class BrokerService:
         topic = await self.get_topic(name, create=False)
         await topic.delete()
         self.topics.pop(topic.name, None)
+        # Its schemas go with it, as in Pulsar; a partition's stay with its partitioned topic.
+        if TopicName.parse(topic.name).partition_index < 0:
+            await self.schemas.registry.delete(schema_id(topic.name), force=True)
 
     # --- components for topics -------------------------------------------------------------
 

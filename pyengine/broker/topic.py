@@ -248,6 +248,10 @@ class Topic:
             "transactionBuffer": self.buffer.stats(),
         }
 
+    def consumers(self) -> list[Consumer]:
+        """Every consumer attached to the topic, of its subscriptions and its readers."""
+        return [c for subscription in [*self.subscriptions.values(), *self._readers] for c in subscription.consumers]
+
     async def close(self) -> None:
         if self._closed:
             return

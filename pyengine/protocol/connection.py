@@ -33,6 +33,7 @@ from pyengine.errors import (
     ChecksumError,
     ConsumerBusyError,
     ConsumerNotFoundError,
+    IncompatibleSchemaError,
     NotAllowedError,
     ProducerBusyError,
     PulsarError,
@@ -47,6 +48,7 @@ from pyengine.protocol.network_consumer import NetworkConsumer
 from pyengine.protocol.network_producer import NetworkProducer
 from pyengine.protocol.transactions import TransactionCommands, txn_id
 from pyengine.protocol.scalable import ScalableTopicCommands
+from pyengine.schema import SchemaData, SchemaType, decode_version, encode_version, schema_id
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position, TxnId, ackset_is_fully_acked
 
@@ -392,13 +394,40 @@ class ServerConnection(asyncio.Protocol):
         self.write(replies.topics_of_namespace(body.request_id, topics))
 
     def _on_get_schema(self, body: pb.CommandGetSchema, frame: Any) -> None:
-        # No schema registry: what Apache answers for a topic without a schema.
-        self.write(replies.schema_error(body.request_id, pb.TopicNotFound,
-                                        f"Topic not found or no-schema {body.topic}"))
+        self._spawn(self._get_schema(body))
+
+    async def _get_schema(self, body: pb.CommandGetSchema) -> None:
+        try:
+            name = schema_id(lookup.resolve_topic(self.service, body.topic))
+            if body.HasField("schema_version"):
+                if not body.schema_version:
+                    raise IncompatibleSchemaError("Empty schema version")
+                stored = self.service.schemas.registry.get(name, decode_version(body.schema_version))
+            else:
+                stored = self.service.schemas.registry.latest(name)
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            self.write(replies.schema_error(body.request_id, error.server_error, str(error)))
+            return
+        if stored is None:          # Apache's answer for no schema, or no such version
+            self.write(replies.schema_error(body.request_id, pb.TopicNotFound,
+                                            f"Topic not found or no-schema {body.topic}"))
+            return
+        self.write(replies.get_schema_response(body.request_id, name, stored))
 
     def _on_get_or_create_schema(self, body: pb.CommandGetOrCreateSchema, frame: Any) -> None:
-        self.write(replies.get_or_create_schema_error(body.request_id, pb.NotAllowedError,
-                                                      "this broker keeps no schemas"))
+        self._spawn(self._get_or_create_schema(body))
+
+    async def _get_or_create_schema(self, body: pb.CommandGetOrCreateSchema) -> None:
+        try:
+            topic_name = lookup.resolve_topic(self.service, body.topic)
+            topic = await self.service.get_topic(str(topic_name), create=False)
+            version = await self.service.schemas.for_producer(topic.name, _schema_data(body.schema))
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            self.write(replies.get_or_create_schema_error(body.request_id, error.server_error, str(error)))
+            return
+        self.write(replies.get_or_create_schema_response(body.request_id, version))
 
     # --- producers ------------------------------------------------------------------------
 
@@ -412,7 +441,8 @@ class ServerConnection(asyncio.Protocol):
         if existing is not None:
             if existing.topic.name != str(topic_name):
                 raise ProducerBusyError(f"producer id {producer_id} is in use on {existing.topic.name}")
-            self.write(replies.producer_success(request_id, existing.name, existing.producer.last_sequence_id))
+            self.write(replies.producer_success(request_id, existing.name, existing.producer.last_sequence_id,
+                                                schema_version=existing.schema_version))
             return
         key = ("producer", producer_id)
         if key in self._creating:
@@ -421,10 +451,12 @@ class ServerConnection(asyncio.Protocol):
         try:
             lookup.check_attachable(self.service, topic_name)
             topic = await self.service.get_topic(str(topic_name))
+            schema = _schema_data(body.schema) if body.HasField("schema") else None
+            schema_version = encode_version(await self.service.schemas.for_producer(topic.name, schema))
             name = body.producer_name or None
             producer = await self.server.attach_producer(self, topic, name)
             network = NetworkProducer(self, producer_id, topic, producer, epoch=body.epoch,
-                                      exclusive=body.producer_access_mode != SHARED)
+                                      exclusive=body.producer_access_mode != SHARED, schema_version=schema_version)
             try:
                 grant = self.server.access.acquire(
                     topic.name, network, body.producer_access_mode,
@@ -439,12 +471,13 @@ class ServerConnection(asyncio.Protocol):
             self.server.producer_attached(network)
             self._recently_closed_producers.discard(producer_id)
             if isinstance(grant, asyncio.Future):
-                self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id, ready=False))
+                self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id, ready=False,
+                                                    schema_version=schema_version))
                 grant = await grant
                 if network.closed:
                     return
             self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id,
-                                                topic_epoch=grant))
+                                                topic_epoch=grant, schema_version=schema_version))
         finally:
             self._creating.discard(key)
 
@@ -550,6 +583,9 @@ class ServerConnection(asyncio.Protocol):
             lookup.check_attachable(self.service, topic_name)
             sub_type = _SUB_TYPES[body.subType]
             topic = await self.service.get_topic(str(topic_name), create=body.force_topic_creation)
+            auto_consume = body.HasField("schema") and body.schema.type == pb.Schema.AUTO_CONSUME
+            if body.HasField("schema") and not auto_consume:
+                await self.service.schemas.for_consumer(topic, _schema_data(body.schema))
             await self.server.wait_for_seek(topic.name, body.subscription)
             consumer = NetworkConsumer(self, consumer_id, topic, body.subscription, sub_type, body.durable)
             sticky = None
@@ -557,6 +593,7 @@ class ServerConnection(asyncio.Protocol):
                 sticky = [(r.start, r.end) for r in body.keySharedMeta.hashRanges]
             broker_consumer = Consumer(consumer, name=body.consumer_name or None, priority=body.priority_level,
                                        sticky_ranges=sticky)
+            broker_consumer.auto_consume_schema = auto_consume
             subscription = await self._attach(topic, body, sub_type, broker_consumer)
             consumer.attach(subscription, broker_consumer)
             if self.closed:
@@ -821,6 +858,14 @@ def _txn_handler(method: Callable[[TransactionCommands, Any], Coroutine[Any, Any
     def handle(connection: ServerConnection, body: Any, frame: Any) -> None:
         connection._spawn(method(connection.txn, body))
     return handle
+
+
+def _schema_data(schema: pb.Schema) -> SchemaData:
+    """The registry's view of a command's schema (a type this broker does not know is invalid)."""
+    properties: dict[str, str] = {}
+    for pair in schema.properties:
+        properties[pair.key] = pair.value
+    return SchemaData(SchemaType.parse(schema.type), schema.schema_data, properties, schema.name)
 
 
 def _start_position(topic: Topic, message_id: pb.MessageIdData) -> Position:

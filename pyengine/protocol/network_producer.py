@@ -37,8 +37,9 @@ class _PendingSend:
 
 class NetworkProducer:
     def __init__(self, connection: ServerConnection, producer_id: int, topic: Topic, producer: Producer,
-                 *, epoch: int, exclusive: bool) -> None:
+                 *, epoch: int, exclusive: bool, schema_version: bytes = b"") -> None:
         self.connection = connection
+        self.schema_version = schema_version    # of its schema (PRODUCER_SUCCESS; empty: none)
         self.producer_id = producer_id
         self.topic = topic
         self.producer = producer

@@ -259,6 +259,8 @@ class Schema(_message.Message):
         LOCAL_TIME: _ClassVar[Schema.Type]
         LOCAL_DATE_TIME: _ClassVar[Schema.Type]
         PROTOBUF_NATIVE: _ClassVar[Schema.Type]
+        AUTO_CONSUME: _ClassVar[Schema.Type]
+        EXTERNAL: _ClassVar[Schema.Type]
     NONE: Schema.Type
     STRING: Schema.Type
     JSON: Schema.Type
@@ -280,6 +282,8 @@ class Schema(_message.Message):
     LOCAL_TIME: Schema.Type
     LOCAL_DATE_TIME: Schema.Type
     PROTOBUF_NATIVE: Schema.Type
+    AUTO_CONSUME: Schema.Type
+    EXTERNAL: Schema.Type
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_DATA_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]

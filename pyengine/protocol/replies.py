@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from core_ext.frames import encode_command
 from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.schema import SchemaData, StoredSchema, encode_version
 from pyengine_kernels import Position, TxnId
 
 BaseCommand = pb.BaseCommand
@@ -112,12 +113,14 @@ def lookup_failed(request_id: int, code: int, message: str) -> bytes:
 
 
 def producer_success(request_id: int, producer_name: str, last_sequence_id: int, *,
-                     topic_epoch: int | None = None, ready: bool = True) -> bytes:
+                     topic_epoch: int | None = None, ready: bool = True, schema_version: bytes = b"") -> bytes:
     cmd = BaseCommand(type=BaseCommand.PRODUCER_SUCCESS)
     body = cmd.producer_success
     body.request_id = request_id
     body.producer_name = producer_name
     body.last_sequence_id = last_sequence_id
+    if schema_version:                  # the producer's schema (a producer of bytes has none)
+        body.schema_version = schema_version
     if topic_epoch is not None:
         body.topic_epoch = topic_epoch
     if not ready:
@@ -239,6 +242,31 @@ def schema_error(request_id: int, code: int, message: str) -> bytes:
     body.request_id = request_id
     body.error_code = code
     body.error_message = message
+    return _frame(cmd)
+
+
+def get_schema_response(request_id: int, name: str, stored: StoredSchema) -> bytes:
+    cmd = BaseCommand(type=BaseCommand.GET_SCHEMA_RESPONSE)
+    body = cmd.getSchemaResponse
+    body.request_id = request_id
+    _fill_schema(body.schema, name, stored.schema)
+    body.schema_version = encode_version(stored.version)
+    return _frame(cmd)
+
+
+def _fill_schema(target: pb.Schema, name: str, schema: SchemaData) -> None:
+    target.name = name
+    target.schema_data = schema.data
+    target.type = int(schema.type)
+    for key, value in schema.properties.items():
+        target.properties.add(key=key, value=value)
+
+
+def get_or_create_schema_response(request_id: int, version: int | None) -> bytes:
+    cmd = BaseCommand(type=BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE)
+    body = cmd.getOrCreateSchemaResponse
+    body.request_id = request_id
+    body.schema_version = encode_version(version)
     return _frame(cmd)
 
 

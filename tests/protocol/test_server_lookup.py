@@ -1,4 +1,4 @@
-"""Discovery commands: partitioned metadata, lookups, topics of a namespace, schemas."""
+"""Discovery commands: partitioned metadata, lookups, topics of a namespace (schemas: test_server_schemas)."""
 
 from __future__ import annotations
 
@@ -109,17 +109,3 @@ async def test_topics_of_a_namespace_list_partitions_and_stored_topics(service: 
 async def test_topics_of_a_missing_namespace_is_an_error(client: WireClient) -> None:
     reply = await client.request("GET_TOPICS_OF_NAMESPACE", request_id=5, namespace="nope/none")
     assert (reply.request_id, reply.error) == (5, pb.TopicNotFound)
-
-
-async def test_get_schema_answers_as_a_broker_without_schemas(client: WireClient) -> None:
-    reply = await client.request("GET_SCHEMA", request_id=9, topic="persistent://public/default/t")
-    assert isinstance(reply, pb.CommandGetSchemaResponse)
-    assert (reply.request_id, reply.error_code) == (9, pb.TopicNotFound)
-    assert not reply.HasField("schema")
-
-
-async def test_get_or_create_schema_is_refused_in_its_own_response(client: WireClient) -> None:
-    reply = await client.request("GET_OR_CREATE_SCHEMA", request_id=10, topic="persistent://public/default/t",
-                                 schema={"name": "s", "schema_data": b"", "type": pb.Schema.STRING})
-    assert isinstance(reply, pb.CommandGetOrCreateSchemaResponse)
-    assert (reply.request_id, reply.error_code) == (10, pb.NotAllowedError)

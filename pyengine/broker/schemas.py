@@ -1,0 +1,92 @@
+"""A topic's side of the schema registry: what producers and consumers that declare a schema
+(or none) may do, as Apache Pulsar's topics decide it (`AbstractTopic.addSchema`,
+`addSchemaIfIdleOrCheckCompatible`, `ServerCnx.tryAddSchema`).
+
+* A producer's schema is registered (or found) under the topic's compatibility strategy; with
+  auto-update off it must already be one of the topic's schemas. A producer without a schema
+  is refused on a topic with one only when schema validation is enforced.
+* A consumer's schema registers the topic's first schema only while the topic is idle (no
+  schema, no producers, no other consumers, no data); otherwise it must be able to read the
+  topic's schema (BACKWARD). AUTO_CONSUME consumers take whatever the topic has.
+* Strategy, auto-update and validation come from the namespace's policies, else the broker's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyengine.broker.policies import BrokerPolicies
+from pyengine.errors import IncompatibleSchemaError
+from pyengine.naming import TopicName
+from pyengine.schema import CompatibilityStrategy, NoSchemaError, SchemaData, SchemaRegistry, SchemaType, schema_id
+
+if TYPE_CHECKING:
+    from pyengine.broker.topic import Topic
+
+
+class TopicSchemas:
+    def __init__(self, registry: SchemaRegistry, policies: BrokerPolicies, *, strategy: str,
+                 allow_auto_update: bool, validation_enforced: bool) -> None:
+        self.registry = registry
+        self.policies = policies
+        self.default_strategy = CompatibilityStrategy.parse(strategy)
+        self.default_allow_auto_update = allow_auto_update
+        self.default_validation_enforced = validation_enforced
+
+    # --- effective policies ---------------------------------------------------------------
+
+    def _namespace_policies(self, topic: str) -> object | None:
+        namespace = TopicName.parse(topic).namespace_name
+        return self.policies.policies(namespace) if self.policies.namespace_exists(namespace) else None
+
+    def strategy(self, topic: str) -> CompatibilityStrategy:
+        policies = self._namespace_policies(topic)
+        value = getattr(policies, "schema_compatibility_strategy", None)
+        if value is not None:
+            strategy = CompatibilityStrategy.parse(value)
+            if strategy != CompatibilityStrategy.UNDEFINED:
+                return strategy
+        return self.default_strategy
+
+    def allow_auto_update(self, topic: str) -> bool:
+        value = getattr(self._namespace_policies(topic), "is_allow_auto_update_schema", None)
+        return self.default_allow_auto_update if value is None else bool(value)
+
+    def validation_enforced(self, topic: str) -> bool:
+        value = getattr(self._namespace_policies(topic), "schema_validation_enforced", None)
+        return self.default_validation_enforced if value is None else bool(value)
+
+    # --- producers and consumers ----------------------------------------------------------
+
+    async def add(self, topic: str, schema: SchemaData) -> int:
+        """Register `schema` for `topic` (or find it): its version."""
+        sid = schema_id(topic)
+        if self.allow_auto_update(topic):
+            return await self.registry.put_if_absent(sid, schema, self.strategy(topic))
+        version = self.registry.find_version(sid, schema)
+        if version is None:
+            raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
+        return version
+
+    async def for_producer(self, topic: str, schema: SchemaData | None) -> int | None:
+        """The schema version a producer of `schema` (None: bytes) gets, or IncompatibleSchemaError."""
+        if schema is not None and schema.type != SchemaType.NONE:
+            return await self.add(topic, schema)
+        if self.validation_enforced(topic) and self.registry.latest(schema_id(topic)) is not None:
+            raise IncompatibleSchemaError("Producers cannot connect or send message without a schema to topics "
+                                          "with a schema")
+        return None
+
+    async def for_consumer(self, topic: Topic, schema: SchemaData) -> None:
+        """Let a consumer with `schema` (not AUTO_CONSUME) subscribe to `topic`, or raise."""
+        sid = schema_id(topic.name)
+        busy = (self.registry.latest(sid) is not None or bool(topic.producers) or topic.ledger.total_size != 0
+                or any(not consumer.auto_consume_schema for consumer in topic.consumers()))
+        if not busy:
+            await self.add(topic.name, schema)
+            return
+        try:
+            self.registry.check_consumer(sid, schema, self.strategy(topic.name))
+        except NoSchemaError:
+            raise IncompatibleSchemaError(f"Failed to add schema to an active topic with empty(BYTES) schema: new "
+                                          f"schema type {schema.type.name}") from None
