@@ -16,8 +16,10 @@ from pyengine.metadata import BadVersionError as MetadataBadVersionError
 from pyengine.metadata import NotFoundError as MetadataNotFoundError
 from pyengine.scalable.controller import NotLeaderError
 from pyengine.scalable.layout import LayoutError, SegmentNotFoundError
+from pyengine.schema import InvalidSchemaDataError
 from pyengine.errors import (
     ConsumerBusyError,
+    IncompatibleSchemaError,
     InvalidTopicNameError,
     InvalidTxnStatusError,
     NotAllowedError,
@@ -53,6 +55,8 @@ class AdminError(Exception):
 # Most specific first: InvalidTopicNameError is also a ValueError.
 _STATUS_BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
     (InvalidTopicNameError, PRECONDITION_FAILED),        # Pulsar: "... name is not valid"
+    (InvalidSchemaDataError, UNPROCESSABLE),             # Pulsar's InvalidSchemaDataException
+    (IncompatibleSchemaError, CONFLICT),
     (NotFoundError, NOT_FOUND),
     (MetadataNotFoundError, NOT_FOUND),                  # a scalable topic that does not exist
     (SegmentNotFoundError, NOT_FOUND),

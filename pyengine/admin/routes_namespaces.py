@@ -19,6 +19,7 @@ from pyengine.admin.schemas import (
     errors,
 )
 from pyengine.broker.policies import NamespacePolicies, Retention
+from pyengine.schema import CompatibilityStrategy
 
 routes = RouteTable("namespaces")
 BASE = "/admin/v2/namespaces"
@@ -31,6 +32,9 @@ def _namespace(call: Call) -> str:
 
 def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
     return {"deduplicationEnabled": policies.deduplication_enabled, "retention_policies": _retention(policies),
+            "schema_compatibility_strategy": policies.schema_compatibility_strategy or "UNDEFINED",
+            "is_allow_auto_update_schema": policies.is_allow_auto_update_schema,
+            "schema_validation_enforced": policies.schema_validation_enforced,
             "properties": policies.properties}
 
 
@@ -181,3 +185,53 @@ async def remove_transaction_version(call: Call) -> None:
 async def _set_transaction_version(call: Call, version: int | None) -> None:
     await _change_policies(call, transaction_version=version)
 
+
+
+# --- schema registry policies ---------------------------------------------------------------------
+
+STRATEGY = {"type": "string", "enum": [s.value for s in CompatibilityStrategy],
+            "description": "SchemaCompatibilityStrategy (UNDEFINED: the broker's default)"}
+
+
+@routes.add("GET", NAMESPACE_PATH + "/schemaCompatibilityStrategy",
+            summary="Get the namespace's schema compatibility strategy (UNDEFINED: the broker's default).",
+            params=(TENANT, NAMESPACE), replies={200: Reply("The strategy", STRATEGY), **errors(404, 412)})
+async def get_schema_compatibility_strategy(call: Call) -> str:
+    value = call.service.policies.policies(_namespace(call)).schema_compatibility_strategy
+    return value or CompatibilityStrategy.UNDEFINED.value
+
+
+@routes.add("PUT", NAMESPACE_PATH + "/schemaCompatibilityStrategy",
+            summary="Set how new schemas of the namespace's topics are checked.",
+            params=(TENANT, NAMESPACE), body=STRATEGY, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def set_schema_compatibility_strategy(call: Call) -> None:
+    strategy = CompatibilityStrategy.parse(call.body)
+    await _change_policies(call, schema_compatibility_strategy=None if strategy == CompatibilityStrategy.UNDEFINED
+                           else strategy.value)
+
+
+def _flag_policy(path: str, field: str, name: str, shown: str, get_summary: str, set_summary: str) -> None:
+    """GET and POST routes of a boolean namespace policy (unset: the broker's default)."""
+
+    async def get_flag(call: Call) -> bool | None:
+        return getattr(call.service.policies.policies(_namespace(call)), field)
+
+    async def set_flag(call: Call) -> None:
+        await _change_policies(call, **{field: call.body})
+
+    get_flag.__name__, set_flag.__name__ = f"get_{name}", f"set_{name}"
+    routes.add("GET", NAMESPACE_PATH + path, summary=get_summary, params=(TENANT, NAMESPACE),
+               replies={200: Reply(shown, BOOLEAN), 204: Reply("Not set: the broker's default applies"),
+                        **errors(404, 412)})(get_flag)
+    routes.add("POST", NAMESPACE_PATH + path, summary=set_summary, params=(TENANT, NAMESPACE), body=BOOLEAN,
+               body_required=True, replies={204: DONE, **errors(400, 404, 412)})(set_flag)
+
+
+_flag_policy("/isAllowAutoUpdateSchema", "is_allow_auto_update_schema", "allow_auto_update_schema", "Allowed or not",
+             "Whether producers and consumers may register new schemas (unset: the broker's default).",
+             "Allow or forbid producers and consumers to register new schemas.")
+_flag_policy("/schemaValidationEnforced", "schema_validation_enforced", "schema_validation_enforced",
+             "Enforced or not",
+             "Whether producers without a schema are refused on topics with one (unset: the broker's default).",
+             "Refuse (or accept) producers without a schema on topics that have one.")

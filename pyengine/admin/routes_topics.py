@@ -35,6 +35,7 @@ from pyengine.broker.policies import Retention
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import TopicName
+from pyengine.schema import schema_id
 
 routes = RouteTable("persistent topics")
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
@@ -156,6 +157,7 @@ async def delete_partitioned_topic(call: Call) -> None:
         if service.topic_exists(partition):
             await service.delete_topic(partition)
     await service.policies.delete_partitioned_topic(str(name))
+    await service.schemas.registry.delete(schema_id(name), force=True)
 
 
 # --- stats ----------------------------------------------------------------------------------

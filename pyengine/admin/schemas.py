@@ -45,6 +45,10 @@ NAMESPACE_POLICIES = {
     "properties": {
         "deduplicationEnabled": {"type": "boolean", "nullable": True},
         "retention_policies": {**RETENTION_POLICIES, "nullable": True},
+        "schema_compatibility_strategy": {"type": "string", "description": "read only here (set it with "
+                                          "/schemaCompatibilityStrategy)"},
+        "is_allow_auto_update_schema": {"type": "boolean", "nullable": True},
+        "schema_validation_enforced": {"type": "boolean", "nullable": True},
         "properties": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }

@@ -23,6 +23,7 @@ from pyengine.admin import (
     openapi,
     routes_namespaces,
     routes_scalable,
+    routes_schemas,
     routes_subscriptions,
     routes_tenants,
     routes_topics,
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 ROUTE_TABLES = (routes_tenants.routes, routes_namespaces.routes, routes_topics.routes, routes_subscriptions.routes,
-                routes_transactions.routes, routes_transaction_keys.routes, routes_scalable.routes, metrics.routes,
+                routes_transactions.routes, routes_transaction_keys.routes, routes_scalable.routes,
+                routes_schemas.routes, metrics.routes,
                 openapi.routes)
 
 

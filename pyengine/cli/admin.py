@@ -159,6 +159,27 @@ RETENTION_SIZE = (("--size",), {"type": int, "required": True, "help": "MB of co
 
 def _retention(a: argparse.Namespace) -> dict[str, int]:
     return {"retentionTimeInMinutes": a.time, "retentionSizeInMB": a.size}
+
+
+SCHEMA_FILE = (("-f", "--filename"), {"required": True,
+                                      "help": 'JSON file: {"type": "AVRO", "schema": "...", "properties": {}}'})
+STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE",
+              "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "UNDEFINED")
+
+
+def _schemas(a: argparse.Namespace) -> str:
+    return f"{V2}/schemas/{topic_path(a.topic)}"
+
+
+def _schema_file(a: argparse.Namespace) -> Any:
+    """The schema payload in --filename (pulsar-admin's `schemas upload -f`)."""
+    try:
+        with open(a.filename, encoding="utf-8") as file:
+            return json.load(file)
+    except OSError as exc:
+        raise AdminCallError(f"cannot read {a.filename}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise AdminCallError(f"{a.filename} is not JSON: {exc}") from None
 SCALABLE = (("topic",), {"help": "scalable topic, e.g. topic://public/default/t"})
 SEGMENT = (("segment",), {"help": "segment topic, e.g. segment://public/default/t/0000-7fff-1"})
 SEGMENT_ID = (("segment_id",), {"type": int, "help": "segment id"})
@@ -197,6 +218,19 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/deduplication", a.enable)),
     ("namespaces", "remove-deduplication", (), "remove the namespace's de-duplication policy", (NAMESPACE,),
      lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/deduplication", None)),
+    ("namespaces", "get-schema-compatibility-strategy", (), "show the namespace's schema compatibility strategy",
+     (NAMESPACE,), lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/schemaCompatibilityStrategy",
+                              None)),
+    ("namespaces", "set-schema-compatibility-strategy", (), "set how new schemas are checked",
+     (NAMESPACE, (("-c", "--compatibility"), {"required": True, "choices": STRATEGIES})),
+     lambda a: ("PUT", f"{V2}/namespaces/{namespace_path(a.namespace)}/schemaCompatibilityStrategy",
+                a.compatibility)),
+    ("namespaces", "set-is-allow-auto-update-schema", (), "let producers and consumers register schemas (--enable)",
+     (NAMESPACE, ENABLE),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/isAllowAutoUpdateSchema", a.enable)),
+    ("namespaces", "set-schema-validation-enforce", (), "refuse producers without a schema (--enable)",
+     (NAMESPACE, ENABLE),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/schemaValidationEnforced", a.enable)),
     ("namespaces", "get-retention", (), "show the namespace's retention policy", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/retention", None)),
     ("namespaces", "set-retention", (), "keep consumed messages --time minutes / --size MB",
@@ -256,6 +290,19 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("DELETE", f"{_topic(a)}/retention", None)),
     ("topics", "trim-topic", ("trim",), "delete now the consumed ledgers retention no longer keeps", (TOPIC,),
      lambda a: ("POST", f"{_topic(a)}/trim", None)),
+
+    ("schemas", "get", (), "show the topic's latest schema, or --version N",
+     (TOPIC, (("--version",), {"type": int, "help": "a schema version"})),
+     lambda a: ("GET", f"{_schemas(a)}/schema" + ("" if a.version is None else f"/{a.version}"), None)),
+    ("schemas", "get-all-versions", (), "show every version since the last delete", (TOPIC,),
+     lambda a: ("GET", f"{_schemas(a)}/schemas", None)),
+    ("schemas", "upload", (), "upload a schema (checked against the compatibility strategy)", (TOPIC, SCHEMA_FILE),
+     lambda a: ("POST", f"{_schemas(a)}/schema", _schema_file(a))),
+    ("schemas", "compatibility", (), "test whether a schema could be uploaded", (TOPIC, SCHEMA_FILE),
+     lambda a: ("POST", f"{_schemas(a)}/compatibility", _schema_file(a))),
+    ("schemas", "delete", (), "delete the topic's schema (--force: forget every version)",
+     (TOPIC, (("--force",), {"action": "store_true"})),
+     lambda a: ("DELETE", f"{_schemas(a)}/schema" + _query(force=a.force or None), None)),
 
     ("scalable", "list", (), "list the scalable topics of a namespace", (NAMESPACE,),
      lambda a: ("GET", f"{SCALABLE_V2}/{namespace_path(a.namespace)}", None)),

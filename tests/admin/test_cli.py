@@ -105,3 +105,28 @@ def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["admin", "topics", "reset-cursor", "t", "-s", "s", "-t", "yesterday"])
     assert stopped.value.code == 2 and "expected a duration" in capsys.readouterr().err
+
+
+async def test_schemas(admin, tmp_path):
+    topic = "persistent://public/default/typed"
+    definition = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    payload = tmp_path / "schema.json"
+    payload.write_text(json.dumps({"type": "AVRO", "schema": json.dumps(definition), "properties": {}}))
+    assert await admin("schemas", "upload", topic, "-f", str(payload)) == (0, {"version": {"version": 0}}, "")
+    assert json.loads((await admin("schemas", "get", topic))[1]["data"]) == definition
+    assert (await admin("schemas", "get", topic, "--version", "0"))[1]["version"] == 0
+    assert (await admin("schemas", "compatibility", topic, "-f", str(payload)))[1]["compatibility"] is True
+    assert len((await admin("schemas", "get-all-versions", topic))[1]["getSchemaResponses"]) == 1
+    assert (await admin("namespaces", "set-schema-compatibility-strategy", "public/default", "-c", "BACKWARD"))[0] == 0
+    assert (await admin("namespaces", "get-schema-compatibility-strategy", "public/default"))[1] == "BACKWARD"
+    assert (await admin("namespaces", "set-is-allow-auto-update-schema", "public/default"))[0] == 0
+    assert (await admin("namespaces", "set-schema-validation-enforce", "public/default", "--enable"))[0] == 0
+    assert (await admin("namespaces", "policies", "public/default"))[1]["is_allow_auto_update_schema"] is False
+    assert await admin("schemas", "delete", topic) == (0, {"version": 1}, "")
+    status, _, err = await admin("schemas", "get", topic)
+    assert (status, err) == (1, "error: HTTP 404: Schema is deleted\n")
+    status, _, err = await admin("schemas", "upload", topic, "-f", str(tmp_path / "missing.json"))
+    assert status == 1 and "cannot read" in err and "missing.json" in err
+    (tmp_path / "bad.json").write_text("{not json")
+    status, _, err = await admin("schemas", "upload", topic, "-f", str(tmp_path / "bad.json"))
+    assert status == 1 and "is not JSON" in err
