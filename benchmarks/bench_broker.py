@@ -167,6 +167,26 @@ timer in the client, on this VM while it was shared):
 - `commit_to_visible` is small because the dispatcher delivers the committed entries as soon
   as the marker is durable, before the END_TXN response reaches the client: most
   transactions are visible before their commit is acknowledged.
+- How far the protocol alone allows (2026-11-25, late; a probe, not kept): the same runs
+  against a broker whose NEW_TXN / ADD_PARTITION_TO_TXN / END_TXN are answered at once and whose
+  transactional sends are stored as plain ones (no coordinator, buffer or marker), one broker
+  of each kind alternating three times: that floor reached 0.86-1.02 of its plain run, the real
+  broker 0.52-0.61 (runs of 4 s). Per thread (/proc, per message): the broker's event loop
+  spends 0.8-0.9 us user on the floor against 2.2-2.8 with the real transactions (0.44 plain),
+  its writer thread about the same on all three; the load generator 4.7-5.5 us on either
+  broker against 3.4-3.6 plain. So the three extra round trips and the client's transaction
+  bookkeeping cost ~0.4 us per message in the broker and ~1.2 in the load generator, and the
+  transaction work itself (coordinator records, buffer, marker) ~1.4-2 us in the broker's
+  Python: that last part, ~150-200 us per transaction of 100, is the gap to 0.8. Writes of
+  the load generator collected into one `writelines` per loop turn (as the broker does) did
+  not change the transactional run measurably and slowed the plain one (batches left later),
+  so the client writes each command at once.
+- This VM slows down writes of data it has never held: after ~6-7 GB written in a broker's
+  life, the writer thread's system time per message rose from ~1.0 to ~3.0 us, with
+  `copy_folio_from_iter_atomic` (the copy into the page cache) going from 2% to 53% of the
+  broker's samples (`perf record -e cpu-clock`): first touches of guest memory. A full run of
+  this suite writes tens of GB over its three brokers, so later rounds can be slower than
+  earlier ones on either side; each figure takes its best round.
 """
 
 
