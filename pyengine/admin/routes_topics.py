@@ -35,7 +35,7 @@ from pyengine.broker.policies import Retention
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import TopicName
-from pyengine.schema import schema_id
+from pyengine.schema import CompatibilityStrategy, schema_id
 
 routes = RouteTable("persistent topics")
 BASE = "/admin/v2/persistent/{tenant}/{namespace}"
@@ -274,6 +274,37 @@ async def trim_topic(call: Call) -> None:
     for each in names:            # (a partition never written to has nothing to trim)
         if not partitions or call.service.topic_exists(str(each)):
             await (await existing_topic(call.service, each)).ledger.trim()
+
+
+# --- topic-level schema compatibility strategy ---------------------------------------------
+
+STRATEGY = {"type": "string", "enum": [s.value for s in CompatibilityStrategy if s != CompatibilityStrategy.UNDEFINED],
+            "description": "SchemaCompatibilityStrategy"}
+
+
+@routes.add("GET", TOPIC_URL + "/schemaCompatibilityStrategy",
+            summary="Get the topic's schema compatibility strategy.", params=(*TOPIC_PATH, APPLIED),
+            replies={200: Reply("The strategy", STRATEGY), 204: Reply("Not set on the topic"),
+                     **errors(400, 404, 412)})
+async def get_topic_schema_compatibility_strategy(call: Call) -> str | None:
+    name = known_topic(call.service, requested_topic(call))
+    if call["applied"]:
+        return call.service.schemas.strategy(str(name)).value
+    return call.service.policies.topic_policies(str(name)).get("schemaCompatibilityStrategy")
+
+
+@routes.add("PUT", TOPIC_URL + "/schemaCompatibilityStrategy",
+            summary="Set how new schemas of the topic are checked (over the namespace's strategy).",
+            params=TOPIC_PATH, body=STRATEGY, body_required=True, replies={204: DONE, **errors(400, 404, 412)})
+async def set_topic_schema_compatibility_strategy(call: Call) -> None:
+    await _set_topic_policy(call, "schemaCompatibilityStrategy", CompatibilityStrategy.parse(call.body).value)
+
+
+@routes.add("DELETE", TOPIC_URL + "/schemaCompatibilityStrategy",
+            summary="Remove the topic's schema compatibility strategy (the namespace's applies).",
+            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
+async def remove_topic_schema_compatibility_strategy(call: Call) -> None:
+    await _set_topic_policy(call, "schemaCompatibilityStrategy", None)
 
 
 # --- termination ----------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 * A consumer's schema registers the topic's first schema only while the topic is idle (no
   schema, no producers, no other consumers, no data); otherwise it must be able to read the
   topic's schema (BACKWARD). AUTO_CONSUME consumers take whatever the topic has.
-* Strategy, auto-update and validation come from the namespace's policies, else the broker's.
+* The strategy comes from the topic's policies, else the namespace's, else the broker's;
+  auto-update and validation from the namespace's, else the broker's.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class TopicSchemas:
         return self.policies.policies(namespace) if self.policies.namespace_exists(namespace) else None
 
     def strategy(self, topic: str) -> CompatibilityStrategy:
+        """The topic's strategy, else its namespace's (unless UNDEFINED), else the broker's."""
+        topic_value = self.policies.topic_policies(topic).get("schemaCompatibilityStrategy")
+        if topic_value is not None:
+            return CompatibilityStrategy.parse(topic_value)
         policies = self._namespace_policies(topic)
         value = getattr(policies, "schema_compatibility_strategy", None)
         if value is not None:

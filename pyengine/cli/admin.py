@@ -291,6 +291,15 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
     ("topics", "trim-topic", ("trim",), "delete now the consumed ledgers retention no longer keeps", (TOPIC,),
      lambda a: ("POST", f"{_topic(a)}/trim", None)),
 
+    ("topics", "get-schema-compatibility-strategy", (), "show the topic's schema compatibility strategy",
+     (TOPIC, (("--applied",), {"action": "store_true", "help": "the strategy in force"})),
+     lambda a: ("GET", f"{_topic(a)}/schemaCompatibilityStrategy" + _query(applied=a.applied or None), None)),
+    ("topics", "set-schema-compatibility-strategy", (), "set how the topic's new schemas are checked",
+     (TOPIC, (("-c", "--compatibility"), {"required": True, "choices": STRATEGIES[:-1]})),
+     lambda a: ("PUT", f"{_topic(a)}/schemaCompatibilityStrategy", a.compatibility)),
+    ("topics", "remove-schema-compatibility-strategy", (), "remove the topic's strategy (the namespace's applies)",
+     (TOPIC,), lambda a: ("DELETE", f"{_topic(a)}/schemaCompatibilityStrategy", None)),
+
     ("schemas", "get", (), "show the topic's latest schema, or --version N",
      (TOPIC, (("--version",), {"type": int, "help": "a schema version"})),
      lambda a: ("GET", f"{_schemas(a)}/schema" + ("" if a.version is None else f"/{a.version}"), None)),

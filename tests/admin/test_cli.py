@@ -122,6 +122,11 @@ async def test_schemas(admin, tmp_path):
     assert (await admin("namespaces", "set-is-allow-auto-update-schema", "public/default"))[0] == 0
     assert (await admin("namespaces", "set-schema-validation-enforce", "public/default", "--enable"))[0] == 0
     assert (await admin("namespaces", "policies", "public/default"))[1]["is_allow_auto_update_schema"] is False
+    assert (await admin("topics", "create", topic))[0] == 0
+    assert (await admin("topics", "set-schema-compatibility-strategy", topic, "-c", "FORWARD"))[0] == 0
+    assert (await admin("topics", "get-schema-compatibility-strategy", topic))[1] == "FORWARD"
+    assert (await admin("topics", "remove-schema-compatibility-strategy", topic))[0] == 0
+    assert (await admin("topics", "get-schema-compatibility-strategy", topic, "--applied"))[1] == "BACKWARD"
     assert await admin("schemas", "delete", topic) == (0, {"version": 1}, "")
     status, _, err = await admin("schemas", "get", topic)
     assert (status, err) == (1, "error: HTTP 404: Schema is deleted\n")

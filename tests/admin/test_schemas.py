@@ -149,3 +149,21 @@ async def test_deleting_a_topic_deletes_its_schemas_but_deleting_a_partition_doe
     assert (await api.get(f"{S}/parted/schema")).status == 200          # the partitioned topic's, kept
     assert (await api.delete(f"{P}/parted/partitions")).status == 204
     assert (await api.get(f"{S}/parted/schema")).status == 404
+
+
+async def test_a_topic_strategy_wins_over_the_namespace_one(api, client) -> None:
+    P = "/admin/v2/persistent/public/default"
+    assert (await api.get(f"{P}/own/schemaCompatibilityStrategy")).status == 404      # no such topic
+    await (await client.create_producer("persistent://public/default/own")).close()
+    assert (await api.get(f"{P}/own/schemaCompatibilityStrategy")).status == 204
+    assert (await api.get(f"{P}/own/schemaCompatibilityStrategy?applied=true")).body == "FULL"
+    await api.put(f"{NS}/schemaCompatibilityStrategy", "BACKWARD")
+    assert (await api.get(f"{P}/own/schemaCompatibilityStrategy?applied=true")).body == "BACKWARD"
+    assert (await api.put(f"{P}/own/schemaCompatibilityStrategy", "FORWARD")).status == 204
+    assert (await api.get(f"{P}/own/schemaCompatibilityStrategy")).body == "FORWARD"
+    await api.post(f"{S}/own/schema", payload(Rec))
+    assert (await api.post(f"{S}/own/schema", payload(Rec_required_b))).status == 200     # FORWARD allows it
+    assert (await api.put(f"{P}/own/schemaCompatibilityStrategy", "UNDEFINED")).status == 400
+    assert (await api.put(f"{P}/own/schemaCompatibilityStrategy", "sideways")).status == 400
+    assert (await api.delete(f"{P}/own/schemaCompatibilityStrategy")).status == 204
+    assert (await api.get(f"{P}/own/schemaCompatibilityStrategy?applied=true")).body == "BACKWARD"
