@@ -209,9 +209,11 @@ class BrokerService:
         topic = await self.get_topic(name, create=False)
         await topic.delete()
         self.topics.pop(topic.name, None)
-        # Its schemas go with it, as in Pulsar; a partition's stay with its partitioned topic.
-        if TopicName.parse(topic.name).partition_index < 0:
-            await self.schemas.registry.delete(schema_id(topic.name), force=True)
+        # Its schemas go with it, as in Pulsar; a partition's stay with its partitioned topic,
+        # and a segment's with its scalable topic.
+        parsed = TopicName.parse(topic.name)
+        if parsed.partition_index < 0 and not parsed.is_segment:
+            await self.schemas.registry.delete(schema_id(parsed), force=True)
 
     # --- components for topics -------------------------------------------------------------
 

@@ -167,3 +167,13 @@ async def test_a_topic_strategy_wins_over_the_namespace_one(api, client) -> None
     assert (await api.put(f"{P}/own/schemaCompatibilityStrategy", "sideways")).status == 400
     assert (await api.delete(f"{P}/own/schemaCompatibilityStrategy")).status == 204
     assert (await api.get(f"{P}/own/schemaCompatibilityStrategy?applied=true")).body == "BACKWARD"
+
+
+async def test_deleting_a_segment_keeps_its_scalable_topic_schemas(api, service) -> None:
+    # A segment's schemas are its scalable topic's (like a partition's): deleting the segment
+    # topic, as a split's clean-up does, leaves them.
+    await api.post(f"{S}/scaled/schema", payload(Rec))
+    segment = "segment://public/default/scaled/0000-ffff-0"
+    await service.get_topic(segment)
+    await service.delete_topic(segment)
+    assert (await api.get(f"{S}/scaled/schema")).body["version"] == 0

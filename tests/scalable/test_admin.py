@@ -45,6 +45,8 @@ async def test_scalable_topic_lifecycle(api: Api, service):
     assert metadata["epoch"] == 0 and metadata["properties"] == {"team": "a"}
     assert metadata["segments"]["1"]["hashRange"] == {"start": 32768, "end": 65535}
     assert (await api.put(f"{S}/orders/subscriptions/sub")).status == 204
+    schema = {"type": "STRING", "schema": "", "properties": {}}
+    assert (await api.post("/admin/v2/schemas/public/default/orders/schema", schema)).status == 200
     assert (await api.post(f"{S}/orders/split/0")).status == 204
     assert (await api.post(f"{S}/orders/merge/3/1")).status == 204
     metadata = (await api.get(f"{S}/orders")).body
@@ -55,8 +57,10 @@ async def test_scalable_topic_lifecycle(api: Api, service):
     assert stats["segments"]["4"]["subscriptions"] == {"sub": {"msgBacklog": 0}}
     assert (await api.delete(f"{S}/orders/subscriptions/sub")).status == 204
     assert (await api.delete(f"{S}/orders/subscriptions/sub")).status == 404
+    assert (await api.get("/admin/v2/schemas/public/default/orders/schema")).status == 200   # splits keep it
     assert (await api.delete(f"{S}/orders")).status == 204
     assert (await api.get(f"{S}/orders")).status == 404
+    assert (await api.get("/admin/v2/schemas/public/default/orders/schema")).status == 404   # gone with it
     assert (await api.get(S)).body == []
     assert not [t for t in service.list_topics() if t.startswith("segment://")]
 
