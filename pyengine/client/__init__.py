@@ -17,6 +17,7 @@ from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import Producer
 from pyengine.client.reader import Reader
 from pyengine.client.transaction import Transaction
+from pyengine.schema import SchemaData, SchemaInfo, SchemaType
 from pyengine.errors import (
     ChecksumError, ConsumerBusyError, ConsumerNotFoundError, ExpiredTransactionError, IncompatibleSchemaError,
     InvalidSubscriptionNameError,
@@ -29,6 +30,8 @@ from pyengine.errors import (
 __all__ = [
     # the client
     "Client", "Consumer", "Message", "MessageId", "Producer", "Reader", "Transaction",
+    # schemas (payloads stay bytes: the schema is declared to the broker's registry)
+    "SchemaData", "SchemaInfo", "SchemaType",
     # errors of the client's side of the wire
     "AlreadyClosedError", "ConnectError", "CumulativeAcknowledgementNotAllowedError", "MessageTooBigError",
     "ProducerQueueIsFullError",

@@ -38,6 +38,10 @@ from pyengine.client.url import parse_service_url
 from pyengine.client.validation import check_int, check_name, check_topic
 from pyengine.errors import NotAllowedError
 from pyengine.naming import TopicName
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.commands import base_command
+from pyengine.protocol.schema_codec import schema_from_proto
+from pyengine.schema import SchemaData, SchemaInfo, decode_version, encode_version
 from pyengine.transaction.coordinator.keys import check_transaction_key
 
 log = logging.getLogger(__name__)
@@ -111,18 +115,24 @@ class Client:
                               batching_max_allowed_size_in_bytes: int = 128 * 1024,
                               batching_max_publish_delay_ms: int = 10, max_pending_messages: int = 1000,
                               block_if_queue_full: bool = True, send_timeout_ms: int = 30_000,
-                              initial_sequence_id: int | None = None) -> Producer:
+                              initial_sequence_id: int | None = None, schema: SchemaData | None = None) -> Producer:
         """A producer on `topic` (on every partition of a partitioned topic). For a scalable
-        `topic://` name: a ScalableProducer routing each key to its active segment."""
+        `topic://` name: a ScalableProducer routing each key to its active segment. A `schema`
+        (pyengine.schema.SchemaData) is registered with the topic's schema registry (or found
+        there: `Producer.schema_version`); an incompatible one raises IncompatibleSchemaError.
+        Payloads stay bytes: encoding them is the caller's."""
         self._check_open()
         name = check_topic(topic)
         if TopicName.parse(name).is_scalable:
+            if schema is not None:
+                raise ValueError("schemas are not supported on scalable topic:// producers")
             return await self.create_scalable_producer(  # type: ignore[return-value]
                 name, producer_name=producer_name, send_timeout_ms=send_timeout_ms,
                 max_pending_messages=max_pending_messages, block_if_queue_full=block_if_queue_full)
         options = ProducerOptions(producer_name, batching_enabled, batching_max_messages,
                                   batching_max_allowed_size_in_bytes, batching_max_publish_delay_ms,
-                                  max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id)
+                                  max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id,
+                                  schema)
         partitions = await self._core.lookup.partitions(name)
         parsed = TopicName.parse(name)
         handlers = ([PartitionProducer(self._core, str(parsed.partition(i)), i, options) for i in range(partitions)]
@@ -205,16 +215,17 @@ class Client:
                         initial_position: str = "latest", receiver_queue_size: int = 1000,
                         consumer_name: str | None = None, priority: int = 0,
                         negative_ack_redelivery_delay_ms: int = 60_000,
-                        batch_index_ack_enabled: bool = True) -> Consumer:
+                        batch_index_ack_enabled: bool = True, schema: SchemaData | None = None) -> Consumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
         turned off, a batch is acknowledged once all its messages are, for brokers without
-        batch-index acknowledgements."""
+        batch-index acknowledgements. A `schema` must be able to read the topic's (it becomes
+        the topic's first schema only on an idle topic); IncompatibleSchemaError otherwise."""
         self._check_open()
         name = check_topic(topic)
         options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
                                   consumer_name, priority, negative_ack_redelivery_delay_ms,
-                                  batch_index_ack_enabled=batch_index_ack_enabled)
+                                  batch_index_ack_enabled=batch_index_ack_enabled, schema=schema)
         consumer = Consumer(self._core, name, options, await self._core.lookup.partitions(name))
         await consumer._start()
         self._core.open_objects.append(consumer)
@@ -239,6 +250,19 @@ class Client:
         await reader._start()
         self._core.open_objects.append(reader)
         return reader
+
+    async def get_schema_info(self, topic: str, version: int | None = None) -> SchemaInfo:
+        """The topic's latest schema, or its `version` (TopicNotFoundError when there is none)."""
+        self._check_open()
+        name = check_topic(topic)
+        if version is not None:
+            check_int("version", version, 0)
+        connection = await self._core.pool.get(await self._core.lookup.lookup(name))
+        cmd = base_command(pb.BaseCommand.GET_SCHEMA, topic=name, request_id=connection.new_request_id())
+        if version is not None:
+            cmd.getSchema.schema_version = encode_version(version)
+        response = await connection.request(cmd, self._core.config.operation_timeout)
+        return SchemaInfo(decode_version(response.schema_version), schema_from_proto(response.schema))
 
     async def new_transaction(self, timeout_ms: int = 60_000, *, scalable: bool = False) -> Transaction:
         """Begin a transaction; the coordinator aborts it if it is not ended within `timeout_ms`.

@@ -29,11 +29,13 @@ from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHa
 from pyengine.client.message import DecodeError, Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.validation import (
-    check_consumer_type, check_initial_position, check_int, check_name, check_timeout,
+    check_consumer_type, check_initial_position, check_int, check_name, check_schema, check_timeout,
 )
 from pyengine.errors import PulsarError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
+from pyengine.protocol.schema_codec import fill_schema
+from pyengine.schema import SchemaData
 from pyengine_kernels import Position
 
 if TYPE_CHECKING:
@@ -61,9 +63,11 @@ class ConsumerOptions:
     start_message_id: MessageId | None = None
     start_message_id_inclusive: bool = True
     batch_index_ack_enabled: bool = True
+    schema: SchemaData | None = None
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
+        check_schema(self.schema)
         object.__setattr__(self, "consumer_type", check_consumer_type(self.consumer_type))
         check_initial_position(self.initial_position)
         check_int("receiver_queue_size", self.receiver_queue_size, 1)
@@ -154,6 +158,8 @@ class PartitionConsumer(ConnectionHandler):
             replicate_subscription_state=False)
         if options.consumer_type == "key_shared":
             cmd.subscribe.keySharedMeta.keySharedMode = pb.AUTO_SPLIT
+        if options.schema is not None:
+            fill_schema(cmd.subscribe.schema, options.schema)
         if self.last_dequeued is not None:
             # A reader resumes after what it handed out (a durable cursor knows by itself).
             self.start, self.start_inclusive = self.last_dequeued, False

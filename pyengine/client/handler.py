@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from pyengine.client.backoff import Backoff
 from pyengine.client.connection import ClientConnection
 from pyengine.errors import (
-    ConsumerBusyError, InvalidTopicNameError, NotAllowedError, ProducerBusyError, ProducerFencedError,
-    SubscriptionNotFoundError, TopicNotFoundError, TopicTerminatedError,
+    ConsumerBusyError, IncompatibleSchemaError, InvalidTopicNameError, NotAllowedError, ProducerBusyError,
+    ProducerFencedError, SubscriptionNotFoundError, TopicNotFoundError, TopicTerminatedError,
 )
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 # Errors after which creating a producer or consumer is not retried (the C++ client's list).
 FATAL_ERRORS = (ConsumerBusyError, ProducerBusyError, ProducerFencedError, TopicNotFoundError, TopicTerminatedError,
-                NotAllowedError, InvalidTopicNameError, SubscriptionNotFoundError, TypeError, ValueError)
+                NotAllowedError, InvalidTopicNameError, SubscriptionNotFoundError, IncompatibleSchemaError,
+                TypeError, ValueError)
 
 CONNECTING, READY, CLOSING, CLOSED, FAILED = "connecting", "ready", "closing", "closed", "failed"
 

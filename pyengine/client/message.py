@@ -103,6 +103,7 @@ class Message:
     producer_name: str
     sequence_id: int
     redelivery_count: int = 0
+    schema_version: int | None = None      # of the schema its producer declared (None: none)
 
     def value(self) -> bytes:
         return self.data
@@ -130,6 +131,11 @@ def _decompress(codec: int, payload: bytes, uncompressed_size: int) -> bytes:
     raise DecodeError(f"compression codec {codec} is not supported (NONE and ZLIB are)")
 
 
+def _schema_version(raw: bytes) -> int | None:
+    # Apache's are 8 bytes big-endian; anything else is opaque to the client (None).
+    return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else None
+
+
 def decode_entry(topic: str, position: Position, data: bytes, *, partition: int = -1,
                  redelivery_count: int = 0, ack_set: list[int] | None = None) -> list[Message]:
     """The messages of one stored entry; batch indexes acknowledged in `ack_set` are left out."""
@@ -140,7 +146,8 @@ def decode_entry(topic: str, position: Position, data: bytes, *, partition: int 
         raise DecodeError(f"entry {position} of {topic}: {exc}") from exc
     payload = _decompress(md.compression, payload, md.uncompressed_size)
     common = dict(topic=topic, publish_time=md.publish_time, producer_name=md.producer_name,
-                  redelivery_count=redelivery_count)
+                  redelivery_count=redelivery_count,
+                  schema_version=_schema_version(md.schema_version) if md.HasField("schema_version") else None)
     if not md.HasField("num_messages_in_batch"):
         return [Message(message_id=MessageId(position.ledger_id, position.entry_id, -1, partition),
                         data=payload, properties={kv.key: kv.value for kv in md.properties},

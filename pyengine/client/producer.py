@@ -27,10 +27,12 @@ from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHa
 from pyengine.client.message import MessageId
 from pyengine.client.router import PartitionRouter
 from pyengine.client.transaction import OPEN, Transaction
-from pyengine.client.validation import check_int, check_name, check_payload, check_properties
+from pyengine.client.validation import check_int, check_name, check_payload, check_properties, check_schema
 from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
+from pyengine.protocol.schema_codec import fill_schema
+from pyengine.schema import SchemaData, decode_version
 
 if TYPE_CHECKING:
     from pyengine.client.client import ClientCore
@@ -61,9 +63,11 @@ class ProducerOptions:
     block_if_queue_full: bool = True
     send_timeout_ms: int = 30_000
     initial_sequence_id: int | None = None
+    schema: SchemaData | None = None
 
     def __post_init__(self) -> None:
         check_name("producer_name", self.producer_name, optional=True)
+        check_schema(self.schema)
         for flag in ("batching_enabled", "block_if_queue_full"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, not {type(getattr(self, flag)).__name__}")
@@ -125,6 +129,7 @@ class PartitionProducer(ConnectionHandler):
         self.producer_id = core.new_producer_id()
         self.producer_name: str = options.producer_name or ""
         self._user_named = options.producer_name is not None
+        self.schema_version = b""           # of the producer's schema, from PRODUCER_SUCCESS (empty: none)
         self._epoch = 0
         self._connected_once = False
         self._next_sequence = (options.initial_sequence_id + 1 if options.initial_sequence_id is not None else 0)
@@ -152,6 +157,8 @@ class PartitionProducer(ConnectionHandler):
                            user_provided_producer_name=self._user_named)
         if self.producer_name:
             cmd.producer.producer_name = self.producer_name
+        if self.options.schema is not None:
+            fill_schema(cmd.producer.schema, self.options.schema)
         self._epoch += 1
         try:
             response = await connection.request(cmd, self._core.config.operation_timeout)
@@ -162,6 +169,7 @@ class PartitionProducer(ConnectionHandler):
         if self.state in (CLOSING, CLOSED):
             return
         self.producer_name = response.producer_name
+        self.schema_version = response.schema_version
         last = response.last_sequence_id if response.HasField("last_sequence_id") else -1
         if not self._connected_once:
             # A new producer continues after what the broker already has under its name.
@@ -289,6 +297,8 @@ class PartitionProducer(ConnectionHandler):
                      future: asyncio.Future[MessageId]) -> None:
         metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=sequence_id,
                                       publish_time=time.time_ns() // 1_000_000, **fields)
+        if self.schema_version:
+            metadata.schema_version = self.schema_version
         send = pb.CommandSend(producer_id=self.producer_id, sequence_id=sequence_id)
         if txn is not None:
             metadata.txnid_most_bits = send.txnid_most_bits = txn.txn_id.most_bits
@@ -325,6 +335,8 @@ class PartitionProducer(ConnectionHandler):
         metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=batch.first_sequence_id,
                                       publish_time=time.time_ns() // 1_000_000, num_messages_in_batch=count,
                                       highest_sequence_id=batch.last_sequence_id)
+        if self.schema_version:
+            metadata.schema_version = self.schema_version
         send = pb.CommandSend(producer_id=self.producer_id, sequence_id=batch.first_sequence_id,
                               highest_sequence_id=batch.last_sequence_id, num_messages=count)
         if batch.txn is not None:
@@ -489,6 +501,12 @@ class Producer:
     @property
     def producer_name(self) -> str:
         return self._partitions[0].producer_name
+
+    @property
+    def schema_version(self) -> int | None:
+        """The version the topic's schema registry gave the producer's schema (None: no schema)."""
+        raw = self._partitions[0].schema_version
+        return decode_version(raw) if raw else None
 
     @property
     def last_sequence_id(self) -> int:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyengine.naming import normalize_topic
+from pyengine.schema import SchemaData
 
 CONSUMER_TYPES = ("exclusive", "shared", "failover", "key_shared")
 INITIAL_POSITIONS = ("earliest", "latest")
@@ -91,3 +92,9 @@ def check_properties(properties: Any) -> dict[str, str]:
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"properties must map str to str, not {key!r}: {value!r}")
     return dict(properties)
+
+
+def check_schema(schema: object) -> None:
+    """A producer's or consumer's schema: a pyengine.schema.SchemaData, or None (bytes)."""
+    if schema is not None and not isinstance(schema, SchemaData):
+        raise TypeError(f"schema must be a pyengine.schema.SchemaData or None, not {type(schema).__name__}")

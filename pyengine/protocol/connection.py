@@ -48,7 +48,8 @@ from pyengine.protocol.network_consumer import NetworkConsumer
 from pyengine.protocol.network_producer import NetworkProducer
 from pyengine.protocol.transactions import TransactionCommands, txn_id
 from pyengine.protocol.scalable import ScalableTopicCommands
-from pyengine.schema import SchemaData, SchemaType, decode_version, encode_version, schema_id
+from pyengine.protocol.schema_codec import schema_from_proto
+from pyengine.schema import decode_version, encode_version, schema_id
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position, TxnId, ackset_is_fully_acked
 
@@ -422,7 +423,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             topic_name = lookup.resolve_topic(self.service, body.topic)
             topic = await self.service.get_topic(str(topic_name), create=False)
-            version = await self.service.schemas.for_producer(topic.name, _schema_data(body.schema))
+            version = await self.service.schemas.for_producer(topic.name, schema_from_proto(body.schema))
         except Exception as exc:
             error = to_pulsar_error(exc)
             self.write(replies.get_or_create_schema_error(body.request_id, error.server_error, str(error)))
@@ -451,7 +452,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             lookup.check_attachable(self.service, topic_name)
             topic = await self.service.get_topic(str(topic_name))
-            schema = _schema_data(body.schema) if body.HasField("schema") else None
+            schema = schema_from_proto(body.schema) if body.HasField("schema") else None
             schema_version = encode_version(await self.service.schemas.for_producer(topic.name, schema))
             name = body.producer_name or None
             producer = await self.server.attach_producer(self, topic, name)
@@ -585,7 +586,7 @@ class ServerConnection(asyncio.Protocol):
             topic = await self.service.get_topic(str(topic_name), create=body.force_topic_creation)
             auto_consume = body.HasField("schema") and body.schema.type == pb.Schema.AUTO_CONSUME
             if body.HasField("schema") and not auto_consume:
-                await self.service.schemas.for_consumer(topic, _schema_data(body.schema))
+                await self.service.schemas.for_consumer(topic, schema_from_proto(body.schema))
             await self.server.wait_for_seek(topic.name, body.subscription)
             consumer = NetworkConsumer(self, consumer_id, topic, body.subscription, sub_type, body.durable)
             sticky = None
@@ -858,14 +859,6 @@ def _txn_handler(method: Callable[[TransactionCommands, Any], Coroutine[Any, Any
     def handle(connection: ServerConnection, body: Any, frame: Any) -> None:
         connection._spawn(method(connection.txn, body))
     return handle
-
-
-def _schema_data(schema: pb.Schema) -> SchemaData:
-    """The registry's view of a command's schema (a type this broker does not know is invalid)."""
-    properties: dict[str, str] = {}
-    for pair in schema.properties:
-        properties[pair.key] = pair.value
-    return SchemaData(SchemaType.parse(schema.type), schema.schema_data, properties, schema.name)
 
 
 def _start_position(topic: Topic, message_id: pb.MessageIdData) -> Position:

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from core_ext.frames import encode_command
 from pyengine.protocol import pulsar_api_pb2 as pb
-from pyengine.schema import SchemaData, StoredSchema, encode_version
+from pyengine.protocol.schema_codec import fill_schema
+from pyengine.schema import StoredSchema, encode_version
 from pyengine_kernels import Position, TxnId
 
 BaseCommand = pb.BaseCommand
@@ -249,17 +250,9 @@ def get_schema_response(request_id: int, name: str, stored: StoredSchema) -> byt
     cmd = BaseCommand(type=BaseCommand.GET_SCHEMA_RESPONSE)
     body = cmd.getSchemaResponse
     body.request_id = request_id
-    _fill_schema(body.schema, name, stored.schema)
+    fill_schema(body.schema, stored.schema, name)
     body.schema_version = encode_version(stored.version)
     return _frame(cmd)
-
-
-def _fill_schema(target: pb.Schema, name: str, schema: SchemaData) -> None:
-    target.name = name
-    target.schema_data = schema.data
-    target.type = int(schema.type)
-    for key, value in schema.properties.items():
-        target.properties.add(key=key, value=value)
 
 
 def get_or_create_schema_response(request_id: int, version: int | None) -> bytes:

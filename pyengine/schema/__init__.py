@@ -28,8 +28,8 @@ from pyengine.errors import IncompatibleSchemaError, PulsarError
 from pyengine.naming import TopicName
 
 __all__ = [
-    "CompatibilityStrategy", "IncompatibleSchemaError", "InvalidSchemaDataError", "SchemaData", "SchemaRegistry",
-    "SchemaType", "StoredSchema", "decode_version", "encode_version", "schema_id",
+    "CompatibilityStrategy", "IncompatibleSchemaError", "InvalidSchemaDataError", "SchemaData", "SchemaInfo",
+    "SchemaRegistry", "SchemaType", "StoredSchema", "decode_version", "encode_version", "schema_id",
 ]
 
 
@@ -130,6 +130,14 @@ class SchemaData:
         if not isinstance(self.properties, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in self.properties.items()):
             raise InvalidSchemaDataError("schema properties must map strings to strings")
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    """A topic's schema as GET_SCHEMA answers it: its version and definition."""
+
+    version: int
+    schema: SchemaData
 
 
 @dataclass(frozen=True)
