@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyengine.broker.policies import BrokerPolicies
+from pyengine.broker.policies import BrokerPolicies, NamespacePolicies
 from pyengine.errors import IncompatibleSchemaError
 from pyengine.naming import TopicName
 from pyengine.schema import CompatibilityStrategy, NoSchemaError, SchemaData, SchemaRegistry, SchemaType, schema_id
@@ -36,17 +36,17 @@ class TopicSchemas:
 
     # --- effective policies ---------------------------------------------------------------
 
-    def _namespace_policies(self, topic: str) -> object | None:
+    def _namespace_policies(self, topic: str) -> NamespacePolicies:
+        """The topic's namespace's policies (all unset when the namespace is not stored)."""
         namespace = TopicName.parse(topic).namespace_name
-        return self.policies.policies(namespace) if self.policies.namespace_exists(namespace) else None
+        return self.policies.policies(namespace) if self.policies.namespace_exists(namespace) else NamespacePolicies()
 
     def strategy(self, topic: str) -> CompatibilityStrategy:
         """The topic's strategy, else its namespace's (unless UNDEFINED), else the broker's."""
         topic_value = self.policies.topic_policies(topic).get("schemaCompatibilityStrategy")
         if topic_value is not None:
             return CompatibilityStrategy.parse(topic_value)
-        policies = self._namespace_policies(topic)
-        value = getattr(policies, "schema_compatibility_strategy", None)
+        value = self._namespace_policies(topic).schema_compatibility_strategy
         if value is not None:
             strategy = CompatibilityStrategy.parse(value)
             if strategy != CompatibilityStrategy.UNDEFINED:
@@ -54,12 +54,12 @@ class TopicSchemas:
         return self.default_strategy
 
     def allow_auto_update(self, topic: str) -> bool:
-        value = getattr(self._namespace_policies(topic), "is_allow_auto_update_schema", None)
-        return self.default_allow_auto_update if value is None else bool(value)
+        value = self._namespace_policies(topic).is_allow_auto_update_schema
+        return self.default_allow_auto_update if value is None else value
 
     def validation_enforced(self, topic: str) -> bool:
-        value = getattr(self._namespace_policies(topic), "schema_validation_enforced", None)
-        return self.default_validation_enforced if value is None else bool(value)
+        value = self._namespace_policies(topic).schema_validation_enforced
+        return self.default_validation_enforced if value is None else value
 
     # --- producers and consumers ----------------------------------------------------------
 
