@@ -15,6 +15,7 @@ from typing import ClassVar
 from core_ext.batch import decode_batch
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.protocol.pulsar_api_pb2 import NONE, ZLIB, MessageIdData
+from pyengine.schema import decode_version
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine_kernels import Position, ackset_acked_indexes
 
@@ -133,7 +134,7 @@ def _decompress(codec: int, payload: bytes, uncompressed_size: int) -> bytes:
 
 def _schema_version(raw: bytes) -> int | None:
     # Apache's are 8 bytes big-endian; anything else is opaque to the client (None).
-    return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else None
+    return decode_version(raw) if len(raw) == 8 else None
 
 
 def decode_entry(topic: str, position: Position, data: bytes, *, partition: int = -1,

@@ -205,7 +205,8 @@ class SchemaRegistry(abc.ABC):
 
     @abc.abstractmethod
     def find_version(self, schema_id: str, schema: SchemaData) -> int | None:
-        """The live version identical to `schema` (same type and bytes), if any."""
+        """The oldest live version that is the same schema as `schema` (as `put_if_absent`
+        judges it: the same Avro schema for the Avro-defined types, else the same bytes), if any."""
 
     @abc.abstractmethod
     def check_compatible(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> None:

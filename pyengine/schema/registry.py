@@ -8,6 +8,7 @@ import base64
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from pyengine.schema import (
@@ -41,7 +42,7 @@ def _from_json(record: dict[str, Any]) -> StoredSchema:
 
 
 class LmdbSchemaRegistry(SchemaRegistry):
-    def __init__(self, env: StorageEnvironment, *, clock_ms: Any = None) -> None:
+    def __init__(self, env: StorageEnvironment, *, clock_ms: Callable[[], int] | None = None) -> None:
         self.env = env
         self._db = env.db("metadata")
         self._cache: dict[str, list[StoredSchema]] = {}
@@ -71,10 +72,7 @@ class LmdbSchemaRegistry(SchemaRegistry):
         self._cache[schema_id] = versions
 
     def find_version(self, schema_id: str, schema: SchemaData) -> int | None:
-        for stored in self.live(schema_id):
-            if rules.same_definition(stored.schema, schema):
-                return stored.version
-        return None
+        return self._identical(self.live(schema_id), schema)
 
     def _identical(self, live: list[StoredSchema], schema: SchemaData) -> int | None:
         """The oldest live version that is the same schema: the same Avro schema for the

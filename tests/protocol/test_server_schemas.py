@@ -75,6 +75,10 @@ async def test_namespace_policies_turn_off_auto_update_and_enforce_validation(se
                                                                     "is disabled.")
     known = await client.create_producer(TOPIC, producer_id=3, request_id=3, schema=schema(Rec))
     assert known.schema_version == encode_version(0)
+    # the same schema written otherwise (as another client's JSON encoder would) is known too
+    respelled = {**schema(Rec), "schema_data": json.dumps(Rec, indent=2).encode()}
+    assert (await client.create_producer(TOPIC, producer_id=6, request_id=6, schema=respelled)).schema_version \
+        == encode_version(0)
     reply = await client.create_producer(TOPIC, producer_id=4, request_id=4)
     assert reply.error == pb.IncompatibleSchema and "without a schema" in reply.message
     # a topic without a schema still takes producers of bytes
