@@ -27,8 +27,13 @@ cdef enum:
     WIRE_VARINT = 0
     WIRE_FIXED64 = 1
     WIRE_LENGTH_DELIMITED = 2
+    WIRE_START_GROUP = 3
+    WIRE_END_GROUP = 4
     WIRE_FIXED32 = 5
     MAX_VARINT_BYTES = 10
+    # protobuf's nesting limit (upb's default): groups and submessages together, counted from
+    # the top-level message, so a KeyValue's unknown groups may nest one level less.
+    MAX_NESTING = 100
 
 
 class BatchFormatError(ValueError):
@@ -74,8 +79,9 @@ cdef inline Py_ssize_t _read_tag(const unsigned char* data, Py_ssize_t size, Py_
 
 
 cdef Py_ssize_t _skip_value(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos, int wire_type,
-                            uint64_t field) except -1:
-    """The position after a field's value, which is not needed."""
+                            uint64_t field, int nesting_left) except -1:
+    """The position after a field's value, which is not needed. Unknown fields may be proto2
+    groups, which protobuf skips too (up to its nesting limit)."""
     cdef uint64_t value
     if wire_type == WIRE_VARINT:
         return _read_varint(data, size, pos, &value)
@@ -86,8 +92,28 @@ cdef Py_ssize_t _skip_value(const unsigned char* data, Py_ssize_t size, Py_ssize
         return _skip(size, pos, value)
     if wire_type == WIRE_FIXED32:
         return _skip(size, pos, 4)
-    # 3 and 4 are proto2 groups, unused by SingleMessageMetadata; 6 and 7 do not exist.
+    if wire_type == WIRE_START_GROUP:
+        return _skip_group(data, size, pos, field, nesting_left)
+    if wire_type == WIRE_END_GROUP:
+        raise BatchFormatError(f"protobuf end of group {field} without its start")
     raise BatchFormatError(f"unsupported protobuf wire type {wire_type} in field {field}")
+
+
+cdef Py_ssize_t _skip_group(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                            uint64_t group, int nesting_left) except -1:
+    """The position after the end-group tag that closes ``group``."""
+    cdef uint64_t field
+    cdef int wire_type
+    if nesting_left <= 0:
+        raise BatchFormatError(f"protobuf groups nested deeper than {MAX_NESTING} levels")
+    while pos < size:
+        pos = _read_tag(data, size, pos, &field, &wire_type)
+        if wire_type == WIRE_END_GROUP:
+            if field != group:
+                raise BatchFormatError(f"protobuf group {group} closed as group {field}")
+            return pos
+        pos = _skip_value(data, size, pos, wire_type, field, nesting_left - 1)
+    raise BatchFormatError(f"protobuf group {group} is cut off by the end of the metadata")
 
 
 cdef int32_t read_payload_size(const unsigned char* data, Py_ssize_t size) except -1:
@@ -106,7 +132,7 @@ cdef int32_t read_payload_size(const unsigned char* data, Py_ssize_t size) excep
             payload_size = <int32_t><uint32_t>value
             found = True
         else:
-            pos = _skip_value(data, size, pos, wire_type, field)
+            pos = _skip_value(data, size, pos, wire_type, field, MAX_NESTING)
     if not found:
         raise BatchFormatError("the single message metadata has no payload_size")
     if payload_size < 0:
@@ -222,7 +248,7 @@ cdef tuple _key_value(const unsigned char* data, Py_ssize_t size):
             else:
                 value = _text(data + start, pos - start)
         else:
-            pos = _skip_value(data, size, pos, wire_type, field)
+            pos = _skip_value(data, size, pos, wire_type, field, MAX_NESTING - 1)
     return key, value
 
 
@@ -257,7 +283,7 @@ cdef tuple _decode_single(const unsigned char* data, Py_ssize_t size, bytes body
             else:
                 sequence_id = value
         else:
-            pos = _skip_value(data, size, pos, wire_type, field)
+            pos = _skip_value(data, size, pos, wire_type, field, MAX_NESTING)
     return body, properties, partition_key, ordering_key, event_time, sequence_id
 
 

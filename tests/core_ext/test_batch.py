@@ -256,7 +256,8 @@ METADATA_ERRORS = {
     "tag cut off": b"\x98",
     "length-delimited payload_size": tag(3, 2) + b"\x01\x05",
     "fixed32 payload_size": tag(3, 5) + b"\x05\x00\x00\x00",
-    "start group": tag(9, 3) + tag(9, 4) + payload_size_field(1),
+    "group not closed": tag(9, 3) + payload_size_field(1),
+    "group closed as another": tag(9, 3) + tag(10, 4) + payload_size_field(1),
     "end group": tag(9, 4) + payload_size_field(1),
     "wire type 6": tag(9, 6) + payload_size_field(1),
     "wire type 7": tag(9, 7) + payload_size_field(1),
@@ -380,6 +381,56 @@ def test_decode_strings_that_are_not_utf8_come_back_as_bytes_like_protobuf():
     metadata = payload_size_field(0) + tag(1, 2) + varint(len(kv)) + kv + tag(2, 2) + varint(1) + b"\x80"
     assert decode_batch(_one(metadata)) == protobuf_decoding(_one(metadata)) == [
         (b"", {b"\xff\xfe": "v"}, b"\x80", None, 0, None)]
+
+
+def _groups(field: int, depth: int) -> bytes:
+    return tag(field, 3) * depth + tag(field, 4) * depth
+
+
+def _property(kv: bytes) -> bytes:
+    return tag(1, 2) + varint(len(kv)) + kv
+
+
+@pytest.mark.parametrize("metadata", [
+    payload_size_field(0) + _groups(14, 1),                                    # an empty group
+    payload_size_field(0) + tag(14, 3) + tag(5, 0) + varint(9) + tag(14, 4),    # event_time inside: not the message's
+    payload_size_field(0) + tag(14, 3) + tag(15, 3) + tag(2, 2) + varint(1) + b"x" + tag(15, 4) + tag(14, 4),
+    payload_size_field(0) + _groups(5, 1) + tag(5, 0) + varint(3),             # a group on a known field's number
+    payload_size_field(0) + _groups(14, 100),                                  # protobuf's deepest nesting
+    payload_size_field(0) + _property(tag(1, 2) + varint(1) + b"k" + _groups(14, 99)),
+    # Found by the mutation property: '0' is an unknown varint field, 's'/'t' open and close group 14.
+    b"\n\x05\n\x010\x12\x00\n\x0e\n\x02\x12\n00000000st\x18\x00",
+])
+def test_decode_skips_unknown_groups_like_protobuf(metadata):
+    expected = protobuf_decoding(_one(metadata))
+    assert decode_batch(_one(metadata)) == expected
+    assert split_batch(_one(metadata)) == ref.split_batch(_one(metadata))
+
+
+@pytest.mark.parametrize("metadata", [
+    payload_size_field(0) + tag(14, 4),                                        # an end without a start
+    payload_size_field(0) + tag(14, 3),                                        # a start without an end
+    payload_size_field(0) + tag(14, 3) + tag(15, 4),                           # closed as another group
+    payload_size_field(0) + tag(14, 3) + tag(1, 7) + tag(14, 4),               # a bad wire type inside
+    payload_size_field(0) + tag(14, 3) + tag(1, 2) + varint(5) + tag(14, 4),   # a field overrunning it
+    payload_size_field(0) + _property(tag(14, 4)),                             # an end inside a property
+    payload_size_field(0) + _groups(14, 101),                                  # nested too deep
+    payload_size_field(0) + _property(_groups(14, 100)),                       # too deep inside a property
+])
+def test_decode_rejects_malformed_groups_like_protobuf(metadata):
+    with pytest.raises(BatchFormatError):
+        protobuf_decoding(_one(metadata))
+    with pytest.raises(BatchFormatError):
+        decode_batch(_one(metadata))
+
+
+def test_split_rejects_malformed_groups_like_the_reference():
+    for metadata in (payload_size_field(0) + tag(14, 4), payload_size_field(0) + _groups(14, 101),
+                     tag(14, 3) + payload_size_field(0)):
+        with pytest.raises(BatchFormatError):
+            split_batch(_one(metadata))
+        with pytest.raises(ref.BatchFormatError):
+            ref.split_batch(_one(metadata))
 
 
 def test_decode_a_property_without_its_value_is_empty_like_protobuf():

@@ -6,6 +6,7 @@ import struct
 
 PAYLOAD_SIZE_FIELD = 3
 MAX_VARINT_BYTES = 10
+MAX_NESTING = 100           # protobuf's (upb's) limit on nested groups and messages
 
 
 class BatchFormatError(ValueError):
@@ -25,6 +26,41 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     raise BatchFormatError("varint longer than 10 bytes")
 
 
+def _skip_group(data: bytes, pos: int, group: int, nesting_left: int) -> int:
+    """Skip an unknown proto2 group, as protobuf does, up to its nesting limit."""
+    if nesting_left <= 0:
+        raise BatchFormatError("groups nested too deep")
+    while pos < len(data):
+        tag, pos = read_varint(data, pos)
+        field, wire_type = tag >> 3, tag & 7
+        if field == 0 or tag > 0xFFFF_FFFF:
+            raise BatchFormatError("invalid tag")
+        if wire_type == 4:
+            if field != group:
+                raise BatchFormatError("mismatched end of group")
+            return pos
+        pos = _skip_value(data, pos, field, wire_type, nesting_left - 1)
+    raise BatchFormatError("group cut off")
+
+
+def _skip_value(data: bytes, pos: int, field: int, wire_type: int, nesting_left: int) -> int:
+    if wire_type == 0:
+        return read_varint(data, pos)[1]
+    if wire_type == 3:
+        return _skip_group(data, pos, field, nesting_left)
+    if wire_type == 1:
+        length = 8
+    elif wire_type == 2:
+        length, pos = read_varint(data, pos)
+    elif wire_type == 5:
+        length = 4
+    else:
+        raise BatchFormatError("unsupported wire type")
+    if length > len(data) - pos:
+        raise BatchFormatError("field overruns the metadata")
+    return pos + length
+
+
 def single_payload_size(metadata) -> int:
     data = bytes(metadata)
     pos = 0
@@ -34,25 +70,14 @@ def single_payload_size(metadata) -> int:
         field, wire_type = tag >> 3, tag & 7
         if field == 0 or tag > 0xFFFF_FFFF:
             raise BatchFormatError("invalid tag")
-        if wire_type == 0:
-            value, pos = read_varint(data, pos)
-            if field == PAYLOAD_SIZE_FIELD:
-                low = value & 0xFFFF_FFFF
-                payload_size = low - (1 << 32) if low >= 1 << 31 else low
-            continue
         if field == PAYLOAD_SIZE_FIELD:
-            raise BatchFormatError("payload_size is not a varint")
-        if wire_type == 1:
-            length = 8
-        elif wire_type == 2:
-            length, pos = read_varint(data, pos)
-        elif wire_type == 5:
-            length = 4
-        else:
-            raise BatchFormatError("unsupported wire type")
-        if length > len(data) - pos:
-            raise BatchFormatError("field overruns the metadata")
-        pos += length
+            if wire_type != 0:
+                raise BatchFormatError("payload_size is not a varint")
+            value, pos = read_varint(data, pos)
+            low = value & 0xFFFF_FFFF
+            payload_size = low - (1 << 32) if low >= 1 << 31 else low
+            continue
+        pos = _skip_value(data, pos, field, wire_type, MAX_NESTING)
     if payload_size is None:
         raise BatchFormatError("no payload_size")
     if payload_size < 0:
