@@ -34,8 +34,12 @@ cdef enum:
     WIRE_VARINT = 0
     WIRE_FIXED64 = 1
     WIRE_LENGTH_DELIMITED = 2
+    WIRE_START_GROUP = 3
+    WIRE_END_GROUP = 4
     WIRE_FIXED32 = 5
     MAX_VARINT_BYTES = 10
+    # protobuf's nesting limit (upb's default), counted from the top-level message.
+    MAX_NESTING = 100
     # Compression codecs (Pulsar CompressionType): what decode_entry supports.
     CODEC_NONE = 0
     CODEC_ZLIB = 2
@@ -144,9 +148,10 @@ cdef inline Py_ssize_t _varint(const unsigned char* data, Py_ssize_t size, Py_ss
     raise RecordFormatError("a protobuf varint is longer than 10 bytes")
 
 
-cdef inline Py_ssize_t _skip(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
-                             int wire_type, uint64_t field) except -1:
-    """Skip the value of a field that is not read."""
+cdef Py_ssize_t _skip(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                      int wire_type, uint64_t field, int nesting_left) except -1:
+    """Skip the value of a field that is not read. As in protobuf, that is any field of an
+    unexpected wire type too (an unknown field), including proto2 groups."""
     cdef uint64_t length
     if wire_type == WIRE_VARINT:
         return _varint(data, size, pos, &length)
@@ -156,11 +161,31 @@ cdef inline Py_ssize_t _skip(const unsigned char* data, Py_ssize_t size, Py_ssiz
         length = 4
     elif wire_type == WIRE_LENGTH_DELIMITED:
         pos = _varint(data, size, pos, &length)
+    elif wire_type == WIRE_START_GROUP:
+        return _skip_group(data, size, pos, field, nesting_left)
+    elif wire_type == WIRE_END_GROUP:
+        raise RecordFormatError(f"protobuf end of group {field} without its start")
     else:
         raise RecordFormatError(f"unsupported protobuf wire type {wire_type} in field {field}")
     if length > <uint64_t>(size - pos):
         raise RecordFormatError(f"protobuf field {field} overruns its message")
     return pos + <Py_ssize_t>length
+
+
+cdef Py_ssize_t _skip_group(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                            uint64_t group, int nesting_left) except -1:
+    cdef uint64_t field
+    cdef int wire_type
+    if nesting_left <= 0:
+        raise RecordFormatError(f"protobuf groups nested deeper than {MAX_NESTING} levels")
+    while pos < size:
+        pos = _tag(data, size, pos, &field, &wire_type)
+        if wire_type == WIRE_END_GROUP:
+            if field != group:
+                raise RecordFormatError(f"protobuf group {group} closed as group {field}")
+            return pos
+        pos = _skip(data, size, pos, wire_type, field, nesting_left - 1)
+    raise RecordFormatError(f"protobuf group {group} is cut off by the end of its message")
 
 
 cdef inline Py_ssize_t _delimited(const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
@@ -183,12 +208,6 @@ cdef inline Py_ssize_t _tag(const unsigned char* data, Py_ssize_t size, Py_ssize
     if field[0] == 0 or tag > 0xFFFFFFFF:
         raise RecordFormatError(f"invalid protobuf tag {tag}")
     return pos
-
-
-cdef int _expect(int wire_type, int expected, uint64_t field) except -1:
-    if wire_type != expected:
-        raise RecordFormatError(f"protobuf field {field} has wire type {wire_type}, not {expected}")
-    return 0
 
 
 ctypedef struct Metadata:
@@ -222,42 +241,33 @@ cdef int _parse_metadata(const unsigned char* data, Py_ssize_t size, Metadata* m
     md.properties = 0
     while pos < size:
         pos = _tag(data, size, pos, &field, &wire_type)
-        if field == 1:           # producer_name
-            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+        if field == 1 and wire_type == WIRE_LENGTH_DELIMITED:  # producer_name
             pos = _delimited(data, size, pos, &md.producer_start, &md.producer_length)
             has_producer = True
-        elif field == 2:         # sequence_id
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 2 and wire_type == WIRE_VARINT:  # sequence_id
             pos = _varint(data, size, pos, &md.sequence_id)
             has_sequence = True
-        elif field == 3:         # publish_time
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 3 and wire_type == WIRE_VARINT:  # publish_time
             pos = _varint(data, size, pos, &md.publish_time)
             has_publish = True
-        elif field == 4:         # properties
-            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+        elif field == 4 and wire_type == WIRE_LENGTH_DELIMITED:  # properties
             pos = _delimited(data, size, pos, &start, &length)
             md.properties += 1
-        elif field == 6:         # partition_key
-            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+        elif field == 6 and wire_type == WIRE_LENGTH_DELIMITED:  # partition_key
             pos = _delimited(data, size, pos, &md.key_start, &md.key_length)
             md.has_key = True
-        elif field == 8:         # compression
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 8 and wire_type == WIRE_VARINT:  # compression
             pos = _varint(data, size, pos, &md.compression)
-        elif field == 9:         # uncompressed_size
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 9 and wire_type == WIRE_VARINT:  # uncompressed_size
             pos = _varint(data, size, pos, &md.uncompressed_size)
-        elif field == 11:        # num_messages_in_batch (int32)
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 11 and wire_type == WIRE_VARINT:  # num_messages_in_batch (int32)
             pos = _varint(data, size, pos, &value)
             md.num_messages = <int32_t><uint32_t>value
             md.is_batch = True
-        elif field == 12:        # event_time
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 12 and wire_type == WIRE_VARINT:  # event_time
             pos = _varint(data, size, pos, &md.event_time)
         else:
-            pos = _skip(data, size, pos, wire_type, field)
+            pos = _skip(data, size, pos, wire_type, field, MAX_NESTING)
     if not (has_producer and has_sequence and has_publish):
         raise RecordFormatError("message metadata misses producer_name, sequence_id or publish_time")
     return 0
@@ -285,27 +295,22 @@ cdef int _parse_single(const unsigned char* data, Py_ssize_t size, Single* singl
     single.event_time = single.sequence_id = 0
     while pos < size:
         pos = _tag(data, size, pos, &field, &wire_type)
-        if field == 1:           # properties
-            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+        if field == 1 and wire_type == WIRE_LENGTH_DELIMITED:  # properties
             pos = _delimited(data, size, pos, &start, &length)
-        elif field == 2:         # partition_key
-            _expect(wire_type, WIRE_LENGTH_DELIMITED, field)
+        elif field == 2 and wire_type == WIRE_LENGTH_DELIMITED:  # partition_key
             pos = _delimited(data, size, pos, &single.key_start, &single.key_length)
             single.has_key = True
-        elif field == 3:         # payload_size (int32)
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 3 and wire_type == WIRE_VARINT:  # payload_size (int32)
             pos = _varint(data, size, pos, &value)
             single.payload_size = <int32_t><uint32_t>value
             single.has_payload_size = True
-        elif field == 5:         # event_time
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 5 and wire_type == WIRE_VARINT:  # event_time
             pos = _varint(data, size, pos, &single.event_time)
-        elif field == 8:         # sequence_id
-            _expect(wire_type, WIRE_VARINT, field)
+        elif field == 8 and wire_type == WIRE_VARINT:  # sequence_id
             pos = _varint(data, size, pos, &single.sequence_id)
             single.has_sequence = True
         else:
-            pos = _skip(data, size, pos, wire_type, field)
+            pos = _skip(data, size, pos, wire_type, field, MAX_NESTING)
     if not single.has_payload_size:
         raise RecordFormatError("a batched message's metadata has no payload_size")
     if single.payload_size < 0:
@@ -347,8 +352,11 @@ cdef class _Columns:
         self.property_keys = _Strings(rows, 64)
         self.property_values = _Strings(rows, 64)
 
-    cdef int properties(self, const unsigned char* data, Py_ssize_t size, uint64_t wanted) except -1:
-        """Append every KeyValue of field `wanted` of the message at data[:size]."""
+    cdef int properties(self, const unsigned char* data, Py_ssize_t size, uint64_t wanted,
+                        bint complete) except -1:
+        """Append every KeyValue of field `wanted` of the message at data[:size]. `complete`: a
+        KeyValue without its key or value is an error (MessageMetadata, which the broker parsed
+        whole); otherwise the missing side is empty, as the consumer's batch decoder has it."""
         cdef Py_ssize_t pos = 0, start, length, kv_pos, kv_end, key_start, key_length
         cdef Py_ssize_t value_start, value_length
         cdef uint64_t field, kv_field
@@ -357,7 +365,7 @@ cdef class _Columns:
         while pos < size:
             pos = _tag(data, size, pos, &field, &wire_type)
             if field != wanted or wire_type != WIRE_LENGTH_DELIMITED:
-                pos = _skip(data, size, pos, wire_type, field)
+                pos = _skip(data, size, pos, wire_type, field, MAX_NESTING)
                 continue
             pos = _delimited(data, size, pos, &start, &length)
             kv_pos, kv_end = start, start + length
@@ -372,8 +380,8 @@ cdef class _Columns:
                     kv_pos = _delimited(data, kv_end, kv_pos, &value_start, &value_length)
                     has_value_field = True
                 else:
-                    kv_pos = _skip(data, kv_end, kv_pos, kv_wire, kv_field)
-            if not (has_key_field and has_value_field):
+                    kv_pos = _skip(data, kv_end, kv_pos, kv_wire, kv_field, MAX_NESTING - 1)
+            if complete and not (has_key_field and has_value_field):
                 raise RecordFormatError("a KeyValue property misses its key or value")
             self.property_keys.append(data + key_start, key_length)
             self.property_values.append(data + value_start, value_length)
@@ -535,7 +543,7 @@ cdef int _decode_one(_Columns out, int64_t ledger, int64_t entry, const unsigned
             out.row(ledger, entry, -1, md.publish_time, md.event_time, <int64_t>md.sequence_id,
                     header.most, header.least, marker, metadata + md.producer_start, md.producer_length,
                     md.has_key, metadata + md.key_start, md.key_length, payload, payload_size)
-            out.properties(metadata, metadata_size, 4)
+            out.properties(metadata, metadata_size, 4, True)
             return 0
         if md.num_messages < 0:
             raise RecordFormatError(f"entry {ledger}:{entry}: negative num_messages_in_batch")
@@ -558,7 +566,7 @@ cdef int _decode_one(_Columns out, int64_t ledger, int64_t entry, const unsigned
                     header.most, header.least, marker, metadata + md.producer_start, md.producer_length,
                     single.has_key, single_data + single.key_start, single.key_length,
                     payload + pos, body_size)
-            out.properties(single_data, single_size, 1)
+            out.properties(single_data, single_size, 1, False)
             pos += body_size
         if pos != payload_size:
             raise RecordFormatError(f"entry {ledger}:{entry}: {payload_size - pos} bytes follow the "

@@ -30,9 +30,46 @@ def messages(draw):
             "sequence_id": draw(st.none() | st.integers(0, 1 << 40))}
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out) + bytes([value])
+
+
+def _tag(field: int, wire_type: int) -> bytes:
+    return _varint(field << 3 | wire_type)
+
+
 @st.composite
-def stored_entries(draw):
-    """One stored entry: a plain message, a batch (maybe zlib-compressed), or a marker."""
+def unknown_fields(draw, depth=2):
+    """Fields protobuf keeps as unknown: new field numbers, known numbers of another wire type
+    (never the required ones, which would then be missing), and proto2 groups holding such."""
+    out = b""
+    for _ in range(draw(st.integers(0, 3))):
+        field = draw(st.sampled_from([5, 7, 8, 12, 13, 99, 1000]))
+        # Fields 5-13 are known to MessageMetadata or SingleMessageMetadata as varints or
+        # strings: only fixed-width values and groups are foreign to them.
+        kinds = [1, 5] + ([3] if depth else []) + ([0, 2] if field >= 99 else [])
+        wire_type = draw(st.sampled_from(kinds))
+        if wire_type == 0:
+            value = _varint(draw(u64))
+        elif wire_type in (1, 5):
+            value = bytes(8 if wire_type == 1 else 4)
+        elif wire_type == 2:
+            blob = draw(st.binary(max_size=6))
+            value = _varint(len(blob)) + blob
+        else:
+            value = draw(unknown_fields(depth - 1)) + _tag(field, 4)
+        out += _tag(field, wire_type) + value
+    return out
+
+
+@st.composite
+def stored_entries(draw, unknown=st.just(b"")):
+    """One stored entry: a plain message, a batch (maybe zlib-compressed), or a marker;
+    `unknown` draws extra bytes appended to each message's metadata."""
     kind = draw(st.sampled_from(["single", "batch", "batch", "marker"]))
     txn = draw(st.none() | st.tuples(st.integers(0, 15), st.integers(0, 1 << 40)))
     most, least = txn if txn is not None else (-1, -1)
@@ -56,7 +93,7 @@ def stored_entries(draw):
         if m["event_time"]:
             fields["event_time"] = m["event_time"]
         md = message_metadata(producer, sequence, publish, **fields)
-        data = headers_and_payload(md.SerializeToString(), m["payload"])
+        data = headers_and_payload(md.SerializeToString() + draw(unknown), m["payload"])
         return encode_entry(data, most, least, 0, 1, publish)
     batch = draw(st.lists(messages(), min_size=1, max_size=5))
     singles = []
@@ -70,13 +107,13 @@ def stored_entries(draw):
             single.event_time = m["event_time"]
         if m["sequence_id"] is not None:
             single.sequence_id = m["sequence_id"]
-        singles.append((single.SerializeToString(), m["payload"]))
+        singles.append((single.SerializeToString() + draw(unknown), m["payload"]))
     payload = build_batch(singles)
     if draw(st.booleans()):
         fields.update(compression=ZLIB, uncompressed_size=len(payload))
         payload = zlib.compress(payload)
     md = message_metadata(producer, sequence, publish, num_messages_in_batch=len(batch), **fields)
-    data = headers_and_payload(md.SerializeToString(), payload)
+    data = headers_and_payload(md.SerializeToString() + draw(unknown), payload)
     if draw(st.booleans()):
         data = data[6:]          # no checksum block: stored as sent by a client without CRC
     return encode_entry(data, most, least, 0, len(batch), publish)
@@ -120,6 +157,39 @@ def test_decoder_agrees_with_the_consumers_decoder(values, data):
     assert column_rows(columns) == ref.decode_entries(ledgers, entries, values, keep)
     for got, want in zip(entry_headers(values), ref.entry_headers(values)):
         assert np.array_equal(got, want)
+
+
+@PROPERTY
+@given(st.lists(stored_entries(unknown_fields()), min_size=1, max_size=6))
+def test_unknown_fields_are_skipped_like_the_consumers_decoder(values):
+    """Fields the broker's protobuf parse kept as unknown (a newer client's, a group, a known
+    number with another wire type) do not stop the Spark decoder where a consumer reads on."""
+    ledgers, entries = list(range(len(values))), [0] * len(values)
+    assert column_rows(decode_entries(ledgers, entries, values)) == ref.decode_entries(ledgers, entries, values)
+
+
+@pytest.mark.parametrize("unknown", [
+    _tag(99, 4),                                    # an end of group without its start
+    _tag(99, 3),                                    # a group not closed
+    _tag(99, 3) + _tag(98, 4),                      # closed as another group
+    _tag(99, 3) * 101 + _tag(99, 4) * 101,          # nested deeper than protobuf allows
+    _tag(99, 6),                                    # a wire type that does not exist
+])
+def test_malformed_unknown_fields_are_refused(unknown):
+    md = message_metadata("p", 1, 5).SerializeToString() + unknown
+    value = encode_entry(headers_and_payload(md, b"x"))
+    with pytest.raises(RecordFormatError):
+        decode_entries([1], [0], [value])
+    with pytest.raises(Exception, match="metadata"):
+        ref.decode_entries([1], [0], [value])
+
+
+def test_a_batched_property_missing_its_value_is_empty_like_the_consumers_decoder():
+    single = SingleMessageMetadata(payload_size=1).SerializeToString() + _tag(1, 2) + b"\x03" + _tag(1, 2) + b"\x01k"
+    md = message_metadata("p", 1, 5, num_messages_in_batch=1).SerializeToString()
+    value = encode_entry(headers_and_payload(md, build_batch([(single, b"x")])), num_messages=1)
+    rows = column_rows(decode_entries([1], [0], [value]))
+    assert rows == ref.decode_entries([1], [0], [value]) and rows[0]["properties"] == {"k": ""}
 
 
 def test_columns_are_native_arrays_with_offsets():
