@@ -29,6 +29,7 @@ from pyengine.broker.consumer import Consumer, Delivery
 from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Producer, Topic
+from pyengine.broker.transactions import append_condition
 from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.errors import InvalidTxnStatusError, NotAllowedError, PulsarError, to_pulsar_error
@@ -319,7 +320,8 @@ class EmbeddedProducer:
                 # if it failed; none once it succeeded.
                 registration = None if topic in txn._registered else txn._register_partition(topic)
                 stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
-                                             sequence_id=sequence_id, publish_time=publish_time, txn=txn.txn_id)
+                                             sequence_id=sequence_id, publish_time=publish_time, txn=txn.txn_id,
+                                             after=append_condition(txn.txn_id, registration))
             except Exception as exc:
                 raise to_pulsar_error(exc) from exc
             txn._in_flight += 1         # from here the commit waits for it, and aborts if it fails

@@ -132,10 +132,11 @@ class Topic:
 
     def publish(self, producer: Producer, data: bytes, *, sequence_id: int, num_messages: int = 1,
                 publish_time: int = 0, highest_sequence_id: int | None = None,
-                txn: TxnId | None = None) -> asyncio.Future[Position | None]:
+                txn: TxnId | None = None, after: asyncio.Future[Any] | None = None) -> asyncio.Future[Position | None]:
         """Store one entry (a message or a batch). The future resolves with its position once
         durable, or with None for a duplicate of something stored before; storage errors are
-        raised as they are (`pyengine.errors.to_pulsar_error` maps them for the wire)."""
+        raised as they are (`pyengine.errors.to_pulsar_error` maps them for the wire).
+        `after`: a v4 txn's registration of this partition (TransactionBuffer.append_checked)."""
         self._check_open()
         highest = sequence_id if highest_sequence_id is None else highest_sequence_id
         duplicate = self.dedup.duplicate_of(producer.name, highest)
@@ -146,7 +147,7 @@ class Topic:
         if txn is not None:
             if txn.most_bits == V5_COORDINATOR_ID:
                 check_txn_design(self.buffer, txn, self.name)
-            stored = self.buffer.append_checked(txn, data, num_messages, publish_time)
+            stored = self.buffer.append_checked(txn, data, num_messages, publish_time, after)
         else:
             stored = self.ledger.append(data, num_messages=num_messages, publish_time=publish_time)
         self.dedup.record(producer.name, highest, stored)

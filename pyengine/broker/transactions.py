@@ -43,6 +43,15 @@ def check_txn_design(buffer: object, txn: TxnId, topic: str) -> None:
         raise NotAllowedError(f"{topic} takes v4 transactions only; {txn} is a v5 (scalable-topic) transaction")
 
 
+def append_condition(txn: TxnId, registration: asyncio.Future[Any] | None) -> asyncio.Future[Any] | None:
+    """What a transactional append must be written with or after: the registration of its
+    partition, while a v4 coordinator is still writing it to the topics' storage environment
+    (a v5 registration is a metadata-store write, which the topic's storage cannot order)."""
+    if registration is None or registration.done() or txn.most_bits == V5_COORDINATOR_ID:
+        return None
+    return registration
+
+
 class V5Transactions:
     def __init__(self, store: MetadataStore, *, clock: Clock, retention_ms: int, sweep_interval_ms: int,
                  recheck_interval_s: float) -> None:
@@ -101,7 +110,18 @@ class CoordinatorRouter:
         return self._for(txn).register_acked_subscriptions(txn, subscriptions)
 
     async def add_produced_partitions(self, txn: TxnId, partitions: list[str]) -> None:
-        await self._for(txn).add_produced_partitions(txn, partitions)
+        """ADD_PARTITION_TO_TXN. A v4 answer does not wait for the record to be durable, only
+        queued: the coordinators' log shares the topics' storage environment, whose group
+        commits are written in order, and every transactional append of this broker is
+        written with or after its partition's registration, failing if that failed
+        (`append_condition`). So no message can be durable without its registration, and a
+        producer's first send of a txn does not wait a group commit for it (Apache's broker
+        answers after the log write). v5 writes to the metadata store: awaited."""
+        coordinator = self._for(txn)
+        if coordinator is self.v4:
+            coordinator.register_produced_partitions(txn, partitions).add_done_callback(_retrieve)
+            return
+        await coordinator.add_produced_partitions(txn, partitions)
 
     async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
         await self._for(txn).add_acked_subscriptions(txn, subscriptions)
@@ -118,3 +138,10 @@ class CoordinatorRouter:
                 f"{txn} is a v5 transaction: its state is the header /txn/<txnId> in the metadata store "
                 "(service.coordinator.v5.get)")
         return self.v4.get(txn)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """A registration nobody awaits: its failure is retrieved here (an append made
+    conditional on it fails with it)."""
+    if not future.cancelled():
+        future.exception()

@@ -29,6 +29,7 @@ from core_ext.frames import FrameDecoder, FrameError
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
+from pyengine.broker.transactions import append_condition
 from pyengine.errors import (
     ChecksumError,
     ConsumerBusyError,
@@ -550,7 +551,8 @@ class ServerConnection(asyncio.Protocol):
         registration = self.service.coordinator.register_produced_partitions(txn, [topic.name])
         registration.add_done_callback(_retrieve)
         stored = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
-                               publish_time=publish_time, highest_sequence_id=highest, txn=txn)
+                               publish_time=publish_time, highest_sequence_id=highest, txn=txn,
+                               after=append_condition(txn, registration))
 
         async def both() -> Position | None:
             try:

@@ -1,5 +1,43 @@
 """Helpers shared by the broker tests."""
 
+import asyncio
+import threading
+
+
+class GatedWriter:
+    """Holds each group commit of `env` until the test lets it through (or fails it)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+        self.original = env._write_batch
+        self.arrived = threading.Semaphore(0)
+        self.allowed = threading.Semaphore(0)
+        self.failures: list[BaseException] = []
+        env._write_batch = self._write
+
+    def _write(self, writes):
+        self.arrived.release()
+        if not self.allowed.acquire(timeout=10):
+            raise RuntimeError("the test never let this group commit through")
+        if self.failures:
+            raise self.failures.pop(0)
+        return self.original(writes)
+
+    async def next_commit(self) -> None:
+        """Wait until a group commit is being held."""
+        assert await asyncio.to_thread(self.arrived.acquire, True, 10), "no group commit came"
+
+    def let_through(self, failure: BaseException | None = None) -> None:
+        """Let one group commit go on, or fail with `failure` (as an I/O error would)."""
+        if failure is not None:
+            self.failures.append(failure)
+        self.allowed.release()
+
+    def open(self) -> None:
+        self.env._write_batch = self.original
+        for _ in range(100):
+            self.allowed.release()
+
 
 async def drain(consumer, timeout=0.2):
     """Everything the consumer can receive now (stops after `timeout` s of silence)."""

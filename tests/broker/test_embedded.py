@@ -18,7 +18,7 @@ from pyengine.errors import (
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine_kernels import Position
-from tests.broker.helpers import drain, publish_batch
+from tests.broker.helpers import GatedWriter, drain, publish_batch
 
 T = "persistent://public/default/t"
 
@@ -434,3 +434,32 @@ def test_embedding_does_not_load_the_http_stack():
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp'))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+async def test_a_send_queued_behind_its_failed_registration_is_not_stored(tmp_path):
+    """A txn's second send goes to the group commit after the one writing its partition's
+    registration: when that commit fails, the second send fails too. Stored, it would be a
+    message of a txn whose coordinator does not know the partition, never ended there."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        await producer.send(b"plain")                       # the topic exists before the gate
+        earlier = await broker.new_transaction()
+        await producer.send(b"aborted", txn=earlier)        # and takes transactions already
+        await earlier.abort()
+        txn = await broker.new_transaction()
+        gate = GatedWriter(broker.service.env)
+        try:
+            first = asyncio.ensure_future(producer.send(b"first", txn=txn))
+            await gate.next_commit()                        # the registration and "first", held
+            second = asyncio.ensure_future(producer.send(b"second", txn=txn))
+            await asyncio.sleep(0.05)                       # "second" queued for the next commit
+            gate.let_through(OSError(5, "injected I/O error"))
+        finally:
+            gate.open()
+        outcomes = await asyncio.gather(first, second, return_exceptions=True)
+        assert all(isinstance(o, Exception) for o in outcomes), outcomes
+        topic = await broker.service.get_topic(T)
+        assert txn.txn_id not in {t for t, _ in topic.buffer.ongoing_txns()}
+        assert broker.service.coordinator.get(txn.txn_id).partitions == []
+        assert [m.data for m in await drain(consumer)] == [b"plain"]

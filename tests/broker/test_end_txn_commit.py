@@ -4,41 +4,15 @@ without it), and a decision that cannot be written leaves nothing applied anywhe
 
 import asyncio
 import contextlib
-import threading
 
 import pytest
 
 from pyengine.broker import Broker
 from pyengine.errors import PersistenceError
 from pyengine.transaction import TxnAction, TxnStatus
-from tests.broker.helpers import drain
+from tests.broker.helpers import GatedWriter, drain
 
 T = "persistent://public/default/end-txn"
-
-
-class GatedWriter:
-    """Holds each group commit of `env` until the test lets it through."""
-
-    def __init__(self, env) -> None:
-        self.env = env
-        self.original = env._write_batch
-        self.arrived = threading.Semaphore(0)
-        self.allowed = threading.Semaphore(0)
-        env._write_batch = self._write
-
-    def _write(self, writes):
-        self.arrived.release()
-        if not self.allowed.acquire(timeout=10):
-            raise RuntimeError("the test never let this group commit through")
-        return self.original(writes)
-
-    async def next_commit(self) -> None:
-        assert await asyncio.to_thread(self.arrived.acquire, True, 10), "no group commit came"
-
-    def open(self) -> None:
-        self.env._write_batch = self.original
-        for _ in range(100):
-            self.allowed.release()
 
 
 @contextlib.asynccontextmanager
@@ -60,7 +34,7 @@ async def test_the_decision_and_the_marker_share_one_group_commit(tmp_path):
         try:
             commit = asyncio.ensure_future(txn.commit())
             await gate.next_commit()
-            gate.allowed.release()                   # exactly one group commit
+            gate.let_through()                       # exactly one group commit
             # The caller is answered once decision and marker are durable: one commit did both
             # (the terminal record comes after the answer).
             await asyncio.wait_for(asyncio.shield(commit), 5)

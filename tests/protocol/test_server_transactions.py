@@ -12,6 +12,8 @@ from pyengine.broker.policies import TC_ASSIGN_TOPIC
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.server import ProtocolServer
 from pyengine.transaction import TxnAction
+from pyengine_kernels import TxnId
+from tests.broker.helpers import GatedWriter
 from tests.protocol.conftest import NUM_COORDINATORS
 from tests.protocol.wire_driver import BaseCommand, WireClient, metadata
 
@@ -223,3 +225,70 @@ async def test_a_connection_without_transaction_requests_gets_no_transaction_res
     message, _ = await observer.message()
     assert message.consumer_id == 0
     await observer.no_command()
+
+
+async def test_add_partition_is_answered_before_its_record_is_durable(service, server: ProtocolServer,
+                                                                     client: WireClient, connect: Connect) -> None:
+    """v4 answers ADD_PARTITION_TO_TXN once its record is queued: the SEND that follows is
+    written with it or after it, so a txn's first send waits for one group commit, not two."""
+    watcher = await connect(server.port)
+    await watcher.subscribe(TOPIC, "watch", permits=100)
+    await client.create_producer(TOPIC)
+    txn = await new_txn(client)
+    gate = GatedWriter(service.env)
+    try:
+        added = await txn.request("ADD_PARTITION_TO_TXN", partitions=[TOPIC])    # nothing can be written
+        assert not added.HasField("error")
+        await gate.next_commit()                      # the registration's group commit, held
+        meta = metadata(sequence_id=0, txnid_most_bits=0, txnid_least_bits=txn.bits["txnid_least_bits"])
+        client.send_payload("SEND", meta, b"in txn", producer_id=0, sequence_id=0, **txn.bits)
+        await client.no_command(0.3)                  # not stored before its registration is
+    finally:
+        gate.open()
+    assert (await client.expect("SEND_RECEIPT")).sequence_id == 0
+    assert not (await txn.end(COMMIT)).HasField("error")
+    assert (await watcher.message())[1] == b"in txn"
+
+
+@pytest.mark.parametrize("first_txn", [True, False], ids=["first-txn-of-the-topic", "transactional-topic"])
+async def test_a_send_after_a_registration_that_failed_stores_nothing(service, server: ProtocolServer,
+                                                                      client: WireClient, connect: Connect,
+                                                                      first_txn: bool) -> None:
+    """The early answer's other half: the registration's write fails after the client was
+    told it succeeded; the send queued behind it fails with it instead of leaving a message
+    that the coordinator would never end (its partition unknown after the undo). The send
+    waits in the buffer while the topic is first marked transactional; after that it goes to
+    the ledger at once, conditional on the registration's write."""
+    watcher = await connect(server.port)
+    await watcher.subscribe(TOPIC, "watch", permits=100)
+    await client.create_producer(TOPIC)
+    if not first_txn:
+        earlier = await new_txn(client)
+        assert (await client.publish(0, 100, b"aborted", **earlier.bits)).type == BaseCommand.SEND_RECEIPT
+        assert not (await earlier.end(ABORT)).HasField("error")
+    txn = await new_txn(client)
+    least = txn.bits["txnid_least_bits"]
+    gate = GatedWriter(service.env)
+    try:
+        assert not (await txn.request("ADD_PARTITION_TO_TXN", partitions=[TOPIC])).HasField("error")
+        await gate.next_commit()                      # held: the send goes to the next commit
+        meta = metadata(sequence_id=0, txnid_most_bits=0, txnid_least_bits=least)
+        client.send_payload("SEND", meta, b"lost", producer_id=0, sequence_id=0, **txn.bits)
+        await client.no_command(0.3)
+        gate.let_through(OSError(5, "injected I/O error"))      # the registration's commit fails
+    finally:
+        gate.open()
+    error = await client.expect("SEND_ERROR")
+    assert (error.sequence_id, error.error) == (0, pb.PersistenceError) and "not written" in error.message
+    topic = service.topics[TOPIC]
+    stored = topic.ledger.read_entries(topic.ledger.first_position(), 10)
+    assert [e for e in stored if e.txn == TxnId(0, least)] == []
+    assert TxnId(0, least) not in {t for t, _ in topic.buffer.ongoing_txns()}
+    assert service.coordinator.get(TxnId(0, least)).partitions == []
+    # The txn goes on: its next send registers the partition again.
+    again = metadata(sequence_id=101, txnid_most_bits=0, txnid_least_bits=least)
+    client.send_payload("SEND", again, b"again", producer_id=0, sequence_id=101, **txn.bits)
+    assert (await client.expect("SEND_RECEIPT")).sequence_id == 101
+    assert not (await txn.end(COMMIT)).HasField("error")
+    assert (await watcher.message())[1] == b"again"
+    await watcher.no_command()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
+from pyengine.errors import NotAllowedError
 from pyengine.storage.entry import Entry
 from pyengine_kernels import AbortedTxnSet, Position, TxnId
 
@@ -41,10 +42,15 @@ class TransactionBuffer(ABC):
         Fails at once with TransactionConflictError/NotAllowedError for a txn that already
         ended on this topic."""
 
-    def append_checked(self, txn: TxnId, data: bytes, num_messages: int,
-                       publish_time: int) -> asyncio.Future[Position]:
+    def append_checked(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int,
+                       after: asyncio.Future[Any] | None = None) -> asyncio.Future[Position]:
         """`append` for callers whose arguments are known good (the broker's publish path):
-        an implementation may skip their checks."""
+        an implementation may skip their checks. `after`: the coordinator's registration of
+        this partition with `txn`, maybe still being written to the same storage environment:
+        the entry is durable only with or after it, and fails if it failed (v4 only: a v5
+        registration is no write of this environment)."""
+        if after is not None:
+            raise NotAllowedError(f"{type(self).__name__} appends are not ordered after storage writes")
         return self.append(txn, data, num_messages=num_messages, publish_time=publish_time)
 
     @abstractmethod

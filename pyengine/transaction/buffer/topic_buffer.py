@@ -65,6 +65,7 @@ class _QueuedAppend:
     num_messages: int
     publish_time: int
     future: asyncio.Future[Position]
+    after: asyncio.Future[Any] | None
 
 
 class TopicTransactionBuffer(TransactionBuffer):
@@ -156,12 +157,17 @@ class TopicTransactionBuffer(TransactionBuffer):
             _check_int("publish_time", publish_time, minimum=0)
         return self.append_checked(txn, data, num_messages, publish_time)
 
-    def append_checked(self, txn: TxnId, data: bytes, num_messages: int,
-                       publish_time: int) -> asyncio.Future[Position]:
+    def append_checked(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int,
+                       after: asyncio.Future[Any] | None = None) -> asyncio.Future[Position]:
         """`append` without the checks of its arguments: the broker's publish path, whose
-        callers decoded or built them."""
+        callers decoded or built them (`after`: see TransactionBuffer.append_checked)."""
+        if after is not None and after.done():
+            if after.cancelled() or after.exception() is not None:
+                return _failed(asyncio.get_running_loop(), StorageError(
+                    f"not written: the registration of {self.ledger.name} with {txn} failed"))
+            after = None
         if self.state is not BufferState.READY or not self._transactional or self._queued:
-            return self._append_queued(txn, data, num_messages, publish_time)
+            return self._append_queued(txn, data, num_messages, publish_time, after)
         # A txn already open here (and not being ended) has not ended: skip the checks.
         ongoing = txn in self._ongoing and txn not in self._ending
         if not ongoing and self._has_ended(txn):
@@ -171,22 +177,22 @@ class TopicTransactionBuffer(TransactionBuffer):
         try:
             position, durable = self.ledger.append_entry(
                 data, txn_most=txn.most_bits, txn_least=txn.least_bits,
-                num_messages=num_messages, publish_time=publish_time)
+                num_messages=num_messages, publish_time=publish_time, after=after)
         except StorageError as exc:
             return _failed(asyncio.get_running_loop(), exc)
         if position is not None and not ongoing:
             self._register(txn, position)
         return durable
 
-    def _append_queued(self, txn: TxnId, data: bytes, num_messages: int,
-                       publish_time: int) -> asyncio.Future[Position]:
+    def _append_queued(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int,
+                       after: asyncio.Future[Any] | None) -> asyncio.Future[Position]:
         loop = asyncio.get_running_loop()
         if self.state is BufferState.CLOSED:
             return _failed(loop, ServiceNotReadyError(f"the transaction buffer of {self.ledger.name} is closed"))
         # Until recovery is over (the ended txns are not all known yet), and until the topic is
         # durably marked as transactional, appends wait here in order (as Pulsar's do).
         future: asyncio.Future[Position] = loop.create_future()
-        self._queued.append(_QueuedAppend(txn, data, num_messages, publish_time, future))
+        self._queued.append(_QueuedAppend(txn, data, num_messages, publish_time, future, after))
         if self.state is BufferState.READY:
             self._release_queue()
         return future
@@ -243,7 +249,8 @@ class TopicTransactionBuffer(TransactionBuffer):
         queued, self._queued = self._queued, deque()
         for item in queued:
             if not item.future.done():
-                _chain(self.append_checked(item.txn, item.data, item.num_messages, item.publish_time), item.future)
+                _chain(self.append_checked(item.txn, item.data, item.num_messages, item.publish_time, item.after),
+                       item.future)
 
     def _fail_queue(self, error: Exception) -> None:
         while self._queued:

@@ -395,7 +395,12 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             undo()
             _discard(state.log_keys, key)
 
-        state.last_write = self._submit(lambda txn: txn.put(key, value, db=db), undo_op, linger=linger)
+        # Chained on the txn's write still in flight: if that one fails, so does this one. So
+        # `last_write` stands for every registration before it, and an append made conditional
+        # on it (ServerConnection._publish_in_txn) is never durable without its partition's.
+        previous = state.last_write if state.last_write is not None and not state.last_write.done() else None
+        state.last_write = self._submit(lambda txn: txn.put(key, value, db=db), undo_op, linger=linger,
+                                        after=previous)
         return state.last_write
 
     def submit_decision(self, txn: TxnId, new: TxnStatus, *, timed_out: bool = False) -> tuple[TxnMeta, asyncio.Future[Any]]:
@@ -472,8 +477,9 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
     # --- helpers --------------------------------------------------------------------------
 
     def _submit(self, write: Callable[[lmdb.Transaction], Any], undo: Callable[[], None] | None = None, *,
-                linger: bool = False, lazy: bool = False) -> asyncio.Future[Any]:
-        future = self._env.submit(write, linger=linger, lazy=lazy)
+                linger: bool = False, lazy: bool = False,
+                after: asyncio.Future[Any] | None = None) -> asyncio.Future[Any]:
+        future = self._env.submit(write, linger=linger, lazy=lazy, after=after)
         self._in_flight[future] = Outcome()
         future.add_done_callback(partial(self._write_settled, undo))     # one callback, one loop hop
         return future

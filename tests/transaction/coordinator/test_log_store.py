@@ -22,6 +22,7 @@ from pyengine.transaction import TxnStatus
 from pyengine.transaction.coordinator import log_records as records
 from pyengine.transaction.coordinator.log_store import LEGAL_TRANSITIONS, LogTransactionMetadataStore
 from pyengine_kernels import TxnId
+from tests.broker.helpers import GatedWriter
 
 S = TxnStatus
 HOUR = 3_600_000
@@ -449,6 +450,29 @@ async def test_a_failed_write_leaves_no_trace(data_dir, clock):
         await store.close()
     finally:
         env.close()
+
+
+async def test_a_failed_registration_fails_the_ones_queued_behind_it(env, clock, reopen):
+    """A txn's op records chain: one whose write fails takes its txn's later ones with it, so
+    the txn's latest write stands for all its registrations (a broker's transactional append
+    is written conditional on it: ServerConnection._publish_in_txn)."""
+    store = await open_store(env, clock)
+    txn, other = await drive_to(store, S.OPEN), await drive_to(store, S.OPEN)
+    gate = GatedWriter(env)
+    try:
+        first = store.register_produced_partitions(txn, ["a"])
+        await gate.next_commit()                                   # "a" is being written
+        second = store.register_produced_partitions(txn, ["b"])   # queued behind it
+        unrelated = store.register_produced_partitions(other, ["c"])
+        gate.let_through(OSError(5, "injected I/O error"))
+    finally:
+        gate.open()
+    outcomes = await asyncio.gather(first, second, unrelated, return_exceptions=True)
+    assert [isinstance(o, StorageError) for o in outcomes] == [True, True, False]
+    assert (store.get(txn).partitions, store.get(other).partitions) == ([], ["c"])
+    store, env = await restart(store, reopen, env, clock)
+    assert (store.get(txn).partitions, store.get(other).partitions) == ([], ["c"])
+    await store.close()
 
 
 async def test_finished_records_beyond_the_cap_are_purged_oldest_first(env, clock, reopen):
