@@ -138,7 +138,8 @@ class PartitionProducer(ConnectionHandler):
         self._pending_messages = 0
         self._space_waiters: deque[asyncio.Future[None]] = deque()
         # Sends of transactions waiting for their partition's registration, in send order.
-        self._held: deque[tuple[asyncio.Future[None], asyncio.Future[MessageId], tuple[Any, ...]]] = deque()
+        # (registration, result, message, when it was handed in)
+        self._held: deque[tuple[asyncio.Future[None], asyncio.Future[MessageId], tuple[Any, ...], float]] = deque()
         self._held_submitter: asyncio.Future[None] | None = None
         self._batch: BatchContainer | None = None
         self._batch_timer: asyncio.TimerHandle | None = None
@@ -256,7 +257,8 @@ class PartitionProducer(ConnectionHandler):
                 and not (self.options.block_if_queue_full and self.queue_full):
             return self.submit(payload, key, properties, event_time, sequence_id, txn)
         result: asyncio.Future[MessageId] = self._loop.create_future()
-        self._held.append((registration, result, (payload, key, properties, event_time, sequence_id, txn)))
+        self._held.append((registration, result, (payload, key, properties, event_time, sequence_id, txn),
+                           self._loop.time()))
         if self._held_submitter is None:
             self._held_submitter = asyncio.ensure_future(self._submit_held())
         return result
@@ -275,8 +277,9 @@ class PartitionProducer(ConnectionHandler):
                 except Exception as exc:
                     failure = exc
                 # Every message held behind this registration, in order, checked once for it.
+                first_held_at = self._held[0][3]
                 while self._held and self._held[0][0] is registration:
-                    _, result, message = self._held[0]
+                    _, result, message, _ = self._held[0]
                     if failure is not None:
                         if not result.done():
                             result.set_exception(failure)
@@ -290,8 +293,22 @@ class PartitionProducer(ConnectionHandler):
                                 result.set_exception(exc)
                     if self._held and self._held[0][1] is result:
                         self._held.popleft()
+                self._flush_batch_by(first_held_at + self.options.batching_max_publish_delay_ms / 1000)
         finally:
             self._held_submitter = None
+
+    def _flush_batch_by(self, deadline: float) -> None:
+        """Held messages waited in the producer already: their batch goes when the batching
+        delay has passed since they were handed in, not a whole delay after their release
+        (a txn's first messages wait for its ADD_PARTITION_TO_TXN, then the batch)."""
+        timer = self._batch_timer
+        if timer is None or timer.when() <= deadline:
+            return
+        if self._loop.time() >= deadline:
+            self._flush_batch()
+        else:
+            timer.cancel()
+            self._batch_timer = self._loop.call_at(deadline, self._flush_batch)
 
     def _send_single(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
                      future: asyncio.Future[MessageId]) -> None:
@@ -426,7 +443,7 @@ class PartitionProducer(ConnectionHandler):
 
     def _fail_pending(self, error: BaseException) -> None:
         held, self._held = self._held, deque()
-        for _, result, _ in held:
+        for _, result, _, _ in held:
             if not result.done():
                 result.set_exception(error)
         pending, self._pending = self._pending, deque()

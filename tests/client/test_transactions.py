@@ -260,3 +260,26 @@ async def test_transactional_batches(client):
         await watcher.receive(timeout=0.2)
     await txn.commit()
     assert [int((await watcher.receive(timeout=5)).data) for _ in range(25)] == list(range(25))
+
+
+async def test_messages_held_for_their_registration_count_that_wait_in_the_batching_delay(client, monkeypatch):
+    """A txn's first messages wait for ADD_PARTITION_TO_TXN; their batch then goes once the
+    batching delay has passed since they were sent, not a whole delay after the registration."""
+    coordinator = client._core.coordinator
+    registered = asyncio.Event()
+    original = coordinator.add_partition
+
+    async def slow(*args):
+        await registered.wait()
+        await original(*args)
+    monkeypatch.setattr(coordinator, "add_partition", slow)
+    producer = await client.create_producer(OUT, batching_enabled=True, batching_max_publish_delay_ms=1000)
+    txn = await client.new_transaction()
+    sent = [producer.send_async(b"%d" % i, txn=txn) for i in range(3)]
+    await asyncio.sleep(1.2)                     # longer than the batching delay, all of it held
+    released = asyncio.get_running_loop().time()
+    registered.set()
+    ids = await asyncio.wait_for(asyncio.gather(*sent), 5)
+    assert asyncio.get_running_loop().time() - released < 0.5     # not another second
+    assert {i.batch_size for i in ids} == {3}
+    await txn.commit()
