@@ -64,9 +64,12 @@ NOTES_HEAD = """
 Setup: the broker (`pyengine serve`, LMDB, fsync ON unless said otherwise: every publish
 receipt and END_TXN response is sent after the group commit's fsync, as Pulsar's bookie journal
 syncs by default) and the load generator (`pyengine perf`, uvloop, one process per run) run as
-separate processes on loopback. Three brokers (fresh data dirs) run side by side, idle
-when not measured: uvloop + fsync (the main figures), asyncio + fsync, uvloop without fsync;
-every run uses its own topic. Each run has a warm-up that is not measured, then the measured
+separate processes on loopback. Every run has a broker of its own, started on an empty data
+dir (deleted after): uvloop + fsync (the main figures), asyncio + fsync, uvloop without fsync.
+(Until 2026-11-25, night, three brokers ran side by side for the whole suite, and the
+transactional run always followed a plain run on the same broker, whose data dir then held
+several GB more: on this VM that made it pay for the plain run's writes; see the last note.)
+Each run has a warm-up that is not measured, then the measured
 period (full run: 2 s + 8 s; `--quick`: 0.5 s + 2 s and one round). Max-rate runs keep at most 1000 messages in
 flight per producer (pulsar-perf's default); batches of up to 1000 messages / 128 KiB, 1 ms
 batch window (pulsar-perf's `-b 1`). The transactional throughput run uses 10 producers with
@@ -96,7 +99,8 @@ timer in the client, on this VM while it was shared):
   in order by one task and settled by their own receipts (20 -> 14 us per message). Measured
   2026-11-25 (one run each, /proc counters): the load generator 3.2-3.5 us per message plain at
   280-350k msg/s, the broker 1.5-2.2 us (its loop and writer threads together, user + system).
-- A transaction of 100 messages is, over the wire, four durable steps one after another:
+- A transaction of 100 messages is, over the wire, four durable steps one after another
+  (until the change below, ADD_PARTITION_TO_TXN's answer waited for its record too):
   NEW_TXN (coordinator log record), ADD_PARTITION_TO_TXN (log record; the client holds the
   sends until it is answered, as Pulsar's clients do), the sends (entries), END_TXN (the
   decision record and the commit marker, now written by one group commit: the marker is a
@@ -115,9 +119,22 @@ timer in the client, on this VM while it was shared):
   1.5 / 1.8-2.1, load generator 3.0-3.5 / 4.6-5.7. Per transaction of 100 that is ~200 us
   more of the broker's Python (about what the embedded engine spends per transaction: the
   coordinator's records, the marker, the buffer; the three extra commands themselves are a
-  small part) and ~130 us more of the load generator's. Not done: answering NEW_TXN /
-  ADD_PARTITION_TO_TXN before their records are durable (PIP-31 logs them first), and a writer that writes commit N+1 while
-  commit N syncs (LMDB allows it only without its own fsync ordering: not crash-safe).
+  small part) and ~130 us more of the load generator's. Not done: answering NEW_TXN before
+  its record is durable (a lost record would let a restarted coordinator hand out the same id
+  again), and a writer that writes commit N+1 while commit N syncs (LMDB allows it only
+  without its own fsync ordering: not crash-safe).
+- 2026-11-25, night: ADD_PARTITION_TO_TXN is answered once its record is queued (every
+  transactional append is written with or after its partition's registration, so no message
+  is durable without it; see `CoordinatorRouter.add_produced_partitions`), and the sends a
+  client held for it go when the batching delay has passed since they were sent, not a whole
+  delay after the answer. Brokers with each change behind a switch, three rounds taking turns
+  (runs of 4 s): transactional 132-150k msg/s with neither, 154-185k with the early answer,
+  137-166k with the batch timing, 167-204k with both; their plain runs 252-368k, the ratios
+  0.41-0.48 with neither and 0.57-0.66 with both. A per-commit trace of the writer thread
+  then shows it idle 40% of the time in the transactional run (commits of 0.6-0.7 ms every
+  1.1 ms, ~230 messages each, as many as plain's): what is left is CPU, both processes
+  together near the machine's two cores, /proc per message: the broker's loop 1.9-2.9 us user
+  (0.4 plain), its writer about the same as plain, the load generator 4.4-6.8 (3.6-4.3).
 - Per transaction of 100 on this VM (one quiet-machine run of each, /proc CPU counters per
   thread): the broker's event loop spends ~0.9 ms against ~0.3 ms for 100 plain messages (the
   transaction's 100 messages arrive as one batch entry, so its cost is per transaction:
@@ -270,23 +287,24 @@ def measure(quick: bool, record: bool = False) -> dict[str, float]:
     txn_flags = ("--messages-per-txn", str(PER_TXN), "--producers", str(TXN_PRODUCERS),
                  "--max-pending", str(TXN_PENDING))
 
-    def run(broker: ServeProcess, label: str, mode: str, *flags: str) -> PerfRun:
-        return perf(broker, label, mode, *flags, duration=duration, warmup=warmup)
+    def run(label: str, mode: str, *flags: str, fsync: bool = True, loop: str = "uvloop") -> PerfRun:
+        # Every run on a broker of its own, started on an empty data dir: a broker that has
+        # already stored the previous run's gigabytes writes slower on this VM (see the notes),
+        # and the run that came second on a shared broker would pay for it.
+        with broker_on(loop if fsync else "nofsync", fsync=fsync, loop=loop) as broker:
+            return perf(broker, label, mode, *flags, duration=duration, warmup=warmup)
 
-    with broker_on("uvloop") as uv, broker_on("asyncio", loop="asyncio") as aio, \
-            broker_on("nofsync", fsync=False) as nofsync:
-        # The max-rate runs of every configuration take turns, `repeats` rounds, and each
-        # figure takes its best round: the machine's other load comes and goes, and it
-        # should not decide a ratio by landing on one side of it.
-        rounds = [[run(uv, "plain publish, max rate", "produce"),
-                   run(uv, "100 per txn, max rate", "txn", *txn_flags, "--no-visibility"),
-                   run(aio, "plain publish, max rate, broker on asyncio", "produce"),
-                   run(nofsync, "plain publish, max rate, no fsync", "produce")]
-                  for _ in range(repeats)]
-        plain, txn, on_asyncio, no_fsync = (max(runs, key=lambda r: r.result["msgs_per_s"]) for runs in zip(*rounds))
-        plain_half = run(uv, "plain publish, half rate", "produce", "--rate", f"{plain.result['msgs_per_s'] / 2:.0f}")
-        txn_half = run(uv, "100 per txn, half rate", "txn", *txn_flags,
-                       "--rate", f"{txn.result['msgs_per_s'] / 2:.0f}")
+    # The max-rate runs of every configuration take turns, `repeats` rounds, and each figure
+    # takes its best round: the machine's other load comes and goes, and it should not decide
+    # a ratio by landing on one side of it.
+    rounds = [[run("plain publish, max rate", "produce"),
+               run("100 per txn, max rate", "txn", *txn_flags, "--no-visibility"),
+               run("plain publish, max rate, broker on asyncio", "produce", loop="asyncio"),
+               run("plain publish, max rate, no fsync", "produce", fsync=False)]
+              for _ in range(repeats)]
+    plain, txn, on_asyncio, no_fsync = (max(runs, key=lambda r: r.result["msgs_per_s"]) for runs in zip(*rounds))
+    plain_half = run("plain publish, half rate", "produce", "--rate", f"{plain.result['msgs_per_s'] / 2:.0f}")
+    txn_half = run("100 per txn, half rate", "txn", *txn_flags, "--rate", f"{txn.result['msgs_per_s'] / 2:.0f}")
 
     figures = {
         "publish_msgs_per_s": plain.result["msgs_per_s"],
