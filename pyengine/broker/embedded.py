@@ -442,8 +442,8 @@ class EmbeddedConsumer:
                 return
             txn._check_open()
             registration = txn._register_subscription(self._topic.name, self._subscription.name)
-            operation = asyncio.ensure_future(
-                self._subscription.ack_with_transaction(self._consumer, txn.txn_id, acks=[ack]))
+            operation = asyncio.ensure_future(self._subscription.ack_with_transaction(
+                self._consumer, txn.txn_id, acks=[ack], after=append_condition(txn.txn_id, registration)))
             txn._track(registration, operation)     # the commit waits for them, whatever happens here
             await registration
             await operation
@@ -473,10 +473,12 @@ class EmbeddedConsumer:
                 return
             txn._check_open()
             registration = txn._register_subscription(self._topic.name, subscription.name)
+            after = append_condition(txn.txn_id, registration)
             operation = asyncio.ensure_future(
-                subscription.ack_with_transaction(self._consumer, txn.txn_id, cumulative=message_id.position)
+                subscription.ack_with_transaction(self._consumer, txn.txn_id, cumulative=message_id.position,
+                                                  after=after)
                 if ack is None else
-                subscription.ack_cumulative_in_batch_with_transaction(self._consumer, txn.txn_id, ack))
+                subscription.ack_cumulative_in_batch_with_transaction(self._consumer, txn.txn_id, ack, after=after))
             txn._track(registration, operation)     # the commit waits for them, whatever happens here
             await registration
             await operation

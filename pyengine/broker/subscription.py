@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.dispatcher import Dispatcher
@@ -123,7 +123,10 @@ class Subscription:
 
     async def ack_with_transaction(self, consumer: Consumer | None, txn: TxnId,
                                    acks: list[IndividualAck] | None = None,
-                                   cumulative: Position | None = None) -> None:
+                                   cumulative: Position | None = None,
+                                   after: asyncio.Future[Any] | None = None) -> None:
+        """`after`: the txn's registration of this subscription while it is being written
+        (`pyengine.broker.transactions.append_condition`)."""
         if self.pending_ack is None:
             raise NotAllowedError(f"subscription {self.name} cannot acknowledge in a transaction "
                                   "(a reader's subscription is not durable)")
@@ -132,10 +135,10 @@ class Subscription:
             if self.sub_type in ("shared", "key_shared"):
                 raise NotAllowedError(
                     f"cumulative acknowledgement is not allowed on {self.sub_type} subscriptions")
-            await self.pending_ack.cumulative_ack(txn, cumulative)
+            await self.pending_ack.cumulative_ack(txn, cumulative, after=after)
             reserved = [p for p in (consumer.pending if consumer else {}) if p <= cumulative]
         else:
-            await self.pending_ack.individual_ack(txn, acks or [])
+            await self.pending_ack.individual_ack(txn, acks or [], after=after)
             reserved = [a.position for a in acks or []
                         if self.pending_ack.is_fully_pending(a.position, a.batch_size)]
         if consumer is not None:
@@ -144,7 +147,8 @@ class Subscription:
                     self._reserved_by_txn.setdefault(txn, set()).add(position)
 
     async def ack_cumulative_in_batch_with_transaction(self, consumer: Consumer | None, txn: TxnId,
-                                                       ack: IndividualAck) -> None:
+                                                       ack: IndividualAck,
+                                                       after: asyncio.Future[Any] | None = None) -> None:
         """A transactional cumulative ack of a message inside a batch, as the Java client sends
         it: the batch's entry with the ack set of its later indexes (set bits, still free).
         It covers every entry before the batch, cumulatively, and the batch's indexes up to the
@@ -174,7 +178,7 @@ class Subscription:
             covered = holder[1]
         before = self.topic.ledger.previous_position(ack.position)
         if before > covered:
-            await self.ack_with_transaction(consumer, txn, cumulative=before)
+            await self.ack_with_transaction(consumer, txn, cumulative=before, after=after)
         all_indexes = ackset_new(size)
         free = list(ack.ack_set)              # in Pulsar's convention: a set bit is not acked
         cursor_free = self.cursor.batch_ack_set(ack.position)
@@ -182,7 +186,8 @@ class Subscription:
             free = ackset_or(free, ackset_andnot(all_indexes, cursor_free))
         if mine is not None and mine.ack_set is not None:
             free = ackset_or(free, ackset_andnot(all_indexes, list(mine.ack_set)))
-        await self.ack_with_transaction(consumer, txn, acks=[IndividualAck(ack.position, size, tuple(free))])
+        await self.ack_with_transaction(consumer, txn, acks=[IndividualAck(ack.position, size, tuple(free))],
+                                        after=after)
 
     def auto_ack(self, positions: list[Position]) -> None:
         """Markers and aborted entries: acknowledged so they never count as backlog."""

@@ -44,9 +44,10 @@ def check_txn_design(buffer: object, txn: TxnId, topic: str) -> None:
 
 
 def append_condition(txn: TxnId, registration: asyncio.Future[Any] | None) -> asyncio.Future[Any] | None:
-    """What a transactional append must be written with or after: the registration of its
-    partition, while a v4 coordinator is still writing it to the topics' storage environment
-    (a v5 registration is a metadata-store write, which the topic's storage cannot order)."""
+    """What a transactional append (or pending-ack record) must be written with or after: the
+    registration of its partition (subscription), while a v4 coordinator is still writing it
+    to the topics' storage environment (a v5 registration is a metadata-store write, which the
+    topic's storage cannot order)."""
     if registration is None or registration.done() or txn.most_bits == V5_COORDINATOR_ID:
         return None
     return registration
@@ -124,7 +125,13 @@ class CoordinatorRouter:
         await coordinator.add_produced_partitions(txn, partitions)
 
     async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
-        await self._for(txn).add_acked_subscriptions(txn, subscriptions)
+        """ADD_SUBSCRIPTION_TO_TXN, answered as `add_produced_partitions` is: a transactional
+        ack's pending-ack record is written with or after its subscription's registration."""
+        coordinator = self._for(txn)
+        if coordinator is self.v4:
+            coordinator.register_acked_subscriptions(txn, subscriptions).add_done_callback(_retrieve)
+            return
+        await coordinator.add_acked_subscriptions(txn, subscriptions)
 
     async def end_transaction(self, txn: TxnId, action: TxnAction, *, check_epoch: bool = True) -> TxnStatus:
         if check_txn(txn).most_bits == V5_COORDINATOR_ID:

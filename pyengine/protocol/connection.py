@@ -753,23 +753,28 @@ class ServerConnection(asyncio.Protocol):
             assert subscription is not None
             registration = self.service.coordinator.register_acked_subscriptions(
                 txn, [(consumer.topic.name, subscription.name)])
+            registration.add_done_callback(_retrieve)
+            # The ack's record is written with its registration or after it (never without it):
+            # it need not wait for the registration to be durable first.
+            after = append_condition(txn, registration)
             if body.ack_type == pb.CommandAck.Cumulative:
                 if len(body.message_id) != 1:
                     raise NotAllowedError("a cumulative acknowledgement names exactly one message")
                 ack = self._individual_ack(consumer, body.message_id[0])
                 if ack.ack_set is None or ackset_is_fully_acked(list(ack.ack_set), ack.batch_size):
                     operation = subscription.ack_with_transaction(consumer.broker_consumer, txn,
-                                                                  cumulative=ack.position)
+                                                                  cumulative=ack.position, after=after)
                 else:                       # up to a message inside a batch (the Java client's form)
                     operation = subscription.ack_cumulative_in_batch_with_transaction(
-                        consumer.broker_consumer, txn, ack)
+                        consumer.broker_consumer, txn, ack, after=after)
             else:
                 acks = [self._individual_ack(consumer, message_id) for message_id in body.message_id]
-                operation = subscription.ack_with_transaction(consumer.broker_consumer, txn, acks=acks)
+                operation = subscription.ack_with_transaction(consumer.broker_consumer, txn, acks=acks,
+                                                              after=after)
             try:
-                await registration
-            finally:
                 await operation
+            finally:
+                await registration          # settled by now when the record was written
         except Exception as exc:
             error = to_pulsar_error(exc)
             self.write(replies.ack_response(body.consumer_id, body.request_id, txn, error.server_error, str(error)))

@@ -463,3 +463,29 @@ async def test_a_send_queued_behind_its_failed_registration_is_not_stored(tmp_pa
         assert txn.txn_id not in {t for t, _ in topic.buffer.ongoing_txns()}
         assert broker.service.coordinator.get(txn.txn_id).partitions == []
         assert [m.data for m in await drain(consumer)] == [b"plain"]
+
+
+async def test_an_ack_queued_behind_its_failed_registration_is_not_recorded(tmp_path):
+    """As for sends: the pending-ack record of a transactional ack goes to the commit after
+    its subscription's registration; when that commit fails, the ack fails too instead of
+    leaving a reservation that no end of its txn would ever release."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        await producer.send(b"m")
+        message = await consumer.receive(timeout=5)
+        txn = await broker.new_transaction()
+        gate = GatedWriter(broker.service.env)
+        try:
+            ack = asyncio.ensure_future(consumer.acknowledge(message, txn=txn))
+            await gate.next_commit()                        # the registration, held
+            await asyncio.sleep(0.05)                       # the ack's record queued behind it
+            gate.let_through(OSError(5, "injected I/O error"))
+        finally:
+            gate.open()
+        with pytest.raises(Exception, match="injected|not written"):
+            await ack
+        assert broker.service.coordinator.get(txn.txn_id).subscriptions == []
+        other = await broker.new_transaction()
+        await consumer.acknowledge(message, txn=other)      # not reserved by the failed one
+        await other.commit()

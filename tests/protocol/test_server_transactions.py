@@ -12,7 +12,7 @@ from pyengine.broker.policies import TC_ASSIGN_TOPIC
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.server import ProtocolServer
 from pyengine.transaction import TxnAction
-from pyengine_kernels import TxnId
+from pyengine_kernels import Position, TxnId
 from tests.broker.helpers import GatedWriter
 from tests.protocol.conftest import NUM_COORDINATORS
 from tests.protocol.wire_driver import BaseCommand, WireClient, metadata
@@ -292,3 +292,55 @@ async def test_a_send_after_a_registration_that_failed_stores_nothing(service, s
     assert not (await txn.end(COMMIT)).HasField("error")
     assert (await watcher.message())[1] == b"again"
     await watcher.no_command()
+
+
+async def _one_received_message(client: WireClient) -> dict[str, int]:
+    receipt = (await client.publish(0, 0, b"m")).send_receipt
+    await client.subscribe(TOPIC, "s", sub_type=pb.CommandSubscribe.Shared, permits=10)
+    await client.message()
+    return {"ledgerId": receipt.message_id.ledgerId, "entryId": receipt.message_id.entryId}
+
+
+async def test_add_subscription_is_answered_before_its_record_is_durable(service, client: WireClient) -> None:
+    await client.create_producer(TOPIC)
+    message = await _one_received_message(client)
+    txn = await new_txn(client)
+    gate = GatedWriter(service.env)
+    try:
+        added = await txn.request("ADD_SUBSCRIPTION_TO_TXN", subscription=[{"topic": TOPIC, "subscription": "s"}])
+        assert not added.HasField("error")                 # answered while nothing can be written
+        await gate.next_commit()
+        ack = asyncio.ensure_future(txn.request("ACK", consumer_id=0, ack_type=pb.CommandAck.Individual,
+                                                message_id=[message]))
+        await asyncio.sleep(0.2)
+        assert not ack.done()                              # its record is not durable yet
+    finally:
+        gate.open()
+    assert not (await ack).HasField("error")
+    assert not (await txn.end(COMMIT)).HasField("error")
+    subscription = service.topics[TOPIC].subscriptions["s"]
+    assert subscription.cursor.is_acked(Position(message["ledgerId"], message["entryId"]))
+
+
+async def test_an_ack_after_a_registration_that_failed_is_not_recorded(service, client: WireClient) -> None:
+    await client.create_producer(TOPIC)
+    message = await _one_received_message(client)
+    txn, other = await new_txn(client), await new_txn(client)
+    gate = GatedWriter(service.env)
+    try:
+        added = await txn.request("ADD_SUBSCRIPTION_TO_TXN", subscription=[{"topic": TOPIC, "subscription": "s"}])
+        assert not added.HasField("error")
+        await gate.next_commit()                           # held: the ack's record goes to the next commit
+        ack = asyncio.ensure_future(txn.request("ACK", consumer_id=0, ack_type=pb.CommandAck.Individual,
+                                                message_id=[message]))
+        await asyncio.sleep(0.2)
+        gate.let_through(OSError(5, "injected I/O error"))   # the registration's commit fails
+    finally:
+        gate.open()
+    reply = await ack
+    assert reply.error == pb.PersistenceError
+    # Nothing of it is left: the message is free for another transaction.
+    assert service.coordinator.get(TxnId(0, txn.bits["txnid_least_bits"])).subscriptions == []
+    reply = await other.request("ACK", consumer_id=0, ack_type=pb.CommandAck.Individual, message_id=[message])
+    assert not reply.HasField("error")
+    assert not (await other.end(COMMIT)).HasField("error")

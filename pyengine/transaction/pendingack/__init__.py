@@ -10,8 +10,10 @@ v4 keeps a pending-ack log per subscription (`handle.PendingAckHandleImpl` over
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from pyengine.errors import ServiceNotReadyError
 from pyengine_kernels import Position, TxnId
@@ -42,13 +44,18 @@ class PendingAckHandle(ABC):
         (PendingAckReplayError) rather than hanging when its records cannot be read."""
 
     @abstractmethod
-    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck]) -> None:
+    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck], *,
+                             after: asyncio.Future[Any] | None = None) -> None:
         """Reserve messages for `txn` durably, or raise TransactionConflictError (nothing of
-        the request is then reserved)."""
+        the request is then reserved). `after`: the coordinator's registration of this
+        subscription with `txn`, maybe still being written; the request's record is never
+        durable without it, and fails if it failed."""
 
     @abstractmethod
-    async def cumulative_ack(self, txn: TxnId, position: Position) -> None:
-        """Reserve everything up to `position` for `txn` (Exclusive/Failover subscriptions)."""
+    async def cumulative_ack(self, txn: TxnId, position: Position, *,
+                             after: asyncio.Future[Any] | None = None) -> None:
+        """Reserve everything up to `position` for `txn` (Exclusive/Failover subscriptions);
+        `after` as for `individual_ack`."""
 
     @abstractmethod
     async def commit(self, txn: TxnId, low_watermark: int) -> list[Position]:

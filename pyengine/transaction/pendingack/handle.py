@@ -24,7 +24,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyengine.errors import (
     InvalidTxnStatusError,
@@ -179,10 +179,13 @@ class PendingAckHandleImpl(PendingAckHandle):
 
     # --- acknowledgements -----------------------------------------------------------------
 
-    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck]) -> None:
+    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck], *,
+                             after: asyncio.Future[Any] | None = None) -> None:
         """Reserve the entries (or batch indexes) of `acks` for `txn`, durably; the whole
         request is refused (TransactionConflictError) when any part of it is already acked on
-        the cursor or reserved by an open transaction, itself included."""
+        the cursor or reserved by an open transaction, itself included. `after`: the
+        coordinator's registration of this subscription with `txn`, maybe still being written:
+        the record is never durable without it, and fails if it failed."""
         self._check_ready()
         txn = check_txn(txn)
         acks = check_individual_acks(acks)
@@ -206,10 +209,12 @@ class PendingAckHandleImpl(PendingAckHandle):
         except BaseException:
             undo()
             raise
-        await self._log(txn, lambda: self.store.append_individual(txn, acks), undo)
+        await self._log(txn, lambda: self.store.append_individual(txn, acks, after=after), undo)
 
-    async def cumulative_ack(self, txn: TxnId, position: Position) -> None:
-        """Reserve everything up to `position` for `txn` (Exclusive/Failover only)."""
+    async def cumulative_ack(self, txn: TxnId, position: Position, *,
+                             after: asyncio.Future[Any] | None = None) -> None:
+        """Reserve everything up to `position` for `txn` (Exclusive/Failover only); `after` as
+        for `individual_ack`."""
         self._check_ready()
         txn = check_txn(txn)
         position = check_entry_position(position)
@@ -223,7 +228,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         if reason is not None:
             raise TransactionConflictError(f"[{self._name}] Transaction:{txn} try to {reason}")
         self._acks.reserve_cumulative(txn, position)
-        await self._log(txn, lambda: self.store.append_cumulative(txn, position),
+        await self._log(txn, lambda: self.store.append_cumulative(txn, position, after=after),
                         lambda: self._acks.release_cumulative(txn, position))
 
     async def _log(self, txn: TxnId, append: Callable[[], tuple[int, asyncio.Future[None]]],

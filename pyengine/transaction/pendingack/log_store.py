@@ -17,7 +17,7 @@ import asyncio
 import struct
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 
@@ -73,18 +73,22 @@ class LogPendingAckStore:
 
     # --- writes ---------------------------------------------------------------------------
 
-    def append_individual(self, txn: TxnId, acks: list[IndividualAck]) -> tuple[int, asyncio.Future[None]]:
+    def append_individual(self, txn: TxnId, acks: list[IndividualAck], *,
+                          after: asyncio.Future[Any] | None = None) -> tuple[int, asyncio.Future[None]]:
         """Queue the record of an individual request; returns its sequence and a future that
-        resolves once it is durable (or fails with a StorageError, nothing written)."""
+        resolves once it is durable (or fails with a StorageError, nothing written). `after`:
+        a write of the same environment it must not be durable without (the coordinator's
+        registration of the subscription: StorageEnvironment.depend)."""
         record = PendingAckRecord(txn_most=txn.most_bits, txn_least=txn.least_bits, kind=INDIVIDUAL,
                                   positions=[_position_record(ack) for ack in acks])
-        return self._append(record)
+        return self._append(record, after)
 
-    def append_cumulative(self, txn: TxnId, position: Position) -> tuple[int, asyncio.Future[None]]:
+    def append_cumulative(self, txn: TxnId, position: Position, *,
+                          after: asyncio.Future[Any] | None = None) -> tuple[int, asyncio.Future[None]]:
         record = PendingAckRecord(txn_most=txn.most_bits, txn_least=txn.least_bits, kind=CUMULATIVE,
                                   positions=[PendingAckPositionRecord(ledger_id=position.ledger_id,
                                                                       entry_id=position.entry_id)])
-        return self._append(record)
+        return self._append(record, after)
 
     def delete_records(self, seqs: Collection[int]) -> asyncio.Future[None]:
         """Queue the deletion of records (of a transaction that ended). Submitted in the same
@@ -112,12 +116,13 @@ class LogPendingAckStore:
         await self.env.submit(write)
         self._next_seq = 0
 
-    def _append(self, record: PendingAckRecord) -> tuple[int, asyncio.Future[None]]:
+    def _append(self, record: PendingAckRecord,
+                after: asyncio.Future[Any] | None) -> tuple[int, asyncio.Future[None]]:
         if self._next_seq is None:
             self._next_seq = self._last_seq() + 1
         seq = self._next_seq
         key, value, db = self._key(seq), record.SerializeToString(), self._db
-        future = self.env.submit(lambda txn: txn.put(key, value, db=db))
+        future = self.env.submit(lambda txn: txn.put(key, value, db=db), after=after)
         self._next_seq = seq + 1
         return seq, future
 

@@ -23,7 +23,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyengine.errors import PersistenceError, TransactionConflictError
 from pyengine.metadata import MetadataStore, MetadataStoreError, NotFoundError, Record
@@ -72,19 +72,26 @@ class MetadataPendingAckStore:
 
     # --- writes ---------------------------------------------------------------------------
 
-    def append_individual(self, txn: TxnId, acks: list[IndividualAck]) -> tuple[int, asyncio.Future[None]]:
+    def append_individual(self, txn: TxnId, acks: list[IndividualAck], *,
+                          after: asyncio.Future[Any] | None = None) -> tuple[int, asyncio.Future[None]]:
+        """`after`: a write the records must not exist without; the metadata store cannot be
+        ordered with it, so they are written once it succeeded (and not at all if it failed)."""
         ops = [OpRecord("ack", self.segment, ack.position, self.subscription_name, False, ack.batch_size,
                         ack.ack_set) for ack in acks]
-        return self._append(txn, ops)
+        return self._append(txn, ops, after)
 
-    def append_cumulative(self, txn: TxnId, position: Position) -> tuple[int, asyncio.Future[None]]:
-        return self._append(txn, [OpRecord("ack", self.segment, position, self.subscription_name, True)])
+    def append_cumulative(self, txn: TxnId, position: Position, *,
+                          after: asyncio.Future[Any] | None = None) -> tuple[int, asyncio.Future[None]]:
+        return self._append(txn, [OpRecord("ack", self.segment, position, self.subscription_name, True)], after)
 
-    def _append(self, txn: TxnId, ops: list[OpRecord]) -> tuple[int, asyncio.Future[None]]:
+    def _append(self, txn: TxnId, ops: list[OpRecord],
+                after: asyncio.Future[Any] | None) -> tuple[int, asyncio.Future[None]]:
         seq = next(self._seqs)
-        return seq, asyncio.ensure_future(self._write(seq, txn, ops))
+        return seq, asyncio.ensure_future(self._write(seq, txn, ops, after))
 
-    async def _write(self, seq: int, txn: TxnId, ops: list[OpRecord]) -> None:
+    async def _write(self, seq: int, txn: TxnId, ops: list[OpRecord], after: asyncio.Future[Any] | None) -> None:
+        if after is not None:
+            await asyncio.shield(after)             # raises its failure: nothing is written then
         written: list[Record] = []
         try:
             for op in ops:
@@ -191,21 +198,23 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
 
     # --- acks -----------------------------------------------------------------------------
 
-    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck]) -> None:
+    async def individual_ack(self, txn: TxnId, acks: list[IndividualAck], *,
+                             after: asyncio.Future[Any] | None = None) -> None:
         await self._check_open(txn)
         checked = check_individual_acks(acks)
         async with self._acking(txn):
-            await super().individual_ack(txn, checked)
+            await super().individual_ack(txn, checked, after=after)
             seq = self._written.pop(asyncio.current_task(), None)
             if seq is not None and await self._late(txn, seq):
                 for ack in checked:
                     self._acks.release(txn, ack.position, Reservation(ack.ack_set, ack.batch_size))
                 await self._forget_request(txn, seq)
 
-    async def cumulative_ack(self, txn: TxnId, position: Position) -> None:
+    async def cumulative_ack(self, txn: TxnId, position: Position, *,
+                             after: asyncio.Future[Any] | None = None) -> None:
         await self._check_open(txn)
         async with self._acking(txn):
-            await super().cumulative_ack(txn, position)
+            await super().cumulative_ack(txn, position, after=after)
             seq = self._written.pop(asyncio.current_task(), None)
             if seq is not None and await self._late(txn, seq):
                 self._acks.release_cumulative(txn, position)

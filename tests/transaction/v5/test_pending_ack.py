@@ -150,3 +150,24 @@ async def test_a_failed_replay_refuses_calls(v5):
         await handle.replay()
     with pytest.raises(ServiceNotReadyError):
         await handle.individual_ack(TxnId(V5_COORDINATOR_ID, 1), [IndividualAck(Position(1, 0))])
+
+
+async def test_an_ack_conditional_on_a_failed_write_is_not_recorded(v5):
+    """`after` (a registration the record must not exist without): the metadata store cannot
+    be ordered with it, so the record waits for it, and is not written if it failed."""
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 2)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    loop = asyncio.get_running_loop()
+    registration = loop.create_future()
+    acked = asyncio.ensure_future(handle.individual_ack(txn, [IndividualAck(positions[0])], after=registration))
+    await asyncio.sleep(0.05)
+    assert await ack_records(v5) == [] and not acked.done()     # waits for the registration
+    registration.set_exception(OSError(5, "injected I/O error"))
+    with pytest.raises(Exception, match="injected"):
+        await acked
+    assert await ack_records(v5) == [] and not handle.is_fully_pending(positions[0])
+    registered = loop.create_future()
+    registered.set_result(None)
+    await handle.individual_ack(txn, [IndividualAck(positions[0])], after=registered)
+    assert len(await ack_records(v5)) == 1
+    await handle.close()
