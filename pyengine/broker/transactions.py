@@ -30,7 +30,9 @@ from pyengine.transaction.coordinator.metadata_metrics import V5Metrics
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, declare_indexes
 from pyengine.transaction.coordinator.service import TransactionCoordinatorService
 from pyengine.transaction.coordinator.validation import check_txn
+from pyengine.transaction.outcome import mark_retrieved
 from pyengine_kernels import TxnId
+
 
 def default_transaction_version(topic: TopicName) -> int:
     return 5 if topic.domain == "segment" else 4
@@ -120,7 +122,7 @@ class CoordinatorRouter:
         answers after the log write). v5 writes to the metadata store: awaited."""
         coordinator = self._for(txn)
         if coordinator is self.v4:
-            coordinator.register_produced_partitions(txn, partitions).add_done_callback(_retrieve)
+            coordinator.register_produced_partitions(txn, partitions).add_done_callback(mark_retrieved)
             return
         await coordinator.add_produced_partitions(txn, partitions)
 
@@ -129,7 +131,7 @@ class CoordinatorRouter:
         ack's pending-ack record is written with or after its subscription's registration."""
         coordinator = self._for(txn)
         if coordinator is self.v4:
-            coordinator.register_acked_subscriptions(txn, subscriptions).add_done_callback(_retrieve)
+            coordinator.register_acked_subscriptions(txn, subscriptions).add_done_callback(mark_retrieved)
             return
         await coordinator.add_acked_subscriptions(txn, subscriptions)
 
@@ -146,9 +148,3 @@ class CoordinatorRouter:
                 "(service.coordinator.v5.get)")
         return self.v4.get(txn)
 
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """A registration nobody awaits: its failure is retrieved here (an append made
-    conditional on it fails with it)."""
-    if not future.cancelled():
-        future.exception()

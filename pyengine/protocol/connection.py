@@ -51,6 +51,7 @@ from pyengine.protocol.transactions import TransactionCommands, txn_id
 from pyengine.protocol.scalable import ScalableTopicCommands
 from pyengine.protocol.schema_codec import schema_from_proto
 from pyengine.schema import decode_version, encode_version, schema_id
+from pyengine.transaction.outcome import mark_retrieved
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position, TxnId, ackset_is_fully_acked
 
@@ -549,7 +550,7 @@ class ServerConnection(asyncio.Protocol):
         txn that is not open) and append in the same turn: one LMDB transaction holds both."""
         topic = producer.topic
         registration = self.service.coordinator.register_produced_partitions(txn, [topic.name])
-        registration.add_done_callback(_retrieve)
+        registration.add_done_callback(mark_retrieved)
         stored = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
                                publish_time=publish_time, highest_sequence_id=highest, txn=txn,
                                after=append_condition(txn, registration))
@@ -753,7 +754,7 @@ class ServerConnection(asyncio.Protocol):
             assert subscription is not None
             registration = self.service.coordinator.register_acked_subscriptions(
                 txn, [(consumer.topic.name, subscription.name)])
-            registration.add_done_callback(_retrieve)
+            registration.add_done_callback(mark_retrieved)
             # The ack's record is written with its registration or after it (never without it):
             # it need not wait for the registration to be durable first.
             after = append_condition(txn, registration)
@@ -861,6 +862,7 @@ class ServerConnection(asyncio.Protocol):
     def _on_auth_response(self, body: pb.CommandAuthResponse, frame: Any) -> None:
         log.info("%s: ignoring an AUTH_RESPONSE (this broker never challenges)", self.peer)
 
+
 def _txn_handler(method: Callable[[TransactionCommands, Any], Coroutine[Any, Any, None]]) -> \
         Callable[[ServerConnection, Any, Any], None]:
     def handle(connection: ServerConnection, body: Any, frame: Any) -> None:
@@ -878,12 +880,6 @@ def _start_position(topic: Topic, message_id: pb.MessageIdData) -> Position:
     if ledger_id == _LATEST_LEDGER:
         return end
     return min(Position(ledger_id, max(entry_id, -1)), end)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a failure as seen: whoever needs it awaits the future itself."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _log_ack_failure(future: asyncio.Future[None]) -> None:

@@ -75,3 +75,10 @@ class Outcome(Generic[T]):
         if self._exception is not None:
             return f"<Outcome exception={self._exception!r}>"
         return f"<Outcome result={self._result!r}>"
+
+
+def mark_retrieved(future: asyncio.Future) -> None:
+    """Done callback of a future that may have no awaiter: its failure counts as seen (no
+    "exception was never retrieved" report); whoever needs the failure awaits the future."""
+    if not future.cancelled():
+        future.exception()

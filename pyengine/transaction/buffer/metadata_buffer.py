@@ -63,6 +63,7 @@ from pyengine.transaction.coordinator.metadata_records import (
     txn_key,
     txn_of_path,
 )
+from pyengine.transaction.outcome import mark_retrieved
 from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId
 
 log = logging.getLogger(__name__)
@@ -264,7 +265,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 record = await self.store.put(op_prefix(txn), op.encode(), sequential=True,
                                               partition_key=txn_key(txn))
             except Exception as exc:
-                durable.add_done_callback(_retrieve)
+                durable.add_done_callback(mark_retrieved)
                 raise PersistenceError(f"transactional append of {txn} to {self.segment}: op record: {exc}") from exc
             self._ops.setdefault(txn, []).append(record.path)
             self.metrics.op_written()
@@ -456,11 +457,6 @@ def _parse_positions(text: str) -> set[Position]:
 
 def _format_positions(positions: set[Position]) -> str:
     return ",".join(f"{p.ledger_id}:{p.entry_id}" for p in sorted(positions))
-
-
-def _retrieve(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Future:

@@ -48,7 +48,7 @@ from pyengine.transaction.buffer.ended import EndedTxns
 from pyengine.transaction.buffer.markers import marker_entry
 from pyengine.transaction.buffer.replay import load_snapshot, read_horizon, replay_entry
 from pyengine.transaction.buffer.snapshot import SnapshotStore, TransactionBufferSnapshot
-from pyengine.transaction.outcome import Outcome
+from pyengine.transaction.outcome import Outcome, mark_retrieved
 from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId
 
 log = logging.getLogger(__name__)
@@ -419,7 +419,7 @@ class TopicTransactionBuffer(TransactionBuffer):
             await asyncio.shield(self._recovered)
             return
         recovered = asyncio.get_running_loop().create_future()
-        recovered.add_done_callback(_retrieve)
+        recovered.add_done_callback(mark_retrieved)
         self._recovered = recovered
         self.state = BufferState.INITIALIZING
         self._recover_start_ms = _now_ms()
@@ -601,7 +601,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         task = asyncio.get_running_loop().create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-        task.add_done_callback(_retrieve)
+        task.add_done_callback(mark_retrieved)
         return task
 
     def __repr__(self) -> str:
@@ -629,12 +629,6 @@ def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Fu
     future = loop.create_future()
     future.set_exception(error)
     return future
-
-
-def _retrieve(future: asyncio.Future) -> None:
-    """Mark a future's exception as seen: internal futures may have no awaiter."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _chain(source: asyncio.Future, target: asyncio.Future) -> None:

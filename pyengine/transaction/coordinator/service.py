@@ -54,7 +54,7 @@ from pyengine.transaction.coordinator.validation import (
     check_subscriptions,
     check_txn,
 )
-from pyengine.transaction.outcome import Outcome
+from pyengine.transaction.outcome import Outcome, mark_retrieved
 from pyengine_kernels import TxnId
 
 log = logging.getLogger(__name__)
@@ -346,7 +346,7 @@ class TransactionCoordinatorService:
                       for topic in meta.partitions]
         told = asyncio.ensure_future(_all(partitions)) if partitions else None
         if told is not None:
-            told.add_done_callback(_retrieve)
+            told.add_done_callback(mark_retrieved)
         try:
             if decision is not None:
                 try:
@@ -433,8 +433,3 @@ def _stopped(txn: TxnId, ending: _Ending) -> None:
         ending.done.set_exception(ServiceNotReadyError(
             f"the transaction coordinator closed while ending {txn}; it resumes on restart"))
 
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark an ending's failure as seen even when no request waits for it any more."""
-    if not future.cancelled():
-        future.exception()
