@@ -45,6 +45,8 @@ class BatchContainer:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.txn = txn
+        # the txn's registration of the partition its SEND waits for (None: none to wait for)
+        self.gate: asyncio.Future[None] | None = None
         self._singles: list[tuple[bytes, bytes]] = []
         self.futures: list[asyncio.Future[MessageId]] = []
         self.first_sequence_id = -1

@@ -121,6 +121,17 @@ def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequen
     return payload, props
 
 
+def _failure(registration: asyncio.Future[None]) -> BaseException | None:
+    """The error a finished registration gives the sends that waited for it (None: it succeeded)."""
+    if registration.cancelled():
+        return ConnectError("the transaction's registration of the partition was cancelled")
+    return registration.exception()
+
+
+def _succeeded(registration: asyncio.Future[None] | None) -> bool:
+    return registration is None or registration.done() and _failure(registration) is None
+
+
 class PartitionProducer(ConnectionHandler):
     def __init__(self, core: ClientCore, topic: str, partition: int, options: ProducerOptions) -> None:
         super().__init__(core, topic)
@@ -137,10 +148,13 @@ class PartitionProducer(ConnectionHandler):
         self._pending: deque[_SendOp] = deque()
         self._pending_messages = 0
         self._space_waiters: deque[asyncio.Future[None]] = deque()
-        # Sends of transactions waiting for their partition's registration, in send order.
-        # (registration, result, message, when it was handed in)
+        # Sends of transactions held before they take a sequence id, in send order: behind a
+        # full queue or a failed registration. (registration, result, message, when handed in)
         self._held: deque[tuple[asyncio.Future[None], asyncio.Future[MessageId], tuple[Any, ...], float]] = deque()
         self._held_submitter: asyncio.Future[None] | None = None
+        # Sends built while their transaction's ADD_PARTITION_TO_TXN was unanswered, and every
+        # send after them (sequence order is wire order): written once it succeeds.
+        self._blocked: deque[tuple[asyncio.Future[None] | None, _SendOp]] = deque()
         self._batch: BatchContainer | None = None
         self._batch_timer: asyncio.TimerHandle | None = None
         self._timeout_timer: asyncio.TimerHandle | None = None
@@ -218,9 +232,11 @@ class PartitionProducer(ConnectionHandler):
 
     def submit(self, payload: bytes, key: str | None, properties: dict[str, str], event_time: int | None,
                sequence_id: int | None, txn: Transaction | None,
-               future: asyncio.Future[MessageId] | None = None) -> asyncio.Future[MessageId]:
+               future: asyncio.Future[MessageId] | None = None,
+               gate: asyncio.Future[None] | None = None) -> asyncio.Future[MessageId]:
         """Queue one message now (synchronously: submission order is sequence order); its
-        receipt settles `future` (a new one when not given)."""
+        receipt settles `future` (a new one when not given). With `gate` (its partition's
+        registration with `txn`, unanswered) it is written once that succeeds."""
         # The hot path of every send: few calls, the checks ordered cheapest first.
         if self.state in _UNUSABLE:
             self._check_usable()
@@ -238,24 +254,28 @@ class PartitionProducer(ConnectionHandler):
         if future is None:
             future = self._loop.create_future()
         if not self.options.batching_enabled:
-            self._send_single(payload, _message_fields(key, properties, event_time), sequence_id, txn, future)
+            self._send_single(payload, _message_fields(key, properties, event_time), sequence_id, txn, future, gate)
         elif key is None and not properties and not event_time:
-            self._add_to_batch(plain_single_metadata(len(payload), sequence_id), payload, sequence_id, txn, future)
+            self._add_to_batch(plain_single_metadata(len(payload), sequence_id), payload, sequence_id, txn, future,
+                               gate)
         else:
             single = pb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id,
                                               **_message_fields(key, properties, event_time))
-            self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future)
+            self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future, gate)
         return future
 
     def submit_in_txn(self, registration: asyncio.Future[None], payload: bytes, key: str | None,
                       properties: dict[str, str], event_time: int | None, sequence_id: int | None,
                       txn: Transaction) -> asyncio.Future[MessageId]:
-        """Queue a message of `txn` once `registration` (ADD_PARTITION_TO_TXN) has succeeded
-        and there is room; messages held for that keep their order, and one task submits them
-        all (not one task per message: a transaction sends its messages in a burst)."""
-        if not self._held and registration.done() and not Transaction._failed(registration) \
-                and not (self.options.block_if_queue_full and self.queue_full):
-            return self.submit(payload, key, properties, event_time, sequence_id, txn)
+        """Queue a message of `txn`. While `registration` (ADD_PARTITION_TO_TXN) is unanswered
+        the message is batched as any other and its SEND waits for the answer (`_blocked`);
+        behind a full queue or a failed registration it is held, and one task submits what is
+        held in order (not one task per message: a transaction sends its messages in a burst)."""
+        if not self._held and not (self.options.block_if_queue_full and self.queue_full):
+            if not registration.done():
+                return self.submit(payload, key, properties, event_time, sequence_id, txn, gate=registration)
+            if not Transaction._failed(registration):
+                return self.submit(payload, key, properties, event_time, sequence_id, txn)
         result: asyncio.Future[MessageId] = self._loop.create_future()
         self._held.append((registration, result, (payload, key, properties, event_time, sequence_id, txn),
                            self._loop.time()))
@@ -267,15 +287,9 @@ class PartitionProducer(ConnectionHandler):
         try:
             while self._held:
                 registration = self._held[0][0]
-                failure: Exception | None = None
-                try:
-                    if not registration.done():
-                        await asyncio.wait((registration,))
-                    if registration.cancelled():
-                        raise ConnectError("the transaction's registration of the partition was cancelled")
-                    registration.result()                 # raises the registration's failure
-                except Exception as exc:
-                    failure = exc
+                if not registration.done():
+                    await asyncio.wait((registration,))
+                failure = _failure(registration)
                 # Every message held behind this registration, in order, checked once for it.
                 first_held_at = self._held[0][3]
                 while self._held and self._held[0][0] is registration:
@@ -311,7 +325,7 @@ class PartitionProducer(ConnectionHandler):
             self._batch_timer = self._loop.call_at(deadline, self._flush_batch)
 
     def _send_single(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
-                     future: asyncio.Future[MessageId]) -> None:
+                     future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None) -> None:
         metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=sequence_id,
                                       publish_time=time.time_ns() // 1_000_000, **fields)
         if self.schema_version:
@@ -322,19 +336,23 @@ class PartitionProducer(ConnectionHandler):
             metadata.txnid_least_bits = send.txnid_least_bits = txn.txn_id.least_bits
         frame = encode_payload_frame(pb.BaseCommand(type=T.SEND, send=send).SerializeToString(),
                                      metadata.SerializeToString(), payload)
-        self._enqueue(_SendOp(sequence_id, sequence_id, frame, [future], batched=False), 1)
+        self._enqueue(_SendOp(sequence_id, sequence_id, frame, [future], batched=False), 1, gate)
 
     def _add_to_batch(self, single: bytes, payload: bytes, sequence_id: int, txn: Transaction | None,
-                      future: asyncio.Future[MessageId]) -> None:
-        # A batch is one entry of one transaction (or of none): a different txn starts a new batch.
+                      future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None) -> None:
+        # A batch is one entry of one transaction (or of none): a different txn starts a new
+        # batch, and so does another registration of it unless the batch's one has succeeded.
         batch = self._batch
         # (an open batch is never full: it is sent as soon as it is, so only the bytes can overflow)
-        if batch is not None and (batch.txn is not txn or batch.size + len(payload) > batch.max_bytes):
+        if batch is not None and (batch.txn is not txn or batch.size + len(payload) > batch.max_bytes
+                                  or batch.gate is not gate and not _succeeded(batch.gate)):
             self._flush_batch()
             batch = None
         if batch is None:
             batch = self._batch = BatchContainer(self.options.batching_max_messages,
                                                  self.options.batching_max_allowed_size_in_bytes, txn)
+        if gate is not None:
+            batch.gate = gate
         if batch.add(single, payload, sequence_id, future):
             self._flush_batch()
         elif self._batch_timer is None:
@@ -362,15 +380,49 @@ class PartitionProducer(ConnectionHandler):
         frame = encode_payload_frame(pb.BaseCommand(type=T.SEND, send=send).SerializeToString(),
                                      metadata.SerializeToString(), batch.payload())
         self._enqueue(_SendOp(batch.first_sequence_id, batch.last_sequence_id, frame, batch.futures, batched=True),
-                      count)
+                      count, batch.gate)
 
-    def _enqueue(self, op: _SendOp, messages: int) -> None:
+    def _enqueue(self, op: _SendOp, messages: int, gate: asyncio.Future[None] | None = None) -> None:
+        self._pending_messages += messages      # counts blocked sends too: they take room
+        if self._blocked or gate is not None and not gate.done():
+            self._blocked.append((gate, op))
+            if len(self._blocked) == 1:
+                assert gate is not None
+                gate.add_done_callback(self._release_blocked)
+        elif gate is not None and _failure(gate) is not None:
+            self._reject(op, _failure(gate))
+        else:
+            self._write(op)
+
+    def _write(self, op: _SendOp) -> None:
         self._pending.append(op)
-        self._pending_messages += messages
         if self.state == READY and self.connection is not None:
             self.connection.write(op.frame)
         if self._timeout_timer is None and self.options.send_timeout_ms > 0:
             self._timeout_timer = self._loop.call_later(self.options.send_timeout_ms / 1000, self._check_timeouts)
+
+    def _release_blocked(self, _: object = None) -> None:
+        """Write the blocked sends up to the next one whose registration is unanswered; those
+        of a failed registration fail with its error (their sequence ids are skipped)."""
+        blocked = self._blocked
+        while blocked:
+            gate, op = blocked[0]
+            if gate is not None and not gate.done():
+                gate.add_done_callback(self._release_blocked)
+                return
+            blocked.popleft()
+            failure = _failure(gate) if gate is not None else None
+            if failure is None:
+                self._write(op)
+            else:
+                self._reject(op, failure)
+
+    def _reject(self, op: _SendOp, failure: BaseException) -> None:
+        self._pending_messages -= len(op.futures)
+        for future in op.futures:
+            if not future.done():
+                future.set_exception(failure)
+        self._wake_space_waiters()
 
     # --- receipts -------------------------------------------------------------------------
 
@@ -447,6 +499,8 @@ class PartitionProducer(ConnectionHandler):
             if not result.done():
                 result.set_exception(error)
         pending, self._pending = self._pending, deque()
+        pending.extend(op for _, op in self._blocked)
+        self._blocked.clear()
         self._pending_messages = 0
         if self._batch is not None:
             pending.append(_SendOp(-1, -1, b"", self._batch.futures, batched=True))
@@ -469,6 +523,7 @@ class PartitionProducer(ConnectionHandler):
             await asyncio.wait([self._held_submitter])
         self._flush_batch()
         futures = [future for op in self._pending for future in op.futures]
+        futures += [future for _, op in self._blocked for future in op.futures]
         if futures:
             await asyncio.wait(futures)
 

@@ -14,6 +14,19 @@ IN = "persistent://public/default/txn-in"
 OUT = "persistent://public/default/txn-out"
 
 
+def answer_registrations_when_set(client, monkeypatch) -> asyncio.Event:
+    """ADD_PARTITION_TO_TXN goes out only once the returned event is set."""
+    coordinator = client._core.coordinator
+    registered = asyncio.Event()
+    original = coordinator.add_partition
+
+    async def slow(*args):
+        await registered.wait()
+        await original(*args)
+    monkeypatch.setattr(coordinator, "add_partition", slow)
+    return registered
+
+
 async def test_readme_example_consume_transform_produce(broker):
     async with Client(broker.url) as client:
         setup = await client.create_producer(IN)
@@ -265,14 +278,7 @@ async def test_transactional_batches(client):
 async def test_messages_held_for_their_registration_count_that_wait_in_the_batching_delay(client, monkeypatch):
     """A txn's first messages wait for ADD_PARTITION_TO_TXN; their batch then goes once the
     batching delay has passed since they were sent, not a whole delay after the registration."""
-    coordinator = client._core.coordinator
-    registered = asyncio.Event()
-    original = coordinator.add_partition
-
-    async def slow(*args):
-        await registered.wait()
-        await original(*args)
-    monkeypatch.setattr(coordinator, "add_partition", slow)
+    registered = answer_registrations_when_set(client, monkeypatch)
     producer = await client.create_producer(OUT, batching_enabled=True, batching_max_publish_delay_ms=1000)
     txn = await client.new_transaction()
     sent = [producer.send_async(b"%d" % i, txn=txn) for i in range(3)]
@@ -283,3 +289,69 @@ async def test_messages_held_for_their_registration_count_that_wait_in_the_batch
     assert asyncio.get_running_loop().time() - released < 0.5     # not another second
     assert {i.batch_size for i in ids} == {3}
     await txn.commit()
+
+
+async def test_sends_built_before_their_registration_is_answered_are_written_after_it(client, monkeypatch):
+    """A txn's first messages are batched at once but their SEND waits for ADD_PARTITION_TO_TXN
+    (the broker must know the partition before it stores them), and a plain send behind them
+    waits too: the wire keeps sequence order."""
+    registered = answer_registrations_when_set(client, monkeypatch)
+    producer = await client.create_producer(OUT, batching_enabled=True, batching_max_messages=2,
+                                            batching_max_publish_delay_ms=5)
+    # The topic's first transactional append waits until the topic is marked transactional,
+    # while plain ones do not: a first transaction makes the broker's order the wire's.
+    first = await client.new_transaction()
+    registered.set()
+    await producer.send(b"first", txn=first)
+    await first.commit()
+    registered.clear()
+    partition = producer._partitions[0]
+    written = []
+    write = partition.connection.write
+
+    def spied(frame: bytes) -> None:
+        size = int.from_bytes(frame[4:8], "big")
+        if pb.BaseCommand.FromString(frame[8:8 + size]).type == pb.BaseCommand.SEND:
+            written.append(frame)
+        write(frame)
+    monkeypatch.setattr(partition.connection, "write", spied)
+    txn = await client.new_transaction()
+    in_txn = [producer.send_async(b"t%d" % i, txn=txn) for i in range(5)]     # three batches
+    plain = producer.send_async(b"plain")
+    await asyncio.sleep(0.2)                     # every batch's delay has passed
+    assert written == [] and not any(f.done() for f in [*in_txn, plain])
+    registered.set()
+    ids = await asyncio.wait_for(asyncio.gather(*in_txn, plain), 5)
+    assert len(written) == 4 and ids == sorted(ids)
+    assert [i.batch_size for i in ids] == [2, 2, 2, 2, 1, 1]
+    await txn.commit()
+    watcher = await client.subscribe(OUT, "gated", initial_position="earliest")
+    assert [(await watcher.receive(timeout=5)).data for _ in range(7)] == [b"first", b"t0", b"t1", b"t2", b"t3",
+                                                                            b"t4", b"plain"]
+
+
+async def test_a_failed_registration_fails_the_sends_waiting_for_it_and_not_those_behind(client, monkeypatch):
+    coordinator = client._core.coordinator
+    refuse = asyncio.Event()
+
+    async def refused(*args):
+        await refuse.wait()
+        raise TransactionNotFoundError("refused by the test")
+    monkeypatch.setattr(coordinator, "add_partition", refused)
+    producer = await client.create_producer(OUT, batching_enabled=True, batching_max_publish_delay_ms=5)
+    txn = await client.new_transaction()
+    in_txn = [producer.send_async(b"t%d" % i, txn=txn) for i in range(3)]
+    plain = producer.send_async(b"plain")
+    await asyncio.sleep(0.05)
+    assert producer._partitions[0].queue_full is False and producer._partitions[0]._pending_messages == 4
+    refuse.set()
+    await asyncio.wait_for(asyncio.wait([*in_txn, plain]), 5)
+    assert all(isinstance(f.exception(), TransactionNotFoundError) for f in in_txn)
+    assert plain.exception() is None
+    assert producer._partitions[0]._pending_messages == 0
+    with pytest.raises(TransactionNotFoundError):
+        await txn.commit()                       # commit aborts and raises the sends' failure
+    watcher = await client.subscribe(OUT, "after-refusal", initial_position="earliest")
+    assert (await watcher.receive(timeout=5)).data == b"plain"
+    with pytest.raises(TimeoutError):
+        await watcher.receive(timeout=0.3)
