@@ -40,6 +40,7 @@ import uvloop
 from hdrh.histogram import HdrHistogram
 
 from pyengine.cli.gc_tuning import settled_garbage_collector
+from pyengine.cli.malloc_tuning import keep_freed_heap
 from pyengine.cli.perf_watcher import TXN_TAG, WatcherFailed, WatcherProcess   # txn mode: payloads start with their txn's number
 from pyengine.client import Client
 from pyengine.client.url import parse_service_url
@@ -856,6 +857,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "txn" and args.size < TXN_TAG.size and args.visibility:
         raise SystemExit(f"pyengine perf txn: --size must be at least {TXN_TAG.size} bytes "
                          "(each message carries its transaction's number) or use --no-visibility")
+    keep_freed_heap()
     try:
         result = uvloop.run(perf(args))
     except (PulsarError, TimeoutError, OSError, WatcherFailed) as exc:

@@ -35,6 +35,7 @@ from pyengine.admin import AdminServer
 from pyengine.broker.policies import Retention
 from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.cli.gc_tuning import settled_garbage_collector
+from pyengine.cli.malloc_tuning import keep_freed_heap
 from pyengine.metadata import MetadataStoreError
 from pyengine.protocol.server import ProtocolServer
 
@@ -128,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(2) from None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    keep_freed_heap()
     try:
         run_on_chosen_loop(run_broker(args))
     except (OSError, MetadataStoreError) as exc:    # a port is taken, the data dir is unusable, etcd is away
