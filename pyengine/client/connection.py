@@ -171,12 +171,21 @@ class ClientConnection(asyncio.Protocol):
 
     async def request(self, cmd: pb.BaseCommand, timeout: float) -> ProtoMessage:
         """Send a command with a request id and wait for its response body (errors raised)."""
-        request_id = command_body(cmd).request_id
+        return await self.response(cmd, self.send_request(cmd), timeout)
+
+    def send_request(self, cmd: pb.BaseCommand) -> asyncio.Future[ProtoMessage]:
+        """Write a command with a request id now; its response settles the future returned
+        (`response` waits for it)."""
         if self.closed.done():
             raise ConnectError(f"connection to {self.address.logical} is closed")
         future: asyncio.Future[ProtoMessage] = self._loop.create_future()
-        self._pending[request_id] = future
+        self._pending[command_body(cmd).request_id] = future
         self.send_command(cmd)
+        return future
+
+    async def response(self, cmd: pb.BaseCommand, future: asyncio.Future[ProtoMessage], timeout: float) -> ProtoMessage:
+        """The response body of `cmd`, sent by `send_request` as `future` (errors raised)."""
+        request_id = command_body(cmd).request_id
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:

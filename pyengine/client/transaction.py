@@ -54,7 +54,7 @@ class Transaction:
         """ADD_PARTITION_TO_TXN for `topic`, once (again only if it failed)."""
         registration = self._partitions.get(topic)
         if self._failed(registration):
-            registration = asyncio.ensure_future(self._coordinator.add_partition(self.txn_id, topic))
+            registration = self._coordinator.add_partition(self.txn_id, topic)
             self._partitions[topic] = registration
         assert registration is not None
         return registration
@@ -63,7 +63,7 @@ class Transaction:
         key = (topic, subscription)
         registration = self._subscriptions.get(key)
         if self._failed(registration):
-            registration = asyncio.ensure_future(self._coordinator.add_subscription(self.txn_id, topic, subscription))
+            registration = self._coordinator.add_subscription(self.txn_id, topic, subscription)
             self._subscriptions[key] = registration
         assert registration is not None
         return registration

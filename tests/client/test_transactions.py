@@ -6,7 +6,8 @@ import pytest
 
 from pyengine.client import Client
 from pyengine.client.transaction import ABORTED, COMMITTED, TIMED_OUT, Transaction
-from pyengine.errors import InvalidTxnStatusError, TransactionConflictError, TransactionNotFoundError
+from pyengine.errors import (InvalidTxnStatusError, TransactionConflictError, TransactionCoordinatorNotFoundError,
+                             TransactionNotFoundError)
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine_kernels import TxnId
 
@@ -23,7 +24,7 @@ def answer_registrations_when_set(client, monkeypatch) -> asyncio.Event:
     async def slow(*args):
         await registered.wait()
         await original(*args)
-    monkeypatch.setattr(coordinator, "add_partition", slow)
+    monkeypatch.setattr(coordinator, "add_partition", lambda *args: asyncio.ensure_future(slow(*args)))
     return registered
 
 
@@ -243,9 +244,9 @@ async def test_concurrent_sends_and_acks_register_once(client, monkeypatch):
     for name in ("add_partition", "add_subscription"):
         original = getattr(coordinator, name)
 
-        async def counted(*args, _original=original, _name=name):
+        def counted(*args, _original=original, _name=name):
             registrations.append(_name)
-            await _original(*args)
+            return _original(*args)
         monkeypatch.setattr(coordinator, name, counted)
     source = await client.create_producer(IN)
     for i in range(10):
@@ -337,7 +338,7 @@ async def test_a_failed_registration_fails_the_sends_waiting_for_it_and_not_thos
     async def refused(*args):
         await refuse.wait()
         raise TransactionNotFoundError("refused by the test")
-    monkeypatch.setattr(coordinator, "add_partition", refused)
+    monkeypatch.setattr(coordinator, "add_partition", lambda *args: asyncio.ensure_future(refused(*args)))
     producer = await client.create_producer(OUT, batching_enabled=True, batching_max_publish_delay_ms=5)
     txn = await client.new_transaction()
     in_txn = [producer.send_async(b"t%d" % i, txn=txn) for i in range(3)]
@@ -355,3 +356,37 @@ async def test_a_failed_registration_fails_the_sends_waiting_for_it_and_not_thos
     assert (await watcher.receive(timeout=5)).data == b"plain"
     with pytest.raises(TimeoutError):
         await watcher.receive(timeout=0.3)
+
+
+async def test_a_txns_first_send_writes_its_registration_at_once(client, monkeypatch):
+    """ADD_PARTITION_TO_TXN goes out in the same turn as the send that needs it, not when a
+    task first runs (behind the rest of a burst of sends)."""
+    await (await client.new_transaction()).abort()          # the coordinator's handler is connected
+    handler = client._core.coordinator._handlers[0]
+    written = []
+    write = handler.connection.write
+
+    def spied(frame: bytes) -> None:
+        size = int.from_bytes(frame[4:8], "big")
+        written.append(pb.BaseCommand.FromString(frame[8:8 + size]).type)
+        write(frame)
+    monkeypatch.setattr(handler.connection, "write", spied)
+    producer = await client.create_producer(OUT, batching_enabled=True)
+    txn = await client.new_transaction()
+    while txn.txn_id.most_bits != 0:                        # round robin: one of coordinator 0
+        await txn.abort()
+        txn = await client.new_transaction()
+    written.clear()
+    sent = producer.send_async(b"x", txn=txn)
+    assert written == [pb.BaseCommand.ADD_PARTITION_TO_TXN]    # before this test yields
+    await sent
+    await txn.commit()
+
+
+async def test_a_send_in_a_txn_of_an_unknown_coordinator_fails_its_future(client):
+    await (await client.new_transaction()).abort()
+    producer = await client.create_producer(OUT)
+    unknown = Transaction(client._core.coordinator, TxnId(1 << 20, 1), 60_000)
+    sent = producer.send_async(b"x", txn=unknown)            # refused by its future, not raised here
+    with pytest.raises(TransactionCoordinatorNotFoundError):
+        await sent
