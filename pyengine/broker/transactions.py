@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from pyengine.errors import NotAllowedError, ServiceNotReadyError, TransactionCoordinatorNotFoundError
@@ -112,28 +113,30 @@ class CoordinatorRouter:
     def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
         return self._for(txn).register_acked_subscriptions(txn, subscriptions)
 
-    async def add_produced_partitions(self, txn: TxnId, partitions: list[str]) -> None:
-        """ADD_PARTITION_TO_TXN. A v4 answer does not wait for the record to be durable, only
-        queued: the coordinators' log shares the topics' storage environment, whose group
-        commits are written in order, and every transactional append of this broker is
-        written with or after its partition's registration, failing if that failed
-        (`append_condition`). So no message can be durable without its registration, and a
-        producer's first send of a txn does not wait a group commit for it (Apache's broker
-        answers after the log write). v5 writes to the metadata store: awaited."""
+    def add_produced_partitions_now(self, txn: TxnId, partitions: list[str]) -> Awaitable[None] | None:
+        """ADD_PARTITION_TO_TXN: None when it may be answered now, else what to await first.
+        A v4 answer does not wait for the record to be durable, only queued: the
+        coordinators' log shares the topics' storage environment, whose group commits are
+        written in order, and every transactional append of this broker is written with or
+        after its partition's registration, failing if that failed (`append_condition`). So
+        no message can be durable without its registration, and a producer's first send of a
+        txn does not wait a group commit for it (Apache's broker answers after the log
+        write). v5 writes to the metadata store: awaited."""
         coordinator = self._for(txn)
         if coordinator is self.v4:
             coordinator.register_produced_partitions(txn, partitions).add_done_callback(mark_retrieved)
-            return
-        await coordinator.add_produced_partitions(txn, partitions)
+            return None
+        return coordinator.add_produced_partitions(txn, partitions)
 
-    async def add_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> None:
-        """ADD_SUBSCRIPTION_TO_TXN, answered as `add_produced_partitions` is: a transactional
-        ack's pending-ack record is written with or after its subscription's registration."""
+    def add_acked_subscriptions_now(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> Awaitable[None] | None:
+        """ADD_SUBSCRIPTION_TO_TXN, answered as `add_produced_partitions_now` is: a
+        transactional ack's pending-ack record is written with or after its subscription's
+        registration."""
         coordinator = self._for(txn)
         if coordinator is self.v4:
             coordinator.register_acked_subscriptions(txn, subscriptions).add_done_callback(mark_retrieved)
-            return
-        await coordinator.add_acked_subscriptions(txn, subscriptions)
+            return None
+        return coordinator.add_acked_subscriptions(txn, subscriptions)
 
     async def end_transaction(self, txn: TxnId, action: TxnAction, *, check_epoch: bool = True) -> TxnStatus:
         if check_txn(txn).most_bits == V5_COORDINATOR_ID:

@@ -863,10 +863,14 @@ class ServerConnection(asyncio.Protocol):
         log.info("%s: ignoring an AUTH_RESPONSE (this broker never challenges)", self.peer)
 
 
-def _txn_handler(method: Callable[[TransactionCommands, Any], Coroutine[Any, Any, None]]) -> \
+def _txn_handler(method: Callable[[TransactionCommands, Any], Coroutine[Any, Any, None] | None]) -> \
         Callable[[ServerConnection, Any, Any], None]:
+    """A TC command's handler: its coroutine runs as a task (a method that answered at once
+    returns None)."""
     def handle(connection: ServerConnection, body: Any, frame: Any) -> None:
-        connection._spawn(method(connection.txn, body))
+        pending = method(connection.txn, body)
+        if pending is not None:
+            connection._spawn(pending)
     return handle
 
 

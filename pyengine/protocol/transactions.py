@@ -21,7 +21,8 @@ so it is `anonymous`.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from dataclasses import dataclass
 
@@ -131,29 +132,40 @@ class TransactionCommands:
             return
         self._answer(BaseCommand.NEW_TXN_RESPONSE, body.request_id, txn, None)
 
-    async def add_partition_to_txn(self, body: pb.CommandAddPartitionToTxn) -> None:
-        txn = None
-        try:
-            txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
-            self._check_txn_session(txn)
-            partitions = [normalize_topic(name) for name in body.partitions]
-            await self.coordinator.add_produced_partitions(txn, partitions)
-        except Exception as exc:
-            self._answer(BaseCommand.ADD_PARTITION_TO_TXN_RESPONSE, body.request_id, txn, exc)
-            return
-        self._answer(BaseCommand.ADD_PARTITION_TO_TXN_RESPONSE, body.request_id, txn, None)
+    def add_partition_to_txn(self, body: pb.CommandAddPartitionToTxn) -> Coroutine[Any, Any, None] | None:
+        return self._register(BaseCommand.ADD_PARTITION_TO_TXN_RESPONSE, body, lambda txn: (
+            self.coordinator.add_produced_partitions_now(txn, [normalize_topic(name) for name in body.partitions])))
 
-    async def add_subscription_to_txn(self, body: pb.CommandAddSubscriptionToTxn) -> None:
+    def add_subscription_to_txn(self, body: pb.CommandAddSubscriptionToTxn) -> Coroutine[Any, Any, None] | None:
+        return self._register(BaseCommand.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, body, lambda txn: (
+            self.coordinator.add_acked_subscriptions_now(
+                txn, [(normalize_topic(s.topic), s.subscription) for s in body.subscription])))
+
+    def _register(self, response: int, body: pb.CommandAddPartitionToTxn | pb.CommandAddSubscriptionToTxn,
+                  register: Callable[[TxnId], Awaitable[None] | None]) -> Coroutine[Any, Any, None] | None:
+        """Answer a registration in the turn its frame arrived (no task: the client's sends wait
+        for this answer) when the coordinator took it at once (v4); otherwise return what
+        answers it once the coordinator is done (v5), for the connection to run as a task."""
         txn = None
         try:
             txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
             self._check_txn_session(txn)
-            subscriptions = [(normalize_topic(s.topic), s.subscription) for s in body.subscription]
-            await self.coordinator.add_acked_subscriptions(txn, subscriptions)
+            waiting = register(txn)
         except Exception as exc:
-            self._answer(BaseCommand.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, body.request_id, txn, exc)
+            self._answer(response, body.request_id, txn, exc)
+            return None
+        if waiting is None:
+            self._answer(response, body.request_id, txn, None)
+            return None
+        return self._answer_when_done(waiting, response, body.request_id, txn)
+
+    async def _answer_when_done(self, waiting: Awaitable[None], response: int, request_id: int, txn: TxnId) -> None:
+        try:
+            await waiting
+        except Exception as exc:
+            self._answer(response, request_id, txn, exc)
             return
-        self._answer(BaseCommand.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, body.request_id, txn, None)
+        self._answer(response, request_id, txn, None)
 
     async def end_txn(self, body: pb.CommandEndTxn) -> None:
         txn = None

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 
 import pytest
 
 from pyengine.broker.policies import TC_ASSIGN_TOPIC
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.server import ProtocolServer
+from pyengine.protocol.transactions import TransactionCommands
 from pyengine.transaction import TxnAction
 from pyengine_kernels import Position, TxnId
 from tests.broker.helpers import GatedWriter
@@ -344,3 +346,31 @@ async def test_an_ack_after_a_registration_that_failed_is_not_recorded(service, 
     reply = await other.request("ACK", consumer_id=0, ack_type=pb.CommandAck.Individual, message_id=[message])
     assert not reply.HasField("error")
     assert not (await other.end(COMMIT)).HasField("error")
+
+
+def _responses(frames: list[bytes]) -> list[pb.BaseCommand]:
+    return [pb.BaseCommand.FromString(f[8:8 + int.from_bytes(f[4:8], "big")]) for f in frames]
+
+
+async def test_v4_registrations_are_answered_in_the_turn_their_frame_arrives(service) -> None:
+    """ADD_PARTITION_TO_TXN / ADD_SUBSCRIPTION_TO_TXN of a v4 txn need no task: the answer is
+    written while the frame is handled (the client's sends wait for it); refusals too."""
+    written: list[bytes] = []
+    commands = TransactionCommands(SimpleNamespace(service=service, write=written.append))
+    txn = await service.coordinator.new_transaction(0, 60_000)
+    halves = {"txnid_most_bits": txn.most_bits, "txnid_least_bits": txn.least_bits}
+    assert commands.add_partition_to_txn(pb.CommandAddPartitionToTxn(request_id=7, partitions=[TOPIC], **halves)) is None
+    assert commands.add_subscription_to_txn(pb.CommandAddSubscriptionToTxn(
+        request_id=8, subscription=[pb.Subscription(topic=TOPIC, subscription="s")], **halves)) is None
+    unknown = {"txnid_most_bits": 0, "txnid_least_bits": 1 << 40}
+    assert commands.add_partition_to_txn(pb.CommandAddPartitionToTxn(request_id=9, partitions=[TOPIC],
+                                                                     **unknown)) is None
+    added, subscribed, refused = _responses(written)
+    assert (added.type, added.addPartitionToTxnResponse.request_id) == (BaseCommand.ADD_PARTITION_TO_TXN_RESPONSE, 7)
+    assert not added.addPartitionToTxnResponse.HasField("error")
+    assert subscribed.addSubscriptionToTxnResponse.request_id == 8
+    assert not subscribed.addSubscriptionToTxnResponse.HasField("error")
+    assert refused.addPartitionToTxnResponse.error == pb.TransactionNotFound
+    await asyncio.sleep(0.05)                         # the registrations' records are written
+    assert service.coordinator.get(txn).partitions == [TOPIC]
+    assert service.coordinator.get(txn).subscriptions == [(TOPIC, "s")]
