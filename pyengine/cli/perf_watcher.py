@@ -175,8 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvloop
 
+    from pyengine.cli.gc_tuning import settled_garbage_collector
+    from pyengine.cli.malloc_tuning import keep_freed_heap
+
+    keep_freed_heap()                  # tuned as the load generator that starts it
     try:
-        uvloop.run(watch(url, topic, subscription, operation_timeout, sys.stdout.fileno()))
+        with settled_garbage_collector():
+            uvloop.run(watch(url, topic, subscription, operation_timeout, sys.stdout.fileno()))
     except Exception as exc:         # reported to the load generator, which fails the run
         print(f"perf_watcher: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
