@@ -198,6 +198,46 @@ timer in the client, on this VM while it was shared):
   the load generator collected into one `writelines` per loop turn (as the broker does) did
   not change the transactional run measurably and slowed the plain one (batches left later),
   so the client writes each command at once.
+- 2026-11-26, early morning: four changes, each measured in alternating rounds (fresh broker
+  per run, runs of 4 s). (1) `pyengine serve` and `pyengine perf` keep freed heap memory
+  (glibc's trim threshold raised to 128 MiB, `pyengine/cli/malloc_tuning.py`): the broker
+  took 29.6 minor page faults per transaction of 100 (1.5 per 100 plain messages) as glibc
+  gave the heap's top back and faulted it in again; now 1.3, and its kernel time per
+  transactional message fell from 2.08 to 1.61-1.69 us (load generator 0.74-0.79 -> 0.52-0.58);
+  plain runs gain too. (2) The client batches a transaction's first messages at once and
+  holds their SEND until ADD_PARTITION_TO_TXN is answered, instead of holding each message
+  and submitting it from a task: load generator 4.29 -> 3.91 us per transactional message
+  (medians of five rounds). (3) The client writes ADD_PARTITION_TO_TXN in the turn of the
+  send that needs it, not when its task first runs: from a txn's first send to the answer,
+  2.09 -> 1.65 ms (median). (4) The broker answers a v4 registration while handling its frame
+  (no task): no measurable change, the round trip stays ~1 ms at max rate. Old and new code
+  in four alternating rounds: CPU per transactional message (broker + load generator) 7.7-8.1
+  -> 7.1-7.3 us, per plain message 4.4-5.4 -> 4.1-4.6; transactional throughput 167-214k vs
+  180-204k msg/s, not measurably changed: the run is bound by its producers' cycle, not by
+  CPU (it uses ~1.4 of the 2 cores). Each producer (100 pending = one transaction) waits for
+  its transaction's receipts before the next one's sends: ~1.15 ms batching delay (the 1 ms
+  window), the registration's answer at ~1.65 ms, SEND to receipt ~2.2 ms, then ~1 ms until
+  the next sends leave, as the load generator's event loop lags (a 1 ms timer fires 0.11 ms
+  late at p50, 1.0 ms at p90, 2.0 at p99; the broker's 0.0 / 0.35 / 0.9-2.0): its iterations
+  are long with ten producers each sending 100 messages, settling 100 receipts and
+  committing in one step. The ratio moved less than either side: plain gained as much.
+  Tried and not kept: compiling 19 of the broker's modules (coordinator, buffer, storage,
+  protocol) with Cython as they are changed the broker's CPU per transactional message by
+  under 3% (5.10-5.65 vs 5.15-5.44 us) and an in-process one-message transaction by ~1%
+  (105-106 vs 104.5-105 us): the cost is not the interpreter running these modules but
+  the event loop's machinery, allocation and the kernel.
+  (5) The visibility watcher (`perf_watcher`, its own process) ran with CPython's default
+  collector: a young collection every 700 allocations while it decodes every message, and the
+  older generations' collections stalled it for tens of ms. Tuned as `perf` is, at 100k msg/s
+  (three alternating rounds) commit-to-visible p99 went from 38-42 to 4.9-5.2 ms, its CPU
+  from 4.5-4.8 to 3.9-4.2 us per message. Recordings of this suite that morning: 0.641 (not
+  recorded) and 0.595 with the watcher untuned, where the faster transactional run moved the
+  half rate from ~85k to ~100k msg/s and commit-to-visible p99 to 34-37 ms (a same-rate A/B of
+  old and new code gave the same 15-42 ms for both); 0.59 with it tuned, recorded above.
+  END_TXN p99 at half rate (13.2 ms, target 5) is what the paced run's load leaves: there the
+  broker spends ~6.9 us per message (small batches: a SEND of ~10 messages per producer per
+  1 ms window), the load generator ~7.8 (a send timed by its own callback) and the watcher ~4,
+  ~1.7 of the 2 cores at 90k msg/s.
 - This VM slows down writes of data it has never held: after ~6-7 GB written in a broker's
   life, the writer thread's system time per message rose from ~1.0 to ~3.0 us, with
   `copy_folio_from_iter_atomic` (the copy into the page cache) going from 2% to 53% of the
