@@ -56,12 +56,18 @@ def test_produce_reports_rate_percentiles_progress_and_a_plot(broker, capsys, tm
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_produce_to_a_partitioned_topic(broker, capsys):
-    """Partitions answer independently: each message's latency is taken at its own receipt."""
-    request = urllib.request.Request(f"{broker.http_url}/admin/v2/persistent/public/default/perf-parts/partitions",
-                                     data=b"3", method="PUT", headers={"Content-Type": "application/json"})
+def create_partitioned(broker, name: str, partitions: int) -> None:
+    """persistent://public/default/NAME with PARTITIONS partitions, through the admin REST API."""
+    request = urllib.request.Request(f"{broker.http_url}/admin/v2/persistent/public/default/{name}/partitions",
+                                     data=str(partitions).encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as reply:
         assert reply.status in (200, 204)
+
+
+def test_produce_to_a_partitioned_topic(broker, capsys):
+    """Partitions answer independently: each message's latency is taken at its own receipt."""
+    create_partitioned(broker, "perf-parts", 3)
     code, result, err = perf(capsys, "produce", "persistent://public/default/perf-parts", "--url", broker.url,
                              "--messages", "3000", "--duration", "0", "--producers", "2", "--quiet")
     assert code == 0, err
@@ -146,6 +152,20 @@ def test_txn_at_a_rate_spaces_each_message_and_times_each_send(broker, capsys):
     assert abs(publish["count"] - result["messages"]) <= 2 * 50, (publish, result)
     # A send waited for by the transaction's end would show ~ its transaction's span (125 ms).
     assert publish["p50"] < 60, publish
+
+
+@pytest.mark.parametrize("partitions", [0, 3], ids=["one-partition", "partitioned"])
+def test_paced_txn_sends_are_each_timed_once(broker, capsys, partitions):
+    """Every paced transactional send is timed once, at its own receipt, on one partition
+    and on a partitioned topic (whose partitions acknowledge independently)."""
+    topic = f"persistent://public/default/perf-txn-paced-{partitions}"
+    if partitions:
+        create_partitioned(broker, f"perf-txn-paced-{partitions}", partitions)
+    code, result, err = perf(capsys, "txn", topic, "--url", broker.url, "--messages-per-txn", "20",
+                             "--rate", "2000", "--messages", "400", "--duration", "0", "--no-visibility", "--quiet")
+    assert code == 0, err
+    assert result["messages"] == 400 and result["latency_ms"]["publish"]["count"] == 400, result
+    assert result["latency_ms"]["publish"]["p50"] < 60, result
 
 
 def test_an_unreachable_broker_is_a_clear_failure(capsys, unused_tcp_port):
