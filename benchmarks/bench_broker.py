@@ -249,7 +249,10 @@ timer in the client, on this VM while it was shared):
   switch interval of 0.2 ms instead of 5 changed neither the commit wait nor END_TXN (p50 1.17
   vs 1.19 ms for the decision's commit). Also tried and not kept, no measurable change: perf
   timing paced sends with one reaper per producer instead of a callback each (6.12-6.45 vs
-  6.28-6.37 us per message), and sending a burst in slices with a yield between them.
+  6.28-6.37 us per message), and sending a burst in slices with a yield between them; nor,
+  all at once, three cuts of event-loop hops in the max-rate cycle (the registration answered
+  from its response future, perf awaiting send futures directly, no task for a SEND whose
+  registration is durable): median 177k against 174k msg/s over six alternating rounds.
 - This VM slows down writes of data it has never held: after ~6-7 GB written in a broker's
   life, the writer thread's system time per message rose from ~1.0 to ~3.0 us, with
   `copy_folio_from_iter_atomic` (the copy into the page cache) going from 2% to 53% of the
