@@ -3,6 +3,7 @@ process, on a temp dir and a free loopback port; `restart()` brings it back on t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -71,3 +72,16 @@ async def broker(tmp_path: Path) -> AsyncIterator[NetworkBroker]:
 async def client(broker: NetworkBroker) -> AsyncIterator[Client]:
     async with Client(broker.url, operation_timeout_seconds=10) as network_client:
         yield network_client
+
+
+def answer_registrations_when_set(client, monkeypatch) -> asyncio.Event:
+    """ADD_PARTITION_TO_TXN goes out only once the returned event is set."""
+    coordinator = client._core.coordinator
+    registered = asyncio.Event()
+    original = coordinator.add_partition
+
+    async def slow(*args):
+        await registered.wait()
+        await original(*args)
+    monkeypatch.setattr(coordinator, "add_partition", lambda *args: asyncio.ensure_future(slow(*args)))
+    return registered

@@ -9,7 +9,7 @@ from pyengine.client import AlreadyClosedError, Client
 from pyengine.client.handler import READY
 from pyengine.client.producer import PartitionProducer
 
-from .conftest import NetworkBroker, drain
+from .conftest import NetworkBroker, answer_registrations_when_set, drain
 
 TOPIC = "persistent://public/default/restart"
 
@@ -90,3 +90,27 @@ async def test_close_during_an_outage_does_not_hang(dedup_broker):
     with pytest.raises(AlreadyClosedError):
         await pending
     assert consumer._handlers[-1].state != READY
+
+
+async def test_sends_waiting_for_their_registration_are_written_once_across_a_restart(dedup_broker, monkeypatch):
+    """A txn's first sends wait for ADD_PARTITION_TO_TXN while the broker restarts: they are
+    written once, after it, on the new connection, and a plain send behind them stays behind."""
+    async with Client(dedup_broker.url, operation_timeout_seconds=15) as client:
+        producer = await client.create_producer(TOPIC, batching_enabled=True, batching_max_publish_delay_ms=5)
+        watcher = await client.subscribe(TOPIC, "blocked", initial_position="earliest")
+        first = await client.new_transaction()       # the topic takes transactions before the test
+        await producer.send(b"first", txn=first)
+        await first.commit()
+        registered = answer_registrations_when_set(client, monkeypatch)
+        txn = await client.new_transaction()
+        sent = [producer.send_async(b"t%d" % i, txn=txn) for i in range(3)]
+        plain = producer.send_async(b"plain")
+        await asyncio.sleep(0.1)
+        assert not any(f.done() for f in [*sent, plain])
+        await dedup_broker.restart()
+        registered.set()
+        ids = await asyncio.wait_for(asyncio.gather(*sent, plain), 15)
+        assert ids == sorted(ids) and all(i.entry_id >= 0 for i in ids)
+        await txn.commit()
+        got = await drain(watcher, timeout=3)
+        assert [m.data for m in got] == [b"first", b"t0", b"t1", b"t2", b"plain"]

@@ -10,22 +10,10 @@ from pyengine.errors import (InvalidTxnStatusError, TransactionConflictError, Tr
                              TransactionNotFoundError)
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine_kernels import TxnId
+from tests.client.conftest import answer_registrations_when_set
 
 IN = "persistent://public/default/txn-in"
 OUT = "persistent://public/default/txn-out"
-
-
-def answer_registrations_when_set(client, monkeypatch) -> asyncio.Event:
-    """ADD_PARTITION_TO_TXN goes out only once the returned event is set."""
-    coordinator = client._core.coordinator
-    registered = asyncio.Event()
-    original = coordinator.add_partition
-
-    async def slow(*args):
-        await registered.wait()
-        await original(*args)
-    monkeypatch.setattr(coordinator, "add_partition", lambda *args: asyncio.ensure_future(slow(*args)))
-    return registered
 
 
 async def test_readme_example_consume_transform_produce(broker):
