@@ -5,6 +5,7 @@ import asyncio
 import pytest
 
 from pyengine.client import Client
+from pyengine.client.errors import ConnectError
 from pyengine.client.transaction import ABORTED, COMMITTED, TIMED_OUT, Transaction
 from pyengine.errors import (InvalidTxnStatusError, TransactionConflictError, TransactionCoordinatorNotFoundError,
                              TransactionNotFoundError)
@@ -378,3 +379,35 @@ async def test_a_send_in_a_txn_of_an_unknown_coordinator_fails_its_future(client
     sent = producer.send_async(b"x", txn=unknown)            # refused by its future, not raised here
     with pytest.raises(TransactionCoordinatorNotFoundError):
         await sent
+
+
+async def test_a_registration_while_its_coordinator_is_not_connected_waits_and_goes(client, monkeypatch):
+    """Not written at once when the handler is not connected (or the write fails): the
+    request's task sends it once it can, as every TC request does."""
+    await (await client.new_transaction()).abort()
+    handler = client._core.coordinator._handlers[0]
+    producer = await client.create_producer(OUT)
+    txn = await client.new_transaction()
+    while txn.txn_id.most_bits != 0:
+        await txn.abort()
+        txn = await client.new_transaction()
+    handler._ready.clear()                                   # as while it reconnects
+    sent = producer.send_async(b"later", txn=txn)
+    await asyncio.sleep(0.1)
+    assert not sent.done()
+    handler._ready.set()
+    await asyncio.wait_for(sent, 5)
+    # The connection refuses the first write: sent again by the task.
+    other = await client.create_producer(IN)
+    refusals = []
+    send_request = handler.connection.send_request
+
+    def refuse_once(cmd):
+        if cmd.type == pb.BaseCommand.ADD_PARTITION_TO_TXN and not refusals:
+            refusals.append(cmd.type)
+            raise ConnectError("refused by the test")
+        return send_request(cmd)
+    monkeypatch.setattr(handler.connection, "send_request", refuse_once)
+    await asyncio.wait_for(other.send_async(b"retried", txn=txn), 5)
+    assert refusals == [pb.BaseCommand.ADD_PARTITION_TO_TXN]
+    await txn.commit()
