@@ -116,7 +116,7 @@ class CoordinatorHandler(ConnectionHandler):
             try:
                 sent = (connection, cmd, connection.send_request(cmd))
             except ConnectError:
-                sent = None                   # sent again (same request id) once reconnected
+                sent = None                   # never written: the task sends it once reconnected
         return asyncio.ensure_future(self.request(build, txn_id, sent))
 
     async def request(self, build: Callable[[int], pb.BaseCommand], txn_id: TxnId | None = None,
