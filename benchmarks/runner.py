@@ -59,15 +59,20 @@ def per_op_timings(json_path: Path) -> dict[str, float]:
     shared machine; both sides of every ratio use the same statistic. A benchmark that runs
     as several test items (a suite that alternates the rounds of the two sides of a ratio, so
     that the machine's slow and fast spells fall on both) names its timing in
-    ``extra_info["timing"]``; the items of one timing give their best round.
+    ``extra_info["timing"]``; the items of one timing give their best round. A benchmark that
+    also measured the process CPU of its round (``extra_info["cpu_s"]``, one round per item)
+    gives ``NAME:cpu``, the least CPU per operation over its items.
     """
     data = json.loads(json_path.read_text())
     timings: dict[str, float] = {}
     for bench in data["benchmarks"]:
         info = bench.get("extra_info", {})
         name = info.get("timing", bench["name"])
-        per_op = bench["stats"]["min"] / info.get("ops", 1)
-        timings[name] = min(per_op, timings.get(name, per_op))
+        ops = info.get("ops", 1)
+        for key, per_op in ((name, bench["stats"]["min"] / ops),
+                            (f"{name}:cpu", info["cpu_s"] / ops if "cpu_s" in info else None)):
+            if per_op is not None:
+                timings[key] = min(per_op, timings.get(key, per_op))
     return timings
 
 
