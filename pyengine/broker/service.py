@@ -258,6 +258,16 @@ class BrokerService:
         loaded = await self.get_topic(topic, create=False)
         await loaded.end_txn(txn, action == TxnAction.COMMIT, low_watermark, after=after)
 
+    def end_txn_on_partition_now(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int, *,
+                                 after: asyncio.Future[Any] | None = None) -> asyncio.Future[None] | None:
+        """`end_txn_on_partition` started before this returns, for a loaded topic whose buffer
+        can take the marker at once (the common case: no task, no coroutine chain per
+        partition); None: await `end_txn_on_partition`."""
+        loaded = self.topics.get(topic)
+        if loaded is None:
+            return None
+        return loaded.end_txn_now(txn, action == TxnAction.COMMIT, low_watermark, after=after)
+
     async def end_txn_on_subscription(self, topic: str, subscription: str, txn: TxnId, action: TxnAction,
                                       low_watermark: int) -> None:
         loaded = await self.get_topic(topic, create=False)

@@ -20,6 +20,7 @@ from pyengine.errors import NotAllowedError, ProducerBusyError, SubscriptionNotF
 from pyengine.naming import TopicName
 from pyengine.storage import ManagedCursor, ManagedLedger
 from pyengine.storage.entry import Entry
+from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import TransactionBuffer
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine_kernels import Position, TxnId
@@ -212,6 +213,12 @@ class Topic:
             await self.buffer.commit(txn, low_watermark, after=after)
         else:
             await self.buffer.abort(txn, low_watermark, after=after)
+
+    def end_txn_now(self, txn: TxnId, commit: bool, low_watermark: int, *,
+                    after: asyncio.Future[Any] | None = None) -> asyncio.Future[None] | None:
+        """`end_txn` without a coroutine when the buffer can take the marker at once (see
+        TopicTransactionBuffer.end_now); None: await `end_txn`."""
+        return self.buffer.end_now(txn, TxnAction.COMMIT if commit else TxnAction.ABORT, low_watermark, after=after)
 
     # --- reading --------------------------------------------------------------------------
 

@@ -14,11 +14,14 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyengine.errors import NotAllowedError
 from pyengine.storage.entry import Entry
 from pyengine_kernels import AbortedTxnSet, Position, TxnId
+
+if TYPE_CHECKING:
+    from pyengine.transaction import TxnAction
 
 
 class BufferState(Enum):
@@ -63,6 +66,13 @@ class TransactionBuffer(ABC):
     @abstractmethod
     async def abort(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
         """End `txn` as aborted (idempotent); `after` as for `commit`."""
+
+    def end_now(self, txn: TxnId, action: TxnAction, low_watermark: int, *,
+                after: asyncio.Future[Any] | None = None) -> asyncio.Future[None] | None:
+        """`commit` / `abort` started before this returns, when the buffer can (its future
+        resolves as they would return); None when it cannot: await `commit` / `abort`. The
+        default never can."""
+        return None
 
     @abstractmethod
     def max_read_position(self) -> Position:

@@ -266,12 +266,48 @@ class TopicTransactionBuffer(TransactionBuffer):
     async def abort(self, txn: TxnId, low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None:
         await self._end(txn, TxnAction.ABORT, low_watermark, after)
 
+    def end_now(self, txn: TxnId, action: TxnAction, low_watermark: int, *,
+                after: asyncio.Future[Any] | None = None) -> asyncio.Future[None] | None:
+        """`commit` / `abort` without a coroutine, when the buffer can take the marker at once
+        (ready, transactional, not terminated, `txn` not ended or ending here): the marker is
+        queued before this returns (so with `after`, the decision's write, it joins that
+        group commit) and the future resolves as the coroutine would return. None: anything
+        else (a repeat, a recovering buffer, ...): await `commit` / `abort`, which handle it."""
+        _check_end(txn, low_watermark, after)
+        if (self.state is not BufferState.READY or not self._transactional or self.ledger.terminated_at is not None
+                or self._known_outcome(txn) is not None
+                or (txn not in self._ongoing and self._ended.is_below_low_watermark(txn))):
+            return None
+        try:
+            done, durable = self._queue_marker(txn, action, after)
+        except StorageError:
+            return None                     # the coroutine raises it as the caller expects
+        ended = asyncio.get_running_loop().create_future()
+        durable.add_done_callback(partial(self._marker_written_now, txn, action, done, low_watermark, ended))
+        return ended
+
+    def _marker_written_now(self, txn: TxnId, action: TxnAction, done: Outcome[None], low_watermark: int,
+                            ended: asyncio.Future[None], durable: asyncio.Future[Position]) -> None:
+        """`end_now`'s marker is settled: what `_end` does after `_end_on_topic` returns."""
+        self._marker_written(txn, action, done, durable)
+        error = durable.exception()
+        if error is not None:
+            if not ended.done():            # done: its caller was cancelled
+                ended.set_exception(_persistence_error(error))
+            return
+        aborts = self._apply_low_watermark(txn.most_bits, low_watermark)
+        self._after_end()
+        if not aborts:
+            if not ended.done():
+                ended.set_result(None)
+            return
+        # As `_end` waits for them (quietly: each one logs its own failure).
+        gathered = asyncio.gather(*aborts, return_exceptions=True)
+        gathered.add_done_callback(lambda _: None if ended.done() else ended.set_result(None))
+
     async def _end(self, txn: TxnId, action: TxnAction, low_watermark: int,
                    after: asyncio.Future[Any] | None) -> None:
-        _check_txn(txn)
-        _check_int("low_watermark", low_watermark, minimum=-1)
-        if after is not None and not isinstance(after, asyncio.Future):
-            raise TypeError(f"after must be an asyncio.Future, not {type(after).__name__}")
+        _check_end(txn, low_watermark, after)
         await self._wait_ready()
         await self._end_on_topic(txn, action, after)
         aborts = self._apply_low_watermark(txn.most_bits, low_watermark)
@@ -306,17 +342,24 @@ class TopicTransactionBuffer(TransactionBuffer):
         if self.ledger.terminated_at is not None:
             await self._end_on_terminated_topic(txn, action)
             return
-        data, marker_type, publish_time = marker_entry(action, txn)
         try:
-            _position, durable = self.ledger.append_entry(
-                data, txn_most=txn.most_bits, txn_least=txn.least_bits, marker_type=marker_type,
-                publish_time=publish_time, after=after)
+            done, durable = self._queue_marker(txn, action, after)
         except StorageError as exc:
             raise _persistence_error(exc) from exc
-        done: Outcome[None] = Outcome()
-        self._ending[txn] = (action, done)
         durable.add_done_callback(partial(self._marker_written, txn, action, done))
         await done.waiter()
+
+    def _queue_marker(self, txn: TxnId, action: TxnAction,
+                      after: asyncio.Future[Any] | None) -> tuple[Outcome[None], asyncio.Future[Position]]:
+        """Append `txn`'s marker (durable with or after `after`) and count the txn as ending
+        here: its outcome, and the marker's write (raises StorageError)."""
+        data, marker_type, publish_time = marker_entry(action, txn)
+        _position, durable = self.ledger.append_entry(
+            data, txn_most=txn.most_bits, txn_least=txn.least_bits, marker_type=marker_type,
+            publish_time=publish_time, after=after)
+        done: Outcome[None] = Outcome()
+        self._ending[txn] = (action, done)
+        return done, durable
 
     async def _end_on_terminated_topic(self, txn: TxnId, action: TxnAction) -> None:
         """A terminated ledger takes no entry, not even a marker; retrying one would never end
@@ -616,6 +659,13 @@ def _now_ms() -> int:
 def _check_txn(txn: object) -> None:
     if not isinstance(txn, TxnId):
         raise TypeError(f"txn must be a TxnId, not {type(txn).__name__}")
+
+
+def _check_end(txn: object, low_watermark: object, after: object) -> None:
+    _check_txn(txn)
+    _check_int("low_watermark", low_watermark, minimum=-1)
+    if after is not None and not isinstance(after, asyncio.Future):
+        raise TypeError(f"after must be an asyncio.Future, not {type(after).__name__}")
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:

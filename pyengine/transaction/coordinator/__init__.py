@@ -36,7 +36,11 @@ class TransactionParticipants(Protocol):
     `after` on a partition: the decision's record, not durable yet (the partition is told at
     once, so that its marker shares the decision's group commit). A participant writing into
     the coordinator's StorageEnvironment makes its writes conditional on it
-    (`StorageEnvironment.depend`); any other must await it before applying the decision."""
+    (`StorageEnvironment.depend`); any other must await it before applying the decision.
+
+    A participant may also offer `end_txn_on_partition_now` (same arguments): the call started
+    before it returns, as a future, or None when it cannot (then the coordinator awaits
+    `end_txn_on_partition`). It spares a task and a coroutine chain per partition."""
 
     async def end_txn_on_partition(self, topic: str, txn: TxnId, action: TxnAction,
                                    low_watermark: int, *, after: asyncio.Future[Any] | None = None) -> None: ...

@@ -339,12 +339,25 @@ class TransactionCoordinatorService:
         cursors shared with non-transactional acks, are told once it is durable. If it
         fails, nothing was applied anywhere: the txn is OPEN again and this raises."""
         txn, participants = meta.txn_id, self.participants
-        partitions = [until_confirmed(
-                          lambda topic=topic: participants.end_txn_on_partition(
-                              topic, txn, action, store.low_watermark(), after=decision),
-                          f"{action.name} of {txn} on partition {topic}", self.backoff, gone=GONE_ERRORS)
-                      for topic in meta.partitions]
-        told = asyncio.ensure_future(_all(partitions)) if partitions else None
+
+        def tell(topic: str) -> Awaitable[None]:
+            return until_confirmed(
+                lambda: participants.end_txn_on_partition(topic, txn, action, store.low_watermark(), after=decision),
+                f"{action.name} of {txn} on partition {topic}", self.backoff, gone=GONE_ERRORS)
+
+        # Partitions that took the decision at once (a loaded topic's marker, queued now), and
+        # the others, told by a task of their own: both before the decision is awaited, so
+        # that the markers share its group commit.
+        started, others = [], []
+        now = getattr(participants, "end_txn_on_partition_now", None)
+        for topic in meta.partitions:
+            ended = now(topic, txn, action, store.low_watermark(), after=decision) if now is not None else None
+            if ended is None:
+                others.append(tell(topic))
+            else:
+                ended.add_done_callback(mark_retrieved)     # a failed decision fails it unread
+                started.append((topic, ended))
+        told = asyncio.ensure_future(_all(others)) if others else None
         if told is not None:
             told.add_done_callback(mark_retrieved)
         try:
@@ -362,6 +375,14 @@ class TransactionCoordinatorService:
                              for topic, sub in meta.subscriptions]
             if subscriptions:
                 await _all(subscriptions)
+            for topic, ended in started:
+                try:
+                    await ended
+                except GONE_ERRORS:
+                    pass
+                except Exception as exc:            # the decision is durable: repeat until it lands
+                    log.warning("%s of %s on partition %s failed, retrying: %r", action.name, txn, topic, exc)
+                    await tell(topic)
             if told is not None:
                 await told
         finally:

@@ -467,3 +467,95 @@ async def test_horizon_never_passes_the_lac(env):
     await plain_durable
     await txn_future
     assert buffer.max_read_position() == plain_position
+
+
+# --- end_now: the coordinator's end without a coroutine -------------------------------------
+
+async def test_end_now_queues_the_marker_before_it_returns_and_ends_the_txn_as_commit_does(env):
+    ledger, buffer = await open_buffer(env)
+    position = await buffer.append(T1, b"x")
+    lac = ledger.lac
+    ended = buffer.end_now(T1, TxnAction.COMMIT, -1)
+    assert ended is not None and not ended.done()
+    with pytest.raises(NotAllowedError, match="has been ended"):   # ending: late writes refused at once
+        await buffer.append(T1, b"late")
+    assert await ended is None
+    marker = ledger.read_entries(ledger.next_position(lac), 1)[0]
+    assert marker.marker_type == MARKER_TXN_COMMIT
+    assert buffer.ongoing_txns() == [] and position in visible_positions(ledger, buffer)
+    assert buffer.stats()["committed_total"] == 1
+    # Ended, ending, or unknown to a buffer that cannot take a marker at once: None, and the
+    # coroutine (which knows every such case) answers.
+    assert buffer.end_now(T1, TxnAction.COMMIT, -1) is None
+    assert buffer.end_now(T1, TxnAction.ABORT, -1) is None
+    with pytest.raises(InvalidTxnStatusError):
+        await buffer.abort(T1, -1)
+
+
+async def test_end_now_writes_its_marker_with_the_decision_and_fails_without_it(env):
+    """`after`: the marker is durable only with the coordinator's decision; if that write
+    fails, so does the marker, and the txn stays open for the retry."""
+    ledger, buffer = await open_buffer(env)
+    position = await buffer.append(T1, b"x")
+    decision = env.submit(lambda txn: None)
+    ended = buffer.end_now(T1, TxnAction.ABORT, -1, after=decision)
+    await decision
+    await ended
+    assert buffer.is_txn_aborted(T1)
+    await buffer.append(T2, b"y")
+    fail_next_commit(env)
+    failed_decision = env.submit(lambda txn: None)
+    ended = buffer.end_now(T2, TxnAction.COMMIT, -1, after=failed_decision)
+    with pytest.raises(PersistenceError):
+        await ended
+    assert T2 in dict(buffer.ongoing_txns())
+    again = buffer.end_now(T2, TxnAction.COMMIT, -1)                # not ending any more: again
+    assert again is not None
+    await again
+    assert buffer.ongoing_txns() == [] and position not in visible_positions(ledger, buffer)
+
+
+async def test_end_now_applies_the_low_watermark_and_waits_for_the_aborts_it_starts(env):
+    ledger, buffer = await open_buffer(env)
+    stale = await buffer.append(TxnId(1, 3), b"stale")
+    await buffer.append(TxnId(1, 9), b"current")
+    ended = buffer.end_now(TxnId(1, 9), TxnAction.COMMIT, 5)
+    await ended
+    assert buffer.is_txn_aborted(TxnId(1, 3)) and buffer.ongoing_txns() == []
+    assert stale not in visible_positions(ledger, buffer)
+    assert buffer.low_watermark(1) == 5
+
+
+async def test_end_now_leaves_what_it_cannot_do_at_once_to_the_coroutine(env):
+    ledger, buffer = await open_buffer(env)
+    assert buffer.end_now(T1, TxnAction.COMMIT, -1) is None          # no txn entry yet: property unwritten
+    await buffer.commit(T1, -1)
+    await buffer.append(T2, b"x")
+    await buffer.commit(TxnId(2, 9), 7)
+    assert buffer.end_now(TxnId(2, 6), TxnAction.ABORT, 7) is None   # forgotten below the watermark
+    await ledger.terminate()
+    assert buffer.end_now(T2, TxnAction.COMMIT, -1) is None          # a terminated ledger takes no marker
+    await buffer.commit(T2, -1)
+    await shut(ledger, buffer)
+    assert buffer.end_now(T3, TxnAction.COMMIT, -1) is None          # closed
+
+
+async def test_a_cancelled_end_now_caller_cancels_nothing_else(env):
+    ledger, buffer = await open_buffer(env)
+    await buffer.append(T1, b"x")
+    ended = buffer.end_now(T1, TxnAction.COMMIT, -1)
+    waiting = asyncio.ensure_future(buffer.commit(T1, -1))          # a repeat, on the same marker
+    await asyncio.sleep(0)
+    ended.cancel()
+    await waiting
+    assert buffer.ongoing_txns() == [] and buffer.stats()["committed_total"] == 1
+
+
+@pytest.mark.parametrize("txn, watermark, after, error", [
+    ("T1", 0, None, TypeError), (T1, "0", None, TypeError), (T1, -2, None, ValueError),
+    (T1, 0, "decision", TypeError),
+])
+async def test_malformed_end_now_requests_are_refused(env, txn, watermark, after, error):
+    ledger, buffer = await open_buffer(env)
+    with pytest.raises(error):
+        buffer.end_now(txn, TxnAction.COMMIT, watermark, after=after)

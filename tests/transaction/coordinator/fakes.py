@@ -88,3 +88,20 @@ class RecordingParticipants:
             self.calls.append(Call(target, txn, action, low_watermark, confirmed=False))
             raise failures.pop(0)
         self.calls.append(Call(target, txn, action, low_watermark, confirmed=True))
+
+
+class StartingParticipants(RecordingParticipants):
+    """Also offers `end_txn_on_partition_now`, for the partitions in `at_once`: the call is
+    started before it returns (the others get None, so the coordinator awaits the coroutine)."""
+
+    def __init__(self, at_once: set[str]) -> None:
+        super().__init__()
+        self.at_once = at_once
+        self.started: list[tuple[str, bool]] = []     # (partition, was the decision still being written)
+
+    def end_txn_on_partition_now(self, topic: str, txn: TxnId, action: TxnAction, low_watermark: int, *,
+                                 after: asyncio.Future | None = None) -> asyncio.Future | None:
+        if topic not in self.at_once:
+            return None
+        self.started.append((topic, after is not None and not after.done()))
+        return asyncio.ensure_future(self.end_txn_on_partition(topic, txn, action, low_watermark, after=after))

@@ -25,7 +25,7 @@ from pyengine.transaction.coordinator.clock import wall_clock_ms
 from pyengine.transaction.coordinator.retry import Backoff
 from pyengine.transaction.coordinator.service import DEFAULT_MAX_TIMEOUT_MS, TransactionCoordinatorService
 from pyengine_kernels import TxnId
-from tests.transaction.coordinator.fakes import RecordingParticipants
+from tests.transaction.coordinator.fakes import RecordingParticipants, StartingParticipants
 from tests.transaction.coordinator.helpers import FAST_BACKOFF, ServiceHarness, eventually
 
 S, A = TxnStatus, TxnAction
@@ -125,6 +125,52 @@ async def test_a_hung_participant_call_is_abandoned_and_repeated(data_dir, parti
     release.set()
     assert await ending == S.COMMITTED
     await harness.stop()
+
+
+async def test_partitions_started_at_once_are_told_before_the_decision_is_durable(data_dir, clock):
+    """A participant that can start a partition's end at once (a loaded topic queues its
+    marker) is asked in the turn the decision is queued, so both share a group commit; the
+    others are awaited as coroutines. Both confirm, and the txn ends."""
+    participants = StartingParticipants(at_once={"p1"})
+    harness = ServiceHarness(data_dir, participants, clock)
+    service = await harness.start()
+    txn = await new_txn(service)
+    assert await service.end_transaction(txn, A.COMMIT) == S.COMMITTED
+    assert participants.started == [("p1", True)]
+    assert participants.told(txn) == {"p1": {A.COMMIT}, "p2": {A.COMMIT}, ("p1", "s"): {A.COMMIT}}
+    await harness.stop()
+
+
+async def test_a_partition_end_started_at_once_that_fails_is_repeated_until_it_lands(data_dir, clock):
+    participants = StartingParticipants(at_once={"p1", "p2"})
+    participants.fail("p1", PersistenceError("disk"), RuntimeError("busy"))
+    participants.fail("p2", TopicNotFoundError("deleted"))       # gone: counts as confirmed
+    harness = ServiceHarness(data_dir, participants, clock)
+    service = await harness.start()
+    txn = await new_txn(service, subscriptions=())
+    assert await service.end_transaction(txn, A.ABORT) == S.ABORTED
+    assert [c.confirmed for c in participants.calls_for(txn) if c.target == "p1"] == [False, False, True]
+    assert [c.confirmed for c in participants.calls_for(txn) if c.target == "p2"] == [False]
+    assert [topic for topic, _ in participants.started] == ["p1", "p2"]   # the repeats are coroutines
+    await harness.stop()
+
+
+async def test_a_failed_decision_fails_the_partition_ends_started_with_it(data_dir, clock):
+    """Their markers are conditional on the decision: nothing is applied anywhere, the txn
+    stays OPEN, and a later end starts them again."""
+    env = FailingEnvironment(data_dir)
+    participants = StartingParticipants(at_once={"p1"})
+    service = TransactionCoordinatorService(env, participants, clock=clock, num_coordinators=1, backoff=FAST_BACKOFF)
+    await service.start()
+    txn = await new_txn(service, partitions=("p1",), subscriptions=())
+    env.failing = 1
+    with pytest.raises(PersistenceError):
+        await service.end_transaction(txn, A.COMMIT)
+    assert service.get(txn).status == S.OPEN and participants.told(txn) == {}
+    assert await service.end_transaction(txn, A.COMMIT) == S.COMMITTED
+    assert participants.told(txn) == {"p1": {A.COMMIT}} and len(participants.started) == 2
+    await service.close()
+    env.close()
 
 
 async def test_low_watermark_is_passed_with_every_call(harness, participants):
