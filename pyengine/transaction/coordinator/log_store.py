@@ -441,7 +441,35 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
 
         return self._submit_op(state, value, now, undo, linger=linger)
 
+    def submit_final_status(self, txn: TxnId, new: TxnStatus, expected: TxnStatus) -> asyncio.Future[Any]:
+        """`update_status` to a terminal status for a caller that need not wait for the record:
+        the txn is finished when this returns, and the record's write is returned (it fails
+        with a StorageError, and the txn is then `expected` again, as after a failed
+        `update_status`)."""
+        self._check_ready()
+        check_txn(txn)
+        new = check_status(new, "new")
+        expected = check_status(expected, "expected")
+        sequence = self._sequence_of(txn)
+        state = self._live.get(sequence)
+        if state is None:
+            if self._finished_within_retention(sequence) is None:
+                raise TransactionNotFoundError(f"transaction {txn} not found")
+            raise InvalidTxnStatusError(f"transaction {txn} has already finished")
+        if not new.is_terminal or (expected, new) not in LEGAL_TRANSITIONS:
+            raise InvalidTxnStatusError(f"transaction {txn}: cannot move from {expected.name} to {new.name} "
+                                        "as its final status")
+        if state.meta.status != expected:
+            raise InvalidTxnStatusError(f"transaction {txn}: expected {expected.name} but is {state.meta.status.name}")
+        return self._submit_finish(sequence, state, new)[1]
+
     async def _finish(self, sequence: int, state: _LiveTxn, status: TxnStatus) -> TxnMeta:
+        end, future = self._submit_finish(sequence, state, status)
+        await self._await_write(future)
+        return self._finished_meta(state.meta.txn_id, end)
+
+    def _submit_finish(self, sequence: int, state: _LiveTxn,
+                       status: TxnStatus) -> tuple[_FinishedTxn, asyncio.Future[Any]]:
         meta = state.meta
         now = self._clock()
         key = self._allocate_log_key()
@@ -471,8 +499,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         future = self._submit(write, undo, lazy=True)
         self._finishing[sequence] = future
         future.add_done_callback(lambda _: self._finishing.pop(sequence, None))
-        await self._await_write(future)
-        return self._finished_meta(meta.txn_id, end)
+        return end, future
 
     # --- helpers --------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pyengine.errors import (
@@ -102,6 +103,10 @@ class TransactionCoordinatorService:
                                                          finished_max_records=finished_max_records)
                         for cid in range(num_coordinators)}
         self._endings: dict[TxnId, _Ending] = {}
+        # Terminal records being written, which no task waits for, and the tasks repeating
+        # those whose write failed (`wait_for_endings` waits for both).
+        self._final_writes: set[asyncio.Future[Any]] = set()
+        self._final_retries: set[asyncio.Task[Any]] = set()
         self._timeouts = TimeoutTracker(clock, self._on_timeout)
         self._counters = Counters()
         self._purge_timer: asyncio.TimerHandle | None = None
@@ -161,6 +166,7 @@ class TransactionCoordinatorService:
             self._purge_timer.cancel()
         endings = dict(self._endings)
         tasks = [ending.task for ending in endings.values() if ending.task is not None]
+        tasks += self._final_retries     # (a stopped one is resumed by recovery)
         if self._purge_task is not None:
             tasks.append(self._purge_task)
         for task in tasks:
@@ -173,9 +179,11 @@ class TransactionCoordinatorService:
             await store.close()
 
     async def wait_for_endings(self) -> None:
-        """Wait until no transaction is being ended (for a graceful stop, and for tests)."""
-        while self._endings:
-            await asyncio.wait([ending.task for ending in self._endings.values() if ending.task is not None])
+        """Wait until no transaction is being ended and every terminal record is written (for
+        a graceful stop, and for tests)."""
+        while self._endings or self._final_writes or self._final_retries:
+            await asyncio.wait([*(ending.task for ending in self._endings.values() if ending.task is not None),
+                                *self._final_writes, *self._final_retries])
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -316,9 +324,7 @@ class TransactionCoordinatorService:
             # crash before it lands, recovery resumes the (idempotent) ending.
             self._counters.record_ended(final)
             ending.done.set_result(final)
-            await until_confirmed(lambda: store.update_status(txn, final, deciding),
-                                  f"writing {final.name} for {txn}", self.backoff, retry_on=(PersistenceError,),
-                                  local=True)
+            self._write_final_status(store, txn, final, deciding)
         except asyncio.CancelledError:
             _stopped(txn, ending)
             raise
@@ -330,6 +336,32 @@ class TransactionCoordinatorService:
         finally:
             if self._endings.get(txn) is ending:
                 del self._endings[txn]
+
+    def _write_final_status(self, store: LogTransactionMetadataStore, txn: TxnId, final: TxnStatus,
+                            deciding: TxnStatus) -> None:
+        """The terminal record only lets the log be trimmed (after a crash before it lands,
+        recovery resumes the ending, which is idempotent): no task waits for it. If its write
+        fails, a task repeats it until it lands."""
+        written = store.submit_final_status(txn, final, deciding)
+        self._final_writes.add(written)
+        written.add_done_callback(partial(self._final_status_settled, store, txn, final, deciding))
+
+    def _final_status_settled(self, store: LogTransactionMetadataStore, txn: TxnId, final: TxnStatus,
+                              deciding: TxnStatus, written: asyncio.Future[Any]) -> None:
+        self._final_writes.discard(written)
+        if written.cancelled() or written.exception() is None or self._state != "running":
+            return
+        log.warning("writing %s for %s failed, retrying: %r", final.name, txn, written.exception())
+        retry = asyncio.ensure_future(until_confirmed(
+            lambda: store.update_status(txn, final, deciding), f"writing {final.name} for {txn}", self.backoff,
+            retry_on=(PersistenceError,), local=True))
+        self._final_retries.add(retry)
+        retry.add_done_callback(partial(self._final_retry_done, txn))
+
+    def _final_retry_done(self, txn: TxnId, retry: asyncio.Task[Any]) -> None:
+        self._final_retries.discard(retry)
+        if not retry.cancelled() and retry.exception() is not None:
+            log.error("could not write the end of %s (recovery will): %s", txn, retry.exception())
 
     async def _tell_participants(self, store: LogTransactionMetadataStore, meta: TxnMeta, action: TxnAction,
                                  decision: asyncio.Future[Any] | None) -> None:

@@ -505,3 +505,45 @@ async def test_status_counts_follow_undone_writes(data_dir, clock):
         await store.close()
     finally:
         env.close()
+
+
+async def test_submit_final_status_finishes_at_once_and_returns_the_records_write(data_dir, clock):
+    """The coordinator's terminal record, which no caller waits for: the txn is finished when
+    the call returns; a failed write makes it what it was again (as a failed update_status)."""
+    env = FailingEnvironment(data_dir)
+    try:
+        store = await open_store(env, clock)
+        txn = await drive_to(store, S.OPEN)
+        await store.add_produced_partitions(txn, ["a"])
+        await store.update_status(txn, S.COMMITTING, S.OPEN)
+        env.failing = True
+        written = store.submit_final_status(txn, S.COMMITTED, S.COMMITTING)
+        assert store.get(txn).status == S.COMMITTED
+        with pytest.raises(StorageError):
+            await written
+        assert store.get(txn).status == S.COMMITTING and store.get(txn).partitions == ["a"]
+        env.failing = False
+        written = store.submit_final_status(txn, S.COMMITTED, S.COMMITTING)
+        assert await written is None
+        [(_, finished)] = coordinator_records(env, 0)[1:]
+        assert finished.op == records.FINISHED and S(finished.new_status) == S.COMMITTED
+        with pytest.raises(InvalidTxnStatusError, match="already finished"):
+            store.submit_final_status(txn, S.COMMITTED, S.COMMITTING)
+        other = await drive_to(store, S.ABORTING)
+        for new, expected, match in ((S.COMMITTED, S.COMMITTING, "expected COMMITTING but is ABORTING"),
+                                     (S.COMMITTING, S.OPEN, "final status"),
+                                     (S.COMMITTED, S.ABORTING, "final status")):
+            with pytest.raises(InvalidTxnStatusError, match=match):
+                store.submit_final_status(other, new, expected)
+        with pytest.raises(TransactionNotFoundError):
+            store.submit_final_status(TxnId(0, 99), S.ABORTED, S.ABORTING)
+        with pytest.raises(TypeError):
+            store.submit_final_status("0:1", S.ABORTED, S.ABORTING)
+        with pytest.raises(ValueError):
+            store.submit_final_status(other, 42, S.ABORTING)
+        assert store.get(other).status == S.ABORTING
+        await store.close()
+        with pytest.raises(ServiceNotReadyError):
+            store.submit_final_status(other, S.ABORTED, S.ABORTING)
+    finally:
+        env.close()

@@ -495,20 +495,18 @@ async def test_a_decided_txn_whose_ending_failed_is_resumed_by_the_next_end(harn
     service = harness.service
     txn = await new_txn(service)
     store = service.store(0)
-    real_update = store.update_status
+    real_final_write = store.submit_final_status
 
-    async def broken_final_write(txn, new, expected, **kwargs):
-        if new.is_terminal:
-            raise RuntimeError("unexpected bug")
-        return await real_update(txn, new, expected, **kwargs)
+    def broken_final_write(txn, new, expected):
+        raise RuntimeError("unexpected bug")
 
-    monkeypatch.setattr(store, "update_status", broken_final_write)
+    monkeypatch.setattr(store, "submit_final_status", broken_final_write)
     # Every participant applied the commit, so the caller hears COMMITTED; the terminal record
     # then fails with a bug: the ending stops, the txn stays COMMITTING in the log.
     assert await service.end_transaction(txn, A.COMMIT) == S.COMMITTED
     await service.wait_for_endings()
     assert service.get(txn).status == S.COMMITTING and service.stats().ending == 0
-    monkeypatch.setattr(store, "update_status", real_update)
+    monkeypatch.setattr(store, "submit_final_status", real_final_write)
     with pytest.raises(InvalidTxnStatusError, match="expected ABORTING but is COMMITTING"):
         await service.end_transaction(txn, A.ABORT)
     await service.wait_for_endings()
