@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from pyengine.errors import InvalidTopicNameError
 
@@ -177,4 +178,13 @@ class TopicName:
 
 def normalize_topic(name: str) -> str:
     """The full form of a topic name (raises InvalidTopicNameError)."""
+    if type(name) is not str:
+        return str(TopicName.parse(name))       # which says what is wrong with it
+    return _normalized(name)
+
+
+@lru_cache(maxsize=4096)
+def _normalized(name: str) -> str:
+    # Cached: a transaction's registrations name the same few topics again and again, and
+    # parsing one takes ~3 us.
     return str(TopicName.parse(name))

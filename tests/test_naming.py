@@ -115,3 +115,12 @@ def test_v1_names_are_refused_with_a_clear_error(v1):
     tenant/cluster/ns), never as a V2 local name `ns/x`; pyengine has no clusters and says so."""
     with pytest.raises(InvalidTopicNameError, match="V1 topic names .* are not supported"):
         TopicName.parse(v1)
+
+
+def test_normalized_names_are_cached_and_bad_ones_refused_every_time():
+    assert normalize_topic("cached-topic") is normalize_topic("cached-topic")
+    for _ in range(2):                      # a refusal is never remembered as an answer
+        with pytest.raises(InvalidTopicNameError):
+            normalize_topic("persistent://only-tenant")
+        with pytest.raises(InvalidTopicNameError, match="string"):
+            normalize_topic(["not", "hashable"])
