@@ -89,6 +89,7 @@ class ManagedLedger:
         self.env = env
         self.name = record.name
         self.topic_id = record.topic_id
+        self._append_key = ("append", record.topic_id)    # its queued appends' key in a group commit
         self.config = config
         self.created_ms = record.created_ms
         self.properties: dict[str, str] = dict(record.properties)
@@ -231,7 +232,7 @@ class ManagedLedger:
         if batch is None:
             return None, future
         if after is not None:
-            self.env.depend(("append", self.topic_id), after)
+            self.env.depend(self._append_key, after)
         position = self._add(batch, encode_entry(data, txn_most, txn_least, marker_type, num_messages, publish_time))
         batch.completions.append((future, position))
         return position, future
@@ -290,7 +291,7 @@ class ManagedLedger:
         batch = self._queued
         if batch is None:
             batch = self._queued = _AppendBatch()
-            self.env.submit(partial(self._write, batch), key=("append", self.topic_id),
+            self.env.submit(partial(self._write, batch), key=self._append_key,
                             on_seal=self._seal).add_done_callback(partial(self._appended, batch))
             self._in_flight += 1
         return batch
@@ -360,7 +361,7 @@ class ManagedLedger:
         failed = [batch]
         if self._queued is not None:
             failed.append(self._queued)
-            self.env.submit(None, key=("append", self.topic_id))   # drop the unsealed write
+            self.env.submit(None, key=self._append_key)   # drop the unsealed write
             self._queued = None
         lost = [(position, len(value)) for b in failed for position, (_key, value) in zip(b.positions, b.items)]
         for ledger_id in sorted({position.ledger_id for position, _size in lost}):
