@@ -233,8 +233,8 @@ timer in the client, on this VM while it was shared):
   from 4.5-4.8 to 3.9-4.2 us per message. Recordings of this suite that morning: 0.641 (not
   recorded) and 0.595 with the watcher untuned, where the faster transactional run moved the
   half rate from ~85k to ~100k msg/s and commit-to-visible p99 to 34-37 ms (a same-rate A/B of
-  old and new code gave the same 15-42 ms for both); 0.59 with it tuned, recorded above.
-  END_TXN p99 at half rate (13.2 ms, target 5) is what the paced run's load leaves: there the
+  old and new code gave the same 15-42 ms for both); 0.59 with it tuned (recorded that day).
+  END_TXN p99 at half rate (13.2 ms in that recording, target 5) is what the paced run's load leaves: there the
   broker spends ~6.9 us per message (small batches: a SEND of ~10 messages per producer per
   1 ms window), the load generator ~7.8 (a send timed by its own callback) and the watcher ~4,
   ~1.7 of the 2 cores at 90k msg/s. Where an END_TXN's time goes inside the broker (phase
@@ -253,6 +253,21 @@ timer in the client, on this VM while it was shared):
   all at once, three cuts of event-loop hops in the max-rate cycle (the registration answered
   from its response future, perf awaiting send futures directly, no task for a SEND whose
   registration is durable): median 177k against 174k msg/s over six alternating rounds.
+  (6) 2026-11-26: a loaded partition takes the coordinator's decision without a task or
+  coroutine chain (`TransactionBuffer.end_now`), the terminal record is written with no task
+  waiting for it, ADD_PARTITION_TO_TXN's topic names are normalised from a cache, and a
+  transaction's first entries keep one condition per queued append. Old and new code, four
+  alternating rounds (a fresh broker per run): the broker's CPU per transactional message
+  3.47-3.97 -> 3.51-3.67 us (median 3.70 -> 3.58), END_TXN at max rate p50 2.5-3.4 -> 2.4-3.0
+  ms and p99 8.1-9.8 -> 7.1-7.9 ms; the throughputs within the machine's swings (plain
+  318-425k msg/s in the same rounds). In the paced run at 90k msg/s END_TXN did not move
+  measurably (client p50 4.2-5.8, p99 8-13 ms on either side): the broker's own histogram
+  puts 21% of them under 2 ms, 93% under 5 and all under 10 - the decision's group commit
+  behind the one in flight - and the load generator adds ~1.5 ms. Tried then and not kept,
+  no measurable change: sealing the decision's batch at once instead of a turn later (its
+  markers now join it in the same turn), and a client that sends its open batch as soon as
+  the producer's queue is full (as pulsar-client-cpp does: a transaction's batch waits for
+  its ADD_PARTITION_TO_TXN answer anyway, which takes longer than the batching delay).
 - This VM slows down writes of data it has never held: after ~6-7 GB written in a broker's
   life, the writer thread's system time per message rose from ~1.0 to ~3.0 us, with
   `copy_folio_from_iter_atomic` (the copy into the page cache) going from 2% to 53% of the
