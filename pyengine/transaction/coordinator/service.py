@@ -383,7 +383,11 @@ class TransactionCoordinatorService:
         started, others = [], []
         now = getattr(participants, "end_txn_on_partition_now", None)
         for topic in meta.partitions:
-            ended = now(topic, txn, action, store.low_watermark(), after=decision) if now is not None else None
+            try:
+                ended = now(topic, txn, action, store.low_watermark(), after=decision) if now is not None else None
+            except Exception as exc:                # the coroutine path retries what this refused
+                log.warning("%s of %s on partition %s could not start at once: %r", action.name, txn, topic, exc)
+                ended = None
             if ended is None:
                 others.append(tell(topic))
             else:

@@ -155,6 +155,20 @@ async def test_a_partition_end_started_at_once_that_fails_is_repeated_until_it_l
     await harness.stop()
 
 
+async def test_a_partition_end_that_cannot_start_at_once_is_told_the_usual_way(data_dir, clock):
+    class Refusing(StartingParticipants):
+        def end_txn_on_partition_now(self, topic, txn, action, low_watermark, *, after=None):
+            raise RuntimeError("not now")
+
+    participants = Refusing(at_once={"p1"})
+    harness = ServiceHarness(data_dir, participants, clock)
+    service = await harness.start()
+    txn = await new_txn(service, subscriptions=())
+    assert await service.end_transaction(txn, A.COMMIT) == S.COMMITTED
+    assert participants.told(txn) == {"p1": {A.COMMIT}, "p2": {A.COMMIT}}
+    await harness.stop()
+
+
 async def test_a_failed_decision_fails_the_partition_ends_started_with_it(data_dir, clock):
     """Their markers are conditional on the decision: nothing is applied anywhere, the txn
     stays OPEN, and a later end starts them again."""
