@@ -113,6 +113,10 @@ class CoordinatorRouter:
     def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
         return self._for(txn).register_acked_subscriptions(txn, subscriptions)
 
+    def partition_registered(self, txn: TxnId, partition: str) -> bool:
+        """See TransactionCoordinatorService.partition_registered (v4 only: False for v5)."""
+        return txn.most_bits != V5_COORDINATOR_ID and self.v4.partition_registered(txn, partition)
+
     def add_produced_partitions_now(self, txn: TxnId, partitions: list[str]) -> Awaitable[None] | None:
         """ADD_PARTITION_TO_TXN: None when it may be answered now, else what to await first.
         A v4 answer does not wait for the record to be durable, only queued: the

@@ -549,7 +549,12 @@ class ServerConnection(asyncio.Protocol):
         """Register the partition with the txn (a no-op after the first time; it fails for a
         txn that is not open) and append in the same turn: one LMDB transaction holds both."""
         topic = producer.topic
-        registration = self.service.coordinator.register_produced_partitions(txn, [topic.name])
+        coordinator = self.service.coordinator
+        if coordinator.partition_registered(txn, topic.name):
+            # Durably registered (every later send of the txn here): nothing to wait for.
+            return topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
+                                 publish_time=publish_time, highest_sequence_id=highest, txn=txn)
+        registration = coordinator.register_produced_partitions(txn, [topic.name])
         registration.add_done_callback(mark_retrieved)
         stored = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
                                publish_time=publish_time, highest_sequence_id=highest, txn=txn,

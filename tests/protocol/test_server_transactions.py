@@ -374,3 +374,27 @@ async def test_v4_registrations_are_answered_in_the_turn_their_frame_arrives(ser
     await asyncio.sleep(0.05)                         # the registrations' records are written
     assert service.coordinator.get(txn).partitions == [TOPIC]
     assert service.coordinator.get(txn).subscriptions == [(TOPIC, "s")]
+
+
+async def test_sends_after_a_durable_registration_register_nothing_and_stop_with_the_txn(
+        service, client: WireClient, monkeypatch) -> None:
+    """A txn's later sends to a partition whose registration is durable skip registering it
+    again (nothing to wait for, no condition); once the txn ended they are refused as before."""
+    await client.create_producer(TOPIC)
+    txn = await new_txn(client)
+    assert not (await txn.request("ADD_PARTITION_TO_TXN", partitions=[TOPIC])).HasField("error")
+    registrations = []
+    register = service.coordinator.register_produced_partitions
+    monkeypatch.setattr(service.coordinator, "register_produced_partitions",
+                        lambda txn_id, partitions: registrations.append(partitions) or register(txn_id, partitions))
+    await service.env.barrier()                       # the registration is durable
+    least = txn.bits["txnid_least_bits"]
+    for sequence_id in range(3):
+        meta = metadata(sequence_id=sequence_id, txnid_most_bits=0, txnid_least_bits=least)
+        client.send_payload("SEND", meta, b"in txn", producer_id=0, sequence_id=sequence_id, **txn.bits)
+        assert (await client.expect("SEND_RECEIPT")).sequence_id == sequence_id
+    assert registrations == []
+    assert not (await txn.end(ABORT)).HasField("error")
+    reply = await client.publish(0, 3, b"too late", **txn.bits)
+    assert reply.type == BaseCommand.SEND_ERROR and reply.send_error.error == pb.InvalidTxnStatus
+    assert registrations == [[TOPIC]]                 # the ended txn went the checking way

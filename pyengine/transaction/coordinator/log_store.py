@@ -265,6 +265,15 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
 
         return self._submit_op(state, value, now, undo)
 
+    def partition_registered(self, txn: TxnId, partition: str) -> bool:
+        """Whether `txn` is OPEN with `partition` durably registered (every write of the txn
+        settled): then an append to it needs neither a registration nor a condition."""
+        state = self._live.get(txn.least_bits) if txn.most_bits == self.coordinator_id else None
+        if state is None or state.meta.status != TxnStatus.OPEN or partition not in state.partition_set:
+            return False
+        last = state.last_write
+        return last is None or (last.done() and not last.cancelled() and last.exception() is None)
+
     def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
         """`add_acked_subscriptions` with the record submitted before this returns (see
         `register_produced_partitions`)."""

@@ -213,6 +213,16 @@ class TransactionCoordinatorService:
         self.keys.check_txn(check_txn(txn))
         return self._store_of(txn).register_produced_partitions(txn, check_partitions(partitions))
 
+    def partition_registered(self, txn: TxnId, partition: str) -> bool:
+        """Whether an append of `txn` to `partition` may go without registering it again: the
+        txn is OPEN, not fenced, and its registration there is durable. False says nothing:
+        `register_produced_partitions` then answers (and raises what is wrong)."""
+        store = self._stores.get(txn.most_bits)
+        if store is None or self._state != "running" or not store.partition_registered(txn, partition):
+            return False
+        self.keys.check_txn(txn)
+        return True
+
     def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
         self._check_running()
         self.keys.check_txn(check_txn(txn))

@@ -547,3 +547,21 @@ async def test_submit_final_status_finishes_at_once_and_returns_the_records_writ
             store.submit_final_status(other, S.ABORTED, S.ABORTING)
     finally:
         env.close()
+
+
+async def test_partition_registered_only_once_durable_and_while_open(env, clock):
+    store = await open_store(env, clock)
+    txn = await drive_to(store, S.OPEN)
+    assert not store.partition_registered(txn, "a")
+    pending = store.register_produced_partitions(txn, ["a"])
+    assert not store.partition_registered(txn, "a")          # queued, not durable yet
+    await pending
+    assert store.partition_registered(txn, "a") and not store.partition_registered(txn, "b")
+    later = store.register_acked_subscriptions(txn, [("a", "s")])
+    assert not store.partition_registered(txn, "a")          # a write of the txn still in flight
+    await later
+    assert store.partition_registered(txn, "a")
+    assert not store.partition_registered(TxnId(1, txn.least_bits), "a")    # another coordinator's
+    await store.update_status(txn, S.ABORTING, S.OPEN)
+    assert not store.partition_registered(txn, "a")
+    await store.close()
