@@ -270,11 +270,28 @@ def test_publish(benchmark, timing):
 TOPIC = "persistent://public/default/recovery"
 
 
-@functools.cache
+_RECOVERY_DIRS: dict[bool, Path] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _delete_recovery_topics():
+    """The recovery topics are written once per run for all its rounds: deleted after them."""
+    yield
+    while _RECOVERY_DIRS:
+        shutil.rmtree(_RECOVERY_DIRS.popitem()[1], ignore_errors=True)
+
+
 def recovery_data_dir(snapshots: bool) -> Path:
     """A topic holding RECOVERY_TXNS finished txns (one entry + one marker each, 1 in 10
     aborted), written once per run; with snapshots off, recovery has to replay it all."""
-    path = Path(tempfile.mkdtemp(prefix=f"pyengine-recovery-{snapshots}-"))
+    path = _RECOVERY_DIRS.get(snapshots)
+    if path is None:
+        path = _RECOVERY_DIRS[snapshots] = Path(tempfile.mkdtemp(prefix=f"pyengine-recovery-{snapshots}-"))
+        _write_recovery_topic(path, snapshots)
+    return path
+
+
+def _write_recovery_topic(path: Path, snapshots: bool) -> None:
 
     async def fill():
         env = StorageEnvironment(path, sync=False)
@@ -292,7 +309,6 @@ def recovery_data_dir(snapshots: bool) -> Path:
         env.close()
 
     run(fill())
-    return path
 
 
 async def recover(path: Path) -> int:

@@ -3,6 +3,7 @@ figure of the suite (the targets themselves are checked by reading RESULTS.md, n
 timings on a shared machine are not pass/fail material)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("suite, module", [("kernels", bench_kernels), ("engine", bench_engine)])
-def test_quick_run_prints_every_figure_as_json(suite, module):
+def test_quick_run_prints_every_figure_as_json(suite, module, tmp_path):
     result = subprocess.run([sys.executable, "-m", "benchmarks", suite, "--quick", "--json"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(figures) == {f.name for f in module.FIGURES}
     assert all(isinstance(v, float | int) and v > 0 for v in figures.values()), figures
+    assert list(tmp_path.iterdir()) == []           # every data dir it wrote is deleted
 
 
 def test_unknown_suite_is_refused():
