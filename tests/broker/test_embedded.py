@@ -417,22 +417,23 @@ async def test_transaction_timeout_aborts_and_releases(tmp_path):
             await txn.commit()
 
 
-def test_embedding_does_not_load_the_http_stack():
+def test_embedding_does_not_load_the_http_stack(tmp_path):
     """aiohttp (the admin server, and calls between brokers sharing a metadata store) is
     imported only when used: it was a third of the embedding API's import time and a third of
     the objects every full garbage collection of an embedding application scanned."""
     import subprocess
     import sys
 
-    code = ("import asyncio, sys, tempfile\n"
+    code = ("import asyncio, sys\n"
             "from pyengine.broker import Broker\n"
             "async def main():\n"
-            "    async with Broker.embedded(tempfile.mkdtemp()) as broker:\n"
+            "    async with Broker.embedded(sys.argv[1]) as broker:\n"
             "        producer = await broker.create_producer('persistent://public/default/t')\n"
             "        await producer.send(b'x')\n"
             "asyncio.run(main())\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp'))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "data")], capture_output=True, text=True,
+                         timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
 
