@@ -321,17 +321,19 @@ class EmbeddedProducer:
                 registration = None if topic in txn._registered else txn._register_partition(topic)
                 stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
                                              sequence_id=sequence_id, publish_time=publish_time, txn=txn.txn_id,
-                                             after=None if registration is None
-                                             else append_condition(txn.txn_id, registration))
+                                             after=append_condition(txn.txn_id, registration))
             except Exception as exc:
                 raise to_pulsar_error(exc) from exc
             txn._in_flight += 1         # from here the commit waits for it, and aborts if it fails
             try:
                 position = await stored
                 if registration is not None:
-                    # Committed with or before the entry: settled by now (read, not awaited:
-                    # this is every message of a transaction's first sends).
-                    registration.result() if registration.done() else await registration
+                    # Committed with or before the entry: settled by now, so read rather than
+                    # awaited (this is every message of a transaction's first sends).
+                    if registration.done():
+                        registration.result()       # raises its failure
+                    else:
+                        await registration
                     txn._registered.add(topic)
             except BaseException as exc:
                 txn._operation_ended(exc)

@@ -169,7 +169,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         if self.state is not BufferState.READY or not self._transactional or self._queued:
             return self._append_queued(txn, data, num_messages, publish_time, after)
         # A txn already open here (and not being ended) has not ended: skip the checks.
-        ongoing = txn in self._ongoing and not (self._ending and txn in self._ending)
+        ongoing = txn in self._ongoing and txn not in self._ending
         if not ongoing and self._has_ended(txn):
             # Apache's answer (TopicTransactionBuffer): NotAllowedException, this message.
             return _failed(asyncio.get_running_loop(), NotAllowedError(
