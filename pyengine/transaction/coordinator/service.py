@@ -330,8 +330,7 @@ class TransactionCoordinatorService:
                      else TxnStatus.TIME_OUT if meta.timed_out else TxnStatus.ABORTED)
             await self._tell_participants(store, meta, ending.action, decision)
             # Every participant has applied the decision durably: the outcome is final and the
-            # caller is answered now. The terminal record only lets the log be trimmed; after a
-            # crash before it lands, recovery resumes the (idempotent) ending.
+            # caller is answered now, before the terminal record (see _write_final_status).
             self._counters.record_ended(final)
             ending.done.set_result(final)
             self._write_final_status(store, txn, final, deciding)
