@@ -40,118 +40,92 @@ Rounds alternate between the two sides of each ratio (plain, 100 per txn, 10 per
 ...; appends, putmulti, appends, ...), each figure from each side's best round: the machine's
 slow and fast spells last seconds to minutes and then fall on both sides.
 
-Publish: 10 concurrent tasks, 1 KiB messages, fsync on; plain tasks send groups of 100 and wait
-for them, transactional tasks send 100 per transaction and commit (same messages in flight).
-`txn_publish_cpu_ratio_100` divides the process CPU per message of the same rounds (each side's
-least; both threads, kernel included): when it is close to the throughput ratio, the gap is CPU
-and not waiting (so far it has been: within 0.02 in ten runs on 2026-11-26).
-A transactional send shares its group commit with the ADD_PARTITION record (one LMDB
-transaction), and END_TXN writes the coordinator's decision and the commit marker in one group
-commit (the marker is a conditional write: never durable without the decision), so each task
-waits for three durable steps per transaction (NEW, the sends, the decision with its marker)
-against one per plain group; the terminal record is written after the answer, lazily (it joins
-the next group commit: before, it took a commit of its own that the next NEW records queued
-behind - 84 commits for 200 transactions, now 62, against 20 for the same 20k plain messages). The run is
-CPU-bound (process CPU ~= wall time): plain ~23-29 us of process CPU per message (both threads,
-kernel included), transactional ~35-37 us; CPython's collector takes 15-20% of either (the
-embedding application owns the collector: the benchmark leaves it at its defaults). The extra
-~1 ms per transaction of 100 is coordinator records, the buffer's bookkeeping, the marker and
-~35 more event-loop callbacks per transaction, and the extra commits' kernel time.
-`txn_publish_ratio_100` measured 0.51-0.84 over this session's runs (plain runs alone vary by
-~20% with the disk's fsync time and the other work on the machine): the 0.8 target is NOT
-reliably met; merging the decision and marker commits cut in-process END_TXN of a one-message
-transaction from 1.3-1.6 ms to 1.05 ms (p50) but did not move this ratio measurably.
-A later decomposition (10 tasks, 10k-20k messages, runs of each kind alternated 6-12 times in
-one process, main-thread CPU per message): a NEW_TXN per group of 100 costs 0-3 us per
-message, sending in the transaction (its registration, the buffer's bookkeeping) 2-6, the
-commit 2-4; on the same machine identical runs differ by up to 35% (17.5-26 us for the same
-plain run, same GC counts), which is the size of the whole gap. The same ratio with fsync off
-is ~0.83, on uvloop ~0.70 (uvloop speeds up the plain run, not the transactional one: the
-extra cost is not the event loop's callbacks). Delaying back-to-back group commits by 1 ms to
-batch more per commit (as BookKeeper's journal waits up to 2 ms) did not change the wire
-broker's transactional throughput or CPU per message, so it was not kept.
-Instructions counted under callgrind (deterministic where times are not; same workload, gc off,
-per message from runs of 5k and 15k messages): plain 104.0k, transactional 126.9k, and 122.0k
-since a transaction encodes its txn id fields once and appends them to each message's metadata
-(setting them by name on each MessageMetadata was 4.9k): 0.852 by instructions (0.845 with
-the collector on). Fitting 50, 100 and 200 per transaction: ~1.1M instructions per
-transaction and ~6.8k per message on top of a plain send; NEW_TXN alone is ~176k and the
-commit of an empty transaction ~495k (each `asyncio.shield` that keeps a cancelled caller
-from cancelling a shared write or ending costs one more event-loop hop, ~0.9k per message in
-all; each `asyncio.timeout` of the coordinator's retried calls ~7 us). The time ratio stays
-below the instruction ratio: in five alternating rounds shaped as this suite's (fresh broker,
-20k messages) user CPU was +35% for +18% instructions while kernel time differed by ~5 ms per
-round: the transactional run executes its instructions more slowly (more objects alive until
-the commit, three times the group commits and thread hand-offs). Those rounds gave 0.83 as
-best over best and 0.755 as median over median, minutes after a recording of 0.647.
-Later (same machine, a quieter day): one process, alternating 20k-message runs after a warm-up,
-plain 9.0-9.1 us of process CPU per message, 100 per txn 11.5-12.9 (ratio ~0.75-0.76), 10 per
-txn 27.5, one per txn ~210: a transaction costs ~200 us of CPU (~190 us user) on top of its
-messages. A one-message transaction runs 36 event-loop callbacks: 10 of them are the hops of
-five `asyncio.shield`s (cancelled callers must not make shared writes look failed), 4 the
-coordinator's write bookkeeping, ~12 task steps; the rest of that time is the coordinator's
-four log writes, the marker, and the buffer's bookkeeping, spread thin over many functions.
-Two full runs of this suite that day gave 0.744 and 0.799 (the one recorded then); `--quick`
-(5k messages, a fresh broker per round) 0.631.
-Then the shared outcomes a transaction awaits (log writes, its ending, its marker) stopped
-going through `asyncio.shield` (`pyengine/transaction/outcome.py`: a waiter per caller, set
-directly), the log's two done callbacks per write became one, and the terminal record's local
-write lost its timeout timer (~44k instructions alone): a one-message transaction went from
-36 to ~20 event-loop callbacks and from 1.18M to 0.98M instructions; at 100 per transaction
-122.3k -> ~119k instructions per message against 104.0k plain. `txn_publish_ratio_10` moved
-from 0.32-0.33 to 0.37-0.42; `txn_publish_ratio_100` stayed within its noise (0.71-0.80 over
-five full runs that afternoon, 0.706 the one recorded then, the machine in a slower spell:
-plain 11-14 us per message where it had been 9). Old and new code alternated in one window:
-10 per txn 27.8-30.1 -> 25.7-28.7 us of CPU per message; 100 per txn within the noise.
-The collector is not what separates the two sides: tuned as `pyengine serve` tunes it
-(`gc.freeze()` after start-up, young generation collected every 50,000 allocations), one
-process alternating fresh-broker 20k-message runs, plain 9.5-11.2 us per message (11.6-14.8 at
-the defaults) and 100 per txn 12.1-14.9 (15.4-18.4): both sides ~25% faster, the ratio best
-over best 0.78-0.79 tuned against 0.70-0.85 at the defaults.
-Seven full runs of this suite in one later hour (no engine change since the recording
-before): `txn_publish_ratio_100` 0.772, 0.805, 0.696, 0.754, 0.687, 0.755 and 0.710 (the one
-recorded then); median 0.755. The target is not met.
-A later session (2026-11-25, evening): an embedded transaction counts its sends under way
-instead of keeping each one's future for the commit to inspect, and the broker's publish path
-appends to the transaction buffer without re-checking its arguments: 119.8k -> 118.5k
-instructions per message at 100 per transaction (callgrind, gc off; plain 104.2k, so 0.879
-by instructions; a one-message transaction costs ~870k instructions on top of a plain send).
-Importing the embedding API no longer loads aiohttp, which made a third of the heap that every
-full collection scans (7.1 -> 4.7 ms for a full collection after import). Where the rest of
-the time gap is, per 20k-message round: the loop waits in select 49-57 ms of ~290 against
-35-37 of ~220 (the same ~17% of the wall time on both sides: three durable steps per
-transaction convoy the 10 tasks as one durable step per group does); the transactional round
-runs 268 young collections against 176 and two full collections against one (~12-15 ms each
-in the benchmark's process): its live objects rise and fall three times per transaction
-(NEW, the sends, the commit) instead of once per group, and the collector counts the rises.
-That one extra full collection is ~5% of a round and falls on either side of a ratio in
-whole collections, which is much of the round-to-round spread. Committing asynchronously
-and opening the next transaction at once (as pulsar-perf does) did not change the ratio on
-this workload (five alternating rounds, twice: 0.735-0.857 against 0.747-0.814
-committing in turn), so the benchmark keeps committing in turn. Three full runs before the
-recording of that day gave 0.724, 0.752 and 0.803.
-2026-11-26, per phase (1000 one-message transactions at once, collector off, CPU per
-transaction): NEW_TXN 19-25 us, the partition's registration 17, the commit 78-83 (~14
-event-loop callbacks, 7 futures and 2 tasks), the terminal record ~17; a plain send 12-14.
-With the collector at its defaults a 20k-message round of 100 per txn ran 284-288 young, 26-27
-middle and 2-3 full collections against 174-182, 15-16 and 1-2 plain (1.4-2.1 us of collector
-time per message against 1.0-1.4; a full collection 6.7-8 ms): a transaction's own objects
-raise the young count between the bursts of sends, and 103 more young collections per round
-begin inside the sends' `gather` (5 in the plain round). Writing the terminal record with no
-task waiting for it saved ~10 us of CPU per transaction but no collection and no measurable
-ratio, so it was not kept. Four full runs of this suite that morning gave 0.779, 0.735, 0.721
-and 0.747 (`txn_publish_cpu_ratio_100` 0.789, 0.741, 0.730 and 0.751).
-Later that day a loaded partition takes the decision without a task or coroutine chain
-(`TransactionBuffer.end_now`: its marker is queued in the turn the decision is), the terminal
-record is written with no task waiting for it (a failed one is repeated by a task), and a
-transaction's first sends keep one condition per queued append instead of one per message.
-Per phase as above: NEW_TXN 15 us, the registration 10, the commit 42, the terminal record 6
-(the commit and what follows it 61-68 -> 46-48 us, old and new code alternating); a first
-send's extra cost per message 0.58-0.66 -> 0.51-0.53 us. The collector's counts did not
-change (285-288 young collections per round). Six full runs after the changes: 0.757, 0.765,
-0.751, 0.752 (recorded above), 0.752 and 0.742 (`txn_publish_cpu_ratio_100` 0.774, 0.773,
-0.771, 0.763, 0.763 and 0.750): median 0.752 against 0.741 before, within this machine's
-swings. The 0.8 target is not met.
+Publish: each round on a fresh broker (empty data dir); 10 concurrent tasks, 1 KiB messages,
+fsync on. Plain tasks send groups of 100 (`asyncio.gather` of 100 `send`s) and wait for them;
+transactional tasks open a transaction, send 100 in it the same way, and commit (the same
+messages in flight). `txn_publish_cpu_ratio_100` divides the process CPU per message of the same
+rounds (each side's least; both threads, kernel included; within 0.02 of the throughput ratio
+in ten runs on 2026-11-26). The collector is left at CPython's defaults: the embedding
+application owns it.
+
+Where a transaction's time goes (2026-11-26; one process, the variants taking turns, 20k
+messages per round, five rounds each, medians; event-loop thread CPU and wall time per
+message, collector off; two runs):
+
+| each task's cycle | loop CPU us/msg | wall us/msg | vs the row above |
+|---|---|---|---|
+| 100 plain sends | 8.2-8.7 | 10.2-10.6 | |
+| NEW_TXN, 100 plain sends, commit of the empty txn | 9.2-9.4 | 12.0-12.3 | +0.6-1.0 CPU, +1.7-1.8 wall |
+| the same, one of the 100 sent in the txn | 9.7-10.6 | 12.6-13.9 | +0.4-1.2 CPU, +0.6-1.6 wall |
+| 100 sends in the txn | 10.7-10.8 | 13.6-14.0 | +0.2-1.1 CPU, +0.2-1.0 wall |
+
+- The wall time is the loop's CPU plus its waits in `select` (nothing else: the two add up
+  to within 0.1 us). The tasks run in lockstep (all wait for the same group commits), so the
+  loop idles through the fsyncs of each cycle: plain ~1.9-2.3 us per message waiting, one
+  group commit per cycle; transactional ~3.0-3.3, three group commits per cycle. A traced
+  cycle of the 10 tasks (~15 ms): NEW_TXN's commit (with the previous transactions' terminal
+  records) durable in 0.35-0.45 ms; 6.6 ms of sends; their commit (the entries with the
+  registrations) 2.1-2.4 ms; 3.6 ms completing the sends; 0.4 ms of commits; the decisions'
+  commit (with the markers) 0.55-0.65 ms.
+- NEW and the commit of an empty transaction: ~55 us of the loop's CPU per transaction and
+  ~45 more in the writer thread and the kernel, 10 at a time; 38 us at 100 at a time (each
+  group commit's hand-offs shared by more). Per phase, 1000 one-message transactions at once:
+  NEW_TXN 15 us, the registration 10, the commit 42, the terminal record 6.
+- A send in the transaction (one producer, 100 sends at a time, medians of 300 rounds, loop
+  CPU): +1.0 us over a plain send while its partition's registration is in flight (every send
+  of this benchmark: all 100 go before it lands), +0.5 once it is durable. Of the first: ~0.2
+  the conditional append (an entry is never durable without its registration), ~0.25 sharing
+  the registration; of the second: ~0.25 the buffer's layer and checks (ongoing here, not
+  ending, not ended), the rest the txn id fields and the transaction's state checks.
+- With the collector on, the transactional round runs ~285 young, 26 middle and 2-3 full
+  collections against 175, 16 and 1-2 plain (1.4-2.1 us per message against 1.0-1.4): the 10
+  tasks free their sends' objects together, wait two durable steps, then allocate the next
+  100 each at once, and frees never give the young count credit back below zero. Yet the
+  ratio is about 0.76 with the collector on or off (runs minutes apart): it costs both sides
+  in proportion.
+
+What does not close the gap (probes, each against the same code in alternating runs):
+- Less waiting: NEW_TXN answered before its record is durable (and the record joining the
+  sends' group commit: two group commits per cycle instead of three) changed neither the
+  loop's measured idle time nor the ratio beyond their spread (0.754-0.806 against
+  0.763-0.786); it would save at most the 0.35-0.45 ms of NEW's commit per cycle (~3%), and
+  it is not done: Pulsar answers NEW_TXN once its record is durable, and a lost record would
+  let a restarted coordinator hand out the same id again.
+- A cheaper send: the transactional send cut to +0.25 us over plain (skipping the buffer's
+  checks and the append's condition: not correct, an upper bound) moved the ratio from 0.767
+  to 0.783 (means of three runs), within the spread.
+- The interpreter: 19 modules (coordinator, buffer, storage, protocol) compiled with Cython as
+  they are cut the wire broker's CPU per transactional message by under 3%.
+- The event loop: a transaction of 100 adds ~18 callbacks (counted per round).
+- Committing asynchronously and opening the next transaction at once (as pulsar-perf does);
+  delaying back-to-back group commits by 1 ms to batch more (BookKeeper's journal waits up to
+  2 ms); the collector tuned as `pyengine serve` tunes it (both sides ~25% faster, ratio best
+  over best 0.78-0.79 against 0.70-0.85): none changed the ratio measurably.
+- With fsync off the ratio is ~0.83; on uvloop ~0.70 (uvloop speeds up the plain side).
+So the gap is ~300-350 us per transaction: about half is NEW_TXN and the commit with their
+durable steps (the loop waiting, and ~55 us of its CPU), the other half the registration,
+the marker, the buffer's bookkeeping and the sends' checks, each a small share.
+
+What moved it, in order (CPU per transaction, event-loop callbacks, instructions counted under
+callgrind with the collector off):
+- The decision and its commit markers in one group commit (the marker a conditional write,
+  never durable without the decision): in-process END_TXN of a one-message transaction 1.3-1.6
+  -> 1.05 ms (p50). The terminal record written lazily: 84 -> 62 commits per 200 transactions.
+- A transaction's txn id fields encoded once and appended to each message's metadata:
+  126.9k -> 122.0k instructions per message (plain 104.0k).
+- Shared outcomes (log writes, endings, markers) awaited through a waiter per caller instead
+  of `asyncio.shield`, one done callback per log write, no timeout timer on the terminal
+  record: a one-message transaction 36 -> ~20 callbacks, 1.18M -> 0.98M instructions;
+  `txn_publish_ratio_10` 0.32-0.33 -> 0.37-0.42.
+- Sends under way counted rather than kept; the broker's publish path no longer re-checks its
+  arguments: 119.8k -> 118.5k instructions per message (0.879 by instructions). The embedding
+  API no longer imports aiohttp (a full collection 7.1 -> 4.7 ms).
+- A loaded partition takes the decision with no task or coroutine chain
+  (`TransactionBuffer.end_now`), the terminal record is written with no task waiting for it,
+  one condition per queued append: the commit and what follows it 61-68 -> 46-48 us.
+The ratio through these: recorded 0.647, 0.799, 0.706, 0.710, 0.752; runs of the full suite
+ranged 0.51-0.84 early on, later 0.687-0.805 (seven runs, median 0.755) and 0.742-0.765 (six
+runs after the last change, median 0.752, against 0.741 before it). The 0.8 target is not met.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
