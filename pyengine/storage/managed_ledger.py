@@ -55,6 +55,7 @@ class _AppendBatch:
     items: list[tuple[bytes, bytes]] = field(default_factory=list)
     positions: list[Position] = field(default_factory=list)
     completions: list[tuple[asyncio.Future, object]] = field(default_factory=list)
+    condition: asyncio.Future | None = None     # the last write the batch was made to depend on
 
 
 @dataclass(slots=True)
@@ -231,8 +232,10 @@ class ManagedLedger:
         batch = self._batch_for_append(future)
         if batch is None:
             return None, future
-        if after is not None:
+        if after is not None and after is not batch.condition:
+            # (a transaction's first sends all depend on one registration: once per batch)
             self.env.depend(self._append_key, after)
+            batch.condition = after
         position = self._add(batch, encode_entry(data, txn_most, txn_least, marker_type, num_messages, publish_time))
         batch.completions.append((future, position))
         return position, future

@@ -229,6 +229,43 @@ async def test_an_entry_conditional_on_a_failed_write_fails_with_its_batch(env):
     assert later > before
 
 
+async def test_entries_on_one_condition_make_their_batch_depend_on_it_once(env):
+    """A transaction's first sends all wait for one registration: their batch depends on it
+    once, a new batch depends on it again, and every entry on it fails when it fails."""
+    ml = await ManagedLedger.open(env, TOPIC)
+    calls = []
+    depend = env.depend
+
+    def counting_depend(key, after):
+        calls.append(after)
+        depend(key, after)
+
+    env.depend = counting_depend
+    release = threading.Event()
+
+    def doomed(txn):
+        release.wait(10)
+        raise RuntimeError("injected registration failure")
+
+    registration = env.submit(doomed)
+    other = env.submit(lambda txn: None)
+    await asyncio.sleep(0)                      # the registration's commit is in flight
+    first = [ml.append_entry(b"m", after=registration)[1] for _ in range(3)]
+    first.append(ml.append_entry(b"m", after=other)[1])
+    first.append(ml.append_entry(b"m", after=registration)[1])
+    assert calls == [registration, other, registration]
+    assert env._pending[ml._append_key].conditions == [registration, other, registration]
+    release.set()
+    for future in (registration, *first):
+        with pytest.raises(StorageError):
+            await future
+    _, later = ml.append_entry(b"m", after=registration)      # a new batch: its own condition
+    assert calls == [registration, other, registration, registration]
+    with pytest.raises(StorageError):
+        await later
+    assert [e.data for e in ml.read_entries(ml.first_position(), 10)] == []
+
+
 def test_headers_and_payload_round_trip():
     data = headers_and_payload(b"meta", b"payload")
     assert data[:2] == b"\x0e\x01"
