@@ -123,9 +123,12 @@ callgrind with the collector off):
 - A loaded partition takes the decision with no task or coroutine chain
   (`TransactionBuffer.end_now`), the terminal record is written with no task waiting for it,
   one condition per queued append: the commit and what follows it 61-68 -> 46-48 us.
-The ratio through these: recorded 0.647, 0.799, 0.706, 0.710, 0.752; runs of the full suite
-ranged 0.51-0.84 early on, later 0.687-0.805 (seven runs, median 0.755) and 0.742-0.765 (six
-runs after the last change, median 0.752, against 0.741 before it). The 0.8 target is not met.
+- A ledger batch made to depend on a transaction's registration once rather than once per
+  entry (the first sends of a transaction): their extra cost over a plain send ~1.0 -> ~0.85 us.
+The ratio through these: recorded 0.647, 0.799, 0.706, 0.710, 0.752 and 0.786 (above); runs of
+the full suite ranged 0.51-0.84 early on, later 0.687-0.805 (seven runs, median 0.755),
+0.742-0.765 (six runs, median 0.752, against 0.741 before them) and, after the last change,
+0.731-0.786 (ten runs, median 0.766; the last one recorded). The 0.8 target is not met.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
