@@ -128,7 +128,9 @@ callgrind with the collector off):
 The ratio through these: recorded 0.647, 0.799, 0.706, 0.710, 0.752 and 0.786 (above); runs of
 the full suite ranged 0.51-0.84 early on, later 0.687-0.805 (seven runs, median 0.755),
 0.742-0.765 (six runs, median 0.752, against 0.741 before them) and, after the last change,
-0.731-0.786 (ten runs, median 0.766; the last one recorded). The 0.8 target is not met.
+0.731-0.786 (ten runs, median 0.766; the last one recorded) - yet ten alternating runs of the
+code before and after it, in a slower spell minutes later, gave 0.752 +- 0.005 and 0.745 +-
+0.008: the change is below this machine's spread. The 0.8 target is not met.
 
 Recovery: 100k finished txns (one entry and one marker each, 1 in 10 aborted); with
 snapshots the buffer loads one snapshot and replays the few entries after it.
