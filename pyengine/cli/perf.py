@@ -387,13 +387,26 @@ class Pacer:
 
     def __init__(self, rate: float, delay: float = 0.0) -> None:
         self.rate = rate
-        self.start = asyncio.get_running_loop().time() + delay
+        self._time = asyncio.get_running_loop().time
+        self.start = self._time() + delay
         self.sent = 0
+        self._due = 0       # how many sends were due at the last reading of the clock
+
+    def take(self) -> bool:
+        """Count one send if it is due now (within 1 ms), without sleeping. The clock is read
+        only when the sends due at its last reading are used up: a paced burst costs one
+        reading, not one per message (this runs for every message of a paced run)."""
+        if self.sent >= self._due:
+            self._due = math.floor((self._time() - self.start + 0.001) * self.rate) + 1 if self.rate else self.sent + 1
+            if self.sent >= self._due:
+                return False
+        self.sent += 1
+        return True
 
     async def wait(self, messages: int = 1) -> None:
+        """Count `messages` sends, sleeping first until the last of them is due."""
         if self.rate:
-            due = self.start + (self.sent + messages - 1) / self.rate
-            delay = due - asyncio.get_running_loop().time()
+            delay = self.start + (self.sent + messages - 1) / self.rate - self._time()
             if delay > 0.001:
                 await asyncio.sleep(delay)
         self.sent += messages
@@ -458,7 +471,7 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
     limit = window.limit
     while run.may_send():
         # Awaited only when they have to wait: a coroutine per message costs more than the send.
-        if rate:
+        if rate and not pacer.take():
             await pacer.wait()
         if window.in_flight >= limit:
             await window.acquire()
@@ -518,7 +531,7 @@ async def _publish_in_order(run: Run, producer: Any, payload: bytes, rate: float
     reaper = asyncio.ensure_future(reap())
     try:
         while run.may_send():
-            if rate:
+            if rate and not pacer.take():
                 await pacer.wait()
             while len(pending) >= limit:
                 room = loop.create_future()
@@ -754,7 +767,8 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                 if pacer.rate:
                     sent, futures = None, []
                     for _ in range(per_txn):
-                        await pacer.wait()
+                        if not pacer.take():
+                            await pacer.wait()
                         future = producer.send_async(payload, txn=txn)
                         future.add_done_callback(functools.partial(settled, clock()))
                         futures.append(future)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from pyengine.testing import ServeProcess
 from pyengine.cli import main
-from pyengine.cli.perf import CURVE_PERCENTILES, HIGHEST_US, SIGNIFICANT_DIGITS, Latency, Run, Visibility
+from pyengine.cli.perf import CURVE_PERCENTILES, HIGHEST_US, SIGNIFICANT_DIGITS, Latency, Pacer, Run, Visibility
 
 
 @pytest.fixture(scope="module")
@@ -304,6 +304,69 @@ def test_commit_to_visible_pairs_each_commit_with_its_first_message(txns, rnd: r
     assert not visibility.committed
     latency.roll()
     assert latency.total.get_total_count() == len(txns)
+
+
+@given(st.floats(1, 1e6), st.floats(0, 0.5),
+       st.lists(st.tuples(st.floats(0, 0.01), st.integers(0, 50)), min_size=1, max_size=60))
+def test_the_pacer_lets_a_send_go_exactly_when_it_is_due(rate, delay, steps):
+    """`take` reads the clock only when the sends due at its last reading are used up, yet
+    answers as the rule does at every call: send n (from 0) goes once start + n / rate is at
+    most 1 ms away. `wait` then sleeps until the next one is due."""
+    now = [0.0]
+
+    async def check() -> None:
+        pacer = Pacer(rate, delay)
+        pacer._time = lambda: now[0]
+        pacer.start = delay
+        for advance, attempts in steps:
+            now[0] += advance
+            for _ in range(attempts):
+                sent = pacer.sent
+                due = delay + sent / rate <= now[0] + 0.001
+                taken = pacer.take()
+                assert taken == due or abs(delay + sent / rate - now[0] - 0.001) < 1e-9   # (rounding)
+                assert pacer.sent == sent + taken
+        slept = []
+
+        async def fake_sleep(seconds: float) -> None:
+            slept.append(seconds)
+            now[0] += seconds
+
+        real_sleep, asyncio.sleep = asyncio.sleep, fake_sleep
+        try:
+            while pacer.take():
+                pass
+            sent = pacer.sent
+            await pacer.wait()
+        finally:
+            asyncio.sleep = real_sleep
+        assert pacer.sent == sent + 1
+        assert slept and abs(now[0] - (delay + sent / rate)) < 1e-9       # slept until it was due
+
+    asyncio.run(check())
+
+
+def test_the_pacer_reads_the_clock_once_per_burst():
+    reads = []
+
+    async def check() -> None:
+        pacer = Pacer(1000.0)
+        pacer._time = lambda: reads.append(None) or pacer.start + 0.0505    # sends 0..51 due
+        assert all(pacer.take() for _ in range(52))
+        assert len(reads) == 1
+        assert not pacer.take() and len(reads) == 2
+
+    asyncio.run(check())
+
+
+def test_a_pacer_without_a_rate_never_holds_a_send():
+    async def check() -> None:
+        pacer = Pacer(0.0)
+        assert all(pacer.take() for _ in range(1000)) and pacer.sent == 1000
+        await pacer.wait(5)
+        assert pacer.sent == 1005
+
+    asyncio.run(check())
 
 
 async def test_a_run_stopped_in_its_warmup_reports_nothing_measured():
