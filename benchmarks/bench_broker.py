@@ -88,13 +88,13 @@ generation every 50,000 allocations instead of 700, and keep freed heap memory (
 threshold at 128 MiB) while they run.
 
 Where the time goes, transactional throughput (`txn_vs_plain_throughput_100`):
-- CPU per message (the recording's table below): plain ~1.9 us in the broker and ~2.8 in the
-  load generator, transactional ~3.7 and ~3.7. A transaction's 100 messages arrive as one
-  batch entry, so the extra is per transaction: ~180 us of the broker (its event loop: NEW_TXN,
-  ADD_PARTITION_TO_TXN, END_TXN, four coordinator records, the marker, the buffer; its kernel:
-  more group commits, ~3.6 LMDB page writes per transaction against ~1 per 100 plain
-  messages) and ~90 us of the load generator (the coordinator requests, holding the first
-  sends for ADD_PARTITION_TO_TXN, the commit). `txn_vs_plain_cpu_100` (0.64) is where the
+- CPU per message (the recording's table below): plain ~1.9-2.2 us in the broker and ~2.6-2.8
+  in the load generator, transactional ~3.6-3.7 and ~3.6-3.7. A transaction's 100 messages
+  arrive as one batch entry, so the extra is per transaction: ~160-180 us of the broker (its
+  event loop: NEW_TXN, ADD_PARTITION_TO_TXN, END_TXN, four coordinator records, the marker,
+  the buffer; its kernel: more group commits, ~3.6 LMDB page writes per transaction against
+  ~1 per 100 plain messages) and ~90 us of the load generator (the coordinator requests,
+  holding the first sends for ADD_PARTITION_TO_TXN, the commit). `txn_vs_plain_cpu_100` (0.64-0.65) is where the
   ratio would be if both runs were CPU-bound; the transactional one uses ~1.3-1.4 of the 2
   cores.
 - Over the wire a transaction is four steps: NEW_TXN (its record durable), ADD_PARTITION_TO_TXN
@@ -155,8 +155,14 @@ What moved the figures (each measured in alternating rounds of old and new code)
   it (broker CPU per transactional message median 3.70 -> 3.58 us, END_TXN at max rate p99
   8.1-9.8 -> 7.1-7.9 ms); a transactional SEND to a durably registered partition goes
   straight to the topic. The throughput ratio moved less than either side: plain gained too.
-- Recordings: `txn_vs_plain_throughput_100` 0.595, 0.59, 0.581 (the last with plain at 333k
-  msg/s); `end_txn_p99_ms` 13.2, 13.6. Neither target is met.
+- 2026-11-26, later: a paced send of `pyengine perf` takes its turn from the pacer without a
+  coroutine and reads the clock once per burst (`Pacer.take`): load generator 6.49-6.93 ->
+  6.31-6.60 us per message at 90k msg/s, and END_TXN p99 in the same alternating runs 8.3-11.8
+  -> 7.5-11.0 ms (medians 10.2 -> 8.2; lower in 7 of 8 pairs): the load generator's own loop
+  is part of END_TXN's tail. Minutes later the same code gave p99 12.7-13.3 ms: the machine's
+  other load moves this figure more than that.
+- Recordings before this one: `txn_vs_plain_throughput_100` 0.595, 0.59, 0.581 (the last with
+  plain at 333k msg/s); `end_txn_p99_ms` 13.2, 13.6. Neither target is met.
 
 Tried and not kept (no measurable change): answering NEW_TXN before its record is durable (a
 lost record would let a restarted coordinator hand out the same id again; in process it did
