@@ -166,15 +166,11 @@ class StorageEnvironment:
         durable without it, yet need not wait for it before being queued: both usually land
         in one group commit. Batches are written one at a time in submission order, so `after`
         is always settled or in the same batch when this write's batch is sealed."""
+        _check_condition(after)
         queued = self._pending.get(key)
         if queued is None:
-            _check_condition(after)
             raise StorageError(f"no queued write under {key!r} to make conditional")
-        conditions = queued.conditions
-        if conditions and conditions[-1] is after:
-            return          # the appends of one txn's first sends share one registration
-        _check_condition(after)
-        conditions.append(after)
+        queued.conditions.append(after)     # (a ledger adds a repeated condition once per batch)
 
     async def barrier(self) -> None:
         """Wait until everything submitted so far is durable."""

@@ -81,27 +81,6 @@ async def test_depend_makes_a_queued_keyed_write_conditional(env):
     assert not stored(env, b"entries")
 
 
-async def test_a_condition_repeated_on_a_queued_write_is_kept_once_and_still_binds(env):
-    """A transaction's first sends all depend on one registration: the queued write keeps one
-    condition, not one per message, and fails with it all the same."""
-    release = threading.Event()
-    registration = env.submit(doomed_write(release))
-    await asyncio.sleep(0)
-    batch = env.submit(put(env, b"entries"), key=("append", 1))
-    other = env.submit(put(env, b"other"))
-    for _ in range(3):
-        env.depend(("append", 1), registration)
-    env.depend(("append", 1), other)
-    env.depend(("append", 1), registration)          # not the last one: kept again
-    assert env._pending[("append", 1)].conditions == [registration, other, registration]
-    release.set()
-    with pytest.raises(StorageError):
-        await registration
-    with pytest.raises(StorageError, match="presupposes"):
-        await batch
-    assert not stored(env, b"entries")
-
-
 async def test_a_condition_from_elsewhere_is_refused_not_trusted(env):
     foreign = asyncio.get_running_loop().create_future()      # never submitted here
     with pytest.raises(StorageError, match="never queued"):

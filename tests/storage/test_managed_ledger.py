@@ -256,8 +256,10 @@ async def test_entries_on_one_condition_make_their_batch_depend_on_it_once(env):
     assert calls == [registration, other, registration]
     assert env._pending[ml._append_key].conditions == [registration, other, registration]
     release.set()
-    for future in (registration, *first):
-        with pytest.raises(StorageError):
+    with pytest.raises(StorageError):
+        await registration
+    for future in first:
+        with pytest.raises(StorageError, match="presupposes"):
             await future
     _, later = ml.append_entry(b"m", after=registration)      # a new batch: its own condition
     assert calls == [registration, other, registration, registration]
