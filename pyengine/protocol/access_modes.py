@@ -97,7 +97,17 @@ class ProducerAccessModes:
         if state is None:
             return
         state.shared.discard(key)
-        state.waiting = deque((k, f) for k, f in state.waiting if k is not key)
+        if any(k is key for k, _ in state.waiting):
+            kept: deque[tuple[object, asyncio.Future[int]]] = deque()
+            for waiting_key, waiter in state.waiting:
+                if waiting_key is not key:
+                    kept.append((waiting_key, waiter))
+                elif not waiter.done():
+                    # Its creation waits on this: end it (or it waits for ever, and so does
+                    # the broker's shutdown, which waits for every request being handled).
+                    waiter.set_exception(ProducerBusyError(f"stopped waiting for exclusive access to {topic}"))
+                    waiter.exception()          # retrieved: its creation may be gone already
+            state.waiting = kept
         if state.exclusive_holder is key:
             state.exclusive_holder = None
         if state.exclusive_holder is None and not state.shared:
