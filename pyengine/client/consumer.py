@@ -167,9 +167,10 @@ class PartitionConsumer(ConnectionHandler):
             cmd.subscribe.start_message_id.CopyFrom(self.start.to_proto())
         try:
             await connection.request(cmd, self._core.config.operation_timeout)
-        except BaseException:
+        except BaseException as exc:
             if connection.consumers.get(self.consumer_id) is self:
                 del connection.consumers[self.consumer_id]
+            self._given_up(connection, cmd, exc)
             raise
         if self.state in (CLOSING, CLOSED):
             return

@@ -20,6 +20,8 @@ from pyengine.errors import (
     ConsumerBusyError, IncompatibleSchemaError, InvalidTopicNameError, NotAllowedError, ProducerBusyError,
     ProducerFencedError, SubscriptionNotFoundError, TopicNotFoundError, TopicTerminatedError,
 )
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.commands import base_command
 
 if TYPE_CHECKING:
     from pyengine.client.client import ClientCore
@@ -113,6 +115,21 @@ class ConnectionHandler(abc.ABC):
                 continue
             self._backoff.reset()
             return
+
+    @staticmethod
+    def _given_up(connection: ClientConnection, cmd: pb.BaseCommand, error: BaseException) -> None:
+        """A creation request (PRODUCER, SUBSCRIBE) got no answer in time and is given up: close
+        what the broker may still create, on the connection that stays open (as the C++ and Java
+        clients do), or it would hold its name, topic or subscription for nobody."""
+        if not isinstance(error, (TimeoutError, asyncio.CancelledError)) or not connection.usable:
+            return
+        if cmd.type == pb.BaseCommand.PRODUCER:
+            close = base_command(pb.BaseCommand.CLOSE_PRODUCER, producer_id=cmd.producer.producer_id,
+                                 request_id=connection.new_request_id())
+        else:
+            close = base_command(pb.BaseCommand.CLOSE_CONSUMER, consumer_id=cmd.subscribe.consumer_id,
+                                 request_id=connection.new_request_id())
+        connection.send_command(close)          # its SUCCESS answers no pending request: ignored
 
     def _stop_reconnecting(self) -> None:
         if self._reconnect_task is not None and not self._reconnect_task.done():

@@ -177,9 +177,10 @@ class PartitionProducer(ConnectionHandler):
         self._epoch += 1
         try:
             response = await connection.request(cmd, self._core.config.operation_timeout)
-        except BaseException:
+        except BaseException as exc:
             if connection.producers.get(self.producer_id) is self:
                 del connection.producers[self.producer_id]
+            self._given_up(connection, cmd, exc)
             raise
         if self.state in (CLOSING, CLOSED):
             return

@@ -113,6 +113,12 @@ class ServerConnection(asyncio.Protocol):
         self.scalable = ScalableTopicCommands(self)
         self._decoder = FrameDecoder(max_frame_size=server.max_frame_size, checksum_errors="report")
         self._creating: set[tuple[str, int]] = set()
+        # PRODUCER / SUBSCRIBE requests not finished yet, numbered in arrival order, and where a
+        # CLOSE_PRODUCER / CLOSE_CONSUMER of an id that was not created yet came: the creations
+        # requested before it are given up (Apache: "closed before creation was complete").
+        self._creations = 0
+        self._creations_in_flight: dict[tuple[str, int], int] = {}
+        self._closed_while_creating: dict[tuple[str, int], int] = {}
         self._recently_closed_producers: set[int] = set()
         self._out: list[bytes] = []
         self._flush_pending = False
@@ -435,9 +441,34 @@ class ServerConnection(asyncio.Protocol):
     # --- producers ------------------------------------------------------------------------
 
     def _on_producer(self, body: pb.CommandProducer, frame: Any) -> None:
-        self._request(body.request_id, self._create_producer(body))
+        key = ("producer", body.producer_id)
+        self._request(body.request_id, self._creation(key, self._create_producer(body, self._creation_started(key))))
 
-    async def _create_producer(self, body: pb.CommandProducer) -> None:
+    def _creation_started(self, key: tuple[str, int]) -> int:
+        number = self._creations
+        self._creations += 1
+        self._creations_in_flight[key] = self._creations_in_flight.get(key, 0) + 1
+        return number
+
+    async def _creation(self, key: tuple[str, int], coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            await coro
+        finally:
+            left = self._creations_in_flight[key] - 1
+            if left:
+                self._creations_in_flight[key] = left
+            else:
+                del self._creations_in_flight[key]
+                self._closed_while_creating.pop(key, None)
+
+    def _closed_before_created(self, key: tuple[str, int], number: int) -> bool:
+        return self._closed_while_creating.get(key, -1) > number
+
+    def _close_while_creating(self, key: tuple[str, int]) -> None:
+        if key in self._creations_in_flight:
+            self._closed_while_creating[key] = self._creations
+
+    async def _create_producer(self, body: pb.CommandProducer, number: int) -> None:
         request_id, producer_id = body.request_id, body.producer_id
         topic_name = lookup.resolve_topic(self.service, body.topic)
         existing = self.producers.get(producer_id)
@@ -470,6 +501,9 @@ class ServerConnection(asyncio.Protocol):
             if self.closed:
                 self.server.detach_producer(network)
                 return
+            if self._closed_before_created(key, number):
+                self.server.detach_producer(network)
+                raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
             self.producers[producer_id] = network
             self.server.producer_attached(network)
             self._recently_closed_producers.discard(producer_id)
@@ -499,6 +533,8 @@ class ServerConnection(asyncio.Protocol):
         producer = self.producers.pop(body.producer_id, None)
         if producer is not None:
             self._release_producer(producer)
+        else:
+            self._close_while_creating(("producer", body.producer_id))
         self.write(replies.success(body.request_id))       # also for an unknown id, as Apache
 
     def _on_send(self, body: pb.CommandSend, frame: Any) -> None:
@@ -571,9 +607,10 @@ class ServerConnection(asyncio.Protocol):
     # --- consumers ------------------------------------------------------------------------
 
     def _on_subscribe(self, body: pb.CommandSubscribe, frame: Any) -> None:
-        self._request(body.request_id, self._subscribe(body))
+        key = ("consumer", body.consumer_id)
+        self._request(body.request_id, self._creation(key, self._subscribe(body, self._creation_started(key))))
 
-    async def _subscribe(self, body: pb.CommandSubscribe) -> None:
+    async def _subscribe(self, body: pb.CommandSubscribe, number: int) -> None:
         request_id, consumer_id = body.request_id, body.consumer_id
         topic_name = lookup.resolve_topic(self.service, body.topic)
         existing = self.consumers.get(consumer_id)
@@ -608,6 +645,9 @@ class ServerConnection(asyncio.Protocol):
             if self.closed:
                 self._release_consumer(consumer)
                 return
+            if self._closed_before_created(key, number):
+                self._release_consumer(consumer)
+                raise ServiceNotReadyError(f"consumer {consumer_id} was closed before its creation was complete")
             self.consumers[consumer_id] = consumer
             if sub_type == "failover" and not broker_consumer.active:
                 # Apache tells every joining Failover consumer whether it is the active one.
@@ -839,6 +879,8 @@ class ServerConnection(asyncio.Protocol):
         consumer = self.consumers.pop(body.consumer_id, None)
         if consumer is not None:
             self._release_consumer(consumer)
+        else:
+            self._close_while_creating(("consumer", body.consumer_id))
         self.write(replies.success(body.request_id))       # also for an unknown id, as Apache
 
     def _on_unsubscribe(self, body: pb.CommandUnsubscribe, frame: Any) -> None:
