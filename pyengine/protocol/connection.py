@@ -67,6 +67,8 @@ _LATEST_LEDGER = (1 << 63) - 1          # MessageId.latest is (2^63-1, 2^63-1)
 # Apache's maxPendingPublishRequestsPerConnection: stop reading while this many sends are
 # being stored, resume at half.
 MAX_PENDING_SENDS = 1000
+# Bytes of a stored entry before its metadata: [0x0e01 + CRC32C], the 4-byte metadata size.
+_HEADERS_SIZE = {True: 2 + 4 + 4, False: 4}
 _parse_base_command = BaseCommand.FromString
 _parse_metadata = pb.MessageMetadata.FromString
 
@@ -554,11 +556,14 @@ class ServerConnection(asyncio.Protocol):
         if data is None:
             producer.reject(sequence_id, pb.MetadataError, "a SEND frame must carry metadata and payload")
             return
-        if len(data) > self.server.max_message_size:
+        raw_metadata = frame.metadata
+        # The limit is the payload's, as clients check it before sending (the checksum and the
+        # metadata come on top, within the frame limit's padding, as in Apache's broker).
+        if len(data) - len(raw_metadata) - _HEADERS_SIZE[frame.checksum is not None] > self.server.max_message_size:
             producer.reject(sequence_id, pb.NotAllowedError,
                             f"messages bigger than {self.server.max_message_size} bytes are rejected")
             return
-        publish_time = _publish_time(frame.metadata)
+        publish_time = _publish_time(raw_metadata)
         if publish_time is None:
             producer.reject(sequence_id, pb.MetadataError, "the message metadata does not decode or lacks a field")
             return
