@@ -17,9 +17,12 @@ Nothing transactional is ever written into the segment's stream: no markers, no 
   op records go (the aborted set must outlive them: the header and op records are collected).
   Then the buffer deletes the op records it owns. Each step is idempotent: a buffer that
   crashes half-way redoes what is left after its restart.
-* recovery reads the store's current state: the aborted set, then `idx:writes-by-segment` for
-  this segment (one range query), joined with the headers. No log replay. A write recorded
-  after its txn's commit (a late write whose hiding a crash did not let us save) is hidden then.
+* recovery reads the store's current state: `idx:writes-by-segment` for this segment (one
+  range query), the headers, then the aborted set - the reverse of the order the coordinator's
+  GC sweep writes in, so a txn collected meanwhile is found in one of them (a missing header
+  whose op records are gone too and that is not in the aborted set was a collected commit).
+  No log replay. A write recorded after its txn's commit (a late write whose hiding a crash
+  did not let us save) is hidden then.
 
 No crash leaves an entry whose txn the segment does not know: on the LMDB backend (the metadata
 store in the data dir) an entry and its op record are one write transaction; with a separate
@@ -111,23 +114,37 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self.state = BufferState.INITIALIZING
         self._recover_start_ms = time.time_ns() // 1_000_000
         try:
-            stored = await self.store.get(buffer_path(self.segment))
-            if stored is not None:
-                self._aborted = AbortedTxnSet.from_bytes(stored.value)
-            self._hidden = _parse_positions(self.ledger.properties.get(HIDDEN_PROPERTY, ""))
+            # Read in the order the coordinator's GC sweep writes in reverse (it adds an abort
+            # to the stored aborted set, then deletes the op records, then the header): op
+            # records first, then headers, then the aborted set. A txn collected meanwhile
+            # is then found in one of them, and a missing header can be told apart from a
+            # collected commit.
             with self.metrics.index_query():
                 records = await self.store.range_query(IDX_WRITES, prefix=(self.segment,))
-            decided = []
+            self._hidden = _parse_positions(self.ledger.properties.get(HIDDEN_PROPERTY, ""))
             writes: dict[TxnId, list[tuple[int, Position]]] = {}
+            paths: dict[TxnId, list[str]] = {}
             for record in records:
                 txn = txn_of_path(record.path)
                 op = OpRecord.decode(record.value, record.path)
-                self._ops.setdefault(txn, []).append(record.path)
+                paths.setdefault(txn, []).append(record.path)
                 writes.setdefault(txn, []).append((record.create_revision, op.position))
-                self._held(txn, op.position)
+            states = {txn: await self.headers.get(txn) for txn in paths}
+            stored = await self.store.get(buffer_path(self.segment))
+            if stored is not None:
+                self._aborted = AbortedTxnSet.from_bytes(stored.value)
+            decided = []
             late: set[Position] = set()
-            for txn in list(self._ops):
-                state = await self.headers.get(txn)
+            for txn, state in states.items():
+                if state.header is None and txn not in self._aborted \
+                        and not await self._any_exists(paths[txn]):
+                    # Collected by the GC sweep since the range query, and not as an abort
+                    # (that is recorded in the aborted set before the op records go): a
+                    # commit, materialised by its collection. Its entries are plain ones.
+                    continue
+                self._ops[txn] = paths[txn]
+                for _revision, position in writes[txn]:
+                    self._held(txn, position)
                 if state.header is not None and state.header.state is HeaderState.OPEN:
                     self._subscribe(txn)
                     continue
@@ -147,6 +164,12 @@ class MetadataTransactionBuffer(TransactionBuffer):
         for txn, header in decided:       # crashed mid-materialisation: finish it now
             self._on_decided(txn, header)
         self._notify()
+
+    async def _any_exists(self, paths: list[str]) -> bool:
+        for path in paths:
+            if await self.store.get(path) is not None:
+                return True
+        return False
 
     def _held(self, txn: TxnId, position: Position) -> None:
         """`txn` has an entry at `position` here."""

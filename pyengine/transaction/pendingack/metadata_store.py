@@ -194,6 +194,12 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
                 error = PendingAckReplayError(f"pending acks of {self._name}: cannot read the header of {txn}: {exc}")
                 self._fail_replay(error)
                 raise error from exc
+            if state.header is None:
+                # Gone since the records were read (the GC sweep collected it: an abort, as
+                # a commit's acks keep it from collection) or never created: aborted. A
+                # missing header is not cached, so no watch would ever tell us.
+                self._on_decided(txn, None)
+                continue
             self._watch(txn)
 
     # --- acks -----------------------------------------------------------------------------
