@@ -165,6 +165,13 @@ class ScalableTopicController:
             await self._recover_operation()          # one that failed earlier, if any
             yield
 
+    def _check_leading(self) -> None:
+        """Between the steps of a split or merge: a controller deposed meanwhile (its session
+        ended: another may lead and be completing or rolling back this very operation) stops
+        where it is rather than sealing parents or writing a layout it no longer owns."""
+        if not self.is_leader:
+            raise NotLeaderError(self.topic, self.election.leader)
+
     async def _after(self, step: str) -> None:
         if self.fault is not None:
             await self.fault(step)
@@ -197,6 +204,8 @@ class ScalableTopicController:
         await self._after("operation")
         try:
             return await self._run(operation)
+        except NotLeaderError:
+            raise               # deposed mid-way: the new leader completes or rolls it back
         except PulsarError:
             # a step failed (a segment's broker is away...): complete or roll back now if we
             # can; if not, the record stays and the next operation tries again first
@@ -217,13 +226,16 @@ class ScalableTopicController:
         await self._after("subscriptions")
         # 2. the children, with a cursor at Earliest for each subscription
         for child in children:      # beside the first parent: the controller need not own segments
+            self._check_leading()
             await self.segments.create(child, sorted(subscriptions), near=parents[0])
             await self._after("create")
         # 3. seal the parents, one after the other
         for parent in parents:
+            self._check_leading()
             await self.segments.terminate(parent)
             await self._after("terminate")
         # 4. the layout, compare-and-set against the version the operation started from
+        self._check_leading()
         try:
             self.version = await self.resources.update(self.topic, target, operation.base_version)
             self.layout = target
