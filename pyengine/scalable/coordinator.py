@@ -142,12 +142,15 @@ class SubscriptionCoordinator:
 
     async def remove_consumer(self, consumer_name: str) -> None:
         async with self._lock:
-            registration = self.consumers.pop(consumer_name, None)
-            if registration is None:
-                return
-            self._cancel_grace(registration)
-            await self.resources.delete_consumer(self.topic, self.subscription, consumer_name)
-            await self._rebalance()
+            await self._remove(consumer_name)
+
+    async def _remove(self, consumer_name: str) -> None:
+        registration = self.consumers.pop(consumer_name, None)
+        if registration is None:
+            return
+        self._cancel_grace(registration)
+        await self.resources.delete_consumer(self.topic, self.subscription, consumer_name)
+        await self._rebalance()
 
     async def on_layout_change(self, layout: SegmentLayout) -> None:
         async with self._lock:
@@ -246,10 +249,10 @@ class SubscriptionCoordinator:
     def _start_grace(self, registration: ConsumerRegistration) -> None:
         self._cancel_grace(registration)
         loop = asyncio.get_running_loop()
-        registration.grace_timer = loop.call_later(self.grace_period, self._spawn_eviction, registration.consumer_name)
+        registration.grace_timer = loop.call_later(self.grace_period, self._spawn_eviction, registration)
 
-    def _spawn_eviction(self, consumer_name: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._grace_expired(consumer_name))
+    def _spawn_eviction(self, registration: ConsumerRegistration) -> None:
+        task = asyncio.get_running_loop().create_task(self._grace_expired(registration, registration.grace_timer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -259,15 +262,20 @@ class SubscriptionCoordinator:
             registration.grace_timer.cancel()
             registration.grace_timer = None
 
-    async def _grace_expired(self, consumer_name: str) -> None:
+    async def _grace_expired(self, registration: ConsumerRegistration, timer: asyncio.TimerHandle | None) -> None:
+        """The grace timer `timer` of `registration` fired. Checked again once the coordinator
+        is free: a reconnect (or a disconnect starting a new timer) may have been served
+        while this eviction waited for it, and then the session stays."""
         if self._closed:
             return
-        registration = self.consumers.get(consumer_name)
-        if registration is None or registration.connected:
-            return
-        log.info("consumer %s of %s/%s did not come back within %.1fs: evicted",
-                 consumer_name, self.topic, self.subscription, self.grace_period)
+        consumer_name = registration.consumer_name
         try:
-            await self.remove_consumer(consumer_name)
+            async with self._lock:
+                if self._closed or self.consumers.get(consumer_name) is not registration \
+                        or registration.connected or registration.grace_timer is not timer:
+                    return
+                log.info("consumer %s of %s/%s did not come back within %.1fs: evicted",
+                         consumer_name, self.topic, self.subscription, self.grace_period)
+                await self._remove(consumer_name)
         except Exception:
             log.exception("evicting consumer %s failed", consumer_name)
