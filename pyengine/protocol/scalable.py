@@ -21,7 +21,7 @@ from pyengine.naming import TopicName
 from pyengine.protocol import replies
 from pyengine.protocol.replies import encode_command
 from pyengine.scalable.controller import ScalableTopicController
-from pyengine.scalable.coordinator import ConsumerAssignment
+from pyengine.scalable.coordinator import AssignmentListener, ConsumerAssignment
 from pyengine.scalable.layout import SegmentLayout
 from pyengine.scalable.resources import ScalableTopicNotFoundError
 from pyengine.scalable.service import scalable_topic_name
@@ -77,7 +77,9 @@ class ScalableTopicCommands:
         self.connection = connection
         self.sessions: dict[int, DagWatchSession | None] = {}     # None: opening
         # consumer id -> (controller, subscription, consumer name)
-        self.consumers: dict[int, tuple[ScalableTopicController, str, str]] = {}
+        # consumer id -> its controller, subscription, name and the listener it registered
+        # with (which tells this registration apart from a later one of the same name)
+        self.consumers: dict[int, tuple[ScalableTopicController, str, str, AssignmentListener]] = {}
 
     async def register_consumer(self, body: pb.CommandScalableConsumerRegister) -> None:
         consumer_id, request_id = body.consumer_id, body.request_id
@@ -95,7 +97,7 @@ class ScalableTopicCommands:
                 if self.consumers.get(consumer_id, (None,))[0] is controller and not self.connection.closed:
                     self.connection.write(consumer_assignment(consumer_id, assignment))
 
-            self.consumers[consumer_id] = (controller, body.subscription, body.consumer_name)
+            self.consumers[consumer_id] = (controller, body.subscription, body.consumer_name, push)
             try:
                 assignment = await controller.register_consumer(body.subscription, body.consumer_name,
                                                                 consumer_id, push)
@@ -110,16 +112,16 @@ class ScalableTopicCommands:
                                                       message=str(error)))
             return
         if self.connection.closed:
-            controller.consumer_disconnected(body.subscription, body.consumer_name)
+            controller.consumer_disconnected(body.subscription, body.consumer_name, push)
             return
         self.connection.write(consumer_assignment(consumer_id, assignment, request_id=request_id))
 
     async def unregister_consumer(self, body: pb.CommandScalableConsumerUnregister) -> None:
         registered = self.consumers.pop(body.consumer_id, None)
         if registered is not None:
-            controller, subscription, name = registered
+            controller, subscription, name, listener = registered
             try:
-                await controller.unregister_consumer(subscription, name)
+                await controller.unregister_consumer(subscription, name, listener)
             except Exception as exc:        # not the leader any more: the grace period evicts it
                 log.info("unregistering consumer %s: %s", name, exc)
 
@@ -192,6 +194,6 @@ class ScalableTopicCommands:
             if session is not None:
                 session.close()
         self.sessions.clear()
-        for controller, subscription, name in self.consumers.values():
-            controller.consumer_disconnected(subscription, name)     # its grace period starts
+        for controller, subscription, name, listener in self.consumers.values():
+            controller.consumer_disconnected(subscription, name, listener)     # its grace period starts
         self.consumers.clear()

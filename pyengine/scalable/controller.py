@@ -334,16 +334,22 @@ class ScalableTopicController:
             coordinator = self.subscriptions[subscription]
         return await coordinator.add_consumer(consumer_name, consumer_id, on_assignment)
 
-    async def unregister_consumer(self, subscription: str, consumer_name: str) -> None:
+    async def unregister_consumer(self, subscription: str, consumer_name: str,
+                                  on_assignment: AssignmentListener | None = None) -> None:
+        """`on_assignment`: the listener of the registration meant (see `consumer_disconnected`)."""
         async with self._as_leader():
             coordinator = self.subscriptions.get(subscription)
         if coordinator is not None:
-            await coordinator.remove_consumer(consumer_name)
+            await coordinator.remove_consumer(consumer_name, on_assignment)
 
-    def consumer_disconnected(self, subscription: str, consumer_name: str) -> None:
+    def consumer_disconnected(self, subscription: str, consumer_name: str,
+                              on_assignment: AssignmentListener | None = None) -> None:
+        """The connection of a registration closed. `on_assignment`, the listener it registered
+        with, tells it apart from a newer registration of the same name on another connection,
+        which is left alone."""
         coordinator = self.subscriptions.get(subscription)
         if coordinator is not None:
-            coordinator.disconnect(consumer_name)
+            coordinator.disconnect(consumer_name, on_assignment)
 
     # --- stats --------------------------------------------------------------------------------
 

@@ -72,6 +72,12 @@ class ConsumerRegistration:
     grace_timer: asyncio.TimerHandle | None = None
 
 
+def _superseded(registration: ConsumerRegistration, on_assignment: AssignmentListener | None) -> bool:
+    """Whether a request about `on_assignment`'s registration comes too late: the consumer
+    registered again since with another listener (None: the caller does not say)."""
+    return on_assignment is not None and registration.on_assignment is not on_assignment
+
+
 def round_robin(layout: SegmentLayout, consumer_names: list[str]) -> dict[str, list[int]]:
     """Segment ids per consumer name: the spec's rebalancing algorithm."""
     names = sorted(consumer_names)
@@ -132,17 +138,25 @@ class SubscriptionCoordinator:
             await self._rebalance(quiet={consumer_name})
             return self.assignment_of(consumer_name)
 
-    def disconnect(self, consumer_name: str) -> None:
-        """The consumer's connection dropped: keep its session for the grace period."""
+    def disconnect(self, consumer_name: str, on_assignment: AssignmentListener | None = None) -> None:
+        """The consumer's connection dropped: keep its session for the grace period.
+        `on_assignment`: the listener that connection registered with; if the consumer has
+        registered again since (a reconnect on another connection, whose old one closes only
+        now), this is not its connection and nothing changes."""
         registration = self.consumers.get(consumer_name)
-        if registration is not None and registration.connected:
+        if registration is not None and registration.connected \
+                and not _superseded(registration, on_assignment):
             registration.connected = False
             registration.on_assignment = None
             self._start_grace(registration)
 
-    async def remove_consumer(self, consumer_name: str) -> None:
+    async def remove_consumer(self, consumer_name: str, on_assignment: AssignmentListener | None = None) -> None:
+        """Unregister the consumer (`on_assignment`: as in `disconnect`, a registration made
+        since on another connection is not removed)."""
         async with self._lock:
-            await self._remove(consumer_name)
+            registration = self.consumers.get(consumer_name)
+            if registration is not None and not _superseded(registration, on_assignment):
+                await self._remove(consumer_name)
 
     async def _remove(self, consumer_name: str) -> None:
         registration = self.consumers.pop(consumer_name, None)

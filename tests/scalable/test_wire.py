@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.scalable.wire import dag_to_layout
 from tests.protocol.conftest import client, connect, server, service  # noqa: F401  (fixtures)
@@ -119,3 +121,45 @@ async def test_consumer_registration_over_the_wire(server, service, connect):
             break
         await asyncio.sleep(0.02)
     assert names == ["c1"]
+
+
+@pytest.mark.parametrize("unregisters", [False, True], ids=["closes", "unregisters-and-closes"])
+async def test_a_stale_connection_neither_disconnects_nor_unregisters_a_consumer_registered_again(
+        server, service, connect, unregisters):
+    # c1 registers again on a new connection while its old one is still open (a client that
+    # reconnected before the broker saw the old one drop): what the old connection does later
+    # must not touch the new registration.
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 2)
+    old, new = await connect(server.port), await connect(server.port)
+    for connection in (old, new):
+        reply = await connection.request("SCALABLE_CONSUMER_REGISTER", request_id=1, consumer_id=1, topic=T,
+                                         subscription="s", consumer_name="c1")
+        assert [s.segment_id for s in reply.segments] == [0, 1]
+    controller = await scalable.leader(T)
+
+    async def c1() -> dict:
+        return (await controller.stats())["subscriptions"]["s"]["consumers"]
+
+    if unregisters:
+        old.send("SCALABLE_CONSUMER_UNREGISTER", consumer_id=1)
+    await old.close()
+    for _ in range(250):                     # the server has seen the old connection go
+        if len(server.connections) == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert len(server.connections) == 1
+    await asyncio.sleep(0.05)                # (the unregister before it ran as a task of its own)
+    assert [(c["consumerName"], c["connected"]) for c in await c1()] == [("c1", True)]
+    await scalable.split_segment(T, 0)       # assignments still reach the new connection
+    while True:
+        pushed = await new.expect("SCALABLE_CONSUMER_ASSIGNMENT")
+        if len(pushed.segments) > 2 or [s.segment_id for s in pushed.segments] != [0, 1]:
+            break
+    assert pushed.consumer_id == 1
+    await new.close()                        # its own connection closing does start the grace period
+    for _ in range(100):
+        if not (await c1())[0]["connected"]:
+            break
+        await asyncio.sleep(0.02)
+    assert [(c["consumerName"], c["connected"]) for c in await c1()] == [("c1", False)]
