@@ -129,11 +129,14 @@ class Dispatcher:
 
     def redeliver(self, positions: list[Position], consumer: Consumer | None = None, *, count: bool = True) -> None:
         """Put entries back to be delivered again (negative acks, a consumer gone, an aborted
-        transaction's acknowledgements)."""
+        transaction's acknowledgements). An entry the cursor has not read yet is left to the
+        normal read: put back as well, it would be delivered twice (an aborted transaction may
+        have acknowledged it before its delivery, or before a restart moved the read back)."""
+        cursor = self.subscription.cursor
         for position in positions:
             if consumer is not None:
                 consumer.pending.pop(position, None)
-            if self.subscription.cursor.is_acked(position):
+            if cursor.is_acked(position) or position >= cursor.read_position:
                 continue
             self.redeliveries.add(position)
             if count:

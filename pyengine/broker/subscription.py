@@ -205,9 +205,37 @@ class Subscription:
             # messages must stay redeliverable.
             self.dispatcher.acked([position for position in acked if self.cursor.is_acked(position)])
         else:
+            holder = self.pending_ack.cumulative_ack_of_txn
             released = await self.pending_ack.abort(txn, low_watermark)
             reserved = self._reserved_by_txn.pop(txn, set())
-            self.dispatcher.redeliver(sorted(reserved.union(released)))
+            again = reserved.union(released)
+            if holder is not None and holder[0] == txn:
+                # Every unacknowledged message up to a cumulative ack comes back (Pulsar
+                # redelivers all the consumer's unacked messages), not only those that were
+                # pending at the consumer when it acked: the dispatcher skipped the others
+                # while the ack held them (after a restart, all of them).
+                again.update(self._passed_over_up_to(holder[1]))
+            self.dispatcher.redeliver(sorted(again))
+
+    def _passed_over_up_to(self, position: Position) -> list[Position]:
+        """The entries up to `position` the dispatcher has read past and that are neither
+        acknowledged nor in flight at a consumer (markers and aborted entries left out)."""
+        cursor, ledger = self.cursor, self.topic.ledger
+        last = min(position, ledger.previous_position(cursor.read_position))
+        in_flight = {p for consumer in self.consumers for p in consumer.pending}
+        passed = []
+        start = ledger.next_position(cursor.mark_delete)
+        while start <= last:
+            entries = ledger.read_entries(start, 1000, last)
+            if not entries:
+                break
+            for entry in entries:
+                at = entry.position
+                if not (entry.is_marker or cursor.is_acked(at) or at in in_flight
+                        or (entry.txn_most >= 0 and self.topic.buffer.hides(entry))):
+                    passed.append(at)
+            start = ledger.next_position(entries[-1].position)
+        return passed
 
     # --- positioning ----------------------------------------------------------------------
 
