@@ -99,6 +99,11 @@ class StorageEnvironment:
 
     # --- databases and reads --------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """Closed: every later `submit` raises LedgerClosedError."""
+        return self._closed
+
     def db(self, name: str) -> Any:
         return self._dbs[name]
 
@@ -184,10 +189,8 @@ class StorageEnvironment:
         try:
             with self._env.begin(write=True) as txn:
                 return write(txn)
-        except lmdb.MapFullError as exc:
-            raise StorageFullError(str(exc)) from exc
-        except lmdb.Error as exc:
-            raise StorageError(str(exc)) from exc
+        except lmdb.Error as exc:       # a full map or disk is StorageFullError, as for group commits
+            raise _storage_error(exc) from exc
 
     def next_id(self, name: str) -> int:
         """Allocate the next value of a persistent counter (ledger ids, topic ids, ...).

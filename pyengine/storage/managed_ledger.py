@@ -56,6 +56,7 @@ class _AppendBatch:
     positions: list[Position] = field(default_factory=list)
     completions: list[tuple[asyncio.Future, object]] = field(default_factory=list)
     condition: asyncio.Future | None = None     # the last write the batch was made to depend on
+    failed: bool = False                        # failed (and reported) before its commit settled
 
 
 @dataclass(slots=True)
@@ -78,6 +79,12 @@ class LedgerInfo:
         self.closed_ms = _now_ms()
 
 
+def _retrieve(future: asyncio.Future) -> None:
+    """Mark a future's outcome as seen (nobody else waits for it)."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -90,7 +97,9 @@ class ManagedLedger:
         self.env = env
         self.name = record.name
         self.topic_id = record.topic_id
-        self._append_key = ("append", record.topic_id)    # its queued appends' key in a group commit
+        # The key of its queued appends in a group commit: one per batch, so that a batch never
+        # coalesces with (and inherits the conditions of) one that failed and was dropped.
+        self._append_key: tuple[str, int, int] = ("append", record.topic_id, 0)
         self.config = config
         self.created_ms = record.created_ms
         self.properties: dict[str, str] = dict(record.properties)
@@ -106,6 +115,9 @@ class ManagedLedger:
         self._current: LedgerInfo | None = None
         self._next_entry = 0
         self._queued: _AppendBatch | None = None
+        # The group-commit future of the last batch of appends until `_appended` has handled
+        # it: the next batch is written only if that one was (no gap behind a failed batch).
+        self._unsettled: asyncio.Future | None = None
         self._in_flight = 0
         self._listeners: list[Callable[[], None]] = []
         self._trim_listeners: list[Callable[[Position], None]] = []
@@ -294,8 +306,14 @@ class ManagedLedger:
         batch = self._queued
         if batch is None:
             batch = self._queued = _AppendBatch()
-            self.env.submit(partial(self._write, batch), key=self._append_key,
-                            on_seal=self._seal).add_done_callback(partial(self._appended, batch))
+            self._append_key = ("append", self.topic_id, self._append_key[2] + 1)
+            written = self.env.submit(partial(self._write, batch), key=self._append_key, on_seal=self._seal)
+            if self._unsettled is not None:
+                # The previous batch may still fail (its commit is in flight, or its failure
+                # not handled yet): these entries follow it, so they are never durable without it.
+                self.env.depend(self._append_key, self._unsettled)
+            self._unsettled = written
+            written.add_done_callback(partial(self._appended, batch))
             self._in_flight += 1
         return batch
 
@@ -343,7 +361,11 @@ class ManagedLedger:
 
     def _appended(self, batch: _AppendBatch, done: asyncio.Future) -> None:
         self._in_flight -= 1
+        if done is self._unsettled:
+            self._unsettled = None
         error = done.exception()
+        if batch.failed:        # failed with an earlier batch: its (dropped) write wrote nothing
+            return
         if error is None:
             self.lac = batch.positions[-1]
             if self._current is not None and self._current.ledger_id == self.lac.ledger_id:
@@ -362,10 +384,16 @@ class ManagedLedger:
         entry (a later append starts a new ledger), as BookKeeper closes a ledger after a
         write error."""
         failed = [batch]
-        if self._queued is not None:
-            failed.append(self._queued)
-            self.env.submit(None, key=self._append_key)   # drop the unsealed write
+        if self._queued is batch:         # never sealed: the environment was closed under it
             self._queued = None
+        elif self._queued is not None:
+            failed.append(self._queued)
+            if not self.env.closed:
+                # Drop the unsealed write (it depends on the failed one: it would be refused anyway).
+                self.env.submit(None, key=self._append_key).add_done_callback(_retrieve)
+            self._queued = None
+        for b in failed:
+            b.failed = True
         lost = [(position, len(value)) for b in failed for position, (_key, value) in zip(b.positions, b.items)]
         for ledger_id in sorted({position.ledger_id for position, _size in lost}):
             info = self.ledgers[ledger_id]
@@ -376,7 +404,8 @@ class ManagedLedger:
             info.close()
             if info is self._current:
                 self._current = None
-            self._put_ledger_record(info)
+            if not self.env.closed:     # (else a restart closes it at its last durable entry)
+                self._put_ledger_record(info)
         first_failed = min(position for position, _size in lost)
         for listener in list(self._failure_listeners):
             listener(first_failed)
