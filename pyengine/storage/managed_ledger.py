@@ -641,8 +641,13 @@ class ManagedLedger:
         mark_deletes = [c.mark_delete for c in self.cursors.values() if c.durable]
         mark_deletes += self._stored_mark_deletes(exclude=self.cursors)
         slowest = min(mark_deletes, default=self.lac)
+        # A terminated ledger keeps the ledger of its last entry (and any after it), as Pulsar
+        # never trims its current ledger: its LAC must still be the terminated position after
+        # a restart, which recomputes the LAC from the ledgers left.
+        sealed = self.terminated_at.ledger_id if self.terminated_at is not None else None
         candidates = [info for info in self.ledgers.values()
                       if info.closed and info is not self._current
+                      and (sealed is None or info.ledger_id < sealed)
                       and (info.last_entry_id < 0 or Position(info.ledger_id, info.last_entry_id) <= slowest)]
         kept_bytes = self.total_size
         doomed = []
