@@ -110,6 +110,8 @@ class ManagedLedger:
         self.terminated_at: Position | None = (
             Position(record.terminated_at.ledger_id, record.terminated_at.entry_id)
             if record.HasField("terminated_at") else None)
+        self._terminate_saved = True       # False while terminated_at is not durable yet
+        self._unsaved_properties: set[str] = set()    # set in memory, their save not done
         last = self._last_entry_position()
         self.lac: Position = last if last is not None else Position(self._last_ledger_id(), -1)
         self._current: LedgerInfo | None = None
@@ -218,7 +220,9 @@ class ManagedLedger:
         key = self._prefix + pack_i64(info.ledger_id)
         value = info.record()
         db = self.env.db("ledgers")
-        self.env.submit(lambda txn: txn.put(key, value, db=db), key=("ledger", key))
+        # Nobody waits for it: if it fails, a restart finds the ledger open and closes it at
+        # its last durable entry, as after a crash.
+        self.env.submit(lambda txn: txn.put(key, value, db=db), key=("ledger", key)).add_done_callback(_retrieve)
 
     # --- appends --------------------------------------------------------------------------
 
@@ -418,27 +422,35 @@ class ManagedLedger:
         """Seal the ledger: wait for appends in flight, then refuse every later append.
         Returns the last position it will ever hold (idempotent)."""
         self._check_open()
-        if self.terminated_at is not None:
-            return self.terminated_at
-        await self.env.barrier()
-        while self._in_flight:
+        if self.terminated_at is None:
             await self.env.barrier()
-        self.terminated_at = self.lac
-        self._record.terminated_at.CopyFrom(PositionRecord(ledger_id=self.lac.ledger_id,
-                                                           entry_id=self.lac.entry_id))
-        self._close_current_ledger(self.lac.entry_id if self.lac.ledger_id == self._current_id() else -1)
-        await self._put_topic_record()
+            while self._in_flight:
+                await self.env.barrier()
+        if self.terminated_at is None:
+            self.terminated_at = self.lac
+            self._record.terminated_at.CopyFrom(PositionRecord(ledger_id=self.lac.ledger_id,
+                                                               entry_id=self.lac.entry_id))
+            self._close_current_ledger(self.lac.entry_id if self.lac.ledger_id == self._current_id() else -1)
+            self._terminate_saved = False
+        if not self._terminate_saved:
+            # Sealed in memory at once (no append may follow); a save that failed is repeated by
+            # the next call, or a restart would find the topic open again.
+            await self._put_topic_record()
+            self._terminate_saved = True
         return self.terminated_at
 
     async def set_property(self, key: str, value: str) -> None:
         """Set a durable property of the managed ledger (e.g. that it holds transactional
         entries, which lets a topic that never had any skip transaction-buffer recovery)."""
         self._check_open()
-        if self.properties.get(key) == value:
+        if self.properties.get(key) == value and key not in self._unsaved_properties:
             return
         self.properties[key] = value
         self._record.properties[key] = value
-        await self._put_topic_record()
+        self._unsaved_properties.add(key)
+        await self._put_topic_record()      # a failed save is repeated by the next call
+        if self.properties.get(key) == value:
+            self._unsaved_properties.discard(key)
 
     def _current_id(self) -> int:
         return self._current.ledger_id if self._current is not None else -1
