@@ -397,11 +397,23 @@ class Pacer:
         only when the sends due at its last reading are used up: a paced burst costs one
         reading, not one per message (this runs for every message of a paced run)."""
         if self.sent >= self._due:
-            self._due = math.floor((self._time() - self.start + 0.001) * self.rate) + 1 if self.rate else self.sent + 1
+            self._due = self._due_at(self._time()) if self.rate else self.sent + 1
             if self.sent >= self._due:
                 return False
         self.sent += 1
         return True
+
+    def _due_at(self, now: float) -> int:
+        """How many sends are due at `now`: send n is once `start + n / rate - now <= 1 ms`, the
+        test `wait` makes. The product below can round across that line at an exact boundary
+        (1000 / 999999.9999999999 is 0.001, 0.001 * 999999.9999999999 is below 1000): the
+        count is moved back onto it, so `take` and `wait` never disagree about a send."""
+        due = math.floor((now - self.start + 0.001) * self.rate) + 1
+        while self.start + due / self.rate - now <= 0.001:
+            due += 1
+        while due > 0 and self.start + (due - 1) / self.rate - now > 0.001:
+            due -= 1
+        return due
 
     async def wait(self, messages: int = 1) -> None:
         """Count `messages` sends, sleeping first until the last of them is due."""
