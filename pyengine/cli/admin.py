@@ -20,6 +20,7 @@ exits with 1.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import re
@@ -121,6 +122,18 @@ def duration_ms(text: str) -> int:
     if match is None:
         raise argparse.ArgumentTypeError(f"expected a duration like 30s, 10m, 3h, 2d or 1w, not {text!r}")
     return int(match[1]) * _DURATION_UNITS[match[2] or "m"] * 1000
+
+
+def admin_url(text: str) -> str:
+    """`--url` (or $PYENGINE_ADMIN_URL): http(s)://HOST[:PORT][/prefix], checked before any call."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port                      # raises ValueError for a port that is not one
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http://HOST:PORT (or https://) URL")
+    return text
 
 
 def _query(**values: Any) -> str:
@@ -395,11 +408,33 @@ def call(url: str, method: str, path: str, body: Any = None) -> Any:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
             raw = reply.read()
     except urllib.error.HTTPError as exc:
-        raise AdminCallError(f"HTTP {exc.code}: {_reason(exc.read()) or exc.reason}") from None
+        raise AdminCallError(f"HTTP {exc.code}: {_reason(_error_body(exc)) or exc.reason}") from None
+    except http.client.IncompleteRead as exc:
+        raise AdminCallError(f"the reply of the admin API at {url} was cut short "
+                             f"({len(exc.partial)} bytes, {exc.expected} more expected)") from None
+    except (http.client.HTTPException, ValueError) as exc:   # not HTTP (the binary protocol's port?)
+        raise AdminCallError(f"{url} did not answer as the admin API does (not an HTTP reply: "
+                             f"{type(exc).__name__}: {exc})") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         raise AdminCallError(f"cannot reach the admin API at {url}: {reason}") from None
-    return json.loads(raw) if raw.strip() else None
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise AdminCallError(f"{url} did not answer as the admin API does (the reply is not JSON: "
+                             f"{raw[:80].decode(errors='replace')!r})") from None
+
+
+def _error_body(exc: urllib.error.HTTPError) -> bytes:
+    """The body of an error reply, or what arrived of it."""
+    try:
+        return exc.read()
+    except http.client.IncompleteRead as cut:
+        return cut.partial
+    except (http.client.HTTPException, OSError):
+        return b""
 
 
 def _reason(raw: bytes) -> str:
@@ -415,7 +450,7 @@ def _reason(raw: bytes) -> str:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("admin", help="manage a broker through its admin REST API",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default=os.environ.get("PYENGINE_ADMIN_URL", DEFAULT_URL),
+    parser.add_argument("--url", type=admin_url, default=os.environ.get("PYENGINE_ADMIN_URL", DEFAULT_URL),
                         help=f"the broker's admin URL (default: $PYENGINE_ADMIN_URL or {DEFAULT_URL})")
     groups = parser.add_subparsers(dest="admin_group", required=True, metavar="GROUP")
     group_parsers: dict[str, argparse._SubParsersAction] = {}
