@@ -63,6 +63,8 @@ async def list_namespaces(call: Call) -> list[str]:
 async def create_namespace(call: Call) -> None:
     body = call.body or {}
     policies = NamespacePolicies(deduplication_enabled=body.get("deduplicationEnabled"),
+                                 is_allow_auto_update_schema=body.get("is_allow_auto_update_schema"),
+                                 schema_validation_enforced=body.get("schema_validation_enforced"),
                                  properties=body.get("properties", {}),
                                  **_retention_fields(body.get("retention_policies")))
     await call.service.policies.create_namespace(_namespace(call), policies)
