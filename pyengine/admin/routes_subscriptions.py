@@ -82,12 +82,14 @@ async def list_subscriptions(call: Call) -> list[str]:
 async def create_subscription(call: Call) -> None:
     name = subscription_name(call["subName"])
     start = start_of(call.body)
-    topics = await topics_of(call, create_partitions=True)
-    if isinstance(start, Position) and len(topics) > 1:
+    # Everything that refuses the request is checked before a partition is created for it.
+    partitions = call.service.policies.partitions(str(requested_topic(call)))
+    if isinstance(start, Position) and partitions > 1:
         raise AdminError(METHOD_NOT_ALLOWED, "a message id names one partition: create the subscription "
                                              "on the partition, or at earliest / latest")
-    if any(name in topic.subscriptions for topic in topics):
+    if any(name in topic.subscriptions for topic in await topics_of(call)):
         raise AdminError(CONFLICT, f"Subscription {name} already exists for topic {requested_topic(call)}")
+    topics = await topics_of(call, create_partitions=True)
     for topic in topics:
         if isinstance(start, Position):
             subscription = await topic.open_subscription(name, "latest")
