@@ -10,6 +10,7 @@ and a ready `web.Response` is sent as it is.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from pyengine.admin.errors import BAD_REQUEST, AdminError
-from pyengine.admin.validation import check, from_text, parse_json
+from pyengine.admin.validation import INVALID_STATUS, check, from_text, parse_json
 from pyengine.broker.service import BrokerService
 
 _PATH_PARAM = re.compile(r"{(\w+)}")
@@ -104,6 +105,7 @@ def aiohttp_handler(route: Route, service: BrokerService) -> Callable[[web.Reque
     """The aiohttp handler of `route`: check the request, call the route's handler, reply."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        _check_path_escapes(route, request)
         params = {}
         for param in route.params:
             source = request.match_info if param.location == "path" else request.query
@@ -130,3 +132,25 @@ def aiohttp_handler(route: Route, service: BrokerService) -> Callable[[web.Reque
         return web.json_response(result)
 
     return handle
+
+
+def _check_path_escapes(route: Route, request: web.Request) -> None:
+    """Refuse a path parameter whose percent-escapes do not decode as UTF-8 (`%ff`, an encoded
+    lone surrogate). aiohttp leaves such escapes as they are, so `%ff` would reach the handler
+    as the text `%FF`, the name `%25FF` spells: a look-alike of another name. Every path
+    parameter is a whole segment of its route's path."""
+    raw_segments = request.rel_url.raw_path.split("/")
+    template = route.path.split("/")
+    if len(raw_segments) != len(template):
+        return
+    for segment, raw in zip(template, raw_segments):
+        name = segment[1:-1] if segment.startswith("{") and segment.endswith("}") else None
+        if name is None or "%" not in raw:
+            continue
+        try:
+            urllib.parse.unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            param = next((p for p in route.params if p.name == name and p.location == "path"), None)
+            status = param.schema.get(INVALID_STATUS, BAD_REQUEST) if param is not None else BAD_REQUEST
+            raise AdminError(status, f"path parameter {name!r}: {raw[:60]!r} is not valid UTF-8 "
+                                     "once percent-decoded") from None
