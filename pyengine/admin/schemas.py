@@ -100,12 +100,15 @@ TOPIC_STATS = {
 }
 PARTITIONED_TOPIC_STATS = {
     "type": "object",
+    "description": "Pulsar's PartitionedTopicStats: the whole topic (summed over its partitions), and each partition",
     "properties": {
         "metadata": PARTITIONED_METADATA,
         "msgInCounter": COUNT, "bytesInCounter": COUNT, "storageSize": COUNT, "msgBacklog": COUNT,
+        "publishers": TOPIC_STATS["properties"]["publishers"],
+        "subscriptions": TOPIC_STATS["properties"]["subscriptions"],
         "partitions": {"type": "object", "additionalProperties": TOPIC_STATS},
     },
-    "required": ["metadata", "partitions"],
+    "required": ["metadata", "publishers", "subscriptions", "partitions"],
 }
 INTERNAL_STATS = {
     "type": "object",

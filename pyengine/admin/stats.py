@@ -56,10 +56,22 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
 
 
 def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[str, Any]:
+    """Pulsar's PartitionedTopicStats: the TopicStats of the whole topic (counters, publishers
+    and subscriptions summed over its partitions) and, under `partitions`, each partition's."""
     per_partition = {name: topic_stats(topic) for name, topic in loaded.items()}
     totals = {key: sum(stats[key] for stats in per_partition.values())
               for key in ("msgInCounter", "bytesInCounter", "storageSize", "msgBacklog")}
-    return {"metadata": {"partitions": partitions}, **totals, "partitions": per_partition}
+    subscriptions: dict[str, dict[str, Any]] = {}
+    for stats in per_partition.values():
+        for name, sub in stats["subscriptions"].items():
+            whole = subscriptions.setdefault(name, {"msgBacklog": 0, "type": None, "isDurable": sub["isDurable"],
+                                                    "consumers": []})
+            whole["msgBacklog"] += sub["msgBacklog"]
+            whole["type"] = whole["type"] or sub["type"]
+            whole["consumers"].extend(sub["consumers"])
+    return {"metadata": {"partitions": partitions}, **totals,
+            "publishers": [p for stats in per_partition.values() for p in stats["publishers"]],
+            "subscriptions": subscriptions, "partitions": per_partition}
 
 
 def internal_stats(topic: Topic) -> dict[str, Any]:
