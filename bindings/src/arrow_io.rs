@@ -43,12 +43,22 @@ fn extract_source<'py, T: Element>(
                 array.ndim()
             )));
         }
-        let typed = array.cast::<PyArray1<T>>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "{name}: expected a NumPy array of dtype {type_name}, got dtype {}",
-                array.dtype()
-            ))
-        })?;
+        let mut typed = array
+            .cast::<PyArray1<T>>()
+            .map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{name}: expected a NumPy array of dtype {type_name}, got dtype {}",
+                    array.dtype()
+                ))
+            })?
+            .clone();
+        // The views below index elements, not bytes: a stride that is not a whole number of
+        // elements (a field of a packed structured array, `as_strided` views) would be read at
+        // the wrong offsets, and unaligned data must not become a Rust slice. NumPy flags both
+        // as not aligned; such arrays are read through an aligned, contiguous copy.
+        if !array.is_aligned() || array.strides()[0] % std::mem::size_of::<T>() as isize != 0 {
+            typed = typed.call_method0("copy")?.cast_into::<PyArray1<T>>()?;
+        }
         let readonly = typed
             .try_readonly()
             .map_err(|e| PyValueError::new_err(format!("{name}: {e}")))?;

@@ -11,8 +11,9 @@ Pulsar semantics reimplemented for columnar reads:
 * ``crc32c``: the checksum of Pulsar payload frames.
 
 Bulk inputs ("columns") are 1-D NumPy arrays (contiguous or strided; int64 for ids,
-positions, offsets, words and sizes, bool for flags) or Arrow arrays passed through the Arrow
-PyCapsule interface (any object with ``__arrow_c_array__``, e.g. ``pyarrow.Array``), imported
+positions, offsets, words and sizes, bool for flags; an array NumPy flags as not aligned, such
+as a field of a packed structured array, is read through a contiguous copy) or Arrow arrays
+passed through the Arrow PyCapsule interface (any object with ``__arrow_c_array__``, e.g. ``pyarrow.Array``), imported
 without a copy. A ``pyarrow.ChunkedArray`` is rejected: call ``combine_chunks()`` first.
 A wrong dtype or type raises ``TypeError`` naming the expected one; wrong shapes, lengths or
 values raise ``ValueError``. Bulk work runs with the GIL released.
