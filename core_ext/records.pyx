@@ -608,9 +608,13 @@ def decode_entries(ledger_ids, entry_ids, values, keep=None):
         try:
             _header(<const unsigned char*>view.buf, view.len, &header)
             data_bytes += view.len
+            # The count is the producer's claim (CommandSend.num_messages), a capacity hint
+            # only: a batched message takes 6 bytes at least (its size, a payload_size), so an
+            # entry holds no more; a huge claim must not allocate gigabytes before the entry is
+            # even parsed.
+            rows += max(1, min(<Py_ssize_t>header.count, view.len // 6))
         finally:
             PyBuffer_Release(&view)
-        rows += header.count if header.count > 0 else 1
     cdef _Columns out = _Columns(rows, data_bytes)
     for i in range(n):
         if select and not selected[i]:
