@@ -25,7 +25,7 @@ from typing import Any
 
 import lmdb
 
-from pyengine.storage.errors import LedgerClosedError, StorageError, StorageFullError
+from pyengine.storage.errors import DataDirNotFoundError, LedgerClosedError, StorageError, StorageFullError
 
 # Named databases, one per kind of record.
 DATABASES = (
@@ -83,7 +83,17 @@ class StorageEnvironment:
                                   max_readers=512, create=not readonly)
         except lmdb.Error as exc:
             raise StorageError(f"cannot open the LMDB environment in {env_dir}: {exc}") from exc
-        self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in DATABASES}
+        try:
+            self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in DATABASES}
+        except lmdb.NotFoundError:          # read-only, and a database is missing
+            self._env.close()
+            raise DataDirNotFoundError(f"{self.path} is not a pyengine data dir: its LMDB environment lacks "
+                                       f"pyengine's databases") from None
+        try:
+            self._check_format()
+        except BaseException:
+            self._env.close()
+            raise
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyengine-lmdb-writer")
         self._loop: asyncio.AbstractEventLoop | None = None
         # key -> its queued write; insertion order is write order.
@@ -94,8 +104,6 @@ class StorageEnvironment:
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._counters: dict[bytes, int] = {}
-        if not readonly:
-            self._check_format()
 
     # --- databases and reads --------------------------------------------------------------
 
@@ -335,13 +343,18 @@ class StorageEnvironment:
             raise LedgerClosedError("the storage environment is closed")
 
     def _check_format(self) -> None:
+        """Refuse a data dir of another data format (read-only opens too: a reader would
+        misread it); a new one is stamped with this format."""
         meta = self._dbs["meta"]
-        with self._env.begin(write=True) as txn:
+        with self._env.begin(write=not self.readonly) as txn:
             raw = txn.get(b"format", db=meta)
             if raw is None:
-                txn.put(b"format", _COUNTER.pack(FORMAT_VERSION), db=meta)
-            elif _COUNTER.unpack(raw)[0] != FORMAT_VERSION:
-                raise StorageError(f"{self.path} holds data format {_COUNTER.unpack(raw)[0]}, "
+                if not self.readonly:
+                    txn.put(b"format", _COUNTER.pack(FORMAT_VERSION), db=meta)
+                return
+            version = _COUNTER.unpack(raw)[0] if len(raw) == _COUNTER.size else raw
+            if version != FORMAT_VERSION:
+                raise StorageError(f"{self.path} holds data format {version!r}, "
                                    f"this pyengine reads format {FORMAT_VERSION}")
 
 

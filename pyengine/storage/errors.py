@@ -10,6 +10,10 @@ class StorageFullError(StorageError):
     (trim, delete topics) or the broker restarts with a larger ``map_size``."""
 
 
+class DataDirNotFoundError(StorageError):
+    """The path is not a pyengine data dir (no LMDB environment, or another program's)."""
+
+
 class TopicTerminatedError(StorageError):
     """The managed ledger was terminated (sealed): it accepts no more appends."""
 

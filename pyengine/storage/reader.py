@@ -28,16 +28,12 @@ import lmdb
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
 from pyengine.storage.entry import HEADER, HEADER_VERSION, Entry
 from pyengine.storage.environment import StorageEnvironment
-from pyengine.storage.errors import CorruptRecordError, StorageError
+from pyengine.storage.errors import CorruptRecordError, DataDirNotFoundError, StorageError
 from pyengine.storage.records_pb2 import LedgerRecord, TopicRecord
 from pyengine_kernels import Position
 
 _KEY_SIZE = 24          # 8-byte topic prefix + 16-byte position
 _COUNTER = struct.Struct(">q")
-
-
-class DataDirNotFoundError(StorageError):
-    """The path is not a pyengine data dir (it has no LMDB environment)."""
 
 
 class TopicNotStoredError(StorageError, KeyError):

@@ -7,9 +7,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import lmdb
 import pytest
 
-from pyengine.storage import ManagedLedger, ManagedLedgerConfig, StorageEnvironment
+from pyengine.storage import ManagedLedger, ManagedLedgerConfig, StorageEnvironment, StorageError
 from pyengine.storage.entry import MARKER_TXN_ABORT
 from pyengine.storage.reader import DataDirNotFoundError, StoreReader, TopicNotStoredError
 from pyengine_kernels import Position
@@ -192,3 +193,25 @@ def test_a_view_is_a_snapshot_while_a_broker_process_writes(tmp_path):
         finally:
             if writer.poll() is None:
                 writer.kill()
+
+
+def test_a_read_only_open_refuses_another_format_or_another_programs_environment(tmp_path):
+    """What a reader cannot read is refused at open, with the reason (the broker's read-write
+    open refuses another format the same way)."""
+    data = tmp_path / "data"
+    StorageEnvironment(data).close()
+    env = lmdb.open(str(data / "lmdb"), max_dbs=16)
+    with env.begin(write=True) as txn:
+        txn.put(b"format", (2).to_bytes(8, "big"), db=env.open_db(b"meta", txn=txn))
+    env.close()
+    for open_it in (StoreReader, lambda path: StorageEnvironment(path, readonly=True), StorageEnvironment):
+        with pytest.raises(StorageError, match="holds data format 2, this pyengine reads format 1"):
+            open_it(data)
+    foreign = tmp_path / "foreign"
+    (foreign / "lmdb").mkdir(parents=True)
+    env = lmdb.open(str(foreign / "lmdb"))
+    with env.begin(write=True) as txn:
+        txn.put(b"k", b"v")
+    env.close()
+    with pytest.raises(DataDirNotFoundError, match="lacks pyengine's databases"):
+        StoreReader(foreign)
