@@ -86,7 +86,7 @@ class TopicState:
     max_read_position: Position      # readers see nothing after it
     aborted: bytes                   # AbortedTxnSet.to_bytes()
     ongoing: tuple[tuple[TxnId, Position], ...] = ()     # open txns and their first entries
-    ledgers: tuple[int, ...] = ()    # ids of the topic's ledgers that hold entries
+    ledgers: tuple[int, ...] = ()    # ids of the topic's ledgers (empty ones too: see _ledger_ids)
     design: int = 4                  # 4: PIP-31 (markers in the stream), 5: PIP-473 (metadata store)
     hidden: tuple[Position, ...] = ()  # v5: late writes of committed txns, never visible
 
@@ -186,7 +186,15 @@ def compute_topic_state(view: ReadView, info: TopicInfo) -> TopicState:
             ended.add(txn, TxnAction.ABORT)
     horizon = read_horizon(ongoing, last, info.previous_position)
     return TopicState(info.name, info.topic_id, last, horizon, aborted.to_bytes(), tuple(ongoing.items()),
-                      tuple(ledger.ledger_id for ledger in info.ledgers if ledger.entries))
+                      _ledger_ids(info))
+
+
+def _ledger_ids(info: TopicInfo) -> tuple[int, ...]:
+    """Every ledger of the topic at capture time, empty ones included: the ledger a running
+    broker writes to is often still empty (a new one after each restart or roll-over), and the
+    rows it gets after the capture are this topic's rows, not visible yet (past the horizon),
+    rather than rows of a topic the capture does not know."""
+    return tuple(ledger.ledger_id for ledger in info.ledgers)
 
 
 class MetadataBackendError(ValueError):
@@ -227,7 +235,7 @@ def compute_v5_topic_state(view: ReadView, kv: LmdbKV, info: TopicInfo) -> Topic
         aborted.add(txn, position)
     horizon = read_horizon(ongoing, last, info.previous_position)
     return TopicState(info.name, info.topic_id, last, horizon, aborted.to_bytes(), tuple(ongoing.items()),
-                      tuple(ledger.ledger_id for ledger in info.ledgers if ledger.entries), 5,
+                      _ledger_ids(info), 5,
                       tuple(sorted(p for p in hidden if p <= last)))
 
 
