@@ -3,11 +3,11 @@
 | option | default | meaning |
 | --- | --- | --- |
 | `path` (or `load(path)`) | required | the broker's data dir |
-| `topics` | every topic | comma-separated names and patterns, or a list of them (`.option("topics", [...])` passes the list's `str()`, read back as a Python or JSON list of strings): a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`, `segment://public/default/orders/0000-ffff-0`), a scalable topic (`topic://public/default/orders`: its stored `segment://` topics), a namespace (`public/default`: its topics, segments included), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*` = `persistent://...`, `segment://public/default/orders/*`). A name that is not stored, or a pattern that matches nothing, is an error. |
+| `topics` | every topic | comma-separated names and patterns, or a list of them (`.option("topics", [...])` passes the list's `str()`, read back as a Python or JSON list of strings): a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`, `segment://public/default/orders/0000-ffff-0`), a partitioned topic (its stored `-partition-N` topics, as its consumers read them), a scalable topic (`topic://public/default/orders`: its stored `segment://` topics), a namespace (`public/default`: its topics, segments included), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*` = `persistent://...`, `segment://public/default/orders/*`). A name that is not stored, or a pattern that matches nothing, is an error. |
 | `isolation` | `read_committed` | `read_committed`: what a READ_COMMITTED consumer receives (no aborted or open txn's messages, nothing past the read horizon, no markers; v5 `segment://` topics: from the transaction records of the data dir's LMDB metadata store, see `spark_udfs.state`). `read_uncommitted`: every message, committed or not (PIP-31's READ_UNCOMMITTED); markers are control entries and stay out unless `includeMarkers`. |
 | `includeMarkers` | `false` | with `read_uncommitted`: also the commit/abort marker rows (`is_marker` true), i.e. every stored entry (audits, or your own `committed_filter`) |
-| `startPosition` | `earliest` | first position read, inclusive: `earliest`, `latest`, `LEDGER:ENTRY`, or a JSON object `{"topic": "LEDGER:ENTRY", ...}` |
-| `endPosition` | `latest` | last position read, inclusive (`latest`: the last entry stored when the query is planned) |
+| `startPosition` | `earliest` | first position read, inclusive: `earliest`, `latest`, `LEDGER:ENTRY`, or a JSON object `{"topic": "LEDGER:ENTRY", ...}` (each key a topic that is read; others start at `earliest`) |
+| `endPosition` | `latest` | last position read, inclusive (`latest`: the last entry stored when the query is planned), or a JSON object as for `startPosition`; `earliest` is refused |
 | `maxBatchRows` | 65536 | rows per Arrow batch the reader yields (about) |
 | `maxPartitionEntries` | 100000 | a ledger with more entries is read by several partitions |
 | `filterPushdown` | `false` | `true`: comparisons on `topic`, `ledger_id` and `entry_id` narrow what is planned and read (see `spark_udfs.source`). Off by default: Spark 4.3 keeps the read plan of the last pushed-down scan on the loaded DataFrame and reuses it for its other scans, so with it on a DataFrame read again (unfiltered, or with other filters, or twice in one query) gets the rows of another scan's filters. Turn it on only for a DataFrame scanned once; narrowing by `topics`, `startPosition` and `endPosition` is always safe. |
@@ -158,16 +158,24 @@ def parse_position(name: str, text: str) -> Position | str:
 def parse_position_spec(name: str, text) -> PositionSpec:
     value = str(text).strip()
     if not value.startswith("{"):
-        return PositionSpec(parse_position(name, value))
+        return PositionSpec(_bound(name, parse_position(name, value)))
     try:
         items = json.loads(value)
     except json.JSONDecodeError as exc:
         raise OptionError(f"{name}: not a JSON object: {exc}") from exc
     per_topic = {}
     for topic, position in items.items():
-        per_topic[_normalize(topic, name)] = parse_position(f"{name}[{topic}]", position)
+        per_topic[_normalize(topic, name)] = _bound(f"{name}[{topic}]", parse_position(f"{name}[{topic}]", position))
     default = "earliest" if name == "startPosition" else "latest"
     return PositionSpec(default, per_topic)
+
+
+def _bound(name: str, position: Position | str) -> Position | str:
+    """`earliest` ends a read before its first entry: refused as an end (as Spark's Kafka
+    source refuses it for endingOffsets), rather than read as an empty range."""
+    if name.startswith("endPosition") and position == "earliest":
+        raise OptionError(f"{name} cannot be earliest (nothing would be read): give latest or LEDGER:ENTRY")
+    return position
 
 
 def _normalize(name: str, option: str) -> str:
@@ -175,6 +183,15 @@ def _normalize(name: str, option: str) -> str:
         return str(TopicName.parse(name))
     except InvalidTopicNameError as exc:
         raise OptionError(f"{option}: {exc}") from exc
+
+
+def _partition_of(name: str) -> str | None:
+    """The partitioned topic whose partition `name` is (`<topic>-partition-<n>`), else None."""
+    try:
+        topic = TopicName.parse(name)
+    except InvalidTopicNameError:
+        return None
+    return str(topic.partitioned_topic) if topic.partition_index >= 0 else None
 
 
 def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[str]:
@@ -205,9 +222,13 @@ def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[
                 raise OptionError(f"scalable topic {scalable!r} has no stored segment:// topic in this data dir")
         else:
             name = _normalize(pattern, "topics")
-            if name not in stored:
-                raise OptionError(f"unknown topic {name!r}: it is not stored in this data dir")
-            matched = [name]
+            if name in stored:
+                matched = [name]
+            else:
+                # A partitioned topic is stored as its partitions, which its consumers read.
+                matched = [stored_name for stored_name in stored if _partition_of(stored_name) == name]
+                if not matched:
+                    raise OptionError(f"unknown topic {name!r}: it is not stored in this data dir")
         chosen.update(matched)
     return [name for name in stored if name in chosen]
 

@@ -165,6 +165,12 @@ class PyengineReader(DataSourceReader):
         self.entry_bounds = _Bounds()
         with open_snapshot(options.path) as snapshot:
             names = resolve_topics(options.topics, snapshot.topic_names())
+            for option, spec in (("startPosition", options.start), ("endPosition", options.end)):
+                stray = sorted(set(spec.per_topic) - set(names))
+                if stray:
+                    shown = ", ".join(names[:5]) + (f", ... ({len(names)} topics)" if len(names) > 5 else "")
+                    raise OptionError(f"{option} names {', '.join(map(repr, stray))}, which is not among the topics "
+                                      f"read ({shown}): name a topic read, as stored (a partition, a segment)")
             self.topics: dict[str, TopicInfo] = {name: snapshot.view.topic(name) for name in names}
             state = snapshot.state(names) if options.read_committed else None
         # Shipped to every task inside this reader (pickled once with the plan); each worker
