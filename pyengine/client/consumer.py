@@ -33,9 +33,11 @@ from pyengine.client.validation import (
 )
 from pyengine.errors import PulsarError
 from pyengine.protocol import pulsar_api_pb2 as pb
-from pyengine.protocol.commands import base_command
+from pyengine.protocol.commands import base_command, parse_message_metadata
 from pyengine.protocol.schema_codec import fill_schema
 from pyengine.schema import SchemaData
+from pyengine.storage.entry import split_headers_and_payload
+from pyengine.storage.errors import StorageError
 from pyengine_kernels import Position
 
 if TYPE_CHECKING:
@@ -217,7 +219,8 @@ class PartitionConsumer(ConnectionHandler):
             return
         ledger_id, entry_id = command.message_id.ledgerId, command.message_id.entryId
         if frame.checksum_valid is False or frame.headers_and_payload is None:
-            self._reject(ledger_id, entry_id, pb.CommandAck.ChecksumMismatch)
+            self._reject(ledger_id, entry_id, pb.CommandAck.ChecksumMismatch,
+                         _messages_in(frame.headers_and_payload))
             return
         try:
             messages = decode_entry(self.topic, Position(ledger_id, entry_id), frame.headers_and_payload,
@@ -225,7 +228,8 @@ class PartitionConsumer(ConnectionHandler):
                                     ack_set=list(command.ack_set) or None)
         except DecodeError as exc:
             log.warning("%s: undecodable message (%d:%d): %s", self, ledger_id, entry_id, exc)
-            self._reject(ledger_id, entry_id, pb.CommandAck.BatchDeSerializeError)
+            self._reject(ledger_id, entry_id, pb.CommandAck.BatchDeSerializeError,
+                         _messages_in(frame.headers_and_payload))
             return
         skipped = messages[0].message_id.batch_size - len(messages) if messages and messages[0].message_id.batch_size else 0
         if self.start is not None and not self.options.durable:
@@ -251,14 +255,15 @@ class PartitionConsumer(ConnectionHandler):
         return (message_id.batch_index < start.batch_index
                 or (message_id.batch_index == start.batch_index and not self.start_inclusive))
 
-    def _reject(self, ledger_id: int, entry_id: int, validation_error: int) -> None:
+    def _reject(self, ledger_id: int, entry_id: int, validation_error: int, permits: int = 1) -> None:
         # As the C++ client: a message that cannot be read is acknowledged with the reason.
+        # The broker took a permit per message of the entry: all of them come back.
         if self.connection is not None:
             self.connection.send_command(base_command(
                 T.ACK, consumer_id=self.consumer_id, ack_type=pb.CommandAck.Individual,
                 message_id=[pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)],
                 validation_error=validation_error))
-        self.credit(1)
+        self.credit(permits)
 
     def drop_queued(self, *, give_back_permits: bool) -> None:
         """Forget the queued messages (their generation ends)."""
@@ -407,6 +412,18 @@ class PartitionConsumer(ConnectionHandler):
             self.connection.consumers.pop(self.consumer_id, None)
             self.connection = None
         self.drop_queued(give_back_permits=False)
+
+
+def _messages_in(headers_and_payload: bytes | None) -> int:
+    """How many messages an entry the client cannot read holds, as far as its metadata tells
+    (the broker counted that many permits for it); 1 when even the metadata is unreadable."""
+    if headers_and_payload is None:
+        return 1
+    try:
+        metadata = parse_message_metadata(split_headers_and_payload(headers_and_payload)[0])
+    except (ValueError, StorageError):      # undecodable metadata, or headers cut short
+        return 1
+    return max(1, metadata.num_messages_in_batch) if metadata.HasField("num_messages_in_batch") else 1
 
 
 def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:
