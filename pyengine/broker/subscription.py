@@ -240,7 +240,14 @@ class Subscription:
     # --- positioning ----------------------------------------------------------------------
 
     def redeliver_unacknowledged(self, consumer: Consumer, positions: list[Position] | None = None) -> None:
-        self.dispatcher.redeliver(list(consumer.pending) if positions is None else positions, consumer)
+        """Deliver again what `consumer` holds unacknowledged: all of it, or those of
+        `positions` it holds (as Pulsar: a message it no longer holds, acknowledged or out at
+        another consumer since, is not its to give back)."""
+        if positions is None:
+            positions = list(consumer.pending)
+        else:
+            positions = [position for position in positions if position in consumer.pending]
+        self.dispatcher.redeliver(positions, consumer)
 
     async def seek(self, position: Position) -> None:
         await self.cursor.seek(position)
