@@ -217,6 +217,26 @@ class Subscription:
                 again.update(self._passed_over_up_to(holder[1]))
             self.dispatcher.redeliver(sorted(again))
 
+    def released_by_pending_ack(self, positions: list[Position]) -> None:
+        """The pending-ack handle ended transactions on its own (a v5 decision it watched, a
+        v4 transaction below a coordinator's low watermark) and gives back `positions`: the
+        entries they acked individually, then a cumulative ack's position. As for an abort
+        through `end_txn`, every message they held comes back: those taken from their
+        consumer's pending set, and all the dispatcher passed over up to a cumulative ack."""
+        pending = self.pending_ack
+        again = set(positions)
+        if pending is not None:
+            live = set(pending.individual_ack_of_txn)
+            holder = pending.cumulative_ack_of_txn
+            if holder is not None:
+                live.add(holder[0])
+            for txn in [txn for txn in self._reserved_by_txn if txn not in live]:
+                again.update(self._reserved_by_txn.pop(txn))
+        if positions and self.sub_type not in ("shared", "key_shared"):
+            # The last position may be a cumulative ack's (Exclusive/Failover only).
+            again.update(self._passed_over_up_to(max(positions)))
+        self.dispatcher.redeliver(sorted(again))
+
     def _passed_over_up_to(self, position: Position) -> list[Position]:
         """The entries up to `position` the dispatcher has read past and that are neither
         acknowledged nor in flight at a consumer (markers and aborted entries left out)."""

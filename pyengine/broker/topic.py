@@ -98,7 +98,7 @@ class Topic:
         subscription = Subscription(self, cursor.name, cursor, pending_ack=None, sub_type=sub_type)
         if cursor.durable:
             subscription.pending_ack = self.service.new_pending_ack_handle(
-                cursor, sub_type, on_release=subscription.dispatcher.redeliver,
+                cursor, sub_type, on_release=subscription.released_by_pending_ack,
                 on_acked=subscription.dispatcher.acked)
             await subscription.pending_ack.replay()
         if cursor.durable:

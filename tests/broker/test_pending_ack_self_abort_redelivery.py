@@ -1,0 +1,62 @@
+"""Transactions the pending-ack handle ends on its own — a v5 decision it watches, a v4
+transaction left below its coordinator's low watermark — must give back every message their
+acknowledgements held, as an abort through the coordinator's END_TXN_ON_SUBSCRIPTION does:
+for a cumulative ack, everything up to the acked message, not that message alone."""
+
+from pyengine.broker import Broker
+from pyengine.transaction import TxnAction
+from tests.broker.helpers import drain
+
+SEGMENT = "segment://public/default/self-abort/0000-ffff-0"
+T = "persistent://public/default/self-abort"
+
+
+async def _receive(consumer, count: int) -> list[bytes]:
+    return [(await consumer.receive(timeout=5)).data for _ in range(count)]
+
+
+async def test_aborting_a_v5_cumulative_ack_redelivers_everything_it_covered(tmp_path):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(SEGMENT)
+        for i in range(5):
+            await producer.send(b"m%d" % i)
+        consumer = await broker.subscribe(SEGMENT, "s", consumer_type="exclusive", initial_position="earliest")
+        received = await drain(consumer)
+        assert len(received) == 5
+        txn = await broker.new_transaction(version=5)
+        await consumer.acknowledge_cumulative(received[2], txn=txn)
+        await txn.abort()
+        assert await _receive(consumer, 3) == [b"m0", b"m1", b"m2"]
+        assert await drain(consumer) == []
+        retry = await broker.new_transaction(version=5)
+        await consumer.acknowledge_cumulative(received[2], txn=retry)
+        await retry.commit()
+        await broker.service.topics[SEGMENT].subscriptions["s"].pending_ack.wait_materialised()
+        assert broker.service.topics[SEGMENT].subscriptions["s"].backlog() == 2          # m3, m4
+
+
+async def test_a_stale_cumulative_ack_aborted_by_the_low_watermark_redelivers_all_it_covered(tmp_path):
+    async with Broker.embedded(tmp_path, num_coordinators=1) as broker:
+        producer = await broker.create_producer(T)
+        for i in range(5):
+            await producer.send(b"m%d" % i)
+        consumer = await broker.subscribe(T, "s", consumer_type="exclusive", initial_position="earliest")
+        received = await drain(consumer)
+        assert len(received) == 5
+        older = await broker.new_transaction()                   # keeps the low watermark down
+        stale = await broker.new_transaction()
+        assert older.txn_id.most_bits == stale.txn_id.most_bits
+        await consumer.acknowledge(received[4], txn=stale)       # registers the subscription
+        # The coordinator aborts `stale` (as on its timeout) while the application goes on
+        # with it: its late cumulative ack is taken, and nothing will end it but the handle.
+        await broker.service.coordinator.end_transaction(stale.txn_id, TxnAction.ABORT)
+        assert await _receive(consumer, 1) == [b"m4"]
+        await consumer.acknowledge_cumulative(received[2], txn=stale)
+        assert await drain(consumer) == []
+        await consumer.acknowledge(received[3], txn=older)
+        await older.commit()
+        later = await broker.new_transaction()
+        await consumer.acknowledge(received[4], txn=later)
+        await later.commit()          # its end here carries a low watermark past `stale`
+        assert await _receive(consumer, 3) == [b"m0", b"m1", b"m2"]
+        assert await drain(consumer) == []
