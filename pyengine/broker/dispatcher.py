@@ -93,12 +93,20 @@ class Dispatcher:
     def _update_active(self) -> None:
         if self.subscription.sub_type not in ("exclusive", "failover"):
             return
+        previous = next((c for c in self.consumers if c.active), None)
         active = self.active_consumer()
         for consumer in self.consumers:
             now_active = consumer is active
             if now_active != consumer.active:
                 consumer.active = now_active
                 consumer.sink.active_changed(now_active)
+        if previous is not None and active is not previous:
+            # Pulsar rewinds the cursor when another Failover consumer becomes the active one:
+            # what the previous one has not acknowledged goes to the new one, in order (a
+            # consumer that left has given its messages back already).
+            for consumer in self.consumers:
+                if consumer is not active and consumer.pending:
+                    self.redeliver(list(consumer.pending), consumer, count=False)
 
     def active_consumer(self) -> Consumer | None:
         """Exclusive/Failover: the consumer that receives (highest priority, then name order;
