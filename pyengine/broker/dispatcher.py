@@ -65,6 +65,7 @@ class Dispatcher:
         self._next_shared = 0
         self._ring: list[tuple[int, Consumer]] = []
         self._recently_joined: dict[Consumer, Position] = {}
+        self._replaying = False             # during a pass: offering entries put back for redelivery
         self._closed = False
 
     # --- membership -----------------------------------------------------------------------
@@ -229,18 +230,24 @@ class Dispatcher:
                 Delivery(entry, self.redelivery_counts.get(position, 0), batch_ack_set))
             return True
 
+        self._forget_caught_up_joiners()
+
         # 1. Entries to deliver again, oldest first.
         if self.redeliveries:
-            for position in sorted(self.redeliveries):
-                if position > horizon:
-                    break
-                if not self._any_permits():
-                    break
-                self.redeliveries.discard(position)
-                entry = topic.ledger.read_entry(position)
-                if entry is not None and not offer(entry):
-                    self.redeliveries.add(position)
-                    break
+            self._replaying = True
+            try:
+                for position in sorted(self.redeliveries):
+                    if position > horizon:
+                        break
+                    if not self._any_permits():
+                        break
+                    self.redeliveries.discard(position)
+                    entry = topic.ledger.read_entry(position)
+                    if entry is not None and not offer(entry):
+                        self.redeliveries.add(position)
+                        break
+            finally:
+                self._replaying = False
 
         # 2. New entries, up to the read horizon.
         while self._any_permits():
@@ -294,11 +301,26 @@ class Dispatcher:
             return None
         joined_at = self._recently_joined.get(consumer)
         if joined_at is not None:
-            if self.subscription.cursor.mark_delete >= self.subscription.topic.ledger.previous_position(joined_at):
-                del self._recently_joined[consumer]
-            elif entry.position >= joined_at:
+            if self._replaying:
+                # An entry read again may have been held back for an earlier recently joined
+                # consumer, behind messages of its key still unacknowledged elsewhere: as Pulsar,
+                # a recently joined consumer gets no replayed entry at or after the earliest
+                # arrival position of the recently joined consumers.
+                joined_at = min(self._recently_joined.values())
+            if entry.position >= joined_at:
                 return None
         return consumer
+
+    def _forget_caught_up_joiners(self) -> None:
+        """Key_Shared: a recently joined consumer is an ordinary one once everything before
+        its arrival is acknowledged."""
+        if not self._recently_joined:
+            return
+        mark_delete = self.subscription.cursor.mark_delete
+        previous_position = self.subscription.topic.ledger.previous_position
+        for consumer, joined_at in list(self._recently_joined.items()):
+            if mark_delete >= previous_position(joined_at):
+                del self._recently_joined[consumer]
 
     def _owner(self, hash_value: int) -> Consumer | None:
         sticky = [c for c in self.consumers if c.sticky_ranges]
