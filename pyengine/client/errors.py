@@ -29,3 +29,9 @@ class MessageTooBigError(PulsarError, ValueError):
 
 class CumulativeAcknowledgementNotAllowedError(NotAllowedError):
     """Cumulative acknowledgement on a Shared or Key_Shared subscription."""
+
+
+class TransactionHasOperationFailedError(PulsarError):
+    """A send or acknowledgement of the transaction did not complete (it was cancelled), so
+    its commit aborted the transaction instead (the Java client's
+    TransactionHasOperationFailedException)."""

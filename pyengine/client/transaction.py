@@ -6,6 +6,12 @@ there; sends and acks in flight share that registration. Commit waits for every 
 the transaction and aborts instead, raising the failure, if one of them failed. A transaction
 that is committed, aborted or past its timeout refuses further use locally
 (InvalidTxnStatusError), as the Java client's does.
+
+An end whose outcome the coordinator did not tell (no answer within the operation timeout, the
+coordinator unreachable, the call cancelled) leaves the transaction COMMITTING (ABORTING), and
+the same decision may be asked again: the coordinator answers a repeated decision with success
+(Pulsar #19629; the Java client keeps COMMITTING / ABORTING then too). Only the coordinator's
+refusal (InvalidTxnStatus, TransactionNotFound, ...) puts it in ERROR.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from pyengine.errors import InvalidTxnStatusError, TransactionNotFoundError
+from pyengine.client.errors import ConnectError, TransactionHasOperationFailedError
+from pyengine.errors import (
+    InvalidTxnStatusError, ServiceNotReadyError, TransactionCoordinatorNotFoundError, TransactionNotFoundError,
+)
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine_kernels import TxnId
 
@@ -24,6 +33,13 @@ OPEN, COMMITTING, ABORTING, COMMITTED, ABORTED, ERROR, TIMED_OUT = (
     "open", "committing", "aborting", "committed", "aborted", "error", "timed_out")
 
 
+def _in_doubt(error: BaseException) -> bool:
+    """Whether an END_TXN that failed with `error` may have been decided all the same (or
+    not sent at all): no answer came from the coordinator, so asking again is how to know."""
+    return isinstance(error, (TimeoutError, ConnectError, TransactionCoordinatorNotFoundError, ServiceNotReadyError,
+                              asyncio.CancelledError))
+
+
 class Transaction:
     def __init__(self, coordinator: TransactionCoordinatorClient, txn_id: TxnId, timeout_ms: int) -> None:
         self._coordinator = coordinator
@@ -32,6 +48,7 @@ class Transaction:
         self._partitions: dict[str, asyncio.Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._operations: list[asyncio.Future[object]] = []
+        self._retry: str | None = None       # COMMITTING / ABORTING: that end may be asked again
         self._timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, self._timed_out)
 
     def __repr__(self) -> str:
@@ -76,49 +93,79 @@ class Transaction:
         if pending:
             await asyncio.wait(pending)
         for op in self._operations:
-            if op.cancelled():
-                return asyncio.CancelledError("an operation of the transaction was cancelled")
-            if op.exception() is not None:
-                return op.exception()
+            # A cancelled operation is a failure of the transaction, not a cancellation of the
+            # caller: raising CancelledError from commit() would end a task nobody cancelled.
+            failure = asyncio.CancelledError() if op.cancelled() else op.exception()
+            if isinstance(failure, asyncio.CancelledError):
+                error = TransactionHasOperationFailedError(
+                    f"transaction {self.txn_id}: one of its operations was cancelled")
+                error.__cause__ = failure
+                return error
+            if failure is not None:
+                return failure
         return None
+
+    def _begin_end(self, state: str) -> None:
+        """OPEN -> `state`; or a repeat of an end of that kind whose outcome is unknown."""
+        if self.state == state and self._retry == state:
+            self._retry = None
+            return
+        self._check_open()
+        self.state = state
+        self._timer.cancel()
+
+    async def _end(self, action: int, state: str) -> None:
+        """END_TXN `action`; what its failure leaves: `state` again when the outcome is unknown
+        (the same end may be asked again), ERROR when the coordinator refused it."""
+        try:
+            await self._coordinator.end(self.txn_id, action)
+        except BaseException as exc:
+            if _in_doubt(exc):
+                self._retry = state
+            else:
+                self.state = ERROR
+            raise
 
     async def commit(self) -> None:
         """Commit once every send and ack of the transaction is done; if one of them failed,
-        abort instead and raise its error."""
-        self._check_open()
-        self.state = COMMITTING
-        self._timer.cancel()
-        failure = await self._first_failure()
+        abort instead and raise its error. A commit that failed without an answer from the
+        coordinator (timeout, connection) may be called again."""
+        self._begin_end(COMMITTING)
+        try:
+            failure = await self._first_failure()
+        except BaseException:                    # cancelled while waiting: nothing was sent
+            self._retry = COMMITTING
+            raise
         if failure is not None:
             self.state = ABORTING
             try:
-                await self._coordinator.end(self.txn_id, pb.ABORT)
+                await self._end(pb.ABORT, ABORTING)
                 self.state = ABORTED
-            except BaseException:
-                self.state = ERROR
+            except TransactionNotFoundError:
+                self.state = ABORTED             # already ended and forgotten by the coordinator
+            except asyncio.CancelledError:
+                raise                            # this commit was cancelled: ABORTING, abort() may go on
+            except Exception:
+                pass                             # ERROR, or ABORTING and abort() may be called again
             raise failure
-        try:
-            await self._coordinator.end(self.txn_id, pb.COMMIT)
-        except BaseException:
-            self.state = ERROR
-            raise
+        await self._end(pb.COMMIT, COMMITTING)
         self.state = COMMITTED
 
     async def abort(self) -> None:
         """Abort: everything the transaction sent is dropped, its acks are released. A
-        transaction past its timeout was aborted by the coordinator already."""
+        transaction past its timeout was aborted by the coordinator already. An abort that
+        failed without an answer from the coordinator may be called again."""
         if self.state == TIMED_OUT:
             self.state = ABORTED
             return
-        self._check_open()
-        self.state = ABORTING
-        self._timer.cancel()
-        await self._first_failure()
+        self._begin_end(ABORTING)
         try:
-            await self._coordinator.end(self.txn_id, pb.ABORT)
+            await self._first_failure()
+        except BaseException:
+            self._retry = ABORTING
+            raise
+        try:
+            await self._end(pb.ABORT, ABORTING)
         except TransactionNotFoundError:
             pass                                 # already ended and forgotten by the coordinator
-        except BaseException:
-            self.state = ERROR
-            raise
         self.state = ABORTED
