@@ -170,11 +170,16 @@ class ManagedCursor:
 
     def seek(self, position: Position) -> asyncio.Future[None]:
         """Reset the cursor so that `position` is the next entry read; everything before it
-        counts as acknowledged and everything from it on as not (Pulsar's resetCursor)."""
+        counts as acknowledged and everything from it on as not (Pulsar's resetCursor). A
+        reset forward past whole ledgers lets them be trimmed, as any other move of the
+        mark-delete position does (Pulsar resets through its mark-delete path)."""
+        before = self.mark_delete
         self.mark_delete = self.ledger.previous_position(position) if position.entry_id >= 0 else position
         self._acked.clear()
         self._batch_acks.clear()
         self.read_position = self.ledger.next_position(self.mark_delete)
+        if self.mark_delete > before:
+            return self._persist_moved(before)
         return self.persist()
 
     def rewind(self) -> None:
