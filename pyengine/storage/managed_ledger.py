@@ -761,6 +761,8 @@ class ManagedLedger:
             from pyengine.storage.errors import CursorNotFoundError
             raise CursorNotFoundError(f"no cursor {name!r} on {self.name}")
         await cursor.delete()
+        if cursor.durable:          # it may have been the slowest: what it held may go now
+            self.trim_soon()
 
     # --- lifecycle ------------------------------------------------------------------------
 
