@@ -44,6 +44,46 @@ def parse_avro(data: bytes) -> avro.schema.Schema:
         raise InvalidSchemaDataError(f"invalid Avro schema definition: {exc}") from None
 
 
+_NOT_COMPARED = ("doc", "aliases")      # attributes Avro's (Java) Schema.equals ignores
+
+
+def _without_docs(node: Any) -> Any:
+    """A schema's JSON without what Java's `Schema.equals` does not compare: `doc` and
+    `aliases` of named types and fields, and a field's default `order` ("ascending")."""
+    if isinstance(node, list):                  # a union
+        return [_without_docs(branch) for branch in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: v for k, v in node.items() if k not in _NOT_COMPARED}
+    for key in ("type", "items", "values"):
+        if key in out:
+            out[key] = _without_docs(out[key])
+    if isinstance(out.get("fields"), list):
+        fields = []
+        for f in out["fields"]:
+            if isinstance(f, dict):
+                f = _without_docs(f)
+                if f.get("order") == "ascending":
+                    del f["order"]
+            fields.append(f)
+        out["fields"] = fields
+    return out
+
+
+def identity_form(data: bytes) -> avro.schema.Schema | None:
+    """The Avro schema `data` defines, as Pulsar's broker compares schemas to find an
+    identical one (Java's `Schema.equals`: names, types, defaults and custom properties count;
+    docs, aliases and the default field order do not). None if it is not an Avro schema."""
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    try:
+        return parse_avro(json.dumps(_without_docs(value)).encode())
+    except InvalidSchemaDataError:
+        return None
+
+
 def _legacy_json_schema(data: bytes) -> dict[str, Any] | None:
     """An old-format JSON schema (a Jackson JsonSchema object), else None."""
     try:

@@ -14,7 +14,6 @@ from typing import Any
 from pyengine.schema import (
     AVRO_BASED,
     CompatibilityStrategy,
-    InvalidSchemaDataError,
     NoSchemaError,
     SchemaData,
     SchemaRegistry,
@@ -76,24 +75,16 @@ class LmdbSchemaRegistry(SchemaRegistry):
 
     def _identical(self, live: list[StoredSchema], schema: SchemaData) -> int | None:
         """The oldest live version that is the same schema: the same Avro schema for the
-        Avro-defined types, the same bytes otherwise (and the same type; properties aside)."""
-        parsed = None
-        if schema.type in AVRO_BASED:
-            try:
-                parsed = rules.parse_avro(schema.data)
-            except InvalidSchemaDataError:
-                parsed = None
+        Avro-defined types (as Java's `Schema.equals` has it: docs and aliases aside), the same
+        bytes otherwise (and the same type; properties aside)."""
+        parsed = rules.identity_form(schema.data) if schema.type in AVRO_BASED else None
         for stored in live:
             if stored.schema.type != schema.type:
                 continue
             if rules.same_definition(stored.schema, schema):
                 return stored.version
-            if parsed is not None:
-                try:
-                    if rules.parse_avro(stored.schema.data) == parsed:
-                        return stored.version
-                except InvalidSchemaDataError:
-                    continue
+            if parsed is not None and rules.identity_form(stored.schema.data) == parsed:
+                return stored.version
         return None
 
     def _to_check(self, live: list[StoredSchema], strategy: CompatibilityStrategy) -> list[SchemaData]:
