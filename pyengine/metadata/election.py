@@ -162,13 +162,17 @@ class LeaderElection:
                 while not self._stopped:
                     try:
                         record = await self.store.create(self.path, self.candidate_id.encode(), session=self.session)
-                        self._observe(record)
                     except AlreadyExistsError:
                         current = await self.store.get(self.path)
                         if current is None:
                             continue            # deleted in between: campaign again
-                        self._observe(current)
+                        record = current
+                    self._observe(record)
                     async for notification in watch:
+                        if notification.revision <= record.mod_revision:
+                            # a change from before the state just observed (the watch was
+                            # opened first): stale, and acting on it would flap the state
+                            continue
                         if notification.type is NotificationType.DELETED:
                             if self.state is LeaderState.LEADING:
                                 self._set(LeaderState.NO_LEADER, None)
