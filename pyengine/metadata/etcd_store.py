@@ -409,8 +409,10 @@ class EtcdMetadataStore(MetadataStore):
     # --- watches -------------------------------------------------------------------------------
 
     async def _check_history(self, since: int) -> None:
+        # The watch starts at since + 1: that revision must not be compacted (etcd keeps the
+        # compaction revision itself; `since` 0 too needs revision 1, the first one).
         try:
-            await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1, revision=since))
+            await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1, revision=since + 1))
         except CompactedError as exc:
             raise CompactedError(f"revision {since} is compacted: re-read and watch again ({exc})") from None
         except MetadataStoreError as exc:
@@ -421,7 +423,7 @@ class EtcdMetadataStore(MetadataStore):
                     convert: Callable[[Any], Any]) -> Watch:
         if since is None:
             since = await self._current_revision()
-        elif since > 0:
+        else:
             await self._check_history(since)
         try:
             etcd_watch = await self.client.watch(key, range_end=range_end, start_revision=since + 1)
