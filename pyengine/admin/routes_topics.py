@@ -136,10 +136,22 @@ async def update_partitioned_topic(call: Call) -> None:
     await policies.update_partitions(str(name), call.body)
 
 
+CHECK_ALLOW_AUTO_CREATION = Param(
+    "checkAllowAutoCreation", BOOLEAN, "answer 0 partitions for a topic that does not exist yet (it would be created "
+    "as a non-partitioned topic on first use) instead of 404", default=False)
+
+
 @routes.add("GET", TOPIC_URL + "/partitions", summary="Get a topic's partitioned metadata (0 partitions: not partitioned).",
-            params=TOPIC_PATH, replies={200: Reply("PartitionedTopicMetadata", PARTITIONED_METADATA), **errors(412)})
+            params=(*TOPIC_PATH, CHECK_ALLOW_AUTO_CREATION),
+            replies={200: Reply("PartitionedTopicMetadata", PARTITIONED_METADATA), **errors(404, 412)})
 async def get_partitioned_metadata(call: Call) -> dict[str, Any]:
-    return {"partitions": call.service.policies.partitions(str(requested_topic(call)))}
+    name = str(requested_topic(call))
+    partitions = call.service.policies.partitions(name)
+    # As Pulsar's admin (apache/pulsar#10601): 0 partitions means a non-partitioned topic
+    # only if there is one; a topic that does not exist is 404.
+    if not partitions and not call["checkAllowAutoCreation"] and not call.service.topic_exists(name):
+        raise AdminError(NOT_FOUND, f"Topic {name} not found")
+    return {"partitions": partitions}
 
 
 @routes.add("DELETE", TOPIC_URL + "/partitions", summary="Delete a partitioned topic and its partitions.",
