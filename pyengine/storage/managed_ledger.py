@@ -302,6 +302,18 @@ class ManagedLedger:
         self._next_entry = entry_id
         return index
 
+    def queued_write_of(self, appended: asyncio.Future) -> tuple[object, asyncio.Future] | None:
+        """The group-commit write that will carry the entry `appended` stands for (the future
+        an append just returned), as (its submission key, its future), while that entry's
+        batch is still queued; None once it is sealed, or if the entry is not in it (appended
+        later by a transaction buffer). A write made conditional on it (`submit(after=...)`)
+        is durable with the entry or not at all."""
+        batch = self._queued
+        if appended.done() or batch is None or not batch.completions or batch.completions[-1][0] is not appended:
+            return None
+        assert self._unsettled is not None        # the queued batch's write
+        return self._append_key, self._unsettled
+
     def _batch_for_append(self, future: asyncio.Future) -> _AppendBatch | None:
         """The batch of appends the next group commit writes (None: the ledger refuses appends,
         and `future` holds why)."""
