@@ -133,16 +133,20 @@ class Topic:
 
     def publish(self, producer: Producer, data: bytes, *, sequence_id: int, num_messages: int = 1,
                 publish_time: int = 0, highest_sequence_id: int | None = None,
-                txn: TxnId | None = None, after: asyncio.Future[Any] | None = None) -> asyncio.Future[Position | None]:
+                txn: TxnId | None = None, after: asyncio.Future[Any] | None = None,
+                deduplicate: bool = True) -> asyncio.Future[Position | None]:
         """Store one entry (a message or a batch). The future resolves with its position once
         durable, or with None for a duplicate of something stored before; storage errors are
         raised as they are (`pyengine.errors.to_pulsar_error` maps them for the wire).
-        `after`: a v4 txn's registration of this partition (TransactionBuffer.append_checked)."""
+        `after`: a v4 txn's registration of this partition (TransactionBuffer.append_checked).
+        `deduplicate` False: a chunk before its message's last, which shares the message's
+        sequence id - neither checked nor recorded (the last chunk is)."""
         self._check_open()
         highest = sequence_id if highest_sequence_id is None else highest_sequence_id
-        duplicate = self.dedup.duplicate_of(producer.name, highest)
-        if duplicate is not None:
-            return duplicate
+        if deduplicate:
+            duplicate = self.dedup.duplicate_of(producer.name, highest)
+            if duplicate is not None:
+                return duplicate
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         if txn is not None:
@@ -151,7 +155,8 @@ class Topic:
             stored = self.buffer.append_checked(txn, data, num_messages, publish_time, after)
         else:
             stored = self.ledger.append(data, num_messages=num_messages, publish_time=publish_time)
-        self.dedup.record(producer.name, highest, stored)
+        if deduplicate:
+            self.dedup.record(producer.name, highest, stored)
         return stored
 
     # --- subscriptions --------------------------------------------------------------------

@@ -77,14 +77,18 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _publish_time(raw: bytes) -> int | None:
-    """The publish time of a SEND's MessageMetadata (seeks by time find entries by it), or
-    None when the metadata does not decode or lacks a required field."""
+def _metadata_facts(raw: bytes) -> tuple[int, bool] | None:
+    """The publish time of a SEND's MessageMetadata (seeks by time find entries by it), and
+    whether it is a chunk before its message's last (de-duplication skips those, as Apache's
+    since #20948: every chunk carries the message's sequence id), or None when the metadata
+    does not decode or lacks a required field."""
     try:
         metadata = _parse_metadata(raw)
     except Exception:
         return None
-    return metadata.publish_time if metadata.IsInitialized() else None
+    if not metadata.IsInitialized():
+        return None
+    return metadata.publish_time, metadata.chunk_id < metadata.num_chunks_from_msg - 1
 
 
 def _decode(raw: bytes) -> pb.BaseCommand:
@@ -563,10 +567,11 @@ class ServerConnection(asyncio.Protocol):
             producer.reject(sequence_id, pb.NotAllowedError,
                             f"messages bigger than {self.server.max_message_size} bytes are rejected")
             return
-        publish_time = _publish_time(raw_metadata)
-        if publish_time is None:
+        published = _metadata_facts(raw_metadata)
+        if published is None:
             producer.reject(sequence_id, pb.MetadataError, "the message metadata does not decode or lacks a field")
             return
+        publish_time, first_chunks = published
         num_messages = max(body.num_messages, 1)
         # The client numbers the messages of a batch consecutively (it expects the receipt's
         # sequence id in [first, first + n - 1]).
@@ -575,10 +580,12 @@ class ServerConnection(asyncio.Protocol):
         try:
             if body.HasField("txnid_most_bits") or body.HasField("txnid_least_bits"):
                 txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
-                outcome = self._publish_in_txn(producer, txn, data, sequence_id, num_messages, publish_time, highest)
+                outcome = self._publish_in_txn(producer, txn, data, sequence_id, num_messages, publish_time, highest,
+                                               first_chunks)
             else:
                 outcome = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
-                                        publish_time=publish_time, highest_sequence_id=highest)
+                                        publish_time=publish_time, highest_sequence_id=highest,
+                                        deduplicate=not first_chunks)
         except Exception as exc:
             error = to_pulsar_error(exc)
             producer.reject(sequence_id, error.server_error, str(error))
@@ -586,7 +593,8 @@ class ServerConnection(asyncio.Protocol):
         producer.track(sequence_id, highest, outcome)
 
     def _publish_in_txn(self, producer: NetworkProducer, txn: TxnId, data: bytes, sequence_id: int,
-                        num_messages: int, publish_time: int, highest: int) -> asyncio.Future[Position | None]:
+                        num_messages: int, publish_time: int, highest: int,
+                        first_chunks: bool = False) -> asyncio.Future[Position | None]:
         """Register the partition with the txn (a no-op after the first time; it fails for a
         txn that is not open) and append in the same turn: one LMDB transaction holds both."""
         topic = producer.topic
@@ -594,12 +602,13 @@ class ServerConnection(asyncio.Protocol):
         if coordinator.partition_registered(txn, topic.name):
             # Durably registered (every later send of the txn here): nothing to wait for.
             return topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
-                                 publish_time=publish_time, highest_sequence_id=highest, txn=txn)
+                                 publish_time=publish_time, highest_sequence_id=highest, txn=txn,
+                                 deduplicate=not first_chunks)
         registration = coordinator.register_produced_partitions(txn, [topic.name])
         registration.add_done_callback(mark_retrieved)
         stored = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
                                publish_time=publish_time, highest_sequence_id=highest, txn=txn,
-                               after=append_condition(txn, registration))
+                               after=append_condition(txn, registration), deduplicate=not first_chunks)
 
         async def both() -> Position | None:
             try:
