@@ -186,6 +186,11 @@ class TransactionKeys:
                 f"transaction {txn} began under epoch {epoch} of transaction key {state.key!r}, which "
                 f"{'was deleted' if state.deleted else f'is now at epoch {state.epoch}'}: it was aborted")
 
+    def fenced(self, txn: TxnId) -> bool:
+        """Whether `txn` began under an epoch its key has left (`check_txn` would refuse it)."""
+        bound = self._bindings.get(txn)
+        return bound is not None and bound[1] < bound[0].epoch
+
     def check_epoch(self, owner: str, key: str, epoch: int) -> KeyState:
         """The key's state if `epoch` is its current one; NotAllowed for an older epoch."""
         state = self._keys.get(key_id(owner, key))

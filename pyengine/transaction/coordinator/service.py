@@ -134,13 +134,18 @@ class TransactionCoordinatorService:
         if self._state != "new":
             raise ServiceNotReadyError(f"the transaction coordinator service is {self._state}")
         self._state = "starting"
-        decided = []
+        decided, fenced = [], []
         try:
             self.keys.recover()
             for store in self._stores.values():
                 for meta in await store.recover():
                     if meta.status == TxnStatus.OPEN:
                         self._timeouts.add(meta.txn_id, meta.start_ms + meta.timeout_ms)
+                        # Its key took a newer epoch (or was deleted) and the process died
+                        # before the abort that goes with the fence was decided: nobody else
+                        # will abort it (its own requests are refused as expired).
+                        if self.keys.fenced(meta.txn_id):
+                            fenced.append((store, meta))
                     else:
                         decided.append((store, meta))
         except BaseException:
@@ -151,6 +156,9 @@ class TransactionCoordinatorService:
         self._state = "running"
         for store, meta in decided:
             self._resume_ending(store, meta)
+        for store, meta in fenced:
+            log.info("transaction %s was fenced by its transaction key before a restart: aborting it", meta.txn_id)
+            self._begin_ending(store, meta.txn_id, TxnAction.ABORT, timed_out=False, decided=False)
         self._timeouts.start()
         self._arm_purge()
 
