@@ -12,6 +12,7 @@ the start, as in a Pulsar standalone.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 from pyengine.errors import InvalidTopicNameError, NotAllowedError, PulsarError
 from pyengine.naming import TopicName
 from pyengine.storage import StorageEnvironment
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[-=:.\w]+$")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
@@ -151,8 +154,20 @@ class BrokerPolicies:
                 await self._put(f"/admin/tenants/{tenant}", {"allowedClusters": ["standalone"], "adminRoles": []})
             if self._get(f"/admin/namespaces/{namespace}") is None:
                 await self._put(f"/admin/namespaces/{namespace}", NamespacePolicies().to_json())
-        if self.partitions(TC_ASSIGN_TOPIC) != self.num_coordinators:
+        if self.partitions(TC_ASSIGN_TOPIC) != self.coordinators_to_run():
             await self._put(f"/admin/partitioned/{TC_ASSIGN_TOPIC}", self.num_coordinators)
+
+    def coordinators_to_run(self) -> int:
+        """How many v4 coordinators this data dir needs: the number asked for, or the number it
+        ran before if that is more. As Pulsar never shrinks transaction_coordinator_assign: the
+        txns of a coordinator left out would never end, and their topics' read horizons would
+        stay where their first entries are."""
+        stored = self.partitions(TC_ASSIGN_TOPIC)
+        if stored > self.num_coordinators:
+            log.warning("this data dir ran %d transaction coordinators: keeping %d, not %d", stored, stored,
+                        self.num_coordinators)
+            self.num_coordinators = stored
+        return self.num_coordinators
 
     def tenants(self) -> list[str]:
         return self._children("/admin/tenants/")

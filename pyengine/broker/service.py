@@ -116,7 +116,8 @@ class BrokerService:
                                     strategy=config.schema_compatibility_strategy,
                                     allow_auto_update=config.allow_auto_update_schema,
                                     validation_enforced=config.schema_validation_enforced)
-        self.coordinator_v4 = TransactionCoordinatorService(self.env, self, num_coordinators=config.num_coordinators,
+        self.coordinator_v4 = TransactionCoordinatorService(self.env, self,
+                                                            num_coordinators=self.policies.coordinators_to_run(),
                                                             clock=config.clock)
         self.metadata: MetadataStore | None = None
         self.v5: V5Transactions | None = None
