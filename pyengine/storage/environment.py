@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fcntl
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +27,9 @@ from typing import Any
 
 import lmdb
 
-from pyengine.storage.errors import DataDirNotFoundError, LedgerClosedError, StorageError, StorageFullError
+from pyengine.storage.errors import (
+    DataDirInUseError, DataDirNotFoundError, LedgerClosedError, StorageError, StorageFullError,
+)
 
 # Named databases, one per kind of record.
 DATABASES = (
@@ -75,24 +79,31 @@ class StorageEnvironment:
         self.path = Path(path)
         self.readonly = readonly
         env_dir = self.path / "lmdb"
+        self._lock_fd: int | None = None
         if not readonly:
+            if self.path.exists() and not self.path.is_dir():
+                raise StorageError(f"the data dir {self.path} is not a directory")
             env_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = _lock_data_dir(env_dir)
         try:
             self._env = lmdb.open(str(env_dir), map_size=map_size, max_dbs=len(DATABASES) + 4,
                                   sync=sync, metasync=sync, readonly=readonly, lock=True,
                                   max_readers=512, create=not readonly)
         except lmdb.Error as exc:
+            self._unlock()
             raise StorageError(f"cannot open the LMDB environment in {env_dir}: {exc}") from exc
         try:
             self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in DATABASES}
         except lmdb.NotFoundError:          # read-only, and a database is missing
             self._env.close()
+            self._unlock()
             raise DataDirNotFoundError(f"{self.path} is not a pyengine data dir: its LMDB environment lacks "
                                        f"pyengine's databases") from None
         try:
             self._check_format()
         except BaseException:
             self._env.close()
+            self._unlock()
             raise
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyengine-lmdb-writer")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -337,6 +348,12 @@ class StorageEnvironment:
                 if not future.done():
                     future.set_exception(LedgerClosedError("the storage environment was closed before this write"))
         self._env.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)         # releases the lock
+            self._lock_fd = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -356,6 +373,27 @@ class StorageEnvironment:
             if version != FORMAT_VERSION:
                 raise StorageError(f"{self.path} holds data format {version!r}, "
                                    f"this pyengine reads format {FORMAT_VERSION}")
+
+
+LOCK_FILE = "writer.lock"
+
+
+def _lock_data_dir(env_dir: Path) -> int:
+    """Take the data dir for this process's writes: an exclusive lock the kernel releases when
+    the process ends (a restart after a crash takes it again). LMDB alone lets a second
+    process open the environment read-write, and two brokers on one data dir would hand out
+    the same ids. Readers (read-only opens) take no lock."""
+    fd = os.open(env_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        by = f" (pid {holder})" if holder.isdigit() else ""
+        raise DataDirInUseError(f"the data dir {env_dir.parent} is in use by another process{by}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _check_condition(after: object) -> None:

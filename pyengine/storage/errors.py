@@ -14,6 +14,11 @@ class DataDirNotFoundError(StorageError):
     """The path is not a pyengine data dir (no LMDB environment, or another program's)."""
 
 
+class DataDirInUseError(StorageError):
+    """Another process writes the data dir (two writers would hand out the same ids and
+    overwrite each other's records)."""
+
+
 class TopicTerminatedError(StorageError):
     """The managed ledger was terminated (sealed): it accepts no more appends."""
 
