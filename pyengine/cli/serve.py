@@ -11,7 +11,9 @@ Prints one line containing `ready` (with the URLs it serves) once it accepts con
 SIGTERM / SIGINT stop it cleanly: no new connections, the sends in flight are stored and
 answered, the connections are closed, the storage is drained and closed; exit 0.
 After a SIGKILL, a restart on the same data dir recovers every acknowledged write and every
-committed or aborted transaction.
+committed or aborted transaction. One broker per data dir: a second `pyengine serve` on a data
+dir in use is refused (exit 1), as is a data dir that is not a directory or holds no usable
+LMDB environment, with one `cannot serve: ...` line each.
 
 `run_broker` starts the components in order (storage and coordinators, then each server) and
 stops them in reverse; a new server is one more `start_*` step that adds its endpoint.
@@ -38,6 +40,7 @@ from pyengine.cli.gc_tuning import settled_garbage_collector
 from pyengine.cli.malloc_tuning import keep_freed_heap
 from pyengine.metadata import MetadataStoreError
 from pyengine.protocol.server import ProtocolServer
+from pyengine.storage.errors import StorageError
 
 log = logging.getLogger("pyengine.serve")
 
@@ -132,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     keep_freed_heap()
     try:
         run_on_chosen_loop(run_broker(args))
-    except (OSError, MetadataStoreError) as exc:    # a port is taken, the data dir is unusable, etcd is away
+    except (OSError, StorageError, MetadataStoreError) as exc:
+        # a port is taken, the data dir is unusable or in use (by another process), etcd is away
         log.error("cannot serve: %s", exc)
         return 1
     return 0
@@ -182,6 +186,8 @@ async def run_broker(args: argparse.Namespace) -> None:
 
 
 async def start_service(args: argparse.Namespace, components: contextlib.AsyncExitStack) -> BrokerService:
+    if args.data_dir.exists() and not args.data_dir.is_dir():
+        raise NotADirectoryError(f"the data dir {args.data_dir} is not a directory")
     args.data_dir.mkdir(parents=True, exist_ok=True)
     service = BrokerService(broker_config(args))
     components.push_async_callback(service.close)
@@ -194,7 +200,8 @@ async def start_protocol_server(args: argparse.Namespace, service: BrokerService
     server = ProtocolServer(service, args.host, args.port)
     await server.start()
     components.push_async_callback(server.stop)
-    endpoints["pulsar"] = f"pulsar://{args.host}:{server.port}"
+    host = f"[{args.host}]" if ":" in args.host else args.host      # an IPv6 address, as in a URL
+    endpoints["pulsar"] = f"pulsar://{host}:{server.port}"
     service.service_url = endpoints["pulsar"]      # the scalable-topic controller's election value
     return server
 
