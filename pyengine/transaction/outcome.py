@@ -15,13 +15,15 @@ import asyncio
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+_PRUNE_AT = 64
 
 
 class Outcome(Generic[T]):
-    __slots__ = ("_waiters", "_done", "_result", "_exception", "_cancelled")
+    __slots__ = ("_waiters", "_prune_at", "_done", "_result", "_exception", "_cancelled")
 
     def __init__(self) -> None:
         self._waiters: list[asyncio.Future[T]] = []
+        self._prune_at = _PRUNE_AT
         self._done = False
         self._cancelled = False
         self._result: T | None = None
@@ -46,8 +48,14 @@ class Outcome(Generic[T]):
         waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         if self._done:
             self._complete(waiter)
-        else:
-            self._waiters.append(waiter)
+            return waiter
+        if len(self._waiters) >= self._prune_at:
+            # Callers that gave up (a client repeating a request that times out, against an
+            # outcome that takes long) leave their cancelled waiters here: dropped now and then,
+            # at a cost shared by the appends, rather than by a done callback per waiter.
+            self._waiters = [w for w in self._waiters if not w.done()]
+            self._prune_at = max(_PRUNE_AT, 2 * len(self._waiters))
+        self._waiters.append(waiter)
         return waiter
 
     def _settle(self, result: T | None, exception: BaseException | None, *, cancelled: bool) -> None:

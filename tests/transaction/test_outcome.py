@@ -58,7 +58,7 @@ async def test_set_twice_is_an_error():
     assert "result=1" in repr(outcome)
 
 
-@given(st.lists(st.booleans(), max_size=20), st.sampled_from(["result", "exception", "cancel"]))
+@given(st.lists(st.booleans(), max_size=300), st.sampled_from(["result", "exception", "cancel"]))
 def test_waiters_cancelled_or_not_against_a_model(cancelled, how):
     """Any mix of callers, some cancelled before the outcome: the others all see it, the
     cancelled ones stay cancelled (the model: shield over one shared future)."""
@@ -78,3 +78,15 @@ def test_waiters_cancelled_or_not_against_a_model(cancelled, how):
             else:
                 assert waiter.result() == 5
     asyncio.run(run())
+
+
+async def test_callers_that_gave_up_do_not_pile_up_on_a_long_outcome():
+    """A client repeating a request that times out against an ending stuck on an unreachable
+    participant: its cancelled waiters are dropped as new ones come, the live ones kept."""
+    outcome: Outcome[int] = Outcome()
+    live = outcome.waiter()
+    for _ in range(10_000):
+        outcome.waiter().cancel()
+    assert len(outcome._waiters) < 200
+    outcome.set_result(7)
+    assert await live == 7
