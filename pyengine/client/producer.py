@@ -617,7 +617,7 @@ class Producer:
         if registration is None or registration.done():     # the first send, or maybe a failed one
             registration = txn._register_partition(producer.topic)
         future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn)
-        txn._operations.append(future)      # commit waits for this send, whatever happens to it
+        txn._track(future)                  # commit waits for this send, whatever happens to it
         return future
 
     def send_async(self, data: bytes, callback: SendCallback | None = None, *, key: str | None = None,

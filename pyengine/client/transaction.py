@@ -33,6 +33,13 @@ OPEN, COMMITTING, ABORTING, COMMITTED, ABORTED, ERROR, TIMED_OUT = (
     "open", "committing", "aborting", "committed", "aborted", "error", "timed_out")
 
 
+_PRUNE_AT = 256
+
+
+def _failed_op(op: asyncio.Future[object]) -> bool:
+    return op.cancelled() or op.exception() is not None
+
+
 def _in_doubt(error: BaseException) -> bool:
     """Whether an END_TXN that failed with `error` may have been decided all the same (or
     not sent at all): no answer came from the coordinator, so asking again is how to know."""
@@ -47,7 +54,8 @@ class Transaction:
         self.state = OPEN
         self._partitions: dict[str, asyncio.Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], asyncio.Future[None]] = {}
-        self._operations: list[asyncio.Future[object]] = []
+        self._operations: list[asyncio.Future[object]] = []      # sends and acks: see _track
+        self._prune_at = _PRUNE_AT
         self._retry: str | None = None       # COMMITTING / ABORTING: that end may be asked again
         self._timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, self._timed_out)
 
@@ -86,7 +94,13 @@ class Transaction:
         return registration
 
     def _track(self, operation: asyncio.Future[object]) -> None:
-        self._operations.append(operation)
+        operations = self._operations
+        if len(operations) >= self._prune_at:
+            # Only what is under way or failed matters to the commit: a long transaction keeps
+            # those, not a future per send or ack done (the Java client keeps a count).
+            self._operations = operations = [op for op in operations if not op.done() or _failed_op(op)]
+            self._prune_at = max(_PRUNE_AT, 2 * len(operations))
+        operations.append(operation)
 
     async def _first_failure(self) -> BaseException | None:
         pending = [op for op in self._operations if not op.done()]
