@@ -9,6 +9,7 @@ import pytest
 
 from pyengine.storage import ManagedLedger, ManagedLedgerConfig
 from pyengine_kernels import Position
+from tests.storage.helpers import settled
 
 TOPIC = "persistent://public/default/retained"
 MINUTE = 60_000
@@ -18,15 +19,6 @@ async def filled(env, *, entries: int, per_ledger: int, **retention) -> tuple[Ma
     ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=per_ledger, **retention))
     positions = await asyncio.gather(*(ml.append(b"x" * 100) for _ in range(entries)))
     return ml, positions
-
-
-async def settled(ml: ManagedLedger) -> None:
-    """Let a background trim finish."""
-    for _ in range(100):
-        await asyncio.sleep(0)
-        if ml._trimming is None:
-            return
-        await asyncio.wait([ml._trimming])
 
 
 def ledger_ids(positions) -> list[int]:
