@@ -28,15 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from pyengine.client.backoff import Backoff
 from pyengine.client.consumer import Consumer
-from pyengine.client.errors import AlreadyClosedError
+from pyengine.client.errors import AlreadyClosedError, ConnectError
 from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import Producer
 from pyengine.client.url import parse_broker_url
-from pyengine.errors import ConsumerBusyError, NotAllowedError, PulsarError, TopicTerminatedError
+from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError,
+                             TooManyRequestsError, TopicTerminatedError)
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
-from pyengine.scalable.layout import SegmentInfo, SegmentLayout, key_hash
+from pyengine.scalable.layout import HashRange, SegmentInfo, SegmentLayout, key_hash
 from pyengine.scalable.wire import dag_to_layout
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ async def _forward(consumer: Consumer, closed: Callable[[], bool], put: Callable
         put(message)
 
 _session_ids = itertools.count(1)
+# what opening a DAG watch tries again (another connection) within the operation timeout
+_RETRYABLE = (ConnectError, ServiceNotReadyError, TooManyRequestsError)
 
 
 async def retry(core: ClientCore, attempt: Callable[[], Awaitable[None]], stopped: Callable[[], bool],
@@ -93,37 +96,68 @@ class DagWatch:
         self._changed = asyncio.Event()
         self._connection: ClientConnection | None = None
         self._session_id = 0
-        self._first: asyncio.Future[None] | None = None
         self._reopen: asyncio.Task | None = None
         self._closed = False
 
     async def start(self) -> DagWatch:
-        await self._open()
-        return self
+        """Open the session; a connection that drops (or cannot be made) before the first
+        update is replaced, within the operation timeout. On failure nothing is left open."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.core.config.operation_timeout
+        backoff = Backoff(self.core.config.initial_backoff, self.core.config.max_backoff)
+        while True:
+            try:
+                await self._open(max(deadline - loop.time(), 0.001))
+                return self
+            except _RETRYABLE as exc:
+                delay = backoff.next()
+                if loop.time() + delay >= deadline:
+                    await self.close()
+                    raise TimeoutError(f"opening the DAG watch of {self.topic}: {exc}") from exc
+                await asyncio.sleep(delay)
+            except BaseException:
+                await self.close()
+                raise
 
-    async def _open(self) -> None:
+    async def _open(self, timeout: float | None = None) -> None:
+        """One session on one connection: established once its first update is applied (then
+        the connection's closing re-opens it); an error, a timeout or the connection closing
+        first leaves nothing behind."""
         loop = asyncio.get_running_loop()
         connection = await self.core.pool.get(self.core.lookup._service_address())
-        self._session_id = next(_session_ids)
-        self._first = loop.create_future()
-        self._connection = connection
-        connection.dag_sessions[self._session_id] = self._on_update
-        connection.add_close_listener(self._connection_closed)
-        connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_LOOKUP, session_id=self._session_id,
+        session_id = next(_session_ids)
+        first: asyncio.Future[None] = loop.create_future()
+        connection.dag_sessions[session_id] = \
+            lambda update: self._on_update(connection, session_id, first, update)
+        connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_LOOKUP, session_id=session_id,
                                              topic=self.topic))
         try:
-            await asyncio.wait_for(asyncio.shield(self._first), self.core.config.operation_timeout)
+            await asyncio.wait([first, connection.closed], timeout=timeout or self.core.config.operation_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+            if first.done():
+                first.result()                              # an error update raises here
+            if connection.closed.done():
+                raise ConnectError(f"the connection closed while opening the DAG watch of {self.topic}")
+            if not first.done():
+                raise TimeoutError(f"no DAG of {self.topic} from {connection.address.logical}")
         except BaseException:
-            connection.dag_sessions.pop(self._session_id, None)
+            answered = first.done() and not first.cancelled() and first.exception() is not None
+            if connection.dag_sessions.pop(session_id, None) is not None and not answered and connection.usable:
+                connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_CLOSE, session_id=session_id))
             raise
+        if self._closed:                                    # closed while this was opening
+            connection.dag_sessions.pop(session_id, None)
+            connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_CLOSE, session_id=session_id))
+            raise AlreadyClosedError(f"the DAG watch of {self.topic} is closed")
+        self._connection, self._session_id = connection, session_id
+        connection.add_close_listener(self._connection_closed)
 
-    def _on_update(self, update: pb.CommandScalableTopicUpdate) -> None:
-        first = self._first
+    def _on_update(self, connection: ClientConnection, session_id: int, first: asyncio.Future[None],
+                   update: pb.CommandScalableTopicUpdate) -> None:
         if update.HasField("error"):
             error = PulsarError.from_code(update.error, update.message)
-            if self._connection is not None:
-                self._connection.dag_sessions.pop(self._session_id, None)
-            if first is not None and not first.done():
+            connection.dag_sessions.pop(session_id, None)
+            if not first.done():
                 first.set_exception(error)
             else:
                 log.warning("DAG watch of %s ended: %s", self.topic, update.message)
@@ -138,12 +172,13 @@ class DagWatch:
                     listener(layout)
                 except Exception:
                     log.exception("DAG listener failed")
-        if first is not None and not first.done():
+        if not first.done():
             first.set_result(None)
 
     def _connection_closed(self, connection: ClientConnection) -> None:
         if self._closed or connection is not self._connection:
             return
+        self._connection = None
         connection.dag_sessions.pop(self._session_id, None)
         self._reopen = asyncio.get_running_loop().create_task(self._reopen_loop())
 
@@ -240,6 +275,7 @@ class ScalableProducer:
             await producer.close()
         self._producers.clear()
         await self.watch.close()
+        self._client._core.forget(self)  # type: ignore[arg-type]
 
 
 class QueueConsumer:
@@ -312,6 +348,7 @@ class QueueConsumer:
             await consumer.close()
         self._consumers.clear()
         await self.watch.close()
+        self._client._core.forget(self)  # type: ignore[arg-type]
 
 
 class StreamConsumer:
@@ -468,29 +505,38 @@ class StreamConsumer:
             await consumer.close()
         self._consumers.clear()
         await self.watch.close()
+        self._client._core.forget(self)  # type: ignore[arg-type]
 
 
 class CheckpointConsumer(StreamConsumer):
     """An unmanaged ordered consumer (for connectors): registered with the controller like a
     StreamConsumer, but it reads its segments with non-durable readers and keeps its position
     itself — `checkpoint()` returns it, and a new consumer started from it resumes after the
-    last message handed out. Before an assigned segment it reads the segment's sealed ancestors
-    to their end, handing out only the messages whose key hash falls in the assigned segment's
-    range (keyless ones: in the range holding the ancestor's first hash), so each key's messages
-    come in order across splits and merges without acknowledgements."""
+    last message handed out. Before its assigned segments it reads their sealed ancestors to
+    their end (one reader at a time, oldest first: a parent shared by two assigned children is
+    read once, so one position per segment says exactly what was handed out), handing out only
+    the messages whose key hash falls in an assigned segment's range (keyless ones: the hash at
+    the start of the segment read), so each key's messages come in order across splits and
+    merges without acknowledgements. A message is handed out if, when receive() takes it, an
+    assigned segment holds its hash and is its segment or descends from it: what was read ahead
+    of a split goes on to the consumer of the children, in order, before their own messages.
+    A sealed segment assigned in place of its children (the controller holds children back
+    until their parents are drained on the subscription) is read to its end and then drained
+    on the subscription (its cursor moved to the end), so the children follow."""
 
     def __init__(self, client: Client, watch: DagWatch, subscription: str, consumer_name: str,
                  options: dict[str, Any], checkpoint: dict[int, MessageId] | None = None) -> None:
         super().__init__(client, watch, subscription, consumer_name, options)
-        # segment id -> (hash range read, last message id read, read to its end)
-        self._progress: dict[int, tuple[tuple[int, int], MessageId | None, bool]] = {}
+        # segment id -> (hash ranges read for, last message id read, read to its end)
+        self._progress: dict[int, tuple[tuple[HashRange, ...], MessageId | None, bool]] = {}
         for sid, message_id in (checkpoint or {}).items():
             if not isinstance(message_id, MessageId):
                 raise TypeError("a checkpoint maps segment ids to MessageIds")
-            self._progress[sid] = ((0, 0xFFFF), message_id, False)
-        self._chains: dict[int, asyncio.Task] = {}
-        # Read messages wait in the queue as (assigned segment, segment read, message); per
-        # segment read: how many wait, and the last one handed out by receive().
+            self._progress[sid] = ((HashRange.full(),), message_id, False)
+        self._reading: asyncio.Task | None = None
+        self._layout: SegmentLayout | None = None           # the layout `assigned` refers to
+        # Read messages wait in the queue as (segment read, key hash, message); per segment
+        # read: how many wait, and the last one handed out by receive().
         self._waiting: Counter[int] = Counter()
         self._handed: dict[int, MessageId] = {}
 
@@ -506,68 +552,112 @@ class CheckpointConsumer(StreamConsumer):
         return positions
 
     def _hand_out(self, queued: Any) -> Message | None:
-        target, sid, message = queued
+        sid, hash_value, message = queued
         self._waiting[sid] -= 1
-        if target not in self.assigned:
+        if not self._owns(sid, hash_value):
             return None
         self._handed[sid] = message.message_id
         return message
+
+    def _owns(self, sid: int, hash_value: int) -> bool:
+        """Whether a message of segment `sid` whose key hash is `hash_value` is this consumer's:
+        an assigned segment holds the hash and is `sid` or one of its descendants."""
+        layout = self._layout
+        if layout is None:
+            return False
+        for target in self.assigned:
+            segment = layout.all_segments.get(target)
+            if segment is not None and segment.hash_range.contains(hash_value) \
+                    and (target == sid or sid in _ancestor_ids(layout, target)):
+                return True
+        return False
 
     async def _apply(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
         async with self._applying:
             if self._closed or assignment.layout_epoch < self.layout_epoch:
                 return
-            self.layout_epoch = assignment.layout_epoch
-            self.assigned = [s.segment_id for s in assignment.segments]
-            for sid in [s for s in self._chains if s not in self.assigned]:
-                self._chains.pop(sid).cancel()
             layout = self.watch.layout
             if layout is None or layout.epoch < assignment.layout_epoch:
                 layout = await self.watch.wait_newer_than(assignment.layout_epoch - 1,
                                                           self._core.config.operation_timeout)
-            for sid in self.assigned:
-                if sid not in self._chains:
-                    self._chains[sid] = asyncio.get_running_loop().create_task(self._chain(layout, sid))
+            if self._closed:
+                return
+            await self._stop_reading()
+            self.layout_epoch = assignment.layout_epoch
+            self._layout, self.assigned = layout, [s.segment_id for s in assignment.segments]
+            assigned = [layout.all_segments[s] for s in self.assigned if s in layout.all_segments]
+            self._reading = asyncio.get_running_loop().create_task(retry(
+                self._core, lambda: self._read_assigned(layout, assigned), lambda: self._closed,
+                f"checkpoint consumer {self.consumer_name} reading {self.assigned}"))
 
-    async def _chain(self, layout: SegmentLayout, sid: int) -> None:
-        target = layout.segment(sid)
-        try:
-            for ancestor in layout.lineage(sid):
-                if ancestor.segment_id == sid:
+    async def _stop_reading(self) -> None:
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.cancel()
+            await asyncio.wait([reading])
+
+    async def _read_assigned(self, layout: SegmentLayout, assigned: list[SegmentInfo]) -> None:
+        # the sealed segments to read to their end, each once, ancestors before descendants:
+        # every assigned segment's sealed ancestors overlapping its range, and the assigned
+        # segments that are sealed themselves (given in place of their children)
+        sealed: dict[int, list[HashRange]] = {}
+        for target in assigned:
+            for segment in layout.lineage(target.segment_id):
+                if segment.segment_id == target.segment_id:
+                    if not segment.is_active:
+                        sealed.setdefault(segment.segment_id, []).append(target.hash_range)
                     break
-                if ancestor.hash_range.start <= target.hash_range.end and \
-                        target.hash_range.start <= ancestor.hash_range.end:
-                    await self._read(ancestor, target, to_end=True)
-            await self._read(target, target, to_end=False)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("checkpoint consumer %s, segment %d: %s", self.consumer_name, sid, exc)
+                if segment.hash_range.start <= target.hash_range.end \
+                        and target.hash_range.start <= segment.hash_range.end:
+                    sealed.setdefault(segment.segment_id, []).append(target.hash_range)
+        for sid in sorted(sealed, key=lambda s: (layout.segment(s).created_at_epoch, s)):
+            await self._read(layout.segment(sid), sealed[sid], to_end=True)
+        for target in assigned:
+            if not target.is_active:
+                await self._drain(target)
+        async with asyncio.TaskGroup() as group:
+            for target in assigned:
+                if target.is_active:
+                    group.create_task(self._read(target, [target.hash_range], to_end=False))
 
-    async def _read(self, segment: SegmentInfo, target: SegmentInfo, *, to_end: bool) -> None:
-        wanted = (target.hash_range.start, target.hash_range.end)
-        start: MessageId = MessageId.earliest
-        progress = self._progress.get(segment.segment_id)
-        if progress is not None:
-            (low, high), last, done = progress
-            if low <= wanted[0] and wanted[1] <= high:
-                if done:
-                    return
-                start = last if last is not None else MessageId.earliest
+    async def _drain(self, segment: SegmentInfo) -> None:
+        """Move the subscription's cursor on sealed `segment` to its end (this consumer reads
+        with readers; the cursor only tells the controller that the children may follow)."""
+        consumer = await self._subscribe(segment.topic_name(self.watch.topic_name))
+        try:
+            last = await consumer.get_last_message_id()
+            if last.entry_id >= 0:
+                await consumer.acknowledge_cumulative(last)
+        finally:
+            await consumer.close()
+
+    async def _read(self, segment: SegmentInfo, ranges: list[HashRange], *, to_end: bool) -> None:
+        sid = segment.segment_id
+        covered, last, done = self._progress.get(sid, ((), None, False))
+        new = tuple(r for r in ranges if not _covers(covered, r))
+        if not new and done:
+            return
+        # ranges not read before: from the start, skipping what was read for the others
+        start = last if last is not None and not new else MessageId.earliest
+        reading = (*covered, *new)
         reader = await self._client.create_reader(segment.topic_name(self.watch.topic_name), start,
                                                   start_message_id_inclusive=start == MessageId.earliest)
         try:
             while True:
                 if to_end and not await reader.has_message_available():
-                    self._progress[segment.segment_id] = (wanted, self._last(segment.segment_id), True)
+                    self._progress[sid] = (reading, self._last(sid), True)
                     return
                 message = await reader.read_next()
                 hash_value = key_hash(message.partition_key) if message.partition_key is not None \
                     else segment.hash_range.start
-                self._progress[segment.segment_id] = (wanted, message.message_id, False)
-                if target.hash_range.contains(hash_value):
-                    self._waiting[segment.segment_id] += 1
-                    self._queue.put_nowait((target.segment_id, segment.segment_id, message))
+                already = last is not None and not last < message.message_id and _covers(covered, hash_value)
+                if last is None or last < message.message_id:
+                    self._progress[sid] = (reading, message.message_id, False)
+                else:
+                    self._progress[sid] = (covered, last, False)
+                if not already and _covers(reading, hash_value):
+                    self._waiting[sid] += 1
+                    self._queue.put_nowait((sid, hash_value, message))
         finally:
             await reader.close()
 
@@ -579,6 +669,25 @@ class CheckpointConsumer(StreamConsumer):
         raise NotAllowedError("a CheckpointConsumer acknowledges nothing: its position is checkpoint()")
 
     async def close(self) -> None:
-        for task in self._chains.values():
-            task.cancel()
+        if self._closed:
+            return
         await super().close()
+        await self._stop_reading()
+
+
+def _covers(ranges: tuple[HashRange, ...], what: HashRange | int) -> bool:
+    """Whether one of `ranges` holds `what` (a range, or a hash)."""
+    if isinstance(what, int):
+        return any(r.contains(what) for r in ranges)
+    return any(r.start <= what.start and what.end <= r.end for r in ranges)
+
+
+def _ancestor_ids(layout: SegmentLayout, sid: int) -> set[int]:
+    out: set[int] = set()
+    pending = [sid]
+    while pending:
+        for parent in layout.parents(pending.pop()):
+            if parent.segment_id not in out:
+                out.add(parent.segment_id)
+                pending.append(parent.segment_id)
+    return out
