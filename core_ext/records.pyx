@@ -25,6 +25,7 @@ from ._endian cimport load_be16, load_be32, load_be64
 
 import zlib
 
+import cramjam
 import numpy as np
 
 cdef enum:
@@ -42,7 +43,10 @@ cdef enum:
     MAX_NESTING = 100
     # Compression codecs (Pulsar CompressionType): what decode_entry supports.
     CODEC_NONE = 0
+    CODEC_LZ4 = 1
     CODEC_ZLIB = 2
+    CODEC_ZSTD = 3
+    CODEC_SNAPPY = 4
 
 # Highest signed 32-bit offset: a column of one call must stay below 2 GiB (Arrow int32 offsets).
 cdef int64_t MAX_OFFSET = 2147483647
@@ -441,6 +445,61 @@ cdef class _Columns:
         }
 
 
+# --- compression ----------------------------------------------------------------------------------
+
+cdef object _inflate(int64_t ledger, int64_t entry, uint64_t codec, bytes payload, uint64_t uncompressed_size):
+    """The decompressed payload of an entry, as `pyengine.client.message._decompress` has it (once
+    per entry: a batch is compressed whole). LZ4 (a raw block sized by uncompressed_size), ZSTD (a
+    zstd frame) and SNAPPY (raw, no framing) are decompressed by cramjam into a buffer of exactly
+    uncompressed_size (the `_into` forms, which fail rather than pad); ZSTD and SNAPPY without
+    uncompressed_size (0: not checked, as for ZLIB) are decompressed whole."""
+    cdef str name
+    cdef Py_ssize_t written
+    cdef Py_ssize_t payload_size = len(payload)
+    if codec == CODEC_ZLIB:
+        try:
+            plain = zlib.decompress(payload)
+        except zlib.error as exc:
+            raise RecordFormatError(f"entry {ledger}:{entry}: ZLIB payload does not decompress: {exc}")
+        if uncompressed_size and <uint64_t>len(plain) != uncompressed_size:
+            raise RecordFormatError(f"entry {ledger}:{entry}: decompressed size does not match uncompressed_size")
+        return plain
+    if codec == CODEC_LZ4:
+        name, into = "LZ4", cramjam.lz4.decompress_block_into
+    elif codec == CODEC_ZSTD:
+        name, into = "ZSTD", cramjam.zstd.decompress_into
+    elif codec == CODEC_SNAPPY:
+        name, into = "SNAPPY", cramjam.snappy.decompress_raw_into
+    else:
+        raise RecordFormatError(f"entry {ledger}:{entry}: compression codec {codec} "
+                                "is not supported (NONE, LZ4, ZLIB, ZSTD and SNAPPY are)")
+    try:
+        if not uncompressed_size and codec != CODEC_LZ4:
+            if codec == CODEC_ZSTD:
+                return bytes(cramjam.zstd.decompress(payload))
+            return bytes(cramjam.snappy.decompress_raw(payload))
+        # Refused before a buffer of uncompressed_size is allocated: more than an LZ4 block can
+        # hold (255-fold), or than raw snappy states up front. A zstd frame is not bounded here.
+        if (uncompressed_size > 0xFFFFFFFF                      # MessageMetadata's is a uint32
+                or (codec == CODEC_LZ4 and uncompressed_size > <uint64_t>(255 * payload_size + 64))
+                or (codec == CODEC_SNAPPY
+                    and uncompressed_size != <uint64_t>cramjam.snappy.decompress_raw_len(payload))):
+            written = -1
+        else:
+            out = bytearray(<Py_ssize_t>uncompressed_size)
+            written = into(payload, out)
+    except (cramjam.DecompressionError, ValueError, MemoryError) as exc:
+        raise RecordFormatError(f"entry {ledger}:{entry}: {name} (codec {codec}) payload does not decompress "
+                                f"into its uncompressed_size of {uncompressed_size} bytes: {exc}")
+    if written < 0:
+        raise RecordFormatError(f"entry {ledger}:{entry}: {name} (codec {codec}) payload of {payload_size} bytes "
+                                f"does not decompress to its uncompressed_size of {uncompressed_size} bytes")
+    if <uint64_t>written != uncompressed_size:
+        raise RecordFormatError(f"entry {ledger}:{entry}: {name} (codec {codec}): decompressed size {written} "
+                                f"does not match uncompressed_size {uncompressed_size}")
+    return bytes(out)
+
+
 # --- entries -------------------------------------------------------------------------------------
 
 cdef struct Header:
@@ -525,15 +584,8 @@ cdef int _decode_one(_Columns out, int64_t ledger, int64_t entry, const unsigned
     payload = metadata + metadata_size
     payload_size = size - pos - metadata_size
     if md.compression != CODEC_NONE:
-        if md.compression != CODEC_ZLIB:
-            raise RecordFormatError(f"entry {ledger}:{entry}: compression codec {md.compression} "
-                                    "is not supported (NONE and ZLIB are)")
-        try:
-            plain = zlib.decompress((<const char*>payload)[:payload_size])
-        except zlib.error as exc:
-            raise RecordFormatError(f"entry {ledger}:{entry}: ZLIB payload does not decompress: {exc}")
-        if md.uncompressed_size and <uint64_t>len(plain) != md.uncompressed_size:
-            raise RecordFormatError(f"entry {ledger}:{entry}: decompressed size does not match uncompressed_size")
+        plain = _inflate(ledger, entry, md.compression, (<const char*>payload)[:payload_size],
+                         md.uncompressed_size)
         PyObject_GetBuffer(plain, &inflated_view, PyBUF_SIMPLE)
         inflated = True
         payload = <const unsigned char*>inflated_view.buf

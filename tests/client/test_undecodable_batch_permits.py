@@ -16,7 +16,7 @@ TOPIC = "persistent://public/default/undecodable-batch"
 
 
 async def _store_undecodable_batch(broker, size: int) -> None:
-    """A batch entry of `size` messages compressed with a codec the client does not read."""
+    """A batch entry of `size` messages said to be LZ4-compressed, whose payload is no LZ4 block."""
     topic = await broker.service.get_topic(TOPIC)
     producer = topic.add_producer("raw")
     singles = [(pb.SingleMessageMetadata(payload_size=1, sequence_id=i).SerializeToString(), b"x")

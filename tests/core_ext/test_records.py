@@ -220,7 +220,10 @@ def test_truncated_entries_are_refused(cut):
 
 
 def test_unsupported_codec_and_bad_header_version():
-    md = message_metadata("p", 1, 1, compression=1).SerializeToString()        # LZ4
+    md = message_metadata("p", 1, 1).SerializeToString() + b"\x40\x09"    # compression = 9: no such codec
+    with pytest.raises(RecordFormatError, match="codec 9 is not supported"):
+        decode_entries([1], [0], [encode_entry(headers_and_payload(md, b"x"))])
+    md = message_metadata("p", 1, 1, compression=1).SerializeToString()        # LZ4, not an LZ4 block
     with pytest.raises(RecordFormatError, match="codec 1"):
         decode_entries([1], [0], [encode_entry(headers_and_payload(md, b"x"))])
     good = encode_entry(headers_and_payload(message_metadata("p", 1, 1).SerializeToString(), b"x"))
