@@ -46,6 +46,11 @@ from pyengine.transaction.coordinator.keys import check_transaction_key
 
 log = logging.getLogger(__name__)
 
+# the create_producer options a scalable producer passes on to each segment's producer
+_SCALABLE_PRODUCER_OPTIONS = frozenset({
+    "producer_name", "batching_enabled", "batching_max_messages", "batching_max_allowed_size_in_bytes",
+    "batching_max_publish_delay_ms", "max_pending_messages", "block_if_queue_full", "send_timeout_ms"})
+
 
 class ClientCore:
     """What producers, consumers and coordinator handlers share: settings, connections,
@@ -124,11 +129,14 @@ class Client:
         self._check_open()
         name = check_topic(topic)
         if TopicName.parse(name).is_scalable:
-            if schema is not None:
-                raise ValueError("schemas are not supported on scalable topic:// producers")
+            # every option goes to the segment producers (or is refused there): none is dropped
             return await self.create_scalable_producer(  # type: ignore[return-value]
-                name, producer_name=producer_name, send_timeout_ms=send_timeout_ms,
-                max_pending_messages=max_pending_messages, block_if_queue_full=block_if_queue_full)
+                name, producer_name=producer_name, batching_enabled=batching_enabled,
+                batching_max_messages=batching_max_messages,
+                batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
+                batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+                max_pending_messages=max_pending_messages, block_if_queue_full=block_if_queue_full,
+                send_timeout_ms=send_timeout_ms, initial_sequence_id=initial_sequence_id, schema=schema)
         options = ProducerOptions(producer_name, batching_enabled, batching_max_messages,
                                   batching_max_allowed_size_in_bytes, batching_max_publish_delay_ms,
                                   max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id,
@@ -154,7 +162,20 @@ class Client:
 
     async def create_scalable_producer(self, topic: str, **producer_options: Any) -> ScalableProducer:
         """A producer of a `topic://` scalable topic: each key goes to the active segment holding
-        its hash; sends are re-routed after a split or merge (options: create_producer's)."""
+        its hash; sends are re-routed after a split or merge. Options: create_producer's, each
+        given to every segment's producer; refused here (before anything is opened) are an
+        unknown option, a `schema` and an `initial_sequence_id` (sequence ids are per segment,
+        and a re-routed send gets the next one of the child's producer)."""
+        self._check_open()
+        unknown = sorted(set(producer_options) - _SCALABLE_PRODUCER_OPTIONS - {"schema", "initial_sequence_id"})
+        if unknown:
+            raise TypeError(f"unknown producer options: {', '.join(unknown)}")
+        if producer_options.pop("schema", None) is not None:
+            raise ValueError("schemas are not supported on scalable topic:// producers")
+        if producer_options.pop("initial_sequence_id", None) is not None:
+            raise ValueError("initial_sequence_id is not supported on scalable topic:// producers: "
+                             "sequence ids are per segment")
+        ProducerOptions(**producer_options)          # the values are checked now, not at the first send
         watch = await self.watch_scalable_topic(topic)
         producer = ScalableProducer(self, watch, producer_options)
         self._core.open_objects.append(producer)  # type: ignore[arg-type]

@@ -279,7 +279,12 @@ class ScalableProducer:
 
 
 class QueueConsumer:
-    """Shared consumers on every segment of the topic; messages in arrival order across them."""
+    """Shared consumers on every segment of the topic; messages in arrival order across them.
+
+    A segment the DAG brings is attached in the background; an attach that fails is retried
+    (backing off) until it succeeds, the segment leaves the layout or the consumer closes.
+    Only one attach per segment runs at a time, and the background tasks kept are the live
+    ones (one forwarding task per attached segment, plus the attaches under way)."""
 
     def __init__(self, client: Client, watch: DagWatch, subscription: str, options: dict[str, Any]) -> None:
         self._client = client
@@ -288,35 +293,69 @@ class QueueConsumer:
         self._options = options
         self._consumers: dict[int, Consumer] = {}
         self._queue: asyncio.Queue[tuple[int, Message]] = asyncio.Queue()
-        self._tasks: dict[int, asyncio.Task] = {}
-        self._attaching: asyncio.Lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()             # live background tasks only
+        self._attaching: dict[int, asyncio.Task] = {}      # segment id -> its attach under way
         self._closed = False
 
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     async def _start(self) -> None:
+        """Attach every segment of the current layout (a failure here is raised: the caller
+        closes the consumer); later layouts are followed in the background."""
         self.watch.listeners.append(self._on_layout)
-        await self._attach(self.watch.layout)
-
-    def _on_layout(self, layout: SegmentLayout) -> None:
-        if not self._closed:
-            task = asyncio.get_running_loop().create_task(self._attach(layout))
-            self._tasks[-1 - len(self._tasks)] = task
-
-    async def _attach(self, layout: SegmentLayout | None) -> None:
+        layout = self.watch.layout
         if layout is None:
             return
-        async with self._attaching:
-            for segment in sorted(layout.all_segments.values(), key=lambda s: s.segment_id):
-                if segment.segment_id in self._consumers or self._closed:
-                    continue
-                consumer = await self._client.subscribe(
-                    segment.topic_name(self.watch.topic_name), self.subscription, consumer_type="shared",
-                    initial_position="earliest", **self._options)
-                self._consumers[segment.segment_id] = consumer
-                self._tasks[segment.segment_id] = asyncio.get_running_loop().create_task(
-                    _forward(consumer, lambda: self._closed,
-                             lambda message, segment_id=segment.segment_id: self._queue.put_nowait(
-                                 (segment_id, message)),
-                             f"queue consumer of {self.watch.topic}, segment {segment.segment_id}"))
+        for segment in sorted(layout.all_segments.values(), key=lambda s: s.segment_id):
+            sid = segment.segment_id
+            if sid in self._consumers or sid in self._attaching:
+                continue
+            task = self._spawn(self._attach(segment))
+            self._attaching[sid] = task
+            try:
+                await task
+            finally:
+                if self._attaching.get(sid) is task:
+                    del self._attaching[sid]
+
+    def _on_layout(self, layout: SegmentLayout) -> None:
+        if self._closed:
+            return
+        for segment in sorted(layout.all_segments.values(), key=lambda s: s.segment_id):
+            sid = segment.segment_id
+            if sid not in self._consumers and sid not in self._attaching:
+                self._attaching[sid] = self._spawn(self._attach_retrying(segment))
+
+    async def _attach_retrying(self, segment: SegmentInfo) -> None:
+        sid = segment.segment_id
+        try:
+            await retry(self._client._core, lambda: self._attach(segment),
+                        lambda: self._closed or sid in self._consumers or not self._in_layout(sid),
+                        f"queue consumer of {self.watch.topic} attaching segment {sid}")
+        finally:
+            if self._attaching.get(sid) is asyncio.current_task():
+                del self._attaching[sid]
+
+    def _in_layout(self, sid: int) -> bool:
+        layout = self.watch.layout
+        return layout is None or sid in layout.all_segments
+
+    async def _attach(self, segment: SegmentInfo) -> None:
+        sid = segment.segment_id
+        consumer = await self._client.subscribe(
+            segment.topic_name(self.watch.topic_name), self.subscription, consumer_type="shared",
+            initial_position="earliest", **self._options)
+        if self._closed or sid in self._consumers:
+            await consumer.close()
+            return
+        self._consumers[sid] = consumer
+        self._spawn(_forward(consumer, lambda: self._closed,
+                             lambda message: self._queue.put_nowait((sid, message)),
+                             f"queue consumer of {self.watch.topic}, segment {sid}"))
 
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message of any segment (`message.topic` names its segment)."""
@@ -342,7 +381,7 @@ class QueueConsumer:
         self._closed = True
         if self._on_layout in self.watch.listeners:
             self.watch.listeners.remove(self._on_layout)
-        for task in self._tasks.values():
+        for task in list(self._tasks):
             task.cancel()
         for consumer in list(self._consumers.values()):
             await consumer.close()
@@ -379,6 +418,8 @@ class StreamConsumer:
         self._connection: ClientConnection | None = None
         self._answer: asyncio.Future[pb.CommandScalableConsumerAssignment] | None = None
         self._request_id = -1
+        self._assignment: pb.CommandScalableConsumerAssignment | None = None   # the latest applied
+        self._retrying: asyncio.Task | None = None
         self._closed = False
 
     def _spawn(self, coro: Any) -> None:
@@ -404,7 +445,7 @@ class StreamConsumer:
                 topic=self.watch.topic, subscription=self.subscription, consumer_name=self.consumer_name))
             answer = await asyncio.wait_for(self._answer, timeout)
             if not answer.HasField("error"):
-                await self._apply(answer)
+                await self._apply(answer, strict=True)
                 return
             error = PulsarError.from_code(answer.error, answer.message)
             connection.scalable_consumers.pop(self.consumer_id, None)
@@ -422,23 +463,68 @@ class StreamConsumer:
         elif not assignment.HasField("error"):
             self._spawn(self._apply(assignment))
 
-    async def _apply(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
+    async def _apply(self, assignment: pb.CommandScalableConsumerAssignment, *, strict: bool = False) -> None:
+        """Follow `assignment`; `assigned` lists the segments read here. A segment that cannot
+        be subscribed is left out of `assigned`: `strict` (registering) raises the failure,
+        else it is logged and the latest assignment applied again, backing off, until every
+        segment of it is read."""
         async with self._applying:
             if self._closed or assignment.layout_epoch < self.layout_epoch:
                 return
+            self._assignment = assignment
             self.layout_epoch = assignment.layout_epoch
-            self.assigned = [s.segment_id for s in assignment.segments]
-            wanted = [s.topic for s in assignment.segments]
-            for topic in [t for t in self._consumers if t not in wanted]:
-                self._pumps.pop(topic).cancel()
-                await self._consumers.pop(topic).close()
+            if not await self._follow(assignment, strict=strict) and self._retrying is None:
+                self._retrying = asyncio.get_running_loop().create_task(self._retry_assignment())
+                self._tasks.add(self._retrying)
+                self._retrying.add_done_callback(self._tasks.discard)
+
+    async def _follow(self, assignment: pb.CommandScalableConsumerAssignment, *, strict: bool = False) -> bool:
+        """Read exactly the segments of `assignment` (under `_applying`); whether all are."""
+        wanted = [s.topic for s in assignment.segments]
+        for topic in [t for t in self._consumers if t not in wanted]:
+            self._pumps.pop(topic).cancel()
+            await self._consumers.pop(topic).close()
+        complete = True
+        try:
             for topic in wanted:
-                if topic not in self._consumers:
+                if topic in self._consumers:
+                    continue
+                try:
                     consumer = await self._subscribe(topic)
-                    self._consumers[topic] = consumer
-                    self._pumps[topic] = asyncio.get_running_loop().create_task(_forward(
-                        consumer, lambda: self._closed, self._queue.put_nowait,
-                        f"stream consumer {self.consumer_name} on {consumer.topic}"))
+                except (asyncio.CancelledError, AlreadyClosedError):
+                    raise
+                except Exception as exc:
+                    if strict:
+                        raise
+                    log.warning("stream consumer %s: cannot read its segment %s (retrying): %s",
+                                self.consumer_name, topic, exc)
+                    complete = False
+                    continue
+                if self._closed:
+                    await consumer.close()
+                    return True
+                self._consumers[topic] = consumer
+                self._pumps[topic] = asyncio.get_running_loop().create_task(_forward(
+                    consumer, lambda: self._closed, self._queue.put_nowait,
+                    f"stream consumer {self.consumer_name} on {consumer.topic}"))
+        finally:
+            self.assigned = [s.segment_id for s in assignment.segments if s.topic in self._consumers]
+        return complete
+
+    async def _retry_assignment(self) -> None:
+        """Apply the latest assignment again until all its segments are read (or closed)."""
+        backoff = Backoff(self._core.config.initial_backoff, self._core.config.max_backoff)
+        try:
+            while not self._closed:
+                await asyncio.sleep(backoff.next())
+                async with self._applying:
+                    if self._closed or self._assignment is None:
+                        return
+                    if await self._follow(self._assignment):
+                        return
+        finally:
+            if self._retrying is asyncio.current_task():
+                self._retrying = None
 
     async def _subscribe(self, topic: str) -> Consumer:
         """Exclusive on the segment; its previous owner may still be closing (ConsumerBusy)."""
@@ -572,7 +658,7 @@ class CheckpointConsumer(StreamConsumer):
                 return True
         return False
 
-    async def _apply(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
+    async def _apply(self, assignment: pb.CommandScalableConsumerAssignment, *, strict: bool = False) -> None:
         async with self._applying:
             if self._closed or assignment.layout_epoch < self.layout_epoch:
                 return
