@@ -4,9 +4,11 @@ topic services standing in for brokers that share the store."""
 import pytest
 
 from pyengine.broker import Broker
+from pyengine.client import Client
 from pyengine.metadata.memory_store import MemoryMetadataStore
 from pyengine.scalable.segments import LocalSegments
 from pyengine.scalable.service import ScalableTopicService
+from tests.protocol.conftest import server, service  # noqa: F401  (fixtures: a broker on loopback)
 
 TOPIC = "topic://public/default/orders"
 
@@ -39,3 +41,17 @@ async def services(broker, store):
     yield make
     for service in made:
         await service.close()
+
+
+@pytest.fixture
+def operation_timeout() -> float:
+    """The `client` fixture's operation timeout (a test module may override it)."""
+    return 10
+
+
+@pytest.fixture
+async def client(server, service, operation_timeout):
+    """A pyengine.client Client of the loopback broker of `server`."""
+    service.service_url = f"pulsar://127.0.0.1:{server.port}"     # as `pyengine serve` sets it
+    async with Client(f"pulsar://127.0.0.1:{server.port}", operation_timeout_seconds=operation_timeout) as client:
+        yield client

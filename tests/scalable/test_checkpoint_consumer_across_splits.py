@@ -8,19 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from pyengine.client import Client
-from tests.protocol.conftest import server, service  # noqa: F401  (fixtures)
 
 T = "topic://public/default/orders"
-
-
-@pytest.fixture
-async def client(server, service):
-    service.service_url = f"pulsar://127.0.0.1:{server.port}"     # as `pyengine serve` sets it
-    async with Client(f"pulsar://127.0.0.1:{server.port}", operation_timeout_seconds=10) as client:
-        yield client
 
 
 async def receive_all(consumer, wait: float = 0.5) -> list[str]:

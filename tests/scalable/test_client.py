@@ -8,20 +8,11 @@ from collections import Counter
 
 import pytest
 
-from pyengine.client import Client
 from pyengine.errors import NotAllowedError, TopicNotFoundError
 from pyengine.naming import TopicName
 from pyengine.scalable import key_hash
-from tests.protocol.conftest import server, service  # noqa: F401  (fixtures)
 
 T = "topic://public/default/orders"
-
-
-@pytest.fixture
-async def client(server, service):
-    service.service_url = f"pulsar://127.0.0.1:{server.port}"     # as `pyengine serve` sets it
-    async with Client(f"pulsar://127.0.0.1:{server.port}", operation_timeout_seconds=10) as client:
-        yield client
 
 
 async def test_producer_routes_keys_and_follows_a_split(client, service):

@@ -2,20 +2,7 @@
 long-lived client opening and closing them would otherwise keep every one, with its watch)."""
 
 from __future__ import annotations
-
-import pytest
-
-from pyengine.client import Client
-from tests.protocol.conftest import server, service  # noqa: F401  (fixtures)
-
 T = "topic://public/default/orders"
-
-
-@pytest.fixture
-async def client(server, service):
-    service.service_url = f"pulsar://127.0.0.1:{server.port}"     # as `pyengine serve` sets it
-    async with Client(f"pulsar://127.0.0.1:{server.port}", operation_timeout_seconds=10) as client:
-        yield client
 
 
 async def test_closed_scalable_producers_and_consumers_are_not_kept(client, service):

@@ -8,18 +8,14 @@ import asyncio
 
 import pytest
 
-from pyengine.client import Client
 from pyengine.errors import TopicNotFoundError
-from tests.protocol.conftest import server, service  # noqa: F401  (fixtures)
 
 T = "topic://public/default/orders"
 
 
 @pytest.fixture
-async def client(server, service):
-    service.service_url = f"pulsar://127.0.0.1:{server.port}"     # as `pyengine serve` sets it
-    async with Client(f"pulsar://127.0.0.1:{server.port}", operation_timeout_seconds=3) as client:
-        yield client
+def operation_timeout() -> float:
+    return 3
 
 
 def watch_tasks() -> list[asyncio.Task]:
