@@ -2,6 +2,7 @@
 long-lived client opening and closing them would otherwise keep every one, with its watch)."""
 
 from __future__ import annotations
+
 T = "topic://public/default/orders"
 
 
