@@ -40,6 +40,20 @@ def key_in(low: int, high: int) -> str:
     return next(k for k in (f"key-{i}" for i in range(10_000)) if low <= key_hash(k) <= high)
 
 
+async def assert_both_children_reached(client, consumer) -> None:
+    """A key of each child of segment 0's split, sent now, arrives at `consumer` from that child."""
+    producer = await client.create_producer(T)
+    keys = {key_in(0x0000, 0x7FFF): 1, key_in(0x8000, 0xFFFF): 2}
+    for key in keys:
+        assert (await producer.send(key.encode(), key=key))[0] == keys[key]
+    got = {}
+    for _ in keys:
+        message = await consumer.receive(5)
+        got[message.data.decode()] = TopicName.parse(message.topic).segment_id
+        await consumer.acknowledge(message)
+    assert got == keys
+
+
 async def test_a_scalable_producer_honours_batching_and_refuses_what_it_cannot_honour(client, service):
     scalable = await service.scalable_topics()
     await scalable.create_topic(T, 1)
@@ -69,16 +83,7 @@ async def test_a_queue_consumer_retries_a_failed_attach_to_a_new_segment(client,
     # no further layout change: the failed attaches are tried again on their own
     await asyncio.wait_for(asyncio.gather(attached[1].wait(), attached[2].wait()), 10)
     assert failed == {1, 2}
-    producer = await client.create_producer(T)
-    keys = {key_in(0x0000, 0x7FFF): 1, key_in(0x8000, 0xFFFF): 2}
-    for key in keys:
-        assert (await producer.send(key.encode(), key=key))[0] == keys[key]
-    got = {}
-    for _ in keys:
-        message = await consumer.receive(5)
-        got[message.data.decode()] = TopicName.parse(message.topic).segment_id
-        await consumer.acknowledge(message)
-    assert got == keys
+    await assert_both_children_reached(client, consumer)
     assert consumer.segments == [0, 1, 2]
 
 
@@ -108,16 +113,7 @@ async def test_a_stream_consumer_reads_a_segment_whose_subscribe_failed_once(cli
     await scalable.split_segment(T, 0)                     # the empty parent is drained: children go out
     await asyncio.wait_for(asyncio.gather(attached[1].wait(), attached[2].wait()), 10)
     assert failed == {1, 2}
-    producer = await client.create_producer(T)
-    keys = {key_in(0x0000, 0x7FFF): 1, key_in(0x8000, 0xFFFF): 2}
-    for key in keys:
-        assert (await producer.send(key.encode(), key=key))[0] == keys[key]
-    got = {}
-    for _ in keys:
-        message = await stream.receive(5)
-        got[message.data.decode()] = TopicName.parse(message.topic).segment_id
-        await stream.acknowledge(message)
-    assert got == keys
+    await assert_both_children_reached(client, stream)
     assert sorted(stream.assigned) == [1, 2]
     # what `assigned` lists is read here
     assert {TopicName.parse(t).segment_id for t in stream._consumers} == set(stream.assigned)
