@@ -1,7 +1,14 @@
 """Helpers shared by the broker tests."""
 
 import asyncio
+import shutil
+import tempfile
 import threading
+
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+from pyengine.broker import Broker
+from pyengine.broker.embedded import EmbeddedTransaction
 
 
 class GatedWriter:
@@ -69,3 +76,56 @@ async def publish_batch(broker, producer, payloads: list[bytes], txn=None):
     return await topic.publish(producer._producer, headers_and_payload(metadata, build_batch(singles)),
                                sequence_id=sequence, num_messages=len(payloads),
                                txn=txn.txn_id if txn is not None else None)
+
+
+class EmbeddedBrokerMachine(RuleBasedStateMachine):
+    """What the stateful model tests share: an embedded broker on a data dir of its own, one
+    producer and one consumer of `topic` (`consumer_type`), opened and closed again across
+    restarts, an event loop stepped by `run`, the coordinators' clock at `now_ms`. Subclasses
+    set `self.model` and write the rules."""
+
+    topic: str
+    subscription = "s"
+    consumer_type = "shared"
+    step_timeout_s = 20
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = tempfile.mkdtemp(prefix="pyengine-model-")
+        self.ids: dict[int, object] = {}          # message label -> MessageId
+        self.handles: dict[int, EmbeddedTransaction] = {}
+        self.next_label = 0
+        self.stack = None
+        self.now_ms = 1_000_000_000_000      # the coordinators' clock, moved by the rules
+
+    def run(self, coro):
+        # A step that does not finish is a bug (a hang), not something to wait for.
+        return self.loop.run_until_complete(asyncio.wait_for(coro, self.step_timeout_s))
+
+    async def _open(self) -> None:
+        self.stack = Broker.embedded(self.dir, sync=False, clock=lambda: self.now_ms)
+        self.broker = await self.stack.__aenter__()
+        self.producer = await self.broker.create_producer(self.topic)
+        self.consumer = await self.broker.subscribe(self.topic, self.subscription, consumer_type=self.consumer_type,
+                                                    initial_position="earliest", receiver_queue_size=100_000)
+
+    async def _close(self) -> None:
+        await self.stack.__aexit__(None, None, None)
+
+    def teardown(self) -> None:
+        if self.stack is not None:
+            self.run(self._close())
+        self.loop.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def open_txns(self) -> list[int]:
+        return [t for t, state in self.model.txns.items() if state == "open"]
+
+    @rule()
+    def restart(self) -> None:
+        self.run(self._close())
+        self.run(self._open())
+        # The coordinator keeps open transactions across the restart: rebind their handles.
+        for label, handle in self.handles.items():
+            self.handles[label] = handle._rebound(self.broker.service)

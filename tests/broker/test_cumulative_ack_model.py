@@ -11,22 +11,18 @@ not acknowledged, not held by an open transaction (individually or under its cum
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from pyengine.broker import Broker
 from pyengine.errors import InvalidTxnStatusError, TransactionConflictError
+from tests.broker.helpers import EmbeddedBrokerMachine
 
 TOPIC = "persistent://public/default/cumulative-model"
 SUB = "s"
-STEP_TIMEOUT_S = 20
 
 
 @dataclass
@@ -75,44 +71,17 @@ class Model:
             self.acked.update(self.up_to(label))
 
 
-class CumulativeAckMachine(RuleBasedStateMachine):
+class CumulativeAckMachine(EmbeddedBrokerMachine):
+    topic = TOPIC
+
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = tempfile.mkdtemp(prefix="pyengine-cumulative-model-")
         self.model = Model()
-        self.ids: dict[int, object] = {}
-        self.handles: dict[int, object] = {}
-        self.next_label = 0
-        self.stack = None
-        self.now_ms = 1_000_000_000_000
-
-    def run(self, coro):
-        return self.loop.run_until_complete(asyncio.wait_for(coro, STEP_TIMEOUT_S))
 
     @initialize(sub_type=st.sampled_from(["exclusive", "failover"]))
     def start(self, sub_type) -> None:
-        self.sub_type = sub_type
+        self.consumer_type = sub_type
         self.run(self._open())
-
-    async def _open(self) -> None:
-        self.stack = Broker.embedded(self.dir, sync=False, clock=lambda: self.now_ms)
-        self.broker = await self.stack.__aenter__()
-        self.producer = await self.broker.create_producer(TOPIC)
-        self.consumer = await self.broker.subscribe(TOPIC, SUB, consumer_type=self.sub_type,
-                                                    initial_position="earliest", receiver_queue_size=100_000)
-
-    async def _close(self) -> None:
-        await self.stack.__aexit__(None, None, None)
-
-    def teardown(self) -> None:
-        if self.stack is not None:
-            self.run(self._close())
-        self.loop.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def open_txns(self) -> list[int]:
-        return [t for t, state in self.model.txns.items() if state == "open"]
 
     # --- rules ----------------------------------------------------------------------------
 
@@ -209,13 +178,6 @@ class CumulativeAckMachine(RuleBasedStateMachine):
                     pass
                 else:
                     raise AssertionError("a timed-out transaction committed")
-
-    @rule()
-    def restart(self) -> None:
-        self.run(self._close())
-        self.run(self._open())
-        for label, handle in self.handles.items():
-            self.handles[label] = handle._rebound(self.broker.service)
 
     # --- what the engine must agree on ------------------------------------------------------
 

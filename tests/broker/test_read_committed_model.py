@@ -9,23 +9,19 @@ engine must agree exactly.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from pyengine.broker import Broker
 from pyengine.broker.embedded import EmbeddedTransaction
 from pyengine.errors import InvalidTxnStatusError, TransactionConflictError
+from tests.broker.helpers import EmbeddedBrokerMachine
 
 TOPIC = "persistent://public/default/model"
 SUB = "s"
-STEP_TIMEOUT_S = 20
 
 
 @dataclass
@@ -69,7 +65,7 @@ class Model:
                     self.acked.add(label)
 
 
-class ReadCommittedMachine(RuleBasedStateMachine):
+class ReadCommittedMachine(EmbeddedBrokerMachine):
     """Subclasses run the same model against another transaction design (v5 in
     tests/transaction/v5/test_read_committed_model.py) through the hooks below."""
 
@@ -92,41 +88,11 @@ class ReadCommittedMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = tempfile.mkdtemp(prefix="pyengine-model-")
         self.model = Model()
-        self.ids: dict[int, object] = {}          # message label -> MessageId
-        self.handles: dict[int, EmbeddedTransaction] = {}
-        self.next_label = 0
-        self.stack = None
-        self.now_ms = 1_000_000_000_000      # the coordinators' clock, moved by time_passes
-
-    def run(self, coro):
-        # A step that does not finish is a bug (a hang), not something to wait for.
-        return self.loop.run_until_complete(asyncio.wait_for(coro, STEP_TIMEOUT_S))
 
     @initialize()
     def start(self) -> None:
         self.run(self._open())
-
-    async def _open(self) -> None:
-        self.stack = Broker.embedded(self.dir, sync=False, clock=lambda: self.now_ms)
-        self.broker = await self.stack.__aenter__()
-        self.producer = await self.broker.create_producer(self.topic)
-        self.consumer = await self.broker.subscribe(self.topic, SUB, consumer_type="shared",
-                                                    initial_position="earliest", receiver_queue_size=100_000)
-
-    async def _close(self) -> None:
-        await self.stack.__aexit__(None, None, None)
-
-    def teardown(self) -> None:
-        if self.stack is not None:
-            self.run(self._close())
-        self.loop.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def open_txns(self) -> list[int]:
-        return [t for t, state in self.model.txns.items() if state == "open"]
 
     # --- rules ----------------------------------------------------------------------------
 
@@ -209,14 +175,6 @@ class ReadCommittedMachine(RuleBasedStateMachine):
                     pass
                 else:
                     raise AssertionError("a timed-out transaction committed")
-
-    @rule()
-    def restart(self) -> None:
-        self.run(self._close())
-        self.run(self._open())
-        # The coordinator keeps open transactions across the restart: rebind their handles.
-        for label, handle in self.handles.items():
-            self.handles[label] = handle._rebound(self.broker.service)
 
     # --- what the engine must agree on ------------------------------------------------------
 
