@@ -22,6 +22,7 @@ import struct
 from typing import Any
 
 from pyengine.storage import ManagedLedger
+from pyengine.transaction.outcome import mark_retrieved
 from pyengine_kernels import Position
 
 _SEQ = struct.Struct(">q")
@@ -89,7 +90,7 @@ class MessageDeduplication:
                 while cursor.key().startswith(prefix):
                     if not cursor.delete():
                         break
-        self.ledger.env.submit(delete, key=("dedup-forget", prefix), lazy=True).add_done_callback(_retrieve)
+        self.ledger.env.submit(delete, key=("dedup-forget", prefix), lazy=True).add_done_callback(mark_retrieved)
 
     def last_sequence_id(self, producer_name: str) -> int:
         """What a re-attaching producer continues after (-1 when unknown or disabled)."""
@@ -160,10 +161,5 @@ class MessageDeduplication:
             self._unsealed.pop(write_key, None)
 
         done = self.ledger.env.submit(write, key=write_key, on_seal=sealed, after=written)
-        done.add_done_callback(_retrieve)
+        done.add_done_callback(mark_retrieved)    # its outcome is its entry's (refused: not written)
 
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """The record's outcome is its entry's (a refused record: its entry was not written)."""
-    if not future.cancelled():
-        future.exception()
