@@ -9,6 +9,8 @@ from typing_extensions import Buffer
 
 class RecordFormatError(ValueError): ...
 
+def decompress(codec: int, payload: bytes, uncompressed_size: int) -> bytes: ...
+
 def entry_headers(
     values: Iterable[Buffer],
 ) -> tuple[

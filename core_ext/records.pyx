@@ -447,22 +447,26 @@ cdef class _Columns:
 
 # --- compression ----------------------------------------------------------------------------------
 
-cdef object _inflate(int64_t ledger, int64_t entry, uint64_t codec, bytes payload, uint64_t uncompressed_size):
-    """The decompressed payload of an entry, as `pyengine.client.message._decompress` has it (once
-    per entry: a batch is compressed whole). LZ4 (a raw block sized by uncompressed_size), ZSTD (a
+def decompress(uint64_t codec, bytes payload, uint64_t uncompressed_size):
+    """The decompressed payload of a message or batch (Pulsar's CompressionType `codec`; ZLIB,
+    LZ4, ZSTD, SNAPPY), or RecordFormatError. The consumer's decoder
+    (`pyengine.client.message`) and `decode_entries` both use it (once per entry: a batch is
+    compressed whole). LZ4 (a raw block sized by uncompressed_size), ZSTD (a
     zstd frame) and SNAPPY (raw, no framing) are decompressed by cramjam into a buffer of exactly
     uncompressed_size (the `_into` forms, which fail rather than pad); ZSTD and SNAPPY without
     uncompressed_size (0: not checked, as for ZLIB) are decompressed whole."""
     cdef str name
     cdef Py_ssize_t written
     cdef Py_ssize_t payload_size = len(payload)
+    if codec == CODEC_NONE:
+        return payload
     if codec == CODEC_ZLIB:
         try:
             plain = zlib.decompress(payload)
         except zlib.error as exc:
-            raise RecordFormatError(f"entry {ledger}:{entry}: ZLIB payload does not decompress: {exc}")
+            raise RecordFormatError(f"ZLIB payload does not decompress: {exc}")
         if uncompressed_size and <uint64_t>len(plain) != uncompressed_size:
-            raise RecordFormatError(f"entry {ledger}:{entry}: decompressed size does not match uncompressed_size")
+            raise RecordFormatError(f"decompressed size does not match uncompressed_size")
         return plain
     if codec == CODEC_LZ4:
         name, into = "LZ4", cramjam.lz4.decompress_block_into
@@ -471,7 +475,7 @@ cdef object _inflate(int64_t ledger, int64_t entry, uint64_t codec, bytes payloa
     elif codec == CODEC_SNAPPY:
         name, into = "SNAPPY", cramjam.snappy.decompress_raw_into
     else:
-        raise RecordFormatError(f"entry {ledger}:{entry}: compression codec {codec} "
+        raise RecordFormatError(f"compression codec {codec} "
                                 "is not supported (NONE, LZ4, ZLIB, ZSTD and SNAPPY are)")
     try:
         if not uncompressed_size and codec != CODEC_LZ4:
@@ -489,15 +493,22 @@ cdef object _inflate(int64_t ledger, int64_t entry, uint64_t codec, bytes payloa
             out = bytearray(<Py_ssize_t>uncompressed_size)
             written = into(payload, out)
     except (cramjam.DecompressionError, ValueError, MemoryError) as exc:
-        raise RecordFormatError(f"entry {ledger}:{entry}: {name} (codec {codec}) payload does not decompress "
+        raise RecordFormatError(f"{name} (codec {codec}) payload does not decompress "
                                 f"into its uncompressed_size of {uncompressed_size} bytes: {exc}")
     if written < 0:
-        raise RecordFormatError(f"entry {ledger}:{entry}: {name} (codec {codec}) payload of {payload_size} bytes "
+        raise RecordFormatError(f"{name} (codec {codec}) payload of {payload_size} bytes "
                                 f"does not decompress to its uncompressed_size of {uncompressed_size} bytes")
     if <uint64_t>written != uncompressed_size:
-        raise RecordFormatError(f"entry {ledger}:{entry}: {name} (codec {codec}): decompressed size {written} "
+        raise RecordFormatError(f"{name} (codec {codec}): decompressed size {written} "
                                 f"does not match uncompressed_size {uncompressed_size}")
     return bytes(out)
+
+
+cdef object _inflate(int64_t ledger, int64_t entry, uint64_t codec, bytes payload, uint64_t uncompressed_size):
+    try:
+        return decompress(codec, payload, uncompressed_size)
+    except RecordFormatError as exc:
+        raise RecordFormatError(f"entry {ledger}:{entry}: {exc}") from None
 
 
 # --- entries -------------------------------------------------------------------------------------

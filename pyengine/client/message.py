@@ -7,17 +7,14 @@ skipping batch indexes already acknowledged.
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import total_ordering
 from typing import ClassVar
 
-import cramjam
-
 from core_ext.batch import decode_batch
+from core_ext.records import RecordFormatError, decompress
 from pyengine.protocol.commands import parse_message_metadata
-from pyengine.protocol.pulsar_api_pb2 import LZ4, NONE, SNAPPY, ZLIB, ZSTD, MessageIdData
+from pyengine.protocol.pulsar_api_pb2 import MessageIdData
 from pyengine.schema import decode_version
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine_kernels import Position, ackset_acked_indexes
@@ -121,63 +118,12 @@ class DecodeError(ValueError):
     """An entry's bytes are not a valid Pulsar message."""
 
 
-# Pulsar's codecs besides ZLIB, each decompressed into a buffer of exactly uncompressed_size
-# (the `_into` forms: they return the bytes written, and fail when the data needs more room;
-# `cramjam.lz4.decompress_block(output_len=...)` would pad a short block with zeros instead).
-# LZ4 is a raw block, whose size only the metadata knows; ZSTD (a zstd frame) and SNAPPY (raw,
-# no framing) carry their own, so without uncompressed_size (0: not checked, as for ZLIB) they
-# are decompressed whole.
-_INTO: dict[int, tuple[str, Callable]] = {
-    LZ4: ("LZ4", cramjam.lz4.decompress_block_into),
-    ZSTD: ("ZSTD", cramjam.zstd.decompress_into),
-    SNAPPY: ("SNAPPY", cramjam.snappy.decompress_raw_into),
-}
-_WHOLE: dict[int, Callable] = {ZSTD: cramjam.zstd.decompress, SNAPPY: cramjam.snappy.decompress_raw}
-
-
-def _most_from(codec: int, payload: bytes) -> float:
-    """The most bytes `payload` can decompress to, known without decompressing: an uncompressed_size
-    above is refused before a buffer of that size is allocated. An LZ4 block grows 255-fold at
-    most; raw snappy states its size up front; a zstd frame is not bounded here (nor is ZLIB)."""
-    if codec == LZ4:
-        return 255 * len(payload) + 64
-    if codec == SNAPPY:
-        return cramjam.snappy.decompress_raw_len(payload)
-    return float("inf")
-
-
 def _decompress(codec: int, payload: bytes, uncompressed_size: int) -> bytes:
-    if codec == NONE:
-        return payload
-    if codec == ZLIB:
-        try:
-            data = zlib.decompress(payload)
-        except zlib.error as exc:
-            raise DecodeError(f"ZLIB payload does not decompress: {exc}") from exc
-        if uncompressed_size and len(data) != uncompressed_size:
-            raise DecodeError("decompressed size does not match uncompressed_size")
-        return data
-    if codec not in _INTO:
-        raise DecodeError(f"compression codec {codec} is not supported (NONE, LZ4, ZLIB, ZSTD and SNAPPY are)")
-    name, into = _INTO[codec]
+    """The payload as produced (the compiled decompressor the Spark decoder uses too)."""
     try:
-        if not uncompressed_size and codec != LZ4:
-            return bytes(_WHOLE[codec](payload))
-        if uncompressed_size > _most_from(codec, payload):
-            written = -1                        # not tried: the payload cannot hold that much
-        else:
-            out = bytearray(uncompressed_size)
-            written = into(payload, out)
-    except (cramjam.DecompressionError, ValueError, MemoryError) as exc:
-        raise DecodeError(f"{name} (codec {codec}) payload does not decompress into its "
-                          f"uncompressed_size of {uncompressed_size} bytes: {exc}") from exc
-    if written < 0:
-        raise DecodeError(f"{name} (codec {codec}) payload of {len(payload)} bytes does not decompress "
-                          f"to its uncompressed_size of {uncompressed_size} bytes")
-    if written != uncompressed_size:
-        raise DecodeError(f"{name} (codec {codec}): decompressed size {written} does not match "
-                          f"uncompressed_size {uncompressed_size}")
-    return bytes(out)
+        return decompress(codec, payload, uncompressed_size)
+    except RecordFormatError as exc:
+        raise DecodeError(str(exc)) from None
 
 
 def _schema_version(raw: bytes) -> int | None:
