@@ -52,6 +52,12 @@ def _retention_fields(body: Any) -> dict[str, int | None]:
     return {"retention_time_minutes": retention.time_minutes, "retention_size_mb": retention.size_mb}
 
 
+def _strategy_field(value: str | None) -> str | None:
+    """NamespacePolicies' field for a SchemaCompatibilityStrategy (None: the broker's default)."""
+    strategy = CompatibilityStrategy.parse(value) if value is not None else CompatibilityStrategy.UNDEFINED
+    return None if strategy == CompatibilityStrategy.UNDEFINED else strategy.value
+
+
 @routes.add("GET", BASE + "/{tenant}", summary="List the namespaces of a tenant.", params=(TENANT,),
             replies={200: Reply("Namespace names (tenant/namespace)", STRING_LIST), **errors(404, 412)})
 async def list_namespaces(call: Call) -> list[str]:
@@ -62,7 +68,9 @@ async def list_namespaces(call: Call) -> list[str]:
             params=(TENANT, NAMESPACE), body=NAMESPACE_POLICIES, replies={204: DONE, **errors(400, 404, 409, 412)})
 async def create_namespace(call: Call) -> None:
     body = call.body or {}
+    strategy = _strategy_field(body.get("schema_compatibility_strategy"))
     policies = NamespacePolicies(deduplication_enabled=body.get("deduplicationEnabled"),
+                                 schema_compatibility_strategy=strategy,
                                  is_allow_auto_update_schema=body.get("is_allow_auto_update_schema"),
                                  schema_validation_enforced=body.get("schema_validation_enforced"),
                                  properties=body.get("properties", {}),
@@ -208,9 +216,7 @@ async def get_schema_compatibility_strategy(call: Call) -> str:
             params=(TENANT, NAMESPACE), body=STRATEGY, body_required=True,
             replies={204: DONE, **errors(400, 404, 412)})
 async def set_schema_compatibility_strategy(call: Call) -> None:
-    strategy = CompatibilityStrategy.parse(call.body)
-    await _change_policies(call, schema_compatibility_strategy=None if strategy == CompatibilityStrategy.UNDEFINED
-                           else strategy.value)
+    await _change_policies(call, schema_compatibility_strategy=_strategy_field(call.body))
 
 
 def _flag_policy(path: str, field: str, name: str, shown: str, get_summary: str, set_summary: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from pyengine.admin.names import NAME_SCHEMA, SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA
 from pyengine.admin.routing import Param, Reply
 from pyengine.admin.validation import INVALID_STATUS
+from pyengine.schema import CompatibilityStrategy
 
 INT64_MAX = 2**63 - 1
 # Refused above this (406, as Pulsar's maxNumPartitionsPerPartitionedTopic does): every
@@ -45,8 +46,10 @@ NAMESPACE_POLICIES = {
     "properties": {
         "deduplicationEnabled": {"type": "boolean", "nullable": True},
         "retention_policies": {**RETENTION_POLICIES, "nullable": True},
-        "schema_compatibility_strategy": {"type": "string", "description": "read only here (set it with "
-                                          "/schemaCompatibilityStrategy)"},
+        "schema_compatibility_strategy": {"type": "string", "nullable": True,
+                                          "enum": [s.value for s in CompatibilityStrategy],
+                                          "description": "SchemaCompatibilityStrategy (UNDEFINED or null: "
+                                                         "the broker's default)"},
         "is_allow_auto_update_schema": {"type": "boolean", "nullable": True},
         "schema_validation_enforced": {"type": "boolean", "nullable": True},
         "properties": {"type": "object", "additionalProperties": {"type": "string"}},

@@ -27,3 +27,35 @@ async def test_the_policies_of_one_namespace_create_a_copy_of_it(api):
 
     assert (await api.put(f"{NS}/public/copy", original)).status == 204
     assert (await api.get(f"{NS}/public/copy")).body == original
+
+
+async def test_the_schema_compatibility_strategy_of_the_body_applies(api, client):
+    """Pulsar's Policies field `schema_compatibility_strategy`: the namespace is created with it,
+    and the schema registry checks its topics' schemas with it."""
+    body = {"schema_compatibility_strategy": "ALWAYS_INCOMPATIBLE"}
+    assert (await api.put(f"{NS}/public/frozen", body)).status == 204
+    assert (await api.get(f"{NS}/public/frozen")).body["schema_compatibility_strategy"] == "ALWAYS_INCOMPATIBLE"
+    assert (await api.get(f"{NS}/public/frozen/schemaCompatibilityStrategy")).body == "ALWAYS_INCOMPATIBLE"
+    applied = await api.get("/admin/v2/persistent/public/frozen/t/schemaCompatibilityStrategy?applied=true")
+    assert applied.status == 404                     # no topic yet: create it, then ask
+    assert (await api.put("/admin/v2/persistent/public/frozen/t")).status == 204
+    applied = await api.get("/admin/v2/persistent/public/frozen/t/schemaCompatibilityStrategy?applied=true")
+    assert applied.body == "ALWAYS_INCOMPATIBLE"
+    first = {"type": "JSON", "schema": '{"type":"record","name":"A","fields":[]}', "properties": {}}
+    second = {"type": "JSON", "schema": '{"type":"record","name":"B","fields":[]}', "properties": {}}
+    assert (await api.post("/admin/v2/schemas/public/frozen/t/schema", first)).status == 200
+    assert (await api.post("/admin/v2/schemas/public/frozen/t/schema", second)).status == 409
+
+
+async def test_an_undefined_or_null_strategy_in_the_body_is_the_brokers_default(api):
+    for name, value in (("undefined", "UNDEFINED"), ("null", None)):
+        assert (await api.put(f"{NS}/public/{name}", {"schema_compatibility_strategy": value})).status == 204
+        assert (await api.get(f"{NS}/public/{name}/schemaCompatibilityStrategy")).body == "UNDEFINED"
+
+
+async def test_a_malformed_strategy_in_the_body_is_refused_and_creates_nothing(api):
+    for value in ("NOPE", "", 3, ["FULL"], {"FULL": 1}, True):
+        reply = await api.put(f"{NS}/public/bad", {"schema_compatibility_strategy": value})
+        assert reply.status == 400 and "schema_compatibility_strategy" in reply.body["reason"], (value, reply)
+    assert (await api.get(f"{NS}/public/bad")).status == 404
+    assert "public/bad" not in (await api.get(f"{NS}/public")).body
