@@ -37,9 +37,18 @@ from pyengine.admin.schemas import (
     errors,
 )
 from pyengine.broker.subscription import Subscription
-from pyengine.errors import SubscriptionNotFoundError
-from pyengine.transaction import TxnAction
-from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, is_v5
+from pyengine.errors import SubscriptionNotFoundError, TransactionNotFoundError
+from pyengine.transaction import TxnAction, TxnStatus
+from pyengine.transaction.coordinator import TxnMeta
+from pyengine.transaction.coordinator.metadata_coordinator import MetadataTransactionCoordinator
+from pyengine.transaction.coordinator.metadata_records import (
+    IDX_DEADLINE,
+    V5_COORDINATOR_ID,
+    HeaderState,
+    TxnHeader,
+    is_v5,
+    txn_of_path,
+)
 from pyengine_kernels import TxnId
 
 routes = RouteTable("transactions")
@@ -124,19 +133,44 @@ async def get_pending_ack_stats(call: Call) -> dict[str, Any]:
 
 
 @routes.add("GET", BASE + "/slowTransactions/{timeout}",
-            summary="List the transactions not ended after `timeout` ms (open, or stuck committing/aborting).",
+            summary="List the transactions not ended after `timeout` ms (open, or stuck committing/aborting; "
+                    "v4 and v5).",
             params=(TIMEOUT, COORDINATOR_ID),
             replies={200: Reply("TransactionMetadata per txn id", TRANSACTION_METADATA_MAP), **errors(400, 404)})
 async def get_slow_transactions(call: Call) -> dict[str, Any]:
     service = call.service
     coordinator = service.coordinator
-    ids = [call["coordinatorId"]] if call["coordinatorId"] is not None else coordinator.coordinator_ids
+    wanted, timeout = call["coordinatorId"], call["timeout"]
+    v5 = coordinator.v5
+    asks_v5 = v5 is not None and wanted == V5_COORDINATOR_ID
+    ids = [] if asks_v5 else [wanted] if wanted is not None else coordinator.coordinator_ids
     now = service.config.clock()
     slow = {}
     for cid in ids:
         for meta in coordinator.store(cid).live_transactions():
-            if now - meta.start_ms > call["timeout"]:
+            if now - meta.start_ms > timeout:
                 slow[str(meta.txn_id)] = await stats.transaction_metadata(service, meta)
+    if v5 is not None and (wanted is None or asks_v5):
+        for meta in await _slow_v5_transactions(v5, timeout):
+            slow[str(meta.txn_id)] = await stats.transaction_metadata(service, meta)
+    return slow
+
+
+async def _slow_v5_transactions(v5: MetadataTransactionCoordinator, timeout: int) -> list[TxnMeta]:
+    """The v5 transactions OPEN for longer than `timeout` ms (every broker's: the headers in the
+    metadata store, through the index of open headers by deadline), as `v5.get` gives them."""
+    now = v5.clock()
+    slow = []
+    for record in await v5.store.range_query(IDX_DEADLINE):
+        header = TxnHeader.decode(record.value, record.path)
+        if header.state is not HeaderState.OPEN or now - header.created_ms <= timeout:
+            continue
+        try:
+            meta = await v5.get(txn_of_path(record.path))
+        except TransactionNotFoundError:
+            continue                    # ended and collected since the query
+        if meta.status is TxnStatus.OPEN:
+            slow.append(meta)
     return slow
 
 
