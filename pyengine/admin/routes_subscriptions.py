@@ -1,9 +1,11 @@
 """Subscriptions of persistent topics: `/admin/v2/persistent/{tenant}/{namespace}/{topic}/
 subscription...` (Pulsar's PersistentTopics resource): list, create at a position, delete,
-reset the cursor to a message id or a publish time, and skip everything (clear the backlog).
+reset the cursor to a message id or a publish time, skip some messages, and skip everything
+(clear the backlog).
 
-On a partitioned topic each operation applies to every partition, as in Pulsar (a reset to a
-message id excepted: a message id names one partition, so it is refused there, 405).
+On a partitioned topic each operation applies to every partition, as in Pulsar, except those
+Pulsar refuses there with 405: a reset to a message id (a message id names one partition) and
+skipping a number of messages (a count is not split among partitions: skip on a partition).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pyengine_kernels import Position
 routes = RouteTable("subscriptions")
 SUB_URL = TOPIC_URL + "/subscription/{subName}"
 SUB_PATH = (*TOPIC_PATH, SUBSCRIPTION)
+NUM_MESSAGES = Param("numMessages", {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                     "how many messages (entries) to skip", "path", required=True)
 TIMESTAMP = Param("timestamp", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
                   "publish time (ms since the epoch) to reset to", "path", required=True)
 
@@ -136,3 +140,13 @@ async def reset_cursor_to_message(call: Call) -> None:
 async def skip_all_messages(call: Call) -> None:
     for subscription in await subscriptions_of(call):
         await subscription.clear_backlog()
+
+
+@routes.add("POST", SUB_URL + "/skip/{numMessages}",
+            summary="Skip the next messages of a subscription (not past an open transaction's).",
+            params=(*SUB_PATH, NUM_MESSAGES), replies={204: DONE, **errors(400, 404, 405, 412)})
+async def skip_messages(call: Call) -> None:
+    if call.service.policies.partitions(str(requested_topic(call))):
+        raise AdminError(METHOD_NOT_ALLOWED, "Skip messages on a partitioned topic is not allowed")
+    (subscription,) = await subscriptions_of(call)
+    await subscription.skip_messages(call["numMessages"])

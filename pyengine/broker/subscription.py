@@ -286,6 +286,45 @@ class Subscription:
         await self.cursor.ack_cumulative(horizon)
         self.dispatcher.acked(sorted(skipped))
 
+    async def skip_messages(self, count: int) -> None:
+        """Acknowledge the next `count` entries a consumer would be given (Pulsar's
+        skipMessages: whole entries, those already acknowledged not counted). Markers and
+        entries of aborted transactions are passed over without counting; nothing beyond the
+        read horizon is skipped (an open transaction's entries are delivered if it commits).
+        A transaction's pending acks on a skipped entry stay its own: its commit finds the
+        entry acknowledged, its abort gives nothing back."""
+        if count <= 0:
+            raise ValueError(f"the number of messages to skip must be > 0, not {count}")
+        cursor, ledger, buffer = self.cursor, self.topic.ledger, self.topic.buffer
+        horizon = buffer.max_read_position()
+        last = cursor.mark_delete
+        start = ledger.next_position(last)
+        while count > 0 and start <= horizon:
+            entries = ledger.read_entries(start, min(count, 1000) + 16, horizon)
+            if not entries:
+                break
+            for entry in entries:
+                at = entry.position
+                visible = not (entry.is_marker or cursor.is_acked(at)
+                               or (entry.txn_most >= 0 and buffer.hides(entry)))
+                if visible:
+                    if count == 0:
+                        break
+                    count -= 1
+                last = at
+            else:
+                start = ledger.next_position(entries[-1].position)
+                continue
+            break
+        if last <= cursor.mark_delete:
+            return
+        skipped = {p for p in self.dispatcher.redeliveries if p <= last}
+        skipped.update(p for consumer in self.consumers for p in consumer.pending if p <= last)
+        done = cursor.ack_cumulative(last)
+        self.dispatcher.acked(sorted(skipped))
+        self.dispatcher.notify()
+        await done
+
     def backlog(self) -> int:
         return self.cursor.backlog()
 

@@ -5,6 +5,7 @@
     pyengine admin namespaces create public/x
     pyengine admin topics create-partitioned-topic persistent://public/default/t -p 4
     pyengine admin topics stats persistent://public/default/t-partition-0
+    pyengine admin topics skip persistent://public/default/t-partition-0 -s my-sub -n 10
     pyengine admin transactions coordinator-stats
     pyengine admin transactions get-metadata 0 12
     pyengine admin transactions abort 0 12
@@ -286,6 +287,10 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: _reset_cursor(a)),
     ("topics", "clear-backlog", ("skip-all",), "skip every message on a subscription", (TOPIC, SUBSCRIPTION),
      lambda a: ("POST", f"{_sub(a)}/skip_all", None)),
+    ("topics", "skip", (), "skip the next -n messages of a subscription (not on a partitioned topic)",
+     (TOPIC, SUBSCRIPTION, (("-n", "--count"), {"type": int, "required": True,
+                                                 "help": "number of messages to skip"})),
+     lambda a: ("POST", f"{_sub(a)}/skip/{a.count}", None)),
     ("topics", "terminate", (), "terminate a topic", (TOPIC,), lambda a: ("POST", f"{_topic(a)}/terminate", None)),
     ("topics", "get-deduplication", (), "show the topic's de-duplication policy",
      (TOPIC, (("--applied",), {"action": "store_true", "help": "the policy in force"})),

@@ -135,3 +135,31 @@ async def test_schemas(admin, tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     status, _, err = await admin("schemas", "upload", topic, "-f", str(tmp_path / "bad.json"))
     assert status == 1 and "is not JSON" in err
+
+
+async def test_skip(admin, client):
+    topic = "persistent://public/default/sk"
+    producer = await client.create_producer(topic)
+    for i in range(3):
+        await producer.send(b"m%d" % i)
+    assert (await admin("topics", "create-subscription", topic, "-s", "s", "-m", "earliest"))[0] == 0
+    assert await admin("topics", "skip", topic, "-s", "s", "-n", "2") == (0, None, "")
+    assert (await admin("topics", "stats", topic))[1]["subscriptions"]["s"]["msgBacklog"] == 1
+    status, _, err = await admin("topics", "skip", topic, "-s", "s", "-n", "0")
+    assert status == 1 and err.startswith("error: HTTP 400: ") and "numMessages" in err
+    status, _, err = await admin("topics", "skip", topic, "-s", "s", "-n", "-3")
+    assert status == 1 and err.startswith("error: HTTP 400: ")
+    status, _, err = await admin("topics", "skip", topic, "-s", "nope", "-n", "1")
+    assert status == 1 and err.startswith("error: HTTP 404: ")
+    assert (await admin("topics", "create-partitioned-topic", "pt", "-p", "2"))[0] == 0
+    status, _, err = await admin("topics", "skip", "pt", "-s", "s", "-n", "1")
+    assert (status, err) == (1, "error: HTTP 405: Skip messages on a partitioned topic is not allowed\n")
+    await producer.close()
+
+
+def test_skip_usage_errors_exit_2(capsys):
+    for args in (["-n", "many"], [], ["-n", "1.5"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(["admin", "topics", "skip", "t", "-s", "s", *args])
+        assert stopped.value.code == 2
+    capsys.readouterr()
