@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
 from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry
-from pyengine.storage.environment import StorageEnvironment
+from pyengine.storage.environment import StorageEnvironment, WriteFn
 from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
 from pyengine.storage.records_pb2 import CursorRecord, LedgerRecord, PositionRecord, TopicRecord
 from pyengine_kernels import Position
@@ -123,6 +123,7 @@ class ManagedLedger:
         self._in_flight = 0
         self._listeners: list[Callable[[], None]] = []
         self._trim_listeners: list[Callable[[Position], None]] = []
+        self._trim_writers: list[Callable[[Position], WriteFn | None]] = []
         self._trim_lock = asyncio.Lock()
         self._trimming: asyncio.Task[None] | None = None
         self._trim_again = False
@@ -627,6 +628,14 @@ class ManagedLedger:
         `first_position` is gone."""
         self._trim_listeners.append(listener)
 
+    def add_trim_writer(self, writer: Callable[[Position], WriteFn | None]) -> None:
+        """`writer(first_position)` runs just before a trim deletes ledgers, `first_position`
+        being the first entry left after it. The LMDB write it returns (None: nothing to add)
+        goes into the very transaction that deletes them, so what it records in place of the
+        deleted entries is durable exactly when they are gone, also across a crash. Raising
+        StorageError refuses the trim (nothing is deleted; a later trim tries again)."""
+        self._trim_writers.append(writer)
+
     def add_failure_listener(self, listener: Callable[[Position], None]) -> None:
         """`listener(first_failed)` runs when appends fail: no entry assigned a position at or
         after `first_failed` so far is durable (later appends go to a new ledger)."""
@@ -689,6 +698,16 @@ class ManagedLedger:
         entries_db, ledgers_db, prefix = self._entries_db, self.env.db("ledgers"), self._prefix
         ranges = [(self._key(Position(i.ledger_id, 0)), self._key(Position(i.ledger_id + 1, -1)),
                    prefix + pack_i64(i.ledger_id)) for i in doomed]
+        extra: list[WriteFn] = []
+        if self._trim_writers:
+            gone = {info.ledger_id for info in doomed}
+            first_left = next((Position(info.ledger_id, 0) for info in self.ledgers.values()
+                               if info.ledger_id not in gone and info.entries > 0 and info.last_entry_id >= 0),
+                              self.lac.next())
+            for writer in list(self._trim_writers):
+                write = writer(first_left)
+                if write is not None:
+                    extra.append(write)
 
         def delete(txn) -> None:
             cursor = txn.cursor(db=entries_db)
@@ -697,6 +716,8 @@ class ManagedLedger:
                     while cursor.key() and cursor.key() < end:
                         cursor.delete()
                 txn.delete(ledger_key, db=ledgers_db)
+            for write in extra:
+                write(txn)
 
         await self.env.submit(delete)
         for info in doomed:

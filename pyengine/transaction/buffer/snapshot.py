@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 
 from core_ext.poskeys import pack_i64
 from pyengine.storage import StorageEnvironment
+from pyengine.storage.environment import WriteFn
 from pyengine.storage.errors import CorruptRecordError
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer.ended import EndedTxns
@@ -77,5 +78,10 @@ class SnapshotStore:
     def save(self, snapshot: TransactionBufferSnapshot) -> asyncio.Future[None]:
         """Queue `snapshot` (encoded now, so later changes do not leak into it); resolves once
         it (or a later one that replaced it before the commit) is durable."""
+        return self.env.submit(self.write_of(snapshot), key=("tb_snapshot", self.key))
+
+    def write_of(self, snapshot: TransactionBufferSnapshot) -> WriteFn:
+        """The LMDB write that stores `snapshot` (encoded now), for another write to carry
+        (a trim's: see ManagedLedger.add_trim_writer)."""
         key, value, db = self.key, snapshot.encode(), self._db
-        return self.env.submit(lambda txn: txn.put(key, value, db=db), key=("tb_snapshot", key))
+        return lambda txn: txn.put(key, value, db=db)

@@ -41,6 +41,7 @@ from pyengine.errors import (
 from pyengine.storage import ManagedLedger, StorageError
 from pyengine.storage import TopicTerminatedError as LedgerTerminatedError
 from pyengine.storage.entry import Entry
+from pyengine.storage.environment import WriteFn
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import BufferState, TransactionBuffer
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
@@ -101,12 +102,14 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._queued_snapshot_position: Position | None = None
         self._last_snapshot_ms = 0
         self._last_snapshot_position: Position | None = None
+        self._trim_snapshot: tuple[Position, int] | None = None     # carried by a trim not settled yet
         self._committed_total = 0
         self._aborted_total = 0
         self._recover_start_ms = 0
         self._recover_end_ms = 0
         self._replayed_entries = 0
         ledger.add_listener(self._on_lac_moved)
+        ledger.add_trim_writer(self._snapshot_for_trim)
         ledger.add_trim_listener(self._on_trimmed)
         ledger.add_failure_listener(self._on_append_failed)
 
@@ -597,13 +600,39 @@ class TopicTransactionBuffer(TransactionBuffer):
         if self.state is BufferState.READY:
             self._notify()
 
+    def _snapshot_for_trim(self, first_position: Position) -> WriteFn | None:
+        """The snapshot a trim writes in the LMDB transaction that deletes its ledgers (every
+        entry before `first_position`). The deleted markers told which txns ended here (late
+        writes of those must stay refused), and the replay after a stored snapshot taken
+        before them would no longer find them: written after the deletion, the snapshot could
+        be lost to a crash in between; written before it, a crash in between would leave the
+        aborted entries without their aborts. In the same write, neither can happen. Its
+        aborted set already leaves out the aborts whose marker goes (nothing of them is left);
+        the one in memory follows when the trim has committed (`_on_trimmed`)."""
+        if not self._transactional or not self.config.snapshots_enabled:
+            return None
+        if self.state is BufferState.READY or (self.state is BufferState.CLOSED and self._recover_end_ms):
+            limit = self.ledger.lac           # everything written here is known (closed: was ready)
+        elif self.state is BufferState.INITIALIZING and first_position <= self._verified.next():
+            limit = self._verified            # the replay has read all that goes
+        else:
+            # Entries the buffer has not read (yet): the trim waits for a later attempt.
+            raise StorageError(f"not trimmed: the transaction buffer of {self.ledger.name} is "
+                               f"{self.state.value} and has not read the entries to delete yet")
+        aborted = AbortedTxnSet.from_bytes(self._aborted.to_bytes())
+        aborted.trim_before(first_position)
+        position, taken_ms = self._horizon(limit), _now_ms()
+        write = self._snapshots.write_of(TransactionBufferSnapshot(position, aborted, self._ended, taken_ms))
+        self._trim_snapshot = (position, taken_ms)
+        return write
+
     def _on_trimmed(self, first_position: Position) -> None:
         # Aborts whose marker is gone have no entries left either (entries precede markers).
         self._aborted.trim_before(first_position)
-        # The deleted markers also told which txns ended here (late writes of those must stay
-        # refused): a snapshot now keeps that, and recovery need not start in a deleted ledger.
-        if self.state is BufferState.READY and self._transactional:
-            self._write_snapshot()
+        # The trim's own write held the snapshot that keeps what the deleted markers told.
+        carried, self._trim_snapshot = self._trim_snapshot, None
+        if carried is not None and carried[1] >= self._last_snapshot_ms:
+            self._last_snapshot_ms, self._last_snapshot_position = carried[1], carried[0]
 
     # --- stats, lifecycle -----------------------------------------------------------------
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from pyengine.errors import NotAllowedError, ServiceNotReadyError
-from pyengine.storage import CorruptRecordError, ManagedLedger, ManagedLedgerConfig
+from pyengine.storage import CorruptRecordError, ManagedLedger, ManagedLedgerConfig, StorageError
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import BufferState
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
@@ -310,3 +310,96 @@ async def test_a_txn_whose_marker_was_trimmed_stays_ended_after_a_crash(reopen):
     for txn in ended:
         with pytest.raises(NotAllowedError):
             await buffer.append(txn, b"late")
+
+
+async def _end_txns_then_trim_their_ledger(env, ledger, buffer):
+    """An aborted and a committed txn whose markers lie in a ledger then trimmed, with no
+    snapshot taken between their ends and the trim (only the first one, before them)."""
+    cursor = await ledger.open_cursor("sub", "earliest")
+    aborted, committed = TxnId(1, 1), TxnId(1, 2)
+    await buffer.append(aborted, b"a")
+    await buffer.abort(aborted, -1)
+    await buffer.append(committed, b"c")
+    await buffer.commit(committed, -1)
+    for _ in range(3):
+        await ledger.append(b"plain")
+    stored = SnapshotStore(env, ledger.topic_id).load()
+    assert stored is not None and not stored.ended.outcome(aborted) and not stored.ended.outcome(committed)
+    first = ledger.first_position()
+    await cursor.ack_cumulative(buffer.max_read_position())
+    ledger.set_retention(0, -1)
+    return [aborted, committed], first
+
+
+async def test_a_crash_right_after_a_trim_keeps_the_txns_its_markers_ended(reopen):
+    """kill -9 just after a trim committed: whatever the trim made the buffer write afterwards
+    (its snapshot) is lost. The txns that ended in the trimmed ledger must still be known as
+    ended after the restart: a late write of them refused, none of them open."""
+    config = ManagedLedgerConfig(max_entries_per_ledger=4)
+    env = reopen()
+    ledger, buffer = await open_buffer(
+        env, TopicTransactionBufferConfig(snapshot_min_interval_ms=3_600_000), config)
+    ended, first = await _end_txns_then_trim_their_ledger(env, ledger, buffer)
+    await ledger.trim(now_ms=1 << 62)
+    assert ledger.first_position() > first
+    assert all(e.txn is None for e in ledger.read_entries(Position.EARLIEST, 100))
+    env = reopen(env)           # at once: nothing queued after the trim's commit is written
+    ledger, buffer = await open_buffer(env, None, config)
+    assert buffer.ongoing_txns() == []
+    for txn in ended:
+        with pytest.raises(NotAllowedError):
+            await buffer.append(txn, b"late")
+    assert buffer.ongoing_txns() == []
+    assert buffer.max_read_position() == ledger.lac
+    await shut(ledger, buffer)
+
+
+async def test_a_trim_during_recovery_waits_until_the_replay_read_what_it_deletes(reopen):
+    """A recovering buffer does not know yet what the markers of entries it has not replayed
+    tell: a trim that would delete them is refused (nothing deleted); once they are read, the
+    trim goes ahead and its snapshot keeps what they told, also across a crash right after it."""
+    config = ManagedLedgerConfig(max_entries_per_ledger=4)
+    env = reopen()
+    ledger, buffer = await open_buffer(
+        env, TopicTransactionBufferConfig(snapshot_min_interval_ms=3_600_000), config)
+    ended, first = await _end_txns_then_trim_their_ledger(env, ledger, buffer)
+    env = reopen(env)           # a crash before any snapshot covers the ends
+    ledger = await ManagedLedger.open(env, TOPIC, config)
+    ledger.set_retention(0, -1)
+    buffer = TopicTransactionBuffer(ledger, TopicTransactionBufferConfig(replay_chunk_entries=1))
+    recovery = asyncio.ensure_future(buffer.recover())
+    while buffer.stats()["recover_replayed_entries"] == 0:
+        await asyncio.sleep(0)
+    assert buffer.state is BufferState.INITIALIZING
+    with pytest.raises(StorageError):
+        await ledger.trim(now_ms=1 << 62)
+    assert ledger.first_position() == first
+    await recovery
+    assert await ledger.trim(now_ms=1 << 62)
+    assert ledger.first_position() > first
+    env = reopen(env)
+    ledger, buffer = await open_buffer(env, None, config)
+    for txn in ended:
+        with pytest.raises(NotAllowedError):
+            await buffer.append(txn, b"late")
+    assert buffer.ongoing_txns() == []
+    await shut(ledger, buffer)
+
+
+async def test_a_trim_after_the_buffer_closed_still_keeps_what_its_markers_told(reopen):
+    """The ledger may trim after its buffer closed (it closes later): the buffer, which knew
+    everything when it closed, still writes the snapshot with the trim."""
+    config = ManagedLedgerConfig(max_entries_per_ledger=4)
+    env = reopen()
+    ledger, buffer = await open_buffer(
+        env, TopicTransactionBufferConfig(snapshot_min_interval_ms=3_600_000), config)
+    ended, first = await _end_txns_then_trim_their_ledger(env, ledger, buffer)
+    await buffer.close()
+    assert await ledger.trim(now_ms=1 << 62)
+    assert ledger.first_position() > first
+    env = reopen(env)
+    ledger, buffer = await open_buffer(env, None, config)
+    for txn in ended:
+        with pytest.raises(NotAllowedError):
+            await buffer.append(txn, b"late")
+    await shut(ledger, buffer)
