@@ -4,6 +4,7 @@ END_TXN, malformed keys, and the unkeyed connect unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -173,3 +174,40 @@ async def test_a_late_send_of_an_ended_transaction_never_lands_in_the_next_one(s
     assert seen[0].endswith(b"first") and seen[1].endswith(b"second")
     assert not any(b"late-retry" in payload for payload in seen)
     await watcher.no_command(0.2)
+
+
+async def test_a_connect_is_answered_while_a_participant_never_confirms_the_fenced_abort(
+        server: ProtocolServer, service, connect: Connect) -> None:
+    """The fence answers once the zombie's abort is durably decided; a participant that does not
+    confirm it (unreachable, slow) is told in the background, not waited for without bound."""
+    service.coordinator_v4.keys.fence_wait_ms = 100
+    release, told = asyncio.Event(), []
+    real = service.end_txn_on_subscription
+
+    async def unreachable(topic, subscription, txn, action, low_watermark):
+        await release.wait()
+        told.append(action)
+        await real(topic, subscription, txn, action, low_watermark)
+
+    service.end_txn_on_subscription = unreachable
+    zombie, task2, task3 = [await connect(server.port) for _ in range(3)]
+    await key_connect(zombie)
+    txn = bits(await new_txn(zombie))
+    added = await zombie.request("ADD_SUBSCRIPTION_TO_TXN", request_id=next(_ids), **txn,
+                                 subscription=[pb.Subscription(topic=TOPIC, subscription="in")])
+    assert not added.HasField("error")
+
+    reply = await key_connect(task2)                   # (the driver waits 5 s at most)
+    assert (reply.HasField("error"), reply.epoch) == (False, 1)
+    assert await zombie.closed()
+    end = await task2.request("END_TXN", request_id=next(_ids), txn_action=int(TxnAction.COMMIT), **txn)
+    assert end.error == pb.ExpiredTransaction          # the zombie's txn never commits
+    assert (await key_connect(task3)).epoch == 2       # nor does the next connect queue behind it
+    assert not (await new_txn(task3)).HasField("error")
+    assert told == []
+    release.set()
+    for _ in range(200):
+        if told:
+            break
+        await asyncio.sleep(0.01)
+    assert told == [TxnAction.ABORT]

@@ -15,15 +15,28 @@ crash. Taking the epoch fences the previous one at once, in this order:
 1. the epoch is raised in memory: from this moment every request of a transaction started
    under an older epoch (send, ack, ADD_PARTITION/ADD_SUBSCRIPTION, END_TXN) raises
    `ExpiredTransactionError`, and TC requests over the older epoch's connection NotAllowed;
-2. the record is made durable, and the key's open transaction (if any) is aborted through the
-   coordinator: the read horizon of the topics it wrote to moves on, its acks are released;
-3. the connection holding the older epoch is closed (after the abort: its consumers' messages
-   then return to their subscriptions with nothing of them still pending), and the connect is
-   answered.
+2. the record is made durable, and the abort of the key's open transaction (if any) is decided
+   through the coordinator, durably: from then on it can only end aborted, also after a
+   restart. The key's lock is held up to here only;
+3. the coordinator tells the transaction's participants (the read horizon of the topics it
+   wrote to moves on, its acks are released); the connect waits for that `fence_wait_ms` at
+   most. A participant that does not confirm by then (unreachable, slow to load) is told in the
+   background, each call repeated until it confirms, as for any ending: the connect is not held
+   for it, nor are the key's other connects (which would otherwise queue behind it without
+   bound). The spec asks the TC to "abort the old transaction as soon as a new connection is
+   established" and to "reject all requests coming from that transaction": the fence (1) and
+   the durable decision (2) are that; the participants' confirmation only makes the new task's
+   start clean in the common case (the zombie's entries no longer hold back the read horizon,
+   its acks no longer conflict), which its abort markers then bring about a little later;
+4. the connection holding the older epoch is closed (after the wait: its consumers' messages
+   then usually return to their subscriptions with nothing of them still pending; a later abort
+   gives back what it held, also to a consumer that came since), and the connect is answered.
 
 One open transaction per key: NEW_TXN while the key's transaction is still open is refused
 (NotAllowed) rather than aborting it, so a task never silently loses its own work; a new task
-takes over by connecting (which aborts the old one), not by starting a transaction.
+takes over by connecting (which aborts the old one), not by starting a transaction. A
+transaction whose end is decided (ABORTING, COMMITTING) is no longer open: it can neither
+register, send, ack nor end otherwise.
 
 Transactions are bound to the epoch they were started under; the records keep the bindings of
 the key's recent transactions (`HISTORY`), so a fenced transaction is reported as expired also
@@ -62,6 +75,9 @@ MAX_KEY_LENGTH = 256
 ANONYMOUS = "anonymous"
 NO_EPOCH = -1
 HISTORY = 32                    # bindings of earlier transactions kept per key
+# How long a connect (or a key's deletion) waits for the participants of the transaction it
+# fenced, once that abort is durably decided (well below a client's 30 s operation timeout).
+FENCE_WAIT_MS = 5_000
 RECORD_PREFIX = b"__transaction_key/"
 
 
@@ -156,6 +172,7 @@ class TransactionKeys:
         self._clock = clock
         self._keys: dict[str, KeyState] = {}
         self._bindings: dict[TxnId, tuple[KeyState, int]] = {}     # txn -> (its key, the epoch it began under)
+        self.fence_wait_ms = FENCE_WAIT_MS
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -214,27 +231,30 @@ class TransactionKeys:
         if state is None:
             now = self._clock()
             state = self._keys[key_id(owner, key)] = KeyState(owner, key, coordinator_id, created_ms=now, epoch_ms=now)
-        async with state.lock:
-            if presented != NO_EPOCH and (presented != state.epoch or state.deleted):
-                raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was fenced "
-                                      f"(the key is at epoch {state.epoch}); only a new task (epoch -1) may connect")
-            if state.deleted:
-                state.deleted = False
-                state.created_ms = self._clock()
-            state.epoch += 1                       # 1. fences the older epoch's requests at once
-            state.epoch_ms = self._clock()
-            previous_holder, previous_close = state.holder, state.on_fenced
-            state.holder, state.on_fenced = holder, on_fenced
-            try:
-                await self._persist(state)         # 2. durable before it is answered
-                await self._abort_open(state)
-            finally:
-                # 3. the zombie's connection, once its txn's acks are released: its consumers'
-                # unacknowledged messages then go back to the subscription in full.
-                if previous_close is not None and previous_holder is not holder:
-                    previous_close()
-            log.info("transaction key %s: epoch %d", state.id, state.epoch)
-            return state.epoch
+        previous_holder = previous_close = None
+        try:
+            async with state.lock:
+                if presented != NO_EPOCH and (presented != state.epoch or state.deleted):
+                    raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was fenced (the key is at "
+                                          f"epoch {state.epoch}); only a new task (epoch -1) may connect")
+                if state.deleted:
+                    state.deleted = False
+                    state.created_ms = self._clock()
+                state.epoch += 1                   # 1. fences the older epoch's requests at once
+                state.epoch_ms = self._clock()
+                epoch = state.epoch
+                previous_holder, previous_close = state.holder, state.on_fenced
+                state.holder, state.on_fenced = holder, on_fenced
+                await self._persist(state)         # 2. durable before it is answered,
+                fenced, ending = state.txn, await self._abort_open(state)   # and so is the abort's decision
+            await self._wait_for_participants(state, fenced, ending)       # 3. bounded
+        finally:
+            # 4. the zombie's connection, once its txn's acks are (as a rule) released: its
+            # consumers' unacknowledged messages then go back to the subscription in full.
+            if previous_close is not None and previous_holder is not holder:
+                previous_close()
+        log.info("transaction key %s: epoch %d", state.id, epoch)
+        return epoch
 
     def disconnected(self, owner: str, key: str, holder: Any) -> None:
         """The connection `holder` closed: it no longer holds the key's epoch."""
@@ -302,7 +322,8 @@ class TransactionKeys:
             if previous_close is not None:
                 previous_close()
             await self._persist(state)
-            await self._abort_open(state)
+            fenced, ending = state.txn, await self._abort_open(state)
+        await self._wait_for_participants(state, fenced, ending)
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -312,9 +333,40 @@ class TransactionKeys:
         except TransactionNotFoundError:
             return False
 
-    async def _abort_open(self, state: KeyState) -> None:
-        if state.txn is not None and state.txn_epoch < state.epoch and self._is_open(state.txn):
-            await self.service.abort_fenced(state.txn)
+    async def _abort_open(self, state: KeyState) -> asyncio.Future[TxnStatus] | None:
+        """Decide the abort of the key's transaction if a fence left it unended (open, or its
+        ending still under way, e.g. that of an earlier fence); returns once the decision is
+        durable, with the ending's future (None: nothing left to end)."""
+        if state.txn is None or state.txn_epoch >= state.epoch:
+            return None
+        try:
+            status = self.service.get(state.txn).status
+        except TransactionNotFoundError:
+            return None
+        if status.is_terminal:
+            return None
+        return await self.service.abort_fenced(state.txn)
+
+    async def _wait_for_participants(self, state: KeyState, txn: TxnId | None,
+                                     ending: asyncio.Future[TxnStatus] | None) -> None:
+        """Wait `fence_wait_ms` at most for the ending of `txn`, the fenced txn (its decision
+        is durable: the participants are told in the background regardless, until each
+        confirms)."""
+        if ending is None:
+            return
+        try:
+            await asyncio.wait({ending}, timeout=self.fence_wait_ms / 1000)
+        finally:
+            if not ending.done():
+                ending.cancel()                    # this caller's waiter only, not the ending
+        if ending.cancelled():
+            log.warning("transaction key %s: the end of fenced transaction %s is durably decided but not yet "
+                        "confirmed by all its participants after %d ms; answering, they are told in the background",
+                        state.id, txn, self.fence_wait_ms)
+        elif ending.exception() is not None:
+            log.warning("transaction key %s: the ending of fenced transaction %s stopped (its decision is "
+                        "durable: a restart, or the key's next fence, resumes it): %r",
+                        state.id, txn, ending.exception())
 
     async def _persist(self, state: KeyState) -> None:
         db = self.env.db("meta")

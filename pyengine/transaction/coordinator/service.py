@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -72,12 +72,15 @@ _DECIDING = {TxnAction.COMMIT: TxnStatus.COMMITTING, TxnAction.ABORT: TxnStatus.
 
 @dataclass
 class _Ending:
-    """One txn being ended: every END_TXN for it awaits `done`."""
+    """One txn being ended: every END_TXN for it awaits `done`; a transaction key's fence
+    awaits `decided` (the decision is durable: from then on the txn can only end this way, also
+    after a restart)."""
 
     action: TxnAction
     timed_out: bool
     done: Outcome[TxnStatus]
     task: asyncio.Task[None] | None = None
+    decided: Outcome[None] = field(default_factory=Outcome)
 
 
 class TransactionCoordinatorService:
@@ -273,14 +276,40 @@ class TransactionCoordinatorService:
         self._counters.record_end_txn((time.perf_counter() - started) * 1000)
         return status
 
-    async def abort_fenced(self, txn: TxnId) -> None:
-        """Abort a txn whose transaction key was connected under a newer epoch, and wait until
-        every participant applied it. A txn whose commit was decided before the fence ends
-        committed: that decision was taken under its valid epoch."""
+    async def abort_fenced(self, txn: TxnId) -> asyncio.Future[TxnStatus] | None:
+        """Decide the abort of a txn whose transaction key was connected under a newer epoch
+        (or deleted). Returns once the decision is durable — from then on the txn can only end
+        aborted, also after a restart — with a future of the ending, which completes once every
+        participant applied it: the caller awaits it as long as it sees fit, the participants
+        are told in the background regardless, each call repeated until it confirms (as for
+        any ending). A txn whose commit was decided before the fence ends committed (that
+        decision was taken under its valid epoch): the future is that ending's. None: the txn
+        had already ended (or is no longer known)."""
+        self._check_running()
+        store = self._store_of(txn)
+        ending = self._endings.get(txn)
+        if ending is None:
+            try:
+                meta = store.get(txn)
+            except TransactionNotFoundError as exc:
+                log.info("fenced transaction %s not aborted: %s", txn, exc)
+                return None
+            if meta.status.is_terminal:
+                return None
+            if meta.status == TxnStatus.OPEN:
+                ending = self._begin_ending(store, txn, TxnAction.ABORT, timed_out=False, decided=False)
+            else:                                  # decided, its ending stopped by an error
+                ending = self._resume_ending(store, meta)
+        if ending.action != TxnAction.ABORT:
+            log.info("fenced transaction %s not aborted: its commit was decided before the fence", txn)
+        done = ending.done.waiter()
+        done.add_done_callback(mark_retrieved)
         try:
-            await self.end_transaction(txn, TxnAction.ABORT, check_epoch=False)
-        except (InvalidTxnStatusError, TransactionNotFoundError) as exc:
-            log.info("fenced transaction %s not aborted: %s", txn, exc)
+            await ending.decided.waiter()
+        except BaseException:
+            done.cancel()                          # only this caller's waiter
+            raise
+        return done
 
     def poll_timeouts(self) -> int:
         """Abort every OPEN txn whose timeout has passed; returns how many. The service's timer
@@ -336,7 +365,7 @@ class TransactionCoordinatorService:
             self._timeouts.cancel(txn)
             final = (TxnStatus.COMMITTED if ending.action == TxnAction.COMMIT
                      else TxnStatus.TIME_OUT if meta.timed_out else TxnStatus.ABORTED)
-            await self._tell_participants(store, meta, ending.action, decision)
+            await self._tell_participants(store, meta, ending.action, decision, ending.decided)
             # Every participant has applied the decision durably: the outcome is final and the
             # caller is answered now, before the terminal record (see _write_final_status).
             self._counters.record_ended(final)
@@ -346,6 +375,8 @@ class TransactionCoordinatorService:
             _stopped(txn, ending)
             raise
         except Exception as exc:
+            if not ending.decided.done():
+                ending.decided.set_exception(exc)
             if not ending.done.done():
                 ending.done.set_exception(exc)
             else:
@@ -381,12 +412,13 @@ class TransactionCoordinatorService:
             log.error("could not write the end of %s (recovery will): %s", txn, retry.exception())
 
     async def _tell_participants(self, store: LogTransactionMetadataStore, meta: TxnMeta, action: TxnAction,
-                                 decision: asyncio.Future[Any] | None) -> None:
+                                 decision: asyncio.Future[Any] | None, decided: Outcome[None]) -> None:
         """Tell every participant the decision. `decision` (its record's write, when it is
         not durable yet): the partitions are told at once and write their markers into the
         same group commit, conditional on it; the subscriptions, whose acks go into
         cursors shared with non-transactional acks, are told once it is durable. If it
-        fails, nothing was applied anywhere: the txn is OPEN again and this raises."""
+        fails, nothing was applied anywhere: the txn is OPEN again and this raises.
+        `decided` is set once the decision is durable."""
         txn, participants = meta.txn_id, self.participants
 
         def tell(topic: str) -> Awaitable[None]:
@@ -420,6 +452,7 @@ class TransactionCoordinatorService:
                 except Exception:
                     self._rearm_timeout(store, txn)
                     raise
+            decided.set_result(None)
             subscriptions = [until_confirmed(
                                  lambda topic=topic, sub=sub: participants.end_txn_on_subscription(
                                      topic, sub, txn, action, store.low_watermark()),
@@ -503,7 +536,8 @@ async def _all(calls: list[Awaitable[Any]]) -> None:
 
 
 def _stopped(txn: TxnId, ending: _Ending) -> None:
-    if not ending.done.done():
-        ending.done.set_exception(ServiceNotReadyError(
-            f"the transaction coordinator closed while ending {txn}; it resumes on restart"))
+    for outcome in (ending.decided, ending.done):
+        if not outcome.done():
+            outcome.set_exception(ServiceNotReadyError(
+                f"the transaction coordinator closed while ending {txn}; it resumes on restart"))
 

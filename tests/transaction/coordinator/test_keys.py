@@ -10,7 +10,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from pyengine.errors import ExpiredTransactionError, InvalidTransactionKeyError, NotAllowedError
+from pyengine.errors import (
+    ExpiredTransactionError,
+    InvalidTransactionKeyError,
+    InvalidTxnStatusError,
+    NotAllowedError,
+)
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator.keys import (
     ANONYMOUS,
@@ -20,7 +25,7 @@ from pyengine.transaction.coordinator.keys import (
     coordinator_for,
 )
 from tests.transaction.coordinator.fakes import FakeClock, RecordingParticipants
-from tests.transaction.coordinator.helpers import ServiceHarness
+from tests.transaction.coordinator.helpers import ServiceHarness, eventually
 
 N = 4
 
@@ -306,3 +311,96 @@ class KeyMachine(RuleBasedStateMachine):
 
 KeyMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=20, deadline=None)
 test_key_model = KeyMachine.TestCase
+
+
+# --- a fenced transaction's abort that a participant never confirms ----------------------------
+
+OUT, IN = "persistent://t/n/out", ("persistent://t/n/in", "sub")
+ANSWERED_WITHIN_S = 3          # far above the fence's wait for the participants, far below "never"
+
+
+async def open_transaction_of(service, key: str, epoch: int):
+    txn = await service.keys.new_transaction(ANONYMOUS, key, epoch, tc(key), 60_000)
+    await service.add_produced_partitions(txn, [OUT])
+    await service.add_acked_subscriptions(txn, [IN])
+    return txn
+
+
+async def test_a_connect_is_answered_while_a_participant_never_confirms_the_fenced_abort(harness, participants):
+    """The connect waits for the abort's decision to be durable and the zombie's epoch fenced,
+    and for the participants only a bounded time: their fan-out goes on in the background,
+    retried until each confirms, as for any ending."""
+    service = harness.service
+    service.keys.fence_wait_ms = 100
+    zombie, task2, task3 = Holder(), Holder(), Holder()
+    await connect(service, "job", holder=zombie)
+    txn = await open_transaction_of(service, "job", 0)
+    release = participants.block(IN)                              # never confirms (until released)
+
+    assert await asyncio.wait_for(connect(service, "job", holder=task2), ANSWERED_WITHIN_S) == 1
+    assert service.get(txn).status == TxnStatus.ABORTING           # decided, not confirmed everywhere
+    assert zombie.closed and not task2.closed
+    with pytest.raises(ExpiredTransactionError):                   # the zombie is fenced
+        service.register_produced_partitions(txn, ["persistent://t/n/other"])
+    with pytest.raises(ExpiredTransactionError):
+        await service.end_transaction(txn, TxnAction.COMMIT)
+    with pytest.raises(InvalidTxnStatusError):                     # and can only end aborted
+        await service.end_transaction(txn, TxnAction.COMMIT, check_epoch=False)
+
+    # Another connect of the key does not queue behind the pending fan-out either.
+    assert await asyncio.wait_for(connect(service, "job", holder=task3), ANSWERED_WITHIN_S) == 2
+    assert task2.closed and not task3.closed
+    assert service.get(txn).status == TxnStatus.ABORTING
+    # The new task works meanwhile: the zombie's transaction is no longer open.
+    mine = await asyncio.wait_for(service.keys.new_transaction(ANONYMOUS, "job", 2, tc("job"), 60_000),
+                                  ANSWERED_WITHIN_S)
+
+    release.set()
+    await eventually(lambda: service.get(txn).status == TxnStatus.ABORTED)
+    assert participants.told(txn) == {OUT: {TxnAction.ABORT}, IN: {TxnAction.ABORT}}
+    assert service.get(mine).status == TxnStatus.OPEN
+
+
+async def test_a_second_connect_is_not_blocked_by_a_first_waiting_for_the_participants(harness, participants):
+    service = harness.service
+    service.keys.fence_wait_ms = 100
+    await connect(service, "job")
+    txn = await open_transaction_of(service, "job", 0)
+    release = participants.block(IN)
+    first, second = Holder(), Holder()
+    epochs = await asyncio.wait_for(asyncio.gather(connect(service, "job", holder=first),
+                                                   connect(service, "job", holder=second)), ANSWERED_WITHIN_S)
+    assert epochs == [1, 2] and first.closed and not second.closed
+    release.set()
+    await eventually(lambda: service.get(txn).status == TxnStatus.ABORTED)
+
+
+async def test_a_fenced_abort_answered_before_its_participants_confirmed_is_resumed_after_a_restart(
+        harness, participants):
+    service = harness.service
+    service.keys.fence_wait_ms = 100
+    await connect(service, "job")
+    txn = await open_transaction_of(service, "job", 0)
+    release = participants.block(IN)
+    assert await asyncio.wait_for(connect(service, "job"), ANSWERED_WITHIN_S) == 1
+    service = await harness.restart()                              # the ABORTING decision was durable
+    await participants.reached(IN)
+    assert service.get(txn).status == TxnStatus.ABORTING
+    release.set()
+    await eventually(lambda: service.get(txn).status == TxnStatus.ABORTED)
+    assert TxnAction.COMMIT not in {call.action for call in participants.calls_for(txn)}
+    with pytest.raises(ExpiredTransactionError):
+        await service.end_transaction(txn, TxnAction.COMMIT)
+
+
+async def test_delete_is_answered_while_a_participant_never_confirms_the_abort(harness, participants):
+    service = harness.service
+    service.keys.fence_wait_ms = 100
+    await connect(service, "gone")
+    txn = await open_transaction_of(service, "gone", 0)
+    release = participants.block(IN)
+    await asyncio.wait_for(service.keys.delete(ANONYMOUS, "gone"), ANSWERED_WITHIN_S)
+    assert service.get(txn).status == TxnStatus.ABORTING
+    assert await asyncio.wait_for(connect(service, "gone"), ANSWERED_WITHIN_S) == 2
+    release.set()
+    await eventually(lambda: service.get(txn).status == TxnStatus.ABORTED)
