@@ -6,18 +6,30 @@ every other instance refuses with `NotLeaderError` and serves reads (`layout`).
 Split and merge run the spec's steps in its order — (1) discover the parents' subscriptions,
 (2) create the child segment topics with those subscriptions at Earliest, (3) terminate the
 parents, (4) CAS the layout, (5) notify the subscription coordinators — preceded by one record
-of ours, the *operation* (resources.py), written before step 1 and deleted after step 5. It
-holds the target layout, computed once. A leader that takes over finds it and:
+of ours, the *operation* (resources.py), written before step 1 and cleared after step 5. It
+holds the target layout, computed once, and a phase. A leader that takes over finds it and:
 
-* the layout already has the target epoch (crash after the CAS): notifies, deletes the record;
-* a parent is terminated (crash after step 3 began): completes — creating and terminating are
-  idempotent, and a terminated parent can only go forward (producers are waiting for the
-  children; nothing can be written to the parent any more);
-* no parent is terminated: rolls back — deletes the child topics (empty: no producer can know
-  them before the CAS) and the record; the parents never stopped taking messages.
+* the layout already has the target epoch (crash after the CAS): notifies, clears the record;
+* the phase is *sealing* (or, for a record without phases, a parent is terminated): completes —
+  creating and terminating are idempotent, and a terminated parent can only go forward
+  (producers are waiting for the children; nothing can be written to the parent any more);
+* otherwise: rolls back — deletes the child topics (empty: no producer can know them before the
+  CAS) and clears the record; the parents never stopped taking messages.
 
 Either way no message is lost: the parents keep every message they accepted, and a child is
 visible to clients only after it has every subscription's cursor.
+
+Fencing. A deposed leader (its session expired during a pause) may still have a step on its way
+— a terminate already sent lands whenever it lands, and no check of ours can stop it. So the
+rule is about *sending*: no terminate is sent unless the leader first moved the record to the
+sealing phase with a compare-and-set on the version it holds ("seal" step), and a rollback
+starts by claiming the record the same way (phase *rolling-back*). The store orders the two
+writes: if the seal came first, the new leader sees it and completes (a late terminate is then
+a repeat); if the claim came first, the deposed leader's seal fails and it sends no terminate.
+A terminate can therefore land late only for an operation that is completed, never for one
+rolled back. Every write of the record, its clearing included, is conditional on the writer's
+version, so a deposed leader never clears (nor advances) a record a newer leader claimed or
+wrote for another operation.
 
 `fault` (tests): an async callable run after each step with the step's name, to inject crashes.
 """
@@ -35,12 +47,17 @@ from pyengine.metadata import BadVersionError, LeaderState, Session
 from pyengine.naming import TopicName
 from pyengine.scalable.coordinator import AssignmentListener, ConsumerAssignment, SubscriptionCoordinator
 from pyengine.scalable.layout import LayoutError, SegmentLayout
-from pyengine.scalable.resources import PendingOperation, ScalableTopicResources
+from pyengine.scalable.resources import (
+    ROLLING_BACK,
+    SEALING,
+    PendingOperation,
+    ScalableTopicResources,
+)
 from pyengine.scalable.segments import SegmentOperations
 
 log = logging.getLogger(__name__)
 
-STEPS = ("operation", "subscriptions", "create", "terminate", "cas", "notify")
+STEPS = ("operation", "subscriptions", "create", "seal", "terminate", "cas", "notify")
 Fault = Callable[[str], Awaitable[None]]
 
 
@@ -51,6 +68,10 @@ class NotLeaderError(NotAllowedError):
         super().__init__(f"this broker is not the controller leader of {topic} "
                          f"(leader: {leader_url or 'none elected'})")
         self.leader_url = leader_url
+
+
+class OperationTakenOverError(NotLeaderError):
+    """The operation record changed under us: another leader claimed (or finished) it."""
 
 
 class ScalableTopicController:
@@ -200,7 +221,7 @@ class ScalableTopicController:
                                                       target.to_metadata()))
 
     async def _start(self, operation: PendingOperation) -> SegmentLayout:
-        await self.resources.begin_operation(self.topic, operation)
+        operation = await self.resources.begin_operation(self.topic, operation)
         await self._after("operation")
         try:
             return await self._run(operation)
@@ -229,7 +250,11 @@ class ScalableTopicController:
             self._check_leading()
             await self.segments.create(child, sorted(subscriptions), near=parents[0])
             await self._after("create")
-        # 3. seal the parents, one after the other
+        # 3. seal the parents, one after the other — once the record says so: from here on the
+        # operation only goes forward, and a leader that claimed it meanwhile fences us off
+        self._check_leading()
+        operation = await self._advance(operation, SEALING)
+        await self._after("seal")
         for parent in parents:
             self._check_leading()
             await self.segments.terminate(parent)
@@ -248,8 +273,18 @@ class ScalableTopicController:
         # 5. rebalance the ordered consumers
         await self._notify(self.layout)
         await self._after("notify")
-        await self.resources.end_operation(self.topic)
+        await self.resources.end_operation(self.topic, operation)
         return self.layout
+
+    async def _advance(self, operation: PendingOperation, phase: str) -> PendingOperation:
+        """The operation record moved to `phase` if it is still at the version we hold;
+        NotLeaderError when another leader claimed (or finished) the operation meanwhile."""
+        try:
+            return await self.resources.advance_operation(self.topic, operation, phase)
+        except BadVersionError:
+            log.info("controller of %s: the %s of %s was taken over by another leader", self.topic,
+                     operation.kind, operation.parent_ids)
+            raise OperationTakenOverError(self.topic, self.election.leader) from None
 
     async def _notify(self, layout: SegmentLayout) -> None:
         for coordinator in list(self.subscriptions.values()):
@@ -261,6 +296,17 @@ class ScalableTopicController:
                 log.exception("layout listener failed")
 
     async def _recover_operation(self) -> None:
+        """Complete or roll back the operation in progress, if any. Read again when its record
+        changes under us (a deposed leader moving it on: a bounded number of writes)."""
+        for _ in range(5):
+            try:
+                return await self._recover_once()
+            except OperationTakenOverError:
+                if not self.is_leader:
+                    raise
+        raise BadVersionError(f"the operation record of {self.topic} keeps changing")
+
+    async def _recover_once(self) -> None:
         operation = await self.resources.pending_operation(self.topic)
         if operation is None:
             return
@@ -271,11 +317,18 @@ class ScalableTopicController:
                      self.topic, operation.kind, operation.parent_ids)
             self.layout, self.version = layout, version
             await self._notify(layout)
-            await self.resources.end_operation(self.topic)
+            await self.resources.end_operation(self.topic, operation)
             return
         parents = [target.segment(p).topic_name(self.topic) for p in operation.parent_ids]
-        sealed = [await self.segments.is_terminated(p) for p in parents]
-        if any(sealed) and layout.epoch == operation.base_epoch:
+        # sealing: a terminate may have been sent (and may land any time): only forward
+        forward = layout.epoch == operation.base_epoch
+        if not (forward and operation.phase == SEALING):
+            # claim it first: the leader that began it can no longer enter the sealing phase
+            # (its compare-and-set fails), so no terminate of it can be sent from now on. A
+            # parent sealed nonetheless (a record written before phases existed): forward too.
+            operation = await self._advance(operation, ROLLING_BACK)
+            forward = forward and await self._any_terminated(parents)
+        if forward:
             log.info("controller of %s: completing the interrupted %s of %s", self.topic, operation.kind,
                      operation.parent_ids)
             await self._run(operation)
@@ -285,7 +338,13 @@ class ScalableTopicController:
         for child in operation.child_ids:
             if child not in layout.all_segments:
                 await self.segments.delete(target.segment(child).topic_name(self.topic))
-        await self.resources.end_operation(self.topic)
+        await self.resources.end_operation(self.topic, operation)
+
+    async def _any_terminated(self, segments: list[str]) -> bool:
+        for segment in segments:
+            if await self.segments.is_terminated(segment):
+                return True
+        return False
 
     # --- subscriptions and consumers ---------------------------------------------------------
 

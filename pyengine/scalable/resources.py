@@ -10,16 +10,19 @@
 
 The last three paths are ours. A segment topic lives in the data dir of the broker that created
 it (no shared storage), so its owner is recorded, and brokers register their URLs for the others
-to route segment operations and lookups to. The operation record: the controller writes the split or merge it is about to run before its
-first step and deletes it after the last, so a leader that takes over after a crash knows what
-to complete or roll back (see controller.py). Path parts are percent-encoded (Pulsar's
+to route segment operations and lookups to. The operation record: the controller writes the split
+or merge it is about to run before its first step and clears it after the last, so a leader that
+takes over after a crash knows what to complete or roll back (see controller.py). Every change
+of it is a compare-and-set on the version its writer holds — this fences a deposed leader — and
+it is cleared to `{}` rather than deleted, so its version never starts again at 0 (a leader
+clearing "its" version can never hit a newer operation's record). Path parts are percent-encoded (Pulsar's
 `encodedTopicName`), so a name never adds a level.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from urllib.parse import quote, unquote
@@ -43,6 +46,13 @@ class ScalableTopicExistsError(AlreadyExistsError):
     """The scalable topic exists already."""
 
 
+PREPARING = "preparing"          # steps 1-2: nothing sealed, rolling back is safe
+SEALING = "sealing"              # step 3 on: a terminate may have been sent, only forward
+ROLLING_BACK = "rolling-back"    # a leader claimed it to roll it back: no terminate may follow
+PHASES = (PREPARING, SEALING, ROLLING_BACK)
+IDLE = b"{}"                     # the operation record when no operation is in progress
+
+
 @dataclass(frozen=True)
 class PendingOperation:
     """A split or merge between its first and last step: what it changes and the layout it
@@ -53,6 +63,8 @@ class PendingOperation:
     base_epoch: int              # the layout epoch the operation starts from
     base_version: int            # the metadata record's version at that epoch (for the CAS)
     target: dict[str, Any]       # the resulting layout's metadata JSON
+    phase: str = PREPARING
+    version: int = field(default=-1, compare=False)   # of the store record, as read or written (not stored)
 
     @property
     def target_layout(self) -> SegmentLayout:
@@ -65,12 +77,21 @@ class PendingOperation:
 
     def to_json(self) -> bytes:
         return json.dumps({"kind": self.kind, "parentIds": list(self.parent_ids), "baseEpoch": self.base_epoch,
-                           "baseVersion": self.base_version, "target": self.target}).encode()
+                           "baseVersion": self.base_version, "target": self.target,
+                           "phase": self.phase}).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> PendingOperation:
+    def from_json(cls, data: bytes, version: int = -1) -> PendingOperation | None:
+        """None for the cleared record. A record without a phase (written before phases
+        existed) reads as PREPARING: recovery then also looks whether a parent is sealed."""
         raw = json.loads(data)
-        return cls(raw["kind"], tuple(raw["parentIds"]), raw["baseEpoch"], raw["baseVersion"], raw["target"])
+        if not raw.get("kind"):
+            return None
+        phase = raw.get("phase", PREPARING)
+        if phase not in PHASES:
+            raise ValueError(f"unknown operation phase {phase!r}")
+        return cls(raw["kind"], tuple(raw["parentIds"]), raw["baseEpoch"], raw["baseVersion"], raw["target"],
+                   phase, version)
 
 
 @dataclass
@@ -203,21 +224,40 @@ class ScalableTopicResources:
 
     # --- the operation in progress --------------------------------------------------------
 
-    async def begin_operation(self, topic: TopicName, operation: PendingOperation) -> None:
+    async def begin_operation(self, topic: TopicName, operation: PendingOperation) -> PendingOperation:
+        """Write the operation record over the cleared one (compare-and-set); the operation
+        with the record's version. BadVersionError when another operation is in progress."""
+        path = self.operation_path(topic)
+        record = await self.store.get(path)
+        if record is not None and PendingOperation.from_json(record.value) is not None:
+            raise BadVersionError(f"another split or merge of {topic} is in progress")
         try:
-            await self.store.create(self.operation_path(topic), operation.to_json())
-        except AlreadyExistsError:
+            written = await self.store.put(path, operation.to_json(), record.version if record is not None else -1)
+        except BadVersionError:
             raise BadVersionError(f"another split or merge of {topic} is in progress") from None
+        return replace(operation, version=written.version)
 
     async def pending_operation(self, topic: TopicName) -> PendingOperation | None:
+        """The operation in progress (with its record's version), or None."""
         record = await self.store.get(self.operation_path(topic))
-        return PendingOperation.from_json(record.value) if record is not None else None
+        return PendingOperation.from_json(record.value, record.version) if record is not None else None
 
-    async def end_operation(self, topic: TopicName) -> None:
+    async def advance_operation(self, topic: TopicName, operation: PendingOperation, phase: str) -> PendingOperation:
+        """Move the operation to `phase`, compare-and-set on the version `operation` was read or
+        written at: BadVersionError when anyone changed or cleared the record since (another
+        leader claimed the operation, or finished it)."""
+        moved = replace(operation, phase=phase)
+        written = await self.store.put(self.operation_path(topic), moved.to_json(), operation.version)
+        return replace(moved, version=written.version)
+
+    async def end_operation(self, topic: TopicName, operation: PendingOperation) -> bool:
+        """Clear the record if it is still `operation` at the version read or written (not a
+        newer leader's claim of it, nor another operation); whether it was cleared."""
         try:
-            await self.store.delete(self.operation_path(topic))
-        except NotFoundError:
-            pass
+            await self.store.put(self.operation_path(topic), IDLE, operation.version)
+            return True
+        except BadVersionError:       # includes a missing record
+            return False
 
     # --- subscriptions and consumer sessions ----------------------------------------------
 
