@@ -14,7 +14,7 @@ from pyengine.client.errors import (
     ProducerQueueIsFullError, TransactionHasOperationFailedError,
 )
 from pyengine.client.message import Message, MessageId
-from pyengine.client.producer import Producer
+from pyengine.client.producer import CompressionType, Producer
 from pyengine.client.reader import Reader
 from pyengine.client.transaction import Transaction
 from pyengine.schema import SchemaData, SchemaInfo, SchemaType
@@ -29,7 +29,7 @@ from pyengine.errors import (
 
 __all__ = [
     # the client
-    "Client", "Consumer", "Message", "MessageId", "Producer", "Reader", "Transaction",
+    "Client", "CompressionType", "Consumer", "Message", "MessageId", "Producer", "Reader", "Transaction",
     # schemas (payloads stay bytes: the schema is declared to the broker's registry)
     "SchemaData", "SchemaInfo", "SchemaType",
     # errors of the client's side of the wire

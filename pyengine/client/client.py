@@ -30,7 +30,7 @@ from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.lookup import LookupService
 from pyengine.client.message import MessageId
 from pyengine.client.pool import ConnectionPool
-from pyengine.client.producer import PartitionProducer, Producer, ProducerOptions
+from pyengine.client.producer import CompressionType, PartitionProducer, Producer, ProducerOptions
 from pyengine.client.reader import Reader
 from pyengine.client.scalable import CheckpointConsumer, DagWatch, QueueConsumer, ScalableProducer, StreamConsumer
 from pyengine.client.transaction import Transaction
@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 # the create_producer options a scalable producer passes on to each segment's producer
 _SCALABLE_PRODUCER_OPTIONS = frozenset({
     "producer_name", "batching_enabled", "batching_max_messages", "batching_max_allowed_size_in_bytes",
-    "batching_max_publish_delay_ms", "max_pending_messages", "block_if_queue_full", "send_timeout_ms"})
+    "batching_max_publish_delay_ms", "max_pending_messages", "block_if_queue_full", "send_timeout_ms",
+    "compression_type"})
 
 
 class ClientCore:
@@ -120,12 +121,15 @@ class Client:
                               batching_max_allowed_size_in_bytes: int = 128 * 1024,
                               batching_max_publish_delay_ms: int = 10, max_pending_messages: int = 1000,
                               block_if_queue_full: bool = True, send_timeout_ms: int = 30_000,
-                              initial_sequence_id: int | None = None, schema: SchemaData | None = None) -> Producer:
+                              initial_sequence_id: int | None = None, schema: SchemaData | None = None,
+                              compression_type: CompressionType | str = CompressionType.NONE) -> Producer:
         """A producer on `topic` (on every partition of a partitioned topic). For a scalable
         `topic://` name: a ScalableProducer routing each key to its active segment. A `schema`
         (pyengine.schema.SchemaData) is registered with the topic's schema registry (or found
         there: `Producer.schema_version`); an incompatible one raises IncompatibleSchemaError.
-        Payloads stay bytes: encoding them is the caller's."""
+        Payloads stay bytes: encoding them is the caller's. `compression_type` (CompressionType,
+        its name in any case, or pulsar-client's enum) compresses each batch, or each message sent
+        alone, as Pulsar's clients do; the size limit applies to the compressed payload."""
         self._check_open()
         name = check_topic(topic)
         if TopicName.parse(name).is_scalable:
@@ -136,11 +140,12 @@ class Client:
                 batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
                 batching_max_publish_delay_ms=batching_max_publish_delay_ms,
                 max_pending_messages=max_pending_messages, block_if_queue_full=block_if_queue_full,
-                send_timeout_ms=send_timeout_ms, initial_sequence_id=initial_sequence_id, schema=schema)
+                send_timeout_ms=send_timeout_ms, initial_sequence_id=initial_sequence_id, schema=schema,
+                compression_type=compression_type)
         options = ProducerOptions(producer_name, batching_enabled, batching_max_messages,
                                   batching_max_allowed_size_in_bytes, batching_max_publish_delay_ms,
                                   max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id,
-                                  schema)
+                                  schema, compression_type)
         partitions = await self._core.lookup.partitions(name)
         parsed = TopicName.parse(name)
         handlers = ([PartitionProducer(self._core, str(parsed.partition(i)), i, options) for i in range(partitions)]

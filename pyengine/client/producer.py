@@ -12,12 +12,15 @@ of a partitioned topic with Pulsar's routing.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import cramjam
 
 from core_ext.frames import encode_payload_frame
 from pyengine.client.batch import BatchContainer, plain_single_metadata
@@ -52,6 +55,52 @@ _REJECTING = frozenset({pb.ChecksumError, pb.NotAllowedError, pb.InvalidTxnStatu
                         pb.TransactionConflict, pb.ExpiredTransaction, pb.TopicTerminatedError})
 
 
+class CompressionType(enum.IntEnum):
+    """Pulsar's compression codecs (MessageMetadata.compression), as pulsar-client names them
+    (`CompressionType.ZLib` is `ZLIB`). `create_producer(compression_type=...)` takes one of
+    these, its name as a string (any case: "lz4", "ZSTD"), or pulsar-client's own enum."""
+
+    NONE = 0
+    LZ4 = 1
+    ZLIB = 2
+    ZSTD = 3
+    SNAPPY = 4
+    ZLib = 2                                     # pulsar-client's spelling (an alias of ZLIB)
+
+
+_COMPRESSION_NAMES = {member.name.lower(): member for member in CompressionType}
+
+
+def check_compression_type(value: Any) -> CompressionType:
+    """The CompressionType `value` names: a CompressionType, its name as a string (any case),
+    or pulsar-client's `pulsar.CompressionType` (matched by name, not imported)."""
+    if isinstance(value, CompressionType):
+        return value
+    if isinstance(value, str):
+        name = value
+    elif type(value).__name__ == "CompressionType" and isinstance(getattr(value, "name", None), str):
+        name = value.name                        # pulsar.CompressionType.LZ4 (a pybind11 enum)
+    else:
+        raise TypeError(f"compression_type must be a CompressionType or its name, not {type(value).__name__}")
+    codec = _COMPRESSION_NAMES.get(name.lower())
+    if codec is None:
+        raise ValueError(f"compression_type must be one of NONE, LZ4, ZLIB, ZSTD, SNAPPY (any case), not {value!r}")
+    return codec
+
+
+# Each codec as the official clients write it, so that they (and our decoder) read it back: LZ4
+# as one raw LZ4 block without its size (MessageMetadata.uncompressed_size carries it: Pulsar's
+# LZ4 is the block format, not the frame format), ZLIB as a zlib stream (header and adler32, at
+# zlib's default level), ZSTD as a zstd frame at level 3 (the level of Pulsar's clients), and
+# SNAPPY as raw snappy (no framing).
+_COMPRESSORS: dict[int, Callable[[bytes], bytes]] = {
+    CompressionType.LZ4: lambda data: bytes(cramjam.lz4.compress_block(data, store_size=False)),
+    CompressionType.ZLIB: lambda data: bytes(cramjam.zlib.compress(data, level=6)),
+    CompressionType.ZSTD: lambda data: bytes(cramjam.zstd.compress(data, level=3)),
+    CompressionType.SNAPPY: lambda data: bytes(cramjam.snappy.compress_raw(data)),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerOptions:
     producer_name: str | None = None
@@ -64,8 +113,10 @@ class ProducerOptions:
     send_timeout_ms: int = 30_000
     initial_sequence_id: int | None = None
     schema: SchemaData | None = None
+    compression_type: CompressionType = CompressionType.NONE
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "compression_type", check_compression_type(self.compression_type))
         check_name("producer_name", self.producer_name, optional=True)
         check_schema(self.schema)
         for flag in ("batching_enabled", "block_if_queue_full"):
@@ -137,6 +188,10 @@ class PartitionProducer(ConnectionHandler):
         super().__init__(core, topic)
         self.partition = partition
         self.options = options
+        # Compression (None: NONE): of each message sent alone, of each batch as a whole (as
+        # Pulsar's clients do: the broker stores the entry as sent, consumers decompress it).
+        self._codec = int(options.compression_type)
+        self._compress = _COMPRESSORS.get(self._codec)
         self.producer_id = core.new_producer_id()
         self.producer_name: str = options.producer_name or ""
         self._user_named = options.producer_name is not None
@@ -243,10 +298,24 @@ class PartitionProducer(ConnectionHandler):
             self._check_usable()
         if not self.options.block_if_queue_full and self.queue_full:
             raise ProducerQueueIsFullError(f"{self}: {self.options.max_pending_messages} messages pending")
+        compress = self._compress
+        uncompressed_size = -1
+        alone = False
+        if compress is not None and not self.options.batching_enabled and payload:
+            # As Pulsar's clients: a message sent alone is compressed here, and the broker's
+            # size limit applies to what is sent (the compressed payload). An empty one is sent
+            # as it is: the C++ client cannot inflate an empty ZLIB stream into 0 bytes.
+            uncompressed_size = len(payload)
+            payload = compress(payload)
         connection = self.connection
         if connection is not None and len(payload) > connection.max_message_size:
-            raise MessageTooBigError(f"a message of {len(payload)} bytes is larger than the broker's "
-                                     f"maximum of {connection.max_message_size}")
+            if compress is None or not self.options.batching_enabled:
+                raise MessageTooBigError(f"a message of {len(payload)} bytes"
+                                         + (f" compressed ({uncompressed_size} uncompressed)" if compress else "")
+                                         + f" is larger than the broker's maximum of {connection.max_message_size}")
+            # Batched and compressed: it goes in a batch of its own, whose compressed size is
+            # checked when it is closed (Pulsar checks a batch's size once it is compressed).
+            alone = True
         if sequence_id is None:
             sequence_id = self._next_sequence
             self._next_sequence = sequence_id + 1
@@ -255,14 +324,15 @@ class PartitionProducer(ConnectionHandler):
         if future is None:
             future = self._loop.create_future()
         if not self.options.batching_enabled:
-            self._send_single(payload, _message_fields(key, properties, event_time), sequence_id, txn, future, gate)
+            self._send_single(payload, _message_fields(key, properties, event_time), sequence_id, txn, future, gate,
+                              uncompressed_size)
         elif key is None and not properties and not event_time:
             self._add_to_batch(plain_single_metadata(len(payload), sequence_id), payload, sequence_id, txn, future,
-                               gate)
+                               gate, alone)
         else:
             single = pb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id,
                                               **_message_fields(key, properties, event_time))
-            self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future, gate)
+            self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future, gate, alone)
         return future
 
     def submit_in_txn(self, registration: asyncio.Future[None], payload: bytes, key: str | None,
@@ -326,9 +396,14 @@ class PartitionProducer(ConnectionHandler):
             self._batch_timer = self._loop.call_at(deadline, self._flush_batch)
 
     def _send_single(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
-                     future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None) -> None:
+                     future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None,
+                     uncompressed_size: int = -1) -> None:
+        """Send one message alone; `payload` is compressed already when `uncompressed_size` >= 0."""
         metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=sequence_id,
                                       publish_time=time.time_ns() // 1_000_000, **fields)
+        if uncompressed_size >= 0:
+            metadata.compression = self._codec
+            metadata.uncompressed_size = uncompressed_size
         if self.schema_version:
             metadata.schema_version = self.schema_version
         send = pb.CommandSend(producer_id=self.producer_id, sequence_id=sequence_id)
@@ -340,12 +415,14 @@ class PartitionProducer(ConnectionHandler):
         self._enqueue(_SendOp(sequence_id, sequence_id, frame, [future], batched=False), 1, gate)
 
     def _add_to_batch(self, single: bytes, payload: bytes, sequence_id: int, txn: Transaction | None,
-                      future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None) -> None:
+                      future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None,
+                      alone: bool = False) -> None:
         # A batch is one entry of one transaction (or of none): a different txn starts a new
         # batch, and so does another registration of it unless the batch's one has succeeded.
+        # A message `alone` (larger than the size limit before compression) is a batch of its own.
         batch = self._batch
         # (an open batch is never full: it is sent as soon as it is, so only the bytes can overflow)
-        if batch is not None and (batch.txn is not txn or batch.size + len(payload) > batch.max_bytes
+        if batch is not None and (alone or batch.txn is not txn or batch.size + len(payload) > batch.max_bytes
                                   or batch.gate is not gate and not _succeeded(batch.gate)):
             self._flush_batch()
             batch = None
@@ -354,7 +431,7 @@ class PartitionProducer(ConnectionHandler):
                                                  self.options.batching_max_allowed_size_in_bytes, txn)
         if gate is not None:
             batch.gate = gate
-        if batch.add(single, payload, sequence_id, future):
+        if batch.add(single, payload, sequence_id, future) or alone:
             self._flush_batch()
         elif self._batch_timer is None:
             self._batch_timer = self._loop.call_later(self.options.batching_max_publish_delay_ms / 1000,
@@ -368,9 +445,25 @@ class PartitionProducer(ConnectionHandler):
         if batch is None or not len(batch):
             return
         count = len(batch)
+        payload = batch.payload()
         metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=batch.first_sequence_id,
                                       publish_time=time.time_ns() // 1_000_000, num_messages_in_batch=count,
                                       highest_sequence_id=batch.last_sequence_id)
+        if self._compress is not None:
+            metadata.compression = self._codec
+            metadata.uncompressed_size = len(payload)
+            payload = self._compress(payload)
+            connection = self.connection
+            if connection is not None and len(payload) > connection.max_message_size:
+                # As Pulsar's clients: a batch too large once compressed fails as a whole.
+                error = MessageTooBigError(f"a batch of {count} messages of {len(payload)} bytes compressed "
+                                           f"({metadata.uncompressed_size} uncompressed) is larger than the "
+                                           f"broker's maximum of {connection.max_message_size}")
+                for future in batch.futures:
+                    if not future.done():
+                        future.set_exception(error)
+                self._wake_space_waiters()
+                return
         if self.schema_version:
             metadata.schema_version = self.schema_version
         send = pb.CommandSend(producer_id=self.producer_id, sequence_id=batch.first_sequence_id,
@@ -379,7 +472,7 @@ class PartitionProducer(ConnectionHandler):
             metadata.txnid_most_bits = send.txnid_most_bits = batch.txn.txn_id.most_bits
             metadata.txnid_least_bits = send.txnid_least_bits = batch.txn.txn_id.least_bits
         frame = encode_payload_frame(pb.BaseCommand(type=T.SEND, send=send).SerializeToString(),
-                                     metadata.SerializeToString(), batch.payload())
+                                     metadata.SerializeToString(), payload)
         self._enqueue(_SendOp(batch.first_sequence_id, batch.last_sequence_id, frame, batch.futures, batched=True),
                       count, batch.gate)
 

@@ -52,3 +52,64 @@ async def test_pyengine_client_reads_what_the_official_client_compressed(
     assert [m.partition_key for m in messages] == [f"k{i % 4}" for i in range(COUNT)]
     batched = [m for m in messages if m.message_id.batch_index >= 0]
     assert (len(batched) > 0) == batching
+
+
+# --- the other way: pyengine.client compresses, the official client decompresses ---------------
+
+OUR_CODECS = {"lz4": "LZ4", "zlib": "ZLib", "zstd": "ZSTD", "snappy": "SNAPPY"}
+
+
+def _our_body(i: int) -> bytes:
+    return b"compressible payload %d " % i * (i + 5) if i % 7 else b""     # empty ones too
+
+
+def _consume(client: pulsar.Client, topic: str, count: int) -> list[pulsar.Message]:
+    consumer = client.subscribe(topic, "official-sub", initial_position=pulsar.InitialPosition.Earliest)
+    try:
+        messages = []
+        for _ in range(count):
+            message = consumer.receive(timeout_millis=10_000)
+            consumer.acknowledge(message)
+            messages.append(message)
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(timeout_millis=300)
+        return messages
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("in_txn", [False, True], ids=["plain", "txn"])
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+@pytest.mark.parametrize("codec", list(OUR_CODECS))
+async def test_the_official_client_reads_what_pyengine_client_compressed(
+        broker: ServeProcess, official: pulsar.Client, codec: str, batching: bool, in_txn: bool) -> None:
+    topic = f"{NS}/ours-compressed-{codec}-{'batched' if batching else 'unbatched'}-{'txn' if in_txn else 'plain'}"
+    async with Client(broker.url) as client:
+        # the codec named as pulsar-client names it, in a case of its own
+        producer = await client.create_producer(topic, compression_type=OUR_CODECS[codec].swapcase(),
+                                                batching_enabled=batching, batching_max_messages=10,
+                                                batching_max_publish_delay_ms=50)
+        txn = await client.new_transaction() if in_txn else None
+        futures = [producer.send_async(_our_body(i), properties={"i": str(i)}, key=f"k{i % 4}", txn=txn)
+                   for i in range(COUNT)]
+        await producer.flush()
+        await asyncio.gather(*futures)
+        if txn is not None:
+            await txn.commit()
+    messages = await asyncio.to_thread(_consume, official, topic, COUNT)
+    assert [m.data() for m in messages] == [_our_body(i) for i in range(COUNT)]
+    assert [m.properties() for m in messages] == [{"i": str(i)} for i in range(COUNT)]
+    assert [m.partition_key() for m in messages] == [f"k{i % 4}" for i in range(COUNT)]
+    batched = [m for m in messages if m.message_id().batch_index() >= 0]
+    assert (len(batched) > 0) == batching
+
+
+async def test_the_official_client_reads_a_large_compressed_message(broker: ServeProcess,
+                                                                    official: pulsar.Client) -> None:
+    topic = f"{NS}/ours-compressed-large"
+    body = b"0123456789abcdef" * (1 << 18)                      # 4 MiB, one LZ4 block
+    async with Client(broker.url) as client:
+        producer = await client.create_producer(topic, compression_type=pulsar.CompressionType.LZ4)
+        await producer.send(body)
+    [message] = await asyncio.to_thread(_consume, official, topic, 1)
+    assert message.data() == body
