@@ -133,8 +133,11 @@ class PartitionConsumer(ConnectionHandler):
         self.active = False
         self._ready = asyncio.Event()
         self._acks: list[pb.MessageIdData] = []
-        # Without batch-index acks: the indexes of each partly acknowledged batch still unacked.
+        # Without batch-index acks: the indexes of each partly acknowledged batch still unacked;
+        # and of a batch the broker holds part of (acknowledged in a transaction, or delivered
+        # with an ack set), the indexes its plain ack leaves alone (it then goes by index).
         self._batch_remaining: dict[tuple[int, int], set[int]] = {}
+        self._batch_left: dict[tuple[int, int], set[int]] = {}
         self._cumulative: pb.MessageIdData | None = None
         self._ack_flush: asyncio.Handle | None = None
         # Readers: where to start, and the last message handed out (the restart point).
@@ -238,6 +241,8 @@ class PartitionConsumer(ConnectionHandler):
             messages = kept
         if skipped:
             self.credit(skipped)
+            if not self.options.batch_index_ack_enabled and command.ack_set and messages:
+                self._batch_delivered(messages[0].message_id, {m.message_id.batch_index for m in messages})
         for message in messages:
             self.queued += 1
             self._parent._push(self, message)
@@ -279,15 +284,53 @@ class PartitionConsumer(ConnectionHandler):
                 and message_id.batch_size > 0):
             # A broker without batch-index acks would take an ack set as the whole entry's ack:
             # acknowledge the entry once all its messages are (the C++ client's default).
-            key = (message_id.ledger_id, message_id.entry_id)
-            remaining = self._batch_remaining.setdefault(key, set(range(message_id.batch_size)))
-            remaining.discard(message_id.batch_index)
-            if remaining:
-                return
-            del self._batch_remaining[key]
-            self._acks.append(_ack_id(message_id, whole_entry=True))
-        else:
-            self._acks.append(_ack_id(message_id))
+            self._batch_acked(message_id, in_txn=False)
+            return
+        self._acks.append(_ack_id(message_id))
+        self._schedule_ack_flush()
+
+    def _batch_acked(self, message_id: MessageId, *, in_txn: bool) -> None:
+        """Without batch-index acks: one message of a batch is acknowledged, plainly or (its
+        TXN ack answered) in a transaction. Once every message of the batch is, the plain ack
+        goes: the whole entry; or when the broker holds part of the batch, the ack set of the
+        messages acknowledged plainly, the others left to it (a transaction's stay its own: an
+        abort brings them back). The Java client leaves a transaction's acks out of its count,
+        and so never acknowledges such a batch."""
+        key = (message_id.ledger_id, message_id.entry_id)
+        remaining = self._batch_remaining.setdefault(key, set(range(message_id.batch_size)))
+        remaining.discard(message_id.batch_index)
+        if in_txn:
+            self._batch_left.setdefault(key, set()).add(message_id.batch_index)
+        if not remaining:
+            self._batch_complete(key, message_id.batch_size)
+
+    def _batch_delivered(self, message_id: MessageId, indexes: set[int]) -> None:
+        """A batch came with an ack set: only `indexes` are left to acknowledge, the others are
+        acknowledged on the broker (or reserved by a transaction) and left to it."""
+        key = (message_id.ledger_id, message_id.entry_id)
+        others = set(range(message_id.batch_size)) - indexes
+        self._batch_left.setdefault(key, set()).update(others)
+        remaining = self._batch_remaining.get(key)
+        if remaining is None:
+            self._batch_remaining[key] = set(indexes)
+            return
+        remaining -= others
+        if not remaining:
+            self._batch_complete(key, message_id.batch_size)
+
+    def _batch_complete(self, key: tuple[int, int], size: int) -> None:
+        del self._batch_remaining[key]
+        data = pb.MessageIdData(ledgerId=key[0] & _MASK64, entryId=key[1] & _MASK64)
+        left = self._batch_left.pop(key, None)
+        if left is not None:
+            if len(left) >= size:
+                return                          # nothing acknowledged plainly
+            words = [0] * ((size + 63) // 64)   # set bits: not acknowledged by this ack
+            for index in left:
+                words[index // 64] |= 1 << (index % 64)
+            data.ack_set.extend(_signed(w) for w in words)
+            data.batch_size = size
+        self._acks.append(data)
         self._schedule_ack_flush()
 
     def ack_cumulative(self, message_id: MessageId) -> None:
@@ -334,6 +377,11 @@ class PartitionConsumer(ConnectionHandler):
                            txnid_most_bits=txn.txn_id.most_bits, txnid_least_bits=txn.txn_id.least_bits,
                            request_id=connection.new_request_id())
         await connection.request(cmd, self._core.config.operation_timeout)
+        if (not cumulative and not self.options.batch_index_ack_enabled and message_id.batch_index >= 0
+                and message_id.batch_size > 0):
+            # The batch's plain ack must not wait for this message any more (it is sent by
+            # index with the transaction, as Pulsar's clients do, whatever the setting).
+            self._batch_acked(message_id, in_txn=True)
 
     # --- redelivery, seek, last message id, close -----------------------------------------
 
