@@ -38,7 +38,7 @@ _RESPONSES = frozenset({
     T.SUCCESS, T.ERROR, T.PRODUCER_SUCCESS, T.PARTITIONED_METADATA_RESPONSE, T.LOOKUP_RESPONSE,
     T.GET_LAST_MESSAGE_ID_RESPONSE, T.GET_SCHEMA_RESPONSE, T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
     T.ACK_RESPONSE, T.TC_CLIENT_CONNECT_RESPONSE, T.NEW_TXN_RESPONSE, T.ADD_PARTITION_TO_TXN_RESPONSE,
-    T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, T.END_TXN_RESPONSE,
+    T.ADD_SUBSCRIPTION_TO_TXN_RESPONSE, T.END_TXN_RESPONSE, T.CONSUMER_STATS_RESPONSE,
 })
 _PING = encode_command(base_command(T.PING).SerializeToString())
 _PONG = encode_command(base_command(T.PONG).SerializeToString())
@@ -72,7 +72,7 @@ def response_error(type_: int, body: ProtoMessage) -> PulsarError | None:
         if body.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
             return PulsarError.from_code(body.error, body.message or "partitioned metadata lookup failed")
         return None
-    if type_ == T.GET_SCHEMA_RESPONSE:
+    if type_ in (T.GET_SCHEMA_RESPONSE, T.CONSUMER_STATS_RESPONSE):
         if body.HasField("error_code"):
             return PulsarError.from_code(body.error_code, body.error_message)
         return None

@@ -14,7 +14,9 @@
   position (`checkpoint()`), for connectors.
 * `QueueConsumer` (unordered, individual acks) attaches a Shared consumer to every segment,
   sealed ones included (their backlog is still delivered), and to each new segment the DAG
-  brings; no controller is involved.
+  brings; a sealed segment is let go once the subscription has no backlog left there (PIP-468:
+  "sealed segments keep serving messages until their backlog drains and are then dropped from
+  the set"); no controller is involved.
 """
 
 from __future__ import annotations
@@ -60,6 +62,25 @@ async def _forward(consumer: Consumer, closed: Callable[[], bool], put: Callable
             log.warning("%s: %s", what, exc)
             return
         put(message)
+
+
+# A QueueConsumer's checks of a sealed segment's backlog: at once after an ack of one of its
+# messages here, else polled, backing off from DRAIN_POLL to DRAIN_POLL_MAX seconds.
+DRAIN_POLL = 0.1
+DRAIN_POLL_MAX = 5.0
+
+
+async def _subscription_backlog(consumer: Consumer, timeout: float) -> int | None:
+    """The subscription's backlog on the (non-partitioned) topic of `consumer`: msgBacklog of
+    a CONSUMER_STATS request — the entries after the mark-delete position not acknowledged yet,
+    whichever consumer holds them. None when the broker's answer does not say."""
+    (handler,) = consumer._handlers.values()
+    connection = await handler._connected()
+    cmd = base_command(pb.BaseCommand.CONSUMER_STATS, consumer_id=handler.consumer_id,
+                       request_id=connection.new_request_id())
+    response = await connection.request(cmd, timeout)
+    return response.msgBacklog if response.HasField("msgBacklog") else None
+
 
 _session_ids = itertools.count(1)
 # what opening a DAG watch tries again (another connection) within the operation timeout
@@ -279,12 +300,32 @@ class ScalableProducer:
 
 
 class QueueConsumer:
-    """Shared consumers on every segment of the topic; messages in arrival order across them.
+    """Shared consumers on the segments of the topic; messages in arrival order across them.
 
-    A segment the DAG brings is attached in the background; an attach that fails is retried
-    (backing off) until it succeeds, the segment leaves the layout or the consumer closes.
-    Only one attach per segment runs at a time, and the background tasks kept are the live
-    ones (one forwarding task per attached segment, plus the attaches under way)."""
+    PIP-468 (Consumer Assignment): a queue consumer attaches to every segment, active and
+    sealed, and "sealed segments keep serving messages until their backlog drains and are then
+    dropped from the set". So a segment the DAG brings is attached in the background (an attach
+    that fails is retried, backing off, until it succeeds, the segment leaves the layout or the
+    consumer closes; one attach per segment at a time), and an attached segment that is sealed
+    is watched until it is drained, then let go: its consumer is closed and `segments` no longer
+    lists it; it is not attached again.
+
+    Drained means the subscription has no backlog left on the sealed segment: the broker's
+    msgBacklog there (CONSUMER_STATS on the segment's consumer, the figure the controller
+    itself uses for StreamConsumers) is 0. A sealed segment takes no new message, so that is
+    final: every message of it was acknowledged, by this consumer or another one of the
+    subscription (an open transaction's messages count as backlog until it ends). A message
+    not acknowledged yet — held by the application here, or by another consumer — keeps the
+    segment attached, so it stays ackable here and is redelivered (here too) if its consumer
+    goes away. The backlog is asked for when the segment is found sealed, after each
+    acknowledgement of one of its messages here, and otherwise polled (the subscription's other
+    consumers acknowledge too), backing off from DRAIN_POLL to DRAIN_POLL_MAX seconds.
+    Acknowledging a message of a segment let go is a no-op (it is acknowledged already), and a
+    message of it still queued here is not handed out (it was acknowledged elsewhere).
+    A segment pruned from the layout is let go as well.
+
+    The background tasks kept are the live ones: one forwarding task per attached segment, one
+    drain watch per attached sealed segment, and the attaches under way."""
 
     def __init__(self, client: Client, watch: DagWatch, subscription: str, options: dict[str, Any]) -> None:
         self._client = client
@@ -295,6 +336,10 @@ class QueueConsumer:
         self._queue: asyncio.Queue[tuple[int, Message]] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()             # live background tasks only
         self._attaching: dict[int, asyncio.Task] = {}      # segment id -> its attach under way
+        self._forwarding: dict[int, asyncio.Task] = {}     # segment id -> its forwarding task
+        self._draining: dict[int, asyncio.Task] = {}       # sealed segment id -> its drain watch
+        self._acked: dict[int, asyncio.Event] = {}         # sealed segment id -> set on an ack here
+        self._dropped: set[int] = set()                    # segments let go: drained (or pruned)
         self._closed = False
 
     def _spawn(self, coro: Any) -> asyncio.Task:
@@ -312,7 +357,7 @@ class QueueConsumer:
             return
         for segment in sorted(layout.all_segments.values(), key=lambda s: s.segment_id):
             sid = segment.segment_id
-            if sid in self._consumers or sid in self._attaching:
+            if sid in self._consumers or sid in self._attaching or sid in self._dropped:
                 continue
             task = self._spawn(self._attach(segment))
             self._attaching[sid] = task
@@ -327,14 +372,20 @@ class QueueConsumer:
             return
         for segment in sorted(layout.all_segments.values(), key=lambda s: s.segment_id):
             sid = segment.segment_id
-            if sid not in self._consumers and sid not in self._attaching:
+            if sid not in self._consumers and sid not in self._attaching and sid not in self._dropped:
                 self._attaching[sid] = self._spawn(self._attach_retrying(segment))
+        for sid in list(self._consumers):
+            if sid not in layout.all_segments:
+                self._spawn(self._drop(sid))               # pruned: nothing left to read there
+            elif not layout.segment(sid).is_active:
+                self._watch_drain(sid)
 
     async def _attach_retrying(self, segment: SegmentInfo) -> None:
         sid = segment.segment_id
         try:
             await retry(self._client._core, lambda: self._attach(segment),
-                        lambda: self._closed or sid in self._consumers or not self._in_layout(sid),
+                        lambda: self._closed or sid in self._consumers or sid in self._dropped
+                        or not self._in_layout(sid),
                         f"queue consumer of {self.watch.topic} attaching segment {sid}")
         finally:
             if self._attaching.get(sid) is asyncio.current_task():
@@ -344,37 +395,107 @@ class QueueConsumer:
         layout = self.watch.layout
         return layout is None or sid in layout.all_segments
 
+    def _sealed(self, sid: int) -> bool:
+        layout = self.watch.layout
+        return layout is not None and sid in layout.all_segments and not layout.segment(sid).is_active
+
     async def _attach(self, segment: SegmentInfo) -> None:
         sid = segment.segment_id
         consumer = await self._client.subscribe(
             segment.topic_name(self.watch.topic_name), self.subscription, consumer_type="shared",
             initial_position="earliest", **self._options)
-        if self._closed or sid in self._consumers:
+        if self._closed or sid in self._consumers or sid in self._dropped:
             await consumer.close()
             return
         self._consumers[sid] = consumer
-        self._spawn(_forward(consumer, lambda: self._closed,
-                             lambda message: self._queue.put_nowait((sid, message)),
-                             f"queue consumer of {self.watch.topic}, segment {sid}"))
+        self._forwarding[sid] = self._spawn(_forward(
+            consumer, lambda: self._closed, lambda message: self._queue.put_nowait((sid, message)),
+            f"queue consumer of {self.watch.topic}, segment {sid}"))
+        if self._sealed(sid):                              # sealed already, or since `segment`
+            self._watch_drain(sid)
+
+    def _watch_drain(self, sid: int) -> None:
+        """Watch attached sealed segment `sid` until it is drained (once)."""
+        if self._closed or sid in self._draining or sid not in self._consumers:
+            return
+        self._acked[sid] = asyncio.Event()
+        self._draining[sid] = self._spawn(self._drain_watch(sid, self._consumers[sid], self._acked[sid]))
+
+    async def _drain_watch(self, sid: int, consumer: Consumer, acked: asyncio.Event) -> None:
+        core = self._client._core
+        delay = DRAIN_POLL
+        try:
+            while not self._closed and self._consumers.get(sid) is consumer:
+                try:
+                    backlog = await _subscription_backlog(consumer, core.config.operation_timeout)
+                except (asyncio.CancelledError, AlreadyClosedError):
+                    return
+                except Exception as exc:
+                    log.info("queue consumer of %s: no backlog of sealed segment %d yet: %s",
+                             self.watch.topic, sid, exc)
+                    backlog = None
+                if backlog == 0 and not self._closed and self._consumers.get(sid) is consumer:
+                    log.info("queue consumer of %s: sealed segment %d is drained, letting it go",
+                             self.watch.topic, sid)
+                    await self._drop(sid)
+                    return
+                try:
+                    await asyncio.wait_for(acked.wait(), delay)
+                    delay = DRAIN_POLL                     # an ack here: ask again at once
+                except TimeoutError:
+                    delay = min(delay * 2, DRAIN_POLL_MAX)
+                acked.clear()
+        finally:
+            if self._draining.get(sid) is asyncio.current_task():
+                del self._draining[sid]
+                self._acked.pop(sid, None)
+
+    async def _drop(self, sid: int) -> None:
+        """Let segment `sid` go: no longer listed, read, attached again or acknowledged on."""
+        consumer = self._consumers.pop(sid, None)
+        if consumer is None:
+            return
+        self._dropped.add(sid)
+        self._acked.pop(sid, None)
+        forwarding = self._forwarding.pop(sid, None)
+        if forwarding is not None:
+            forwarding.cancel()
+        draining = self._draining.pop(sid, None)
+        if draining is not None and draining is not asyncio.current_task():
+            draining.cancel()
+        await asyncio.shield(consumer.close())             # closed even if this task is cancelled
 
     async def receive(self, timeout: float | None = None) -> Message:
-        """The next message of any segment (`message.topic` names its segment)."""
-        _, message = await asyncio.wait_for(self._queue.get(), timeout)
-        return message
+        """The next message of a segment read here (`message.topic` names its segment)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            sid, message = await asyncio.wait_for(self._queue.get(), remaining)
+            if sid not in self._dropped:                   # else acknowledged already (elsewhere)
+                return message
 
     async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
-        """Acknowledge `message` on its segment (in `txn`, a scalable transaction, if given)."""
+        """Acknowledge `message` on its segment (in `txn`, a scalable transaction, if given).
+        A message of a sealed segment let go is acknowledged already: nothing to do."""
         try:
             segment_id = TopicName.parse(message.topic).segment_id
         except (AttributeError, ValueError):
             raise ValueError("not a message received from a scalable topic's segment") from None
         consumer = self._consumers.get(segment_id)
         if consumer is None:
+            if segment_id in self._dropped:
+                return
             raise ValueError(f"not a message of this consumer's segments ({message.topic})")
         await consumer.acknowledge(message, txn=txn)
+        acked = self._acked.get(segment_id)
+        if acked is not None:
+            acked.set()
 
     @property
     def segments(self) -> list[int]:
+        """The ids of the segments read here: every active segment, and each sealed one until
+        it is drained on the subscription (see the class)."""
         return sorted(self._consumers)
 
     async def close(self) -> None:
@@ -386,6 +507,9 @@ class QueueConsumer:
         for consumer in list(self._consumers.values()):
             await consumer.close()
         self._consumers.clear()
+        self._forwarding.clear()
+        self._draining.clear()
+        self._acked.clear()
         await self.watch.close()
         self._client._core.forget(self)  # type: ignore[arg-type]
 
