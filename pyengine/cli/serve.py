@@ -8,6 +8,7 @@ LMDB inside the data dir) is opened by the broker service and kept open while it
 
 Runs on uvloop (PYENGINE_EVENT_LOOP=asyncio: on asyncio's default loop, for comparisons).
 Prints one line containing `ready` (with the URLs it serves) once it accepts connections.
+Log lines go to stderr from a thread of their own: a stderr pipe nobody reads never stalls it.
 SIGTERM / SIGINT stop it cleanly: no new connections, the sends in flight are stored and
 answered, the connections are closed, the storage is drained and closed; exit 0.
 After a SIGKILL, a restart on the same data dir recovers every acknowledged write and every
@@ -26,8 +27,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Coroutine
 
@@ -130,8 +133,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:          # refused as argparse refuses a flag, before anything starts
         print(f"pyengine serve: error: --retention-time-minutes / --retention-size-mb: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    writer = log_to_stderr_off_the_loop()
     keep_freed_heap()
     try:
         run_on_chosen_loop(run_broker(args))
@@ -139,7 +141,66 @@ def run(args: argparse.Namespace) -> int:
         # a port is taken, the data dir is unusable or in use (by another process), etcd is away
         log.error("cannot serve: %s", exc)
         return 1
+    finally:
+        writer.close()
     return 0
+
+
+class StderrWriter(logging.Handler):
+    """Log lines go to stderr from a thread of their own, never from the event loop: a harness
+    that pipes stderr and never reads it fills the pipe, and a blocking write there would stall
+    every connection. Lines wait in memory meanwhile. The thread writes to file descriptor 2
+    itself (not through `sys.stderr` and its lock), and `close` waits at most `CLOSE_TIMEOUT_S`
+    for a pipe nobody drains, so the process still exits promptly. At most `MAX_QUEUED` lines
+    wait: beyond that (a pipe nobody drains, for hours) new lines are dropped, not the memory."""
+
+    CLOSE_TIMEOUT_S = 2.0
+    MAX_QUEUED = 100_000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        try:
+            self._fd: int | None = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):      # a stand-in stderr (tests): write to it
+            self._fd = None
+        self._closing = False
+        self._thread = threading.Thread(target=self._write, name="pyengine-log", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self._lines.qsize() < self.MAX_QUEUED:
+                self._lines.put((self.format(record) + "\n").encode("utf-8", "backslashreplace"))
+        except Exception:
+            self.handleError(record)
+
+    def _write(self) -> None:
+        while (line := self._lines.get()) is not None:
+            try:
+                if self._fd is None:
+                    sys.stderr.write(line.decode())
+                    sys.stderr.flush()
+                while self._fd is not None and line:
+                    line = line[os.write(self._fd, line):]
+            except (OSError, ValueError):     # stderr closed or gone: nothing to tell anyone
+                pass
+
+    def close(self) -> None:                  # called again by logging at exit: wait only once
+        if self._thread.is_alive() and not self._closing:
+            self._closing = True
+            self._lines.put(None)
+            self._thread.join(self.CLOSE_TIMEOUT_S)
+        logging.getLogger().removeHandler(self)
+        super().close()
+
+
+def log_to_stderr_off_the_loop() -> StderrWriter:
+    sys.stderr.flush()
+    writer = StderrWriter()
+    writer.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[writer])      # no-op where logging is set up already
+    return writer
 
 
 LOOP_ENV = "PYENGINE_EVENT_LOOP"
