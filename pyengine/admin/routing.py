@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
@@ -72,10 +72,20 @@ class Route:
     body: dict[str, Any] | None
     body_required: bool
     replies: dict[int, Reply]
+    alias_of: str | None = None        # another path this one also serves (same handler)
 
     @property
     def operation_id(self) -> str:
-        return self.handler.__name__
+        if self.alias_of is None:
+            return self.handler.__name__
+        version = next((part for part in self.path.split("/") if re.fullmatch(r"v\d+", part)), "alias")
+        return f"{self.handler.__name__}_{version}"
+
+    def aliased(self, old_prefix: str, new_prefix: str) -> Route:
+        """This route also served under `new_prefix` in place of `old_prefix`."""
+        assert self.path.startswith(old_prefix)
+        return replace(self, path=new_prefix + self.path[len(old_prefix):], alias_of=self.path,
+                       summary=f"{self.summary} (also at {self.path})")
 
 
 @dataclass
