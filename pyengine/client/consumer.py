@@ -71,7 +71,7 @@ class ConsumerOptions:
         check_name("subscription_name", self.subscription_name)
         check_schema(self.schema)
         object.__setattr__(self, "consumer_type", check_consumer_type(self.consumer_type))
-        check_initial_position(self.initial_position)
+        object.__setattr__(self, "initial_position", check_initial_position(self.initial_position))
         check_int("receiver_queue_size", self.receiver_queue_size, 1)
         check_name("consumer_name", self.consumer_name, optional=True)
         check_int("priority", self.priority, 0)

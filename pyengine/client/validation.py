@@ -62,19 +62,30 @@ def check_name(name: str, value: Any, *, optional: bool = False) -> str | None:
     return value
 
 
+def _option_name(name: str, value: Any, pulsar_enum: str) -> str:
+    """The lower-case name `value` gives: a string in any case, or pulsar-client's enum of that
+    option (`pulsar.ConsumerType.KeyShared`, `pulsar.InitialPosition.Earliest`: matched by its
+    type's name and the member's name, pulsar is not imported)."""
+    if isinstance(value, str):
+        return value.lower().replace("-", "_")
+    if type(value).__name__ == pulsar_enum and isinstance(getattr(value, "name", None), str):
+        return value.name.lower()
+    raise TypeError(f"{name} must be a string (or pulsar.{pulsar_enum}), not {type(value).__name__}")
+
+
 def check_consumer_type(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"consumer_type must be a string, not {type(value).__name__}")
-    normalized = value.lower().replace("-", "_")
+    normalized = _option_name("consumer_type", value, "ConsumerType")
+    normalized = "key_shared" if normalized == "keyshared" else normalized
     if normalized not in CONSUMER_TYPES:
         raise ValueError(f"consumer_type must be one of {', '.join(CONSUMER_TYPES)}, not {value!r}")
     return normalized
 
 
 def check_initial_position(value: Any) -> str:
-    if value not in INITIAL_POSITIONS:
+    normalized = _option_name("initial_position", value, "InitialPosition")
+    if normalized not in INITIAL_POSITIONS:
         raise ValueError(f"initial_position must be 'earliest' or 'latest', not {value!r}")
-    return value
+    return normalized
 
 
 def check_payload(data: Any) -> bytes:

@@ -2,12 +2,14 @@
 
 import asyncio
 
+import pulsar
 import pytest
 
 import pyengine.client
 from pyengine import errors
 from pyengine.client import AlreadyClosedError, Client, MessageId, MessageTooBigError
 from pyengine.client import errors as client_errors
+from pyengine.client.consumer import ConsumerOptions
 from pyengine.errors import ConsumerBusyError, InvalidTopicNameError, TopicNotFoundError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
@@ -163,6 +165,32 @@ async def test_malformed_producer_arguments(client, topic, kwargs, error):
 async def test_malformed_subscribe_arguments(client, topic, subscription, kwargs, error):
     with pytest.raises(error):
         await client.subscribe(topic, subscription, **kwargs)
+
+
+def test_subscription_options_are_named_in_any_case_or_with_pulsar_client_enums():
+    # What a pulsar-client user writes: its enums, or their names as they spell them.
+    for consumer_type, expected in [("Shared", "shared"), ("KEY_SHARED", "key_shared"), ("KeyShared", "key_shared"),
+                                    ("key-shared", "key_shared"), (pulsar.ConsumerType.KeyShared, "key_shared"),
+                                    (pulsar.ConsumerType.Failover, "failover")]:
+        assert ConsumerOptions("s", consumer_type).consumer_type == expected
+    for position, expected in [("Earliest", "earliest"), ("LATEST", "latest"),
+                               (pulsar.InitialPosition.Earliest, "earliest"), (pulsar.InitialPosition.Latest, "latest")]:
+        assert ConsumerOptions("s", initial_position=position).initial_position == expected
+    for bad, error in [(pulsar.InitialPosition.Earliest, TypeError), ("Key_Shared_", ValueError)]:
+        with pytest.raises(error):
+            ConsumerOptions("s", bad)          # an InitialPosition is not a consumer type
+    with pytest.raises(TypeError):
+        ConsumerOptions("s", initial_position=pulsar.ConsumerType.Shared)
+
+
+async def test_an_official_client_enum_subscribes_as_its_name_says(client):
+    producer = await client.create_producer(TOPIC)
+    await producer.send(b"first")
+    consumer = await client.subscribe(TOPIC, "enum-sub", consumer_type=pulsar.ConsumerType.Shared,
+                                      initial_position=pulsar.InitialPosition.Earliest)
+    assert (await consumer.receive(timeout=10)).data == b"first"
+    await consumer.close()
+    await producer.close()
 
 
 async def test_malformed_reader_and_transaction_arguments(client):
