@@ -14,7 +14,10 @@ dispatchers do:
 * honour permits, and choose the consumer by subscription type: the active consumer
   (Exclusive, Failover), round robin (Shared), or the key's consumer (Key_Shared, consistent
   hashing of the Murmur3 hash of the key as Pulsar's default selector, with Pulsar's rule for
-  recently joined consumers so that per-key order holds while consumers come and go).
+  recently joined consumers so that per-key order holds while consumers come and go);
+* Shared and Key_Shared: hold back a message whose `deliver_at_time` is still to come (delayed
+  delivery, `pyengine.broker.delayed`) and deliver it with the replays once its time has come;
+  Exclusive and Failover subscriptions (and readers) deliver it at once, as Pulsar does.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import TYPE_CHECKING
 import mmh3
 
 from pyengine.broker.consumer import Consumer, Delivery
+from pyengine.broker.delayed import DelayedDeliveryTracker, deliver_at_time
+from pyengine.broker.policies import DelayedDelivery
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import Entry, split_headers_and_payload
 from pyengine_kernels import Position
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
 READ_BATCH = 200            # entries read from storage per step
 RING_POINTS = 100           # points per consumer on the Key_Shared hash ring (Pulsar's default)
 HASH_RANGE = 1 << 16        # Pulsar's Key_Shared hash range size (65536)
+DELAYING_TYPES = ("shared", "key_shared")   # the subscription types that honour deliver_at_time
 
 
 def key_hash(key: bytes) -> int:
@@ -67,6 +73,9 @@ class Dispatcher:
         self._recently_joined: dict[Consumer, Position] = {}
         self._replaying = False             # during a pass: offering entries put back for redelivery
         self._closed = False
+        # Delayed delivery (Shared, Key_Shared): created with the first message held back.
+        self.delayed: DelayedDeliveryTracker | None = None
+        self._delay_policy: DelayedDelivery | None = None    # during a pass: looked up once
 
     # --- membership -----------------------------------------------------------------------
 
@@ -75,6 +84,10 @@ class Dispatcher:
             # Pulsar's rule: a consumer joining a Key_Shared subscription gets no entry at or
             # after the read position of its arrival until everything before it is acked.
             self._recently_joined[consumer] = self.subscription.cursor.read_position
+        if self.delayed is not None and self.subscription.sub_type not in DELAYING_TYPES:
+            # The subscription became Exclusive/Failover (its earlier consumers all left): what
+            # was held back is delivered now, as that type does not delay.
+            self.redeliveries.update(self.delayed.clear())
         self.consumers.append(consumer)
         self._rebuild_ring()
         self._update_active()
@@ -158,6 +171,8 @@ class Dispatcher:
             self.redeliveries.discard(position)
             for consumer in self.consumers:
                 consumer.pending.pop(position, None)
+        if self.delayed is not None:
+            self.delayed.discard(positions)
         if self._recently_joined:
             self.notify()
 
@@ -166,6 +181,8 @@ class Dispatcher:
         self.redeliveries.clear()
         self.redelivery_counts.clear()
         self._recently_joined.clear()
+        if self.delayed is not None:
+            self.delayed.clear()            # the cursor reads them again from where it now is
         for consumer in self.consumers:
             consumer.pending.clear()
             consumer.permits = 0
@@ -177,8 +194,18 @@ class Dispatcher:
         self._scheduled = True
         asyncio.get_running_loop().call_soon(self._run)
 
+    def number_of_delayed_messages(self) -> int:
+        """Messages held back for delayed delivery now (Pulsar's msgDelayed)."""
+        return len(self.delayed) if self.delayed is not None else 0
+
+    def held_back_up_to(self, position: Position) -> list[Position]:
+        """The positions held back for delayed delivery at or before `position`."""
+        return self.delayed.positions_up_to(position) if self.delayed is not None else []
+
     def close(self) -> None:
         self._closed = True
+        if self.delayed is not None:
+            self.delayed.close()
         for consumer in list(self.consumers):
             consumer.connected = False
             consumer.sink.closed_by_broker()
@@ -200,6 +227,8 @@ class Dispatcher:
         outbox: dict[Consumer, list[Delivery]] = {}
         auto_acked: list[Position] = []
         select = self._selector()
+        delays = sub.sub_type in DELAYING_TYPES
+        self._delay_policy = None
 
         def offer(entry: Entry) -> bool:
             """Deliver `entry` or leave it to be delivered later. False when nobody can take
@@ -209,6 +238,8 @@ class Dispatcher:
                 auto_acked.append(position)
                 return True
             if cursor.is_acked(position):
+                return True
+            if delays and self._hold_back(entry):
                 return True
             batch_ack_set = None
             pending_ack = sub.pending_ack
@@ -231,6 +262,13 @@ class Dispatcher:
             return True
 
         self._forget_caught_up_joiners()
+
+        # 0. Delayed messages whose time has come join the replays (Pulsar's
+        #    getMessagesToReplayNow), not counted as redeliveries.
+        if self.delayed is not None:
+            for position in self.delayed.pop_due():
+                if not cursor.is_acked(position):
+                    self.redeliveries.add(position)
 
         # 1. Entries to deliver again, oldest first.
         if self.redeliveries:
@@ -270,6 +308,28 @@ class Dispatcher:
             consumer.sink.deliver(deliveries)
         if auto_acked:
             sub.auto_ack(auto_acked)
+
+    def _hold_back(self, entry: Entry) -> bool:
+        """Delayed delivery: whether `entry` is to be held back until its deliver_at_time
+        (and is now tracked). Pulsar's trackDelayedDelivery."""
+        deliver_at = deliver_at_time(entry.data)
+        if deliver_at is None:
+            return False
+        policy = self._delay_policy
+        if policy is None:
+            topic = self.subscription.topic
+            try:
+                policy = topic.service.policies.delayed_delivery(topic.name)
+            except Exception:               # no policy store (tests), or an unreadable one
+                policy = DelayedDelivery()
+            self._delay_policy = policy
+        if not policy.active:
+            return False
+        tracker = self.delayed
+        if tracker is None:
+            tracker = self.delayed = DelayedDeliveryTracker(self.notify, tick_time_ms=policy.tick_time_ms)
+        tracker.tick_time_ms = policy.tick_time_ms
+        return tracker.add(entry.position, deliver_at)
 
     def _any_permits(self) -> bool:
         if self.subscription.sub_type in ("exclusive", "failover"):

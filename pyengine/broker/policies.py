@@ -49,6 +49,8 @@ class NamespacePolicies:
     schema_compatibility_strategy: str | None = None
     is_allow_auto_update_schema: bool | None = None
     schema_validation_enforced: bool | None = None
+    # Pulsar's DelayedDeliveryPolicies of the namespace (None: the broker's default).
+    delayed_delivery: dict[str, Any] | None = None
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -94,6 +96,37 @@ class Retention:
                 self.size_mb << 20 if self.size_mb >= 0 else -1)
 
 
+@dataclass(frozen=True)
+class DelayedDelivery:
+    """Pulsar's DelayedDeliveryPolicies: whether messages with a `deliver_at_time` are held
+    back on Shared and Key_Shared subscriptions (`active`), and the tick (ms) of the timer
+    that releases them: at most one timed release per tick (Pulsar's delayedDeliveryEnabled
+    and delayedDeliveryTickTimeMillis, true and 1000 by default). `maxDeliveryDelayInMillis`
+    (0: no limit) is a producer-side check and is kept only to round-trip the policy."""
+
+    active: bool = True
+    tick_time_ms: int = 1000
+    max_delivery_delay_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.active, bool):
+            raise ValueError(f"active must be a boolean, not {self.active!r}")
+        for name, value in (("tickTime", self.tick_time_ms), ("maxDeliveryDelayInMillis", self.max_delivery_delay_ms)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, not {value!r}")
+
+    @classmethod
+    def from_json(cls, data: Any) -> DelayedDelivery:
+        if not isinstance(data, dict):
+            raise ValueError(f"delayed delivery policies must be an object, not {data!r}")
+        return cls(active=data.get("active", True), tick_time_ms=data.get("tickTime", 1000),
+                   max_delivery_delay_ms=data.get("maxDeliveryDelayInMillis", 0))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"active": self.active, "tickTime": self.tick_time_ms,
+                "maxDeliveryDelayInMillis": self.max_delivery_delay_ms}
+
+
 def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidTopicNameError(f"invalid {kind} name {name!r}")
@@ -104,11 +137,13 @@ class BrokerPolicies:
     """Admin metadata of one broker's data dir, read-through cached."""
 
     def __init__(self, env: StorageEnvironment, *, num_coordinators: int, deduplication_default: bool,
-                 retention_default: Retention | None = None) -> None:
+                 retention_default: Retention | None = None,
+                 delayed_delivery_default: DelayedDelivery | None = None) -> None:
         self.env = env
         self._db = env.db("metadata")
         self.deduplication_default = deduplication_default
         self.retention_default = retention_default or Retention()
+        self.delayed_delivery_default = delayed_delivery_default or DelayedDelivery()
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
 
@@ -293,3 +328,20 @@ class BrokerPolicies:
             if policies.retention_time_minutes is not None and policies.retention_size_mb is not None:
                 return Retention(policies.retention_time_minutes, policies.retention_size_mb)
         return self.retention_default
+
+    def delayed_delivery(self, topic: str) -> DelayedDelivery:
+        """Topic policy (`delayedDeliveryPolicies`), else namespace policy, else the broker's
+        default (Pulsar's order). A stored policy that does not parse counts as absent."""
+        for value in (self.topic_policies(topic).get("delayedDeliveryPolicies"), self._namespace_delayed(topic)):
+            if value is not None:
+                try:
+                    return DelayedDelivery.from_json(value)
+                except ValueError:
+                    log.warning("ignoring malformed delayed delivery policies %r of %s", value, topic)
+        return self.delayed_delivery_default
+
+    def _namespace_delayed(self, topic: str) -> Any:
+        name = TopicName.parse(topic)
+        if self.namespace_exists(name.namespace_name):
+            return self.policies(name.namespace_name).delayed_delivery
+        return None

@@ -282,6 +282,7 @@ class Subscription:
         if horizon <= self.cursor.mark_delete:
             return
         skipped = {p for p in self.dispatcher.redeliveries if p <= horizon}
+        skipped.update(self.dispatcher.held_back_up_to(horizon))
         skipped.update(p for consumer in self.consumers for p in consumer.pending if p <= horizon)
         await self.cursor.ack_cumulative(horizon)
         self.dispatcher.acked(sorted(skipped))
@@ -319,6 +320,7 @@ class Subscription:
         if last <= cursor.mark_delete:
             return
         skipped = {p for p in self.dispatcher.redeliveries if p <= last}
+        skipped.update(self.dispatcher.held_back_up_to(last))
         skipped.update(p for consumer in self.consumers for p in consumer.pending if p <= last)
         done = cursor.ack_cumulative(last)
         self.dispatcher.acked(sorted(skipped))
@@ -333,6 +335,7 @@ class Subscription:
             "type": self.sub_type,
             "durable": self.durable,
             "msgBacklog": self.backlog(),
+            "msgDelayed": self.dispatcher.number_of_delayed_messages(),
             "markDeletePosition": str(self.cursor.mark_delete),
             "readPosition": str(self.cursor.read_position),
             "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
