@@ -98,7 +98,8 @@ class Subscription:
         whole: list[Position] = []
         future: asyncio.Future[None] | None = None
         for ack in acks:
-            if self.pending_ack is not None and self.pending_ack.is_fully_pending(ack.position, ack.batch_size):
+            if self.pending_ack is not None and self.pending_ack.is_fully_pending(
+                    ack.position, ack.batch_size if ack.ack_set is not None else self._batch_size(ack.position)):
                 log.debug("ignoring plain ack of %s reserved by a transaction", ack.position)
                 continue
             if ack.ack_set is None or ackset_is_fully_acked(list(ack.ack_set), ack.batch_size):
@@ -110,6 +111,16 @@ class Subscription:
         acked = [a.position for a in acks if self.cursor.is_acked(a.position)]
         self.dispatcher.acked(acked)
         return future if future is not None else self.cursor.persist()
+
+    def _batch_size(self, position: Position) -> int:
+        """The number of messages of the entry at `position`: a whole-entry ack (a client
+        without batch-index acks) carries none, and is for all of them, not for index 0."""
+        for consumer in self.consumers:
+            size = consumer.pending.get(position)
+            if size:
+                return size
+        entry = self.topic.ledger.read_entry(position)
+        return entry.num_messages if entry is not None and entry.num_messages > 0 else 1
 
     def ack_cumulative(self, consumer: Consumer | None, position: Position) -> asyncio.Future[None]:
         if self.sub_type in ("shared", "key_shared"):
