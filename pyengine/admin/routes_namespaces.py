@@ -1,5 +1,6 @@
 """Namespaces: `/admin/v2/namespaces` (Pulsar's Namespaces resource), with the namespace
-de-duplication policy the official client's tests switch on and off, and the retention policy."""
+de-duplication policy the official client's tests switch on and off, the retention policy and the
+delayed delivery policy."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pyengine.admin.names import namespace_name, tenant_name
 from pyengine.admin.routing import Call, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
+    DELAYED_DELIVERY_POLICIES,
     DONE,
     NAMESPACE,
     NAMESPACE_POLICIES,
@@ -18,7 +20,7 @@ from pyengine.admin.schemas import (
     TENANT,
     errors,
 )
-from pyengine.broker.policies import NamespacePolicies, Retention
+from pyengine.broker.policies import DelayedDelivery, NamespacePolicies, Retention
 from pyengine.schema import CompatibilityStrategy
 
 routes = RouteTable("namespaces")
@@ -35,7 +37,13 @@ def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
             "schema_compatibility_strategy": policies.schema_compatibility_strategy or "UNDEFINED",
             "is_allow_auto_update_schema": policies.is_allow_auto_update_schema,
             "schema_validation_enforced": policies.schema_validation_enforced,
+            "delayed_delivery_policies": policies.delayed_delivery,
             "properties": policies.properties}
+
+
+def _delayed_delivery(body: Any) -> dict[str, Any] | None:
+    """NamespacePolicies' field for a DelayedDeliveryPolicies body (None: no policy)."""
+    return None if body is None else DelayedDelivery.from_json(body).to_json()
 
 
 def _retention(policies: NamespacePolicies) -> dict[str, int] | None:
@@ -74,6 +82,7 @@ async def create_namespace(call: Call) -> None:
                                  is_allow_auto_update_schema=body.get("is_allow_auto_update_schema"),
                                  schema_validation_enforced=body.get("schema_validation_enforced"),
                                  properties=body.get("properties", {}),
+                                 delayed_delivery=_delayed_delivery(body.get("delayed_delivery_policies")),
                                  **_retention_fields(body.get("retention_policies")))
     await call.service.policies.create_namespace(_namespace(call), policies)
 
@@ -158,6 +167,32 @@ async def set_namespace_retention(call: Call) -> None:
             params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
 async def remove_namespace_retention(call: Call) -> None:
     await _change_policies(call, **_retention_fields(None))
+
+
+# --- delayed delivery -------------------------------------------------------------------------
+
+@routes.add("GET", NAMESPACE_PATH + "/delayedDelivery", summary="Get the namespace's delayed delivery policy.",
+            params=(TENANT, NAMESPACE),
+            replies={200: Reply("DelayedDeliveryPolicies", DELAYED_DELIVERY_POLICIES),
+                     204: Reply("Not set: the broker's default applies"), **errors(404, 412)})
+async def get_namespace_delayed_delivery(call: Call) -> dict[str, Any] | None:
+    return call.service.policies.policies(_namespace(call)).delayed_delivery
+
+
+@routes.add("POST", NAMESPACE_PATH + "/delayedDelivery",
+            summary="Set whether the namespace's Shared and Key_Shared subscriptions delay messages, the tick of "
+                    "their release and the longest delay a producer may ask for.",
+            params=(TENANT, NAMESPACE), body=DELAYED_DELIVERY_POLICIES, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def set_namespace_delayed_delivery(call: Call) -> None:
+    await _change_policies(call, delayed_delivery=_delayed_delivery(call.body))
+
+
+@routes.add("DELETE", NAMESPACE_PATH + "/delayedDelivery",
+            summary="Remove the namespace's delayed delivery policy (the broker's default applies).",
+            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
+async def remove_namespace_delayed_delivery(call: Call) -> None:
+    await _change_policies(call, delayed_delivery=None)
 
 
 # --- the transaction design of a namespace's topics (PIP-473) ----------------------------------

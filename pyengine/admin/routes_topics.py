@@ -1,6 +1,6 @@
 """Persistent topics: `/admin/v2/persistent/{tenant}/{namespace}/...` (Pulsar's
 PersistentTopics resource): listing, creating and deleting plain and partitioned topics, their
-stats, the topic-level de-duplication policy, and termination.
+stats, the topic-level de-duplication, retention and delayed delivery policies, and termination.
 
 Partitions of a partitioned topic are created when first used (by a producer, a consumer or
 a subscription made here), as the broker loads any topic; a partitioned topic is its metadata.
@@ -16,6 +16,7 @@ from pyengine.admin.names import namespace_name, topic_name
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
+    DELAYED_DELIVERY_POLICIES,
     DONE,
     FORCE,
     INTERNAL_STATS,
@@ -31,7 +32,7 @@ from pyengine.admin.schemas import (
     TOPIC_STATS,
     errors,
 )
-from pyengine.broker.policies import Retention
+from pyengine.broker.policies import DelayedDelivery, Retention
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import TopicName
@@ -286,6 +287,36 @@ async def trim_topic(call: Call) -> None:
     for each in names:            # (a partition never written to has nothing to trim)
         if not partitions or call.service.topic_exists(str(each)):
             await (await existing_topic(call.service, each)).ledger.trim()
+
+
+# --- topic-level delayed delivery -----------------------------------------------------------
+
+@routes.add("GET", TOPIC_URL + "/delayedDelivery", summary="Get the topic's delayed delivery policy.",
+            params=(*TOPIC_PATH, APPLIED),
+            replies={200: Reply("DelayedDeliveryPolicies", DELAYED_DELIVERY_POLICIES),
+                     204: Reply("Not set on the topic"), **errors(400, 404, 412)})
+async def get_topic_delayed_delivery(call: Call) -> dict[str, Any] | None:
+    name = known_topic(call.service, requested_topic(call))
+    policies = call.service.policies
+    if call["applied"]:
+        return policies.delayed_delivery(str(name)).to_json()
+    return policies.topic_policies(str(name)).get("delayedDeliveryPolicies")
+
+
+@routes.add("POST", TOPIC_URL + "/delayedDelivery",
+            summary="Set whether the topic's Shared and Key_Shared subscriptions delay messages, the tick of "
+                    "their release and the longest delay a producer may ask for.",
+            params=TOPIC_PATH, body=DELAYED_DELIVERY_POLICIES, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def set_topic_delayed_delivery(call: Call) -> None:
+    await _set_topic_policy(call, "delayedDeliveryPolicies", DelayedDelivery.from_json(call.body).to_json())
+
+
+@routes.add("DELETE", TOPIC_URL + "/delayedDelivery",
+            summary="Remove the topic's delayed delivery policy (the namespace's applies).",
+            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
+async def remove_topic_delayed_delivery(call: Call) -> None:
+    await _set_topic_policy(call, "delayedDeliveryPolicies", None)
 
 
 # --- topic-level schema compatibility strategy ---------------------------------------------

@@ -40,6 +40,16 @@ RETENTION_POLICIES = {
     "properties": {"retentionTimeInMinutes": RETENTION_LIMIT, "retentionSizeInMB": RETENTION_LIMIT},
     "additionalProperties": False,
 }
+DELAY_MS = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
+DELAYED_DELIVERY_POLICIES = {
+    "type": "object",
+    "description": "Pulsar's DelayedDeliveryPolicies: whether Shared and Key_Shared subscriptions hold back "
+                   "messages with a deliver_at_time (active), the tick of the timer releasing them (ms), and the "
+                   "longest delay a producer may ask for, deliver_at_time - publish_time (ms; 0: no limit). "
+                   "A missing field is its default: true, 1000, 0",
+    "properties": {"active": BOOLEAN, "tickTime": DELAY_MS, "maxDeliveryDelayInMillis": DELAY_MS},
+    "additionalProperties": False,
+}
 NAMESPACE_POLICIES = {
     "type": "object",
     "description": "Pulsar's Policies, the fields this broker applies",
@@ -52,6 +62,7 @@ NAMESPACE_POLICIES = {
                                                          "the broker's default)"},
         "is_allow_auto_update_schema": {"type": "boolean", "nullable": True},
         "schema_validation_enforced": {"type": "boolean", "nullable": True},
+        "delayed_delivery_policies": {**DELAYED_DELIVERY_POLICIES, "nullable": True},
         "properties": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
@@ -85,7 +96,8 @@ CONSUMER_STATS = {
 }
 SUBSCRIPTION_STATS = {
     "type": "object",
-    "properties": {"msgBacklog": COUNT, "type": {"type": "string", "nullable": True},
+    "properties": {"msgBacklog": COUNT, "msgDelayed": {**COUNT, "description": "held back for delayed delivery"},
+                   "type": {"type": "string", "nullable": True},
                    "isDurable": BOOLEAN, "consumers": {"type": "array", "items": CONSUMER_STATS}},
     "required": ["msgBacklog", "consumers"],
 }

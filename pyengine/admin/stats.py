@@ -48,6 +48,8 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
 def subscription_stats(subscription: Subscription) -> dict[str, Any]:
     return {
         "msgBacklog": subscription.backlog(),
+        # Held back for delayed delivery now (Pulsar's msgDelayed; 0 on Exclusive and Failover).
+        "msgDelayed": subscription.dispatcher.number_of_delayed_messages(),
         "type": _SUB_TYPES.get(subscription.sub_type or "", None),
         "isDurable": subscription.durable,
         "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
@@ -64,9 +66,10 @@ def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[s
     subscriptions: dict[str, dict[str, Any]] = {}
     for stats in per_partition.values():
         for name, sub in stats["subscriptions"].items():
-            whole = subscriptions.setdefault(name, {"msgBacklog": 0, "type": None, "isDurable": sub["isDurable"],
-                                                    "consumers": []})
+            whole = subscriptions.setdefault(name, {"msgBacklog": 0, "msgDelayed": 0, "type": None,
+                                                    "isDurable": sub["isDurable"], "consumers": []})
             whole["msgBacklog"] += sub["msgBacklog"]
+            whole["msgDelayed"] += sub["msgDelayed"]
             whole["type"] = whole["type"] or sub["type"]
             whole["consumers"].extend(sub["consumers"])
     return {"metadata": {"partitions": partitions}, **totals,

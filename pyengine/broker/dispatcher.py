@@ -309,6 +309,11 @@ class Dispatcher:
         if auto_acked:
             sub.auto_ack(auto_acked)
 
+    def _strict_delivery(self) -> bool:
+        """isDelayedDeliveryDeliverAtTimeStrict of the broker (strict when there is none)."""
+        config = getattr(self.subscription.topic.service, "config", None)
+        return getattr(config, "delayed_delivery_deliver_at_time_strict", True)
+
     def _hold_back(self, entry: Entry) -> bool:
         """Delayed delivery: whether `entry` is to be held back until its deliver_at_time
         (and is now tracked). Pulsar's trackDelayedDelivery."""
@@ -327,7 +332,8 @@ class Dispatcher:
             return False
         tracker = self.delayed
         if tracker is None:
-            tracker = self.delayed = DelayedDeliveryTracker(self.notify, tick_time_ms=policy.tick_time_ms)
+            tracker = self.delayed = DelayedDeliveryTracker(
+                self.notify, tick_time_ms=policy.tick_time_ms, strict=self._strict_delivery())
         tracker.tick_time_ms = policy.tick_time_ms
         return tracker.add(entry.position, deliver_at)
 

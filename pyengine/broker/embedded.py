@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import itertools
 import time
 from collections.abc import AsyncIterator
@@ -32,6 +33,7 @@ from pyengine.broker.topic import Producer, Topic
 from pyengine.broker.transactions import append_condition
 from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
+from pyengine.client.producer import check_delivery
 from pyengine.errors import InvalidTxnStatusError, NotAllowedError, PulsarError, to_pulsar_error
 from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
@@ -281,9 +283,12 @@ class EmbeddedProducer:
 
     async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
                    event_time: int | None = None, sequence_id: int | None = None,
-                   txn: EmbeddedTransaction | None = None) -> MessageId:
+                   txn: EmbeddedTransaction | None = None, deliver_after: datetime.timedelta | None = None,
+                   deliver_at: int | None = None) -> MessageId:
         """Store one message; returns its id once durable (a duplicate of a message stored
-        before, by sequence id, returns that message's id or (-1, -1) when it is not known)."""
+        before, by sequence id, returns that message's id or (-1, -1) when it is not known).
+        `deliver_after` (a timedelta) or `deliver_at` (ms since the epoch), as pulsar-client:
+        Shared and Key_Shared subscriptions receive the message no sooner."""
         if self._closed:
             raise NotAllowedError("the producer is closed")
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -292,6 +297,7 @@ class EmbeddedProducer:
             sequence_id = self._next_sequence
         elif sequence_id < 0:
             raise ValueError("sequence_id must be >= 0")
+        delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
         publish_time = _now_ms()
         fields: dict[str, Any] = {}
@@ -301,6 +307,8 @@ class EmbeddedProducer:
             fields["properties"] = [KeyValue(key=k, value=v) for k, v in properties.items()]
         if event_time:
             fields["event_time"] = event_time
+        if delay is not None:
+            fields["deliver_at_time"] = delay
         if txn is None:
             metadata = message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
             try:

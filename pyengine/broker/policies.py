@@ -146,6 +146,7 @@ class BrokerPolicies:
         self.delayed_delivery_default = delayed_delivery_default or DelayedDelivery()
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
+        self.version = 0                # counts the changes: lets a topic cache what it derived
 
     # --- raw records ----------------------------------------------------------------------
 
@@ -162,11 +163,13 @@ class BrokerPolicies:
         raw, db = json.dumps(value, sort_keys=True).encode(), self._db
         await self.env.submit(lambda txn: txn.put(key.encode(), raw, db=db), key=("policies", key))
         self._cache[key] = value
+        self.version += 1
 
     async def _delete(self, key: str) -> None:
         db = self._db
         await self.env.submit(lambda txn: txn.delete(key.encode(), db=db), key=("policies", key))
         self._cache[key] = None
+        self.version += 1
 
     def _children(self, prefix: str) -> list[str]:
         names = []

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pyengine.broker.policies import BrokerPolicies, Retention
+from pyengine.broker.policies import BrokerPolicies, DelayedDelivery, Retention
 from pyengine.broker.schemas import TopicSchemas
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
@@ -83,6 +83,19 @@ class BrokerConfig:
     schema_compatibility_strategy: str = "FULL"
     allow_auto_update_schema: bool = True
     schema_validation_enforced: bool = False
+    # Delayed delivery where no topic or namespace policy says (Pulsar's delayedDeliveryEnabled,
+    # delayedDeliveryTickTimeMillis and delayedDeliveryMaxDelayInMillis, with their defaults;
+    # max 0: no limit), and isDelayedDeliveryDeliverAtTimeStrict (Pulsar: false, a message may go
+    # up to a tick early; ours: true, never before its deliver_at_time).
+    delayed_delivery_enabled: bool = True
+    delayed_delivery_tick_time_ms: int = 1000
+    delayed_delivery_max_delay_ms: int = 0
+    delayed_delivery_deliver_at_time_strict: bool = True
+
+    def delayed_delivery_policy(self) -> DelayedDelivery:
+        """The broker's default DelayedDeliveryPolicies (what BrokerPolicies falls back on)."""
+        return DelayedDelivery(active=self.delayed_delivery_enabled, tick_time_ms=self.delayed_delivery_tick_time_ms,
+                               max_delivery_delay_ms=self.delayed_delivery_max_delay_ms)
 
     def __post_init__(self) -> None:
         if not self.ledger.retains_everything:
@@ -94,9 +107,16 @@ class BrokerConfig:
         if strategy == CompatibilityStrategy.UNDEFINED:
             raise ValueError("the broker's schema compatibility strategy cannot be UNDEFINED (it is the default "
                              "that namespaces fall back on)")
-        for flag in ("allow_auto_update_schema", "schema_validation_enforced"):
+        for flag in ("allow_auto_update_schema", "schema_validation_enforced", "delayed_delivery_enabled",
+                     "delayed_delivery_deliver_at_time_strict"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, not {getattr(self, flag)!r}")
+        for name in ("delayed_delivery_tick_time_ms", "delayed_delivery_max_delay_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, not {value!r}")
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, not {value}")
         interval = self.retention_check_interval_s
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
             raise ValueError(f"retention_check_interval_s must be a number of seconds in (0, 86400], not {interval!r}")
@@ -111,7 +131,8 @@ class BrokerService:
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled,
-                                       retention_default=config.retention)
+                                       retention_default=config.retention,
+                                       delayed_delivery_default=config.delayed_delivery_policy())
         self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
                                     strategy=config.schema_compatibility_strategy,
                                     allow_auto_update=config.allow_auto_update_schema,

@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
+from pyengine.broker.delayed import deliver_at_time, wall_clock_ms
 from pyengine.broker.dedup import MessageDeduplication
 from pyengine.broker.subscription import Subscription, normalize_sub_type
 from pyengine.broker.transactions import check_txn_design
@@ -61,6 +62,8 @@ class Topic:
         self.bytes_in_counter = 0
         ledger.add_listener(self._entries_added)
         buffer.add_listener(self._entries_added)
+        self._delay_limit = 0                  # see _delivery_delay_limit
+        self._delay_limit_version = -1
 
     @classmethod
     async def load(cls, service: BrokerService, name: TopicName) -> Topic:
@@ -140,8 +143,11 @@ class Topic:
         raised as they are (`pyengine.errors.to_pulsar_error` maps them for the wire).
         `after`: a v4 txn's registration of this partition (TransactionBuffer.append_checked).
         `deduplicate` False: a chunk before its message's last, which shares the message's
-        sequence id - neither checked nor recorded (the last chunk is)."""
+        sequence id - neither checked nor recorded (the last chunk is). A message delayed beyond
+        the delayed delivery policy's maxDeliveryDelayInMillis is refused (NotAllowedError)."""
         self._check_open()
+        if self._delivery_delay_limit():
+            self._check_delivery_delay(data, publish_time)
         highest = sequence_id if highest_sequence_id is None else highest_sequence_id
         if deduplicate:
             duplicate = self.dedup.duplicate_of(producer.name, highest)
@@ -158,6 +164,27 @@ class Topic:
         if deduplicate:
             self.dedup.record(producer.name, highest, stored)
         return stored
+
+    def _delivery_delay_limit(self) -> int:
+        """maxDeliveryDelayInMillis of the delayed delivery policy in force (0: no limit, or
+        delayed delivery off), derived again only when a policy changed: the publish path
+        pays one comparison for it."""
+        policies = self.service.policies
+        if self._delay_limit_version != policies.version:
+            policy = policies.delayed_delivery(self.name)
+            self._delay_limit = policy.max_delivery_delay_ms if policy.active else 0
+            self._delay_limit_version = policies.version
+        return self._delay_limit
+
+    def _check_delivery_delay(self, data: bytes, publish_time: int) -> None:
+        """Pulsar's isExceedMaximumDeliveryDelay (PIP-315): with delayed delivery active and a
+        maxDeliveryDelayInMillis > 0, a message whose deliver_at_time is more than that after
+        its publish_time is refused, before de-duplication sees it (a SEND_ERROR
+        NotAllowedError for the client; in a transaction as well)."""
+        deliver_at = deliver_at_time(data)
+        limit = self._delay_limit
+        if deliver_at is not None and deliver_at - (publish_time or wall_clock_ms()) > limit:
+            raise NotAllowedError(f"Exceeds max allowed delivery delay of {limit} milliseconds")
 
     # --- subscriptions --------------------------------------------------------------------
 

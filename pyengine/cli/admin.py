@@ -125,6 +125,18 @@ def duration_ms(text: str) -> int:
     return int(match[1]) * _DURATION_UNITS[match[2] or "m"] * 1000
 
 
+_DELAY_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
+
+
+def delay_ms(text: str) -> int:
+    """pulsar-admin's --time / --maxDelay of set-delayed-delivery: `1s`, `500ms`, `10m`, `2d`
+    (a bare number: seconds), in milliseconds."""
+    match = re.fullmatch(r"(\d{1,12})(ms|[smhdw]?)", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a duration like 500ms, 1s, 10m, 3h, 2d or 1w, not {text!r}")
+    return int(match[1]) * _DELAY_UNITS[match[2] or "s"]
+
+
 def admin_url(text: str) -> str:
     """`--url` (or $PYENGINE_ADMIN_URL): http(s)://HOST[:PORT][/prefix], checked before any call."""
     try:
@@ -173,6 +185,19 @@ RETENTION_SIZE = (("--size",), {"type": int, "required": True, "help": "MB of co
 
 def _retention(a: argparse.Namespace) -> dict[str, int]:
     return {"retentionTimeInMinutes": a.time, "retentionSizeInMB": a.size}
+
+
+DELAYED_ENABLE = (("-e", "--enable"), {"action": "store_true",
+                                       "help": "hold back delayed messages (default: deliver them at once)"})
+TICK_TIME = (("-t", "--time"), {"type": delay_ms, "default": 1000,
+                                "help": "tick of the timer releasing delayed messages, e.g. 1s, 500ms (default 1s)"})
+MAX_DELAY = (("-md", "--maxDelay", "--max-delay"), {"type": delay_ms, "default": 0, "dest": "max_delay",
+                                                    "help": "longest delay a producer may ask for, e.g. 7d "
+                                                            "(default 0: no limit)"})
+
+
+def _delayed_delivery(a: argparse.Namespace) -> dict[str, Any]:
+    return {"active": a.enable, "tickTime": a.time, "maxDeliveryDelayInMillis": a.max_delay}
 
 
 SCHEMA_FILE = (("-f", "--filename"), {"required": True,
@@ -245,6 +270,13 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
     ("namespaces", "set-schema-validation-enforce", (), "refuse producers without a schema (--enable)",
      (NAMESPACE, ENABLE),
      lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/schemaValidationEnforced", a.enable)),
+    ("namespaces", "get-delayed-delivery", (), "show the namespace's delayed delivery policy", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/delayedDelivery", None)),
+    ("namespaces", "set-delayed-delivery", (), "enable (--enable) or disable delayed delivery, its --time tick "
+     "and --maxDelay", (NAMESPACE, DELAYED_ENABLE, TICK_TIME, MAX_DELAY),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/delayedDelivery", _delayed_delivery(a))),
+    ("namespaces", "remove-delayed-delivery", (), "remove the namespace's delayed delivery policy", (NAMESPACE,),
+     lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/delayedDelivery", None)),
     ("namespaces", "get-retention", (), "show the namespace's retention policy", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/retention", None)),
     ("namespaces", "set-retention", (), "keep consumed messages --time minutes / --size MB",
@@ -299,6 +331,14 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{_topic(a)}/deduplicationEnabled", a.enable)),
     ("topics", "remove-deduplication", (), "remove the topic's de-duplication policy", (TOPIC,),
      lambda a: ("DELETE", f"{_topic(a)}/deduplicationEnabled", None)),
+    ("topics", "get-delayed-delivery", (), "show the topic's delayed delivery policy",
+     (TOPIC, (("--applied",), {"action": "store_true", "help": "the policy in force"})),
+     lambda a: ("GET", f"{_topic(a)}/delayedDelivery" + _query(applied=a.applied or None), None)),
+    ("topics", "set-delayed-delivery", (), "enable (--enable) or disable delayed delivery on a topic, its --time "
+     "tick and --maxDelay", (TOPIC, DELAYED_ENABLE, TICK_TIME, MAX_DELAY),
+     lambda a: ("POST", f"{_topic(a)}/delayedDelivery", _delayed_delivery(a))),
+    ("topics", "remove-delayed-delivery", (), "remove the topic's delayed delivery policy", (TOPIC,),
+     lambda a: ("DELETE", f"{_topic(a)}/delayedDelivery", None)),
     ("topics", "get-retention", (), "show the topic's retention policy",
      (TOPIC, (("--applied",), {"action": "store_true", "help": "the policy in force"})),
      lambda a: ("GET", f"{_topic(a)}/retention" + _query(applied=a.applied or None), None)),

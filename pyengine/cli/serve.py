@@ -69,6 +69,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retention-size-mb", type=retention_limit, default=-1,
                    help="MB of consumed ledgers to keep per topic by default (Pulsar's defaultRetentionSizeInMB; "
                         "-1, the default here: no limit; 0 with --retention-time-minutes 0: keep none)")
+    p.add_argument("--no-delayed-delivery", action="store_true",
+                   help="deliver messages with a deliver_at_time at once where no namespace or topic policy says "
+                        "otherwise (Pulsar's delayedDeliveryEnabled=false)")
+    p.add_argument("--delayed-delivery-tick-time-ms", type=non_negative_int, default=1000,
+                   help="tick of the timer releasing delayed messages by default (Pulsar's "
+                        "delayedDeliveryTickTimeMillis, 1000)")
+    p.add_argument("--delayed-delivery-max-delay-ms", type=non_negative_int, default=0,
+                   help="refuse sends delayed by more than this by default (Pulsar's delayedDeliveryMaxDelayInMillis; "
+                        "0, the default: no limit)")
+    p.add_argument("--no-delayed-delivery-strict", action="store_true",
+                   help="let a delayed message out up to a tick early (Pulsar's default, "
+                        "isDelayedDeliveryDeliverAtTimeStrict=false); by default never before its time")
     p.add_argument("--scalable-session-ttl", type=positive_seconds, default=10.0,
                    help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
     p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
@@ -92,6 +104,16 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
     return value
 
 
@@ -225,7 +247,11 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         num_coordinators=args.num_coordinators, deduplication_enabled=args.dedup,
                         metadata_store=args.metadata_store, scalable_session_ttl=args.scalable_session_ttl,
                         scalable_grace_period=args.scalable_grace_period,
-                        retention=Retention(args.retention_time_minutes, args.retention_size_mb))
+                        retention=Retention(args.retention_time_minutes, args.retention_size_mb),
+                        delayed_delivery_enabled=not args.no_delayed_delivery,
+                        delayed_delivery_tick_time_ms=args.delayed_delivery_tick_time_ms,
+                        delayed_delivery_max_delay_ms=args.delayed_delivery_max_delay_ms,
+                        delayed_delivery_deliver_at_time_strict=not args.no_delayed_delivery_strict)
 
 
 async def run_broker(args: argparse.Namespace) -> None:

@@ -12,6 +12,7 @@ of a partitioned topic with Pulsar's routing.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
 import logging
 import time
@@ -172,6 +173,38 @@ def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequen
     return payload, props
 
 
+# The latest deliver_at_time that is a time (9999-12-31T23:59:59.999Z), as the broker reads it.
+MAX_DELIVER_AT_MS = 253_402_300_799_999
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def check_delivery(deliver_after: Any, deliver_at: Any) -> int | None:
+    """MessageMetadata.deliver_at_time (ms since the epoch) for pulsar-client's `deliver_after`
+    (a datetime.timedelta from now) or `deliver_at` (ms since the epoch, an int), or None when
+    neither asks for a delay. As pulsar-client, a zero value sets nothing (`if deliver_after:`);
+    unlike it, a negative value, a time past the year 9999, and both at once are refused."""
+    if deliver_after is not None:
+        if not isinstance(deliver_after, datetime.timedelta):
+            raise TypeError(f"deliver_after must be a datetime.timedelta, not {type(deliver_after).__name__}")
+        if deliver_at is not None:
+            raise ValueError("give deliver_after or deliver_at, not both")
+        if deliver_after < datetime.timedelta(0):
+            raise ValueError(f"deliver_after must not be negative, not {deliver_after!r}")
+        if not deliver_after:
+            return None
+        at = time.time_ns() // 1_000_000 + deliver_after // _ONE_MS
+        if at > MAX_DELIVER_AT_MS:
+            raise ValueError(f"deliver_after={deliver_after!r} is past the year 9999")
+        return at
+    if deliver_at is None:
+        return None
+    if not isinstance(deliver_at, int) or isinstance(deliver_at, bool):
+        raise TypeError(f"deliver_at must be an int (ms since the epoch), not {type(deliver_at).__name__}")
+    if not 0 <= deliver_at <= MAX_DELIVER_AT_MS:
+        raise ValueError(f"deliver_at must be ms since the epoch between 0 and {MAX_DELIVER_AT_MS}, not {deliver_at}")
+    return deliver_at or None
+
+
 def _failure(registration: asyncio.Future[None]) -> BaseException | None:
     """The error a finished registration gives the sends that waited for it (None: it succeeded)."""
     if registration.cancelled():
@@ -289,10 +322,13 @@ class PartitionProducer(ConnectionHandler):
     def submit(self, payload: bytes, key: str | None, properties: dict[str, str], event_time: int | None,
                sequence_id: int | None, txn: Transaction | None,
                future: asyncio.Future[MessageId] | None = None,
-               gate: asyncio.Future[None] | None = None) -> asyncio.Future[MessageId]:
+               gate: asyncio.Future[None] | None = None,
+               deliver_at: int | None = None) -> asyncio.Future[MessageId]:
         """Queue one message now (synchronously: submission order is sequence order); its
         receipt settles `future` (a new one when not given). With `gate` (its partition's
-        registration with `txn`, unanswered) it is written once that succeeds."""
+        registration with `txn`, unanswered) it is written once that succeeds. With
+        `deliver_at` (MessageMetadata.deliver_at_time) it is never batched: as the C++
+        client's canAddToBatch, a delayed message is sent alone, after the open batch."""
         # The hot path of every send: few calls, the checks ordered cheapest first.
         if self.state in _UNUSABLE:
             self._check_usable()
@@ -301,7 +337,8 @@ class PartitionProducer(ConnectionHandler):
         compress = self._compress
         uncompressed_size = -1
         alone = False
-        if compress is not None and not self.options.batching_enabled and payload:
+        unbatched = not self.options.batching_enabled or deliver_at is not None
+        if compress is not None and unbatched and payload:
             # As Pulsar's clients: a message sent alone is compressed here, and the broker's
             # size limit applies to what is sent (the compressed payload). An empty one is sent
             # as it is: the C++ client cannot inflate an empty ZLIB stream into 0 bytes.
@@ -309,7 +346,7 @@ class PartitionProducer(ConnectionHandler):
             payload = compress(payload)
         connection = self.connection
         if connection is not None and len(payload) > connection.max_message_size:
-            if compress is None or not self.options.batching_enabled:
+            if compress is None or unbatched:
                 raise MessageTooBigError(f"a message of {len(payload)} bytes"
                                          + (f" compressed ({uncompressed_size} uncompressed)" if compress else "")
                                          + f" is larger than the broker's maximum of {connection.max_message_size}")
@@ -323,9 +360,13 @@ class PartitionProducer(ConnectionHandler):
             self._next_sequence = max(self._next_sequence, sequence_id + 1)
         if future is None:
             future = self._loop.create_future()
-        if not self.options.batching_enabled:
-            self._send_single(payload, _message_fields(key, properties, event_time), sequence_id, txn, future, gate,
-                              uncompressed_size)
+        if unbatched:
+            fields = _message_fields(key, properties, event_time)
+            if deliver_at is not None:
+                fields["deliver_at_time"] = deliver_at
+                if self._batch is not None:
+                    self._flush_batch()     # sequence order is wire order: the batch goes first
+            self._send_single(payload, fields, sequence_id, txn, future, gate, uncompressed_size)
         elif key is None and not properties and not event_time:
             self._add_to_batch(plain_single_metadata(len(payload), sequence_id), payload, sequence_id, txn, future,
                                gate, alone)
@@ -337,19 +378,20 @@ class PartitionProducer(ConnectionHandler):
 
     def submit_in_txn(self, registration: asyncio.Future[None], payload: bytes, key: str | None,
                       properties: dict[str, str], event_time: int | None, sequence_id: int | None,
-                      txn: Transaction) -> asyncio.Future[MessageId]:
+                      txn: Transaction, deliver_at: int | None = None) -> asyncio.Future[MessageId]:
         """Queue a message of `txn`. While `registration` (ADD_PARTITION_TO_TXN) is unanswered
         the message is batched as any other and its SEND waits for the answer (`_blocked`);
         behind a full queue or a failed registration it is held, and one task submits what is
         held in order (not one task per message: a transaction sends its messages in a burst)."""
         if not self._held and not (self.options.block_if_queue_full and self.queue_full):
             if not registration.done():
-                return self.submit(payload, key, properties, event_time, sequence_id, txn, gate=registration)
+                return self.submit(payload, key, properties, event_time, sequence_id, txn, gate=registration,
+                                   deliver_at=deliver_at)
             if not Transaction._failed(registration):
-                return self.submit(payload, key, properties, event_time, sequence_id, txn)
+                return self.submit(payload, key, properties, event_time, sequence_id, txn, deliver_at=deliver_at)
         result: asyncio.Future[MessageId] = self._loop.create_future()
-        self._held.append((registration, result, (payload, key, properties, event_time, sequence_id, txn),
-                           self._loop.time()))
+        self._held.append((registration, result, (payload, key, properties, event_time, sequence_id, txn,
+                                                  deliver_at), self._loop.time()))
         if self._held_submitter is None:
             self._held_submitter = asyncio.ensure_future(self._submit_held())
         return result
@@ -372,7 +414,9 @@ class PartitionProducer(ConnectionHandler):
                         try:
                             if self.queue_full:
                                 await self.wait_for_space()
-                            self.submit(*message, future=result)   # the receipt settles `result` itself
+                            *fields, deliver_at = message
+                            # the receipt settles `result` itself
+                            self.submit(*fields, future=result, deliver_at=deliver_at)
                         except Exception as exc:
                             if not result.done():
                                 result.set_exception(exc)
@@ -686,21 +730,25 @@ class Producer:
 
     async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
                    event_time: int | None = None, sequence_id: int | None = None,
-                   txn: Transaction | None = None) -> MessageId:
+                   txn: Transaction | None = None, deliver_after: datetime.timedelta | None = None,
+                   deliver_at: int | None = None) -> MessageId:
         """Send one message and return its id once the broker has stored it (a message the
         broker drops as a duplicate gets (-1, -1)). With `txn`, the message is part of the
-        transaction: stored now, visible when the transaction commits."""
+        transaction: stored now, visible when the transaction commits. `deliver_after` (a
+        timedelta) or `deliver_at` (ms since the epoch), as pulsar-client: a Shared or
+        Key_Shared subscription receives the message no sooner (it is sent unbatched)."""
         payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
+        delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         producer = self._partition_for(key)
         if txn is None:
             await producer.wait_for_space()
-            return await producer.submit(payload, key, props, event_time, sequence_id, None)
-        return await self._submit_in_txn(producer, payload, key, props, event_time, sequence_id, txn)
+            return await producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay)
+        return await self._submit_in_txn(producer, payload, key, props, event_time, sequence_id, txn, delay)
 
     @staticmethod
     def _submit_in_txn(producer: PartitionProducer, payload: bytes, key: str | None, props: dict[str, str],
                        event_time: int | None, sequence_id: int | None,
-                       txn: Transaction) -> asyncio.Future[MessageId]:
+                       txn: Transaction, deliver_at: int | None = None) -> asyncio.Future[MessageId]:
         """Queue a message of `txn` now, in send order: at once when its partition is already
         registered with the transaction, after the registration otherwise. The transaction
         tracks it from this moment, so a commit right after `send_async` waits for it."""
@@ -709,26 +757,31 @@ class Producer:
         registration = txn._partitions.get(producer.topic)
         if registration is None or registration.done():     # the first send, or maybe a failed one
             registration = txn._register_partition(producer.topic)
-        future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn)
+        future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn, deliver_at)
         txn._track(future)                  # commit waits for this send, whatever happens to it
         return future
 
     def send_async(self, data: bytes, callback: SendCallback | None = None, *, key: str | None = None,
                    properties: dict[str, str] | None = None, event_time: int | None = None,
-                   sequence_id: int | None = None, txn: Transaction | None = None) -> asyncio.Future[MessageId]:
+                   sequence_id: int | None = None, txn: Transaction | None = None,
+                   deliver_after: datetime.timedelta | None = None,
+                   deliver_at: int | None = None) -> asyncio.Future[MessageId]:
         """Queue a message without waiting; `callback(error, message_id)` runs when it is settled.
         Without a transaction the message takes its sequence id now (send order is kept);
-        a full queue raises ProducerQueueIsFullError instead of blocking."""
+        a full queue raises ProducerQueueIsFullError instead of blocking. `deliver_after` /
+        `deliver_at` as in `send`."""
         payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
+        delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
         if txn is None:
             producer = self._partition_for(key)
             if producer.queue_full:
                 raise ProducerQueueIsFullError(f"{producer}: {producer.options.max_pending_messages} messages pending")
-            future = producer.submit(payload, key, props, event_time, sequence_id, None)
+            future = producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay)
         else:
-            future = self._submit_in_txn(self._partition_for(key), payload, key, props, event_time, sequence_id, txn)
+            future = self._submit_in_txn(self._partition_for(key), payload, key, props, event_time, sequence_id, txn,
+                                         delay)
         if callback is not None:
             def done(settled: asyncio.Future[MessageId]) -> None:
                 if settled.cancelled():
