@@ -17,7 +17,13 @@ dispatchers do:
   recently joined consumers so that per-key order holds while consumers come and go);
 * Shared and Key_Shared: hold back a message whose `deliver_at_time` is still to come (delayed
   delivery, `pyengine.broker.delayed`) and deliver it with the replays once its time has come;
-  Exclusive and Failover subscriptions (and readers) deliver it at once, as Pulsar does.
+  Exclusive and Failover subscriptions (and readers) deliver it at once, as Pulsar does;
+* Exclusive and Failover subscriptions (and readers) whose active consumer reads compacted
+  (`read_compacted`): while the cursor is at or before the compaction horizon, read the
+  topic's compacted view (`pyengine.broker.compaction`) instead of the ledger, from the
+  cursor's position on, then go on with the ledger after the horizon (Pulsar's
+  CompactedTopicImpl.asyncReadEntriesOrWait). Entries keep their original positions, so
+  acknowledgements, redeliveries and seeks work on them as on the ledger's.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from pyengine.broker.delayed import DelayedDeliveryTracker, deliver_at_time
 from pyengine.broker.policies import DelayedDelivery
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import Entry, split_headers_and_payload
-from pyengine_kernels import Position
+from pyengine_kernels import Position, ackset_and
 
 if TYPE_CHECKING:
     from pyengine.broker.subscription import Subscription
@@ -228,9 +234,10 @@ class Dispatcher:
         auto_acked: list[Position] = []
         select = self._selector()
         delays = sub.sub_type in DELAYING_TYPES
+        compacted = self._compaction_horizon()
         self._delay_policy = None
 
-        def offer(entry: Entry) -> bool:
+        def offer(entry: Entry, from_view: bool = False) -> bool:
             """Deliver `entry` or leave it to be delivered later. False when nobody can take
             anything more (stop reading)."""
             position = entry.position
@@ -249,6 +256,11 @@ class Dispatcher:
                 batch_ack_set = pending_ack.pending_ack_set(position)
             if batch_ack_set is None:
                 batch_ack_set = cursor.batch_ack_set(position)
+            if from_view:
+                # A batch of the compacted view: its compacted-out messages count as acked.
+                mask = topic.compaction.compacted_out_mask(entry)
+                if mask is not None:
+                    batch_ack_set = mask if batch_ack_set is None else ackset_and(batch_ack_set, mask)
             consumer = select(entry)
             if consumer is None:
                 if sub.sub_type == "key_shared" and any(c.permits > 0 for c in self.consumers):
@@ -280,15 +292,35 @@ class Dispatcher:
                     if not self._any_permits():
                         break
                     self.redeliveries.discard(position)
-                    entry = topic.ledger.read_entry(position)
-                    if entry is not None and not offer(entry):
+                    from_view = compacted is not None and position <= compacted
+                    if from_view:
+                        entry = topic.compaction.read_entry(position)
+                    else:
+                        entry = topic.ledger.read_entry(position)
+                    if entry is not None and not offer(entry, from_view):
                         self.redeliveries.add(position)
                         break
             finally:
                 self._replaying = False
 
-        # 2. New entries, up to the read horizon.
-        while self._any_permits():
+        # 2. New entries: the compacted view up to the compaction horizon for a consumer that
+        #    reads compacted, then the ledger up to the read horizon.
+        while compacted is not None and cursor.read_position <= compacted and self._any_permits():
+            entries = topic.compaction.read_entries(cursor.read_position, READ_BATCH)
+            if not entries:
+                after = topic.ledger.next_position(compacted)
+                if after > cursor.read_position:
+                    cursor.read_position = after
+                break
+            stopped = False
+            for entry in entries:
+                if not offer(entry, True):
+                    stopped = True
+                    break
+                cursor.read_position = entry.position.next()
+            if stopped:
+                break
+        while self._any_permits() and (compacted is None or cursor.read_position > compacted):
             start = cursor.read_position
             if start > horizon:
                 break
@@ -308,6 +340,16 @@ class Dispatcher:
             consumer.sink.deliver(deliveries)
         if auto_acked:
             sub.auto_ack(auto_acked)
+
+    def _compaction_horizon(self) -> Position | None:
+        """The compaction horizon when the subscription's active consumer reads compacted
+        (Exclusive/Failover, readers), else None."""
+        if self.subscription.sub_type not in ("exclusive", "failover"):
+            return None
+        active = self.active_consumer()
+        if active is None or not getattr(active, "read_compacted", False):
+            return None
+        return self.subscription.topic.compaction.horizon
 
     def _strict_delivery(self) -> bool:
         """isDelayedDeliveryDeliverAtTimeStrict of the broker (strict when there is none)."""

@@ -18,8 +18,8 @@ from pyengine.errors import ConsumerBusyError, NotAllowedError, TransactionConfl
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedCursor
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
-from pyengine_kernels import (Position, TxnId, ackset_acked_indexes, ackset_andnot, ackset_is_fully_acked,
-                              ackset_new, ackset_or)
+from pyengine_kernels import (Position, TxnId, ackset_acked_indexes, ackset_and, ackset_andnot,
+                              ackset_is_fully_acked, ackset_new, ackset_or)
 
 if TYPE_CHECKING:
     from pyengine.broker.topic import Topic
@@ -97,6 +97,8 @@ class Subscription:
         transaction: a plain acknowledgement of it is ignored."""
         whole: list[Position] = []
         future: asyncio.Future[None] | None = None
+        if self.topic.compaction.horizon is not None:
+            acks = [self._compacted_out_acked(ack) for ack in acks]
         for ack in acks:
             if self.pending_ack is not None and self.pending_ack.is_fully_pending(
                     ack.position, ack.batch_size if ack.ack_set is not None else self._batch_size(ack.position)):
@@ -111,6 +113,16 @@ class Subscription:
         acked = [a.position for a in acks if self.cursor.is_acked(a.position)]
         self.dispatcher.acked(acked)
         return future if future is not None else self.cursor.persist()
+
+    def _compacted_out_acked(self, ack: IndividualAck) -> IndividualAck:
+        """A batch-index ack of a batch of the compacted view: its compacted-out messages,
+        never delivered, count as acknowledged (else the entry would never be)."""
+        if ack.ack_set is None:
+            return ack
+        mask = self.topic.compaction.compacted_out_mask_at(ack.position)
+        if mask is None:
+            return ack
+        return IndividualAck(ack.position, ack.batch_size, tuple(ackset_and(list(ack.ack_set), mask)))
 
     def _batch_size(self, position: Position) -> int:
         """The number of messages of the entry at `position`: a whole-entry ack (a client
@@ -282,6 +294,9 @@ class Subscription:
 
     async def seek(self, position: Position) -> None:
         await self.cursor.seek(position)
+        if position <= self.topic.ledger.first_position() and \
+                any(getattr(c, "read_compacted", False) for c in self.consumers):
+            self.topic.compaction.rewind_to_view(self.cursor)     # to the compacted view's start
         self.dispatcher.reset()
         self.dispatcher.notify()
 

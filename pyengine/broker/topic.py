@@ -12,6 +12,7 @@ import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION, TopicCompaction
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.delayed import deliver_at_time, wall_clock_ms
 from pyengine.broker.dedup import MessageDeduplication
@@ -64,6 +65,8 @@ class Topic:
         buffer.add_listener(self._entries_added)
         self._delay_limit = 0                  # see _delivery_delay_limit
         self._delay_limit_version = -1
+        # Topic compaction: the compacted view and its horizon (`pyengine.broker.compaction`).
+        self.compaction = TopicCompaction(self)
 
     @classmethod
     async def load(cls, service: BrokerService, name: TopicName) -> Topic:
@@ -75,6 +78,7 @@ class Topic:
             for cursor_name in topic._stored_cursor_names():
                 cursor = await ledger.open_cursor(cursor_name)
                 await topic._attach_subscription(cursor)
+            topic.compaction.load()
             service.apply_retention(ledger)      # once its subscriptions hold back what they need
         except BaseException:
             # Nothing of a failed load may live on (Pulsar #14760: a half-open topic stayed
@@ -190,21 +194,32 @@ class Topic:
 
     async def subscribe(self, subscription_name: str, consumer: Consumer, *, sub_type: str = "exclusive",
                         initial_position: str = "latest", durable: bool = True,
-                        start: Position | None = None) -> Subscription:
+                        start: Position | None = None, read_compacted: bool = False) -> Subscription:
         """Attach `consumer` to the subscription (created at `initial_position` if new). A
-        non-durable subscription (a reader) starts at `start`."""
+        non-durable subscription (a reader) starts at `start`. `read_compacted`: the consumer
+        reads the compacted view up to the compaction horizon, then the topic after it
+        (Exclusive and Failover subscriptions and readers only, as in Pulsar)."""
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("a subscription name must be a non-empty string")
         sub_type = normalize_sub_type(sub_type)
+        if read_compacted and sub_type not in ("exclusive", "failover"):
+            # Pulsar's PersistentTopic.internalSubscribe, word for word.
+            raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
+        consumer.read_compacted = bool(read_compacted)
         if initial_position not in ("earliest", "latest"):
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
         if durable:
+            new = subscription_name not in self.subscriptions
             subscription = await self.open_subscription(subscription_name, initial_position)
+            from_start = new and initial_position == "earliest"
         else:
             cursor = self.ledger.new_non_durable_cursor(start if start is not None else self.ledger.lac.next())
             subscription = await self._attach_subscription(cursor, sub_type)
             self._readers = [*self._readers, subscription]
+            from_start = start is not None and start <= self.ledger.first_position()
+        if read_compacted and from_start and not subscription.consumers:
+            self.compaction.rewind_to_view(subscription.cursor)
         subscription.add_consumer(consumer, sub_type)
         return subscription
 
@@ -231,6 +246,8 @@ class Topic:
             raise NotAllowedError(f"subscription {subscription_name} has connected consumers")
         del self.subscriptions[subscription_name]
         await subscription.close()
+        if subscription_name == COMPACTION_SUBSCRIPTION:
+            await self.compaction.delete()      # the horizon goes with its cursor
         if subscription.pending_ack is not None:
             await subscription.pending_ack.store.delete()
         await self.ledger.delete_cursor(subscription_name)
@@ -296,6 +313,7 @@ class Topic:
         if self._closed:
             return
         self._closed = True
+        await self.compaction.close()
         for subscription in [*self.subscriptions.values(), *self._readers]:
             await subscription.close()
         await self.buffer.close()
@@ -306,6 +324,7 @@ class Topic:
         for subscription in self.subscriptions.values():
             if subscription.pending_ack is not None:
                 await subscription.pending_ack.store.delete()
+        await self.compaction.delete()
         await self.ledger.delete()
 
     def _check_open(self) -> None:

@@ -241,26 +241,32 @@ class Client:
                         initial_position: str = "latest", receiver_queue_size: int = 1000,
                         consumer_name: str | None = None, priority: int = 0,
                         negative_ack_redelivery_delay_ms: int = 60_000,
-                        batch_index_ack_enabled: bool = True, schema: SchemaData | None = None) -> Consumer:
+                        batch_index_ack_enabled: bool = True, schema: SchemaData | None = None,
+                        read_compacted: bool = False) -> Consumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
         turned off, a batch is acknowledged once all its messages are, for brokers without
         batch-index acknowledgements. A `schema` must be able to read the topic's (it becomes
-        the topic's first schema only on an idle topic); IncompatibleSchemaError otherwise."""
+        the topic's first schema only on an idle topic); IncompatibleSchemaError otherwise.
+        `read_compacted`: read the topic's compacted view (the latest message of each key up to
+        the last compaction), then what came after it (Exclusive and Failover only)."""
         self._check_open()
         name = check_topic(topic)
         options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
                                   consumer_name, priority, negative_ack_redelivery_delay_ms,
-                                  batch_index_ack_enabled=batch_index_ack_enabled, schema=schema)
+                                  batch_index_ack_enabled=batch_index_ack_enabled, schema=schema,
+                                  read_compacted=read_compacted)
         consumer = Consumer(self._core, name, options, await self._core.lookup.partitions(name))
         await consumer._start()
         self._core.open_objects.append(consumer)
         return consumer
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *, receiver_queue_size: int = 1000,
-                            start_message_id_inclusive: bool = True, reader_name: str | None = None) -> Reader:
+                            start_message_id_inclusive: bool = True, reader_name: str | None = None,
+                            read_compacted: bool = False) -> Reader:
         """A reader of `topic` from `start_message_id` on (MessageId.earliest / .latest too);
-        like the embedded client's, it includes the start message unless told otherwise."""
+        like the embedded client's, it includes the start message unless told otherwise.
+        `read_compacted`: read the compacted view first (see `subscribe`)."""
         self._check_open()
         name = check_topic(topic)
         if not isinstance(start_message_id, MessageId):
@@ -271,7 +277,8 @@ class Client:
         options = ConsumerOptions(f"reader-{random.getrandbits(40):010x}", "exclusive", "latest",
                                   receiver_queue_size, reader_name, 0, 60_000, durable=False,
                                   start_message_id=start_message_id,
-                                  start_message_id_inclusive=start_message_id_inclusive)
+                                  start_message_id_inclusive=start_message_id_inclusive,
+                                  read_compacted=read_compacted)
         reader = Reader(self._core, name, options, partitions)
         await reader._start()
         self._core.open_objects.append(reader)

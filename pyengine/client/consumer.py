@@ -66,9 +66,12 @@ class ConsumerOptions:
     start_message_id_inclusive: bool = True
     batch_index_ack_enabled: bool = True
     schema: SchemaData | None = None
+    read_compacted: bool = False
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
+        if not isinstance(self.read_compacted, bool):
+            raise TypeError(f"read_compacted must be a bool, not {type(self.read_compacted).__name__}")
         check_schema(self.schema)
         object.__setattr__(self, "consumer_type", check_consumer_type(self.consumer_type))
         object.__setattr__(self, "initial_position", check_initial_position(self.initial_position))
@@ -76,6 +79,9 @@ class ConsumerOptions:
         check_name("consumer_name", self.consumer_name, optional=True)
         check_int("priority", self.priority, 0)
         check_int("negative_ack_redelivery_delay_ms", self.negative_ack_redelivery_delay_ms, 0)
+        if self.read_compacted and self.consumer_type not in ("exclusive", "failover"):
+            # As Pulsar's clients (ConsumerBuilderImpl) refuse it before asking the broker.
+            raise ValueError("Read compacted can only be used with exclusive or failover persistent subscriptions")
         if self.start_message_id is not None and not isinstance(self.start_message_id, MessageId):
             raise TypeError(f"start_message_id must be a MessageId, not {type(self.start_message_id).__name__}")
         for flag in ("durable", "start_message_id_inclusive", "batch_index_ack_enabled"):
@@ -157,7 +163,7 @@ class PartitionConsumer(ConnectionHandler):
             T.SUBSCRIBE, topic=self.topic, subscription=options.subscription_name,
             subType=_SUB_TYPES[options.consumer_type], consumer_id=self.consumer_id,
             request_id=connection.new_request_id(), consumer_name=self.consumer_name,
-            priority_level=options.priority, durable=options.durable, read_compacted=False,
+            priority_level=options.priority, durable=options.durable, read_compacted=options.read_compacted,
             initialPosition=(pb.CommandSubscribe.Earliest if options.initial_position == "earliest"
                              else pb.CommandSubscribe.Latest),
             replicate_subscription_state=False)

@@ -673,17 +673,20 @@ class ServerConnection(asyncio.Protocol):
     async def _attach(self, topic: Topic, body: pb.CommandSubscribe, sub_type: str,
                       broker_consumer: Consumer) -> Subscription:
         initial = "earliest" if body.initialPosition == pb.CommandSubscribe.Earliest else "latest"
+        read_compacted = body.read_compacted
         if body.durable:
             return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
-                                         initial_position=initial)
+                                         initial_position=initial, read_compacted=read_compacted)
         # A reader that comes back after its seek finds its (moved) subscription kept for it.
         kept = self.server.take_seeked_reader(topic.name, body.subscription)
         if kept is not None:
+            broker_consumer.read_compacted = read_compacted
             kept.add_consumer(broker_consumer, sub_type)
             return kept
         return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
                                      initial_position=initial, durable=False,
-                                     start=self._reader_start(topic, body, initial))
+                                     start=self._reader_start(topic, body, initial),
+                                     read_compacted=read_compacted)
 
     @staticmethod
     def _reader_start(topic: Topic, body: pb.CommandSubscribe, initial: str) -> Position:
@@ -882,8 +885,13 @@ class ServerConnection(asyncio.Protocol):
             return
         topic = consumer.topic
         position, batch_size = topic.last_message_position()
-        last = replies.message_id_data(position, partition=topic.partition_index,
-                                       batch_index=batch_size - 1 if batch_size > 1 else -1)
+        batch_index = batch_size - 1 if batch_size > 1 else -1
+        broker_consumer = getattr(consumer, "broker_consumer", None)
+        if getattr(broker_consumer, "read_compacted", False):
+            # Read compacted: nothing visible after the compaction horizon, the last message is
+            # the compacted view's (else a reader would wait for a compacted-out one).
+            position, batch_index = topic.compaction.last_message_position(position, batch_index)
+        last = replies.message_id_data(position, partition=topic.partition_index, batch_index=batch_index)
         mark_delete = None
         if consumer.subscription is not None:
             mark_delete = replies.message_id_data(consumer.subscription.cursor.mark_delete)

@@ -44,6 +44,11 @@ DATABASES = (
     "tb_snapshots",    # topic id -> transaction-buffer snapshot
     "metadata",        # metadata-store keys (PIP-468 / PIP-473)
 )
+# Added after the first data format: created when a data dir is opened for writing, absent
+# (and then not opened) in an older data dir opened read-only.
+OPTIONAL_DATABASES = (
+    "compacted",       # topic id + position -> entry of the topic's compacted view
+)
 
 FORMAT_VERSION = 1
 DEFAULT_MAP_SIZE = 64 << 30     # address space only: the file grows as data is written
@@ -86,7 +91,7 @@ class StorageEnvironment:
             env_dir.mkdir(parents=True, exist_ok=True)
             self._lock_fd = _lock_data_dir(env_dir)
         try:
-            self._env = lmdb.open(str(env_dir), map_size=map_size, max_dbs=len(DATABASES) + 4,
+            self._env = lmdb.open(str(env_dir), map_size=map_size, max_dbs=len(DATABASES) + len(OPTIONAL_DATABASES) + 4,
                                   sync=sync, metasync=sync, readonly=readonly, lock=True,
                                   max_readers=512, create=not readonly)
         except lmdb.Error as exc:
@@ -94,6 +99,11 @@ class StorageEnvironment:
             raise StorageError(f"cannot open the LMDB environment in {env_dir}: {exc}") from exc
         try:
             self._dbs = {name: self._env.open_db(name.encode(), create=not readonly) for name in DATABASES}
+            for name in OPTIONAL_DATABASES:
+                try:
+                    self._dbs[name] = self._env.open_db(name.encode(), create=not readonly)
+                except lmdb.NotFoundError:
+                    pass
         except lmdb.NotFoundError:          # read-only, and a database is missing
             self._env.close()
             self._unlock()

@@ -1,0 +1,362 @@
+"""Topic compaction (Pulsar's TwoPhaseCompactor / PublishingOrderCompactor, CompactedTopicImpl).
+
+Compaction keeps, for every key, the latest message published up to the compaction horizon:
+
+* it reads the topic READ_COMMITTED and never past the read horizon (the transaction buffer's
+  max read position): markers are skipped, entries of aborted transactions are left out, and
+  an open transaction's entries are beyond the horizon (Pulsar #21718/#21951: the compaction
+  reader must neither wait for a marker it never receives nor read past an open transaction);
+* the horizon is that max read position itself, not the last visible message, so a horizon
+  that is a marker is fine: the next compaction, and read-compacted readers, go on after it;
+* a message without a key is not kept (Pulsar's default topicCompactionRetainNullKey=false);
+* an empty payload (or `null_value`) is a tombstone: it deletes its key;
+* a batch is split by key: it is kept with its retained messages, the others written as
+  `compacted_out` with an empty payload, so batch indexes (message ids) stay the original
+  ones (Pulsar's RawBatchConverter.rebatchMessage); the rebuilt batch is stored uncompressed;
+* compaction is incremental, as Pulsar's (its compactor reads through the `__compaction`
+  subscription, which itself reads compacted): the previous view, then the ledger after the
+  previous horizon.
+
+The result (`pyengine.storage.compacted.CompactedView`) is written in one LMDB transaction
+with the move of the `__compaction` cursor to the horizon and the cursor property
+`CompactedTopicLedger` (Pulsar's COMPACTED_TOPIC_LEDGER_PROPERTY; here a generation number),
+so the view survives restarts and the ledger is never trimmed under what compaction has not
+read yet: that durable cursor holds the ledger like any subscription.
+
+Status is Pulsar's LongRunningProcessStatus (NOT_RUN, RUNNING, SUCCESS, ERROR + lastError),
+in memory as in Pulsar (a restarted broker reports NOT_RUN until compaction runs again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from core_ext.records import decompress
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.commands import parse_message_metadata
+from pyengine.storage.compacted import CompactedView
+from pyengine.storage.entry import NO_TXN, Entry, headers_and_payload, split_headers_and_payload
+from pyengine_kernels import Position, ackset_new
+
+if TYPE_CHECKING:
+    from pyengine.broker.topic import Topic
+
+log = logging.getLogger(__name__)
+
+COMPACTION_SUBSCRIPTION = "__compaction"
+COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"
+NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
+READ_CHUNK = 500
+_SIZE = struct.Struct(">I")
+
+
+class CompactionAlreadyRunningError(Exception):
+    """Pulsar's AlreadyRunningException ("Compaction already in progress"): HTTP 409."""
+
+
+class _Message:
+    """One message of an entry, as compaction sees it."""
+
+    __slots__ = ("index", "key", "tombstone", "metadata", "payload")
+
+    def __init__(self, index: int, key: str | None, tombstone: bool, metadata: bytes | None,
+                 payload: bytes) -> None:
+        self.index = index                 # batch index, -1 for a message that is not batched
+        self.key = key
+        self.tombstone = tombstone
+        self.metadata = metadata           # serialised SingleMessageMetadata (batches)
+        self.payload = payload
+
+
+def _split_batch(payload: bytes, count: int) -> list[tuple[bytes, pb.SingleMessageMetadata, bytes]]:
+    out = []
+    view = memoryview(payload)
+    offset = 0
+    for _ in range(count):
+        size = _SIZE.unpack_from(view, offset)[0]
+        offset += 4
+        raw = bytes(view[offset:offset + size])
+        offset += size
+        smd = pb.SingleMessageMetadata()
+        smd.ParseFromString(raw)
+        body = bytes(view[offset:offset + smd.payload_size])
+        offset += smd.payload_size
+        out.append((raw, smd, body))
+    return out
+
+
+def entry_messages(entry: Entry) -> tuple[pb.MessageMetadata, list[_Message]] | None:
+    """The metadata and messages of `entry`; None for what compaction never keeps (markers,
+    undecodable entries)."""
+    if entry.is_marker:
+        return None
+    try:
+        raw, payload = split_headers_and_payload(entry.data)
+        md = parse_message_metadata(raw)
+    except ValueError:
+        log.warning("compaction: entry %s is undecodable: left out", entry.position)
+        return None
+    if md.HasField("marker_type") and md.marker_type != 0:
+        return None                                     # server-only markers (Markers.isServerOnlyMarker)
+    if not md.HasField("num_messages_in_batch"):
+        key = md.partition_key if md.HasField("partition_key") else None
+        size = md.uncompressed_size if md.compression != pb.NONE else len(payload)
+        return md, [_Message(-1, key, size <= 0 or md.null_value, None, payload)]
+    if md.compression != pb.NONE:
+        payload = decompress(md.compression, payload, md.uncompressed_size)
+    messages = []
+    for index, (smd_raw, smd, body) in enumerate(_split_batch(payload, md.num_messages_in_batch)):
+        if smd.compacted_out:
+            continue
+        key = smd.partition_key if smd.HasField("partition_key") else None
+        messages.append(_Message(index, key, smd.payload_size <= 0 or smd.null_value, smd_raw, body))
+    return md, messages
+
+
+def _compacted_entry(entry: Entry, md: pb.MessageMetadata, kept: list[_Message]) -> Entry:
+    """`entry` with only the messages in `kept` (a batch keeps its size: the others are
+    compacted out, with an empty payload). Transaction fields are cleared: what is in the
+    view is committed."""
+    if not md.HasField("num_messages_in_batch"):
+        data = entry.data
+    else:
+        kept_by_index = {m.index: m for m in kept}
+        empty = pb.SingleMessageMetadata(payload_size=0, compacted_out=True).SerializeToString()
+        parts = []
+        for index in range(md.num_messages_in_batch):
+            message = kept_by_index.get(index)
+            raw, body = (message.metadata, message.payload) if message is not None else (empty, b"")
+            parts.append(_SIZE.pack(len(raw)) + raw + body)
+        payload = b"".join(parts)
+        new_md = pb.MessageMetadata()
+        new_md.CopyFrom(md)
+        new_md.compression = pb.NONE
+        new_md.uncompressed_size = len(payload)
+        data = headers_and_payload(new_md.SerializeToString(), payload)
+    return Entry(entry.position, data, NO_TXN, NO_TXN, 0, entry.num_messages, entry.publish_time)
+
+
+class TopicCompaction:
+    """The compaction state of one topic: its compacted view, horizon and last run's status."""
+
+    def __init__(self, topic: Topic) -> None:
+        self.topic = topic
+        self.view = CompactedView(topic.ledger.env, topic.ledger.topic_id)
+        self.horizon: Position | None = None
+        self.status = NOT_RUN
+        self.last_error = ""
+        self._task: asyncio.Task[None] | None = None
+        self._masks: dict[Position, list[int]] = {}      # compacted_out_mask per view entry
+
+    def load(self) -> None:
+        """Take up the horizon of the last compaction (the `__compaction` cursor's position)."""
+        cursor = self.topic.ledger.cursors.get(COMPACTION_SUBSCRIPTION)
+        if cursor is not None and COMPACTED_TOPIC_LEDGER_PROPERTY in cursor.properties:
+            self.horizon = cursor.mark_delete
+
+    # --- running --------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def trigger(self) -> asyncio.Task[None]:
+        """Start a compaction; CompactionAlreadyRunningError if one is running."""
+        if self.running:
+            raise CompactionAlreadyRunningError("Compaction already in progress")
+        self.status, self.last_error = RUNNING, ""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"compaction-{self.topic.name}")
+        return self._task
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    def status_json(self) -> dict[str, str]:
+        """Pulsar's LongRunningProcessStatus."""
+        return {"status": self.status, "lastError": self.last_error}
+
+    async def _run(self) -> None:
+        try:
+            await self.compact()
+        except asyncio.CancelledError:
+            self.status, self.last_error = ERROR, "compaction cancelled"
+            raise
+        except Exception as exc:              # reported through the status
+            log.warning("compaction of %s failed: %s", self.topic.name, exc, exc_info=True)
+            self.status, self.last_error = ERROR, str(exc) or type(exc).__name__
+        else:
+            self.status = SUCCESS
+
+    async def compact(self) -> Position | None:
+        """Compact up to the read horizon now; the new horizon (None: nothing to compact)."""
+        topic = self.topic
+        ledger = topic.ledger
+        # The compaction subscription first: from now on it holds what compaction will read.
+        subscription = await topic.open_subscription(COMPACTION_SUBSCRIPTION, "earliest")
+        cursor = subscription.cursor
+        horizon = topic.buffer.max_read_position()
+        previous = self.horizon
+        if horizon.entry_id < 0 or (previous is not None and horizon <= previous):
+            return None                       # empty topic, or nothing since the last compaction
+        # Phase one: the latest message of each key.
+        latest: dict[str, tuple[Position, int]] = {}
+        async for entry, parsed in self._entries(previous, horizon):
+            for message in parsed[1]:
+                if message.key is None:
+                    continue
+                if message.tombstone:
+                    latest.pop(message.key, None)
+                else:
+                    latest[message.key] = (entry.position, message.index)
+        # Phase two: the entries holding them.
+        wanted = set(latest.values())
+        kept_entries: list[Entry] = []
+        async for entry, (md, messages) in self._entries(previous, horizon):
+            kept = [m for m in messages if m.key is not None and (entry.position, m.index) in wanted]
+            if kept:
+                kept_entries.append(_compacted_entry(entry, md, kept))
+        # The view and the cursor move in the same group commit (one LMDB transaction).
+        generation = cursor.properties.get(COMPACTED_TOPIC_LEDGER_PROPERTY, 0) + 1
+        old_properties = dict(cursor.properties)
+        written = ledger.env.submit(self.view.replace_write(kept_entries))
+        cursor.properties[COMPACTED_TOPIC_LEDGER_PROPERTY] = generation
+        moved = cursor.ack_cumulative(horizon) if horizon > cursor.mark_delete else cursor.persist()
+        try:
+            await asyncio.gather(written, moved)
+        except BaseException:
+            cursor.properties.clear()
+            cursor.properties.update(old_properties)
+            raise
+        self.horizon = horizon
+        self._masks.clear()
+        log.info("compacted %s up to %s: %d keys in %d entries", topic.name, horizon, len(latest),
+                 len(kept_entries))
+        return horizon
+
+    async def _entries(self, previous: Position | None, horizon: Position):
+        """The visible entries up to `horizon` with their messages: the compacted view (up to
+        `previous`), then the ledger after `previous`; markers and aborted entries skipped."""
+        if previous is not None:
+            for count, entry in enumerate(self.view.iter_entries()):
+                parsed = entry_messages(entry)
+                if parsed is not None:
+                    yield entry, parsed
+                if count % READ_CHUNK == READ_CHUNK - 1:
+                    await asyncio.sleep(0)
+        ledger, buffer = self.topic.ledger, self.topic.buffer
+        start = ledger.next_position(previous) if previous is not None else ledger.first_position()
+        while start <= horizon:
+            entries = ledger.read_entries(start, READ_CHUNK, horizon)
+            if not entries:
+                break
+            for entry in entries:
+                if entry.is_marker or (entry.txn_most >= 0 and buffer.hides(entry)):
+                    continue
+                parsed = entry_messages(entry)
+                if parsed is not None:
+                    yield entry, parsed
+            start = ledger.next_position(entries[-1].position)
+            await asyncio.sleep(0)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
+        """Entries of the view from `start` on, up to the horizon."""
+        if self.horizon is None:
+            return []
+        return self.view.read_entries(start, max_entries, self.horizon)
+
+    def read_entry(self, position: Position) -> Entry | None:
+        return self.view.read_entry(position)
+
+    def compacted_out_mask(self, entry: Entry) -> list[int] | None:
+        """For a batch of the view: an ack set (set bit = not acknowledged) with its compacted
+        out indexes cleared, so that they are never delivered nor wait for an ack; None
+        when the entry has none."""
+        if entry.num_messages <= 1:
+            return None
+        cached = self._masks.get(entry.position)
+        if cached is not None:
+            return cached or None
+        mask: list[int] = []
+        try:
+            md = parse_message_metadata(split_headers_and_payload(entry.data)[0])
+            if md.HasField("num_messages_in_batch") and md.compression == pb.NONE:
+                _, payload = split_headers_and_payload(entry.data)
+                out = [i for i, (_, smd, _) in enumerate(_split_batch(payload, md.num_messages_in_batch))
+                       if smd.compacted_out]
+                if out:
+                    mask = ackset_new(md.num_messages_in_batch)
+                    for index in out:
+                        word = (mask[index // 64] & ~(1 << (index % 64))) & 0xFFFF_FFFF_FFFF_FFFF
+                        mask[index // 64] = word - (1 << 64) if word >= 1 << 63 else word
+        except ValueError:
+            mask = []
+        if len(self._masks) > 10_000:
+            self._masks.clear()
+        self._masks[entry.position] = mask
+        return mask or None
+
+    def last_message_position(self, position: Position, batch_index: int) -> tuple[Position, int]:
+        """For a read-compacted consumer: the last message id, given the topic's last visible
+        message (`position`, `batch_index`): that one when it is after the compaction horizon,
+        else the last message of the compacted view ((ledger, -1) when the view is empty)."""
+        horizon = self.horizon
+        if horizon is None or position > horizon:
+            return position, batch_index
+        entry = self.view.last_entry()
+        if entry is None:
+            return Position(horizon.ledger_id, -1), -1
+        parsed = entry_messages(entry)
+        last_index = -1
+        if parsed is not None and parsed[0].HasField("num_messages_in_batch") and parsed[1]:
+            last_index = parsed[1][-1].index
+        return entry.position, last_index
+
+    def rewind_to_view(self, cursor) -> None:
+        """A read-compacted cursor at the start of the stored ledger (a subscription created
+        at 'earliest', a reader from MessageId.earliest, a seek to it) starts at the start of
+        the compacted view, which may hold entries of ledgers trimmed since: the cursor's
+        positions are the original ones, so it is put before the view's first entry."""
+        if self.horizon is None:
+            return
+        first = self.view.read_entries(Position(-1, -1), 1)
+        if not first:
+            return
+        position = first[0].position
+        ledger = self.topic.ledger
+        if position < cursor.read_position <= ledger.first_position():
+            cursor.mark_delete = position.prev()
+            cursor.read_position = position
+            cursor.persist()
+
+    def compacted_out_mask_at(self, position: Position) -> list[int] | None:
+        if self.horizon is None or position > self.horizon:
+            return None
+        entry = self.view.read_entry(position)
+        return self.compacted_out_mask(entry) if entry is not None else None
+
+    def iter_view(self) -> Iterator[Entry]:
+        return self.view.iter_entries()
+
+    async def delete(self) -> None:
+        await self.topic.ledger.env.submit(self.view.delete_write())
+        self.horizon = None
+
+    async def close(self) -> None:
+        if self.running:
+            assert self._task is not None
+            self._task.cancel()
+            try:
+                await self._task
+            except BaseException:
+                pass
+
+
+__all__ = ["COMPACTION_SUBSCRIPTION", "COMPACTED_TOPIC_LEDGER_PROPERTY", "CompactionAlreadyRunningError",
+           "TopicCompaction", "entry_messages"]
