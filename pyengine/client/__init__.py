@@ -11,7 +11,7 @@ from pyengine.client.client import Client
 from pyengine.client.consumer import Consumer
 from pyengine.client.errors import (
     AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError, MessageTooBigError,
-    ProducerQueueIsFullError, TransactionHasOperationFailedError,
+    ProducerQueueIsFullError, SendOutcomeUnknownError, TransactionHasOperationFailedError,
 )
 from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import CompressionType, Producer
@@ -34,6 +34,7 @@ __all__ = [
     "SchemaData", "SchemaInfo", "SchemaType",
     # errors of the client's side of the wire
     "AlreadyClosedError", "ConnectError", "CumulativeAcknowledgementNotAllowedError", "MessageTooBigError",
+    "SendOutcomeUnknownError",
     "ProducerQueueIsFullError", "TransactionHasOperationFailedError",
     # the broker's errors
     "ChecksumError", "ConsumerBusyError", "ConsumerNotFoundError", "ExpiredTransactionError", "IncompatibleSchemaError",

@@ -35,3 +35,10 @@ class TransactionHasOperationFailedError(PulsarError):
     """A send or acknowledgement of the transaction did not complete (it was cancelled), so
     its commit aborted the transaction instead (the Java client's
     TransactionHasOperationFailedException)."""
+
+
+class SendOutcomeUnknownError(ConnectError):
+    """A send to a segment whose connection broke before its receipt came, the segment found
+    terminated when the producer reconnected: the segment may have stored the message or not.
+    It is not sent again to the segment's child — de-duplication works per topic, so the child
+    could store it a second time; the caller decides (the sealed segment can be read to see)."""

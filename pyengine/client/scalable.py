@@ -7,7 +7,8 @@
   hash (Pulsar's Murmur3, `pyengine.scalable.key_hash`; keyless messages go round robin). A
   segment that was split or merged is terminated before the new layout is published, so a send
   to it fails with TopicTerminated: the producer waits for a newer layout and sends again to
-  the child that now owns the key. Sends awaited one after the other keep each key's order.
+  the child that now owns the key. Each key's messages stay in send order across the parent
+  and its children, concurrent sends included (see the class).
 * `StreamConsumer` (ordered): registers with the controller leader and consumes the segments
   it is assigned, following each pushed assignment (see the class).
 * `CheckpointConsumer`: assigned like a StreamConsumer, reads with readers and keeps its own
@@ -22,15 +23,19 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
 import itertools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyengine.client.backoff import Backoff
 from pyengine.client.consumer import Consumer
-from pyengine.client.errors import AlreadyClosedError, ConnectError
+from pyengine.client.errors import AlreadyClosedError, ConnectError, SendOutcomeUnknownError
+from pyengine.client.handler import FAILED
 from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import Producer
 from pyengine.client.url import parse_broker_url
@@ -228,8 +233,38 @@ class DagWatch:
             connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_CLOSE, session_id=self._session_id))
 
 
+@dataclass(eq=False, slots=True)
+class _Turn:
+    """A send of a ScalableProducer waiting for its turn (see ScalableProducer)."""
+
+    order: int                          # the send's place in the producer's send order
+    key: str | None
+    ready: asyncio.Future[None]
+
+
+def _is_active(segment: SegmentInfo | None) -> bool:
+    return segment is not None and segment.is_active
+
+
 class ScalableProducer:
-    """Sends to the active segment owning each key; re-routes after splits and merges."""
+    """Sends to the active segment owning each key; re-routes after splits and merges.
+
+    A key's messages are stored in send order, across segments too: read parent first, then
+    child (as ordered consumers read), they come in the order the sends were made — sends
+    made concurrently included. A split or merge terminates the parent before the new layout
+    is published, so a send in flight there is stored (before the termination) or refused
+    with TopicTerminated (after), and the new layout may reach the producer before or after
+    the refusals. Hence a parent that refuses a send, or that a new layout seals while sends
+    to it are in flight, *drains*: until every send routed to it has its outcome and the
+    layout shows it sealed, the sends of keys in its range wait (`_Turn`s, per key in send
+    order, the refused ones back at their place); then they go, one after the other for each
+    key, to the segment the layout gives them. Nothing of this runs while nothing drains: a
+    send then goes straight to its segment's producer.
+
+    A send refused for another reason fails; one whose outcome is unknown (its connection
+    broke, then the segment was found terminated) fails with SendOutcomeUnknownError rather
+    than being stored a second time in the child.
+    """
 
     def __init__(self, client: Client, watch: DagWatch, producer_options: dict[str, Any]) -> None:
         self._client = client
@@ -239,6 +274,17 @@ class ScalableProducer:
         self._opening: dict[int, asyncio.Future[Producer]] = {}
         self._round_robin = itertools.count()
         self._closed = False
+        self._orders = itertools.count()
+        # segment id -> the sends routed to it whose outcome is not handled yet
+        self._inflight: dict[int, int] = {}
+        # segments that refused a send or that the layout sealed with sends in flight, until
+        # those are all settled and the layout shows them sealed
+        self._draining: set[int] = set()
+        # the sends waiting for their turn, per key (None: keyless ones), in send order
+        self._waiting: dict[str | None, list[_Turn]] = {}
+        self._stale: dict[int, list[Producer]] = {}     # producers of draining segments
+        self._tasks: set[asyncio.Task] = set()
+        watch.listeners.append(self._layout_changed)
 
     @property
     def topic(self) -> str:
@@ -272,29 +318,187 @@ class ScalableProducer:
         """Send one message; (segment id, message id in that segment). `txn`: a scalable
         (v5) transaction; a send re-routed after a split stays in it (PIP-473: the decision
         lives above the segments, sealed ones included)."""
+        order = next(self._orders)
+        turn: _Turn | None = None
+        inflight = self._inflight
+        try:
+            while True:
+                if self._closed:
+                    raise AlreadyClosedError(f"the producer on {self.topic} is closed")
+                if turn is not None or self._waiting or self._draining:
+                    turn = await self._take_turn(turn, order, key)
+                    if self._closed:
+                        raise AlreadyClosedError(f"the producer on {self.topic} is closed")
+                layout = self.watch.layout
+                assert layout is not None
+                segment = self._segment_for(layout, key)
+                sid = segment.segment_id
+                inflight[sid] = inflight.get(sid, 0) + 1
+                submitted: Producer | None = None
+                try:
+                    producer = self._producers.get(sid)
+                    if producer is None:
+                        producer = await self._producer(segment)    # TopicTerminated here: not sent
+                    if turn is None:
+                        submitted = producer
+                        return sid, await producer.send(data, key=key, properties=properties, txn=txn)
+                    # its turn: queued in the segment's producer now, then the key's next send may go
+                    if txn is None:
+                        await producer._partitions[0].wait_for_space()
+                    sent = producer.send_async(data, key=key, properties=properties, txn=txn)
+                    submitted = producer
+                    self._done_waiting(turn)
+                    turn = None
+                    return sid, await sent
+                except TopicTerminatedError as exc:
+                    self._terminated(sid)
+                    if submitted is not None and submitted._partitions[0].state == FAILED:
+                        # failed on reconnecting, what was pending with it: stored or not, unknown
+                        raise SendOutcomeUnknownError(
+                            f"a send to {segment.topic_name(self.watch.topic_name)} may or may not be stored: "
+                            f"its connection broke, then the segment was found terminated ({exc})") from exc
+                    # refused (not stored): it waits at its place in the key's order (before the
+                    # drain can end below)
+                    if turn is None:
+                        turn = self._wait(order, key)
+                    else:
+                        turn.ready = asyncio.get_running_loop().create_future()
+                finally:
+                    count = inflight[sid] - 1
+                    if count:
+                        inflight[sid] = count
+                    else:
+                        del inflight[sid]
+                        if self._draining:
+                            self._drained()
+        finally:
+            if turn is not None:
+                self._done_waiting(turn)
+
+    # --- re-routing in order ----------------------------------------------------------------
+
+    async def _take_turn(self, turn: _Turn | None, order: int, key: str | None) -> _Turn | None:
+        """Wait until the send may go: no draining segment holds its key back (a keyless send:
+        the layout shows no draining segment active) and no earlier send of its key waits.
+        None: it may go at once (it waited for nothing); else its turn, still in the queue (it
+        leaves it once queued in its segment's producer, and the key's next send may go)."""
+        if turn is None:
+            if (key is None or key not in self._waiting) and not self._gated(key):
+                return None
+            turn = self._wait(order, key)
+            self._pump(key)
+        loop = asyncio.get_running_loop()
         timeout = self._client._core.config.operation_timeout
+        deadline = loop.time() + timeout
         while True:
-            if self._closed:
-                raise AlreadyClosedError(f"the producer on {self.topic} is closed")
-            layout = self.watch.layout
-            assert layout is not None
-            segment = self._segment_for(layout, key)
-            try:
-                producer = await self._producer(segment)
-                return segment.segment_id, await producer.send(data, key=key, properties=properties, txn=txn)
-            except TopicTerminatedError:
-                # split or merged: the new layout follows the termination
-                stale = self._producers.pop(segment.segment_id, None)
-                if stale is not None:
-                    await stale.close()
-                if self.watch.layout is layout or self.watch.layout.segment(segment.segment_id).is_active:
-                    await self.watch.wait_newer_than(layout.epoch, timeout)
+            if not turn.ready.done():
+                await asyncio.wait([turn.ready], timeout=max(deadline - loop.time(), 0))
+                if not turn.ready.done():
+                    raise TimeoutError(f"a send to {self.topic} waited {timeout}s for segments "
+                                       f"{sorted(self._draining)} to be sealed and drained")
+            turn.ready.result()                                 # AlreadyClosedError once closed
+            if not self._gated(key) and (key is None or self._waiting[key][0] is turn):
+                return turn
+            turn.ready = loop.create_future()        # held back again (a segment refused meanwhile)
+
+    def _wait(self, order: int, key: str | None) -> _Turn:
+        """A turn for send `order` of `key`, at its place among the key's waiting sends."""
+        turn = _Turn(order, key, asyncio.get_running_loop().create_future())
+        bisect.insort(self._waiting.setdefault(key, []), turn, key=lambda t: t.order)
+        return turn
+
+    def _done_waiting(self, turn: _Turn) -> None:
+        turns = self._waiting.get(turn.key)
+        if turns is None or not any(t is turn for t in turns):
+            return
+        turns.remove(turn)
+        if turns:
+            self._pump(turn.key)
+        else:
+            del self._waiting[turn.key]
+
+    def _pump(self, key: str | None) -> None:
+        """Let the first waiting send of `key` go if nothing holds it back (keyless: all)."""
+        turns = self._waiting.get(key)
+        if not turns or self._gated(key):
+            return
+        for turn in (turns if key is None else turns[:1]):
+            if not turn.ready.done():
+                turn.ready.set_result(None)
+
+    def _gated(self, key: str | None) -> bool:
+        """Whether a draining segment holds back the sends of `key`: one whose range holds
+        the key's hash (the key's segment, or one it descends from); for keyless sends, one
+        the layout still shows active (they may go to any active segment but that)."""
+        draining = self._draining
+        if not draining:
+            return False
+        segments = self.watch.layout.all_segments
+        if key is None:
+            return any(_is_active(segments.get(sid)) for sid in draining)
+        hash_value = key_hash(key)
+        for sid in draining:
+            segment = segments.get(sid)
+            if segment is None or segment.hash_range.contains(hash_value):
+                return True
+        return False
+
+    def _terminated(self, sid: int) -> None:
+        """Segment `sid` is terminated: it drains (see the class); its producer (one opened
+        meanwhile too) is closed once it has drained."""
+        self._draining.add(sid)
+        producer = self._producers.pop(sid, None)
+        if producer is not None:
+            self._stale.setdefault(sid, []).append(producer)
+
+    def _drained(self, pump: bool = False) -> None:
+        """End the drain of the segments whose sends are all settled and that the layout shows
+        sealed; what waited for them may go."""
+        segments = self.watch.layout.all_segments
+        done = [sid for sid in self._draining if sid not in self._inflight and not _is_active(segments.get(sid))]
+        for sid in done:
+            self._draining.discard(sid)
+            stale = self._stale.pop(sid, [])
+            late = self._producers.pop(sid, None)           # opened as it was sealed
+            for producer in (*stale, *([late] if late is not None else [])):
+                task = asyncio.get_running_loop().create_task(self._close_stale(producer))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        if done or pump:
+            for key in list(self._waiting):
+                self._pump(key)
+
+    def _layout_changed(self, layout: SegmentLayout) -> None:
+        """A new layout (DAG watch): a segment it seals with sends in flight drains (a later
+        send of its keys to a child waits for their outcome); drains may end."""
+        for sid in self._inflight:
+            if sid not in self._draining and not _is_active(layout.all_segments.get(sid)):
+                self._terminated(sid)
+        if self._draining or self._waiting:
+            self._drained(pump=True)
+
+    @staticmethod
+    async def _close_stale(producer: Producer) -> None:
+        try:
+            await producer.close()
+        except Exception as exc:
+            log.info("closing the producer of a sealed segment: %s", exc)
 
     async def close(self) -> None:
         self._closed = True
-        for producer in list(self._producers.values()):
-            await producer.close()
+        with contextlib.suppress(ValueError):
+            self.watch.listeners.remove(self._layout_changed)
+        for turns in self._waiting.values():
+            for turn in turns:
+                if not turn.ready.done():
+                    turn.ready.set_exception(AlreadyClosedError(f"the producer on {self.topic} is closed"))
+        producers = [*self._producers.values(), *(p for stale in self._stale.values() for p in stale)]
         self._producers.clear()
+        self._stale.clear()
+        for producer in producers:
+            await producer.close()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
         await self.watch.close()
         self._client._core.forget(self)  # type: ignore[arg-type]
 

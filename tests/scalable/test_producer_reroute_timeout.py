@@ -1,0 +1,33 @@
+"""ScalableProducer: a send refused by a sealed segment whose new layout never comes fails
+with TimeoutError after the operation timeout (and the key's later sends are not stuck)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.scalable.test_producer_key_order_across_splits import T, child_of, hold_split, read_in_lineage_order
+
+
+@pytest.fixture
+def operation_timeout() -> float:
+    return 1
+
+
+async def test_a_refused_send_times_out_without_a_new_layout(client, service):
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    producer = await client.create_producer(T)
+    await producer.send(b"0", key="k")
+    split, publish = await hold_split(scalable, 0)
+    refused = asyncio.create_task(producer.send(b"1", key="k"))
+    await asyncio.sleep(0.5)
+    later = asyncio.create_task(producer.send(b"2", key="k"))     # waits behind it (its own timeout)
+    with pytest.raises(TimeoutError):
+        await refused
+    publish.set()
+    await split
+    assert (await asyncio.wait_for(later, 5))[0] == child_of("k")
+    assert [data for key, data in await read_in_lineage_order(client, producer) if key == "k"] == ["0", "2"]
+    await producer.close()
