@@ -30,7 +30,7 @@ from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooB
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
 from pyengine.client.message import MessageId
 from pyengine.client.router import PartitionRouter
-from pyengine.client.transaction import OPEN, Transaction
+from pyengine.client.transaction import COMMITTING, OPEN, Transaction
 from pyengine.client.validation import check_int, check_name, check_payload, check_properties, check_schema
 from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -748,18 +748,31 @@ class Producer:
     @staticmethod
     def _submit_in_txn(producer: PartitionProducer, payload: bytes, key: str | None, props: dict[str, str],
                        event_time: int | None, sequence_id: int | None,
-                       txn: Transaction, deliver_at: int | None = None) -> asyncio.Future[MessageId]:
+                       txn: Transaction, deliver_at: int | None = None, *,
+                       track: bool = True) -> asyncio.Future[MessageId]:
         """Queue a message of `txn` now, in send order: at once when its partition is already
         registered with the transaction, after the registration otherwise. The transaction
-        tracks it from this moment, so a commit right after `send_async` waits for it."""
-        if txn.state != OPEN:
+        tracks it from this moment, so a commit right after `send_async` waits for it.
+        `track=False`: the caller tracks the logical send with `txn` itself, since before the
+        commit began (see `_send_in_txn_untracked`): this attempt is not tracked, and a commit
+        under way (waiting for that logical send) does not refuse it."""
+        if txn.state != OPEN and (track or txn.state != COMMITTING):
             txn._check_open()
         registration = txn._partitions.get(producer.topic)
         if registration is None or registration.done():     # the first send, or maybe a failed one
             registration = txn._register_partition(producer.topic)
         future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn, deliver_at)
-        txn._track(future)                  # commit waits for this send, whatever happens to it
+        if track:
+            txn._track(future)              # commit waits for this send, whatever happens to it
         return future
+
+    def _send_in_txn_untracked(self, payload: bytes, key: str | None, props: dict[str, str],
+                               txn: Transaction) -> asyncio.Future[MessageId]:
+        """One attempt of a send of `txn` (`payload`, `props` checked by `_check_message`)
+        that `txn` does not track: the caller tracks one operation per logical send, settled
+        with its final outcome (ScalableProducer: an attempt refused by a sealed segment was
+        not stored and is sent again to its child; only that outcome matters to the commit)."""
+        return self._submit_in_txn(self._partition_for(key), payload, key, props, None, None, txn, track=False)
 
     def send_async(self, data: bytes, callback: SendCallback | None = None, *, key: str | None = None,
                    properties: dict[str, str] | None = None, event_time: int | None = None,

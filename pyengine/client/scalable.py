@@ -37,7 +37,8 @@ from pyengine.client.consumer import Consumer
 from pyengine.client.errors import AlreadyClosedError, ConnectError, SendOutcomeUnknownError
 from pyengine.client.handler import FAILED
 from pyengine.client.message import Message, MessageId
-from pyengine.client.producer import Producer
+from pyengine.client.producer import Producer, _check_message
+from pyengine.client.transaction import OPEN
 from pyengine.client.url import parse_broker_url
 from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError,
                              TooManyRequestsError, TopicTerminatedError)
@@ -317,7 +318,33 @@ class ScalableProducer:
                    txn: Transaction | None = None) -> tuple[int, MessageId]:
         """Send one message; (segment id, message id in that segment). `txn`: a scalable
         (v5) transaction; a send re-routed after a split stays in it (PIP-473: the decision
-        lives above the segments, sealed ones included)."""
+        lives above the segments, sealed ones included). The transaction tracks the send as
+        one operation settled with its outcome — the attempt that a sealed parent refused was
+        not stored and is no failed operation of it; the one sent again to the child is (and
+        a send of unknown outcome fails the commit)."""
+        if txn is None:
+            return await self._send(data, key, properties, None)
+        data, properties = _check_message(data, key, properties, None, None, txn)
+        if txn.state != OPEN:
+            txn._check_open()
+        operation: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        txn._track(operation)                   # from now on a commit waits for this send
+        try:
+            sent = await self._send(data, key, properties, txn)
+        except asyncio.CancelledError:
+            operation.cancel()                  # as a cancelled send of a Producer: the commit fails
+            raise
+        except BaseException as exc:
+            operation.set_exception(exc)
+            operation.exception()               # raised to the caller here; the commit reads it again
+            raise
+        operation.set_result(sent[1])
+        return sent
+
+    async def _send(self, data: bytes, key: str | None, properties: dict[str, str] | None,
+                    txn: Transaction | None) -> tuple[int, MessageId]:
+        """`send`; with `txn`, `data` and `properties` are checked, and each attempt is sent
+        untracked by the transaction (`send` tracks the logical send)."""
         order = next(self._orders)
         turn: _Turn | None = None
         inflight = self._inflight
@@ -341,11 +368,14 @@ class ScalableProducer:
                         producer = await self._producer(segment)    # TopicTerminated here: not sent
                     if turn is None:
                         submitted = producer
-                        return sid, await producer.send(data, key=key, properties=properties, txn=txn)
+                        if txn is None:
+                            return sid, await producer.send(data, key=key, properties=properties)
+                        return sid, await producer._send_in_txn_untracked(data, key, properties, txn)
                     # its turn: queued in the segment's producer now, then the key's next send may go
                     if txn is None:
                         await producer._partitions[0].wait_for_space()
-                    sent = producer.send_async(data, key=key, properties=properties, txn=txn)
+                    sent = producer.send_async(data, key=key, properties=properties) if txn is None \
+                        else producer._send_in_txn_untracked(data, key, properties, txn)
                     submitted = producer
                     self._done_waiting(turn)
                     turn = None
