@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from pyengine.admin.errors import PRECONDITION_FAILED, AdminError
 from pyengine.admin.names import namespace_name, tenant_name
 from pyengine.admin.routing import Call, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
     DELAYED_DELIVERY_POLICIES,
     DONE,
+    MESSAGE_TTL,
     NAMESPACE,
     NAMESPACE_POLICIES,
     RETENTION_POLICIES,
@@ -20,7 +22,7 @@ from pyengine.admin.schemas import (
     TENANT,
     errors,
 )
-from pyengine.broker.policies import DelayedDelivery, NamespacePolicies, Retention
+from pyengine.broker.policies import DelayedDelivery, NamespacePolicies, Retention, check_message_ttl
 from pyengine.schema import CompatibilityStrategy
 
 routes = RouteTable("namespaces")
@@ -38,6 +40,7 @@ def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
             "is_allow_auto_update_schema": policies.is_allow_auto_update_schema,
             "schema_validation_enforced": policies.schema_validation_enforced,
             "delayed_delivery_policies": policies.delayed_delivery,
+            "message_ttl_in_seconds": policies.message_ttl_seconds,
             "properties": policies.properties}
 
 
@@ -83,6 +86,7 @@ async def create_namespace(call: Call) -> None:
                                  schema_validation_enforced=body.get("schema_validation_enforced"),
                                  properties=body.get("properties", {}),
                                  delayed_delivery=_delayed_delivery(body.get("delayed_delivery_policies")),
+                                 message_ttl_seconds=body.get("message_ttl_in_seconds"),
                                  **_retention_fields(body.get("retention_policies")))
     await call.service.policies.create_namespace(_namespace(call), policies)
 
@@ -193,6 +197,40 @@ async def set_namespace_delayed_delivery(call: Call) -> None:
             params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
 async def remove_namespace_delayed_delivery(call: Call) -> None:
     await _change_policies(call, delayed_delivery=None)
+
+
+# --- message TTL ---------------------------------------------------------------------------------
+
+def message_ttl_of(value: Any) -> int:
+    """A TTL a request sets (already an integer by its schema): 412 for a negative one, with
+    Pulsar's reason."""
+    if value < 0:
+        raise AdminError(PRECONDITION_FAILED, "Invalid value for message TTL")
+    return check_message_ttl(value)
+
+
+@routes.add("GET", NAMESPACE_PATH + "/messageTTL", summary="Get the namespace's message TTL (seconds).",
+            params=(TENANT, NAMESPACE),
+            replies={200: Reply("Seconds (0: messages do not expire)", MESSAGE_TTL),
+                     204: Reply("Not set: the broker's default applies"), **errors(404, 412)})
+async def get_namespace_message_ttl(call: Call) -> int | None:
+    return call.service.policies.policies(_namespace(call)).message_ttl_seconds
+
+
+@routes.add("POST", NAMESPACE_PATH + "/messageTTL",
+            summary="Set how many seconds after it was published a message of the namespace's topics expires "
+                    "(0: never): the broker's expiry task acknowledges it on every subscription.",
+            params=(TENANT, NAMESPACE), body=MESSAGE_TTL, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def set_namespace_message_ttl(call: Call) -> None:
+    await _change_policies(call, message_ttl_seconds=message_ttl_of(call.body))
+
+
+@routes.add("DELETE", NAMESPACE_PATH + "/messageTTL",
+            summary="Remove the namespace's message TTL (the broker's default applies).",
+            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
+async def remove_namespace_message_ttl(call: Call) -> None:
+    await _change_policies(call, message_ttl_seconds=None)
 
 
 # --- the transaction design of a namespace's topics (PIP-473) ----------------------------------

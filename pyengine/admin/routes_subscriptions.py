@@ -1,7 +1,7 @@
 """Subscriptions of persistent topics: `/admin/v2/persistent/{tenant}/{namespace}/{topic}/
 subscription...` (Pulsar's PersistentTopics resource): list, create at a position, delete,
-reset the cursor to a message id or a publish time, skip some messages, and skip everything
-(clear the backlog).
+reset the cursor to a message id or a publish time, skip some messages, skip everything
+(clear the backlog), and expire the messages older than some seconds or up to a message id.
 
 On a partitioned topic each operation applies to every partition, as in Pulsar, except those
 Pulsar refuses there with 405: a reset to a message id (a message id names one partition) and
@@ -16,7 +16,18 @@ from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, PRECONDITION_FAI
 from pyengine.admin.names import subscription_name
 from pyengine.admin.routes_topics import TOPIC_URL, existing_topic, partition_names, requested_topic
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
-from pyengine.admin.schemas import DONE, FORCE, INT64_MAX, MESSAGE_ID, STRING_LIST, SUBSCRIPTION, TOPIC_PATH, errors
+from pyengine.admin.schemas import (
+    DONE,
+    EXPIRE_TIME,
+    FORCE,
+    INT64_MAX,
+    MESSAGE_ID,
+    STRING_LIST,
+    SUBSCRIPTION,
+    TOPIC_PATH,
+    errors,
+)
+from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
 from pyengine.errors import NotAllowedError, SubscriptionNotFoundError
@@ -27,6 +38,8 @@ SUB_URL = TOPIC_URL + "/subscription/{subName}"
 SUB_PATH = (*TOPIC_PATH, SUBSCRIPTION)
 NUM_MESSAGES = Param("numMessages", {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
                      "how many messages (entries) to skip", "path", required=True)
+EXPIRE_TIME_PARAM = Param("expireTimeInSeconds", EXPIRE_TIME, "expire the messages published this many seconds "
+                          "ago or earlier", "path", required=True)
 TIMESTAMP = Param("timestamp", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
                   "publish time (ms since the epoch) to reset to", "path", required=True)
 
@@ -150,3 +163,66 @@ async def skip_messages(call: Call) -> None:
         raise AdminError(METHOD_NOT_ALLOWED, "Skip messages on a partitioned topic is not allowed")
     (subscription,) = await subscriptions_of(call)
     await subscription.skip_messages(call["numMessages"])
+
+
+# --- expiring messages (Pulsar's expireMessages / expireMessagesForAllSubscriptions) ------------
+
+def not_issued(subscription: Subscription) -> AdminError:
+    """Pulsar's 409 for an expiry it did not issue (no backlog, or an almost caught-up
+    subscription whose oldest message is not expired)."""
+    return AdminError(CONFLICT, f"Expire message by timestamp not issued on topic {subscription.topic.name} for "
+                                f"subscription {subscription.name} due to ongoing message expiration not finished or "
+                                "subscription almost catch up. If it's performed on a partitioned topic operation "
+                                "might succeeded on other partitions, please check stats of individual partition.")
+
+
+async def expire(subscriptions: list[Subscription], seconds: int, now_ms: int) -> None:
+    """Expire on every subscription (each partition's), then 409 if one did not issue it."""
+    refused = None
+    for subscription in subscriptions:
+        if not await subscription.expire_messages(seconds, now_ms):
+            refused = refused or subscription
+    if refused is not None:
+        raise not_issued(refused)
+
+
+@routes.add("POST", SUB_URL + "/expireMessages/{expireTimeInSeconds}",
+            summary="Expire (acknowledge) a subscription's messages published the given seconds ago or earlier "
+                    "(not past an open transaction's).",
+            params=(*SUB_PATH, EXPIRE_TIME_PARAM), replies={204: DONE, **errors(400, 404, 409, 412)})
+async def expire_messages(call: Call) -> None:
+    await expire(await subscriptions_of(call), call["expireTimeInSeconds"], call.service.config.clock())
+
+
+@routes.add("POST", SUB_URL + "/expireMessages",
+            summary="Expire (acknowledge) a subscription's messages up to a message id (isExcluded: before it; "
+                    "not past an open transaction's).",
+            params=SUB_PATH, body=MESSAGE_ID, body_required=True, replies={204: DONE, **errors(400, 404, 405, 412)})
+async def expire_messages_up_to(call: Call) -> None:
+    subscriptions = await subscriptions_of(call)
+    if call.service.policies.partitions(str(requested_topic(call))):
+        raise AdminError(METHOD_NOT_ALLOWED, "Expire messages by message id is not supported on a partitioned "
+                                             "topic: expire on a partition")
+    (subscription,) = subscriptions
+    ledger = subscription.topic.ledger
+    body = call.body
+    ledger_id, entry_id = body["ledgerId"], body["entryId"]
+    if (ledger_id, entry_id) == (-1, -1):                  # earliest: nothing before it
+        return
+    if (ledger_id, entry_id) == (INT64_MAX, INT64_MAX):    # latest: everything readable
+        last = ledger.lac
+    else:
+        last = Position(ledger_id, entry_id)
+        if body.get("isExcluded"):
+            last = ledger.previous_position(last)
+    await subscription.expire_up_to(last)
+
+
+@routes.add("POST", TOPIC_URL + "/all_subscription/expireMessages/{expireTimeInSeconds}",
+            summary="Expire (acknowledge) the messages published the given seconds ago or earlier on every "
+                    "subscription of a topic (not past an open transaction's).",
+            params=(*TOPIC_PATH, EXPIRE_TIME_PARAM), replies={204: DONE, **errors(400, 404, 409, 412)})
+async def expire_messages_all_subscriptions(call: Call) -> None:
+    subscriptions = [subscription for topic in await topics_of(call) for name, subscription
+                     in list(topic.subscriptions.items()) if name != COMPACTION_SUBSCRIPTION]
+    await expire(subscriptions, call["expireTimeInSeconds"], call.service.config.clock())

@@ -1,6 +1,7 @@
 """Persistent topics: `/admin/v2/persistent/{tenant}/{namespace}/...` (Pulsar's
 PersistentTopics resource): listing, creating and deleting plain and partitioned topics, their
-stats, the topic-level de-duplication, retention and delayed delivery policies, and termination.
+stats, the topic-level de-duplication, retention, delayed delivery and message TTL policies, and
+termination.
 
 Partitions of a partitioned topic are created when first used (by a producer, a consumer or
 a subscription made here), as the broker loads any topic; a partitioned topic is its metadata.
@@ -20,6 +21,7 @@ from pyengine.admin.schemas import (
     DONE,
     FORCE,
     INTERNAL_STATS,
+    MESSAGE_TTL,
     NAMESPACE,
     PARTITIONED_METADATA,
     PARTITIONED_TOPIC_STATS,
@@ -32,7 +34,7 @@ from pyengine.admin.schemas import (
     TOPIC_STATS,
     errors,
 )
-from pyengine.broker.policies import DelayedDelivery, Retention
+from pyengine.broker.policies import DelayedDelivery, Retention, check_message_ttl
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import TopicName
@@ -317,6 +319,41 @@ async def set_topic_delayed_delivery(call: Call) -> None:
             params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
 async def remove_topic_delayed_delivery(call: Call) -> None:
     await _set_topic_policy(call, "delayedDeliveryPolicies", None)
+
+
+# --- topic-level message TTL ------------------------------------------------------------------
+
+MESSAGE_TTL_PARAM = Param("messageTTL", MESSAGE_TTL, "TTL in seconds (0: messages do not expire)", required=True)
+
+
+@routes.add("GET", TOPIC_URL + "/messageTTL", summary="Get the topic's message TTL (seconds).",
+            params=(*TOPIC_PATH, APPLIED),
+            replies={200: Reply("Seconds (0: messages do not expire)", MESSAGE_TTL),
+                     204: Reply("Not set on the topic"), **errors(400, 404, 412)})
+async def get_topic_message_ttl(call: Call) -> int | None:
+    name = known_topic(call.service, requested_topic(call))
+    policies = call.service.policies
+    if call["applied"]:
+        return policies.message_ttl(str(name))
+    return policies.topic_policies(str(name)).get("messageTTLInSeconds")
+
+
+@routes.add("POST", TOPIC_URL + "/messageTTL",
+            summary="Set how many seconds after it was published a message of the topic expires (0: never), "
+                    "over the namespace's TTL. As Pulsar: the TTL is the messageTTL query parameter.",
+            params=(*TOPIC_PATH, MESSAGE_TTL_PARAM), replies={204: DONE, **errors(400, 404, 412)})
+async def set_topic_message_ttl(call: Call) -> None:
+    ttl = call["messageTTL"]
+    if ttl < 0:                               # Pulsar's answer, word for word
+        raise AdminError(PRECONDITION_FAILED, "Invalid value for message TTL")
+    await _set_topic_policy(call, "messageTTLInSeconds", check_message_ttl(ttl))
+
+
+@routes.add("DELETE", TOPIC_URL + "/messageTTL",
+            summary="Remove the topic's message TTL (the namespace's applies).",
+            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
+async def remove_topic_message_ttl(call: Call) -> None:
+    await _set_topic_policy(call, "messageTTLInSeconds", None)
 
 
 # --- topic-level schema compatibility strategy ---------------------------------------------

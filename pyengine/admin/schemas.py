@@ -50,6 +50,12 @@ DELAYED_DELIVERY_POLICIES = {
     "properties": {"active": BOOLEAN, "tickTime": DELAY_MS, "maxDeliveryDelayInMillis": DELAY_MS},
     "additionalProperties": False,
 }
+# A message TTL in seconds (a Java int in Pulsar; 0: messages never expire). A negative one is
+# refused with 412 "Invalid value for message TTL", as Pulsar does, by the handlers.
+MESSAGE_TTL = {"type": "integer", "maximum": 2**31 - 1,
+               "description": "message TTL in seconds (0: messages do not expire; negative: 412)"}
+EXPIRE_TIME = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1,
+               "description": "expire the messages published this many seconds ago or earlier"}
 NAMESPACE_POLICIES = {
     "type": "object",
     "description": "Pulsar's Policies, the fields this broker applies",
@@ -63,6 +69,9 @@ NAMESPACE_POLICIES = {
         "is_allow_auto_update_schema": {"type": "boolean", "nullable": True},
         "schema_validation_enforced": {"type": "boolean", "nullable": True},
         "delayed_delivery_policies": {**DELAYED_DELIVERY_POLICIES, "nullable": True},
+        "message_ttl_in_seconds": {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**31 - 1,
+                                   "description": "message TTL in seconds (null: the broker's default; "
+                                                  "0: messages do not expire)"},
         "properties": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
@@ -97,6 +106,9 @@ CONSUMER_STATS = {
 SUBSCRIPTION_STATS = {
     "type": "object",
     "properties": {"msgBacklog": COUNT, "msgDelayed": {**COUNT, "description": "held back for delayed delivery"},
+                   "totalMsgExpired": {**COUNT, "description": "entries expired (message TTL, expireMessages) "
+                                                               "since the topic was loaded"},
+                   "lastExpireTimestamp": {**COUNT, "description": "when an expiry was last issued (ms; 0: never)"},
                    "type": {"type": "string", "nullable": True},
                    "isDurable": BOOLEAN, "consumers": {"type": "array", "items": CONSUMER_STATS}},
     "required": ["msgBacklog", "consumers"],

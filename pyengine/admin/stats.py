@@ -50,6 +50,10 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
         "msgBacklog": subscription.backlog(),
         # Held back for delayed delivery now (Pulsar's msgDelayed; 0 on Exclusive and Failover).
         "msgDelayed": subscription.dispatcher.number_of_delayed_messages(),
+        # Message expiry (Pulsar's totalMsgExpired and lastExpireTimestamp; no msgRateExpired:
+        # rates are not tracked).
+        "totalMsgExpired": subscription.total_msg_expired,
+        "lastExpireTimestamp": subscription.last_expire_timestamp,
         "type": _SUB_TYPES.get(subscription.sub_type or "", None),
         "isDurable": subscription.durable,
         "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
@@ -66,10 +70,13 @@ def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[s
     subscriptions: dict[str, dict[str, Any]] = {}
     for stats in per_partition.values():
         for name, sub in stats["subscriptions"].items():
-            whole = subscriptions.setdefault(name, {"msgBacklog": 0, "msgDelayed": 0, "type": None,
+            whole = subscriptions.setdefault(name, {"msgBacklog": 0, "msgDelayed": 0, "totalMsgExpired": 0,
+                                                    "lastExpireTimestamp": 0, "type": None,
                                                     "isDurable": sub["isDurable"], "consumers": []})
             whole["msgBacklog"] += sub["msgBacklog"]
             whole["msgDelayed"] += sub["msgDelayed"]
+            whole["totalMsgExpired"] += sub["totalMsgExpired"]
+            whole["lastExpireTimestamp"] = max(whole["lastExpireTimestamp"], sub["lastExpireTimestamp"])
             whole["type"] = whole["type"] or sub["type"]
             whole["consumers"].extend(sub["consumers"])
     return {"metadata": {"partitions": partitions}, **totals,

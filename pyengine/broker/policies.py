@@ -41,7 +41,7 @@ class NamespacePolicies:
     deduplication_enabled: bool | None = None      # None: the broker's default
     retention_time_minutes: int | None = None
     retention_size_mb: int | None = None
-    message_ttl_seconds: int | None = None
+    message_ttl_seconds: int | None = None          # Pulsar's message_ttl_in_seconds (None: the broker's default)
     transaction_version: int | None = None         # 4 | 5 overrides the topic domain's default (PIP-473)
     # Schema registry (None: the broker's default): a SchemaCompatibilityStrategy name, whether
     # a new schema may be registered by a producer or consumer, whether a producer without a
@@ -127,6 +127,16 @@ class DelayedDelivery:
                 "maxDeliveryDelayInMillis": self.max_delivery_delay_ms}
 
 
+MAX_MESSAGE_TTL = 2**31 - 1        # Pulsar keeps a TTL in a Java int
+
+
+def check_message_ttl(value: Any) -> int:
+    """A message TTL in seconds (0: no expiry), as Pulsar accepts it: an int, not negative."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MESSAGE_TTL:
+        raise ValueError(f"a message TTL is a whole number of seconds in [0, {MAX_MESSAGE_TTL}], not {value!r}")
+    return value
+
+
 def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidTopicNameError(f"invalid {kind} name {name!r}")
@@ -138,12 +148,14 @@ class BrokerPolicies:
 
     def __init__(self, env: StorageEnvironment, *, num_coordinators: int, deduplication_default: bool,
                  retention_default: Retention | None = None,
-                 delayed_delivery_default: DelayedDelivery | None = None) -> None:
+                 delayed_delivery_default: DelayedDelivery | None = None,
+                 message_ttl_default: int = 0) -> None:
         self.env = env
         self._db = env.db("metadata")
         self.deduplication_default = deduplication_default
         self.retention_default = retention_default or Retention()
         self.delayed_delivery_default = delayed_delivery_default or DelayedDelivery()
+        self.message_ttl_default = check_message_ttl(message_ttl_default)
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
         self.version = 0                # counts the changes: lets a topic cache what it derived
@@ -348,3 +360,19 @@ class BrokerPolicies:
         if self.namespace_exists(name.namespace_name):
             return self.policies(name.namespace_name).delayed_delivery
         return None
+
+    def message_ttl(self, topic: str) -> int:
+        """Seconds after its publish time a message of `topic` expires (0: never): the topic
+        policy (`messageTTLInSeconds`), else the namespace policy (`message_ttl_in_seconds`),
+        else the broker's default (ttlDurationDefaultInSeconds), Pulsar's order. An explicit 0
+        turns expiry off over a default. A stored value that does not parse counts as absent."""
+        name = TopicName.parse(topic)
+        namespace_value = (self.policies(name.namespace_name).message_ttl_seconds
+                           if self.namespace_exists(name.namespace_name) else None)
+        for value in (self.topic_policies(topic).get("messageTTLInSeconds"), namespace_value):
+            if value is not None:
+                try:
+                    return check_message_ttl(value)
+                except ValueError:
+                    log.warning("ignoring malformed message TTL %r of %s", value, topic)
+        return self.message_ttl_default

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pyengine.broker.policies import BrokerPolicies, DelayedDelivery, Retention
+from pyengine.broker.expiry import MessageExpiryMonitor
+from pyengine.broker.policies import BrokerPolicies, DelayedDelivery, Retention, check_message_ttl
 from pyengine.broker.schemas import TopicSchemas
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
@@ -91,6 +92,11 @@ class BrokerConfig:
     delayed_delivery_tick_time_ms: int = 1000
     delayed_delivery_max_delay_ms: int = 0
     delayed_delivery_deliver_at_time_strict: bool = True
+    # Message TTL where no topic or namespace policy says (Pulsar's ttlDurationDefaultInSeconds;
+    # 0: messages never expire), and how often loaded topics expire their subscriptions' old
+    # messages (Pulsar's messageExpiryCheckIntervalInMinutes, 5 minutes by default).
+    ttl_duration_default_seconds: int = 0
+    message_expiry_check_interval_s: float = 300.0
 
     def delayed_delivery_policy(self) -> DelayedDelivery:
         """The broker's default DelayedDeliveryPolicies (what BrokerPolicies falls back on)."""
@@ -117,9 +123,11 @@ class BrokerConfig:
                 raise TypeError(f"{name} must be an int, not {value!r}")
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, not {value}")
-        interval = self.retention_check_interval_s
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
-            raise ValueError(f"retention_check_interval_s must be a number of seconds in (0, 86400], not {interval!r}")
+        for name in ("retention_check_interval_s", "message_expiry_check_interval_s"):
+            interval = getattr(self, name)
+            if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
+                raise ValueError(f"{name} must be a number of seconds in (0, 86400], not {interval!r}")
+        check_message_ttl(self.ttl_duration_default_seconds)
 
 
 class BrokerService:
@@ -132,7 +140,8 @@ class BrokerService:
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled,
                                        retention_default=config.retention,
-                                       delayed_delivery_default=config.delayed_delivery_policy())
+                                       delayed_delivery_default=config.delayed_delivery_policy(),
+                                       message_ttl_default=config.ttl_duration_default_seconds)
         self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
                                     strategy=config.schema_compatibility_strategy,
                                     allow_auto_update=config.allow_auto_update_schema,
@@ -149,6 +158,7 @@ class BrokerService:
         self.web_service_url: str | None = None       # the admin API's URL (set by `pyengine serve`)
         self._scalable: ScalableTopicService | None = None
         self._retention_check: asyncio.TimerHandle | None = None
+        self.message_expiry = MessageExpiryMonitor(self, config.message_expiry_check_interval_s)
         self._started = False
         self._closed = False
 
@@ -159,6 +169,7 @@ class BrokerService:
         self._started = True
         self._retention_check = asyncio.get_running_loop().call_later(
             self.config.retention_check_interval_s, self._check_retention)
+        self.message_expiry.start()
 
     # --- topics ---------------------------------------------------------------------------
 
@@ -320,6 +331,7 @@ class BrokerService:
         self._closed = True
         if self._retention_check is not None:
             self._retention_check.cancel()
+        await self.message_expiry.close()
         await self.coordinator_v4.close()
         if self.v5 is not None:
             await self.v5.close()

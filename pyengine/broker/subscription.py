@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
+from pyengine.broker.delayed import wall_clock_ms
 from pyengine.broker.dispatcher import Dispatcher
 from pyengine.broker.transactions import check_txn_design
 from pyengine.errors import ConsumerBusyError, NotAllowedError, TransactionConflictError
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from pyengine.broker.topic import Topic
 
 log = logging.getLogger(__name__)
+
+# Pulsar's MINIMUM_BACKLOG_FOR_EXPIRY_CHECK: a subscription with consumers and a shorter backlog
+# is almost caught up, and an expiry whose oldest message is not expired is not issued.
+MINIMUM_BACKLOG_FOR_EXPIRY_CHECK = 1000
 
 SUBSCRIPTION_TYPES = ("exclusive", "shared", "failover", "key_shared")
 _WIRE_SUB_TYPES = {"exclusive": CommandSubscribe.Exclusive, "shared": CommandSubscribe.Shared,
@@ -55,6 +60,10 @@ class Subscription:
         # Entries taken out of their consumer's pending set because a txn's ack reserved them:
         # an abort must deliver them again, also when that consumer is gone by then.
         self._reserved_by_txn: dict[TxnId, set[Position]] = {}
+        # Message expiry (Pulsar's totalMsgExpired, lastExpireTimestamp): entries expired since
+        # the topic was loaded, and when an expiry last moved the cursor (ms, 0: never).
+        self.total_msg_expired = 0
+        self.last_expire_timestamp = 0
 
     @property
     def durable(self) -> bool:
@@ -343,6 +352,13 @@ class Subscription:
                 start = ledger.next_position(entries[-1].position)
                 continue
             break
+        await self._acknowledge_up_to(last)
+
+    async def _acknowledge_up_to(self, last: Position) -> None:
+        """Move the mark-delete position to `last` (nothing when it is there already), taking
+        what it covers out of the consumers' pending sets, the redeliveries and the delayed
+        messages held back, as skip and expiry do."""
+        cursor = self.cursor
         if last <= cursor.mark_delete:
             return
         skipped = {p for p in self.dispatcher.redeliveries if p <= last}
@@ -353,6 +369,72 @@ class Subscription:
         self.dispatcher.notify()
         await done
 
+    # --- message expiry (message TTL) -------------------------------------------------------
+
+    async def expire_messages(self, ttl_seconds: int, now_ms: int) -> bool:
+        """Acknowledge every message published `ttl_seconds` or more before `now_ms` (Pulsar's
+        PersistentSubscription.expireMessages: the mark-delete position moves to the newest
+        expired entry). The entries are taken in order from the mark-delete position and the
+        first one not expired ends the search (publish times need not be monotonic: nothing
+        younger than the TTL is ever expired). Markers, aborted entries and entries already
+        acknowledged are passed over. Never past the read horizon: an open transaction's
+        entries, and all after them, are not expired however old, as they are not readable
+        yet. A transaction's pending acks on an expired entry stay its own (as for skip: its
+        commit finds the entry acknowledged, its abort gives nothing back), as in Pulsar, whose
+        expiry mark-deletes without asking the pending-ack handle.
+
+        Returns False when the expiry was not issued, as Pulsar decides it: no backlog, or
+        connected consumers, a backlog under 1000 entries and the oldest message not expired."""
+        if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or ttl_seconds < 0:
+            raise ValueError(f"an expiry time is a whole number of seconds >= 0, not {ttl_seconds!r}")
+        backlog = self.backlog()
+        if backlog == 0:
+            return False
+        last = await self._newest_expired(now_ms - ttl_seconds * 1000)
+        if last is None and self.consumers and backlog < MINIMUM_BACKLOG_FOR_EXPIRY_CHECK:
+            return False
+        self.last_expire_timestamp = wall_clock_ms()
+        if last is not None:
+            await self._expire_up_to(last, backlog)
+        return True
+
+    async def expire_up_to(self, position: Position) -> None:
+        """Acknowledge everything up to `position` (Pulsar's expire-by-message-id), but never
+        past the read horizon."""
+        self.last_expire_timestamp = wall_clock_ms()
+        last = min(position, self.topic.buffer.max_read_position())
+        if last > self.cursor.mark_delete:
+            await self._expire_up_to(last, self.backlog())
+
+    async def _expire_up_to(self, last: Position, backlog_before: int) -> None:
+        await self._acknowledge_up_to(last)
+        # As Pulsar counts them: the entries the move took out of the backlog.
+        self.total_msg_expired += max(0, backlog_before - self.backlog())
+
+    async def _newest_expired(self, cutoff_ms: int) -> Position | None:
+        """The newest entry, up to the read horizon, such that every message a consumer would
+        still be given from the mark-delete position to it was published at or before
+        `cutoff_ms`; None when the oldest such message is younger."""
+        cursor, ledger, buffer = self.cursor, self.topic.ledger, self.topic.buffer
+        horizon = buffer.max_read_position()
+        found = None
+        start = ledger.next_position(cursor.mark_delete)
+        while start <= horizon and not self.topic._closed:
+            entries = ledger.read_entries(start, 1000, horizon)
+            if not entries:
+                break
+            for entry in entries:
+                at = entry.position
+                if entry.is_marker or cursor.is_acked(at) or (entry.txn_most >= 0 and buffer.hides(entry)):
+                    continue
+                if entry.publish_time > cutoff_ms:
+                    return found
+                found = at
+            start = ledger.next_position(entries[-1].position)
+            horizon = buffer.max_read_position()
+            await asyncio.sleep(0)             # a long backlog does not hold the loop
+        return found
+
     def backlog(self) -> int:
         return self.cursor.backlog()
 
@@ -362,6 +444,8 @@ class Subscription:
             "durable": self.durable,
             "msgBacklog": self.backlog(),
             "msgDelayed": self.dispatcher.number_of_delayed_messages(),
+            "totalMsgExpired": self.total_msg_expired,
+            "lastExpireTimestamp": self.last_expire_timestamp,
             "markDeletePosition": str(self.cursor.mark_delete),
             "readPosition": str(self.cursor.read_position),
             "consumers": [{"consumerName": c.name, "availablePermits": c.permits,

@@ -137,6 +137,17 @@ def delay_ms(text: str) -> int:
     return int(match[1]) * _DELAY_UNITS[match[2] or "s"]
 
 
+def ttl_seconds(text: str) -> int:
+    """pulsar-admin's message TTL and expire times: seconds, or `30s`, `10m`, `3h`, `2d`, `1w`."""
+    match = re.fullmatch(r"(\d{1,10})([smhdw]?)", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected seconds or a duration like 30s, 10m, 3h, 2d or 1w, not {text!r}")
+    seconds = int(match[1]) * _DURATION_UNITS[match[2] or "s"]
+    if seconds > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than {2**31 - 1} seconds")
+    return seconds
+
+
 def admin_url(text: str) -> str:
     """`--url` (or $PYENGINE_ADMIN_URL): http(s)://HOST[:PORT][/prefix], checked before any call."""
     try:
@@ -181,6 +192,22 @@ ENABLE = (("--enable",), {"action": "store_true", "help": "enable (default: disa
 RETENTION_TIME = (("--time",), {"type": int, "required": True,
                                 "help": "minutes to keep consumed messages (-1: no limit; 0 with --size 0: none)"})
 RETENTION_SIZE = (("--size",), {"type": int, "required": True, "help": "MB of consumed messages to keep (-1: no limit)"})
+
+
+NAMESPACE_TTL = (("-ttl", "--messageTTL", "--message-ttl"), {"type": ttl_seconds, "required": True, "dest": "ttl",
+                                                            "help": "seconds, or 30s, 10m, 3h, 2d "
+                                                                    "(0: messages do not expire)"})
+TOPIC_TTL = (("-t", "--ttl"), {"type": ttl_seconds, "required": True,
+                               "help": "seconds, or 30s, 10m, 3h, 2d (0: messages do not expire)"})
+APPLIED = (("--applied",), {"action": "store_true", "help": "the policy in force"})
+
+
+def _expire(a: argparse.Namespace) -> Request:
+    if (a.expire_time is None) == (a.messageId is None):
+        raise AdminCallError("expire-messages takes either --expireTime or --messageId")
+    if a.expire_time is not None:
+        return "POST", f"{_sub(a)}/expireMessages/{a.expire_time}", None
+    return "POST", f"{_sub(a)}/expireMessages", {**a.messageId, "isExcluded": a.exclude}
 
 
 def _retention(a: argparse.Namespace) -> dict[str, int]:
@@ -277,6 +304,13 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/delayedDelivery", _delayed_delivery(a))),
     ("namespaces", "remove-delayed-delivery", (), "remove the namespace's delayed delivery policy", (NAMESPACE,),
      lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/delayedDelivery", None)),
+    ("namespaces", "get-message-ttl", (), "show the namespace's message TTL (seconds)", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/messageTTL", None)),
+    ("namespaces", "set-message-ttl", (), "expire the namespace's messages -ttl seconds after they were published",
+     (NAMESPACE, NAMESPACE_TTL),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/messageTTL", a.ttl)),
+    ("namespaces", "remove-message-ttl", (), "remove the namespace's message TTL (the broker's default applies)",
+     (NAMESPACE,), lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/messageTTL", None)),
     ("namespaces", "get-retention", (), "show the namespace's retention policy", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/retention", None)),
     ("namespaces", "set-retention", (), "keep consumed messages --time minutes / --size MB",
@@ -323,6 +357,18 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      (TOPIC, SUBSCRIPTION, (("-n", "--count"), {"type": int, "required": True,
                                                  "help": "number of messages to skip"})),
      lambda a: ("POST", f"{_sub(a)}/skip/{a.count}", None)),
+    ("topics", "expire-messages", (), "expire a subscription's messages older than --expireTime, or up to "
+     "--messageId (not past an open transaction's)",
+     (TOPIC, SUBSCRIPTION, (("-t", "--expireTime", "--expire-time"), {"type": ttl_seconds, "dest": "expire_time",
+                                                                       "help": "seconds, or 30s, 10m, 3h, 2d"}),
+      (("-m", "--messageId"), {"type": message_id, "help": "ledgerId:entryId (not on a partitioned topic)"}),
+      (("-e", "--exclude"), {"action": "store_true", "help": "with --messageId: not that message itself"})),
+     lambda a: _expire(a)),
+    ("topics", "expire-messages-all-subscriptions", (), "expire the messages older than --expireTime on every "
+     "subscription of a topic",
+     (TOPIC, (("-t", "--expireTime", "--expire-time"), {"type": ttl_seconds, "required": True, "dest": "expire_time",
+                                                         "help": "seconds, or 30s, 10m, 3h, 2d"})),
+     lambda a: ("POST", f"{_topic(a)}/all_subscription/expireMessages/{a.expire_time}", None)),
     ("topics", "terminate", (), "terminate a topic", (TOPIC,), lambda a: ("POST", f"{_topic(a)}/terminate", None)),
     ("topics", "get-deduplication", (), "show the topic's de-duplication policy",
      (TOPIC, (("--applied",), {"action": "store_true", "help": "the policy in force"})),
@@ -346,6 +392,12 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      (TOPIC, RETENTION_TIME, RETENTION_SIZE), lambda a: ("POST", f"{_topic(a)}/retention", _retention(a))),
     ("topics", "remove-retention", (), "remove the topic's retention policy", (TOPIC,),
      lambda a: ("DELETE", f"{_topic(a)}/retention", None)),
+    ("topics", "get-message-ttl", (), "show the topic's message TTL (seconds)", (TOPIC, APPLIED),
+     lambda a: ("GET", f"{_topic(a)}/messageTTL" + _query(applied=a.applied or None), None)),
+    ("topics", "set-message-ttl", (), "expire the topic's messages --ttl seconds after they were published",
+     (TOPIC, TOPIC_TTL), lambda a: ("POST", f"{_topic(a)}/messageTTL" + _query(messageTTL=a.ttl), None)),
+    ("topics", "remove-message-ttl", (), "remove the topic's message TTL (the namespace's applies)", (TOPIC,),
+     lambda a: ("DELETE", f"{_topic(a)}/messageTTL", None)),
     ("topics", "trim-topic", ("trim",), "delete now the consumed ledgers retention no longer keeps", (TOPIC,),
      lambda a: ("POST", f"{_topic(a)}/trim", None)),
 

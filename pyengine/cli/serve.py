@@ -81,6 +81,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-delayed-delivery-strict", action="store_true",
                    help="let a delayed message out up to a tick early (Pulsar's default, "
                         "isDelayedDeliveryDeliverAtTimeStrict=false); by default never before its time")
+    p.add_argument("--ttl-duration-default-seconds", type=message_ttl, default=0,
+                   help="message TTL where no namespace or topic policy says (Pulsar's ttlDurationDefaultInSeconds; "
+                        "0, the default: messages do not expire)")
+    p.add_argument("--message-expiry-check-interval-seconds", type=positive_seconds, default=300.0,
+                   help="how often topics expire their subscriptions' messages older than their TTL "
+                        "(Pulsar's messageExpiryCheckIntervalInMinutes: 5 minutes)")
     p.add_argument("--scalable-session-ttl", type=positive_seconds, default=10.0,
                    help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
     p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
@@ -114,6 +120,13 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return value
+
+
+def message_ttl(text: str) -> int:
+    value = non_negative_int(text)
+    if value > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{value} is more than {2**31 - 1} seconds")
     return value
 
 
@@ -251,7 +264,9 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         delayed_delivery_enabled=not args.no_delayed_delivery,
                         delayed_delivery_tick_time_ms=args.delayed_delivery_tick_time_ms,
                         delayed_delivery_max_delay_ms=args.delayed_delivery_max_delay_ms,
-                        delayed_delivery_deliver_at_time_strict=not args.no_delayed_delivery_strict)
+                        delayed_delivery_deliver_at_time_strict=not args.no_delayed_delivery_strict,
+                        ttl_duration_default_seconds=args.ttl_duration_default_seconds,
+                        message_expiry_check_interval_s=args.message_expiry_check_interval_seconds)
 
 
 async def run_broker(args: argparse.Namespace) -> None:
