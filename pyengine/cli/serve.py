@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 
 import uvloop
 
@@ -103,41 +103,28 @@ def port_number(text: str) -> int:
     return port
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
+def whole_number(minimum: int, maximum: int | None = None, *, meaning: str = "",
+                 unit: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number from `minimum` to `maximum` (`meaning` of the minimum
+    said when a value is below it)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}{meaning}" if meaning
+                                             else f"{value} is not at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{value} is more than {maximum}{unit}")
+        return value
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is below 0")
-    return value
-
-
-def message_ttl(text: str) -> int:
-    value = non_negative_int(text)
-    if value > 2**31 - 1:
-        raise argparse.ArgumentTypeError(f"{value} is more than {2**31 - 1} seconds")
-    return value
-
-
-def retention_limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError(f"{value} is below -1 (-1: no limit)")
-    return value
+positive_int = whole_number(1)
+non_negative_int = whole_number(0)
+message_ttl = whole_number(0, 2**31 - 1, unit=" seconds")
+retention_limit = whole_number(-1, meaning=" (-1: no limit)")
 
 
 def positive_seconds(text: str) -> float:
