@@ -26,6 +26,7 @@ from typing import Any
 from pyengine.client.config import ClientConfig
 from pyengine.client.consumer import Consumer, ConsumerOptions
 from pyengine.client.coordinator import TransactionCoordinatorClient
+from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.lookup import LookupService
 from pyengine.client.message import MessageId
@@ -242,21 +243,33 @@ class Client:
                         consumer_name: str | None = None, priority: int = 0,
                         negative_ack_redelivery_delay_ms: int = 60_000,
                         batch_index_ack_enabled: bool = True, schema: SchemaData | None = None,
-                        read_compacted: bool = False) -> Consumer:
+                        read_compacted: bool = False, unacked_messages_timeout_ms: int | None = None,
+                        dead_letter_policy: ConsumerDeadLetterPolicy | None = None) -> Consumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
         turned off, a batch is acknowledged once all its messages are, for brokers without
         batch-index acknowledgements. A `schema` must be able to read the topic's (it becomes
         the topic's first schema only on an idle topic); IncompatibleSchemaError otherwise.
         `read_compacted`: read the topic's compacted view (the latest message of each key up to
-        the last compaction), then what came after it (Exclusive and Failover only)."""
+        the last compaction), then what came after it (Exclusive and Failover only).
+
+        `unacked_messages_timeout_ms` (pulsar-client's ack timeout; 0 or None: off, otherwise at
+        least 10000): a received message not acknowledged within it is redelivered (its id for
+        Shared / Key_Shared, everything unacknowledged for Exclusive / Failover), checked every
+        second. `dead_letter_policy` (ConsumerDeadLetterPolicy, or pulsar-client's): a message
+        redelivered more than `max_redeliver_count` times goes to the dead letter topic and is
+        acknowledged (see pyengine.client.dead_letter)."""
         self._check_open()
         name = check_topic(topic)
         options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
                                   consumer_name, priority, negative_ack_redelivery_delay_ms,
                                   batch_index_ack_enabled=batch_index_ack_enabled, schema=schema,
-                                  read_compacted=read_compacted)
-        consumer = Consumer(self._core, name, options, await self._core.lookup.partitions(name))
+                                  read_compacted=read_compacted,
+                                  unacked_messages_timeout_ms=unacked_messages_timeout_ms,
+                                  dead_letter_policy=dead_letter_policy)
+        dead_letter = (DeadLetterSender(self, options.dead_letter_policy, subscription_name, schema)
+                       if options.dead_letter_policy is not None else None)
+        consumer = Consumer(self._core, name, options, await self._core.lookup.partitions(name), dead_letter)
         await consumer._start()
         self._core.open_objects.append(consumer)
         return consumer

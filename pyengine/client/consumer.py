@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from core_ext.frames import Frame
 from pyengine.client.connection import ClientConnection
+from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender, check_dead_letter_policy
 from pyengine.client.errors import AlreadyClosedError, CumulativeAcknowledgementNotAllowedError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
 from pyengine.client.message import DecodeError, Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
+from pyengine.client.unacked import UnackedMessageTracker
 from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_schema, check_timeout,
 )
@@ -51,6 +53,11 @@ _SUB_TYPES = {"exclusive": pb.CommandSubscribe.Exclusive, "shared": pb.CommandSu
               "failover": pb.CommandSubscribe.Failover, "key_shared": pb.CommandSubscribe.Key_Shared}
 _MASK64 = (1 << 64) - 1
 
+# pulsar-client (the C++ ConsumerConfiguration) refuses an ack timeout under 10 s; tests lower
+# this module value to run with short timeouts. The tick is the C++ default (tickDurationInMs).
+MIN_UNACKED_MESSAGES_TIMEOUT_MS = 10_000
+DEFAULT_TICK_DURATION_MS = 1_000
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerOptions:
@@ -67,9 +74,22 @@ class ConsumerOptions:
     batch_index_ack_enabled: bool = True
     schema: SchemaData | None = None
     read_compacted: bool = False
+    unacked_messages_timeout_ms: int | None = None
+    tick_duration_ms: int = DEFAULT_TICK_DURATION_MS
+    dead_letter_policy: ConsumerDeadLetterPolicy | None = None
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
+        timeout = self.unacked_messages_timeout_ms
+        if timeout is None:
+            object.__setattr__(self, "unacked_messages_timeout_ms", 0)
+        else:
+            check_int("unacked_messages_timeout_ms", timeout, 0)
+            if 0 < timeout < MIN_UNACKED_MESSAGES_TIMEOUT_MS:
+                raise ValueError(f"unacked_messages_timeout_ms must be 0 (off) or at least "
+                                 f"{MIN_UNACKED_MESSAGES_TIMEOUT_MS} ms, not {timeout}")
+        check_int("tick_duration_ms", self.tick_duration_ms, 1)
+        object.__setattr__(self, "dead_letter_policy", check_dead_letter_policy(self.dead_letter_policy))
         if not isinstance(self.read_compacted, bool):
             raise TypeError(f"read_compacted must be a bool, not {type(self.read_compacted).__name__}")
         check_schema(self.schema)
@@ -137,6 +157,7 @@ class PartitionConsumer(ConnectionHandler):
         self._consumed_since_flow = 0
         self._flow_threshold = max(1, options.receiver_queue_size // 2)
         self.active = False
+        self.flow_enabled = True          # False: asks for no message (creating a subscription)
         self._ready = asyncio.Event()
         self._acks: list[pb.MessageIdData] = []
         # Without batch-index acks: the indexes of each partly acknowledged batch still unacked;
@@ -189,6 +210,7 @@ class PartitionConsumer(ConnectionHandler):
         self.generation += 1
         self.queued = 0
         self._consumed_since_flow = 0
+        self._parent._handler_reset(self)
         self.connection = connection
         self.state = READY
         self._ready.set()
@@ -213,7 +235,7 @@ class PartitionConsumer(ConnectionHandler):
     # --- receiving ------------------------------------------------------------------------
 
     def _flow(self, permits: int) -> None:
-        if permits > 0 and self.state == READY and self.connection is not None:
+        if permits > 0 and self.flow_enabled and self.state == READY and self.connection is not None:
             self.connection.send_command(base_command(T.FLOW, consumer_id=self.consumer_id, messagePermits=permits))
 
     def credit(self, permits: int) -> None:
@@ -249,6 +271,11 @@ class PartitionConsumer(ConnectionHandler):
             self.credit(skipped)
             if not self.options.batch_index_ack_enabled and command.ack_set and messages:
                 self._batch_delivered(messages[0].message_id, {m.message_id.batch_index for m in messages})
+        if messages and self._parent._dead_letter is not None:
+            kept = self._parent._screen_dead_letters(self, messages, command.redelivery_count)
+            if len(kept) < len(messages):
+                self.credit(len(messages) - len(kept))
+            messages = kept
         for message in messages:
             self.queued += 1
             self._parent._push(self, message)
@@ -495,7 +522,8 @@ def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:
 class Consumer:
     """A subscription's consumer on a topic (on a partitioned topic: on every partition)."""
 
-    def __init__(self, core: ClientCore, topic: str, options: ConsumerOptions, partitions: int) -> None:
+    def __init__(self, core: ClientCore, topic: str, options: ConsumerOptions, partitions: int,
+                 dead_letter: DeadLetterSender | None = None) -> None:
         self._core = core
         self._topic = topic
         self.options = options
@@ -510,7 +538,16 @@ class Consumer:
         self._handlers: dict[int, PartitionConsumer] = (
             {i: PartitionConsumer(core, self, str(name.partition(i)), i, options) for i in range(partitions)}
             if partitions > 0 else {-1: PartitionConsumer(core, self, topic, -1, options)})
-        self._nacks = NegativeAckTracker(options.negative_ack_redelivery_delay_ms, self._redeliver_nacked)
+        self._nacks = NegativeAckTracker(options.negative_ack_redelivery_delay_ms, self._redeliver)
+        self._unacked = (UnackedMessageTracker(options.unacked_messages_timeout_ms, options.tick_duration_ms,
+                                               self._redeliver)
+                         if options.unacked_messages_timeout_ms else None)
+        # Dead letters: the messages of each entry that came with redelivery_count >= the
+        # maximum (batch index -> message), and the entries being sent to the DLQ right now.
+        self._dead_letter = dead_letter
+        self._dead_candidates: dict[tuple[PartitionConsumer, int, int], dict[int, Message]] = {}
+        self._dead_in_flight: set[tuple[PartitionConsumer, int, int]] = set()
+        self._dead_tasks: set[asyncio.Task[None]] = set()
 
     async def _start(self) -> None:
         results = await asyncio.gather(*(h._start() for h in self._handlers.values()), return_exceptions=True)
@@ -554,6 +591,8 @@ class Consumer:
             handler.queued -= 1
             handler.credit(1)
             handler.last_dequeued = message.message_id
+            if self._unacked is not None:
+                self._unacked.add(handler, message.message_id)
             return message
         return None
 
@@ -630,6 +669,7 @@ class Consumer:
 
         handler, message_id = self._resolve(message)
         self._check_open()
+        self._acknowledged(handler, message_id, cumulative)
         if txn is None:
             if cumulative:
                 handler.ack_cumulative(message_id)
@@ -655,19 +695,127 @@ class Consumer:
         higher redelivery count)."""
         handler, message_id = self._resolve(message)
         self._check_open()
+        if self._unacked is not None:
+            self._unacked.remove(handler, message_id)
         if self.options.negative_ack_redelivery_delay_ms == 0:
-            self._redeliver_nacked(handler, [message_id])
+            self._redeliver(handler, [message_id])
         else:
             self._nacks.add(handler, message_id)
 
-    def _redeliver_nacked(self, handler: object, message_ids: list[MessageId]) -> None:
+    def _acknowledged(self, handler: PartitionConsumer, message_id: MessageId, cumulative: bool) -> None:
+        """An acknowledgement: the message no longer times out nor goes to the DLQ."""
+        if self._unacked is not None:
+            if cumulative:
+                self._unacked.remove_until(handler, message_id)
+            else:
+                self._unacked.remove(handler, message_id)
+        if not self._dead_candidates:
+            return
+        if cumulative:
+            limit = (message_id.ledger_id, message_id.entry_id)
+            for key in [k for k in self._dead_candidates if k[0] is handler and k[1:] < limit]:
+                del self._dead_candidates[key]
+        key = (handler, message_id.ledger_id, message_id.entry_id)
+        candidates = self._dead_candidates.get(key)
+        if candidates is not None:
+            if cumulative:
+                for index in [i for i in candidates if i <= message_id.batch_index]:
+                    del candidates[index]
+            else:
+                candidates.pop(message_id.batch_index, None)
+            if not candidates:
+                del self._dead_candidates[key]
+
+    def _handler_reset(self, handler: PartitionConsumer) -> None:
+        """`handler` (re)subscribed or moved: the broker sends everything unacked again."""
+        if self._unacked is not None:
+            self._unacked.forget(handler)
+        for key in [k for k in self._dead_candidates if k[0] is handler]:
+            del self._dead_candidates[key]
+
+    # --- redelivery and dead letters ----------------------------------------------------------
+
+    def _redeliver(self, handler: object, message_ids: list[MessageId]) -> None:
+        """Ask again for messages nacked or timed out; those redelivered too often go to the
+        dead letter topic instead (as the C++ client's processPossibleToDLQ)."""
         assert isinstance(handler, PartitionConsumer)
+        if self._closed:
+            return
+        if self._dead_letter is not None and self._dead_candidates:
+            dead: list[tuple[PartitionConsumer, int, int]] = []
+            rest: list[MessageId] = []
+            for message_id in message_ids:
+                key = (handler, message_id.ledger_id, message_id.entry_id)
+                if key in self._dead_in_flight or key in dead:
+                    continue
+                if key in self._dead_candidates:
+                    dead.append(key)
+                else:
+                    rest.append(message_id)
+            if dead:
+                self._dead_in_flight.update(dead)
+                task = asyncio.get_running_loop().create_task(self._send_dead_letters(handler, dead, rest))
+                self._dead_tasks.add(task)
+                task.add_done_callback(self._dead_tasks.discard)
+                return
+            message_ids = rest
+        self._redeliver_plain(handler, message_ids)
+
+    def _redeliver_plain(self, handler: PartitionConsumer, message_ids: list[MessageId]) -> None:
+        if not message_ids or self._closed:
+            return
         if self.options.consumer_type in ("shared", "key_shared"):
             handler.redeliver(message_ids)
         else:
             # One consumer owns the subscription's order: as Pulsar's clients, redeliver
             # everything unacknowledged (the broker does so for an exclusive consumer anyway).
             handler.redeliver(None)
+            if self._unacked is not None:
+                self._unacked.forget(handler)
+
+    async def _send_dead_letters(self, handler: PartitionConsumer, keys: list[tuple[PartitionConsumer, int, int]],
+                                 rest: list[MessageId]) -> None:
+        sender = self._dead_letter
+        assert sender is not None
+        failed: list[MessageId] = []
+        try:
+            for key in keys:
+                messages = list(self._dead_candidates.pop(key, {}).values())
+                results = await asyncio.gather(*(sender.send(handler.topic, m) for m in messages),
+                                               return_exceptions=True)
+                entry_failed = False
+                for message, result in zip(messages, results):
+                    if isinstance(result, BaseException):
+                        log.warning("%s: could not send %s to the dead letter topic %s: %s", handler,
+                                    message.message_id, sender.topic_for(handler.topic), result)
+                        entry_failed = True
+                    elif not self._closed and handler.state not in (CLOSING, CLOSED):
+                        self._acknowledged(handler, message.message_id, False)
+                        handler.ack(message.message_id)
+                if entry_failed:
+                    failed.append(MessageId(key[1], key[2], -1, handler.partition))
+        finally:
+            self._dead_in_flight.difference_update(keys)
+        # What could not be dead-lettered is redelivered, to be tried again.
+        self._redeliver_plain(handler, rest + failed)
+
+    def _screen_dead_letters(self, handler: PartitionConsumer, messages: list[Message],
+                             redelivery_count: int) -> list[Message]:
+        """The messages of an arriving entry to queue. From `max_redeliver_count` on they are
+        remembered for the DLQ; above it they are not handed out but dead-lettered at once."""
+        sender = self._dead_letter
+        assert sender is not None
+        first = messages[0].message_id
+        key = (handler, first.ledger_id, first.entry_id)
+        if key in self._dead_in_flight:
+            return []                 # on its way to the DLQ (and acknowledged after)
+        if redelivery_count < sender.max_redeliver_count:
+            return messages
+        self._dead_candidates[key] = {m.message_id.batch_index: m for m in messages}
+        if redelivery_count > sender.max_redeliver_count:
+            self._redeliver(handler, [MessageId(first.ledger_id, first.entry_id, -1, handler.partition)])
+            return []
+        return messages
 
     async def redeliver_unacknowledged_messages(self) -> None:
         """Have the broker send again every message it sent to this consumer that is not
@@ -675,6 +823,8 @@ class Consumer:
         self._check_open()
         for handler in self._handlers.values():
             handler.redeliver(None)
+            if self._unacked is not None:
+                self._unacked.forget(handler)
 
     async def seek(self, target: MessageId | int) -> None:
         """Move the subscription to a message id (MessageId.earliest / .latest too) or to a
@@ -688,8 +838,11 @@ class Consumer:
                                                                                   MessageId.latest):
             handler, _ = self._resolve(target)
             await handler.seek(target)
+            self._handler_reset(handler)
             return
         await asyncio.gather(*(h.seek(target) for h in self._handlers.values()))
+        for handler in self._handlers.values():
+            self._handler_reset(handler)
 
     async def get_last_message_id(self) -> MessageId:
         """The id of the last message stored on the topic (on a partitioned topic: the greatest
@@ -712,6 +865,13 @@ class Consumer:
     async def _close_locally(self) -> None:
         self._closed = True
         self._nacks.close()
+        if self._unacked is not None:
+            self._unacked.close()
+        for task in list(self._dead_tasks):
+            task.cancel()
+        self._dead_candidates.clear()
+        if self._dead_letter is not None:
+            await self._dead_letter.close()
         self._queue.clear()
         self._wake_all()
         self._core.forget(self)

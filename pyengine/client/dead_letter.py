@@ -1,0 +1,152 @@
+"""Dead letter policy: a message redelivered too often is published to a dead letter topic and
+acknowledged, instead of being handed to the application again (Pulsar's DLQ, as the C++
+client behind pulsar-client does it).
+
+The consumer remembers each message that arrives with `redelivery_count >= max_redeliver_count`
+(it is still handed to the application: a last chance). When such a message is asked for again
+(negative acknowledgement, ack timeout), or when one arrives with a count above the maximum, it
+is not redelivered but sent to the dead letter topic, with its payload, key and properties plus
+`REAL_TOPIC` (the topic, or partition, it was read from) and `ORIGIN_MESSAGE_ID` (its id, in the
+C++ client's "(ledger,entry,partition,batch index)" form), and acknowledged once the send
+succeeded. A send that fails leaves it to be redelivered. Each message of a batch is sent and
+acknowledged by itself.
+
+The dead letter topic defaults to `<topic>-<subscription>-DLQ`, where `<topic>` is the consumer's
+topic, or for a partitioned topic the partition's (the C++ client's ConsumerImpl is per
+partition). With `initial_subscription_name`, that subscription of the dead letter topic is
+created before the first message is sent to it, so none is missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyengine.client.message import Message
+from pyengine.client.validation import check_int, check_name, check_topic
+
+if TYPE_CHECKING:
+    from pyengine.client.client import Client
+    from pyengine.client.producer import Producer
+    from pyengine.schema import SchemaData
+
+log = logging.getLogger(__name__)
+
+REAL_TOPIC = "REAL_TOPIC"                 # the C++ client's SYSTEM_PROPERTY_REAL_TOPIC
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"   # and its PROPERTY_ORIGIN_MESSAGE_ID
+DLQ_SUFFIX = "-DLQ"                       # DLQ_GROUP_TOPIC_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerDeadLetterPolicy:
+    """pulsar-client's ConsumerDeadLetterPolicy: after `max_redeliver_count` redeliveries a
+    message goes to `dead_letter_topic` (default `<topic>-<subscription>-DLQ`); with
+    `initial_subscription_name`, that subscription of the dead letter topic is created first."""
+
+    max_redeliver_count: int
+    dead_letter_topic: str | None = None
+    initial_subscription_name: str | None = None
+
+    def __post_init__(self) -> None:
+        check_int("max_redeliver_count", self.max_redeliver_count, 1)
+        if self.dead_letter_topic is not None:
+            object.__setattr__(self, "dead_letter_topic", check_topic(self.dead_letter_topic))
+        check_name("initial_subscription_name", self.initial_subscription_name, optional=True)
+
+
+def check_dead_letter_policy(value: Any) -> ConsumerDeadLetterPolicy | None:
+    """None, a ConsumerDeadLetterPolicy, or pulsar-client's own `pulsar.ConsumerDeadLetterPolicy`
+    (read through its properties, where an unset name is '')."""
+    if value is None or isinstance(value, ConsumerDeadLetterPolicy):
+        return value
+    if type(value).__name__ == "ConsumerDeadLetterPolicy" and type(value).__module__.split(".")[0] == "pulsar":
+        return ConsumerDeadLetterPolicy(value.max_redeliver_count, value.dead_letter_topic or None,
+                                        value.initial_subscription_name or None)
+    raise TypeError("dead_letter_policy must be a ConsumerDeadLetterPolicy (pyengine.client or pulsar), "
+                    f"not {type(value).__name__}")
+
+
+def dead_letter_properties(message: Message) -> dict[str, str]:
+    properties = dict(message.properties)
+    properties[ORIGIN_MESSAGE_ID] = str(message.message_id)
+    properties[REAL_TOPIC] = message.topic
+    return properties
+
+
+class DeadLetterSender:
+    """The consumer's producers on its dead letter topic(s), opened at the first dead letter."""
+
+    def __init__(self, client: Client, policy: ConsumerDeadLetterPolicy, subscription: str,
+                 schema: SchemaData | None) -> None:
+        self.policy = policy
+        self.max_redeliver_count = policy.max_redeliver_count
+        self._client = client
+        self._subscription = subscription
+        self._schema = schema
+        self._producers: dict[str, asyncio.Future[Producer]] = {}
+        self._closed = False
+
+    def topic_for(self, consumer_topic: str) -> str:
+        if self.policy.dead_letter_topic is not None:
+            return self.policy.dead_letter_topic
+        return f"{consumer_topic}-{self._subscription}{DLQ_SUFFIX}"
+
+    async def _producer(self, topic: str) -> Producer:
+        future = self._producers.get(topic)
+        if future is None:
+            future = asyncio.ensure_future(self._open(topic))
+            self._producers[topic] = future
+        try:
+            return await asyncio.shield(future)
+        except Exception:
+            if self._producers.get(topic) is future:
+                del self._producers[topic]       # tried again at the next dead letter (as C++)
+            raise
+
+    async def _open(self, topic: str) -> Producer:
+        if self.policy.initial_subscription_name is not None:
+            await self._create_subscription(topic, self.policy.initial_subscription_name)
+        # As the C++ client's dead letter producer: no batching, never blocks on a full queue.
+        return await self._client.create_producer(topic, batching_enabled=False, block_if_queue_full=False,
+                                                  schema=self._schema)
+
+    async def _create_subscription(self, topic: str, subscription: str) -> None:
+        """Make `subscription` exist on `topic` (Pulsar's producer does it with
+        initial_subscription_name): a durable consumer that asks for no message, closed at once."""
+        from pyengine.client.consumer import Consumer, ConsumerOptions
+        from pyengine.errors import ConsumerBusyError
+
+        core = self._client._core
+        options = ConsumerOptions(subscription, "shared", "earliest", receiver_queue_size=1)
+        consumer = Consumer(core, topic, options, await core.lookup.partitions(topic))
+        for handler in consumer._handlers.values():
+            handler.flow_enabled = False
+        try:
+            await consumer._start()
+        except ConsumerBusyError:
+            return          # an exclusive consumer holds it: it exists
+        finally:
+            await consumer.close()
+
+    async def send(self, consumer_topic: str, message: Message) -> None:
+        """Publish `message` to the dead letter topic; raises if it could not be."""
+        if self._closed:
+            raise RuntimeError("the consumer is closed")
+        producer = await self._producer(self.topic_for(consumer_topic))
+        await producer.send(message.data, key=message.partition_key, properties=dead_letter_properties(message))
+
+    async def close(self) -> None:
+        self._closed = True
+        futures, self._producers = list(self._producers.values()), {}
+        for future in futures:
+            if not future.done():
+                future.cancel()
+                continue
+            if future.cancelled() or future.exception() is not None:
+                continue
+            try:
+                await future.result().close()
+            except Exception as exc:             # closing goes on for the others
+                log.warning("closing a dead letter producer: %s", exc)
