@@ -74,8 +74,8 @@ NOTES = """
 Setup: `pyengine serve` (fsync on) as a child process; 4 workers + 1 worker behind the END_TXN
 delay proxy, 3 topics, readers r1 / r2 (non-durable Readers) and c1 (durable consumer acking
 each message) on every topic, one event loop. Transactions time out after 4 s (the proxied
-worker's after 2 or 10 s; 10% of them are left to time out after 1 s and then committed). Nemesis: SIGKILL + restart every 3-8 s (full run
-4-10 s); the proxy holds 50% of END_TXN frames 0-2.5 s and 20% 3-7 s (past the proxied
+worker's after 2 or 10 s; 10% of them are left to time out after 1 s and then committed).
+Nemesis: SIGKILL + restart every 3-8 s (full run 4-10 s); the proxy holds 50% of END_TXN frames 0-2.5 s and 20% 3-7 s (past the proxied
 worker's 2 s transaction timeout, and past the 5 s operation timeout: an unknown outcome that
 commits when its timeout is 10 s). Full run: 180 s of load;
 `--quick`: 40 s. The checker's classes are documented in `benchmarks/history.py`.
