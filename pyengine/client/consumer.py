@@ -370,6 +370,12 @@ class PartitionConsumer(ConnectionHandler):
         target = _cumulative_target(message_id)
         if target is None:
             return
+        if self._batch_remaining or self._batch_left:
+            # The batches it covers are settled: their counts are no longer needed.
+            covered = (target.ledgerId, target.entryId)
+            for table in (self._batch_remaining, self._batch_left):
+                for key in [k for k in table if (k[0] & _MASK64, k[1] & _MASK64) <= covered]:
+                    del table[key]
         if self._cumulative is None or (target.ledgerId, target.entryId) > (self._cumulative.ledgerId,
                                                                              self._cumulative.entryId):
             self._cumulative = target
@@ -669,8 +675,8 @@ class Consumer:
 
         handler, message_id = self._resolve(message)
         self._check_open()
-        self._acknowledged(handler, message_id, cumulative)
         if txn is None:
+            self._acknowledged(handler, message_id, cumulative)
             if cumulative:
                 handler.ack_cumulative(message_id)
             else:
@@ -683,6 +689,10 @@ class Consumer:
         txn._track(operation)          # commit waits for this ack, whatever happens below
         try:
             await txn._register_subscription(handler.topic, self.subscription_name)
+            # As the Java client: the message stops being tracked (ack timeout, DLQ) when its
+            # ACK goes out, not before: an ended transaction or a failed registration leaves
+            # it unacknowledged, to time out and be redelivered.
+            self._acknowledged(handler, message_id, cumulative)
             await handler.ack_with_transaction(message_id, txn, cumulative)
         except BaseException as exc:
             operation.set_exception(exc)

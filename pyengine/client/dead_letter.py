@@ -5,11 +5,11 @@ client behind pulsar-client does it).
 The consumer remembers each message that arrives with `redelivery_count >= max_redeliver_count`
 (it is still handed to the application: a last chance). When such a message is asked for again
 (negative acknowledgement, ack timeout), or when one arrives with a count above the maximum, it
-is not redelivered but sent to the dead letter topic, with its payload, key and properties plus
-`REAL_TOPIC` (the topic, or partition, it was read from) and `ORIGIN_MESSAGE_ID` (its id, in the
-C++ client's "(ledger,entry,partition,batch index)" form), and acknowledged once the send
-succeeded. A send that fails leaves it to be redelivered. Each message of a batch is sent and
-acknowledged by itself.
+is not redelivered but sent to the dead letter topic, with its payload, partition and ordering
+keys and properties plus `REAL_TOPIC` (the topic, or partition, it was read from) and
+`ORIGIN_MESSAGE_ID` (its id, in the C++ client's "(ledger,entry,partition,batch index)" form),
+and acknowledged once the send succeeded. A send that fails leaves it to be redelivered. Each
+message of a batch is sent and acknowledged by itself.
 
 The dead letter topic defaults to `<topic>-<subscription>-DLQ`, where `<topic>` is the consumer's
 topic, or for a partitioned topic the partition's (the C++ client's ConsumerImpl is per
@@ -135,7 +135,12 @@ class DeadLetterSender:
         if self._closed:
             raise RuntimeError("the consumer is closed")
         producer = await self._producer(self.topic_for(consumer_topic))
-        await producer.send(message.data, key=message.partition_key, properties=dead_letter_properties(message))
+        send_copy = getattr(producer, "_send_copy", None)
+        if send_copy is None:           # a scalable topic's producer: no ordering key to give
+            await producer.send(message.data, key=message.partition_key, properties=dead_letter_properties(message))
+            return
+        # Its keys as well as its payload and properties (the C++ client's processPossibleToDLQ).
+        await send_copy(message.data, message.partition_key, message.ordering_key, dead_letter_properties(message))
 
     async def close(self) -> None:
         self._closed = True

@@ -144,10 +144,13 @@ class _SendOp:
     created: float = field(default_factory=time.monotonic)
 
 
-def _message_fields(key: str | None, properties: dict[str, str], event_time: int | None) -> dict[str, Any]:
+def _message_fields(key: str | None, properties: dict[str, str], event_time: int | None,
+                    ordering_key: bytes | None = None) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if key is not None:
         fields["partition_key"] = key
+    if ordering_key is not None:
+        fields["ordering_key"] = ordering_key
     if properties:
         fields["properties"] = [pb.KeyValue(key=k, value=v) for k, v in properties.items()]
     if event_time:
@@ -323,7 +326,7 @@ class PartitionProducer(ConnectionHandler):
                sequence_id: int | None, txn: Transaction | None,
                future: asyncio.Future[MessageId] | None = None,
                gate: asyncio.Future[None] | None = None,
-               deliver_at: int | None = None) -> asyncio.Future[MessageId]:
+               deliver_at: int | None = None, ordering_key: bytes | None = None) -> asyncio.Future[MessageId]:
         """Queue one message now (synchronously: submission order is sequence order); its
         receipt settles `future` (a new one when not given). With `gate` (its partition's
         registration with `txn`, unanswered) it is written once that succeeds. With
@@ -361,18 +364,18 @@ class PartitionProducer(ConnectionHandler):
         if future is None:
             future = self._loop.create_future()
         if unbatched:
-            fields = _message_fields(key, properties, event_time)
+            fields = _message_fields(key, properties, event_time, ordering_key)
             if deliver_at is not None:
                 fields["deliver_at_time"] = deliver_at
                 if self._batch is not None:
                     self._flush_batch()     # sequence order is wire order: the batch goes first
             self._send_single(payload, fields, sequence_id, txn, future, gate, uncompressed_size)
-        elif key is None and not properties and not event_time:
+        elif key is None and not properties and not event_time and ordering_key is None:
             self._add_to_batch(plain_single_metadata(len(payload), sequence_id), payload, sequence_id, txn, future,
                                gate, alone)
         else:
             single = pb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id,
-                                              **_message_fields(key, properties, event_time))
+                                              **_message_fields(key, properties, event_time, ordering_key))
             self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future, gate, alone)
         return future
 
@@ -744,6 +747,15 @@ class Producer:
             await producer.wait_for_space()
             return await producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay)
         return await self._submit_in_txn(producer, payload, key, props, event_time, sequence_id, txn, delay)
+
+    async def _send_copy(self, data: bytes, key: str | None, ordering_key: bytes | None,
+                         properties: dict[str, str]) -> MessageId:
+        """Send a copy of a received message (a dead letter): its keys and properties, as the
+        C++ client's dead letter producer does (`ordering_key` is not part of `send`)."""
+        payload, props = _check_message(data, key, properties, None, None, None)
+        producer = self._partition_for(key)
+        await producer.wait_for_space()
+        return await producer.submit(payload, key, props, None, None, None, ordering_key=ordering_key)
 
     @staticmethod
     def _submit_in_txn(producer: PartitionProducer, payload: bytes, key: str | None, props: dict[str, str],
