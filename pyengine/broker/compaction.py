@@ -30,6 +30,7 @@ in memory as in Pulsar (a restarted broker reports NOT_RUN until compaction runs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
 from collections.abc import Iterator
@@ -220,23 +221,51 @@ class TopicCompaction:
             kept = [m for m in messages if m.key is not None and (entry.position, m.index) in wanted]
             if kept:
                 kept_entries.append(_compacted_entry(entry, md, kept))
-        # The view and the cursor move in the same group commit (one LMDB transaction).
+        if topic.subscriptions.get(COMPACTION_SUBSCRIPTION) is not subscription or topic._closed:
+            # Its subscription was deleted meanwhile (the view goes with it), or the topic closed.
+            raise RuntimeError("the compaction subscription was deleted during the compaction")
+        # The view and the cursor move in the same group commit (one LMDB transaction): no
+        # await between the two submissions. The cursor is moved without asking the ledger to
+        # trim: what it covers may be trimmed only once the view holding it is durable.
         generation = cursor.properties.get(COMPACTED_TOPIC_LEDGER_PROPERTY, 0) + 1
         old_properties = dict(cursor.properties)
+        old_mark_delete, old_read = cursor.mark_delete, cursor.read_position
         written = ledger.env.submit(self.view.replace_write(kept_entries))
         cursor.properties[COMPACTED_TOPIC_LEDGER_PROPERTY] = generation
-        moved = cursor.ack_cumulative(horizon) if horizon > cursor.mark_delete else cursor.persist()
+        if horizon > cursor.mark_delete:
+            cursor.mark_delete = horizon
+            if cursor.read_position <= horizon:
+                cursor.read_position = ledger.next_position(horizon)
+        moved = cursor.persist()
+        outcome = asyncio.gather(written, moved)
         try:
-            await asyncio.gather(written, moved)
+            try:
+                await asyncio.shield(outcome)
+            except asyncio.CancelledError:
+                # Both writes are queued and will land (or fail) together: the state in memory
+                # must be what is on disk, also when the topic closes meanwhile.
+                with contextlib.suppress(BaseException):
+                    await outcome
+                if outcome.cancelled() or outcome.exception() is not None:
+                    raise
+                self._written(horizon)
+                raise
         except BaseException:
-            cursor.properties.clear()
-            cursor.properties.update(old_properties)
+            if not (outcome.done() and not outcome.cancelled() and outcome.exception() is None):
+                cursor.properties.clear()
+                cursor.properties.update(old_properties)
+                cursor.mark_delete, cursor.read_position = old_mark_delete, old_read
             raise
-        self.horizon = horizon
-        self._masks.clear()
+        self._written(horizon)
+        if horizon > old_mark_delete:
+            ledger.trim_soon()                 # the slowest cursor may have moved on
         log.info("compacted %s up to %s: %d keys in %d entries", topic.name, horizon, len(latest),
                  len(kept_entries))
         return horizon
+
+    def _written(self, horizon: Position) -> None:
+        self.horizon = horizon
+        self._masks.clear()
 
     async def _entries(self, previous: Position | None, horizon: Position):
         """The visible entries up to `horizon` with their messages: the compacted view (up to
@@ -318,22 +347,56 @@ class TopicCompaction:
             last_index = parsed[1][-1].index
         return entry.position, last_index
 
-    def rewind_to_view(self, cursor) -> None:
-        """A read-compacted cursor at the start of the stored ledger (a subscription created
-        at 'earliest', a reader from MessageId.earliest, a seek to it) starts at the start of
-        the compacted view, which may hold entries of ledgers trimmed since: the cursor's
-        positions are the original ones, so it is put before the view's first entry."""
-        if self.horizon is None:
-            return
-        first = self.view.read_entries(Position(-1, -1), 1)
+    def rewind_to_view(self, cursor, target: Position | None = None) -> Position | None:
+        """Put a read-compacted cursor on the first entry of the view at or after `target`
+        (None: the view's first entry) when that entry lies before the cursor's read
+        position: the view keeps entries of ledgers trimmed since, which the cursor's moves
+        (clamped to the stored ledgers) would pass over. Used for a subscription created at
+        'earliest', a reader from MessageId.earliest, a seek (Pulsar #11159), and a
+        subscription taken up again after a restart (Pulsar #21187: a read-compacted cursor
+        rewinds to its mark-delete's next position, not the next valid one). The entries'
+        positions are the original ones; returns the new read position (None: unchanged)."""
+        horizon = self.horizon
+        if horizon is None:
+            return None
+        start = target if target is not None else Position(-1, -1)
+        if start > horizon:
+            return None
+        first = self.view.read_entries(start, 1, horizon)
         if not first:
-            return
+            return None
         position = first[0].position
-        ledger = self.topic.ledger
-        if position < cursor.read_position <= ledger.first_position():
+        if position >= cursor.read_position:
+            return None
+        if cursor.mark_delete >= position:
             cursor.mark_delete = position.prev()
-            cursor.read_position = position
-            cursor.persist()
+        cursor.read_position = position
+        cursor.persist()
+        return position
+
+    def find_by_publish_time(self, timestamp_ms: int, found: Position) -> Position:
+        """A read-compacted seek by publish time: the first entry of the view published at
+        or after `timestamp_ms` when it comes before `found`, the stored ledger's answer (the
+        view may hold entries of ledgers trimmed since)."""
+        horizon = self.horizon
+        if horizon is None:
+            return found
+        for entry in self.view.iter_entries():
+            if entry.position >= found or entry.position > horizon:
+                break
+            if entry.publish_time >= timestamp_ms:
+                return entry.position
+        return found
+
+    def resume_in_view(self, cursor) -> Position | None:
+        """A read-compacted subscription taken up with its cursor rewound (its read position
+        the next stored entry after its mark-delete): go on with the view's entries between
+        the two, if any (they are in ledgers trimmed since)."""
+        if self.horizon is None or cursor.mark_delete >= self.horizon:
+            return None
+        if cursor.read_position != self.topic.ledger.next_position(cursor.mark_delete):
+            return None
+        return self.rewind_to_view(cursor, cursor.mark_delete.next())
 
     def compacted_out_mask_at(self, position: Position) -> list[int] | None:
         if self.horizon is None or position > self.horizon:
@@ -347,6 +410,7 @@ class TopicCompaction:
     async def delete(self) -> None:
         await self.topic.ledger.env.submit(self.view.delete_write())
         self.horizon = None
+        self._masks.clear()
 
     async def close(self) -> None:
         if self.running:

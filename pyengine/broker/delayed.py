@@ -18,6 +18,11 @@ Unlike Pulsar's default (isDelayedDeliveryDeliverAtTimeStrict=false, which lets 
 up to a tick early, so that a 1 s delay may not delay at all) the cut-off here is strict by
 default: a message is never delivered before its deliver_at_time (by the broker's clock).
 
+A dispatcher searches an entry for a deliver_at_time only when it may carry one: entries
+stored before the topic was loaded, and every entry once a message with a deliver_at_time was
+published on the topic (`Topic.delayed_seen`, noted by the publish path); a topic that never
+had a delayed message pays one comparison per entry, not a metadata search.
+
 A deliver_at_time that is not a time (negative, or past the year 9999) or metadata that does
 not parse is delivered at once: bad input must not hold a message forever nor stop dispatch.
 """
@@ -162,6 +167,10 @@ class DelayedDeliveryTracker:
             return
         self._cancel_timer()
         now = self._clock()
+        if self._last_release > now:
+            # The wall clock went back: a release "in the future" would hold the next one back
+            # by as much as the clock jumped (up to an hour), not by at most a tick.
+            self._last_release = now
         # At the target, and no sooner than a tick after the last timed release.
         delay_ms = max(target - now, self._last_release + self.tick_time_ms - now, 0)
         self._timer_target = target

@@ -234,6 +234,10 @@ class Dispatcher:
         auto_acked: list[Position] = []
         select = self._selector()
         delays = sub.sub_type in DELAYING_TYPES
+        # Only entries that may carry a deliver_at_time are searched for one: those stored
+        # before the topic was loaded, and all once a delayed message was published.
+        delays_everywhere = delays and topic.delayed_seen
+        delays_up_to = topic.delayed_unchecked_up_to
         compacted = self._compaction_horizon()
         self._delay_policy = None
 
@@ -246,7 +250,7 @@ class Dispatcher:
                 return True
             if cursor.is_acked(position):
                 return True
-            if delays and self._hold_back(entry):
+            if delays and (delays_everywhere or position <= delays_up_to) and self._hold_back(entry):
                 return True
             batch_ack_set = None
             pending_ack = sub.pending_ack

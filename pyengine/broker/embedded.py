@@ -313,7 +313,8 @@ class EmbeddedProducer:
             metadata = message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
             try:
                 position = await self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
-                                                     sequence_id=sequence_id, publish_time=publish_time)
+                                                     sequence_id=sequence_id, publish_time=publish_time,
+                                                     deliver_at=delay)
             except Exception as exc:
                 raise to_pulsar_error(exc) from exc
         else:
@@ -329,7 +330,7 @@ class EmbeddedProducer:
                 registration = None if topic in txn._registered else txn._register_partition(topic)
                 stored = self._topic.publish(self._producer, headers_and_payload(metadata, bytes(data)),
                                              sequence_id=sequence_id, publish_time=publish_time, txn=txn.txn_id,
-                                             after=append_condition(txn.txn_id, registration))
+                                             after=append_condition(txn.txn_id, registration), deliver_at=delay)
             except Exception as exc:
                 raise to_pulsar_error(exc) from exc
             txn._in_flight += 1         # from here the commit waits for it, and aborts if it fails

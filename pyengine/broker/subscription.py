@@ -106,7 +106,7 @@ class Subscription:
         transaction: a plain acknowledgement of it is ignored."""
         whole: list[Position] = []
         future: asyncio.Future[None] | None = None
-        if self.topic.compaction.horizon is not None:
+        if self.topic.compaction.horizon is not None and self._reads_compacted(consumer):
             acks = [self._compacted_out_acked(ack) for ack in acks]
         for ack in acks:
             if self.pending_ack is not None and self.pending_ack.is_fully_pending(
@@ -122,6 +122,17 @@ class Subscription:
         acked = [a.position for a in acks if self.cursor.is_acked(a.position)]
         self.dispatcher.acked(acked)
         return future if future is not None else self.cursor.persist()
+
+    def _reads_compacted(self, consumer: Consumer | None) -> bool:
+        """Whether acks of `consumer` (None: the subscription's) are of messages it was given
+        from the compacted view. Only a read-compacted consumer of an Exclusive/Failover
+        subscription is: any other consumer was given every message of a batch, so the
+        indexes the view compacted out are its own to acknowledge."""
+        if self.sub_type not in ("exclusive", "failover"):
+            return False
+        if consumer is not None:
+            return bool(getattr(consumer, "read_compacted", False))
+        return any(getattr(c, "read_compacted", False) for c in self.consumers)
 
     def _compacted_out_acked(self, ack: IndividualAck) -> IndividualAck:
         """A batch-index ack of a batch of the compacted view: its compacted-out messages,
@@ -301,11 +312,19 @@ class Subscription:
             positions = [position for position in positions if position in consumer.pending]
         self.dispatcher.redeliver(positions, consumer)
 
-    async def seek(self, position: Position) -> None:
+    async def seek(self, position: Position, *, earliest: bool | None = None) -> None:
+        """Reset the cursor to `position`. `earliest`: whether this is a seek to
+        MessageId.earliest (None: when `position` is the first stored entry); for
+        read-compacted consumers it goes to the start of the compacted view."""
         await self.cursor.seek(position)
-        if position <= self.topic.ledger.first_position() and \
-                any(getattr(c, "read_compacted", False) for c in self.consumers):
-            self.topic.compaction.rewind_to_view(self.cursor)     # to the compacted view's start
+        if any(getattr(c, "read_compacted", False) for c in self.consumers):
+            # Into the compacted view, whose entries may be in ledgers trimmed since: at its
+            # start for the earliest position (the first stored entry), else at its first
+            # entry from `position` on.
+            if earliest is None:
+                earliest = position == self.topic.ledger.first_position()
+            target = None if earliest else position
+            self.topic.compaction.rewind_to_view(self.cursor, target)
         self.dispatcher.reset()
         self.dispatcher.notify()
 
@@ -354,20 +373,24 @@ class Subscription:
             break
         await self._acknowledge_up_to(last)
 
-    async def _acknowledge_up_to(self, last: Position) -> None:
+    async def _acknowledge_up_to(self, last: Position) -> int:
         """Move the mark-delete position to `last` (nothing when it is there already), taking
         what it covers out of the consumers' pending sets, the redeliveries and the delayed
-        messages held back, as skip and expiry do."""
+        messages held back, as skip and expiry do. Returns the entries the move took out of
+        the backlog (counted as it is made: acks racing the write are not in it)."""
         cursor = self.cursor
         if last <= cursor.mark_delete:
-            return
+            return 0
         skipped = {p for p in self.dispatcher.redeliveries if p <= last}
         skipped.update(self.dispatcher.held_back_up_to(last))
         skipped.update(p for consumer in self.consumers for p in consumer.pending if p <= last)
+        before = cursor.backlog()
         done = cursor.ack_cumulative(last)
+        moved = max(0, before - cursor.backlog())
         self.dispatcher.acked(sorted(skipped))
         self.dispatcher.notify()
         await done
+        return moved
 
     # --- message expiry (message TTL) -------------------------------------------------------
 
@@ -395,21 +418,25 @@ class Subscription:
             return False
         self.last_expire_timestamp = wall_clock_ms()
         if last is not None:
-            await self._expire_up_to(last, backlog)
+            await self._expire_up_to(last)
         return True
 
-    async def expire_up_to(self, position: Position) -> None:
+    async def expire_up_to(self, position: Position) -> bool:
         """Acknowledge everything up to `position` (Pulsar's expire-by-message-id), but never
-        past the read horizon."""
+        past the read horizon. As Pulsar, a position beyond the topic's last entry expires
+        nothing (False: not issued)."""
+        if position > self.topic.ledger.lac:
+            return False
         self.last_expire_timestamp = wall_clock_ms()
         last = min(position, self.topic.buffer.max_read_position())
         if last > self.cursor.mark_delete:
-            await self._expire_up_to(last, self.backlog())
+            await self._expire_up_to(last)
+        return True
 
-    async def _expire_up_to(self, last: Position, backlog_before: int) -> None:
-        await self._acknowledge_up_to(last)
-        # As Pulsar counts them: the entries the move took out of the backlog.
-        self.total_msg_expired += max(0, backlog_before - self.backlog())
+    async def _expire_up_to(self, last: Position) -> None:
+        # As Pulsar counts them: the entries the move took out of the backlog (the backlog
+        # just before the mark-delete, not before the search: acks during it are not expiry).
+        self.total_msg_expired += await self._acknowledge_up_to(last)
 
     async def _newest_expired(self, cutoff_ms: int) -> Position | None:
         """The newest entry, up to the read horizon, such that every message a consumer would

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+UNKNOWN = object()          # publish(deliver_at=...) not given: searched for in the entry
+
 
 class Producer:
     """A producer attached to a topic."""
@@ -63,8 +65,13 @@ class Topic:
         self.bytes_in_counter = 0
         ledger.add_listener(self._entries_added)
         buffer.add_listener(self._entries_added)
-        self._delay_limit = 0                  # see _delivery_delay_limit
+        self._delay_limit = 0                  # see _delayed_published
         self._delay_limit_version = -1
+        # Delayed delivery: whether a message with a deliver_at_time was published since the
+        # load, and the last entry stored before the load: a dispatcher searches an entry for a
+        # deliver_at_time only when it is at or before that, or once one was published.
+        self.delayed_seen = False
+        self.delayed_unchecked_up_to = ledger.lac
         # Topic compaction: the compacted view and its horizon (`pyengine.broker.compaction`).
         self.compaction = TopicCompaction(self)
 
@@ -141,17 +148,21 @@ class Topic:
     def publish(self, producer: Producer, data: bytes, *, sequence_id: int, num_messages: int = 1,
                 publish_time: int = 0, highest_sequence_id: int | None = None,
                 txn: TxnId | None = None, after: asyncio.Future[Any] | None = None,
-                deduplicate: bool = True) -> asyncio.Future[Position | None]:
+                deduplicate: bool = True, deliver_at: int | None | object = UNKNOWN) -> asyncio.Future[Position | None]:
         """Store one entry (a message or a batch). The future resolves with its position once
         durable, or with None for a duplicate of something stored before; storage errors are
         raised as they are (`pyengine.errors.to_pulsar_error` maps them for the wire).
         `after`: a v4 txn's registration of this partition (TransactionBuffer.append_checked).
         `deduplicate` False: a chunk before its message's last, which shares the message's
-        sequence id - neither checked nor recorded (the last chunk is). A message delayed beyond
-        the delayed delivery policy's maxDeliveryDelayInMillis is refused (NotAllowedError)."""
+        sequence id - neither checked nor recorded (the last chunk is). `deliver_at`: the
+        message's deliver_at_time (None: it has none) as the caller read it from the metadata it
+        parsed or built; left out, it is searched for in `data`. A message delayed beyond the
+        delayed delivery policy's maxDeliveryDelayInMillis is refused (NotAllowedError)."""
         self._check_open()
-        if self._delivery_delay_limit():
-            self._check_delivery_delay(data, publish_time)
+        if deliver_at is UNKNOWN:
+            deliver_at = deliver_at_time(data)
+        if deliver_at is not None:
+            self._delayed_published(deliver_at, publish_time)   # type: ignore[arg-type]
         highest = sequence_id if highest_sequence_id is None else highest_sequence_id
         if deduplicate:
             duplicate = self.dedup.duplicate_of(producer.name, highest)
@@ -169,25 +180,21 @@ class Topic:
             self.dedup.record(producer.name, highest, stored)
         return stored
 
-    def _delivery_delay_limit(self) -> int:
-        """maxDeliveryDelayInMillis of the delayed delivery policy in force (0: no limit, or
-        delayed delivery off), derived again only when a policy changed: the publish path
-        pays one comparison for it."""
+    def _delayed_published(self, deliver_at: int, publish_time: int) -> None:
+        """A message with a deliver_at_time is published: from now on the dispatchers look for
+        delays in new entries (`delayed_seen`), and Pulsar's isExceedMaximumDeliveryDelay
+        (PIP-315) applies: with delayed delivery active and a maxDeliveryDelayInMillis > 0, a
+        message whose deliver_at_time is more than that after its publish_time is refused,
+        before de-duplication sees it (a SEND_ERROR NotAllowedError for the client; in a
+        transaction as well). The policy is derived again only when a policy changed."""
+        self.delayed_seen = True
         policies = self.service.policies
         if self._delay_limit_version != policies.version:
             policy = policies.delayed_delivery(self.name)
             self._delay_limit = policy.max_delivery_delay_ms if policy.active else 0
             self._delay_limit_version = policies.version
-        return self._delay_limit
-
-    def _check_delivery_delay(self, data: bytes, publish_time: int) -> None:
-        """Pulsar's isExceedMaximumDeliveryDelay (PIP-315): with delayed delivery active and a
-        maxDeliveryDelayInMillis > 0, a message whose deliver_at_time is more than that after
-        its publish_time is refused, before de-duplication sees it (a SEND_ERROR
-        NotAllowedError for the client; in a transaction as well)."""
-        deliver_at = deliver_at_time(data)
         limit = self._delay_limit
-        if deliver_at is not None and deliver_at - (publish_time or wall_clock_ms()) > limit:
+        if limit > 0 and deliver_at - (publish_time or wall_clock_ms()) > limit:
             raise NotAllowedError(f"Exceeds max allowed delivery delay of {limit} milliseconds")
 
     # --- subscriptions --------------------------------------------------------------------
@@ -217,9 +224,19 @@ class Topic:
             cursor = self.ledger.new_non_durable_cursor(start if start is not None else self.ledger.lac.next())
             subscription = await self._attach_subscription(cursor, sub_type)
             self._readers = [*self._readers, subscription]
-            from_start = start is not None and start <= self.ledger.first_position()
-        if read_compacted and from_start and not subscription.consumers:
-            self.compaction.rewind_to_view(subscription.cursor)
+            first = self.ledger.first_position()
+            from_start = start is not None and start == first
+            if read_compacted and start is not None and start < first:
+                # A message id in a ledger trimmed since: the view may still hold it.
+                self.compaction.rewind_to_view(subscription.cursor, start)
+        if read_compacted and not subscription.consumers:
+            if from_start:
+                self.compaction.rewind_to_view(subscription.cursor)
+            elif durable:
+                moved = self.compaction.resume_in_view(subscription.cursor)
+                if moved is not None:     # read again from there: not replayed as well
+                    subscription.dispatcher.redeliveries.difference_update(
+                        [p for p in subscription.dispatcher.redeliveries if p >= moved])
         subscription.add_consumer(consumer, sub_type)
         return subscription
 
@@ -244,6 +261,12 @@ class Topic:
             raise SubscriptionNotFoundError(f"no subscription {subscription_name!r} on {self.name}")
         if subscription.consumers and not force:
             raise NotAllowedError(f"subscription {subscription_name} has connected consumers")
+        if subscription_name == COMPACTION_SUBSCRIPTION:
+            # A compaction running now would write its view and move the cursor after the
+            # deletion: it is stopped first (what it already queued lands, then is deleted).
+            await self.compaction.close()
+            if self.subscriptions.get(subscription_name) is not subscription:
+                raise SubscriptionNotFoundError(f"no subscription {subscription_name!r} on {self.name}")
         del self.subscriptions[subscription_name]
         await subscription.close()
         if subscription_name == COMPACTION_SUBSCRIPTION:

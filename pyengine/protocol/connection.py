@@ -77,18 +77,19 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _metadata_facts(raw: bytes) -> tuple[int, bool] | None:
-    """The publish time of a SEND's MessageMetadata (seeks by time find entries by it), and
+def _metadata_facts(raw: bytes) -> tuple[int, bool, int | None] | None:
+    """The publish time of a SEND's MessageMetadata (seeks by time find entries by it),
     whether it is a chunk before its message's last (de-duplication skips those, as Apache's
-    since #20948: every chunk carries the message's sequence id), or None when the metadata
-    does not decode or lacks a required field."""
+    since #20948: every chunk carries the message's sequence id) and its deliver_at_time (None:
+    not delayed), or None when the metadata does not decode or lacks a required field."""
     try:
         metadata = _parse_metadata(raw)
     except Exception:
         return None
     if not metadata.IsInitialized():
         return None
-    return metadata.publish_time, metadata.chunk_id < metadata.num_chunks_from_msg - 1
+    deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
+    return metadata.publish_time, metadata.chunk_id < metadata.num_chunks_from_msg - 1, deliver_at
 
 
 def _decode(raw: bytes) -> pb.BaseCommand:
@@ -571,7 +572,7 @@ class ServerConnection(asyncio.Protocol):
         if published is None:
             producer.reject(sequence_id, pb.MetadataError, "the message metadata does not decode or lacks a field")
             return
-        publish_time, first_chunks = published
+        publish_time, first_chunks, deliver_at = published
         num_messages = max(body.num_messages, 1)
         # The client numbers the messages of a batch consecutively (it expects the receipt's
         # sequence id in [first, first + n - 1]).
@@ -581,11 +582,11 @@ class ServerConnection(asyncio.Protocol):
             if body.HasField("txnid_most_bits") or body.HasField("txnid_least_bits"):
                 txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
                 outcome = self._publish_in_txn(producer, txn, data, sequence_id, num_messages, publish_time, highest,
-                                               first_chunks)
+                                               first_chunks, deliver_at)
             else:
                 outcome = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
                                         publish_time=publish_time, highest_sequence_id=highest,
-                                        deduplicate=not first_chunks)
+                                        deduplicate=not first_chunks, deliver_at=deliver_at)
         except Exception as exc:
             error = to_pulsar_error(exc)
             producer.reject(sequence_id, error.server_error, str(error))
@@ -594,7 +595,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _publish_in_txn(self, producer: NetworkProducer, txn: TxnId, data: bytes, sequence_id: int,
                         num_messages: int, publish_time: int, highest: int,
-                        first_chunks: bool = False) -> asyncio.Future[Position | None]:
+                        first_chunks: bool = False, deliver_at: int | None = None) -> asyncio.Future[Position | None]:
         """Register the partition with the txn (a no-op after the first time; it fails for a
         txn that is not open) and append in the same turn: one LMDB transaction holds both."""
         topic = producer.topic
@@ -603,12 +604,13 @@ class ServerConnection(asyncio.Protocol):
             # Durably registered (every later send of the txn here): nothing to wait for.
             return topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
                                  publish_time=publish_time, highest_sequence_id=highest, txn=txn,
-                                 deduplicate=not first_chunks)
+                                 deduplicate=not first_chunks, deliver_at=deliver_at)
         registration = coordinator.register_produced_partitions(txn, [topic.name])
         registration.add_done_callback(mark_retrieved)
         stored = topic.publish(producer.producer, data, sequence_id=sequence_id, num_messages=num_messages,
                                publish_time=publish_time, highest_sequence_id=highest, txn=txn,
-                               after=append_condition(txn, registration), deduplicate=not first_chunks)
+                               after=append_condition(txn, registration), deduplicate=not first_chunks,
+                               deliver_at=deliver_at)
 
         async def both() -> Position | None:
             try:
@@ -864,8 +866,13 @@ class ServerConnection(asyncio.Protocol):
         assert subscription is not None
         if body.HasField("message_id"):
             position = _start_position(topic, body.message_id)
+            earliest = _signed(body.message_id.ledgerId) < 0
         elif body.HasField("message_publish_time"):
             position = topic.ledger.find_by_publish_time(body.message_publish_time)
+            earliest = False
+            if any(getattr(c, "read_compacted", False) for c in subscription.consumers):
+                # The compacted view may hold entries of ledgers trimmed since.
+                position = topic.compaction.find_by_publish_time(body.message_publish_time, position)
         else:
             raise NotAllowedError("SEEK needs a message id or a publish time")
         # As Apache: the subscription's consumers are disconnected (each is told by
@@ -874,7 +881,7 @@ class ServerConnection(asyncio.Protocol):
         for broker_consumer in subscription.consumers:
             broker_consumer.permits = 0
         async with self.server.seeking(topic.name, consumer.subscription_name):
-            await subscription.seek(position)
+            await subscription.seek(position, earliest=earliest)
         self.write(replies.success(body.request_id))
 
     def _on_get_last_message_id(self, body: pb.CommandGetLastMessageId, frame: Any) -> None:
