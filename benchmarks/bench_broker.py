@@ -161,8 +161,11 @@ What moved the figures (each measured in alternating rounds of old and new code)
   -> 7.5-11.0 ms (medians 10.2 -> 8.2; lower in 7 of 8 pairs): the load generator's own loop
   is part of END_TXN's tail. Minutes later the same code gave p99 12.7-13.3 ms: the machine's
   other load moves this figure more than that.
-- Recordings before this one: `txn_vs_plain_throughput_100` 0.595, 0.59, 0.581 (the last with
-  plain at 333k msg/s); `end_txn_p99_ms` 13.2, 13.6. Neither target is met.
+- Recordings before this one: `txn_vs_plain_throughput_100` 0.595, 0.59, 0.581 (plain at 333k
+  msg/s), 0.585 (plain 321k, transactional 188k); `end_txn_p99_ms` 13.2, 13.6, 9.5. This one
+  (2026-11-26, after the session that added delayed delivery, compaction and expiry):
+  transactional 189k msg/s as before at the same 3.6-3.7 us of broker CPU per message, plain's
+  best round 343k, so the ratio 0.553. Neither target is met.
 
 Tried and not kept (no measurable change): answering NEW_TXN before its record is durable (a
 lost record would let a restarted coordinator hand out the same id again; in process it did
