@@ -505,6 +505,8 @@ class ServerConnection(asyncio.Protocol):
             except Exception:
                 self.server.detach_producer(network)
                 raise
+            if body.initial_subscription_name:
+                await self._create_initial_subscription(topic, network, body.initial_subscription_name)
             if self.closed:
                 self.server.detach_producer(network)
                 return
@@ -524,6 +526,20 @@ class ServerConnection(asyncio.Protocol):
                                                 topic_epoch=grant, schema_version=schema_version))
         finally:
             self._creating.discard(key)
+
+    async def _create_initial_subscription(self, topic: Any, network: NetworkProducer, name: str) -> None:
+        """CommandProducer.initial_subscription_name: as Pulsar's ServerCnx.handleProducer, once
+        the producer is on the topic, a durable subscription `name` is created at the earliest
+        position if the topic has none of that name (pyengine has no allowAutoSubscriptionCreation
+        policy: always allowed, Pulsar's default). If it cannot be, the producer is not created."""
+        if name in topic.subscriptions:
+            return
+        try:
+            await topic.open_subscription(name, "earliest")
+        except Exception as exc:
+            self.server.detach_producer(network)
+            error = to_pulsar_error(exc)
+            raise type(error)(f"Failed to create the initial subscription: {error}") from exc
 
     def _release_producer(self, producer: NetworkProducer) -> None:
         self.server.detach_producer(producer)
