@@ -6,6 +6,8 @@
     pyengine admin topics create-partitioned-topic persistent://public/default/t -p 4
     pyengine admin topics stats persistent://public/default/t-partition-0
     pyengine admin topics skip persistent://public/default/t-partition-0 -s my-sub -n 10
+    pyengine admin topics compact persistent://public/default/t
+    pyengine admin topics compaction-status persistent://public/default/t -w
     pyengine admin transactions coordinator-stats
     pyengine admin transactions get-metadata 0 12
     pyengine admin transactions abort 0 12
@@ -400,6 +402,12 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("DELETE", f"{_topic(a)}/messageTTL", None)),
     ("topics", "trim-topic", ("trim",), "delete now the consumed ledgers retention no longer keeps", (TOPIC,),
      lambda a: ("POST", f"{_topic(a)}/trim", None)),
+    ("topics", "compact", (), "start a compaction of the topic (of each partition of a partitioned topic)",
+     (TOPIC,), lambda a: ("PUT", f"{_topic(a)}/compaction", None)),
+    ("topics", "compaction-status", (), "show the status of the topic's last compaction (a non-partitioned "
+     "topic or one partition); an error in it exits with 1",
+     (TOPIC, (("-w", "--wait-complete"), {"action": "store_true", "help": "wait until it is no longer running"})),
+     lambda a: ("GET", f"{_topic(a)}/compaction", None)),
 
     ("topics", "get-schema-compatibility-strategy", (), "show the topic's schema compatibility strategy",
      (TOPIC, (("--applied",), {"action": "store_true", "help": "the strategy in force"})),
@@ -494,6 +502,26 @@ def _reset_cursor(a: argparse.Namespace) -> Request:
     return "POST", f"{_sub(a)}/resetcursor", a.messageId
 
 
+COMPACTION_POLL_S = 1.0            # pulsar-admin's compaction-status --wait-complete polls each second
+
+
+def _compaction_status(a: argparse.Namespace, reply: Any, again: Callable[[], Any]) -> Any:
+    """pulsar-admin's compaction-status: with --wait-complete, asked again while RUNNING; an
+    ERROR status is a failure (its lastError on stderr, exit status 1)."""
+    while a.wait_complete and isinstance(reply, dict) and reply.get("status") == "RUNNING":
+        time.sleep(COMPACTION_POLL_S)
+        reply = again()
+    if isinstance(reply, dict) and reply.get("status") == "ERROR":
+        raise AdminCallError(f"Error in compaction: {reply.get('lastError', '')}")
+    return reply
+
+
+# what a command does with its reply before it is printed (the reply, or AdminCallError)
+REPLY_CHECKS: dict[tuple[str, str], Callable[[argparse.Namespace, Any, Callable[[], Any]], Any]] = {
+    ("topics", "compaction-status"): _compaction_status,
+}
+
+
 # --- HTTP -----------------------------------------------------------------------------------
 
 def call(url: str, method: str, path: str, body: Any = None) -> Any:
@@ -558,13 +586,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         command = group_parsers[group].add_parser(name, aliases=list(aliases), help=help_text)
         for flags, options in arguments:
             command.add_argument(*flags, **options)
-        command.set_defaults(admin_request=builder)
+        command.set_defaults(admin_request=builder, admin_reply=REPLY_CHECKS.get((group, name)))
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         method, path, body = args.admin_request(args)
         reply = call(args.url, method, path, body)
+        check = getattr(args, "admin_reply", None)
+        if check is not None:
+            reply = check(args, reply, lambda: call(args.url, method, path, body))
     except AdminCallError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
