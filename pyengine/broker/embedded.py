@@ -85,9 +85,13 @@ class EmbeddedClient:
     async def subscribe(self, topic: str, subscription_name: str, *, consumer_type: str = "exclusive",
                         initial_position: str = "latest", receiver_queue_size: int = 1000,
                         consumer_name: str | None = None, priority: int = 0,
-                        negative_ack_redelivery_delay_ms: int = 60_000) -> EmbeddedConsumer:
+                        negative_ack_redelivery_delay_ms: int = 60_000,
+                        read_compacted: bool = False) -> EmbeddedConsumer:
         """Attach a consumer; `negative_ack_redelivery_delay_ms` as in `pyengine.client` and
-        Pulsar's clients (a negatively acknowledged message comes back after it; 0: at once)."""
+        Pulsar's clients (a negatively acknowledged message comes back after it; 0: at once).
+        `read_compacted`: the compacted view up to the compaction horizon, then the topic after
+        it (Exclusive and Failover subscriptions only: NotAllowedError otherwise, as Pulsar)."""
+        _check_read_compacted(read_compacted)
         if initial_position not in INITIAL_POSITIONS:
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
         if receiver_queue_size < 1:
@@ -99,15 +103,18 @@ class EmbeddedClient:
         consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, negative_ack_delay_ms=delay)
         broker_side = Consumer(consumer, name=consumer_name, priority=priority)
         subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
-                                              initial_position=initial_position)
+                                              initial_position=initial_position, read_compacted=read_compacted)
         consumer._attach(subscription, broker_side)
         self._consumers.append(consumer)
         return consumer
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *,
-                            receiver_queue_size: int = 1000) -> EmbeddedConsumer:
+                            receiver_queue_size: int = 1000, read_compacted: bool = False) -> EmbeddedConsumer:
         """A reader: a non-durable exclusive subscription starting at `start_message_id`
-        (inclusive; MessageId.earliest / MessageId.latest allowed)."""
+        (inclusive; MessageId.earliest / MessageId.latest allowed). `read_compacted`: the
+        compacted view up to the compaction horizon (from its start for MessageId.earliest),
+        then the topic after it."""
+        _check_read_compacted(read_compacted)
         loaded = await self.service.get_topic(topic)
         consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True)
         broker_side = Consumer(consumer)
@@ -118,7 +125,7 @@ class EmbeddedClient:
         else:
             start = start_message_id.position
         subscription = await loaded.subscribe(f"reader-{broker_side.consumer_id}", broker_side,
-                                              durable=False, start=start)
+                                              durable=False, start=start, read_compacted=read_compacted)
         consumer._attach(subscription, broker_side)
         self._consumers.append(consumer)
         return consumer
@@ -533,18 +540,26 @@ class EmbeddedConsumer:
         self._consumed_since_flow = 0
 
     async def seek(self, target: MessageId | int) -> None:
-        """Move the subscription to a message id, or to a publish timestamp in ms."""
+        """Move the subscription to a message id, or to a publish timestamp in ms. A
+        read-compacted consumer's seek by time also looks in the compacted view (it may hold
+        entries of ledgers trimmed since), as the wire server's SEEK does."""
         self._check_open()
-        assert self._subscription is not None
+        subscription = self._subscription
+        assert subscription is not None
+        earliest: bool | None = None
         if isinstance(target, int):
             position = self._topic.ledger.find_by_publish_time(target)
+            earliest = False
+            if any(getattr(c, "read_compacted", False) for c in subscription.consumers):
+                position = self._topic.compaction.find_by_publish_time(target, position)
         elif target == MessageId.earliest:
             position = self._topic.ledger.first_position()
+            earliest = True
         elif target == MessageId.latest:
             position = self._topic.ledger.lac.next()
         else:
             position = self._message_id(target).position
-        await self._subscription.seek(position)
+        await subscription.seek(position, earliest=earliest)
 
     async def get_last_message_id(self) -> MessageId:
         position, batch_size = self._topic.last_message_position()
@@ -577,6 +592,11 @@ class EmbeddedConsumer:
 
 
 _MASK64 = (1 << 64) - 1
+
+
+def _check_read_compacted(value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"read_compacted must be a bool, not {type(value).__name__}")
 
 
 def _signed(word: int) -> int:
