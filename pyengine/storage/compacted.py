@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
-from pyengine.storage.entry import Entry
+from pyengine.storage.entry import Entry, read_entry_range
 from pyengine.storage.environment import StorageEnvironment, WriteFn
 from pyengine_kernels import Position
 
@@ -37,21 +37,9 @@ class CompactedView:
         """Up to `max_entries` entries at or after `start`, up to `last` (inclusive) if given."""
         if max_entries <= 0:
             return []
-        prefix = self._prefix
         end_key = self._key(last) if last is not None else None
-        entries: list[Entry] = []
         with self.env.read() as txn:
-            cursor = txn.cursor(db=self._db)
-            if not cursor.set_range(self._key(start)):
-                return entries
-            for key, value in cursor:
-                if not key.startswith(prefix) or (end_key is not None and key > end_key):
-                    break
-                ledger_id, entry_id = unpack_position(key[8:])
-                entries.append(Entry.decode(Position(ledger_id, entry_id), value))
-                if len(entries) >= max_entries:
-                    break
-        return entries
+            return read_entry_range(txn, self._db, self._prefix, self._key(start), end_key, max_entries)
 
     def iter_entries(self, chunk: int = 500) -> Iterator[Entry]:
         start = Position(-1, -1)

@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass
 
 from core_ext.frames import crc32c
+from core_ext.poskeys import unpack_position
 from pyengine.storage.errors import CorruptRecordError
 from pyengine_kernels import Position, TxnId
 
@@ -90,3 +91,22 @@ class Entry:
         if version != HEADER_VERSION:
             raise CorruptRecordError(f"entry {position} has header version {version}")
         return cls(position, bytes(value[HEADER.size:]), most, least, marker, count, publish)
+
+
+def read_entry_range(txn, db, prefix: bytes, start_key: bytes, end_key: bytes | None,
+                     max_entries: int) -> list[Entry]:
+    """Up to `max_entries` entries keyed `prefix` + position, from `start_key` to `end_key`
+    (inclusive; None: to the prefix's end), in an LMDB read transaction `txn` (a ledger's
+    entries, a compacted view's)."""
+    entries: list[Entry] = []
+    cursor = txn.cursor(db=db)
+    if not cursor.set_range(start_key):
+        return entries
+    for key, value in cursor:
+        if not key.startswith(prefix) or (end_key is not None and key > end_key):
+            break
+        ledger_id, entry_id = unpack_position(key[8:])
+        entries.append(Entry.decode(Position(ledger_id, entry_id), value))
+        if len(entries) >= max_entries:
+            break
+    return entries

@@ -21,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
-from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry
+from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry, read_entry_range
 from pyengine.storage.environment import StorageEnvironment, WriteFn
 from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
 from pyengine.storage.records_pb2 import CursorRecord, LedgerRecord, PositionRecord, TopicRecord
@@ -481,21 +481,9 @@ class ManagedLedger:
         limit = self.lac if last is None or last > self.lac else last
         if max_entries <= 0 or start > limit:
             return []
-        end_key = self._key(limit)
-        prefix = self._prefix
-        entries: list[Entry] = []
         with self.env.read() as txn:
-            cursor = txn.cursor(db=self._entries_db)
-            if not cursor.set_range(self._key(start)):
-                return entries
-            for key, value in cursor:
-                if key > end_key or not key.startswith(prefix):
-                    break
-                ledger_id, entry_id = unpack_position(key[8:])
-                entries.append(Entry.decode(Position(ledger_id, entry_id), value))
-                if len(entries) >= max_entries:
-                    break
-        return entries
+            return read_entry_range(txn, self._entries_db, self._prefix, self._key(start), self._key(limit),
+                                    max_entries)
 
     def read_entries_reverse(self, last: Position, max_entries: int) -> list[Entry]:
         """Up to `max_entries` entries at or before `last` (never beyond the LAC), newest first."""
