@@ -123,17 +123,29 @@ class Client:
                               batching_max_publish_delay_ms: int = 10, max_pending_messages: int = 1000,
                               block_if_queue_full: bool = True, send_timeout_ms: int = 30_000,
                               initial_sequence_id: int | None = None, schema: SchemaData | None = None,
-                              compression_type: CompressionType | str = CompressionType.NONE) -> Producer:
+                              compression_type: CompressionType | str = CompressionType.NONE,
+                              initial_subscription_name: str | None = None,
+                              chunking_enabled: bool = False) -> Producer:
         """A producer on `topic` (on every partition of a partitioned topic). For a scalable
         `topic://` name: a ScalableProducer routing each key to its active segment. A `schema`
         (pyengine.schema.SchemaData) is registered with the topic's schema registry (or found
         there: `Producer.schema_version`); an incompatible one raises IncompatibleSchemaError.
         Payloads stay bytes: encoding them is the caller's. `compression_type` (CompressionType,
         its name in any case, or pulsar-client's enum) compresses each batch, or each message sent
-        alone, as Pulsar's clients do; the size limit applies to the compressed payload."""
+        alone, as Pulsar's clients do; the size limit applies to the compressed payload.
+        `initial_subscription_name` (Pulsar's initialSubscriptionName): the broker creates that
+        durable subscription, at the earliest position, with the producer if the topic (each
+        partition) has none of that name, so what is sent before any consumer is kept.
+        `chunking_enabled` (pulsar-client's; not with batching: ValueError): a message whose
+        payload, compressed, is over the broker's max_message_size is sent as several chunks,
+        which consumers put back together (see pyengine.client.chunks)."""
         self._check_open()
         name = check_topic(topic)
         if TopicName.parse(name).is_scalable:
+            if initial_subscription_name is not None:
+                raise ValueError("initial_subscription_name is not supported on scalable topic:// producers")
+            if chunking_enabled:
+                raise ValueError("chunking_enabled is not supported on scalable topic:// producers")
             # every option goes to the segment producers (or is refused there): none is dropped
             return await self.create_scalable_producer(  # type: ignore[return-value]
                 name, producer_name=producer_name, batching_enabled=batching_enabled,
@@ -146,7 +158,9 @@ class Client:
         options = ProducerOptions(producer_name, batching_enabled, batching_max_messages,
                                   batching_max_allowed_size_in_bytes, batching_max_publish_delay_ms,
                                   max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id,
-                                  schema, compression_type)
+                                  schema, compression_type,
+                                  initial_subscription_name=initial_subscription_name,
+                                  chunking_enabled=chunking_enabled)
         partitions = await self._core.lookup.partitions(name)
         parsed = TopicName.parse(name)
         handlers = ([PartitionProducer(self._core, str(parsed.partition(i)), i, options) for i in range(partitions)]
@@ -244,7 +258,10 @@ class Client:
                         negative_ack_redelivery_delay_ms: int = 60_000,
                         batch_index_ack_enabled: bool = True, schema: SchemaData | None = None,
                         read_compacted: bool = False, unacked_messages_timeout_ms: int | None = None,
-                        dead_letter_policy: ConsumerDeadLetterPolicy | None = None) -> Consumer:
+                        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+                        max_pending_chunked_message: int = 10,
+                        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+                        expire_time_of_incomplete_chunked_message_ms: int = 60_000) -> Consumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
         turned off, a batch is acknowledged once all its messages are, for brokers without
@@ -258,7 +275,13 @@ class Client:
         Shared / Key_Shared, everything unacknowledged for Exclusive / Failover), checked every
         second. `dead_letter_policy` (ConsumerDeadLetterPolicy, or pulsar-client's): a message
         redelivered more than `max_redeliver_count` times goes to the dead letter topic and is
-        acknowledged (see pyengine.client.dead_letter)."""
+        acknowledged (see pyengine.client.dead_letter).
+
+        Chunked messages (see pyengine.client.chunks) are put back together, as pulsar-client
+        does: at most `max_pending_chunked_message` incomplete ones at a time (0: no limit; the
+        oldest is dropped, and acknowledged if `auto_ack_oldest_chunked_message_on_queue_full`),
+        and one whose next chunk does not come within `expire_time_of_incomplete_chunked_message_ms`
+        (0: never) is dropped and its chunks acknowledged."""
         self._check_open()
         name = check_topic(topic)
         options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
@@ -266,7 +289,12 @@ class Client:
                                   batch_index_ack_enabled=batch_index_ack_enabled, schema=schema,
                                   read_compacted=read_compacted,
                                   unacked_messages_timeout_ms=unacked_messages_timeout_ms,
-                                  dead_letter_policy=dead_letter_policy)
+                                  dead_letter_policy=dead_letter_policy,
+                                  max_pending_chunked_message=max_pending_chunked_message,
+                                  auto_ack_oldest_chunked_message_on_queue_full=(
+                                      auto_ack_oldest_chunked_message_on_queue_full),
+                                  expire_time_of_incomplete_chunked_message_ms=(
+                                      expire_time_of_incomplete_chunked_message_ms))
         dead_letter = (DeadLetterSender(self, options.dead_letter_policy, subscription_name, schema)
                        if options.dead_letter_policy is not None else None)
         consumer = Consumer(self._core, name, options, await self._core.lookup.partitions(name), dead_letter)

@@ -18,16 +18,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core_ext.frames import Frame
+from pyengine.client.chunks import NUM_CHUNKS_TAG, ChunkAssembler, ChunkMessageId, chunk_entries
 from pyengine.client.connection import ClientConnection
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender, check_dead_letter_policy
 from pyengine.client.errors import AlreadyClosedError, CumulativeAcknowledgementNotAllowedError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
-from pyengine.client.message import DecodeError, Message, MessageId, decode_entry
+from pyengine.client.message import DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.unacked import UnackedMessageTracker
 from pyengine.client.validation import (
@@ -77,9 +79,15 @@ class ConsumerOptions:
     unacked_messages_timeout_ms: int | None = None
     tick_duration_ms: int = DEFAULT_TICK_DURATION_MS
     dead_letter_policy: ConsumerDeadLetterPolicy | None = None
+    max_pending_chunked_message: int = 10
+    auto_ack_oldest_chunked_message_on_queue_full: bool = False
+    expire_time_of_incomplete_chunked_message_ms: int = 60_000
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
+        check_int("max_pending_chunked_message", self.max_pending_chunked_message, 0)
+        check_int("expire_time_of_incomplete_chunked_message_ms",
+                  self.expire_time_of_incomplete_chunked_message_ms, 0)
         timeout = self.unacked_messages_timeout_ms
         if timeout is None:
             object.__setattr__(self, "unacked_messages_timeout_ms", 0)
@@ -104,7 +112,8 @@ class ConsumerOptions:
             raise ValueError("Read compacted can only be used with exclusive or failover persistent subscriptions")
         if self.start_message_id is not None and not isinstance(self.start_message_id, MessageId):
             raise TypeError(f"start_message_id must be a MessageId, not {type(self.start_message_id).__name__}")
-        for flag in ("durable", "start_message_id_inclusive", "batch_index_ack_enabled"):
+        for flag in ("durable", "start_message_id_inclusive", "batch_index_ack_enabled",
+                     "auto_ack_oldest_chunked_message_on_queue_full"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, not {type(getattr(self, flag)).__name__}")
 
@@ -171,6 +180,9 @@ class PartitionConsumer(ConnectionHandler):
         self.start = options.start_message_id
         self.start_inclusive = options.start_message_id_inclusive
         self.last_dequeued: MessageId | None = None
+        # Chunked messages being put back together (created with the first chunk).
+        self._chunks: ChunkAssembler | None = None
+        self._chunk_timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         return f"consumer {self.consumer_id} of {self.options.subscription_name!r} on {self.topic}"
@@ -210,6 +222,8 @@ class PartitionConsumer(ConnectionHandler):
         self.generation += 1
         self.queued = 0
         self._consumed_since_flow = 0
+        if self._chunks is not None:
+            self._chunks.clear()          # their chunks come again
         self._parent._handler_reset(self)
         self.connection = connection
         self.state = READY
@@ -253,6 +267,9 @@ class PartitionConsumer(ConnectionHandler):
             self._reject(ledger_id, entry_id, pb.CommandAck.ChecksumMismatch,
                          _messages_in(frame.headers_and_payload))
             return
+        raw_metadata = frame.metadata
+        if raw_metadata is not None and NUM_CHUNKS_TAG in raw_metadata and self._on_chunk(command, frame):
+            return
         try:
             messages = decode_entry(self.topic, Position(ledger_id, entry_id), frame.headers_and_payload,
                                     partition=self.partition, redelivery_count=command.redelivery_count,
@@ -279,6 +296,78 @@ class PartitionConsumer(ConnectionHandler):
         for message in messages:
             self.queued += 1
             self._parent._push(self, message)
+
+    def _on_chunk(self, command: pb.CommandMessage, frame: Frame) -> bool:
+        """A chunk of a chunked message (False: not one after all). As the C++ client's
+        processMessageChunk: a chunk that does not complete its message takes no room in the
+        queue (its permit comes back now); the completed message is queued as any other."""
+        try:
+            md = parse_message_metadata(frame.metadata)
+        except ValueError:
+            return False                  # decode_entry reports it
+        if md.num_chunks_from_msg <= 1 or md.HasField("num_messages_in_batch"):
+            return False
+        ledger_id, entry_id = command.message_id.ledgerId, command.message_id.entryId
+        if self._chunks is None:
+            options = self.options
+            self._chunks = ChunkAssembler(options.max_pending_chunked_message,
+                                          options.auto_ack_oldest_chunked_message_on_queue_full,
+                                          options.expire_time_of_incomplete_chunked_message_ms)
+        if self._chunk_timer is None and self._chunks.expire_ms > 0:
+            self._chunk_timer = asyncio.get_running_loop().call_later(self._chunks.expire_ms / 1000,
+                                                                      self._expire_chunks)
+        chunk_id = MessageId(_signed(ledger_id), _signed(entry_id), -1, self.partition)
+        outcome = self._chunks.process(md.uuid, md.chunk_id, md.num_chunks_from_msg, md.total_chunk_msg_size,
+                                       md.publish_time, chunk_id, frame.payload or b"", time.time_ns() // 1_000_000)
+        for dropped in outcome.ack:
+            self._acks.append(_ack_id(dropped))
+        if outcome.ack:
+            self._schedule_ack_flush()
+        if outcome.message_id is None:
+            self.credit(1)
+            return True
+        assert outcome.payload is not None
+        try:
+            payload = _decompress(md.compression, outcome.payload, md.uncompressed_size)
+        except DecodeError as exc:
+            log.warning("%s: undecodable chunked message %s: %s", self, outcome.message_id, exc)
+            self._acks.extend(_ack_id(entry) for entry in outcome.message_id.chunk_ids)
+            self._schedule_ack_flush()
+            self.credit(1)
+            return True
+        message = Message(
+            topic=self.topic, message_id=outcome.message_id, data=payload,
+            properties={kv.key: kv.value for kv in md.properties},
+            partition_key=md.partition_key if md.HasField("partition_key") else None,
+            ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
+            event_time=md.event_time, publish_time=md.publish_time, producer_name=md.producer_name,
+            sequence_id=md.sequence_id, redelivery_count=command.redelivery_count,
+            schema_version=_schema_version(md.schema_version) if md.HasField("schema_version") else None)
+        if self.start is not None and not self.options.durable and self._before_start(message.message_id):
+            self.credit(1)
+            return True
+        messages = [message]
+        if self._parent._dead_letter is not None:
+            messages = self._parent._screen_dead_letters(self, messages, command.redelivery_count)
+            if not messages:
+                self.credit(1)
+                return True
+        self.queued += 1
+        self._parent._push(self, message)
+        return True
+
+    def _expire_chunks(self) -> None:
+        self._chunk_timer = None
+        chunks = self._chunks
+        if chunks is None or self.state in (CLOSING, CLOSED):
+            return
+        acks = chunks.expire(time.time_ns() // 1_000_000)
+        if acks:
+            log.info("%s: dropping %d chunk(s) of expired incomplete chunked messages", self, len(acks))
+            self._acks.extend(_ack_id(m) for m in acks)
+            self._schedule_ack_flush()
+        if chunks.expire_ms > 0:
+            self._chunk_timer = asyncio.get_running_loop().call_later(chunks.expire_ms / 1000, self._expire_chunks)
 
     def _before_start(self, message_id: MessageId) -> bool:
         start = self.start
@@ -313,6 +402,11 @@ class PartitionConsumer(ConnectionHandler):
     # --- acknowledgements -----------------------------------------------------------------
 
     def ack(self, message_id: MessageId) -> None:
+        if type(message_id) is ChunkMessageId:
+            # Every chunk's entry (as the C++ client's individual ack of a ChunkMessageIdImpl).
+            self._acks.extend(_ack_id(m) for m in chunk_entries(message_id))
+            self._schedule_ack_flush()
+            return
         if (not self.options.batch_index_ack_enabled and message_id.batch_index >= 0
                 and message_id.batch_size > 0):
             # A broker without batch-index acks would take an ack set as the whole entry's ack:
@@ -411,8 +505,10 @@ class PartitionConsumer(ConnectionHandler):
             target, ack_type = _cumulative_txn_target(message_id), pb.CommandAck.Cumulative
         else:
             target, ack_type = _ack_id(message_id), pb.CommandAck.Individual
+        targets = [_ack_id(m) for m in chunk_entries(message_id)] if not cumulative and type(
+            message_id) is ChunkMessageId else [target]
         connection = await self._connected()
-        cmd = base_command(T.ACK, consumer_id=self.consumer_id, ack_type=ack_type, message_id=[target],
+        cmd = base_command(T.ACK, consumer_id=self.consumer_id, ack_type=ack_type, message_id=targets,
                            txnid_most_bits=txn.txn_id.most_bits, txnid_least_bits=txn.txn_id.least_bits,
                            request_id=connection.new_request_id())
         await connection.request(cmd, self._core.config.operation_timeout)
@@ -433,8 +529,11 @@ class PartitionConsumer(ConnectionHandler):
             self.connection.send_command(base_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
                                                       consumer_id=self.consumer_id))
             self.drop_queued(give_back_permits=True)
+            if self._chunks is not None:
+                self._chunks.clear()
             return
-        ids = [pb.MessageIdData(ledgerId=m.ledger_id & _MASK64, entryId=m.entry_id & _MASK64) for m in message_ids]
+        ids = [pb.MessageIdData(ledgerId=c.ledger_id & _MASK64, entryId=c.entry_id & _MASK64)
+               for m in message_ids for c in chunk_entries(m)]
         self.connection.send_command(base_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
                                                   consumer_id=self.consumer_id, message_ids=ids))
 
@@ -443,12 +542,15 @@ class PartitionConsumer(ConnectionHandler):
         connection = await self._connected()
         cmd = base_command(T.SEEK, consumer_id=self.consumer_id, request_id=connection.new_request_id())
         if isinstance(target, MessageId):
-            cmd.seek.message_id.CopyFrom(pb.MessageIdData(ledgerId=target.ledger_id & _MASK64,
-                                                          entryId=target.entry_id & _MASK64))
+            first = chunk_entries(target)[0]        # a chunked message: from its first chunk (as C++)
+            cmd.seek.message_id.CopyFrom(pb.MessageIdData(ledgerId=first.ledger_id & _MASK64,
+                                                          entryId=first.entry_id & _MASK64))
         else:
             cmd.seek.message_publish_time = target
         await connection.request(cmd, self._core.config.operation_timeout)
         self.drop_queued(give_back_permits=False)
+        if self._chunks is not None:
+            self._chunks.clear()
         self._consumed_since_flow = 0
         self.last_dequeued = None
         if isinstance(target, MessageId):
@@ -492,6 +594,9 @@ class PartitionConsumer(ConnectionHandler):
     def _closed_locally(self) -> None:
         self.state = CLOSED
         self._stop_reconnecting()
+        if self._chunk_timer is not None:
+            self._chunk_timer.cancel()
+            self._chunk_timer = None
         if self._ack_flush is not None:
             self._ack_flush.cancel()
             self._ack_flush = None

@@ -14,7 +14,9 @@ message of a batch is sent and acknowledged by itself.
 The dead letter topic defaults to `<topic>-<subscription>-DLQ`, where `<topic>` is the consumer's
 topic, or for a partitioned topic the partition's (the C++ client's ConsumerImpl is per
 partition). With `initial_subscription_name`, that subscription of the dead letter topic is
-created before the first message is sent to it, so none is missed.
+created by the broker along with the dead letter producer (the producer's own
+`initial_subscription_name`, as in Pulsar), before the first message is sent to it, so none is
+missed.
 """
 
 from __future__ import annotations
@@ -106,29 +108,12 @@ class DeadLetterSender:
             raise
 
     async def _open(self, topic: str) -> Producer:
-        if self.policy.initial_subscription_name is not None:
-            await self._create_subscription(topic, self.policy.initial_subscription_name)
-        # As the C++ client's dead letter producer: no batching, never blocks on a full queue.
-        return await self._client.create_producer(topic, batching_enabled=False, block_if_queue_full=False,
-                                                  schema=self._schema)
-
-    async def _create_subscription(self, topic: str, subscription: str) -> None:
-        """Make `subscription` exist on `topic` (Pulsar's producer does it with
-        initial_subscription_name): a durable consumer that asks for no message, closed at once."""
-        from pyengine.client.consumer import Consumer, ConsumerOptions
-        from pyengine.errors import ConsumerBusyError
-
-        core = self._client._core
-        options = ConsumerOptions(subscription, "shared", "earliest", receiver_queue_size=1)
-        consumer = Consumer(core, topic, options, await core.lookup.partitions(topic))
-        for handler in consumer._handlers.values():
-            handler.flow_enabled = False
-        try:
-            await consumer._start()
-        except ConsumerBusyError:
-            return          # an exclusive consumer holds it: it exists
-        finally:
-            await consumer.close()
+        # As the C++ client's dead letter producer: no batching, never blocks on a full queue,
+        # and the initial subscription created by the broker with the producer
+        # (CommandProducer.initial_subscription_name), before the first dead letter is sent.
+        return await self._client.create_producer(
+            topic, batching_enabled=False, block_if_queue_full=False, schema=self._schema,
+            initial_subscription_name=self.policy.initial_subscription_name)
 
     async def send(self, consumer_topic: str, message: Message) -> None:
         """Publish `message` to the dead letter topic; raises if it could not be."""

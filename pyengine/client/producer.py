@@ -25,7 +25,8 @@ import cramjam
 
 from core_ext.frames import encode_payload_frame
 from pyengine.client.batch import BatchContainer, plain_single_metadata
-from pyengine.client.connection import ClientConnection
+from pyengine.client.chunks import ChunkMessageId
+from pyengine.client.connection import DEFAULT_MAX_MESSAGE_SIZE, ClientConnection
 from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooBigError, ProducerQueueIsFullError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
 from pyengine.client.message import MessageId
@@ -115,14 +116,24 @@ class ProducerOptions:
     initial_sequence_id: int | None = None
     schema: SchemaData | None = None
     compression_type: CompressionType = CompressionType.NONE
+    # Pulsar's initialSubscriptionName: the broker creates this durable subscription (at the
+    # earliest position) with the producer if the topic has none of that name.
+    initial_subscription_name: str | None = None
+    # pulsar-client's chunking_enabled: a message over the broker's max_message_size (once
+    # compressed) is sent as chunks (see pyengine.client.chunks); not with batching.
+    chunking_enabled: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compression_type", check_compression_type(self.compression_type))
         check_name("producer_name", self.producer_name, optional=True)
+        check_name("initial_subscription_name", self.initial_subscription_name, optional=True)
         check_schema(self.schema)
-        for flag in ("batching_enabled", "block_if_queue_full"):
+        for flag in ("batching_enabled", "block_if_queue_full", "chunking_enabled"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, not {type(getattr(self, flag)).__name__}")
+        if self.batching_enabled and self.chunking_enabled:
+            # As pulsar-client's create_producer (and the Java ProducerBuilder).
+            raise ValueError("Batching and chunking of messages can't be enabled together.")
         check_int("batching_max_messages", self.batching_max_messages, 1)
         check_int("batching_max_allowed_size_in_bytes", self.batching_max_allowed_size_in_bytes, 1)
         check_int("batching_max_publish_delay_ms", self.batching_max_publish_delay_ms, 0)
@@ -265,6 +276,8 @@ class PartitionProducer(ConnectionHandler):
             cmd.producer.producer_name = self.producer_name
         if self.options.schema is not None:
             fill_schema(cmd.producer.schema, self.options.schema)
+        if self.options.initial_subscription_name is not None:
+            cmd.producer.initial_subscription_name = self.options.initial_subscription_name
         self._epoch += 1
         try:
             response = await connection.request(cmd, self._core.config.operation_timeout)
@@ -348,7 +361,8 @@ class PartitionProducer(ConnectionHandler):
             uncompressed_size = len(payload)
             payload = compress(payload)
         connection = self.connection
-        if connection is not None and len(payload) > connection.max_message_size:
+        chunking = self.options.chunking_enabled
+        if connection is not None and len(payload) > connection.max_message_size and not chunking:
             if compress is None or unbatched:
                 raise MessageTooBigError(f"a message of {len(payload)} bytes"
                                          + (f" compressed ({uncompressed_size} uncompressed)" if compress else "")
@@ -369,7 +383,11 @@ class PartitionProducer(ConnectionHandler):
                 fields["deliver_at_time"] = deliver_at
                 if self._batch is not None:
                     self._flush_batch()     # sequence order is wire order: the batch goes first
-            self._send_single(payload, fields, sequence_id, txn, future, gate, uncompressed_size)
+            max_size = connection.max_message_size if connection is not None else DEFAULT_MAX_MESSAGE_SIZE
+            if chunking and len(payload) >= max_size // 2:
+                self._send_chunks(payload, fields, sequence_id, txn, future, gate, uncompressed_size, max_size)
+            else:
+                self._send_single(payload, fields, sequence_id, txn, future, gate, uncompressed_size)
         elif key is None and not properties and not event_time and ordering_key is None:
             self._add_to_batch(plain_single_metadata(len(payload), sequence_id), payload, sequence_id, txn, future,
                                gate, alone)
@@ -460,6 +478,70 @@ class PartitionProducer(ConnectionHandler):
         frame = encode_payload_frame(pb.BaseCommand(type=T.SEND, send=send).SerializeToString(),
                                      metadata.SerializeToString(), payload)
         self._enqueue(_SendOp(sequence_id, sequence_id, frame, [future], batched=False), 1, gate)
+
+    def _send_chunks(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
+                     future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None,
+                     uncompressed_size: int, max_size: int) -> None:
+        """Send a message as chunks if it needs them, as the C++ ProducerImpl: each chunk holds
+        up to `max_size` minus the metadata's size, is its own SEND with the message's sequence
+        id, and carries uuid (producer name-sequence id), chunk_id, num_chunks_from_msg and
+        total_chunk_msg_size (of the payload as sent: compressed). The message's id is the
+        ChunkMessageId of all its chunks, once the last one's receipt is in."""
+        metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=sequence_id,
+                                      publish_time=time.time_ns() // 1_000_000, **fields)
+        if uncompressed_size >= 0:
+            metadata.compression = self._codec
+            metadata.uncompressed_size = uncompressed_size
+        if self.schema_version:
+            metadata.schema_version = self.schema_version
+        if txn is not None:
+            metadata.txnid_most_bits = txn.txn_id.most_bits
+            metadata.txnid_least_bits = txn.txn_id.least_bits
+        chunk_size = max_size - metadata.ByteSize()
+        if chunk_size <= 0:
+            future.set_exception(MessageTooBigError(f"the metadata of a message ({metadata.ByteSize()} bytes) "
+                                                    f"is not under the broker's maximum of {max_size}"))
+            return
+        size = len(payload)
+        count = -(-size // chunk_size) if size >= chunk_size else 1
+        if count == 1:
+            self._send_single(payload, fields, sequence_id, txn, future, gate, uncompressed_size)
+            return
+        metadata.uuid = f"{self.producer_name}-{sequence_id}"
+        metadata.num_chunks_from_msg = count
+        metadata.total_chunk_msg_size = size
+        send = pb.CommandSend(producer_id=self.producer_id, sequence_id=sequence_id, is_chunk=True)
+        if txn is not None:
+            send.txnid_most_bits = txn.txn_id.most_bits
+            send.txnid_least_bits = txn.txn_id.least_bits
+        command = pb.BaseCommand(type=T.SEND, send=send).SerializeToString()
+        chunk_futures: list[asyncio.Future[MessageId]] = [self._loop.create_future() for _ in range(count)]
+
+        def settled(_: object) -> None:
+            failure: BaseException | None = None
+            for chunk in chunk_futures:
+                if chunk.done():
+                    error = asyncio.CancelledError() if chunk.cancelled() else chunk.exception()
+                    if error is not None and failure is None:
+                        failure = error
+            if future.done():
+                return
+            if failure is not None:
+                future.set_exception(failure)
+            elif all(chunk.done() for chunk in chunk_futures):
+                ids = [chunk.result() for chunk in chunk_futures]
+                if any(i.entry_id < 0 for i in ids):
+                    future.set_result(MessageId(-1, -1, -1, self.partition))    # a duplicate
+                else:
+                    future.set_result(ChunkMessageId.of(ids))
+
+        view = memoryview(payload)
+        for chunk_id in range(count):
+            metadata.chunk_id = chunk_id
+            piece = view[chunk_id * chunk_size:(chunk_id + 1) * chunk_size]
+            frame = encode_payload_frame(command, metadata.SerializeToString(), bytes(piece))
+            chunk_futures[chunk_id].add_done_callback(settled)
+            self._enqueue(_SendOp(sequence_id, sequence_id, frame, [chunk_futures[chunk_id]], batched=False), 1, gate)
 
     def _add_to_batch(self, single: bytes, payload: bytes, sequence_id: int, txn: Transaction | None,
                       future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None,
