@@ -122,6 +122,14 @@ def _signed(word: int) -> int:
     return word - (1 << 64) if word >= 1 << 63 else word
 
 
+def _start_id(start: MessageId | None, inclusive: bool) -> MessageId | None:
+    """Where to start for `start`: a chunked message's id is its last chunk's position, so an
+    inclusive start at one is at its first chunk (the C++ client's getStartMessageId)."""
+    if inclusive and isinstance(start, ChunkMessageId) and start.chunk_ids:
+        return start.first_chunk_id
+    return start
+
+
 def _ack_id(message_id: MessageId, *, whole_entry: bool = False) -> pb.MessageIdData:
     """The MessageIdData acknowledging one message: its entry, or for a batch message the
     entry's ack set with only its index cleared (set bits are the unacknowledged indexes)."""
@@ -177,7 +185,7 @@ class PartitionConsumer(ConnectionHandler):
         self._cumulative: pb.MessageIdData | None = None
         self._ack_flush: asyncio.Handle | None = None
         # Readers: where to start, and the last message handed out (the restart point).
-        self.start = options.start_message_id
+        self.start = _start_id(options.start_message_id, options.start_message_id_inclusive)
         self.start_inclusive = options.start_message_id_inclusive
         self.last_dequeued: MessageId | None = None
         # Chunked messages being put back together (created with the first chunk).
@@ -554,7 +562,7 @@ class PartitionConsumer(ConnectionHandler):
         self._consumed_since_flow = 0
         self.last_dequeued = None
         if isinstance(target, MessageId):
-            self.start, self.start_inclusive = target, True
+            self.start, self.start_inclusive = _start_id(target, True), True
         else:
             self.start = None
         if self.state == READY and self.connection is connection:

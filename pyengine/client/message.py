@@ -78,8 +78,16 @@ class MessageId:
 
     @classmethod
     def from_proto(cls, msg: MessageIdData) -> MessageId:
-        return cls(_from_u64(msg.ledgerId), _from_u64(msg.entryId), msg.batch_index, msg.partition,
-                   msg.batch_size if msg.HasField("batch_size") else 0)
+        """The id in `msg`; a chunked message's (one with `first_chunk_message_id`) is a
+        ChunkMessageId of its first and last chunks, as pulsar-client-cpp's MessageId::deserialize."""
+        plain = MessageId(_from_u64(msg.ledgerId), _from_u64(msg.entryId), msg.batch_index, msg.partition,
+                          msg.batch_size if msg.HasField("batch_size") else 0)
+        if msg.HasField("first_chunk_message_id"):
+            from pyengine.client.chunks import ChunkMessageId     # chunks imports this module
+            first = msg.first_chunk_message_id
+            return ChunkMessageId.of([MessageId(_from_u64(first.ledgerId), _from_u64(first.entryId), -1,
+                                                first.partition), plain])
+        return plain
 
     def __str__(self) -> str:
         return f"({self.ledger_id},{self.entry_id},{self.partition},{self.batch_index})"
