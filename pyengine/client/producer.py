@@ -460,10 +460,10 @@ class PartitionProducer(ConnectionHandler):
             timer.cancel()
             self._batch_timer = self._loop.call_at(deadline, self._flush_batch)
 
-    def _send_single(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
-                     future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None,
-                     uncompressed_size: int = -1) -> None:
-        """Send one message alone; `payload` is compressed already when `uncompressed_size` >= 0."""
+    def _single_metadata(self, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
+                         uncompressed_size: int) -> pb.MessageMetadata:
+        """The MessageMetadata of a message sent alone (whole or in chunks): compression when
+        `uncompressed_size` >= 0, the schema version, the txn id."""
         metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=sequence_id,
                                       publish_time=time.time_ns() // 1_000_000, **fields)
         if uncompressed_size >= 0:
@@ -471,10 +471,20 @@ class PartitionProducer(ConnectionHandler):
             metadata.uncompressed_size = uncompressed_size
         if self.schema_version:
             metadata.schema_version = self.schema_version
+        if txn is not None:
+            metadata.txnid_most_bits = txn.txn_id.most_bits
+            metadata.txnid_least_bits = txn.txn_id.least_bits
+        return metadata
+
+    def _send_single(self, payload: bytes, fields: dict[str, Any], sequence_id: int, txn: Transaction | None,
+                     future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None,
+                     uncompressed_size: int = -1) -> None:
+        """Send one message alone; `payload` is compressed already when `uncompressed_size` >= 0."""
+        metadata = self._single_metadata(fields, sequence_id, txn, uncompressed_size)
         send = pb.CommandSend(producer_id=self.producer_id, sequence_id=sequence_id)
         if txn is not None:
-            metadata.txnid_most_bits = send.txnid_most_bits = txn.txn_id.most_bits
-            metadata.txnid_least_bits = send.txnid_least_bits = txn.txn_id.least_bits
+            send.txnid_most_bits = txn.txn_id.most_bits
+            send.txnid_least_bits = txn.txn_id.least_bits
         frame = encode_payload_frame(pb.BaseCommand(type=T.SEND, send=send).SerializeToString(),
                                      metadata.SerializeToString(), payload)
         self._enqueue(_SendOp(sequence_id, sequence_id, frame, [future], batched=False), 1, gate)
@@ -487,16 +497,7 @@ class PartitionProducer(ConnectionHandler):
         id, and carries uuid (producer name-sequence id), chunk_id, num_chunks_from_msg and
         total_chunk_msg_size (of the payload as sent: compressed). The message's id is the
         ChunkMessageId of all its chunks, once the last one's receipt is in."""
-        metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=sequence_id,
-                                      publish_time=time.time_ns() // 1_000_000, **fields)
-        if uncompressed_size >= 0:
-            metadata.compression = self._codec
-            metadata.uncompressed_size = uncompressed_size
-        if self.schema_version:
-            metadata.schema_version = self.schema_version
-        if txn is not None:
-            metadata.txnid_most_bits = txn.txn_id.most_bits
-            metadata.txnid_least_bits = txn.txn_id.least_bits
+        metadata = self._single_metadata(fields, sequence_id, txn, uncompressed_size)
         chunk_size = max_size - metadata.ByteSize()
         if chunk_size <= 0:
             future.set_exception(MessageTooBigError(f"the metadata of a message ({metadata.ByteSize()} bytes) "
