@@ -3,6 +3,7 @@ dir, an HTTP client for it, and the embedded client on the same broker to make t
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from pyengine.admin import AdminServer
 from pyengine.broker.embedded import EmbeddedClient
 from pyengine.broker.service import BrokerConfig, BrokerService
+from pyengine.cli import main
 
 
 @dataclass
@@ -80,3 +82,16 @@ async def client(service):
     embedded = EmbeddedClient(service)
     yield embedded
     await embedded.close()
+
+
+@pytest.fixture
+def admin(server, capsys):
+    """Run `pyengine admin --url <server> ARGS...` (in a thread: the server runs on this loop);
+    returns (exit status, parsed stdout, stderr)."""
+
+    async def run(*args: str):
+        status = await asyncio.to_thread(main, ["admin", "--url", server.url, *args])
+        out, err = capsys.readouterr()
+        return status, json.loads(out) if out.strip() else None, err
+
+    return run

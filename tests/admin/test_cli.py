@@ -11,19 +11,6 @@ import pytest
 from pyengine.cli import main
 
 
-@pytest.fixture
-def admin(server, capsys):
-    """Run `pyengine admin --url <server> ARGS...` (in a thread: the server runs on this loop);
-    returns (exit status, parsed stdout, stderr)."""
-
-    async def run(*args: str):
-        status = await asyncio.to_thread(main, ["admin", "--url", server.url, *args])
-        out, err = capsys.readouterr()
-        return status, json.loads(out) if out.strip() else None, err
-
-    return run
-
-
 async def test_tenants_and_namespaces(admin):
     assert await admin("tenants", "list") == (0, ["public", "pulsar"], "")
     assert (await admin("tenants", "create", "acme", "--admin-roles", "ops,dev"))[0] == 0

@@ -4,24 +4,12 @@ PUT / GET .../compaction."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
 from pyengine.cli import admin as admin_cli
-from pyengine.cli import main
 
 T = "persistent://public/default/cc"
-
-
-@pytest.fixture
-def admin(server, capsys):
-    async def run(*args: str):
-        status = await asyncio.to_thread(main, ["admin", "--url", server.url, *args])
-        out, err = capsys.readouterr()
-        return status, json.loads(out) if out.strip() else None, err
-
-    return run
 
 
 async def test_compact_then_wait_for_its_status(admin, client, service):

@@ -5,7 +5,6 @@ in partitioned stats), the DelayedDeliveryPolicies of a topic and of a namespace
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 
@@ -108,15 +107,6 @@ async def test_openapi_document(api):
     stats = document["paths"]["/admin/v2/persistent/{tenant}/{namespace}/{topic}/stats"]["get"]
     sub = stats["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["subscriptions"]
     assert "msgDelayed" in sub["additionalProperties"]["properties"]
-
-
-@pytest.fixture
-def admin(server, capsys):
-    async def run(*args: str):
-        status = await asyncio.to_thread(main, ["admin", "--url", server.url, *args])
-        out, err = capsys.readouterr()
-        return status, json.loads(out) if out.strip() else None, err
-    return run
 
 
 async def test_cli(admin, client):

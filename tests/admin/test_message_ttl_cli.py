@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 
 import pytest
 
 from pyengine.broker.service import BrokerConfig
-from pyengine.cli import main, serve
+from pyengine.cli import serve
 
 T = "persistent://public/default/c"
-
-
-@pytest.fixture
-def admin(server, capsys):
-    async def run(*args: str):
-        status = await asyncio.to_thread(main, ["admin", "--url", server.url, *args])
-        out, err = capsys.readouterr()
-        return status, json.loads(out) if out.strip() else None, err
-
-    return run
 
 
 async def test_message_ttl_commands(admin, client):

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 
 import pytest
 
 from pyengine.cli import main
-from tests.admin.conftest import api, client, server, service  # noqa: F401  (fixtures)
-
-
-@pytest.fixture
-def admin(server, capsys):
-    async def run(*args: str):
-        status = await asyncio.to_thread(main, ["admin", "--url", server.url, *args])
-        out, err = capsys.readouterr()
-        return status, json.loads(out) if out.strip() else None, err
-
-    return run
+from tests.admin.conftest import admin, api, client, server, service  # noqa: F401  (fixtures)
 
 
 async def test_scalable_commands(admin, service):
