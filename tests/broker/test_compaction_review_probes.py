@@ -54,15 +54,22 @@ async def hold(broker):
     await topic.open_subscription(COMPACTION_SUBSCRIPTION, "earliest")
 
 
+async def compacted_then_trimmed(broker):
+    """k0..k6, then k0 again, compacted; the ledgers of the first four trimmed since (the
+    view holds them). The topic and the first seven message ids."""
+    await hold(broker)
+    producer = await broker.create_producer(TOPIC)
+    ids = [await producer.send(f"v{i}".encode(), key=f"k{i}") for i in range(7)]
+    await producer.send(b"v0b", key="k0")
+    topic = await compact(broker)
+    await topic.ledger.trim()
+    assert topic.ledger.first_position() > ids[3].position
+    return topic, ids
+
+
 async def test_readers_from_earliest_after_the_ledgers_below_the_horizon_are_trimmed(tmp_path):
     async with Broker.embedded(tmp_path, **trimming()) as broker:
-        await hold(broker)
-        producer = await broker.create_producer(TOPIC)
-        ids = [await producer.send(f"v{i}".encode(), key=f"k{i}") for i in range(7)]
-        await producer.send(b"v0b", key="k0")
-        topic = await compact(broker)
-        await topic.ledger.trim()
-        assert topic.ledger.first_position() > ids[3].position
+        topic, ids = await compacted_then_trimmed(broker)
         reader = await attach(broker, TOPIC, reader=True)
         assert [k for k, _ in values(await drain(reader))] == ["k1", "k2", "k3", "k4", "k5", "k6", "k0"]
         plain = await attach(broker, TOPIC, reader=True, read_compacted=False)
@@ -73,40 +80,10 @@ async def test_readers_from_earliest_after_the_ledgers_below_the_horizon_are_tri
 
 async def test_seek_by_message_id_inside_the_view_below_the_stored_ledgers(tmp_path):
     async with Broker.embedded(tmp_path, **trimming()) as broker:
-        await hold(broker)
-        producer = await broker.create_producer(TOPIC)
-        ids = [await producer.send(f"v{i}".encode(), key=f"k{i}") for i in range(7)]
-        await producer.send(b"v0b", key="k0")
-        topic = await compact(broker)
-        await topic.ledger.trim()
-        assert topic.ledger.first_position() > ids[3].position
+        topic, ids = await compacted_then_trimmed(broker)
         consumer = await attach(broker, TOPIC)
         assert len(await drain(consumer)) == 7
         await consumer.seek(ids[2])
-        assert [k for k, _ in values(await drain(consumer))] == ["k2", "k3", "k4", "k5", "k6", "k0"]
-
-
-async def test_seek_by_publish_time_inside_the_view_below_the_stored_ledgers(tmp_path):
-    async with Broker.embedded(tmp_path, **trimming()) as broker:
-        await hold(broker)
-        producer = await broker.create_producer(TOPIC)
-        ids = []
-        for i in range(7):
-            ids.append(await producer.send(f"v{i}".encode(), key=f"k{i}"))
-            await asyncio.sleep(0.005)
-        await producer.send(b"v0b", key="k0")
-        topic = await compact(broker)
-        await topic.ledger.trim()
-        assert topic.ledger.first_position() > ids[3].position
-        consumer = await attach(broker, TOPIC)
-        got = await drain(consumer)
-        assert len(got) == 7
-        # As the SEEK command does it for a read-compacted consumer (the embedded client's
-        # seek by time looks only at the stored ledger).
-        timestamp = got[1].publish_time                     # k2's
-        sub = consumer._subscription
-        position = topic.compaction.find_by_publish_time(timestamp, topic.ledger.find_by_publish_time(timestamp))
-        await sub.seek(position, earliest=False)
         assert [k for k, _ in values(await drain(consumer))] == ["k2", "k3", "k4", "k5", "k6", "k0"]
 
 
@@ -178,13 +155,7 @@ async def test_read_compacted_subscription_resumes_inside_the_view_after_a_resta
     """Pulsar #21187: a read-compacted cursor whose mark-delete is in a ledger trimmed since
     goes on with the view's next entries, not with the first stored ledger."""
     async with Broker.embedded(tmp_path, **trimming()) as broker:
-        await hold(broker)
-        producer = await broker.create_producer(TOPIC)
-        ids = [await producer.send(f"v{i}".encode(), key=f"k{i}") for i in range(7)]
-        await producer.send(b"v0b", key="k0")
-        topic = await compact(broker)
-        await topic.ledger.trim()
-        assert topic.ledger.first_position() > ids[3].position
+        topic, ids = await compacted_then_trimmed(broker)
         consumer = await attach(broker, TOPIC)
         got = await drain(consumer)
         assert len(got) == 7
