@@ -234,6 +234,9 @@ class DagWatch:
             connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_CLOSE, session_id=self._session_id))
 
 
+REPUMP_S = 0.1      # a waiting send of a ScalableProducer looks again this often
+
+
 @dataclass(eq=False, slots=True)
 class _Turn:
     """A send of a ScalableProducer waiting for its turn (see ScalableProducer)."""
@@ -421,11 +424,16 @@ class ScalableProducer:
         timeout = self._client._core.config.operation_timeout
         deadline = loop.time() + timeout
         while True:
-            if not turn.ready.done():
-                await asyncio.wait([turn.ready], timeout=max(deadline - loop.time(), 0))
+            while not turn.ready.done() and loop.time() < deadline:
+                await asyncio.wait([turn.ready], timeout=min(REPUMP_S, max(deadline - loop.time(), 0)))
                 if not turn.ready.done():
-                    raise TimeoutError(f"a send to {self.topic} waited {timeout}s for segments "
-                                       f"{sorted(self._draining)} to be sealed and drained")
+                    # Ask again: a wake-up this send missed must not hold it (and its key) until
+                    # the timeout; the pump lets only the key's first send go, and only if no
+                    # draining segment holds the key back.
+                    self._pump(key)
+            if not turn.ready.done():
+                raise TimeoutError(f"a send to {self.topic} waited {timeout}s for segments "
+                                   f"{sorted(self._draining)} to be sealed and drained")
             turn.ready.result()                                 # AlreadyClosedError once closed
             if not self._gated(key) and (key is None or self._waiting[key][0] is turn):
                 return turn
