@@ -83,11 +83,14 @@ class _Context:
 @dataclass(slots=True)
 class ChunkOutcome:
     """What one chunk leads to: the whole message (payload as sent, still compressed, and its
-    id) once the last chunk is in, and the chunk entries to acknowledge now (dropped ones)."""
+    id) once the last chunk is in, the chunk entries to acknowledge now (dropped ones), and
+    those dropped but left unacknowledged, for the ack-timeout tracker to ask for again (the
+    C++ client's trackMessage: without it a Shared consumer would hold them until it reconnects)."""
 
     payload: bytes | None = None
     message_id: ChunkMessageId | None = None
     ack: list[MessageId] = field(default_factory=list)
+    track: list[MessageId] = field(default_factory=list)
 
 
 class ChunkAssembler:
@@ -123,17 +126,14 @@ class ChunkAssembler:
             if self.max_pending > 0 and len(contexts) >= self.max_pending:
                 for old in list(contexts)[:len(contexts) - self.max_pending + 1]:
                     dropped = contexts.pop(old)
-                    if self.auto_ack_oldest:
-                        outcome.ack.extend(dropped.ids)
-                    # else: left unacknowledged, for the broker to send again (C++ trackMessage)
+                    (outcome.ack if self.auto_ack_oldest else outcome.track).extend(dropped.ids)
             context = contexts[uuid] = _Context(num_chunks, total_size)
             context.append(message_id, payload, now_ms)
             return outcome
         expired = self.expire_ms > 0 and now_ms > publish_time + self.expire_ms
         if context is None:
             # Its first chunk was not seen (a seek, a start in the middle, an evicted context).
-            if expired:
-                outcome.ack.append(message_id)
+            (outcome.ack if expired else outcome.track).append(message_id)
             return outcome
         if chunk_id != len(context.ids):
             if chunk_id < len(context.ids):
@@ -141,10 +141,10 @@ class ChunkAssembler:
                 if not context.holds(message_id):
                     outcome.ack.append(message_id)
                 return outcome
-            # A gap: the message cannot be assembled.
-            del contexts[uuid]
-            if expired:
-                outcome.ack.append(message_id)
+            # A gap: the message cannot be assembled. Unlike the C++ client, which leaves the
+            # chunks already in untracked, they go with this one (same message, same expiry).
+            dropped_ids = contexts.pop(uuid).ids
+            (outcome.ack if expired else outcome.track).extend([*dropped_ids, message_id])
             return outcome
         context.append(message_id, payload, now_ms)
         if len(context.ids) < context.total_chunks:

@@ -177,7 +177,8 @@ class PartitionConsumer(ConnectionHandler):
         self.flow_enabled = True          # False: asks for no message (creating a subscription)
         self._ready = asyncio.Event()
         self._acks: list[pb.MessageIdData] = []
-        # Without batch-index acks: the indexes of each partly acknowledged batch still unacked;
+        # Without batch-index acks: the indexes of each batch delivered here still unacked (the
+        # count starts over with each delivery, as the C++ client's acker of a delivered batch);
         # and of a batch the broker holds part of (acknowledged in a transaction, or delivered
         # with an ack set), the indexes its plain ack leaves alone (it then goes by index).
         self._batch_remaining: dict[tuple[int, int], set[int]] = {}
@@ -190,6 +191,9 @@ class PartitionConsumer(ConnectionHandler):
         self.last_dequeued: MessageId | None = None
         # Chunked messages being put back together (created with the first chunk).
         self._chunks: ChunkAssembler | None = None
+        # The chunks of each chunked message queued here and not acknowledged, by its last
+        # chunk's entry: a deserialized id names only its first and last chunk.
+        self._chunked_unacked: dict[tuple[int, int], tuple[MessageId, ...]] = {}
         self._chunk_timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
@@ -232,6 +236,7 @@ class PartitionConsumer(ConnectionHandler):
         self._consumed_since_flow = 0
         if self._chunks is not None:
             self._chunks.clear()          # their chunks come again
+        self._forget_deliveries()
         self._parent._handler_reset(self)
         self.connection = connection
         self.state = READY
@@ -288,14 +293,15 @@ class PartitionConsumer(ConnectionHandler):
                          _messages_in(frame.headers_and_payload))
             return
         skipped = messages[0].message_id.batch_size - len(messages) if messages and messages[0].message_id.batch_size else 0
+        if messages and messages[0].message_id.batch_size and not self.options.batch_index_ack_enabled:
+            self._batch_delivered(messages[0].message_id, {m.message_id.batch_index for m in messages},
+                                  with_ack_set=bool(command.ack_set))
         if self.start is not None and not self.options.durable:
             kept = [m for m in messages if not self._before_start(m.message_id)]
             skipped += len(messages) - len(kept)
             messages = kept
         if skipped:
             self.credit(skipped)
-            if not self.options.batch_index_ack_enabled and command.ack_set and messages:
-                self._batch_delivered(messages[0].message_id, {m.message_id.batch_index for m in messages})
         if messages and self._parent._dead_letter is not None:
             kept = self._parent._screen_dead_letters(self, messages, command.redelivery_count)
             if len(kept) < len(messages):
@@ -331,6 +337,14 @@ class PartitionConsumer(ConnectionHandler):
             self._acks.append(_ack_id(dropped))
         if outcome.ack:
             self._schedule_ack_flush()
+        unacked = self._parent._unacked
+        if unacked is not None:
+            for left in outcome.track:
+                unacked.add(self, left)
+            if outcome.message_id is not None:
+                # Chunks tracked when dropped earlier are now in a whole message, tracked as such.
+                for chunk in outcome.message_id.chunk_ids:
+                    unacked.remove(self, chunk)
         if outcome.message_id is None:
             self.credit(1)
             return True
@@ -360,6 +374,9 @@ class PartitionConsumer(ConnectionHandler):
             if not messages:
                 self.credit(1)
                 return True
+        if self.options.durable:            # a reader acknowledges nothing: nothing to remember
+            last = outcome.message_id
+            self._chunked_unacked[(last.ledger_id, last.entry_id)] = last.chunk_ids
         self.queued += 1
         self._parent._push(self, message)
         return True
@@ -412,7 +429,7 @@ class PartitionConsumer(ConnectionHandler):
     def ack(self, message_id: MessageId) -> None:
         if type(message_id) is ChunkMessageId:
             # Every chunk's entry (as the C++ client's individual ack of a ChunkMessageIdImpl).
-            self._acks.extend(_ack_id(m) for m in chunk_entries(message_id))
+            self._acks.extend(_ack_id(m) for m in self._chunks_of(message_id))
             self._schedule_ack_flush()
             return
         if (not self.options.batch_index_ack_enabled and message_id.batch_index >= 0
@@ -424,6 +441,29 @@ class PartitionConsumer(ConnectionHandler):
         self._acks.append(_ack_id(message_id))
         self._schedule_ack_flush()
 
+    def _chunks_of(self, message_id: MessageId) -> tuple[MessageId, ...]:
+        """The chunk entries of `message_id`, which stops being remembered (acknowledged or
+        asked for again). A deserialized chunked id names only its first and last chunk: for a
+        message received here the middle ones come from what this consumer remembers of it (as
+        the Java client's map of received chunk ids). Not the range of entries between first and
+        last: another producer's messages may lie between them. For a chunked message not
+        received here, the first and last chunk are all there is to go by."""
+        named = chunk_entries(message_id)
+        if type(message_id) is not ChunkMessageId:
+            return named
+        received = self._chunked_unacked.pop((message_id.ledger_id, message_id.entry_id), None)
+        if received is not None and (received[0].ledger_id, received[0].entry_id) == (named[0].ledger_id,
+                                                                                       named[0].entry_id):
+            return received
+        return named
+
+    def _forget_deliveries(self) -> None:
+        """Everything unacknowledged comes again (reconnect, redeliver-all, seek): what this
+        consumer kept about the messages delivered so far is of no more use."""
+        self._chunked_unacked.clear()
+        self._batch_remaining.clear()
+        self._batch_left.clear()
+
     def _batch_acked(self, message_id: MessageId, *, in_txn: bool) -> None:
         """Without batch-index acks: one message of a batch is acknowledged, plainly or (its
         TXN ack answered) in a transaction. Once every message of the batch is, the plain ack
@@ -432,26 +472,28 @@ class PartitionConsumer(ConnectionHandler):
         abort brings them back). The Java client leaves a transaction's acks out of its count,
         and so never acknowledges such a batch."""
         key = (message_id.ledger_id, message_id.entry_id)
-        remaining = self._batch_remaining.setdefault(key, set(range(message_id.batch_size)))
+        remaining = self._batch_remaining.get(key)
+        if remaining is None:
+            # No delivery of it is open here: completed already, given back for redelivery
+            # (maybe to another consumer), or never received. Counting it anew would keep an
+            # entry that nothing completes any more.
+            return
         remaining.discard(message_id.batch_index)
         if in_txn:
             self._batch_left.setdefault(key, set()).add(message_id.batch_index)
         if not remaining:
             self._batch_complete(key, message_id.batch_size)
 
-    def _batch_delivered(self, message_id: MessageId, indexes: set[int]) -> None:
-        """A batch came with an ack set: only `indexes` are left to acknowledge, the others are
+    def _batch_delivered(self, message_id: MessageId, indexes: set[int], *, with_ack_set: bool) -> None:
+        """A batch came (again, maybe): `indexes` are left to acknowledge, counted from scratch
+        (acks of an earlier delivery are the broker's no more). With an ack set the others are
         acknowledged on the broker (or reserved by a transaction) and left to it."""
         key = (message_id.ledger_id, message_id.entry_id)
-        others = set(range(message_id.batch_size)) - indexes
-        self._batch_left.setdefault(key, set()).update(others)
-        remaining = self._batch_remaining.get(key)
-        if remaining is None:
-            self._batch_remaining[key] = set(indexes)
-            return
-        remaining -= others
-        if not remaining:
-            self._batch_complete(key, message_id.batch_size)
+        self._batch_remaining[key] = set(indexes)
+        if with_ack_set:
+            self._batch_left[key] = set(range(message_id.batch_size)) - indexes
+        else:
+            self._batch_left.pop(key, None)
 
     def _batch_complete(self, key: tuple[int, int], size: int) -> None:
         del self._batch_remaining[key]
@@ -472,10 +514,10 @@ class PartitionConsumer(ConnectionHandler):
         target = _cumulative_target(message_id)
         if target is None:
             return
-        if self._batch_remaining or self._batch_left:
-            # The batches it covers are settled: their counts are no longer needed.
+        if self._batch_remaining or self._batch_left or self._chunked_unacked:
+            # The batches and chunked messages it covers are settled: forget them.
             covered = (target.ledgerId, target.entryId)
-            for table in (self._batch_remaining, self._batch_left):
+            for table in (self._batch_remaining, self._batch_left, self._chunked_unacked):
                 for key in [k for k in table if (k[0] & _MASK64, k[1] & _MASK64) <= covered]:
                     del table[key]
         if self._cumulative is None or (target.ledgerId, target.entryId) > (self._cumulative.ledgerId,
@@ -513,7 +555,7 @@ class PartitionConsumer(ConnectionHandler):
             target, ack_type = _cumulative_txn_target(message_id), pb.CommandAck.Cumulative
         else:
             target, ack_type = _ack_id(message_id), pb.CommandAck.Individual
-        targets = [_ack_id(m) for m in chunk_entries(message_id)] if not cumulative and type(
+        targets = [_ack_id(m) for m in self._chunks_of(message_id)] if not cumulative and type(
             message_id) is ChunkMessageId else [target]
         connection = await self._connected()
         cmd = base_command(T.ACK, consumer_id=self.consumer_id, ack_type=ack_type, message_id=targets,
@@ -539,9 +581,14 @@ class PartitionConsumer(ConnectionHandler):
             self.drop_queued(give_back_permits=True)
             if self._chunks is not None:
                 self._chunks.clear()
+            self._forget_deliveries()
             return
+        for message_id in message_ids:
+            # The entry comes again, maybe to another consumer: its count here is of no more use.
+            self._batch_remaining.pop((message_id.ledger_id, message_id.entry_id), None)
+            self._batch_left.pop((message_id.ledger_id, message_id.entry_id), None)
         ids = [pb.MessageIdData(ledgerId=c.ledger_id & _MASK64, entryId=c.entry_id & _MASK64)
-               for m in message_ids for c in chunk_entries(m)]
+               for m in message_ids for c in self._chunks_of(m)]
         self.connection.send_command(base_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
                                                   consumer_id=self.consumer_id, message_ids=ids))
 
@@ -559,6 +606,7 @@ class PartitionConsumer(ConnectionHandler):
         self.drop_queued(give_back_permits=False)
         if self._chunks is not None:
             self._chunks.clear()
+        self._forget_deliveries()
         self._consumed_since_flow = 0
         self.last_dequeued = None
         if isinstance(target, MessageId):
@@ -612,6 +660,7 @@ class PartitionConsumer(ConnectionHandler):
             self.connection.consumers.pop(self.consumer_id, None)
             self.connection = None
         self.drop_queued(give_back_permits=False)
+        self._forget_deliveries()
 
 
 def _messages_in(headers_and_payload: bytes | None) -> int:

@@ -10,6 +10,8 @@ and for Exclusive / Failover redelivers everything unacknowledged (as the client
 
 A message of a batch is tracked by itself; when one times out, its entry is redelivered (the
 broker leaves the acknowledged indexes out) and the entry's other tracked messages with it.
+A chunked message is tracked by its ChunkMessageId, and its timeout redelivers every chunk;
+chunks the consumer dropped without acknowledging them are tracked each by itself.
 """
 
 from __future__ import annotations
@@ -93,7 +95,10 @@ class UnackedMessageTracker:
             # The whole entry comes again: its other messages still tracked come with it.
             for key in [k for k in self._ids if k[0] is owner and (k[1], k[2]) in entries]:
                 self._drop(key)
+            # A batch message stands for its entry; any other id goes as it is, so that a
+            # chunked message's id brings every one of its chunks again (as the C++ tracker).
             self._redeliver(owner, [MessageId(ledger, entry, -1, message_id.partition)
+                                    if message_id.batch_index >= 0 else message_id
                                     for (ledger, entry), message_id in entries.items()])
         if self._ids and not self._closed and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.tick_ms / 1000, self._tick)
