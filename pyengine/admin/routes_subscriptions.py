@@ -31,6 +31,7 @@ from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
 from pyengine.errors import NotAllowedError, SubscriptionNotFoundError
+from pyengine.storage.managed_ledger import ManagedLedger
 from pyengine_kernels import Position
 
 routes = RouteTable("subscriptions")
@@ -194,28 +195,68 @@ async def expire_messages(call: Call) -> None:
     await expire(await subscriptions_of(call), call["expireTimeInSeconds"], call.service.config.clock())
 
 
+def position_not_issued(subscription: Subscription) -> AdminError:
+    """Pulsar's 409 for an expiry by message id it did not issue (an id beyond the last entry)."""
+    return AdminError(CONFLICT, f"Expire message by position not issued on topic {subscription.topic.name} for "
+                                f"subscription {subscription.name} due to ongoing message expiration not finished "
+                                "or invalid message position provided.")
+
+
+def newest_entry(ledger: ManagedLedger, upto: Position, *, inclusive: bool) -> Position | None:
+    """The newest stored entry at (when `inclusive`) or before `upto`, None if there is none.
+    As Pulsar's search, which expires up to the newest entry it finds: never to a position
+    no entry holds (a ledger that does not exist, an entry id past its ledger's end)."""
+    first = ledger.first_position()
+    if upto < first or (upto == first and not inclusive):
+        return None
+    if not inclusive:
+        upto = ledger.previous_position(upto)
+    return ledger.previous_position(ledger.next_position(upto))
+
+
+def entry_expired_whole(ledger: ManagedLedger, at: Position, batch_index: int, excluded: bool) -> bool:
+    """Whether expiring up to message `batch_index` of the entry at `at` (isExcluded: up to the
+    one before it) covers the whole entry. Pulsar expires the whole entry of a batch index
+    (its search compares entries, not messages), and so the batch's later messages too: here
+    they stay, and the entry with them; they are never past the id asked for. No batch index,
+    or an entry that cannot be read, is the entry itself (as Pulsar falls back to)."""
+    entry = ledger.read_entry(at) if batch_index >= 0 else None
+    if entry is None:
+        return not excluded
+    return batch_index + (0 if excluded else 1) >= entry.num_messages
+
+
 @routes.add("POST", SUB_URL + "/expireMessages",
             summary="Expire (acknowledge) a subscription's messages up to a message id (isExcluded: before it; "
                     "not past an open transaction's).",
-            params=SUB_PATH, body=MESSAGE_ID, body_required=True, replies={204: DONE, **errors(400, 404, 405, 412)})
+            params=SUB_PATH, body=MESSAGE_ID, body_required=True,
+            replies={204: DONE, **errors(400, 404, 405, 409, 412)})
 async def expire_messages_up_to(call: Call) -> None:
-    subscriptions = await subscriptions_of(call)
-    if call.service.policies.partitions(str(requested_topic(call))):
-        raise AdminError(METHOD_NOT_ALLOWED, "Expire messages by message id is not supported on a partitioned "
-                                             "topic: expire on a partition")
-    (subscription,) = subscriptions
+    name, body = requested_topic(call), call.body
+    # Refused in Pulsar's order: a partitioned topic, an id of another partition, then a
+    # topic or subscription that does not exist.
+    if call.service.policies.partitions(str(name)):
+        raise AdminError(METHOD_NOT_ALLOWED, "Expire message at position is not supported for partitioned-topic")
+    # An absent partitionIndex is not checked: Pulsar reads it as -1 (its Java field's default),
+    # refusing ids without one on every partition, the ones our own CLI sends included.
+    if body.get("partitionIndex", name.partition_index) != name.partition_index:
+        raise AdminError(PRECONDITION_FAILED, "Invalid parameter for expire message by position, partition index "
+                                              "of passed in message position doesn't match partition index for "
+                                              "the topic")
+    (subscription,) = await subscriptions_of(call)
     ledger = subscription.topic.ledger
-    body = call.body
-    ledger_id, entry_id = body["ledgerId"], body["entryId"]
-    if (ledger_id, entry_id) == (-1, -1):                  # earliest: nothing before it
-        return
-    if (ledger_id, entry_id) == (INT64_MAX, INT64_MAX):    # latest: everything readable
-        last = ledger.lac
-    else:
-        last = Position(ledger_id, entry_id)
-        if body.get("isExcluded"):
-            last = ledger.previous_position(last)
-    await subscription.expire_up_to(last)
+    requested = Position(body["ledgerId"], body["entryId"])
+    # An id never issued (beyond the last entry; latest too) expires nothing: 409, as Pulsar.
+    # isExcluded is checked on the id itself: Pulsar checks the position after it, refusing
+    # "everything before the last message" (and expiring one entry more than asked for).
+    if requested > ledger.lac:
+        raise position_not_issued(subscription)
+    excluded = bool(body.get("isExcluded"))
+    whole = entry_expired_whole(ledger, requested, body.get("batchIndex", -1), excluded)
+    last = newest_entry(ledger, requested, inclusive=whole)
+    # Nothing before the id: still issued (stats say when), moving nothing.
+    if not await subscription.expire_up_to(last if last is not None else subscription.cursor.mark_delete):
+        raise position_not_issued(subscription)
 
 
 @routes.add("POST", TOPIC_URL + "/all_subscription/expireMessages/{expireTimeInSeconds}",
