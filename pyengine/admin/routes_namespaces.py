@@ -5,10 +5,13 @@ delayed delivery policy."""
 from __future__ import annotations
 
 import dataclasses
+import operator
+from collections.abc import Callable
 from typing import Any
 
 from pyengine.admin.errors import PRECONDITION_FAILED, AdminError
 from pyengine.admin.names import namespace_name, tenant_name
+from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routing import Call, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
@@ -114,32 +117,6 @@ async def list_namespace_topics(call: Call) -> list[str]:
     return call.service.list_topics(namespace)
 
 
-@routes.add("GET", NAMESPACE_PATH + "/deduplication", summary="Get the namespace's de-duplication policy.",
-            params=(TENANT, NAMESPACE),
-            replies={200: Reply("Enabled or not", BOOLEAN), 204: Reply("Not set: the broker's default applies"),
-                     **errors(404, 412)})
-async def get_namespace_deduplication(call: Call) -> bool | None:
-    return call.service.policies.policies(_namespace(call)).deduplication_enabled
-
-
-@routes.add("POST", NAMESPACE_PATH + "/deduplication", summary="Enable or disable de-duplication on a namespace.",
-            params=(TENANT, NAMESPACE), body=BOOLEAN, body_required=True,
-            replies={204: DONE, **errors(400, 404, 412)})
-async def set_namespace_deduplication(call: Call) -> None:
-    await _set_deduplication(call, call.body)
-
-
-@routes.add("DELETE", NAMESPACE_PATH + "/deduplication",
-            summary="Remove the namespace's de-duplication policy (the broker's default applies).",
-            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
-async def remove_namespace_deduplication(call: Call) -> None:
-    await _set_deduplication(call, None)
-
-
-async def _set_deduplication(call: Call, enabled: bool | None) -> None:
-    await _change_policies(call, deduplication_enabled=enabled)
-
-
 async def _change_policies(call: Call, **changes: Any) -> None:
     """Store the namespace's policies with `changes`, and apply them to its loaded topics."""
     namespace = _namespace(call)
@@ -148,55 +125,48 @@ async def _change_policies(call: Call, **changes: Any) -> None:
     call.service.refresh_policies()
 
 
+DEFAULT_APPLIES = "Not set: the broker's default applies"
+
+
+def _namespace_policy(path: str, name: str, schema: dict[str, Any], shown: str, summaries: tuple[str, str, str | None],
+                      *, field: str | None = None, read: Callable[[NamespacePolicies], Any] | None = None,
+                      fields: Callable[[Any], dict[str, Any]] | None = None,
+                      validate: Callable[[Any], Any] | None = None,
+                      not_set: str = DEFAULT_APPLIES) -> None:
+    """The routes of one namespace policy: its NamespacePolicies `field` (or what `read` makes of
+    the policies, and the `fields` a value sets), set to `validate(value)`, None when removed."""
+    read = read or operator.attrgetter(field)
+    fields = fields or (lambda value: {field: value})
+    add_policy_routes(routes, NAMESPACE_PATH + path, name, params=(TENANT, NAMESPACE), schema=schema, shown=shown,
+                      not_set=not_set, summaries=summaries, validate=validate,
+                      read=lambda call: read(call.service.policies.policies(_namespace(call))),
+                      store=lambda call, value: _change_policies(call, **fields(value)))
+
+
+_namespace_policy("/deduplication", "namespace_deduplication", BOOLEAN, "Enabled or not", (
+    "Get the namespace's de-duplication policy.",
+    "Enable or disable de-duplication on a namespace.",
+    "Remove the namespace's de-duplication policy (the broker's default applies)."), field="deduplication_enabled")
+
+
 # --- retention of consumed ledgers ----------------------------------------------------------------
 
-@routes.add("GET", NAMESPACE_PATH + "/retention", summary="Get the namespace's retention policy.",
-            params=(TENANT, NAMESPACE),
-            replies={200: Reply("RetentionPolicies", RETENTION_POLICIES),
-                     204: Reply("Not set: the broker's default applies"), **errors(404, 412)})
-async def get_namespace_retention(call: Call) -> dict[str, int] | None:
-    return _retention(call.service.policies.policies(_namespace(call)))
-
-
-@routes.add("POST", NAMESPACE_PATH + "/retention",
-            summary="Set how long and how much of its topics' consumed ledgers a namespace keeps.",
-            params=(TENANT, NAMESPACE), body=RETENTION_POLICIES, body_required=True,
-            replies={204: DONE, **errors(400, 404, 412)})
-async def set_namespace_retention(call: Call) -> None:
-    await _change_policies(call, **_retention_fields(call.body))
-
-
-@routes.add("DELETE", NAMESPACE_PATH + "/retention",
-            summary="Remove the namespace's retention policy (the broker's default applies).",
-            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
-async def remove_namespace_retention(call: Call) -> None:
-    await _change_policies(call, **_retention_fields(None))
+_namespace_policy("/retention", "namespace_retention", RETENTION_POLICIES, "RetentionPolicies", (
+    "Get the namespace's retention policy.",
+    "Set how long and how much of its topics' consumed ledgers a namespace keeps.",
+    "Remove the namespace's retention policy (the broker's default applies)."),
+    read=_retention, fields=_retention_fields)
 
 
 # --- delayed delivery -------------------------------------------------------------------------
 
-@routes.add("GET", NAMESPACE_PATH + "/delayedDelivery", summary="Get the namespace's delayed delivery policy.",
-            params=(TENANT, NAMESPACE),
-            replies={200: Reply("DelayedDeliveryPolicies", DELAYED_DELIVERY_POLICIES),
-                     204: Reply("Not set: the broker's default applies"), **errors(404, 412)})
-async def get_namespace_delayed_delivery(call: Call) -> dict[str, Any] | None:
-    return call.service.policies.policies(_namespace(call)).delayed_delivery
-
-
-@routes.add("POST", NAMESPACE_PATH + "/delayedDelivery",
-            summary="Set whether the namespace's Shared and Key_Shared subscriptions delay messages, the tick of "
-                    "their release and the longest delay a producer may ask for.",
-            params=(TENANT, NAMESPACE), body=DELAYED_DELIVERY_POLICIES, body_required=True,
-            replies={204: DONE, **errors(400, 404, 412)})
-async def set_namespace_delayed_delivery(call: Call) -> None:
-    await _change_policies(call, delayed_delivery=_delayed_delivery(call.body))
-
-
-@routes.add("DELETE", NAMESPACE_PATH + "/delayedDelivery",
-            summary="Remove the namespace's delayed delivery policy (the broker's default applies).",
-            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
-async def remove_namespace_delayed_delivery(call: Call) -> None:
-    await _change_policies(call, delayed_delivery=None)
+_namespace_policy("/delayedDelivery", "namespace_delayed_delivery", DELAYED_DELIVERY_POLICIES,
+                  "DelayedDeliveryPolicies", (
+    "Get the namespace's delayed delivery policy.",
+    "Set whether the namespace's Shared and Key_Shared subscriptions delay messages, the tick of their release "
+    "and the longest delay a producer may ask for.",
+    "Remove the namespace's delayed delivery policy (the broker's default applies)."),
+    field="delayed_delivery", validate=_delayed_delivery)
 
 
 # --- message TTL ---------------------------------------------------------------------------------
@@ -209,28 +179,12 @@ def message_ttl_of(value: Any) -> int:
     return check_message_ttl(value)
 
 
-@routes.add("GET", NAMESPACE_PATH + "/messageTTL", summary="Get the namespace's message TTL (seconds).",
-            params=(TENANT, NAMESPACE),
-            replies={200: Reply("Seconds (0: messages do not expire)", MESSAGE_TTL),
-                     204: Reply("Not set: the broker's default applies"), **errors(404, 412)})
-async def get_namespace_message_ttl(call: Call) -> int | None:
-    return call.service.policies.policies(_namespace(call)).message_ttl_seconds
-
-
-@routes.add("POST", NAMESPACE_PATH + "/messageTTL",
-            summary="Set how many seconds after it was published a message of the namespace's topics expires "
-                    "(0: never): the broker's expiry task acknowledges it on every subscription.",
-            params=(TENANT, NAMESPACE), body=MESSAGE_TTL, body_required=True,
-            replies={204: DONE, **errors(400, 404, 412)})
-async def set_namespace_message_ttl(call: Call) -> None:
-    await _change_policies(call, message_ttl_seconds=message_ttl_of(call.body))
-
-
-@routes.add("DELETE", NAMESPACE_PATH + "/messageTTL",
-            summary="Remove the namespace's message TTL (the broker's default applies).",
-            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
-async def remove_namespace_message_ttl(call: Call) -> None:
-    await _change_policies(call, message_ttl_seconds=None)
+_namespace_policy("/messageTTL", "namespace_message_ttl", MESSAGE_TTL, "Seconds (0: messages do not expire)", (
+    "Get the namespace's message TTL (seconds).",
+    "Set how many seconds after it was published a message of the namespace's topics expires (0: never): the "
+    "broker's expiry task acknowledges it on every subscription.",
+    "Remove the namespace's message TTL (the broker's default applies)."),
+    field="message_ttl_seconds", validate=message_ttl_of)
 
 
 # --- the transaction design of a namespace's topics (PIP-473) ----------------------------------
@@ -240,34 +194,12 @@ TRANSACTION_VERSION = {"type": "integer", "enum": [4, 5],
                                       "(segment:// default)"}
 
 
-@routes.add("GET", NAMESPACE_PATH + "/transactionVersion",
-            summary="Get the transaction design overriding the topic domain's default in a namespace.",
-            params=(TENANT, NAMESPACE),
-            replies={200: Reply("4 or 5", TRANSACTION_VERSION),
-                     204: Reply("Not set: segment:// topics use 5, the others 4"), **errors(404, 412)})
-async def get_transaction_version(call: Call) -> int | None:
-    return call.service.policies.policies(_namespace(call)).transaction_version
-
-
-@routes.add("POST", NAMESPACE_PATH + "/transactionVersion",
-            summary="Override the transaction design of a namespace's topics (migration, debugging); "
-                    "a topic takes it when it is next loaded.",
-            params=(TENANT, NAMESPACE), body=TRANSACTION_VERSION, body_required=True,
-            replies={204: DONE, **errors(400, 404, 412)})
-async def set_transaction_version(call: Call) -> None:
-    await _set_transaction_version(call, call.body)
-
-
-@routes.add("DELETE", NAMESPACE_PATH + "/transactionVersion",
-            summary="Remove the override: the topic domain's default applies.",
-            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
-async def remove_transaction_version(call: Call) -> None:
-    await _set_transaction_version(call, None)
-
-
-async def _set_transaction_version(call: Call, version: int | None) -> None:
-    await _change_policies(call, transaction_version=version)
-
+_namespace_policy("/transactionVersion", "transaction_version", TRANSACTION_VERSION, "4 or 5", (
+    "Get the transaction design overriding the topic domain's default in a namespace.",
+    "Override the transaction design of a namespace's topics (migration, debugging); a topic takes it when it "
+    "is next loaded.",
+    "Remove the override: the topic domain's default applies."),
+    field="transaction_version", not_set="Not set: segment:// topics use 5, the others 4")
 
 
 # --- schema registry policies ---------------------------------------------------------------------
@@ -292,27 +224,10 @@ async def set_schema_compatibility_strategy(call: Call) -> None:
     await _change_policies(call, schema_compatibility_strategy=_strategy_field(call.body))
 
 
-def _flag_policy(path: str, field: str, name: str, shown: str, get_summary: str, set_summary: str) -> None:
-    """GET and POST routes of a boolean namespace policy (unset: the broker's default)."""
-
-    async def get_flag(call: Call) -> bool | None:
-        return getattr(call.service.policies.policies(_namespace(call)), field)
-
-    async def set_flag(call: Call) -> None:
-        await _change_policies(call, **{field: call.body})
-
-    get_flag.__name__, set_flag.__name__ = f"get_{name}", f"set_{name}"
-    routes.add("GET", NAMESPACE_PATH + path, summary=get_summary, params=(TENANT, NAMESPACE),
-               replies={200: Reply(shown, BOOLEAN), 204: Reply("Not set: the broker's default applies"),
-                        **errors(404, 412)})(get_flag)
-    routes.add("POST", NAMESPACE_PATH + path, summary=set_summary, params=(TENANT, NAMESPACE), body=BOOLEAN,
-               body_required=True, replies={204: DONE, **errors(400, 404, 412)})(set_flag)
-
-
-_flag_policy("/isAllowAutoUpdateSchema", "is_allow_auto_update_schema", "allow_auto_update_schema", "Allowed or not",
-             "Whether producers and consumers may register new schemas (unset: the broker's default).",
-             "Allow or forbid producers and consumers to register new schemas.")
-_flag_policy("/schemaValidationEnforced", "schema_validation_enforced", "schema_validation_enforced",
-             "Enforced or not",
-             "Whether producers without a schema are refused on topics with one (unset: the broker's default).",
-             "Refuse (or accept) producers without a schema on topics that have one.")
+_namespace_policy("/isAllowAutoUpdateSchema", "allow_auto_update_schema", BOOLEAN, "Allowed or not", (
+    "Whether producers and consumers may register new schemas (unset: the broker's default).",
+    "Allow or forbid producers and consumers to register new schemas.", None), field="is_allow_auto_update_schema")
+_namespace_policy("/schemaValidationEnforced", "schema_validation_enforced", BOOLEAN, "Enforced or not", (
+    "Whether producers without a schema are refused on topics with one (unset: the broker's default).",
+    "Refuse (or accept) producers without a schema on topics that have one.", None),
+    field="schema_validation_enforced")

@@ -9,11 +9,14 @@ a subscription made here), as the broker loads any topic; a partitioned topic is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyengine.admin import stats
 from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, UNPROCESSABLE, AdminError
 from pyengine.admin.names import namespace_name, topic_name
+from pyengine.admin.policy_routes import add_policy_routes
+from pyengine.admin.routes_namespaces import message_ttl_of
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
@@ -34,7 +37,7 @@ from pyengine.admin.schemas import (
     TOPIC_STATS,
     errors,
 )
-from pyengine.broker.policies import DelayedDelivery, Retention, check_message_ttl
+from pyengine.broker.policies import DelayedDelivery, Retention
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import TopicName
@@ -214,35 +217,6 @@ def known_topic(service: BrokerService, name: TopicName) -> TopicName:
     return name
 
 
-@routes.add("GET", TOPIC_URL + "/deduplicationEnabled", summary="Get the topic's de-duplication policy.",
-            params=(*TOPIC_PATH, APPLIED),
-            replies={200: Reply("Enabled or not", BOOLEAN), 204: Reply("Not set on the topic"),
-                     **errors(400, 404, 412)})
-async def get_topic_deduplication(call: Call) -> bool | None:
-    name = known_topic(call.service, requested_topic(call))
-    policies = call.service.policies
-    if call["applied"]:
-        return policies.deduplication_enabled(str(name))
-    return policies.topic_policies(str(name)).get("deduplicationEnabled")
-
-
-@routes.add("POST", TOPIC_URL + "/deduplicationEnabled", summary="Enable or disable de-duplication on a topic.",
-            params=TOPIC_PATH, body=BOOLEAN, body_required=True, replies={204: DONE, **errors(400, 404, 412)})
-async def set_topic_deduplication(call: Call) -> None:
-    await _set_topic_deduplication(call, call.body)
-
-
-@routes.add("DELETE", TOPIC_URL + "/deduplicationEnabled",
-            summary="Remove the topic's de-duplication policy (the namespace's applies).",
-            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
-async def remove_topic_deduplication(call: Call) -> None:
-    await _set_topic_deduplication(call, None)
-
-
-async def _set_topic_deduplication(call: Call, enabled: bool | None) -> None:
-    await _set_topic_policy(call, "deduplicationEnabled", enabled)
-
-
 async def _set_topic_policy(call: Call, policy: str, value: Any) -> None:
     """Store (None: remove) one policy of the topic, and apply it if the topic is loaded."""
     name = known_topic(call.service, requested_topic(call))
@@ -250,33 +224,36 @@ async def _set_topic_policy(call: Call, policy: str, value: Any) -> None:
     call.service.refresh_policies()
 
 
+def _topic_policy(path: str, name: str, key: str, schema: dict[str, Any], shown: str,
+                  summaries: tuple[str, str, str], applied: Callable[[BrokerService, str], Any], **more: Any) -> None:
+    """The routes of one topic policy, stored under `key` in the topic's policies; GET with
+    ?applied=true answers `applied(service, topic)`, the policy in force."""
+
+    def read(call: Call) -> Any:
+        name = str(known_topic(call.service, requested_topic(call)))
+        return applied(call.service, name) if call["applied"] else call.service.policies.topic_policies(name).get(key)
+
+    add_policy_routes(routes, TOPIC_URL + path, f"topic_{name}", params=TOPIC_PATH, get_params=(APPLIED,),
+                      get_errors=(400, 404, 412), schema=schema, shown=shown, not_set="Not set on the topic",
+                      summaries=summaries, read=read, store=lambda call, value: _set_topic_policy(call, key, value),
+                      **more)
+
+
+_topic_policy("/deduplicationEnabled", "deduplication", "deduplicationEnabled", BOOLEAN, "Enabled or not", (
+    "Get the topic's de-duplication policy.",
+    "Enable or disable de-duplication on a topic.",
+    "Remove the topic's de-duplication policy (the namespace's applies)."),
+    lambda service, topic: service.policies.deduplication_enabled(topic))
+
+
 # --- topic-level retention, and trimming on demand ---------------------------------------
 
-@routes.add("GET", TOPIC_URL + "/retention", summary="Get the topic's retention policy.",
-            params=(*TOPIC_PATH, APPLIED),
-            replies={200: Reply("RetentionPolicies", RETENTION_POLICIES), 204: Reply("Not set on the topic"),
-                     **errors(400, 404, 412)})
-async def get_topic_retention(call: Call) -> dict[str, int] | None:
-    name = known_topic(call.service, requested_topic(call))
-    policies = call.service.policies
-    if call["applied"]:
-        return policies.retention(str(name)).to_json()
-    return policies.topic_policies(str(name)).get("retention")
-
-
-@routes.add("POST", TOPIC_URL + "/retention",
-            summary="Set how long and how much of its consumed ledgers a topic keeps.",
-            params=TOPIC_PATH, body=RETENTION_POLICIES, body_required=True,
-            replies={204: DONE, **errors(400, 404, 412)})
-async def set_topic_retention(call: Call) -> None:
-    await _set_topic_policy(call, "retention", Retention.from_json(call.body).to_json())
-
-
-@routes.add("DELETE", TOPIC_URL + "/retention",
-            summary="Remove the topic's retention policy (the namespace's applies).",
-            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
-async def remove_topic_retention(call: Call) -> None:
-    await _set_topic_policy(call, "retention", None)
+_topic_policy("/retention", "retention", "retention", RETENTION_POLICIES, "RetentionPolicies", (
+    "Get the topic's retention policy.",
+    "Set how long and how much of its consumed ledgers a topic keeps.",
+    "Remove the topic's retention policy (the namespace's applies)."),
+    lambda service, topic: service.policies.retention(topic).to_json(),
+    validate=lambda body: Retention.from_json(body).to_json())
 
 
 @routes.add("POST", TOPIC_URL + "/trim",
@@ -293,32 +270,14 @@ async def trim_topic(call: Call) -> None:
 
 # --- topic-level delayed delivery -----------------------------------------------------------
 
-@routes.add("GET", TOPIC_URL + "/delayedDelivery", summary="Get the topic's delayed delivery policy.",
-            params=(*TOPIC_PATH, APPLIED),
-            replies={200: Reply("DelayedDeliveryPolicies", DELAYED_DELIVERY_POLICIES),
-                     204: Reply("Not set on the topic"), **errors(400, 404, 412)})
-async def get_topic_delayed_delivery(call: Call) -> dict[str, Any] | None:
-    name = known_topic(call.service, requested_topic(call))
-    policies = call.service.policies
-    if call["applied"]:
-        return policies.delayed_delivery(str(name)).to_json()
-    return policies.topic_policies(str(name)).get("delayedDeliveryPolicies")
-
-
-@routes.add("POST", TOPIC_URL + "/delayedDelivery",
-            summary="Set whether the topic's Shared and Key_Shared subscriptions delay messages, the tick of "
-                    "their release and the longest delay a producer may ask for.",
-            params=TOPIC_PATH, body=DELAYED_DELIVERY_POLICIES, body_required=True,
-            replies={204: DONE, **errors(400, 404, 412)})
-async def set_topic_delayed_delivery(call: Call) -> None:
-    await _set_topic_policy(call, "delayedDeliveryPolicies", DelayedDelivery.from_json(call.body).to_json())
-
-
-@routes.add("DELETE", TOPIC_URL + "/delayedDelivery",
-            summary="Remove the topic's delayed delivery policy (the namespace's applies).",
-            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
-async def remove_topic_delayed_delivery(call: Call) -> None:
-    await _set_topic_policy(call, "delayedDeliveryPolicies", None)
+_topic_policy("/delayedDelivery", "delayed_delivery", "delayedDeliveryPolicies", DELAYED_DELIVERY_POLICIES,
+              "DelayedDeliveryPolicies", (
+    "Get the topic's delayed delivery policy.",
+    "Set whether the topic's Shared and Key_Shared subscriptions delay messages, the tick of their release and "
+    "the longest delay a producer may ask for.",
+    "Remove the topic's delayed delivery policy (the namespace's applies)."),
+    lambda service, topic: service.policies.delayed_delivery(topic).to_json(),
+    validate=lambda body: DelayedDelivery.from_json(body).to_json())
 
 
 # --- topic-level message TTL ------------------------------------------------------------------
@@ -326,34 +285,12 @@ async def remove_topic_delayed_delivery(call: Call) -> None:
 MESSAGE_TTL_PARAM = Param("messageTTL", MESSAGE_TTL, "TTL in seconds (0: messages do not expire)", required=True)
 
 
-@routes.add("GET", TOPIC_URL + "/messageTTL", summary="Get the topic's message TTL (seconds).",
-            params=(*TOPIC_PATH, APPLIED),
-            replies={200: Reply("Seconds (0: messages do not expire)", MESSAGE_TTL),
-                     204: Reply("Not set on the topic"), **errors(400, 404, 412)})
-async def get_topic_message_ttl(call: Call) -> int | None:
-    name = known_topic(call.service, requested_topic(call))
-    policies = call.service.policies
-    if call["applied"]:
-        return policies.message_ttl(str(name))
-    return policies.topic_policies(str(name)).get("messageTTLInSeconds")
-
-
-@routes.add("POST", TOPIC_URL + "/messageTTL",
-            summary="Set how many seconds after it was published a message of the topic expires (0: never), "
-                    "over the namespace's TTL. As Pulsar: the TTL is the messageTTL query parameter.",
-            params=(*TOPIC_PATH, MESSAGE_TTL_PARAM), replies={204: DONE, **errors(400, 404, 412)})
-async def set_topic_message_ttl(call: Call) -> None:
-    ttl = call["messageTTL"]
-    if ttl < 0:                               # Pulsar's answer, word for word
-        raise AdminError(PRECONDITION_FAILED, "Invalid value for message TTL")
-    await _set_topic_policy(call, "messageTTLInSeconds", check_message_ttl(ttl))
-
-
-@routes.add("DELETE", TOPIC_URL + "/messageTTL",
-            summary="Remove the topic's message TTL (the namespace's applies).",
-            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
-async def remove_topic_message_ttl(call: Call) -> None:
-    await _set_topic_policy(call, "messageTTLInSeconds", None)
+_topic_policy("/messageTTL", "message_ttl", "messageTTLInSeconds", MESSAGE_TTL, "Seconds (0: messages do not expire)", (
+    "Get the topic's message TTL (seconds).",
+    "Set how many seconds after it was published a message of the topic expires (0: never), over the "
+    "namespace's TTL. As Pulsar: the TTL is the messageTTL query parameter.",
+    "Remove the topic's message TTL (the namespace's applies)."),
+    lambda service, topic: service.policies.message_ttl(topic), query=MESSAGE_TTL_PARAM, validate=message_ttl_of)
 
 
 # --- topic-level schema compatibility strategy ---------------------------------------------
@@ -362,29 +299,13 @@ STRATEGY = {"type": "string", "enum": [s.value for s in CompatibilityStrategy if
             "description": "SchemaCompatibilityStrategy"}
 
 
-@routes.add("GET", TOPIC_URL + "/schemaCompatibilityStrategy",
-            summary="Get the topic's schema compatibility strategy.", params=(*TOPIC_PATH, APPLIED),
-            replies={200: Reply("The strategy", STRATEGY), 204: Reply("Not set on the topic"),
-                     **errors(400, 404, 412)})
-async def get_topic_schema_compatibility_strategy(call: Call) -> str | None:
-    name = known_topic(call.service, requested_topic(call))
-    if call["applied"]:
-        return call.service.schemas.strategy(str(name)).value
-    return call.service.policies.topic_policies(str(name)).get("schemaCompatibilityStrategy")
-
-
-@routes.add("PUT", TOPIC_URL + "/schemaCompatibilityStrategy",
-            summary="Set how new schemas of the topic are checked (over the namespace's strategy).",
-            params=TOPIC_PATH, body=STRATEGY, body_required=True, replies={204: DONE, **errors(400, 404, 412)})
-async def set_topic_schema_compatibility_strategy(call: Call) -> None:
-    await _set_topic_policy(call, "schemaCompatibilityStrategy", CompatibilityStrategy.parse(call.body).value)
-
-
-@routes.add("DELETE", TOPIC_URL + "/schemaCompatibilityStrategy",
-            summary="Remove the topic's schema compatibility strategy (the namespace's applies).",
-            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
-async def remove_topic_schema_compatibility_strategy(call: Call) -> None:
-    await _set_topic_policy(call, "schemaCompatibilityStrategy", None)
+_topic_policy("/schemaCompatibilityStrategy", "schema_compatibility_strategy", "schemaCompatibilityStrategy",
+              STRATEGY, "The strategy", (
+    "Get the topic's schema compatibility strategy.",
+    "Set how new schemas of the topic are checked (over the namespace's strategy).",
+    "Remove the topic's schema compatibility strategy (the namespace's applies)."),
+    lambda service, topic: service.schemas.strategy(topic).value,
+    validate=lambda body: CompatibilityStrategy.parse(body).value, set_method="PUT")
 
 
 # --- termination ----------------------------------------------------------------------------
