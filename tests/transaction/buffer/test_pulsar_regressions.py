@@ -6,14 +6,16 @@ import pytest
 
 from core_ext.poskeys import pack_i64, pack_position
 from pyengine.errors import NotAllowedError
-from pyengine.storage import ManagedLedgerConfig
+from pyengine.storage import ManagedLedger, ManagedLedgerConfig, StorageError
+from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import BufferState
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
 from pyengine.transaction.buffer.ended import EndedTxns
+from pyengine.transaction.buffer.markers import marker_entry
 from pyengine.transaction.buffer.snapshot import SnapshotStore, TransactionBufferSnapshot
-from pyengine.transaction.buffer.topic_buffer import TopicTransactionBuffer
+from pyengine.transaction.buffer.topic_buffer import TXN_PROPERTY, TopicTransactionBuffer
 from pyengine_kernels import AbortedTxnSet, Position, TxnId
-from tests.transaction.buffer.helpers import open_buffer, shut, visible_positions
+from tests.transaction.buffer.helpers import TOPIC, open_buffer, shut, visible_positions
 
 SMALL_LEDGERS = ManagedLedgerConfig(max_entries_per_ledger=4)      # nothing trimmed unless a test asks
 
@@ -72,7 +74,8 @@ async def test_pulsar_12494_recovery_from_a_snapshot_in_a_deleted_ledger_termina
 
 
 async def test_pulsar_12494_a_ledger_deleted_under_the_replay_is_skipped(reopen):
-    """#12494 / #11318, the other way round: a ledger disappears while recovery reads it."""
+    """#12494 / #11318, the other way round: a ledger disappears while recovery reads it (the
+    shape of #18833 / #18970 too: entries gone between the replay's look at the LAC and its read)."""
     env = reopen()
     ledger, buffer = await open_buffer(env, TopicTransactionBufferConfig(snapshots_enabled=False),
                                        SMALL_LEDGERS)
@@ -229,3 +232,165 @@ async def test_late_write_after_the_end_is_refused_and_never_visible(reopen):
             await buffer.append(txn, b"late after a crash")
     assert first in visible_positions(ledger, buffer)
     assert late not in visible_positions(ledger, buffer)
+
+
+async def test_pulsar_14889_enabling_transactions_on_a_busy_topic_never_freezes_its_horizon(reopen):
+    """#14889: once transactions were enabled every consumer of the broker was stuck; the
+    buffer's stats showed its state and max read position no longer moving. Here a topic that
+    held only plain entries takes its first txn (the buffer marks the topic transactional
+    meanwhile), and the horizon and the state the stats report keep up with the LAC: before,
+    while the txn is open, after its end, and after a crash."""
+    env = reopen()
+    ledger, buffer = await open_buffer(env)
+    for _ in range(3):
+        await ledger.append(b"before transactions")
+    assert buffer.stats()["state"] == "ready" and buffer.max_read_position() == ledger.lac
+    first_txn_entry, *_ = await asyncio.gather(buffer.append(TxnId(1, 1), b"first txn"),
+                                               ledger.append(b"plain beside the first txn"))
+    assert buffer.max_read_position() < first_txn_entry
+    await buffer.commit(TxnId(1, 1), 0)
+    for _ in range(2):
+        plain = await ledger.append(b"plain after the commit")
+        stats = buffer.stats()
+        assert (stats["state"], stats["max_read_position"]) == ("ready", str(plain))
+        assert stats["ongoing_txn_count"] == 0
+    env, ledger, buffer = await crash_and_reopen(env, reopen, ledger)
+    assert buffer.stats()["state"] == "ready" and buffer.max_read_position() == ledger.lac
+    after = await ledger.append(b"plain after the crash")
+    assert buffer.max_read_position() == after
+
+
+async def reopened_for_a_racing_replay(env, reopen):
+    """A topic of 5 small ledgers (alternate commits and aborts, then one txn left open) whose
+    subscription consumed up to the open txn, reopened as after a crash with no snapshot: a
+    buffer that has not recovered yet (one entry per replay step) and what was visible."""
+    ledger, buffer = await open_buffer(env, TopicTransactionBufferConfig(snapshots_enabled=False), SMALL_LEDGERS)
+    cursor = await ledger.open_cursor("sub", "earliest")
+    for least in range(8):
+        await buffer.append(TxnId(1, least), b"x")
+        await (buffer.commit if least % 2 else buffer.abort)(TxnId(1, least), -1)
+    open_txn = await buffer.append(TxnId(2, 1), b"open")
+    for _ in range(40):
+        await ledger.append(b"plain behind the open txn")
+    await cursor.ack_cumulative(buffer.max_read_position())
+    before = visible_positions(ledger, buffer)
+    await ledger.close()
+    await env.drain()
+    env = reopen(env)
+    ledger = await ManagedLedger.open(env, TOPIC, SMALL_LEDGERS)
+    ledger.set_retention(0, -1)
+    await ledger.open_cursor("sub", "earliest")
+    buffer = TopicTransactionBuffer(ledger, TopicTransactionBufferConfig(replay_chunk_entries=1))
+    return env, ledger, buffer, open_txn, before
+
+
+def trim_when(buffer, ready_to_trim, monkeypatch) -> list:
+    """Start a trim of `buffer`'s ledger at the first replay step where `ready_to_trim(verified)`
+    holds, and hold the replay there until the trim has ended (the replay only yields between
+    steps: without the hold it would finish before the trim's write commits). The list gets
+    the trim's task and the buffer state when the trim deleted its ledgers."""
+    started: list = []
+    real_sleep = asyncio.sleep
+
+    def maybe_trim() -> None:
+        if not started and buffer.state is BufferState.INITIALIZING and ready_to_trim(buffer._verified):
+            started.append(asyncio.ensure_future(buffer.ledger.trim(now_ms=1 << 62)))
+            buffer.ledger.add_trim_listener(lambda _first: started.append(buffer.state))
+
+    async def sleep_after_the_trim(delay, *args):
+        if started and buffer.state is BufferState.INITIALIZING:
+            await asyncio.wait([started[0]])
+        return await real_sleep(delay, *args)
+
+    buffer.add_listener(maybe_trim)
+    monkeypatch.setattr(asyncio, "sleep", sleep_after_the_trim)
+    return started
+
+
+async def test_pulsar_18833_a_trim_racing_the_replay_cannot_take_entries_not_read_yet(reopen, monkeypatch):
+    """#18833 / #18970: snapshot compaction deleted entries between the replay's "has more"
+    and its read, and recovery blocked forever in readNext. Here a trim that would delete
+    entries the replay has not read yet is refused (and tried again later); the replay ends."""
+    env, ledger, buffer, open_txn, before = await reopened_for_a_racing_replay(reopen(), reopen)
+    first_ledger = min(ledger.ledgers)
+    started = trim_when(buffer, lambda verified: verified.ledger_id == first_ledger, monkeypatch)
+    await asyncio.wait_for(buffer.recover(), 10)
+    assert buffer.state is BufferState.READY
+    with pytest.raises(StorageError, match="has not read the entries to delete yet"):
+        await started[0]
+    assert min(ledger.ledgers) == first_ledger
+    assert visible_positions(ledger, buffer) == before
+    assert dict(buffer.ongoing_txns()) == {TxnId(2, 1): open_txn}
+    assert await ledger.trim(now_ms=1 << 62)             # ready: the next attempt goes through
+    assert visible_positions(ledger, buffer) == {p for p in before if p.ledger_id in ledger.ledgers}
+
+
+async def test_pulsar_18833_a_trim_of_entries_already_replayed_lets_the_replay_finish(reopen, monkeypatch):
+    """The same race once the replay has read what the trim deletes: the trim goes through
+    mid-replay (with a snapshot of what the replay knows, in the same write), the replay ends,
+    and a crash right after recovers the same state."""
+    env, ledger, buffer, open_txn, before = await reopened_for_a_racing_replay(reopen(), reopen)
+    open_ledger = open_txn.ledger_id
+    started = trim_when(buffer, lambda verified: verified.ledger_id == open_ledger, monkeypatch)
+    await asyncio.wait_for(buffer.recover(), 10)
+    assert buffer.state is BufferState.READY
+    deleted = await started[0]
+    assert deleted and max(deleted) < open_ledger
+    assert started[1] is BufferState.INITIALIZING          # the trim landed during the replay
+    left = {p for p in before if p.ledger_id in ledger.ledgers}
+    assert visible_positions(ledger, buffer) == left
+    assert len(buffer.aborted) == 0                        # every abort marker was in a deleted ledger
+    env, ledger, buffer = await asyncio.wait_for(crash_and_reopen(env, reopen, ledger, None, SMALL_LEDGERS), 10)
+    assert buffer.state is BufferState.READY
+    assert visible_positions(ledger, buffer) == left
+    assert dict(buffer.ongoing_txns()) == {TxnId(2, 1): open_txn}
+    for least in range(0, 8, 2):                          # their markers went with the trim
+        with pytest.raises(NotAllowedError):
+            await buffer.append(TxnId(1, least), b"late write of an aborted txn")
+
+
+ABORTED_TXNS = 200_000
+
+
+async def test_pulsar_pip_178_pip_196_a_snapshot_holds_every_aborted_txn_and_trims_with_ledgers(reopen):
+    """PIP-178 (#16042) / PIP-196 (#16913): one snapshot entry could not hold every aborted txn
+    id once retention was long, so Pulsar split snapshots into segments. Here 200k aborted txns
+    of 4 coordinators across 10 ledgers go into one compact snapshot that recovery uses (no
+    replay), and the aborts leave it with the ledgers that held their markers."""
+    env = reopen(sync=False)
+    ledger = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=ABORTED_TXNS // 10))
+    await ledger.set_property(TXN_PROPERTY, "true")
+    cursor = await ledger.open_cursor("sub", "earliest")
+    data, marker_type, publish_time = marker_entry(TxnAction.ABORT, TxnId(0, 0))
+    # Abort markers alone: what recovery reads of an aborted txn (its entries change nothing).
+    writes = [ledger.append_entry(data, txn_most=i % 4, txn_least=i // 4, marker_type=marker_type,
+                                  publish_time=publish_time)[1] for i in range(ABORTED_TXNS)]
+    positions = await asyncio.gather(*writes)
+    buffer = TopicTransactionBuffer(ledger)
+    await buffer.recover()
+    assert len(buffer.aborted) == ABORTED_TXNS
+    await buffer.take_snapshot()
+    stored = SnapshotStore(env, ledger.topic_id).load()
+    assert len(stored.aborted) == ABORTED_TXNS and stored.max_read_position == ledger.lac
+    # One LMDB value has no size limit (Pulsar's snapshot entry had the 5 MB message limit);
+    # measured ~19 bytes per abort (its txn id and marker position, and its outcome above the
+    # low watermark): a bound that catches an encoding gone wasteful.
+    assert len(stored.encode()) < 24 * ABORTED_TXNS
+
+    env, ledger, buffer = await crash_and_reopen(env, reopen, ledger)
+    assert buffer.stats()["recover_replayed_entries"] == 0
+    assert len(buffer.aborted) == ABORTED_TXNS
+    assert all(buffer.is_txn_aborted(TxnId(i % 4, i // 4)) for i in range(0, ABORTED_TXNS, 997))
+
+    half = positions[ABORTED_TXNS // 2 - 1]                 # the last entry of the 5th ledger
+    cursor = await ledger.open_cursor("sub", "earliest")
+    await cursor.ack_cumulative(half)
+    ledger.set_retention(0, -1)
+    assert len(await ledger.trim(now_ms=1 << 62)) == 5
+    assert len(buffer.aborted) == ABORTED_TXNS // 2
+    assert not buffer.is_txn_aborted(TxnId(0, 0)) and buffer.is_txn_aborted(TxnId(3, ABORTED_TXNS // 4 - 1))
+    env, ledger, buffer = await crash_and_reopen(env, reopen, ledger)
+    assert len(buffer.aborted) == ABORTED_TXNS // 2 and buffer.stats()["recover_replayed_entries"] == 0
+    for i in (0, 1, ABORTED_TXNS // 2 - 1):                 # gone with their markers, still ended here
+        with pytest.raises(NotAllowedError):
+            await buffer.append(TxnId(i % 4, i // 4), b"late write")

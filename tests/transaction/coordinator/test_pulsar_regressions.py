@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -47,7 +48,8 @@ async def test_a_committed_txn_never_reverts_to_open_after_restarts_pulsar_20150
 async def test_a_repeated_commit_after_a_restart_succeeds_pulsar_19629(harness, clock):
     """Pulsar #19629: the commit succeeded, the broker restarted, the client's retry got
     "expect COMMITTING but is COMMITTED" and resent everything: duplicates. The FINISHED
-    record answers the repeat with success for `finished_retention_ms` (Pulsar's 1 h)."""
+    record answers the repeat with success for `finished_retention_ms` (Pulsar's 1 h).
+    Also PIP-254 (#19744): commit and abort are idempotent (the abort's repeat below)."""
     service = await harness.start()
     txn = await service.new_transaction(2, 60_000)
     await service.add_produced_partitions(txn, ["t"])
@@ -62,6 +64,13 @@ async def test_a_repeated_commit_after_a_restart_succeeds_pulsar_19629(harness, 
     clock.advance(1)
     with pytest.raises(TransactionNotFoundError):       # as in Pulsar once the ended status is gone
         await service.end_transaction(txn, A.COMMIT)
+    aborted = await service.new_transaction(2, 60_000)
+    await service.add_produced_partitions(aborted, ["t"])
+    assert await service.end_transaction(aborted, A.ABORT) == S.ABORTED
+    service = await harness.restart()
+    assert await service.end_transaction(aborted, A.ABORT) == S.ABORTED
+    with pytest.raises(InvalidTxnStatusError, match="expected COMMITTING but is ABORTED"):
+        await service.end_transaction(aborted, A.COMMIT)
     await harness.stop()
 
 
@@ -141,4 +150,54 @@ async def test_resumed_endings_find_every_coordinator_registered_pulsar_18923(da
             await ending
     await service.wait_for_endings()
     assert len(seen) == 4 and all(isinstance(s, list) and S.OPEN not in s for s in seen), seen
+    await harness.stop()
+
+
+async def test_an_end_retried_at_once_after_its_request_timed_out_completes_pulsar_15039(harness, participants, clock):
+    """Pulsar #15039: after a failed or unanswered end, users wanted to retry at once rather
+    than wait for the transaction's timeout. Here the client's end request gives up while a
+    participant is slow; the retry, sent at once, joins the same ending and answers COMMITTED
+    as soon as the participant confirms; the txn never times out, nothing is told twice."""
+    service = await harness.start()
+    txn = await service.new_transaction(0, 60_000)
+    await service.add_produced_partitions(txn, ["t"])
+    release = participants.block("t")
+    with pytest.raises(TimeoutError):                   # the client's request timeout
+        await asyncio.wait_for(service.end_transaction(txn, A.COMMIT), 0.05)
+    retry = asyncio.ensure_future(service.end_transaction(txn, A.COMMIT))
+    await asyncio.sleep(0)
+    assert not retry.done() and service.get(txn).status == S.COMMITTING
+    release.set()
+    assert await asyncio.wait_for(retry, 5) == S.COMMITTED
+    clock.advance(60_000)
+    assert service.poll_timeouts() == 0
+    await service.wait_for_endings()
+    assert service.get(txn).status == S.COMMITTED and service.stats().timed_out_total == 0
+    assert [c.action for c in participants.calls_for(txn)] == [A.COMMIT]
+    await harness.stop()
+
+
+async def test_a_commit_after_the_timeout_says_so_flink_17452(harness, participants, clock):
+    """apache/flink #17452: a two-phase commit whose gap exceeded the transaction timeout got
+    TransactionNotFoundException on commit, with nothing telling whether it had timed out or
+    even committed. Here the deadline passes while the coordinator is down; the commit that
+    follows is refused with the txn's status (TIME_OUT), its participants were told to abort,
+    an abort is answered with TIME_OUT again, and only once the ended status is gone (1 h
+    later) is the txn not found, by its id."""
+    service = await harness.start()
+    txn = await service.new_transaction(0, 1000)
+    await service.add_produced_partitions(txn, ["t"])
+    await service.add_acked_subscriptions(txn, [("t", "sub")])
+    clock.advance(1000)
+    service = await harness.restart()
+    service.poll_timeouts()
+    await service.wait_for_endings()
+    with pytest.raises(InvalidTxnStatusError, match=r"transaction .*: expected COMMITTING but is TIME_OUT"):
+        await service.end_transaction(txn, A.COMMIT)
+    assert participants.told(txn) == {"t": {A.ABORT}, ("t", "sub"): {A.ABORT}}
+    assert await service.end_transaction(txn, A.ABORT) == S.TIME_OUT
+    clock.advance(HOUR)
+    service = await harness.restart()
+    with pytest.raises(TransactionNotFoundError, match=re.escape(f"transaction {txn} not found")):
+        await service.end_transaction(txn, A.COMMIT)
     await harness.stop()

@@ -8,6 +8,7 @@ import pytest
 from pyengine.errors import ServiceNotReadyError, TransactionConflictError
 from pyengine.transaction.pendingack import IndividualAck, PendingAckReplayError
 from pyengine.transaction.pendingack.handle import HandleState
+from pyengine_kernels import TxnId
 from tests.transaction.pendingack.helpers import (
     EXCLUSIVE,
     FAILOVER,
@@ -160,3 +161,38 @@ async def test_pulsar_19449_after_a_restart_a_message_acked_before_is_a_clean_co
     await h.individual_ack(T2, [batch(p[1], 3, 1, 2), IndividualAck(p[2])])
     await h.commit(T2, -1)
     assert after.cursor.mark_delete == p[2]
+
+
+async def test_pulsar_7981_batch_index_acks_in_transactions(env, reopen):
+    """#7981 / PR #8037: pending ack tracked whole positions only, so a transaction could not
+    ack single messages of a batch. Here three txns ack disjoint indexes of one 6-message batch:
+    each index is reserved by its txn (across a restart too), a commit acks exactly its indexes
+    on the cursor, an abort releases them for another txn, and the entry is done once every
+    index is acked."""
+    sub = await open_subscription(env, 2, sub_type=SHARED)
+    p, q = sub.positions
+    t4 = TxnId(1, 4)
+    await sub.handle.individual_ack(T1, [batch(p, 6, 0, 1)])
+    await sub.handle.individual_ack(T2, [batch(p, 6, 2, 3)])
+    await sub.handle.individual_ack(T3, [batch(p, 6, 4, 5)])
+    assert sub.handle.is_fully_pending(p, 6)
+    await sub.handle.commit(T1, -1)
+    assert sub.cursor.batch_ack_set(p) == acking(6, 0, 1)
+    await sub.handle.abort(T2, -1)
+    assert sub.cursor.batch_ack_set(p) == acking(6, 0, 1)          # 2 and 3 are free again
+    assert not sub.handle.is_fully_pending(p, 6)
+
+    after = await open_subscription(reopen(env), sub_type=SHARED)   # T3's reservation survives
+    h = after.handle
+    with pytest.raises(TransactionConflictError, match="pending ack status"):
+        await h.individual_ack(t4, [batch(p, 6, 4)])
+    with pytest.raises(TransactionConflictError, match="already acked before"):
+        await h.individual_ack(t4, [batch(p, 6, 1)])
+    await h.individual_ack(t4, [batch(p, 6, 2, 3)])
+    assert h.is_fully_pending(p, 6)
+    await h.commit(t4, -1)
+    assert after.cursor.batch_ack_set(p) == acking(6, 0, 1, 2, 3)
+    assert after.cursor.mark_delete < p
+    await h.commit(T3, -1)
+    assert after.cursor.mark_delete == p                             # every index acked: the entry is done
+    assert after.cursor.batch_ack_set(q) is None
