@@ -76,7 +76,7 @@ async def test_errors_exit_with_the_servers_reason(admin, server):
     status, _, err = await admin("topics", "create-partitioned-topic", "t", "-p", "0")
     assert status == 1 and err.startswith("error: HTTP 406: ")
     status, _, err = await admin("transactions", "abort", "0", "77")
-    assert (status, err) == (1, "error: HTTP 404: transaction (0,77) not found\n")
+    assert (status, err) == (1, "error: HTTP 404: transaction (0,77) not found: coordinator 0 never handed it out\n")
     status, _, err = await admin("topics", "stats", "non-persistent://public/default/t")
     assert status == 1 and "only persistent://" in err
     status, _, err = await admin("namespaces", "create", "just-a-tenant")

@@ -305,7 +305,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         state = self._live.get(sequence)
         end = self._finished_within_retention(sequence) if state is None else None
         if state is None and end is None:
-            raise TransactionNotFoundError(f"transaction {txn} not found")
+            raise self._not_found(txn)
         current = state.meta.status if state is not None else end.status
         if current == new:                       # a repeat: succeeds once the change is durable
             if state is not None:
@@ -331,7 +331,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             return _copy(state.meta)
         end = self._finished_within_retention(sequence)
         if end is None:
-            raise TransactionNotFoundError(f"transaction {txn} not found")
+            raise self._not_found(txn)
         return self._finished_meta(txn, end)
 
     def low_watermark(self) -> int:
@@ -463,7 +463,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         state = self._live.get(sequence)
         if state is None:
             if self._finished_within_retention(sequence) is None:
-                raise TransactionNotFoundError(f"transaction {txn} not found")
+                raise self._not_found(txn)
             raise InvalidTxnStatusError(f"transaction {txn} has already finished")
         if not new.is_terminal or (expected, new) not in LEGAL_TRANSITIONS:
             raise InvalidTxnStatusError(f"transaction {txn}: cannot move from {expected.name} to {new.name} "
@@ -564,6 +564,18 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         self._next_log_sequence += 1
         return records.log_key(self._prefix, sequence)
 
+    def _not_found(self, txn: TxnId) -> TransactionNotFoundError:
+        """Not found: never handed out, or ended so long ago that its outcome is no longer kept.
+        Pulsar answers both alike, and a client committing after a long pause cannot tell a
+        lost outcome from a wrong id (apache/flink #17452); the sequence tells them apart."""
+        if txn.least_bits < self._next_txn_sequence:
+            return TransactionNotFoundError(
+                f"transaction {txn} not found: it ended and its outcome is no longer kept (finished "
+                f"transactions are remembered for {self.finished_retention_ms} ms, at most "
+                f"{self.finished_max_records})")
+        return TransactionNotFoundError(f"transaction {txn} not found: coordinator {self.coordinator_id} "
+                                        "never handed it out")
+
     def _sequence_of(self, txn: TxnId) -> int:
         if txn.most_bits != self.coordinator_id:
             raise TransactionNotFoundError(f"transaction {txn} does not belong to coordinator {self.coordinator_id}")
@@ -575,7 +587,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         if state is None:
             end = self._finished_within_retention(sequence)
             if end is None:
-                raise TransactionNotFoundError(f"transaction {txn} not found")
+                raise self._not_found(txn)
             raise InvalidTxnStatusError(f"transaction {txn}: expected OPEN but is {end.status.name}")
         if state.meta.status != TxnStatus.OPEN:
             raise InvalidTxnStatusError(f"transaction {txn}: expected OPEN but is {state.meta.status.name}")

@@ -198,6 +198,12 @@ async def test_a_commit_after_the_timeout_says_so_flink_17452(harness, participa
     assert await service.end_transaction(txn, A.ABORT) == S.TIME_OUT
     clock.advance(HOUR)
     service = await harness.restart()
-    with pytest.raises(TransactionNotFoundError, match=re.escape(f"transaction {txn} not found")):
+    # Its outcome is no longer kept: said so, and not in the words of an id never handed out.
+    with pytest.raises(TransactionNotFoundError, match=re.escape(f"transaction {txn} not found: it ended and its "
+                                                                 "outcome is no longer kept")):
         await service.end_transaction(txn, A.COMMIT)
+    never = type(txn)(txn.most_bits, txn.least_bits + 1000)
+    with pytest.raises(TransactionNotFoundError, match=re.escape(f"transaction {never} not found: coordinator "
+                                                                 f"{txn.most_bits} never handed it out")):
+        await service.end_transaction(never, A.COMMIT)
     await harness.stop()
