@@ -13,15 +13,28 @@ Compaction keeps, for every key, the latest message published up to the compacti
 * a batch is split by key: it is kept with its retained messages, the others written as
   `compacted_out` with an empty payload, so batch indexes (message ids) stay the original
   ones (Pulsar's RawBatchConverter.rebatchMessage); the rebuilt batch is stored uncompressed;
+* a chunked message (its chunks are entries of their own, with the message's key) is one
+  message: kept whole, every chunk, when it is the latest of its key, the time it takes its
+  key's value being that of its last chunk (when a consumer gets it). Pulsar's compactor takes
+  each chunk as a message of the key, so it keeps only the last chunk, a message no consumer
+  can assemble. A chunked message that cannot be assembled (a gap in its chunk ids, chunks
+  without their first) is never kept; one incomplete at the horizon is kept as it is, without
+  taking its key's value, since its other chunks may follow the horizon (a read-compacted
+  consumer gets them from the ledger, the next compaction sees it whole), unless abandoned:
+  its last chunk published more than the clients' expiry of incomplete chunked messages
+  (60 s) before the newest message compacted;
 * compaction is incremental, as Pulsar's (its compactor reads through the `__compaction`
   subscription, which itself reads compacted): the previous view, then the ledger after the
   previous horizon.
 
-The result (`pyengine.storage.compacted.CompactedView`) is written in one LMDB transaction
-with the move of the `__compaction` cursor to the horizon and the cursor property
-`CompactedTopicLedger` (Pulsar's COMPACTED_TOPIC_LEDGER_PROPERTY; here a generation number),
-so the view survives restarts and the ledger is never trimmed under what compaction has not
-read yet: that durable cursor holds the ledger like any subscription.
+The result (`pyengine.storage.compacted.CompactedView`) is a new generation of the view,
+staged in bounded writes (memory holds phase one's map of keys and one write's entries, not
+the view), then made current in one LMDB transaction with the move of the `__compaction`
+cursor to the horizon and the cursor property `CompactedTopicLedger` (Pulsar's
+COMPACTED_TOPIC_LEDGER_PROPERTY; here the generation number); the previous generation is
+removed after. So the view survives restarts, a crash while staging leaves the previous view
+and horizon, and the ledger is never trimmed under what compaction has not read yet: that
+durable cursor holds the ledger like any subscription.
 
 Status is Pulsar's LongRunningProcessStatus (NOT_RUN, RUNNING, SUCCESS, ERROR + lastError),
 in memory as in Pulsar (a restarted broker reports NOT_RUN until compaction runs again).
@@ -39,7 +52,7 @@ from typing import TYPE_CHECKING
 from core_ext.records import decompress
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import parse_message_metadata
-from pyengine.storage.compacted import CompactedView
+from pyengine.storage.compacted import LEGACY, CompactedView
 from pyengine.storage.entry import NO_TXN, Entry, headers_and_payload, split_headers_and_payload
 from pyengine_kernels import Position, ackset_new
 
@@ -52,6 +65,14 @@ COMPACTION_SUBSCRIPTION = "__compaction"
 COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"
 NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 READ_CHUNK = 500
+# The clients' default expireTimeOfIncompleteChunkedMessage: an incomplete chunked message with
+# no chunk for that long is dropped by consumers, and left out of the view.
+INCOMPLETE_CHUNKED_MESSAGE_EXPIRY_MS = 60_000
+# Phase two stages the view in writes of at most so many entries or bytes (memory is bounded
+# by them and by phase one's map of keys); old generations are removed so many rows a write.
+STAGE_CHUNK_ENTRIES = 500
+STAGE_CHUNK_BYTES = 4 << 20
+DELETE_CHUNK = 1000
 _SIZE = struct.Struct(">I")
 
 
@@ -118,6 +139,47 @@ def entry_messages(entry: Entry) -> tuple[pb.MessageMetadata, list[_Message]] | 
     return md, messages
 
 
+def _chunk_fields(md: pb.MessageMetadata) -> tuple[str, int, int] | None:
+    """(uuid, chunk id, number of chunks) of a chunk of a chunked message; None otherwise."""
+    if md.num_chunks_from_msg > 1 and not md.HasField("num_messages_in_batch"):
+        return md.uuid, md.chunk_id, md.num_chunks_from_msg
+    return None
+
+
+class _ChunkRuns:
+    """The chunked messages being put together in phase one, by uuid, with the rules of the
+    consumers' assembler: a first chunk starts a message (again), a chunk with the next id
+    adds to it, a repeated one is a duplicate (not kept), a gap breaks it (never kept)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, tuple[str | None, int, list[Position], int]] = {}
+
+    def add(self, entry: Entry, key: str | None, uuid: str, chunk_id: int,
+            num_chunks: int) -> list[Position] | None:
+        """Take one chunk; the positions of every chunk once its message is complete."""
+        run = self._runs.get(uuid)
+        if chunk_id == 0:
+            run = self._runs[uuid] = (key, num_chunks, [], 0)
+        elif run is None or chunk_id < len(run[2]):
+            return None                                 # no first chunk, or a duplicate
+        elif chunk_id > len(run[2]) or run[1] != num_chunks:
+            del self._runs[uuid]                        # cannot be assembled
+            return None
+        positions = run[2]
+        positions.append(entry.position)
+        self._runs[uuid] = (run[0], run[1], positions, entry.publish_time)
+        if len(positions) < num_chunks:
+            return None
+        del self._runs[uuid]
+        return positions
+
+    def incomplete(self, abandoned_before_ms: int) -> set[Position]:
+        """The chunks of the keyed messages still incomplete, unless abandoned (their last
+        chunk published before `abandoned_before_ms`)."""
+        return {position for key, _, positions, last_publish in self._runs.values()
+                if key is not None and last_publish >= abandoned_before_ms for position in positions}
+
+
 def _compacted_entry(entry: Entry, md: pb.MessageMetadata, kept: list[_Message]) -> Entry:
     """`entry` with only the messages in `kept` (a batch keeps its size: the others are
     compacted out, with an empty payload). Transaction fields are cleared: what is in the
@@ -157,6 +219,7 @@ class TopicCompaction:
         """Take up the horizon of the last compaction (the `__compaction` cursor's position)."""
         cursor = self.topic.ledger.cursors.get(COMPACTION_SUBSCRIPTION)
         if cursor is not None and COMPACTED_TOPIC_LEDGER_PROPERTY in cursor.properties:
+            self.view.take_up(cursor.properties[COMPACTED_TOPIC_LEDGER_PROPERTY])
             self.horizon = cursor.mark_delete
 
     # --- running --------------------------------------------------------------------------
@@ -204,51 +267,88 @@ class TopicCompaction:
         previous = self.horizon
         if horizon.entry_id < 0 or (previous is not None and horizon <= previous):
             return None                       # empty topic, or nothing since the last compaction
-        # Phase one: the latest message of each key.
-        latest: dict[str, tuple[Position, int]] = {}
-        async for entry, parsed in self._entries(previous, horizon):
-            for message in parsed[1]:
+        # Phase one: the latest message of each key: (position, batch index), or every chunk
+        # of a chunked message.
+        latest: dict[str, tuple[Position, int] | list[Position]] = {}
+        chunks = _ChunkRuns()
+        newest_publish_time = 0
+        async for entry, (md, messages) in self._entries(previous, horizon):
+            newest_publish_time = max(newest_publish_time, entry.publish_time)
+            chunk = _chunk_fields(md)
+            if chunk is not None:
+                key = messages[0].key if messages else None
+                complete = chunks.add(entry, key, *chunk)
+                if complete is not None and key is not None:
+                    latest[key] = complete
+                continue
+            for message in messages:
                 if message.key is None:
                     continue
                 if message.tombstone:
                     latest.pop(message.key, None)
                 else:
                     latest[message.key] = (entry.position, message.index)
-        # Phase two: the entries holding them.
-        wanted = set(latest.values())
-        kept_entries: list[Entry] = []
+        # What phase two keeps: the (position, batch index) of each key's latest message, and
+        # the chunks of the chunked messages incomplete at the horizon.
+        wanted: set[tuple[Position, int]] = set()
+        for value in latest.values():
+            if isinstance(value, list):
+                wanted.update((position, -1) for position in value)
+            else:
+                wanted.add(value)
+        abandoned_before = newest_publish_time - INCOMPLETE_CHUNKED_MESSAGE_EXPIRY_MS
+        wanted.update((position, -1) for position in chunks.incomplete(abandoned_before))
+        # Phase two: the entries holding them, staged in bounded writes into a new generation
+        # of the view, which readers do not see until the switch below. What a failed or
+        # killed compaction staged is removed by the next one.
+        generation = cursor.properties.get(COMPACTED_TOPIC_LEDGER_PROPERTY, 0) + 1
+        if generation == self.view.generation:
+            generation += 1                   # never staged into the view being read
+        await self._delete_other_generations()
+        staged: list[Entry] = []
+        staged_bytes = kept_entries = 0
         async for entry, (md, messages) in self._entries(previous, horizon):
             kept = [m for m in messages if m.key is not None and (entry.position, m.index) in wanted]
             if kept:
-                kept_entries.append(_compacted_entry(entry, md, kept))
+                compacted = _compacted_entry(entry, md, kept)
+                staged.append(compacted)
+                staged_bytes += len(compacted.data)
+                kept_entries += 1
+                if len(staged) >= STAGE_CHUNK_ENTRIES or staged_bytes >= STAGE_CHUNK_BYTES:
+                    await ledger.env.submit(self.view.stage_write(generation, staged))
+                    staged, staged_bytes = [], 0
+        if staged:
+            await ledger.env.submit(self.view.stage_write(generation, staged))
+            staged = []
         if topic.subscriptions.get(COMPACTION_SUBSCRIPTION) is not subscription or topic._closed:
             # Its subscription was deleted meanwhile (the view goes with it), or the topic closed.
             raise RuntimeError("the compaction subscription was deleted during the compaction")
-        # The view and the cursor move in the same group commit (one LMDB transaction): no
-        # await between the two submissions. The cursor is moved without asking the ledger to
-        # trim: what it covers may be trimmed only once the view holding it is durable.
-        generation = cursor.properties.get(COMPACTED_TOPIC_LEDGER_PROPERTY, 0) + 1
+        # The switch: the cursor records the new generation and moves to the horizon in one
+        # group commit (one LMDB transaction) with the view's part of it: no await between the
+        # submissions. The cursor is moved without asking the ledger to trim: what it covers
+        # may be trimmed only once the view holding it is durable.
         old_properties = dict(cursor.properties)
         old_mark_delete, old_read = cursor.mark_delete, cursor.read_position
-        written = ledger.env.submit(self.view.replace_write(kept_entries))
+        old_generation = self.view.generation
+        writes = [ledger.env.submit(self.view.switch_write())] if old_generation == LEGACY else []
         cursor.properties[COMPACTED_TOPIC_LEDGER_PROPERTY] = generation
         if horizon > cursor.mark_delete:
             cursor.mark_delete = horizon
             if cursor.read_position <= horizon:
                 cursor.read_position = ledger.next_position(horizon)
-        moved = cursor.persist()
-        outcome = asyncio.gather(written, moved)
+        writes.append(cursor.persist())
+        outcome = asyncio.gather(*writes)
         try:
             try:
                 await asyncio.shield(outcome)
             except asyncio.CancelledError:
-                # Both writes are queued and will land (or fail) together: the state in memory
+                # The writes are queued and will land (or fail) together: the state in memory
                 # must be what is on disk, also when the topic closes meanwhile.
                 with contextlib.suppress(BaseException):
                     await outcome
                 if outcome.cancelled() or outcome.exception() is not None:
                     raise
-                self._written(horizon)
+                self._written(horizon, generation)
                 raise
         except BaseException:
             if not (outcome.done() and not outcome.cancelled() and outcome.exception() is None):
@@ -256,14 +356,25 @@ class TopicCompaction:
                 cursor.properties.update(old_properties)
                 cursor.mark_delete, cursor.read_position = old_mark_delete, old_read
             raise
-        self._written(horizon)
+        self._written(horizon, generation)
         if horizon > old_mark_delete:
             ledger.trim_soon()                 # the slowest cursor may have moved on
+        try:
+            await self._delete_other_generations()
+        except Exception as exc:               # the next compaction removes it
+            log.warning("compaction of %s: the previous view is not removed yet: %s", topic.name, exc)
         log.info("compacted %s up to %s: %d keys in %d entries", topic.name, horizon, len(latest),
-                 len(kept_entries))
+                 kept_entries)
         return horizon
 
-    def _written(self, horizon: Position) -> None:
+    async def _delete_other_generations(self) -> None:
+        """Remove, in bounded writes, the rows of every generation of the view but the current."""
+        env = self.topic.ledger.env
+        while await env.submit(self.view.delete_others_write(self.view.generation, DELETE_CHUNK)) >= DELETE_CHUNK:
+            pass
+
+    def _written(self, horizon: Position, generation: int) -> None:
+        self.view.use(generation)
         self.horizon = horizon
         self._masks.clear()
 
@@ -409,6 +520,7 @@ class TopicCompaction:
 
     async def delete(self) -> None:
         await self.topic.ledger.env.submit(self.view.delete_write())
+        self.view.use(0)
         self.horizon = None
         self._masks.clear()
 

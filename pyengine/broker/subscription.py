@@ -144,6 +144,30 @@ class Subscription:
             return ack
         return IndividualAck(ack.position, ack.batch_size, tuple(ackset_and(list(ack.ack_set), mask)))
 
+    def _compacted_out_taken_by_txn(self, ack: IndividualAck) -> IndividualAck:
+        """A transactional batch-index ack of a batch of the compacted view, as the plain one:
+        the compacted-out messages, never delivered, are acknowledged with it, so that the
+        commit acknowledges the entry once every message the consumer saw is. Only those still
+        free are taken: one acknowledged on the cursor, or held by another transaction, would
+        make the request conflict over messages neither consumer saw. An abort gives them
+        back free, and the next ack of the entry takes them."""
+        if ack.ack_set is None or self.pending_ack is None:
+            return ack
+        mask = self.topic.compaction.compacted_out_mask_at(ack.position)
+        if mask is None:
+            return ack
+        size = ack.batch_size
+        compacted_out = ackset_andnot(ackset_new(size), mask)      # set bit: compacted out
+        cursor_free = self.cursor.batch_ack_set(ack.position)
+        if cursor_free is not None:
+            compacted_out = ackset_and(compacted_out, cursor_free)
+        held = self.pending_ack.individual_ack_positions.get(ack.position)
+        if held is not None:
+            if held.whole:
+                return ack
+            compacted_out = ackset_and(compacted_out, list(held.requested()))
+        return IndividualAck(ack.position, size, tuple(ackset_andnot(list(ack.ack_set), compacted_out)))
+
     def _batch_size(self, position: Position) -> int:
         """The number of messages of the entry at `position`: a whole-entry ack (a client
         without batch-index acks) carries none, and is for all of them, not for index 0."""
@@ -181,7 +205,11 @@ class Subscription:
             await self.pending_ack.cumulative_ack(txn, cumulative, after=after)
             reserved = [p for p in (consumer.pending if consumer else {}) if p <= cumulative]
         else:
-            await self.pending_ack.individual_ack(txn, acks or [], after=after)
+            acks = acks or []
+            if self.topic.compaction.horizon is not None and self._reads_compacted(consumer):
+                # Computed and reserved in one event-loop turn: no other request runs between.
+                acks = [self._compacted_out_taken_by_txn(ack) for ack in acks]
+            await self.pending_ack.individual_ack(txn, acks, after=after)
             reserved = [a.position for a in acks or []
                         if self.pending_ack.is_fully_pending(a.position, a.batch_size)]
         if consumer is not None:

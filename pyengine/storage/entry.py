@@ -102,10 +102,11 @@ def read_entry_range(txn, db, prefix: bytes, start_key: bytes, end_key: bytes | 
     cursor = txn.cursor(db=db)
     if not cursor.set_range(start_key):
         return entries
+    skip = len(prefix)
     for key, value in cursor:
         if not key.startswith(prefix) or (end_key is not None and key > end_key):
             break
-        ledger_id, entry_id = unpack_position(key[8:])
+        ledger_id, entry_id = unpack_position(key[skip:])
         entries.append(Entry.decode(Position(ledger_id, entry_id), value))
         if len(entries) >= max_entries:
             break
