@@ -101,7 +101,9 @@ TERMINATED_AT = {
 CONSUMER_STATS = {
     "type": "object",
     "properties": {"consumerName": {"type": "string"}, "availablePermits": {"type": "integer"},
-                   "unackedMessages": COUNT},
+                   "unackedMessages": COUNT,
+                   "blockedConsumerOnUnackedMsgs": {"type": "boolean", "description": "Shared, Key_Shared: held "
+                                                    "back by maxUnackedMessagesPerConsumer"}},
 }
 SUBSCRIPTION_STATS = {
     "type": "object",
@@ -110,7 +112,9 @@ SUBSCRIPTION_STATS = {
                                                                "since the topic was loaded"},
                    "lastExpireTimestamp": {**COUNT, "description": "when an expiry was last issued (ms; 0: never)"},
                    "type": {"type": "string", "nullable": True},
-                   "isDurable": BOOLEAN, "consumers": {"type": "array", "items": CONSUMER_STATS}},
+                   "isDurable": BOOLEAN, "consumers": {"type": "array", "items": CONSUMER_STATS},
+                   "blockedSubscriptionOnUnackedMsgs": {**BOOLEAN, "description": "Shared, Key_Shared: held back "
+                                                        "by maxUnackedMessagesPerSubscription"}},
     "required": ["msgBacklog", "consumers"],
 }
 TOPIC_STATS = {

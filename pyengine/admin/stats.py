@@ -57,7 +57,9 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
         "type": _SUB_TYPES.get(subscription.sub_type or "", None),
         "isDurable": subscription.durable,
         "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
-                       "unackedMessages": sum(c.pending.values())} for c in subscription.consumers],
+                       "unackedMessages": c.unacked_messages,
+                       "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked} for c in subscription.consumers],
+        "blockedSubscriptionOnUnackedMsgs": subscription.dispatcher.blocked_on_unacked,
     }
 
 
@@ -72,13 +74,15 @@ def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[s
         for name, sub in stats["subscriptions"].items():
             whole = subscriptions.setdefault(name, {"msgBacklog": 0, "msgDelayed": 0, "totalMsgExpired": 0,
                                                     "lastExpireTimestamp": 0, "type": None,
-                                                    "isDurable": sub["isDurable"], "consumers": []})
+                                                    "isDurable": sub["isDurable"], "consumers": [],
+                                                    "blockedSubscriptionOnUnackedMsgs": False})
             whole["msgBacklog"] += sub["msgBacklog"]
             whole["msgDelayed"] += sub["msgDelayed"]
             whole["totalMsgExpired"] += sub["totalMsgExpired"]
             whole["lastExpireTimestamp"] = max(whole["lastExpireTimestamp"], sub["lastExpireTimestamp"])
             whole["type"] = whole["type"] or sub["type"]
             whole["consumers"].extend(sub["consumers"])
+            whole["blockedSubscriptionOnUnackedMsgs"] |= sub["blockedSubscriptionOnUnackedMsgs"]
     return {"metadata": {"partitions": partitions}, **totals,
             "publishers": [p for stats in per_partition.values() for p in stats["publishers"]],
             "subscriptions": subscriptions, "partitions": per_partition}

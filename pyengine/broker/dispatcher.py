@@ -18,6 +18,12 @@ dispatchers do:
 * Shared and Key_Shared: hold back a message whose `deliver_at_time` is still to come (delayed
   delivery, `pyengine.broker.delayed`) and deliver it with the replays once its time has come;
   Exclusive and Failover subscriptions (and readers) deliver it at once, as Pulsar does;
+* Shared and Key_Shared: stop giving messages to a consumer that holds as many unacknowledged
+  messages as its limit, and to the whole subscription when its consumers together do, until
+  acknowledgements (or redeliveries, or a consumer leaving) bring the count under half the
+  limit (Pulsar's maxUnackedMessagesPerConsumer and maxUnackedMessagesPerSubscription, its
+  blockedConsumerOnUnackedMsgs and blockedDispatcherOnUnackmsgs). Messages are counted, a
+  batch's indexes already acknowledged or reserved by a transaction left out;
 * Exclusive and Failover subscriptions (and readers) whose active consumer reads compacted
   (`read_compacted`): while the cursor is at or before the compaction horizon, read the
   topic's compacted view (`pyengine.broker.compaction`) instead of the ledger, from the
@@ -37,10 +43,10 @@ import mmh3
 
 from pyengine.broker.consumer import Consumer, Delivery
 from pyengine.broker.delayed import DelayedDeliveryTracker, deliver_at_time
-from pyengine.broker.policies import DelayedDelivery
+from pyengine.broker.policies import DelayedDelivery, UnackedLimits
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import Entry, split_headers_and_payload
-from pyengine_kernels import Position, ackset_and
+from pyengine_kernels import Position, ackset_acked_indexes, ackset_and
 
 if TYPE_CHECKING:
     from pyengine.broker.subscription import Subscription
@@ -49,6 +55,7 @@ READ_BATCH = 200            # entries read from storage per step
 RING_POINTS = 100           # points per consumer on the Key_Shared hash ring (Pulsar's default)
 HASH_RANGE = 1 << 16        # Pulsar's Key_Shared hash range size (65536)
 DELAYING_TYPES = ("shared", "key_shared")   # the subscription types that honour deliver_at_time
+LIMITED_TYPES = ("shared", "key_shared")    # the subscription types whose unacked messages are limited
 
 
 def key_hash(key: bytes) -> int:
@@ -82,6 +89,12 @@ class Dispatcher:
         # Delayed delivery (Shared, Key_Shared): created with the first message held back.
         self.delayed: DelayedDeliveryTracker | None = None
         self._delay_policy: DelayedDelivery | None = None    # during a pass: looked up once
+        # Unacked-messages limits (Shared, Key_Shared): looked up again when a policy changes.
+        self._limits: tuple[int, UnackedLimits] | None = None    # (policies version, limits)
+        self._consumer_limit = 0            # during a pass: 0 is no limit
+        self._subscription_limit = 0
+        self._subscription_unacked = 0      # during a pass: the consumers' unacked messages
+        self.blocked_on_unacked = False     # the whole subscription reached its limit
 
     # --- membership -----------------------------------------------------------------------
 
@@ -179,8 +192,28 @@ class Dispatcher:
                 consumer.pending.pop(position, None)
         if self.delayed is not None:
             self.delayed.discard(positions)
-        if self._recently_joined:
+        if self._recently_joined or self._any_blocked():
             self.notify()
+
+    def recount(self, positions: list[Position]) -> None:
+        """Some messages of the batches at `positions` were acknowledged, or reserved by a
+        transaction: the consumers holding them hold fewer unacknowledged messages."""
+        cursor, pending_ack = self.subscription.cursor, self.subscription.pending_ack
+        for position in positions:
+            for consumer in self.consumers:
+                size = consumer.pending.get(position)
+                if size is None:
+                    continue
+                free = pending_ack.pending_ack_set(position) if pending_ack is not None else None
+                if free is None:
+                    free = cursor.batch_ack_set(position)
+                if free is not None:
+                    consumer.pending.lower_unacked(position, size - len(ackset_acked_indexes(free, size)))
+        if self._any_blocked():
+            self.notify()
+
+    def _any_blocked(self) -> bool:
+        return self.blocked_on_unacked or any(c.blocked_on_unacked for c in self.consumers)
 
     def reset(self) -> None:
         """Forget everything in flight (the cursor was moved by a seek)."""
@@ -240,6 +273,7 @@ class Dispatcher:
         delays_up_to = topic.delayed_unchecked_up_to
         compacted = self._compaction_horizon()
         self._delay_policy = None
+        limited = self._look_up_limits()
 
         def offer(entry: Entry, from_view: bool = False) -> bool:
             """Deliver `entry` or leave it to be delivered later. False when nobody can take
@@ -265,14 +299,21 @@ class Dispatcher:
                 mask = topic.compaction.compacted_out_mask(entry)
                 if mask is not None:
                     batch_ack_set = mask if batch_ack_set is None else ackset_and(batch_ack_set, mask)
+            if self.blocked_on_unacked:
+                return False
             consumer = select(entry)
             if consumer is None:
-                if sub.sub_type == "key_shared" and any(c.permits > 0 for c in self.consumers):
+                if sub.sub_type == "key_shared" and any(self._can_take(c) for c in self.consumers):
                     self.redeliveries.add(position)     # its consumer is busy: later, in order
                     return True
                 return False
             consumer.permits -= entry.num_messages
-            consumer.pending[position] = entry.num_messages
+            size = max(entry.num_messages, 1)
+            unacked = size if batch_ack_set is None else size - len(ackset_acked_indexes(batch_ack_set, size))
+            consumer.pending.add(position, entry.num_messages, unacked)
+            if limited:
+                self._subscription_unacked += unacked
+                self._update_blocks(consumer)
             outbox.setdefault(consumer, []).append(
                 Delivery(entry, self.redelivery_counts.get(position, 0), batch_ack_set))
             return True
@@ -387,7 +428,51 @@ class Dispatcher:
         if self.subscription.sub_type in ("exclusive", "failover"):
             active = self.active_consumer()
             return active is not None and active.permits > 0
-        return any(c.permits > 0 for c in self.consumers)
+        return not self.blocked_on_unacked and any(self._can_take(c) for c in self.consumers)
+
+    def _can_take(self, consumer: Consumer) -> bool:
+        """Shared, Key_Shared: whether `consumer` may be given a message now."""
+        return consumer.permits > 0 and not consumer.blocked_on_unacked
+
+    def _look_up_limits(self) -> bool:
+        """At the start of a pass: the unacked-messages limits that apply (none on Exclusive
+        and Failover subscriptions; the per-consumer one only on durable subscriptions, as
+        Pulsar's), and who is blocked by them now. Whether any limit applies."""
+        sub = self.subscription
+        limits = None
+        if sub.sub_type in LIMITED_TYPES:
+            policies = getattr(sub.topic.service, "policies", None)
+            if policies is not None:
+                if self._limits is None or self._limits[0] != policies.version:
+                    try:
+                        self._limits = (policies.version, policies.unacked_limits(sub.topic.name))
+                    except Exception:       # an unreadable policy store: Pulsar's defaults
+                        self._limits = (policies.version, UnackedLimits())
+                limits = self._limits[1]
+        self._consumer_limit = limits.per_consumer if limits is not None and sub.durable else 0
+        self._subscription_limit = limits.per_subscription if limits is not None else 0
+        self._subscription_unacked = sum(c.unacked_messages for c in self.consumers)
+        for consumer in self.consumers:
+            self._update_blocks(consumer)
+        return limits is not None
+
+    def _update_blocks(self, consumer: Consumer) -> None:
+        """Block `consumer` (the subscription) at its limit; unblock it once it holds half of
+        it or less (the subscription: less than half), Pulsar's rules."""
+        limit, unacked = self._consumer_limit, consumer.unacked_messages
+        if limit <= 0:
+            consumer.blocked_on_unacked = False
+        elif unacked >= limit:
+            consumer.blocked_on_unacked = True
+        elif consumer.blocked_on_unacked and unacked <= limit // 2:
+            consumer.blocked_on_unacked = False
+        limit, unacked = self._subscription_limit, self._subscription_unacked
+        if limit <= 0:
+            self.blocked_on_unacked = False
+        elif unacked >= limit:
+            self.blocked_on_unacked = True
+        elif self.blocked_on_unacked and unacked < limit // 2:
+            self.blocked_on_unacked = False
 
     def _selector(self) -> Callable[[Entry], Consumer | None]:
         sub_type = self.subscription.sub_type
@@ -402,14 +487,14 @@ class Dispatcher:
         consumers = self.consumers
         for step in range(len(consumers)):
             consumer = consumers[(self._next_shared + step) % len(consumers)]
-            if consumer.permits > 0:
+            if self._can_take(consumer):
                 self._next_shared = (self._next_shared + step + 1) % len(consumers)
                 return consumer
         return None
 
     def _select_by_key(self, entry: Entry) -> Consumer | None:
         consumer = self._owner(key_hash(entry_key(entry)))
-        if consumer is None or consumer.permits <= 0:
+        if consumer is None or not self._can_take(consumer):
             return None
         joined_at = self._recently_joined.get(consumer)
         if joined_at is not None:

@@ -51,6 +51,15 @@ class NamespacePolicies:
     schema_validation_enforced: bool | None = None
     # Pulsar's DelayedDeliveryPolicies of the namespace (None: the broker's default).
     delayed_delivery: dict[str, Any] | None = None
+    # Pulsar's max_unacked_messages_per_consumer / _per_subscription (None: the broker's
+    # default; 0: no limit).
+    max_unacked_messages_per_consumer: int | None = None
+    max_unacked_messages_per_subscription: int | None = None
+    # Pulsar's max_producers_per_topic, max_consumers_per_topic, max_consumers_per_subscription
+    # (None: the broker's default; 0: no limit).
+    max_producers_per_topic: int | None = None
+    max_consumers_per_topic: int | None = None
+    max_consumers_per_subscription: int | None = None
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -137,6 +146,46 @@ def check_message_ttl(value: Any) -> int:
     return value
 
 
+MAX_INT = 2**31 - 1                # Pulsar keeps these limits in Java ints
+
+
+@dataclass(frozen=True)
+class UnackedLimits:
+    """How many messages a Shared or Key_Shared subscription may have delivered and not yet
+    acknowledged, per consumer and in all (0: no limit). Pulsar's
+    maxUnackedMessagesPerConsumer and maxUnackedMessagesPerSubscription: 50000 and 200000."""
+
+    per_consumer: int = 50_000
+    per_subscription: int = 200_000
+
+    def __post_init__(self) -> None:
+        check_limit("maxUnackedMessagesPerConsumer", self.per_consumer)
+        check_limit("maxUnackedMessagesPerSubscription", self.per_subscription)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How many producers a topic, and how many consumers a topic and each of its subscriptions,
+    may have (0: no limit, Pulsar's default): maxProducersPerTopic, maxConsumersPerTopic,
+    maxConsumersPerSubscription."""
+
+    producers_per_topic: int = 0
+    consumers_per_topic: int = 0
+    consumers_per_subscription: int = 0
+
+    def __post_init__(self) -> None:
+        check_limit("maxProducersPerTopic", self.producers_per_topic)
+        check_limit("maxConsumersPerTopic", self.consumers_per_topic)
+        check_limit("maxConsumersPerSubscription", self.consumers_per_subscription)
+
+
+def check_limit(name: str, value: Any) -> int:
+    """A count limit as Pulsar keeps one: an int in [0, 2^31 - 1], 0 meaning no limit."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+        raise ValueError(f"{name} must be a whole number in [0, {MAX_INT}] (0: no limit), not {value!r}")
+    return value
+
+
 def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidTopicNameError(f"invalid {kind} name {name!r}")
@@ -149,13 +198,16 @@ class BrokerPolicies:
     def __init__(self, env: StorageEnvironment, *, num_coordinators: int, deduplication_default: bool,
                  retention_default: Retention | None = None,
                  delayed_delivery_default: DelayedDelivery | None = None,
-                 message_ttl_default: int = 0) -> None:
+                 message_ttl_default: int = 0, unacked_limits_default: UnackedLimits | None = None,
+                 connection_limits_default: ConnectionLimits | None = None) -> None:
         self.env = env
         self._db = env.db("metadata")
         self.deduplication_default = deduplication_default
         self.retention_default = retention_default or Retention()
         self.delayed_delivery_default = delayed_delivery_default or DelayedDelivery()
         self.message_ttl_default = check_message_ttl(message_ttl_default)
+        self.unacked_limits_default = unacked_limits_default or UnackedLimits()
+        self.connection_limits_default = connection_limits_default or ConnectionLimits()
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
         self.version = 0                # counts the changes: lets a topic cache what it derived
@@ -376,3 +428,38 @@ class BrokerPolicies:
                 except ValueError:
                     log.warning("ignoring malformed message TTL %r of %s", value, topic)
         return self.message_ttl_default
+
+    def unacked_limits(self, topic: str) -> UnackedLimits:
+        """Each limit from the topic policy (`maxUnackedMessagesOnConsumer`,
+        `maxUnackedMessagesOnSubscription`), else the namespace policy, else the broker's default
+        (Pulsar's order)."""
+        default = self.unacked_limits_default
+        return UnackedLimits(
+            self._limit(topic, "maxUnackedMessagesOnConsumer", "max_unacked_messages_per_consumer",
+                        default.per_consumer),
+            self._limit(topic, "maxUnackedMessagesOnSubscription", "max_unacked_messages_per_subscription",
+                        default.per_subscription))
+
+    def connection_limits(self, topic: str) -> ConnectionLimits:
+        """Each limit from the topic policy (`maxProducerPerTopic`, `maxConsumerPerTopic`,
+        `maxConsumersPerSubscription`, Pulsar's TopicPolicies names), else the namespace
+        policy, else the broker's default (Pulsar's order)."""
+        default = self.connection_limits_default
+        return ConnectionLimits(
+            self._limit(topic, "maxProducerPerTopic", "max_producers_per_topic", default.producers_per_topic),
+            self._limit(topic, "maxConsumerPerTopic", "max_consumers_per_topic", default.consumers_per_topic),
+            self._limit(topic, "maxConsumersPerSubscription", "max_consumers_per_subscription",
+                        default.consumers_per_subscription))
+
+    def _limit(self, topic: str, topic_key: str, namespace_field: str, default: int) -> int:
+        """A count limit of `topic`: its topic policy, else its namespace's, else `default`. A
+        stored value that does not parse counts as absent."""
+        name = TopicName.parse(topic)
+        namespace = self.policies(name.namespace_name) if self.namespace_exists(name.namespace_name) else None
+        for value in (self.topic_policies(topic).get(topic_key), getattr(namespace, namespace_field, None)):
+            if value is not None:
+                try:
+                    return check_limit(topic_key, value)
+                except ValueError:
+                    log.warning("ignoring malformed %s %r of %s", topic_key, value, topic)
+        return default

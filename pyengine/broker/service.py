@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pyengine.broker.expiry import MessageExpiryMonitor
-from pyengine.broker.policies import BrokerPolicies, DelayedDelivery, Retention, check_message_ttl
+from pyengine.broker.policies import (BrokerPolicies, ConnectionLimits, DelayedDelivery, Retention, UnackedLimits,
+                                     check_message_ttl)
 from pyengine.broker.schemas import TopicSchemas
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
@@ -97,6 +98,27 @@ class BrokerConfig:
     # messages (Pulsar's messageExpiryCheckIntervalInMinutes, 5 minutes by default).
     ttl_duration_default_seconds: int = 0
     message_expiry_check_interval_s: float = 300.0
+    # Shared and Key_Shared subscriptions: how many messages a consumer, and the whole
+    # subscription, may hold delivered and unacknowledged where no topic or namespace policy
+    # says (Pulsar's maxUnackedMessagesPerConsumer and maxUnackedMessagesPerSubscription, with
+    # their defaults; 0: no limit).
+    max_unacked_messages_per_consumer: int = 50_000
+    max_unacked_messages_per_subscription: int = 200_000
+    # How many producers a topic, and consumers a topic and a subscription, may have where no
+    # policy says (Pulsar's maxProducersPerTopic, maxConsumersPerTopic and
+    # maxConsumersPerSubscription; 0, their default: no limit).
+    max_producers_per_topic: int = 0
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+
+    def unacked_limits(self) -> UnackedLimits:
+        """The broker's default limits (what BrokerPolicies falls back on)."""
+        return UnackedLimits(self.max_unacked_messages_per_consumer, self.max_unacked_messages_per_subscription)
+
+    def connection_limits(self) -> ConnectionLimits:
+        """The broker's default producer and consumer limits (what BrokerPolicies falls back on)."""
+        return ConnectionLimits(self.max_producers_per_topic, self.max_consumers_per_topic,
+                                self.max_consumers_per_subscription)
 
     def delayed_delivery_policy(self) -> DelayedDelivery:
         """The broker's default DelayedDeliveryPolicies (what BrokerPolicies falls back on)."""
@@ -128,6 +150,8 @@ class BrokerConfig:
             if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
                 raise ValueError(f"{name} must be a number of seconds in (0, 86400], not {interval!r}")
         check_message_ttl(self.ttl_duration_default_seconds)
+        self.unacked_limits()
+        self.connection_limits()
 
 
 class BrokerService:
@@ -141,7 +165,9 @@ class BrokerService:
                                        deduplication_default=config.deduplication_enabled,
                                        retention_default=config.retention,
                                        delayed_delivery_default=config.delayed_delivery_policy(),
-                                       message_ttl_default=config.ttl_duration_default_seconds)
+                                       message_ttl_default=config.ttl_duration_default_seconds,
+                                       unacked_limits_default=config.unacked_limits(),
+                                       connection_limits_default=config.connection_limits())
         self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
                                     strategy=config.schema_compatibility_strategy,
                                     allow_auto_update=config.allow_auto_update_schema,
@@ -226,6 +252,8 @@ class BrokerService:
         for topic in self.topics.values():
             topic.dedup.enabled = self.policies.deduplication_enabled(topic.name)
             self.apply_retention(topic.ledger)
+            for subscription in topic.subscriptions.values():
+                subscription.dispatcher.notify()        # a changed unacked-messages limit applies now
 
     def apply_retention(self, ledger: ManagedLedger) -> None:
         """Give `ledger` the retention its policies say, and trim by it."""

@@ -121,6 +121,7 @@ class Subscription:
             future = self.cursor.ack(whole)
         acked = [a.position for a in acks if self.cursor.is_acked(a.position)]
         self.dispatcher.acked(acked)
+        self.dispatcher.recount([a.position for a in acks if a.ack_set is not None])
         return future if future is not None else self.cursor.persist()
 
     def _reads_compacted(self, consumer: Consumer | None) -> bool:
@@ -212,6 +213,8 @@ class Subscription:
             await self.pending_ack.individual_ack(txn, acks, after=after)
             reserved = [a.position for a in acks or []
                         if self.pending_ack.is_fully_pending(a.position, a.batch_size)]
+            # As Pulsar: a transaction's batch-index acks lower the consumer's unacked count now.
+            self.dispatcher.recount([a.position for a in acks if a.ack_set is not None])
         if consumer is not None:
             for position in reserved:
                 if consumer.pending.pop(position, None) is not None:
@@ -504,7 +507,9 @@ class Subscription:
             "markDeletePosition": str(self.cursor.mark_delete),
             "readPosition": str(self.cursor.read_position),
             "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
-                           "unackedMessages": sum(c.pending.values())} for c in self.consumers],
+                           "unackedMessages": c.unacked_messages,
+                           "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked} for c in self.consumers],
+            "blockedSubscriptionOnUnackedMsgs": self.dispatcher.blocked_on_unacked,
             "pendingAck": self.pending_ack.stats() if self.pending_ack is not None else None,
         }
 

@@ -16,9 +16,11 @@ from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION, TopicCompaction
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.delayed import deliver_at_time, wall_clock_ms
 from pyengine.broker.dedup import MessageDeduplication
+from pyengine.broker.policies import ConnectionLimits
 from pyengine.broker.subscription import Subscription, normalize_sub_type
 from pyengine.broker.transactions import check_txn_design
-from pyengine.errors import NotAllowedError, ProducerBusyError, SubscriptionNotFoundError, TopicTerminatedError
+from pyengine.errors import (ConsumerBusyError, NotAllowedError, ProducerBusyError, SubscriptionNotFoundError,
+                             TopicTerminatedError)
 from pyengine.naming import TopicName
 from pyengine.storage import ManagedCursor, ManagedLedger
 from pyengine.storage.entry import Entry
@@ -131,6 +133,9 @@ class Topic:
         self._check_open()
         if self.ledger.terminated_at is not None:
             raise TopicTerminatedError(f"topic {self.name} is terminated")
+        limit = self.connection_limits().producers_per_topic
+        if 0 < limit <= len(self.producers):
+            raise ProducerBusyError("Topic reached max producers limit")         # Pulsar's words
         if name is None:
             name = f"{self.service.config.cluster_name}-{self.service.broker_id}-{next(self._producer_ids)}"
             while name in self.producers:
@@ -216,6 +221,10 @@ class Topic:
         consumer.read_compacted = bool(read_compacted)
         if initial_position not in ("earliest", "latest"):
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
+        limits = self.connection_limits()
+        if 0 < limits.consumers_per_topic <= self.number_of_consumers():
+            # Before the subscription is created, as Pulsar's internalSubscribe (its words).
+            raise ConsumerBusyError("Topic reached max consumers limit")
         if durable:
             new = subscription_name not in self.subscriptions
             subscription = await self.open_subscription(subscription_name, initial_position)
@@ -237,8 +246,22 @@ class Topic:
                 if moved is not None:     # read again from there: not replayed as well
                     subscription.dispatcher.redeliveries.difference_update(
                         [p for p in subscription.dispatcher.redeliveries if p >= moved])
+        if (0 < limits.consumers_per_subscription <= len(subscription.consumers) and sub_type != "exclusive"
+                and subscription.sub_type == sub_type):
+            # Pulsar's dispatchers check this after the subscription's type and Exclusive rules.
+            raise ConsumerBusyError("Subscription reached max consumers limit")
         subscription.add_consumer(consumer, sub_type)
         return subscription
+
+    def connection_limits(self) -> ConnectionLimits:
+        """The producer and consumer limits of this topic now (none without a policy store)."""
+        policies = getattr(self.service, "policies", None)
+        return policies.connection_limits(self.name) if policies is not None else ConnectionLimits()
+
+    def number_of_consumers(self) -> int:
+        """The consumers of all the topic's subscriptions, readers' included (Pulsar's
+        getNumberOfConsumers)."""
+        return sum(len(s.consumers) for s in (*self.subscriptions.values(), *self._readers))
 
     async def open_subscription(self, subscription_name: str, initial_position: str = "latest") -> Subscription:
         """The durable subscription `subscription_name`, created at `initial_position` if new,

@@ -87,6 +87,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--message-expiry-check-interval-seconds", type=positive_seconds, default=300.0,
                    help="how often topics expire their subscriptions' messages older than their TTL "
                         "(Pulsar's messageExpiryCheckIntervalInMinutes: 5 minutes)")
+    p.add_argument("--max-unacked-messages-per-consumer", type=unacked_limit, default=50_000,
+                   help="Shared and Key_Shared: a consumer holding this many unacknowledged messages gets no more "
+                        "until it acknowledges half of them, where no policy says (Pulsar's "
+                        "maxUnackedMessagesPerConsumer, 50000; 0: no limit)")
+    p.add_argument("--max-unacked-messages-per-subscription", type=unacked_limit, default=200_000,
+                   help="the same for all the consumers of a Shared or Key_Shared subscription together (Pulsar's "
+                        "maxUnackedMessagesPerSubscription, 200000; 0: no limit)")
     p.add_argument("--scalable-session-ttl", type=positive_seconds, default=10.0,
                    help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
     p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
@@ -125,6 +132,7 @@ positive_int = whole_number(1)
 non_negative_int = whole_number(0)
 message_ttl = whole_number(0, 2**31 - 1, unit=" seconds")
 retention_limit = whole_number(-1, meaning=" (-1: no limit)")
+unacked_limit = whole_number(0, 2**31 - 1, meaning=" (0: no limit)", unit=" messages")
 
 
 def positive_seconds(text: str) -> float:
@@ -253,7 +261,9 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         delayed_delivery_max_delay_ms=args.delayed_delivery_max_delay_ms,
                         delayed_delivery_deliver_at_time_strict=not args.no_delayed_delivery_strict,
                         ttl_duration_default_seconds=args.ttl_duration_default_seconds,
-                        message_expiry_check_interval_s=args.message_expiry_check_interval_seconds)
+                        message_expiry_check_interval_s=args.message_expiry_check_interval_seconds,
+                        max_unacked_messages_per_consumer=args.max_unacked_messages_per_consumer,
+                        max_unacked_messages_per_subscription=args.max_unacked_messages_per_subscription)
 
 
 async def run_broker(args: argparse.Namespace) -> None:

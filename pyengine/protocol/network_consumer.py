@@ -76,7 +76,8 @@ class NetworkConsumer:
         return {
             "consumerName": consumer.name if consumer else "",
             "availablePermits": consumer.permits if consumer else 0,
-            "unackedMessages": sum(consumer.pending.values()) if consumer else 0,
+            "unackedMessages": consumer.unacked_messages if consumer else 0,
+            "blockedConsumerOnUnackedMsgs": consumer.blocked_on_unacked if consumer else False,
             "msgBacklog": subscription.backlog() if subscription else 0,
             "type": {"exclusive": "Exclusive", "shared": "Shared", "failover": "Failover",
                      "key_shared": "Key_Shared"}[self.sub_type],

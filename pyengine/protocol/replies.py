@@ -279,6 +279,7 @@ def consumer_stats(request_id: int, stats: dict) -> bytes:
     body.consumerName = stats["consumerName"]
     body.availablePermits = max(0, stats["availablePermits"])
     body.unackedMessages = stats["unackedMessages"]
+    body.blockedConsumerOnUnackedMsgs = stats["blockedConsumerOnUnackedMsgs"]
     body.msgBacklog = stats["msgBacklog"]
     body.type = stats["type"]
     body.address = stats["address"]
