@@ -29,7 +29,10 @@ a repeat); if the claim came first, the deposed leader's seal fails and it sends
 A terminate can therefore land late only for an operation that is completed, never for one
 rolled back. Every write of the record, its clearing included, is conditional on the writer's
 version, so a deposed leader never clears (nor advances) a record a newer leader claimed or
-wrote for another operation.
+wrote for another operation. Creating and deleting child segments is fenced at the segment's
+broker instead (segments.py): it creates a child only while the record (or the layout) keeps it
+and deletes one only while neither does, so a late create or delete of a deposed leader is
+refused once the new leader claimed the operation or began the next one.
 
 `fault` (tests): an async callable run after each step with the step's name, to inject crashes.
 """
@@ -248,7 +251,11 @@ class ScalableTopicController:
         # 2. the children, with a cursor at Earliest for each subscription
         for child in children:      # beside the first parent: the controller need not own segments
             self._check_leading()
-            await self.segments.create(child, sorted(subscriptions), near=parents[0])
+            try:
+                await self.segments.create(child, sorted(subscriptions), near=parents[0])
+            except NotAllowedError:
+                await self._check_holding(operation)      # refused as another leader claimed it?
+                raise
             await self._after("create")
         # 3. seal the parents, one after the other — once the record says so: from here on the
         # operation only goes forward, and a leader that claimed it meanwhile fences us off
@@ -285,6 +292,14 @@ class ScalableTopicController:
             log.info("controller of %s: the %s of %s was taken over by another leader", self.topic,
                      operation.kind, operation.parent_ids)
             raise OperationTakenOverError(self.topic, self.election.leader) from None
+
+    async def _check_holding(self, operation: PendingOperation) -> None:
+        """OperationTakenOverError when the operation record is no longer at the version we
+        hold: a segment's broker refused our create or delete because another leader claimed
+        the operation (or finished it) meanwhile (fencing, segments.py)."""
+        current = await self.resources.pending_operation(self.topic)
+        if current is None or current.version != operation.version:
+            raise OperationTakenOverError(self.topic, self.election.leader)
 
     async def _notify(self, layout: SegmentLayout) -> None:
         for coordinator in list(self.subscriptions.values()):
@@ -331,13 +346,21 @@ class ScalableTopicController:
         if forward:
             log.info("controller of %s: completing the interrupted %s of %s", self.topic, operation.kind,
                      operation.parent_ids)
+            if operation.phase == ROLLING_BACK:
+                # claimed above, but a parent is sealed: the segments' brokers create children
+                # only for an operation that is not rolling back
+                operation = await self._advance(operation, SEALING)
             await self._run(operation)
             return
         log.info("controller of %s: rolling back the interrupted %s of %s", self.topic, operation.kind,
                  operation.parent_ids)
         for child in operation.child_ids:
             if child not in layout.all_segments:
-                await self.segments.delete(target.segment(child).topic_name(self.topic))
+                try:
+                    await self.segments.delete(target.segment(child).topic_name(self.topic))
+                except NotAllowedError:
+                    await self._check_holding(operation)
+                    raise
         await self.resources.end_operation(self.topic, operation)
 
     async def _any_terminated(self, segments: list[str]) -> bool:

@@ -6,9 +6,10 @@
     /topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/consumers/{c} ConsumerRegistration JSON
     /topics/{tenant}/{namespace}/{topic}/operation                         the split/merge in progress
     /topics/{tenant}/{namespace}/{topic}/segments/{segmentId}              the broker owning the segment
+    /topics/{tenant}/{namespace}/{topic}/deleting                          the topic is being deleted
     /brokers/{serviceUrl}                                                  a live broker's URLs (ephemeral)
 
-The last three paths are ours. A segment topic lives in the data dir of the broker that created
+The last four paths are ours. A segment topic lives in the data dir of the broker that created
 it (no shared storage), so its owner is recorded, and brokers register their URLs for the others
 to route segment operations and lookups to. The operation record: the controller writes the split
 or merge it is about to run before its first step and clears it after the last, so a leader that
@@ -202,6 +203,33 @@ class ScalableTopicResources:
     async def owner(self, segment: TopicName) -> str | None:
         record = await self.store.get(self.owner_path(segment))
         return record.value.decode() if record is not None else None
+
+    async def keeps_segment(self, segment: TopicName) -> bool | None:
+        """Whether the controller's decisions keep the segment: it is in the layout, or it is a
+        child of the split or merge in progress that no leader is rolling back; None when there
+        is no such scalable topic (a segment made through the Segments API alone). The operation
+        is read before the layout: an operation that completes between the two reads has its
+        children in the layout by the time the layout is read."""
+        topic = segment.scalable_topic
+        operation = await self.pending_operation(topic)
+        if operation is not None and operation.phase != ROLLING_BACK and segment.segment_id in operation.child_ids:
+            return True
+        try:
+            layout, _ = await self.load(topic)
+        except ScalableTopicNotFoundError:
+            return None
+        return segment.segment_id in layout.all_segments
+
+    @classmethod
+    def deleting_path(cls, topic: TopicName) -> str:
+        return f"{cls.topic_path(topic)}/deleting"
+
+    async def mark_deleting(self, topic: TopicName) -> None:
+        """The topic is being deleted: its segment topics may go (removed with the topic)."""
+        await self.store.put(self.deleting_path(topic), b"")
+
+    async def is_deleting(self, topic: TopicName) -> bool:
+        return await self.store.exists(self.deleting_path(topic))
 
     async def forget_owner(self, segment: TopicName) -> None:
         try:

@@ -9,7 +9,11 @@ broker that owns the segment (several brokers on one metadata store).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
@@ -68,6 +72,11 @@ def to_pulsar_error_of_status(status: int, reason: str) -> PulsarError:
     return PulsarError(reason)
 
 
+class SegmentFencedError(NotAllowedError):
+    """A create or delete of a segment topic that the controller's decision in the metadata
+    store contradicts: a deposed leader's request that landed late."""
+
+
 def _check_segment(segment: str) -> str:
     name = TopicName.parse(segment)
     if not name.is_segment:
@@ -75,12 +84,52 @@ def _check_segment(segment: str) -> str:
     return str(name)
 
 
-class LocalSegments:
-    """Segment topics on this BrokerService."""
+# one per BrokerService (all the LocalSegments on it): a fenced create or delete checks the
+# metadata store and acts while holding it
+_FENCE_LOCKS: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
 
-    def __init__(self, broker: BrokerService, broker_url: str = "") -> None:
+
+class LocalSegments:
+    """Segment topics on this BrokerService.
+
+    Fencing (with `resources`: the metadata store of the scalable topics). A controller leader
+    deposed while a create or delete of a child segment was on its way must not undo what the
+    new leader decided: leave an empty child of a split it rolled back, or delete the child of
+    a split it retried and completed. So the broker acts on the decision recorded in the store,
+    not on the sender's word: it creates a segment only while the store keeps it (in the layout,
+    or a child of the operation in progress that no leader rolls back) and deletes one only
+    while it does not (or the topic is being deleted) — checked and done under one lock per
+    broker. A leader changes the record (claims the operation, begins the next one) before it
+    sends its own create or delete, and those wait for the lock: a late request either acted
+    before them or sees the new record and is refused (SegmentFencedError). A segment of no
+    scalable topic (the Segments API used alone) is not fenced.
+    """
+
+    def __init__(self, broker: BrokerService, broker_url: str = "",
+                 resources: ScalableTopicResources | None = None) -> None:
         self.broker = broker
         self.url = broker_url
+        self.resources = resources
+
+    @asynccontextmanager
+    async def _fenced(self, segment: str, *, creating: bool) -> AsyncIterator[None]:
+        """Hold the broker's fence lock while the controller's decision allows the change."""
+        if self.resources is None:
+            yield
+            return
+        lock = _FENCE_LOCKS.get(self.broker)
+        if lock is None:
+            lock = _FENCE_LOCKS[self.broker] = asyncio.Lock()
+        async with lock:
+            name = TopicName.parse(segment)
+            kept = await self.resources.keeps_segment(name)
+            if creating and kept is False:
+                raise SegmentFencedError(f"segment {segment} is neither in the layout nor a child of the split or "
+                                         "merge in progress: not created")
+            if not creating and kept is True and not await self.resources.is_deleting(name.scalable_topic):
+                raise SegmentFencedError(f"segment {segment} is in the layout or a child of the split or merge in "
+                                         "progress: not deleted")
+            yield
 
     async def exists(self, segment: str) -> bool:
         return self.broker.topic_exists(_check_segment(segment))
@@ -93,9 +142,14 @@ class LocalSegments:
         return sorted(topic.subscriptions)
 
     async def create(self, segment: str, subscriptions: list[str], near: str | None = None) -> None:
-        topic = await self.broker.get_topic(_check_segment(segment))
-        for subscription in subscriptions:
-            await topic.open_subscription(subscription, "earliest")
+        segment = _check_segment(segment)
+        async with self._fenced(segment, creating=True):
+            topic = await self.broker.get_topic(segment)
+            for subscription in subscriptions:
+                await topic.open_subscription(subscription, "earliest")
+            if self.resources is not None and self.url:
+                # again if a deposed leader's late delete of a previous incarnation forgot it
+                await self.resources.claim_owner(TopicName.parse(segment), self.url)
 
     async def terminate(self, segment: str) -> None:
         topic = await self.broker.get_topic(_check_segment(segment), create=False)
@@ -110,8 +164,11 @@ class LocalSegments:
 
     async def delete(self, segment: str) -> None:
         segment = _check_segment(segment)
-        if self.broker.topic_exists(segment):
-            await self.broker.delete_topic(segment)
+        async with self._fenced(segment, creating=False):
+            if self.broker.topic_exists(segment):
+                await self.broker.delete_topic(segment)
+            if self.resources is not None:
+                await self.resources.forget_owner(TopicName.parse(segment))
 
     async def create_subscription(self, segment: str, subscription: str) -> None:
         topic = await self.broker.get_topic(_check_segment(segment), create=False)
@@ -152,6 +209,8 @@ class RoutedSegments:
     """
 
     def __init__(self, local: LocalSegments, resources: ScalableTopicResources, broker_url: str) -> None:
+        if local.resources is None:
+            local.resources = resources             # creates and deletes fenced (LocalSegments)
         self.local = local
         self.resources = resources
         self.url = broker_url
@@ -231,10 +290,11 @@ class RoutedSegments:
     async def delete(self, segment: str) -> None:
         owner = await self._owner(segment)
         if owner == self.url:
-            await self.local.delete(segment)
+            await self.local.delete(segment)            # forgets the owner, fenced
         elif (await self._remote(owner, "GET", segment)).get("exists"):
-            await self._remote(owner, "DELETE", segment)
-        await self.resources.forget_owner(TopicName.parse(segment))
+            await self._remote(owner, "DELETE", segment)          # the same on the owner
+        elif await self.resources.keeps_segment(TopicName.parse(segment)) is not True:
+            await self.resources.forget_owner(TopicName.parse(segment))     # nothing there to delete
         self._owners.pop(_check_segment(segment), None)
 
     async def create_subscription(self, segment: str, subscription: str) -> None:

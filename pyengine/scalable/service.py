@@ -19,7 +19,7 @@ from pyengine.naming import TopicName
 from pyengine.scalable.controller import Fault, NotLeaderError, ScalableTopicController
 from pyengine.scalable.layout import SegmentLayout
 from pyengine.scalable.resources import ScalableTopicNotFoundError, ScalableTopicResources
-from pyengine.scalable.segments import SegmentOperations
+from pyengine.scalable.segments import LocalSegments, SegmentOperations
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ class ScalableTopicService:
         self.store = store
         self.web_service_url = web_service_url
         self.resources = ScalableTopicResources(store)
+        if isinstance(segments, LocalSegments) and segments.resources is None:
+            segments.resources = self.resources      # creates and deletes fenced (segments.py)
         self.segments = segments
         self.broker_url = broker_url
         self.session_ttl = session_ttl
@@ -137,6 +139,7 @@ class ScalableTopicService:
         name = scalable_topic_name(topic)
         layout, _ = await self.resources.load(name)
         await self.release(name)
+        await self.resources.mark_deleting(name)     # the segments' brokers may now delete them
         for segment in layout.all_segments.values():
             try:
                 await self.segments.delete(segment.topic_name(name))
