@@ -25,7 +25,7 @@ class LookupService:
         self._next_service = 0
         self._config = config
 
-    def _service_address(self) -> BrokerAddress:
+    def service_address(self) -> BrokerAddress:
         # Several hosts in the service URL: each lookup goes to the next one.
         address = self._service[self._next_service % len(self._service)]
         self._next_service += 1
@@ -50,14 +50,14 @@ class LookupService:
                 await asyncio.sleep(delay)
 
     async def _partitions_once(self, topic: str) -> int:
-        connection = await self._pool.get(self._service_address())
+        connection = await self._pool.get(self.service_address())
         cmd = base_command(pb.BaseCommand.PARTITIONED_METADATA, topic=topic, request_id=connection.new_request_id())
         response = await connection.request(cmd, self._config.operation_timeout)
         return response.partitions
 
     async def lookup(self, topic: str) -> BrokerAddress:
         """The broker that owns `topic` (its logical address is the URL the broker gave)."""
-        service = self._service_address()
+        service = self.service_address()
         address = service
         authoritative = False
         for _ in range(MAX_REDIRECTS):

@@ -151,7 +151,7 @@ class DagWatch:
         the connection's closing re-opens it); an error, a timeout or the connection closing
         first leaves nothing behind."""
         loop = asyncio.get_running_loop()
-        connection = await self.core.pool.get(self.core.lookup._service_address())
+        connection = await self.core.pool.get(self.core.lookup.service_address())
         session_id = next(_session_ids)
         first: asyncio.Future[None] = loop.create_future()
         connection.dag_sessions[session_id] = \
@@ -355,8 +355,12 @@ class ScalableProducer:
             while True:
                 if self._closed:
                     raise AlreadyClosedError(f"the producer on {self.topic} is closed")
-                if turn is not None or self._waiting or self._draining:
-                    turn = await self._take_turn(turn, order, key)
+                if turn is None and (self._waiting or self._draining):
+                    # held here from the start: the `finally` below takes it out of the queue
+                    # whatever ends the send (a cancel or timeout while it waits included)
+                    turn = self._queue(order, key)
+                if turn is not None:
+                    await self._take_turn(turn, key)
                     if self._closed:
                         raise AlreadyClosedError(f"the producer on {self.topic} is closed")
                 layout = self.watch.layout
@@ -410,16 +414,20 @@ class ScalableProducer:
 
     # --- re-routing in order ----------------------------------------------------------------
 
-    async def _take_turn(self, turn: _Turn | None, order: int, key: str | None) -> _Turn | None:
-        """Wait until the send may go: no draining segment holds its key back (a keyless send:
-        the layout shows no draining segment active) and no earlier send of its key waits.
-        None: it may go at once (it waited for nothing); else its turn, still in the queue (it
-        leaves it once queued in its segment's producer, and the key's next send may go)."""
-        if turn is None:
-            if (key is None or key not in self._waiting) and not self._gated(key):
-                return None
-            turn = self._wait(order, key)
-            self._pump(key)
+    def _queue(self, order: int, key: str | None) -> _Turn | None:
+        """A turn for send `order` if something holds it back: a draining segment holds its key
+        (a keyless send: the layout shows a draining segment active) or an earlier send of its
+        key waits. None: it may go at once."""
+        if (key is None or key not in self._waiting) and not self._gated(key):
+            return None
+        turn = self._wait(order, key)
+        self._pump(key)
+        return turn
+
+    async def _take_turn(self, turn: _Turn, key: str | None) -> None:
+        """Wait until the send of `turn` may go: nothing holds its key back and it is the key's
+        first waiting send. Its turn stays in the queue (it leaves it once queued in its
+        segment's producer, and the key's next send may go)."""
         loop = asyncio.get_running_loop()
         timeout = self._client._core.config.operation_timeout
         deadline = loop.time() + timeout
@@ -436,7 +444,7 @@ class ScalableProducer:
                                    f"{sorted(self._draining)} to be sealed and drained")
             turn.ready.result()                                 # AlreadyClosedError once closed
             if not self._gated(key) and (key is None or self._waiting[key][0] is turn):
-                return turn
+                return
             turn.ready = loop.create_future()        # held back again (a segment refused meanwhile)
 
     def _wait(self, order: int, key: str | None) -> _Turn:
@@ -799,7 +807,7 @@ class StreamConsumer:
         while True:
             url = self.watch.controller_url
             # no leader yet (no broker was asked about the topic): any broker stands for election
-            address = parse_broker_url(url) if url is not None else self._core.lookup._service_address()
+            address = parse_broker_url(url) if url is not None else self._core.lookup.service_address()
             connection = await self._core.pool.get(address)
             self._connection = connection
             connection.scalable_consumers[self.consumer_id] = self._on_assignment
