@@ -14,7 +14,9 @@ from pyengine.client.errors import (
     AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError, MessageTooBigError,
     ProducerQueueIsFullError, SendOutcomeUnknownError, TransactionHasOperationFailedError,
 )
+from pyengine.client.key_batching import BatchingType
 from pyengine.client.message import Message, MessageId
+from pyengine.client.pattern import MultiTopicsConsumer
 from pyengine.client.producer import CompressionType, Producer
 from pyengine.client.reader import Reader
 from pyengine.client.transaction import Transaction
@@ -30,7 +32,7 @@ from pyengine.errors import (
 
 __all__ = [
     # the client
-    "Client", "CompressionType", "Consumer", "ConsumerDeadLetterPolicy", "Message", "MessageId", "Producer", "Reader", "Transaction",
+    "BatchingType", "Client", "CompressionType", "Consumer", "ConsumerDeadLetterPolicy", "Message", "MessageId", "MultiTopicsConsumer", "Producer", "Reader", "Transaction",
     # schemas (payloads stay bytes: the schema is declared to the broker's registry)
     "SchemaData", "SchemaInfo", "SchemaType",
     # errors of the client's side of the wire

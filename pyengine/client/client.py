@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import logging
 import random
+import re
 from types import TracebackType
 from typing import Any
 
@@ -28,8 +29,12 @@ from pyengine.client.consumer import Consumer, ConsumerOptions
 from pyengine.client.coordinator import TransactionCoordinatorClient
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender
 from pyengine.client.errors import AlreadyClosedError
+from pyengine.client.key_batching import BatchingType
 from pyengine.client.lookup import LookupService
 from pyengine.client.message import MessageId
+from pyengine.client.pattern import (
+    MultiTopicsConsumer, check_discovery_period, check_topic_list, parse_topics_pattern,
+)
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.producer import CompressionType, PartitionProducer, Producer, ProducerOptions
 from pyengine.client.reader import Reader
@@ -51,7 +56,7 @@ log = logging.getLogger(__name__)
 _SCALABLE_PRODUCER_OPTIONS = frozenset({
     "producer_name", "batching_enabled", "batching_max_messages", "batching_max_allowed_size_in_bytes",
     "batching_max_publish_delay_ms", "max_pending_messages", "block_if_queue_full", "send_timeout_ms",
-    "compression_type"})
+    "compression_type", "batching_type"})
 
 
 class ClientCore:
@@ -72,6 +77,15 @@ class ClientCore:
 
     def new_consumer_id(self) -> int:
         return next(self._consumer_ids)
+
+    async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
+        """The topics of `namespace` (GET_TOPICS_OF_NAMESPACE, asked of the service URL's broker
+        as Pulsar's clients do; `mode`: CommandGetTopicsOfNamespace.Mode), partitions by name."""
+        connection = await self.pool.get(self.lookup.service_address())
+        cmd = base_command(pb.BaseCommand.GET_TOPICS_OF_NAMESPACE, request_id=connection.new_request_id(),
+                           namespace=namespace, mode=mode)
+        response = await connection.request(cmd, self.config.operation_timeout)
+        return list(response.topics)
 
     def forget(self, closed: Producer | Consumer) -> None:
         if closed in self.open_objects:
@@ -125,7 +139,8 @@ class Client:
                               initial_sequence_id: int | None = None, schema: SchemaData | None = None,
                               compression_type: CompressionType | str = CompressionType.NONE,
                               initial_subscription_name: str | None = None,
-                              chunking_enabled: bool = False) -> Producer:
+                              chunking_enabled: bool = False,
+                              batching_type: BatchingType | str = BatchingType.Default) -> Producer:
         """A producer on `topic` (on every partition of a partitioned topic). For a scalable
         `topic://` name: a ScalableProducer routing each key to its active segment. A `schema`
         (pyengine.schema.SchemaData) is registered with the topic's schema registry (or found
@@ -138,7 +153,10 @@ class Client:
         partition) has none of that name, so what is sent before any consumer is kept.
         `chunking_enabled` (pulsar-client's; not with batching: ValueError): a message whose
         payload, compressed, is over the broker's max_message_size is sent as several chunks,
-        which consumers put back together (see pyengine.client.chunks)."""
+        which consumers put back together (see pyengine.client.chunks). `batching_type`
+        (pulsar-client's; BatchingType, its name such as "key_based", or pulsar.BatchingType):
+        KeyBased batches messages by key, one entry per key, so that a Key_Shared subscription
+        gives each key's messages to one consumer, in order (see pyengine.client.key_batching)."""
         self._check_open()
         name = check_topic(topic)
         if TopicName.parse(name).is_scalable:
@@ -154,13 +172,13 @@ class Client:
                 batching_max_publish_delay_ms=batching_max_publish_delay_ms,
                 max_pending_messages=max_pending_messages, block_if_queue_full=block_if_queue_full,
                 send_timeout_ms=send_timeout_ms, initial_sequence_id=initial_sequence_id, schema=schema,
-                compression_type=compression_type)
+                compression_type=compression_type, batching_type=batching_type)
         options = ProducerOptions(producer_name, batching_enabled, batching_max_messages,
                                   batching_max_allowed_size_in_bytes, batching_max_publish_delay_ms,
                                   max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id,
                                   schema, compression_type,
                                   initial_subscription_name=initial_subscription_name,
-                                  chunking_enabled=chunking_enabled)
+                                  chunking_enabled=chunking_enabled, batching_type=batching_type)
         partitions = await self._core.lookup.partitions(name)
         parsed = TopicName.parse(name)
         handlers = ([PartitionProducer(self._core, str(parsed.partition(i)), i, options) for i in range(partitions)]
@@ -252,7 +270,8 @@ class Client:
         self._core.open_objects.append(consumer)  # type: ignore[arg-type]
         return consumer
 
-    async def subscribe(self, topic: str, subscription_name: str, *, consumer_type: str = "exclusive",
+    async def subscribe(self, topic: str | list[str] | re.Pattern[str], subscription_name: str, *,
+                        consumer_type: str = "exclusive",
                         initial_position: str = "latest", receiver_queue_size: int = 1000,
                         consumer_name: str | None = None, priority: int = 0,
                         negative_ack_redelivery_delay_ms: int = 60_000,
@@ -261,7 +280,8 @@ class Client:
                         dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
                         max_pending_chunked_message: int = 10,
                         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
-                        expire_time_of_incomplete_chunked_message_ms: int = 60_000) -> Consumer:
+                        expire_time_of_incomplete_chunked_message_ms: int = 60_000,
+                        pattern_auto_discovery_period: float = 60) -> Consumer | MultiTopicsConsumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
         turned off, a batch is acknowledged once all its messages are, for brokers without
@@ -281,9 +301,22 @@ class Client:
         does: at most `max_pending_chunked_message` incomplete ones at a time (0: no limit; the
         oldest is dropped, and acknowledged if `auto_ack_oldest_chunked_message_on_queue_full`),
         and one whose next chunk does not come within `expire_time_of_incomplete_chunked_message_ms`
-        (0: never) is dropped and its chunks acknowledged."""
+        (0: never) is dropped and its chunks acknowledged.
+
+        As pulsar-client, `topic` may also be a list of topics or a compiled regex
+        (`re.compile("persistent://public/default/orders-.*")`: the topics of that one namespace
+        whose name matches it in full): then the consumer is a MultiTopicsConsumer, one consumer
+        of the subscription per topic with these options (see pyengine.client.pattern); a
+        pattern's topics are looked for again every `pattern_auto_discovery_period` seconds."""
         self._check_open()
-        name = check_topic(topic)
+        pattern = topics = None
+        if isinstance(topic, re.Pattern):
+            pattern = parse_topics_pattern(topic)
+            period = check_discovery_period(pattern_auto_discovery_period)
+        elif isinstance(topic, (list, tuple)):
+            topics = check_topic_list(topic)
+        else:
+            name = check_topic(topic)
         options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
                                   consumer_name, priority, negative_ack_redelivery_delay_ms,
                                   batch_index_ack_enabled=batch_index_ack_enabled, schema=schema,
@@ -295,11 +328,23 @@ class Client:
                                       auto_ack_oldest_chunked_message_on_queue_full),
                                   expire_time_of_incomplete_chunked_message_ms=(
                                       expire_time_of_incomplete_chunked_message_ms))
-        dead_letter = (DeadLetterSender(self, options.dead_letter_policy, subscription_name, schema)
+        if pattern is not None or topics is not None:
+            multi = MultiTopicsConsumer(self._core, subscription_name,
+                                        lambda one: self._subscribe_one(one, options, schema), receiver_queue_size,
+                                        pattern, period if pattern is not None else 60.0)
+            await multi._start(topics)
+            self._core.open_objects.append(multi)  # type: ignore[arg-type]
+            return multi
+        consumer = await self._subscribe_one(name, options, schema)
+        self._core.open_objects.append(consumer)
+        return consumer
+
+    async def _subscribe_one(self, name: str, options: ConsumerOptions, schema: SchemaData | None) -> Consumer:
+        """A started consumer of topic `name` (of each partition of a partitioned topic)."""
+        dead_letter = (DeadLetterSender(self, options.dead_letter_policy, options.subscription_name, schema)
                        if options.dead_letter_policy is not None else None)
         consumer = Consumer(self._core, name, options, await self._core.lookup.partitions(name), dead_letter)
         await consumer._start()
-        self._core.open_objects.append(consumer)
         return consumer
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *, receiver_queue_size: int = 1000,

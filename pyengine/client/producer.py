@@ -29,6 +29,7 @@ from pyengine.client.chunks import ChunkMessageId
 from pyengine.client.connection import DEFAULT_MAX_MESSAGE_SIZE, ClientConnection
 from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooBigError, ProducerQueueIsFullError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
+from pyengine.client.key_batching import BatchingType, KeyBasedBatches, check_batching_type
 from pyengine.client.message import MessageId
 from pyengine.client.router import PartitionRouter
 from pyengine.client.transaction import COMMITTING, OPEN, Transaction
@@ -122,9 +123,12 @@ class ProducerOptions:
     # pulsar-client's chunking_enabled: a message over the broker's max_message_size (once
     # compressed) is sent as chunks (see pyengine.client.chunks); not with batching.
     chunking_enabled: bool = False
+    # pulsar-client's batching_type: KeyBased batches by key (see pyengine.client.key_batching).
+    batching_type: BatchingType = BatchingType.Default
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compression_type", check_compression_type(self.compression_type))
+        object.__setattr__(self, "batching_type", check_batching_type(self.batching_type))
         check_name("producer_name", self.producer_name, optional=True)
         check_name("initial_subscription_name", self.initial_subscription_name, optional=True)
         check_schema(self.schema)
@@ -257,7 +261,8 @@ class PartitionProducer(ConnectionHandler):
         # Sends built while their transaction's ADD_PARTITION_TO_TXN was unanswered, and every
         # send after them (sequence order is wire order): written once it succeeds.
         self._blocked: deque[tuple[asyncio.Future[None] | None, _SendOp]] = deque()
-        self._batch: BatchContainer | None = None
+        self._batch: BatchContainer | KeyBasedBatches | None = None
+        self._key_based = options.batching_type == BatchingType.KeyBased
         self._batch_timer: asyncio.TimerHandle | None = None
         self._timeout_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
@@ -317,7 +322,7 @@ class PartitionProducer(ConnectionHandler):
     @property
     def queue_full(self) -> bool:
         batch = self._batch
-        batched = len(batch.futures) if batch is not None else 0
+        batched = len(batch) if batch is not None else 0
         return self._pending_messages + batched >= self.options.max_pending_messages
 
     async def wait_for_space(self) -> None:
@@ -394,7 +399,8 @@ class PartitionProducer(ConnectionHandler):
         else:
             single = pb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id,
                                               **_message_fields(key, properties, event_time, ordering_key))
-            self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future, gate, alone)
+            self._add_to_batch(single.SerializeToString(), payload, sequence_id, txn, future, gate, alone,
+                               key, ordering_key)
         return future
 
     def submit_in_txn(self, registration: asyncio.Future[None], payload: bytes, key: str | None,
@@ -546,7 +552,7 @@ class PartitionProducer(ConnectionHandler):
 
     def _add_to_batch(self, single: bytes, payload: bytes, sequence_id: int, txn: Transaction | None,
                       future: asyncio.Future[MessageId], gate: asyncio.Future[None] | None,
-                      alone: bool = False) -> None:
+                      alone: bool = False, key: str | None = None, ordering_key: bytes | None = None) -> None:
         # A batch is one entry of one transaction (or of none): a different txn starts a new
         # batch, and so does another registration of it unless the batch's one has succeeded.
         # A message `alone` (larger than the size limit before compression) is a batch of its own.
@@ -557,11 +563,15 @@ class PartitionProducer(ConnectionHandler):
             self._flush_batch()
             batch = None
         if batch is None:
-            batch = self._batch = BatchContainer(self.options.batching_max_messages,
-                                                 self.options.batching_max_allowed_size_in_bytes, txn)
+            batch = self._batch = (KeyBasedBatches if self._key_based else BatchContainer)(
+                self.options.batching_max_messages, self.options.batching_max_allowed_size_in_bytes, txn)
         if gate is not None:
             batch.gate = gate
-        if batch.add(single, payload, sequence_id, future) or alone:
+        if isinstance(batch, KeyBasedBatches):
+            full = batch.add(single, payload, sequence_id, future, key, ordering_key)
+        else:
+            full = batch.add(single, payload, sequence_id, future)
+        if full or alone:
             self._flush_batch()
         elif self._batch_timer is None:
             self._batch_timer = self._loop.call_later(self.options.batching_max_publish_delay_ms / 1000,
@@ -574,11 +584,25 @@ class PartitionProducer(ConnectionHandler):
         batch, self._batch = self._batch, None
         if batch is None or not len(batch):
             return
+        if isinstance(batch, KeyBasedBatches):
+            # One entry per key, keyed by its first message so that Key_Shared routes it by key.
+            for keyed in batch.batches():
+                keyed.container.gate = batch.gate
+                self._send_batch(keyed.container, keyed.partition_key, keyed.ordering_key)
+        else:
+            self._send_batch(batch)
+
+    def _send_batch(self, batch: BatchContainer, partition_key: str | None = None,
+                    ordering_key: bytes | None = None) -> None:
         count = len(batch)
         payload = batch.payload()
         metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=batch.first_sequence_id,
                                       publish_time=time.time_ns() // 1_000_000, num_messages_in_batch=count,
                                       highest_sequence_id=batch.last_sequence_id)
+        if partition_key is not None:
+            metadata.partition_key = partition_key
+        if ordering_key is not None:
+            metadata.ordering_key = ordering_key
         if self._compress is not None:
             metadata.compression = self._codec
             metadata.uncompressed_size = len(payload)

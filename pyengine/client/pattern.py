@@ -1,0 +1,342 @@
+"""Multi-topic consumers: `subscribe([topic, ...], ...)` and pattern subscriptions
+(`subscribe(re.compile("persistent://public/default/orders-.*"), ...)`), as pulsar-client's.
+
+A `MultiTopicsConsumer` holds one `Consumer` per topic (a partitioned topic's consumer covers
+its partitions), all of one subscription with the same options. `receive()` takes the next
+message of any of them; acknowledgements go to the consumer of the message's topic. A pattern
+subscription is within one namespace (Pulsar asks the broker for a namespace's topics,
+GET_TOPICS_OF_NAMESPACE); every `pattern_auto_discovery_period` seconds it asks again,
+subscribes the new topics that match and closes the consumers of topics that are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyengine.client.errors import AlreadyClosedError
+from pyengine.client.message import Message, MessageId
+from pyengine.client.validation import check_timeout, check_topic
+from pyengine.errors import InvalidTopicNameError
+from pyengine.naming import TopicName
+from pyengine.protocol import pulsar_api_pb2 as pb
+
+if TYPE_CHECKING:
+    from pyengine.client.client import ClientCore
+    from pyengine.client.consumer import Consumer
+    from pyengine.client.transaction import Transaction
+
+log = logging.getLogger(__name__)
+
+_MODES = {"persistent": pb.CommandGetTopicsOfNamespace.PERSISTENT,
+          "non-persistent": pb.CommandGetTopicsOfNamespace.NON_PERSISTENT}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsPattern:
+    """A topic regex split as Pulsar reads it: the domain and namespace it is within (plain
+    names) and the regex the topic part of a name must match in full."""
+
+    domain: str
+    namespace: str
+    local: re.Pattern[str]
+
+    @property
+    def mode(self) -> int:
+        return _MODES[self.domain]
+
+    def matches(self, topic: str) -> bool:
+        """Whether `topic` (a partition counts as its partitioned topic) is one of the pattern's."""
+        name = TopicName.parse(topic).partitioned_topic
+        return (name.domain == self.domain and name.namespace_name == self.namespace
+                and self.local.fullmatch(name.local_name) is not None)
+
+
+def parse_topics_pattern(pattern: re.Pattern[str]) -> TopicsPattern:
+    """The TopicsPattern of `pattern`: `[domain://][tenant/namespace/]regex`, like a topic name
+    (no domain: persistent; no namespace: public/default). The domain, tenant and namespace
+    are plain names, not regexes: a pattern subscription is within one namespace, as in Pulsar."""
+    if not isinstance(pattern.pattern, str):
+        raise TypeError("a topics pattern is a regex of str, not of bytes")
+    text = pattern.pattern
+    domain, sep, rest = text.partition("://")
+    if not sep:
+        domain, rest = "persistent", text
+    if domain not in _MODES:
+        raise ValueError(f"a topics pattern's domain is persistent or non-persistent, not {domain!r} "
+                         f"(in {text!r}): a pattern subscription is within one domain and namespace")
+    parts = rest.split("/", 2)
+    if len(parts) == 1:
+        tenant, namespace, local = "public", "default", parts[0]
+    elif len(parts) == 3:
+        tenant, namespace, local = parts
+    else:
+        raise ValueError(f"a topics pattern is [domain://][tenant/namespace/]regex, not {text!r}")
+    try:
+        TopicName.parse(f"{domain}://{tenant}/{namespace}/x")
+    except InvalidTopicNameError:
+        raise ValueError(f"a topics pattern's tenant and namespace must be names, not regexes ({tenant!r}/"
+                         f"{namespace!r} in {text!r}): a pattern subscription is within one namespace") from None
+    if not local:
+        raise ValueError(f"a topics pattern needs a regex for the topic part, not {text!r}")
+    try:
+        regex = re.compile(local, pattern.flags)
+    except re.error as exc:
+        raise ValueError(f"the topic part of {text!r} is not a regex by itself: {exc}") from None
+    return TopicsPattern(domain, f"{tenant}/{namespace}", regex)
+
+
+def check_topic_list(topics: Any) -> list[str]:
+    """The normalised, distinct topic names of a list of topics (in the given order)."""
+    if not topics:
+        raise ValueError("subscribe to a list of topics needs at least one topic")
+    names: list[str] = []
+    for topic in topics:
+        name = check_topic(topic)
+        if TopicName.parse(name).is_scalable:
+            raise ValueError(f"scalable topic:// topics cannot be in a list of topics: {name}")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def check_discovery_period(value: Any) -> float:
+    """pulsar-client's pattern_auto_discovery_period: seconds between discoveries, > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"pattern_auto_discovery_period must be a number of seconds, not {type(value).__name__}")
+    if not value > 0:
+        raise ValueError(f"pattern_auto_discovery_period must be > 0 seconds, not {value!r}")
+    return float(value)
+
+
+class MultiTopicsConsumer:
+    """One subscription over several topics: a list of them, or those matching a pattern."""
+
+    def __init__(self, core: ClientCore, subscription_name: str, subscribe_one: Callable[[str], Awaitable[Consumer]],
+                 receiver_queue_size: int, pattern: TopicsPattern | None = None,
+                 discovery_period: float = 60.0) -> None:
+        self._core = core
+        self._subscription_name = subscription_name
+        self._subscribe_one = subscribe_one
+        self._pattern = pattern
+        self._discovery_period = discovery_period
+        self._consumers: dict[str, Consumer] = {}
+        self._pumps: dict[str, asyncio.Task[None]] = {}
+        # Messages taken from the topics' consumers, for receive(); at most about this many
+        # (each topic's consumer keeps its own receiver queue behind).
+        self._buffer: deque[tuple[Consumer, Message]] = deque()
+        self._buffer_size = max(receiver_queue_size, 1)
+        self._room = asyncio.Event()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._discovery: asyncio.Task[None] | None = None
+        self._closed = False
+        self._failure: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"consumer of {self._subscription_name!r} on {len(self._consumers)} topics"
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics subscribed now."""
+        return sorted(self._consumers)
+
+    @property
+    def subscription_name(self) -> str:
+        return self._subscription_name
+
+    # --- subscribing ----------------------------------------------------------------------
+
+    async def _start(self, topics: list[str] | None = None) -> None:
+        """Subscribe `topics` (a list subscription) or the pattern's topics now, then (pattern)
+        look for new and deleted topics every discovery period."""
+        try:
+            if self._pattern is not None:
+                topics = await self._matching_topics()
+            assert topics is not None
+            await self._add(topics, raise_errors=True)
+        except BaseException:
+            await self.close()
+            raise
+        if self._pattern is not None:
+            self._discovery = asyncio.ensure_future(self._discover_periodically())
+
+    async def _matching_topics(self) -> list[str]:
+        """The namespace's topics matching the pattern (a partitioned topic once, by its name)."""
+        assert self._pattern is not None
+        listed = await self._core.topics_of_namespace(self._pattern.namespace, self._pattern.mode)
+        names = {str(TopicName.parse(topic).partitioned_topic) for topic in listed}
+        return sorted(name for name in names if self._pattern.matches(name))
+
+    async def _add(self, topics: list[str], *, raise_errors: bool) -> None:
+        new = [topic for topic in topics if topic not in self._consumers]
+        results = await asyncio.gather(*(self._subscribe_one(topic) for topic in new), return_exceptions=True)
+        errors = []
+        for topic, result in zip(new, results):
+            if isinstance(result, BaseException):
+                errors.append(result)
+                log.warning("%s: subscribing %s failed: %s", self, topic, result)
+            elif self._closed:
+                await result.close()
+            else:
+                self._consumers[topic] = result
+                self._pumps[topic] = asyncio.ensure_future(self._pump(result))
+        if errors and raise_errors:
+            raise errors[0]
+
+    async def _remove(self, topic: str) -> None:
+        consumer = self._consumers.pop(topic)
+        self._pumps.pop(topic).cancel()
+        # what it delivered and was not received yet cannot be acknowledged any more
+        self._buffer = deque(item for item in self._buffer if item[0] is not consumer)
+        self._room.set()
+        try:
+            await consumer.close()
+        except Exception as exc:
+            log.info("%s: closing the consumer of %s: %s", self, topic, exc)
+
+    async def _discover_periodically(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self._discovery_period)
+            try:
+                await self._rediscover()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:         # asked again next period, as Pulsar's clients do
+                log.warning("%s: topic discovery failed: %s", self, exc)
+
+    async def _rediscover(self) -> None:
+        """Subscribe the matching topics that are new, drop those that are gone."""
+        matching = await self._matching_topics()
+        if self._closed:
+            return
+        for topic in [t for t in self._consumers if t not in matching]:
+            log.info("%s: %s is gone, unsubscribing it", self, topic)
+            await self._remove(topic)
+        await self._add(matching, raise_errors=False)
+
+    # --- receiving ------------------------------------------------------------------------
+
+    async def _pump(self, consumer: Consumer) -> None:
+        """Move `consumer`'s messages into the shared buffer while it has room."""
+        try:
+            while True:
+                while len(self._buffer) >= self._buffer_size:
+                    self._room.clear()
+                    await self._room.wait()
+                message = await consumer.receive()
+                self._buffer.append((consumer, message))
+                while self._waiters:
+                    waiter = self._waiters.popleft()
+                    if not waiter.done():
+                        waiter.set_result(None)
+                        break
+        except asyncio.CancelledError:
+            raise
+        except AlreadyClosedError:
+            return                              # closed: by us, or with the client
+        except Exception as exc:
+            self._failure = exc
+            self._wake_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosedError(f"the consumer of {self._subscription_name!r} is closed")
+        if self._failure is not None:
+            raise self._failure
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message of any of the topics (TimeoutError after `timeout` seconds)."""
+        check_timeout("timeout", timeout)
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if self._buffer:
+                _, message = self._buffer.popleft()
+                self._room.set()
+                return message
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                if deadline is None:
+                    await waiter
+                else:
+                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            except TimeoutError:
+                raise TimeoutError(f"no message within {timeout}s") from None
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            self._check_open()
+
+    def _wake_all(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    # --- acknowledgements -----------------------------------------------------------------
+
+    def _consumer_of(self, message: Any) -> Consumer:
+        """The consumer of the topic `message` came from (a partition's: its partitioned topic's)."""
+        if isinstance(message, MessageId):
+            raise TypeError("a consumer of several topics acknowledges a Message: its MessageId does not say "
+                            "which topic it is of")
+        if not isinstance(message, Message):
+            raise TypeError(f"expected a Message, not {type(message).__name__}")
+        consumer = self._consumers.get(message.topic)
+        if consumer is None:
+            consumer = self._consumers.get(str(TopicName.parse(message.topic).partitioned_topic))
+        if consumer is None:
+            raise ValueError(f"{message.topic} is not one of the topics of this consumer (or was dropped)")
+        return consumer
+
+    async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
+        """Acknowledge a message (with `txn`: as part of the transaction) on its topic."""
+        self._check_open()
+        await self._consumer_of(message).acknowledge(message, txn)
+
+    async def acknowledge_cumulative(self, message: Message, txn: Transaction | None = None) -> None:
+        """Acknowledge every message of the message's topic up to it (Exclusive, Failover)."""
+        self._check_open()
+        await self._consumer_of(message).acknowledge_cumulative(message, txn)
+
+    async def negative_acknowledge(self, message: Message) -> None:
+        self._check_open()
+        await self._consumer_of(message).negative_acknowledge(message)
+
+    async def redeliver_unacknowledged_messages(self) -> None:
+        self._check_open()
+        # what sits in the shared buffer is unacknowledged too: it comes again from its topic
+        self._buffer.clear()
+        self._room.set()
+        await asyncio.gather(*(c.redeliver_unacknowledged_messages() for c in list(self._consumers.values())))
+
+    async def unsubscribe(self) -> None:
+        """Delete the subscription on every topic, then close."""
+        self._check_open()
+        await asyncio.gather(*(c.unsubscribe() for c in list(self._consumers.values())))
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._discovery is not None:
+            self._discovery.cancel()
+        for pump in self._pumps.values():
+            pump.cancel()
+        self._pumps.clear()
+        consumers, self._consumers = list(self._consumers.values()), {}
+        self._buffer.clear()
+        self._wake_all()
+        results = await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                log.info("%s: closing a topic's consumer: %s", self, result)
+        self._core.forget(self)  # type: ignore[arg-type]
