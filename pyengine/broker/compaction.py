@@ -73,6 +73,9 @@ INCOMPLETE_CHUNKED_MESSAGE_EXPIRY_MS = 60_000
 STAGE_CHUNK_ENTRIES = 500
 STAGE_CHUNK_BYTES = 4 << 20
 DELETE_CHUNK = 1000
+# The last message id of a read-compacted reader scans the view back in reads of so many
+# entries (chunks can be large).
+LAST_MESSAGE_SCAN_CHUNK = 16
 _SIZE = struct.Struct(">I")
 
 
@@ -368,7 +371,10 @@ class TopicCompaction:
         return horizon
 
     async def _delete_other_generations(self) -> None:
-        """Remove, in bounded writes, the rows of every generation of the view but the current."""
+        """Remove, in bounded writes, the rows of every generation of the view but the current.
+        A read first: most runs have nothing to remove, and a write costs a group commit."""
+        if not self.view.has_other_generations(self.view.generation):
+            return
         env = self.topic.ledger.env
         while await env.submit(self.view.delete_others_write(self.view.generation, DELETE_CHUNK)) >= DELETE_CHUNK:
             pass
@@ -445,18 +451,38 @@ class TopicCompaction:
     def last_message_position(self, position: Position, batch_index: int) -> tuple[Position, int]:
         """For a read-compacted consumer: the last message id, given the topic's last visible
         message (`position`, `batch_index`): that one when it is after the compaction horizon,
-        else the last message of the compacted view ((ledger, -1) when the view is empty)."""
+        else the last message of the compacted view a consumer can receive ((ledger, -1) when
+        there is none). Pulsar answers the compacted ledger's last entry, always a whole
+        message there; here the view may end with the chunks of a chunked message incomplete
+        at the horizon, which no reader receives until the rest of it follows the horizon:
+        naming one would keep `hasMessageAvailable` true with nothing to read."""
         horizon = self.horizon
         if horizon is None or position > horizon:
             return position, batch_index
-        entry = self.view.last_entry()
-        if entry is None:
+        found = self._last_receivable()
+        if found is None:
             return Position(horizon.ledger_id, -1), -1
-        parsed = entry_messages(entry)
+        entry, parsed = found
         last_index = -1
         if parsed is not None and parsed[0].HasField("num_messages_in_batch") and parsed[1]:
             last_index = parsed[1][-1].index
         return entry.position, last_index
+
+    def _last_receivable(self) -> tuple[Entry, tuple[pb.MessageMetadata, list[_Message]] | None] | None:
+        """The view's last entry (and its messages) that is not a chunk of an incomplete
+        chunked message. Scanning back, a chunk other than a last one is always such a chunk:
+        a whole message's last chunk comes after its others, and ends the scan first."""
+        before: Position | None = None
+        while True:
+            entries = self.view.read_entries_backward(before, LAST_MESSAGE_SCAN_CHUNK)
+            for entry in entries:
+                parsed = entry_messages(entry)
+                chunk = _chunk_fields(parsed[0]) if parsed is not None else None
+                if chunk is None or chunk[1] == chunk[2] - 1:
+                    return entry, parsed
+            if len(entries) < LAST_MESSAGE_SCAN_CHUNK:
+                return None
+            before = entries[-1].position
 
     def rewind_to_view(self, cursor, target: Position | None = None) -> Position | None:
         """Put a read-compacted cursor on the first entry of the view at or after `target`

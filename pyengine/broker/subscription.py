@@ -455,10 +455,11 @@ class Subscription:
     async def expire_up_to(self, position: Position) -> bool:
         """Acknowledge everything up to `position` (Pulsar's expire-by-message-id), but never
         past the read horizon. As Pulsar, a position beyond the topic's last entry expires
-        nothing (False: not issued)."""
+        nothing (False: not issued), but the request is still recorded as the last expiry
+        (PersistentSubscription.expireMessages(Position) sets it before asking its monitor)."""
+        self.last_expire_timestamp = wall_clock_ms()
         if position > self.topic.ledger.lac:
             return False
-        self.last_expire_timestamp = wall_clock_ms()
         last = min(position, self.topic.buffer.max_read_position())
         if last > self.cursor.mark_delete:
             await self._expire_up_to(last)

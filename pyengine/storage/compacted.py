@@ -73,6 +73,18 @@ class CompactedView:
             cursor = txn.cursor(db=self._db)
             return cursor.set_range(prefix) and cursor.key().startswith(prefix)
 
+    def has_other_generations(self, keep: int) -> bool:
+        """Whether rows of a generation other than `keep` exist (a read: what
+        `delete_others_write` would remove, found without a write)."""
+        prefix, kept = self._generations_prefix, self.prefix_of(keep)
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=self._db)
+            if not cursor.set_range(prefix) or not cursor.key().startswith(prefix):
+                return False
+            if not cursor.key().startswith(kept):
+                return True
+            return cursor.set_range(_successor(kept)) and cursor.key().startswith(prefix)
+
     def _key(self, position: Position) -> bytes:
         return self._prefix + pack_position(position.ledger_id, position.entry_id)
 
@@ -112,6 +124,21 @@ class CompactedView:
                 return None
             ledger_id, entry_id = unpack_position(cursor.key()[len(prefix):])
             return Entry.decode(Position(ledger_id, entry_id), cursor.value())
+
+    def read_entries_backward(self, before: Position | None, max_entries: int) -> list[Entry]:
+        """Up to `max_entries` entries before `before` (None: from the view's end), newest first."""
+        if max_entries <= 0:
+            return []
+        prefix, out = self._prefix, []
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=self._db)
+            start = self._key(before) if before is not None else _successor(prefix)
+            found = cursor.prev() if cursor.set_range(start) else cursor.last()
+            while found and len(out) < max_entries and cursor.key().startswith(prefix):
+                ledger_id, entry_id = unpack_position(cursor.key()[len(prefix):])
+                out.append(Entry.decode(Position(ledger_id, entry_id), cursor.value()))
+                found = cursor.prev()
+        return out
 
     # --- writing --------------------------------------------------------------------------
 
