@@ -190,9 +190,13 @@ BUFFER_STATS = {
         "state": {"type": "string"}, "maxReadPosition": POSITION, "lastSnapshotTimestamps": {"type": "integer"},
         "ongoingTxnSize": COUNT, "totalAbortedTransactions": COUNT, "recoverStartTime": {"type": "integer"},
         "recoverEndTime": {"type": "integer"},
+        "lastSnapshotPosition": {**NULLABLE_POSITION, "description": "the max read position the last snapshot "
+                                 "saved (recovery replays the entries after it); null if none (v5: never)"},
+        "recoverReplayedEntries": {**COUNT, "description": "entries the last recovery read from the topic "
+                                   "(0 for v5: no replay)"},
         "lowWaterMarks": {"type": "object", "additionalProperties": {"type": "integer"}},
     },
-    "required": ["state", "maxReadPosition", "ongoingTxnSize"],
+    "required": ["state", "maxReadPosition", "ongoingTxnSize", "lastSnapshotPosition", "recoverReplayedEntries"],
 }
 PENDING_ACK_STATS = {
     "type": "object",

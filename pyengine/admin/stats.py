@@ -163,6 +163,11 @@ def buffer_stats(topic: Topic, low_watermarks: bool) -> dict[str, Any]:
         "totalAbortedTransactions": raw["aborted_txn_count"],
         "recoverStartTime": raw["recover_start_time"],
         "recoverEndTime": raw["recover_end_time"],
+        # Not in Pulsar's TransactionBufferStats (its snapshot stats describe segmented
+        # snapshots, which this buffer does not write): what the next recovery starts from, and
+        # what the last one read.
+        "lastSnapshotPosition": raw["last_snapshot_position"],
+        "recoverReplayedEntries": raw["recover_replayed_entries"],
     }
     if low_watermarks:
         stats["lowWaterMarks"] = {str(cid): mark for cid, mark in raw["low_watermarks"].items()}

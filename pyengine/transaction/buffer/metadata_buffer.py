@@ -449,9 +449,11 @@ class MetadataTransactionBuffer(TransactionBuffer):
             "owned_op_records": sum(map(len, self._ops.values())),
             # the v4 keys the admin API reads: no snapshots, no low watermarks in v5
             "last_snapshot_timestamp": 0,
+            "last_snapshot_position": None,
             "low_watermarks": {},
             "recover_start_time": self._recover_start_ms,
             "recover_end_time": self._recover_end_ms,
+            "recover_replayed_entries": 0,          # recovery reads the store, not the segment
         }
 
     async def close(self) -> None:

@@ -505,6 +505,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         snapshot = self._snapshots.load()
         end = self.ledger.lac
         self._ongoing.clear()              # a retry after a failed recovery starts afresh
+        self._replayed_entries = 0
         self._ongoing_least_bits = {}
         self._verified = Position.EARLIEST
         self._aborted = AbortedTxnSet()

@@ -13,7 +13,10 @@ raised when PIP-473 was voted), so `recheck_expired` — run every `recheck_inte
 re-reads each cached OPEN header with listeners whose deadline has passed: a stuck read
 horizon is bounded by the txn's timeout plus the coordinator's timeout sweep, never longer.
 A watch that fails (for instance compacted history after a long disconnection) is reopened,
-backed off while it keeps failing, and every watched header re-read.
+backed off while it keeps failing, and every cached OPEN header re-read (also those nobody
+subscribed to yet: a participant reads a header, then subscribes later); a read of a header
+in flight across the reopen is repeated, as its answer may predate a decision the broken
+watch lost.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class TxnHeaderCache:
         self.recheck_interval_s = recheck_interval_s
         self._entries: dict[TxnId, CachedHeader] = {}
         self._reading: dict[TxnId, int] = {}             # txn -> gets in flight
+        self._reopens = 0                                # watch generation: bumped by each reopen
         self._listeners: dict[TxnId, list[Listener]] = {}
         self._watch: Watch | None = None
         self._tasks: list[asyncio.Task] = []
@@ -94,7 +98,13 @@ class TxnHeaderCache:
             return entry
         self._reading[txn] = self._reading.get(txn, 0) + 1
         try:
-            record = await self.store.get(header_path(txn))
+            while True:
+                reopens = self._reopens
+                record = await self.store.get(header_path(txn))
+                if self._reopens == reopens:
+                    break
+                # The watch was reopened while this read was in flight: its answer may predate
+                # a decision the broken watch lost, and the resync did not know of this read.
         finally:
             left = self._reading[txn] - 1
             if left:
@@ -166,6 +176,7 @@ class TxnHeaderCache:
                 delay = min(2 * delay, self.recheck_interval_s)
                 try:
                     self._watch = await self.store.range_watch(IDX_FINAL)
+                    self._reopens += 1
                     break
                 except MetadataStoreError as exc:
                     log.warning("reopening the v5 header watch failed: %s", exc)
@@ -173,11 +184,18 @@ class TxnHeaderCache:
                 if self._watch is not None:
                     self._watch.close()         # reopened as close() ran
                 return
-            for txn in self.watched():
+            for txn in self._maybe_stale():
                 try:
                     await self.get(txn, fresh=True)
                 except (MetadataStoreError, CorruptTxnRecordError) as exc:
                     log.warning("re-reading the header of %s failed: %s", txn, exc)
+
+    def _maybe_stale(self) -> list[TxnId]:
+        """The txns whose decision a broken watch may have lost: the watched ones, and every
+        one cached OPEN (its reader may subscribe only now)."""
+        cached_open = (txn for txn, entry in self._entries.items()
+                       if entry.header is not None and not entry.header.state.final)
+        return list(dict.fromkeys([*self._listeners, *cached_open]))
 
     def _on_notification(self, notification: Notification) -> None:
         try:

@@ -194,6 +194,33 @@ async def test_a_corrupt_snapshot_fails_recovery_which_can_be_retried(reopen):
     assert [t for t, _ in buffer.ongoing_txns()] == [TxnId(1, 1)]
 
 
+async def test_a_retried_recovery_counts_only_its_own_replayed_entries(reopen, monkeypatch):
+    """`recover_replayed_entries` (the admin stats' recoverReplayedEntries) is the last
+    recovery's count: a recovery that failed part way does not add to the retry's."""
+    env = reopen()
+    ledger, buffer = await open_buffer(env, TopicTransactionBufferConfig(snapshots_enabled=False))
+    for least in range(5):
+        await buffer.append(TxnId(1, least), b"x")
+    await shut(ledger, buffer)
+    env = reopen(env)
+    ledger = await ManagedLedger.open(env, TOPIC)
+    buffer = TopicTransactionBuffer(ledger, TopicTransactionBufferConfig(snapshots_enabled=False,
+                                                                         replay_chunk_entries=1))
+    replay_entry, calls = buffer._replay_entry, []
+
+    def fail_on_the_third(entry):
+        calls.append(entry)
+        if len(calls) == 3:
+            raise StorageError("read failed")
+        replay_entry(entry)
+
+    monkeypatch.setattr(buffer, "_replay_entry", fail_on_the_third)
+    with pytest.raises(StorageError):
+        await buffer.recover()
+    await buffer.recover()
+    assert buffer.stats()["recover_replayed_entries"] == 5
+
+
 async def test_snapshot_every_n_ended_txns(env):
     ledger, buffer = await open_buffer(env, TopicTransactionBufferConfig(snapshot_max_txn_count=3,
                                                                         snapshot_min_interval_ms=3_600_000))

@@ -1,0 +1,154 @@
+"""The header cache's resync after its watch fails and is reopened, against the reads of
+headers that straddle it: a decision whose notification the broken watch lost must still
+reach every participant as soon as the watch is back, not at the deadline re-read (here the
+txns time out in 60 s and the test clock never moves, so that re-read never comes).
+
+Windows covered, each held open deterministically:
+* a participant's first read of a header is in flight across the failure and the reopen
+  (transaction buffer recovery, pending-ack replay);
+* the read ended during the outage and the participant subscribes only after the reopen."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pyengine.metadata import MetadataStoreError
+from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
+from pyengine.storage import ManagedLedger
+from pyengine.transaction import TxnAction
+from pyengine.transaction.buffer.metadata_buffer import MetadataTransactionBuffer
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, buffer_path, header_path
+from pyengine.transaction.pendingack import IndividualAck
+from pyengine.transaction.pendingack.metadata_store import MetadataPendingAckHandle, MetadataPendingAckStore
+from pyengine_kernels import Position, TxnId
+
+from .conftest import SEGMENT, V5, eventually
+
+IN = "segment://public/default/v5-in/0000-ffff-0"
+PROMPTLY_S = 1.0           # far below the deadline re-read, which never comes here
+
+
+class HeldRead:
+    """The next read of `path` from the store gets its record, then waits for `release()`
+    before returning it (the metadata store answered; the answer is still on its way)."""
+
+    def __init__(self, v5: V5, path: str, monkeypatch) -> None:
+        self.answered = asyncio.Event()
+        self._released = asyncio.Event()
+        real = v5.store.get
+        armed = True
+
+        async def get(wanted: str):
+            nonlocal armed
+            if wanted != path or not armed:
+                return await real(wanted)
+            armed = False
+            record = await real(wanted)
+            self.answered.set()
+            await self._released.wait()
+            return record
+
+        monkeypatch.setattr(v5.store, "get", get)
+
+    def release(self) -> None:
+        self._released.set()
+
+
+async def commit_while_the_watch_is_down(v5: V5, txn: TxnId, monkeypatch) -> None:
+    """The header watch breaks, `txn` commits (its notification is lost with the watch), then
+    the watch is reopened and the cache has resynced."""
+    committed = asyncio.Event()
+    reopen = v5.store.range_watch
+
+    async def reopen_after_the_commit(*args, **kwargs):
+        await committed.wait()
+        return await reopen(*args, **kwargs)
+
+    monkeypatch.setattr(v5.store, "range_watch", reopen_after_the_commit)
+    broken = v5.headers._watch
+    broken._fail(MetadataStoreError("connection to the metadata store lost"))
+    await v5.coordinator.end_transaction(txn, TxnAction.COMMIT)
+    committed.set()
+    await eventually(lambda: v5.headers._watch is not broken, timeout=2)
+    await asyncio.sleep(0.02)                   # the resync's own re-reads: a few store round trips
+
+
+def visible(ledger: ManagedLedger, buffer: MetadataTransactionBuffer) -> list[bytes]:
+    horizon = buffer.max_read_position()
+    return [bytes(e.data) for e in ledger.read_entries(Position.EARLIEST, 100, horizon) if not buffer.hides(e)]
+
+
+async def new_buffer(v5: V5) -> tuple[ManagedLedger, MetadataTransactionBuffer]:
+    """A buffer for SEGMENT, not recovered yet."""
+    ledger = await ManagedLedger.open(v5.env, SEGMENT)
+    v5.ledgers.append(ledger)
+    buffer = MetadataTransactionBuffer(ledger, v5.store, v5.headers, metrics=v5.metrics)
+    v5.buffers.append(buffer)
+    return ledger, buffer
+
+
+async def test_buffer_recovery_reading_a_header_across_a_watch_reopen_sees_the_commit(v5, monkeypatch):
+    _ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"t")
+    await v5.restart()                          # an empty cache: recovery reads the header
+    ledger, buffer = await new_buffer(v5)
+    held = HeldRead(v5, header_path(txn), monkeypatch)
+    recovering = asyncio.create_task(buffer.recover())
+    await held.answered.wait()                  # OPEN, not returned yet
+    await commit_while_the_watch_is_down(v5, txn, monkeypatch)
+    held.release()
+    await recovering
+    await eventually(lambda: visible(ledger, buffer) == [b"t"], timeout=PROMPTLY_S)
+    assert v5.headers.rechecks_resolved == 0    # not the deadline re-read
+
+
+async def test_buffer_recovery_subscribing_after_the_reopen_to_a_header_read_before_sees_the_commit(
+        v5, monkeypatch):
+    """Recovery read the header (OPEN, cached) and waits on its aborted set while the watch
+    fails, the txn commits and the watch is reopened; it subscribes only afterwards."""
+    _ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"t")
+    await v5.restart()
+    ledger, buffer = await new_buffer(v5)
+    held = HeldRead(v5, buffer_path(SEGMENT), monkeypatch)
+    recovering = asyncio.create_task(buffer.recover())
+    await held.answered.wait()
+    assert not v5.headers.cached(txn).header.state.final and txn not in v5.headers.watched()
+    await commit_while_the_watch_is_down(v5, txn, monkeypatch)
+    held.release()
+    await recovering
+    await eventually(lambda: visible(ledger, buffer) == [b"t"], timeout=PROMPTLY_S)
+    assert v5.headers.rechecks_resolved == 0
+
+
+async def test_pending_ack_replay_reading_a_header_across_a_watch_reopen_sees_the_commit(v5, monkeypatch):
+    source = await ManagedLedger.open(v5.env, IN)
+    v5.ledgers.append(source)
+    consumed = await source.append(b"input")
+    cursor = await source.open_cursor("sub", "earliest")
+    acks = MetadataPendingAckHandle(cursor, MetadataPendingAckStore(v5.store, IN, "sub", metrics=v5.metrics),
+                                    v5.headers, subscription_type=CommandSubscribe.Shared)
+    await acks.replay()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await acks.individual_ack(txn, [IndividualAck(consumed)])
+    await acks.close()
+    await v5.restart()
+
+    source = await ManagedLedger.open(v5.env, IN)
+    v5.ledgers.append(source)
+    cursor = await source.open_cursor("sub", "earliest")
+    acks = MetadataPendingAckHandle(cursor, MetadataPendingAckStore(v5.store, IN, "sub", metrics=v5.metrics),
+                                    v5.headers, subscription_type=CommandSubscribe.Shared)
+    held = HeldRead(v5, header_path(txn), monkeypatch)
+    replaying = asyncio.create_task(acks.replay())
+    await held.answered.wait()
+    await commit_while_the_watch_is_down(v5, txn, monkeypatch)
+    held.release()
+    await replaying
+    try:
+        await eventually(lambda: cursor.is_acked(consumed), timeout=PROMPTLY_S)
+        assert v5.headers.rechecks_resolved == 0
+    finally:
+        await acks.close()
