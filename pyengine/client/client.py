@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from pyengine.client.config import ClientConfig
-from pyengine.client.consumer import Consumer, ConsumerOptions
+from pyengine.client.consumer import Consumer, ConsumerBatchReceivePolicy, ConsumerOptions
 from pyengine.client.coordinator import TransactionCoordinatorClient
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender
 from pyengine.client.errors import AlreadyClosedError
@@ -281,7 +281,9 @@ class Client:
                         max_pending_chunked_message: int = 10,
                         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
                         expire_time_of_incomplete_chunked_message_ms: int = 60_000,
-                        pattern_auto_discovery_period: float = 60) -> Consumer | MultiTopicsConsumer:
+                        pattern_auto_discovery_period: float = 60,
+                        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+                        ) -> Consumer | MultiTopicsConsumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
         turned off, a batch is acknowledged once all its messages are, for brokers without
@@ -302,6 +304,9 @@ class Client:
         oldest is dropped, and acknowledged if `auto_ack_oldest_chunked_message_on_queue_full`),
         and one whose next chunk does not come within `expire_time_of_incomplete_chunked_message_ms`
         (0: never) is dropped and its chunks acknowledged.
+
+        `batch_receive_policy` (ConsumerBatchReceivePolicy, or pulsar-client's): when
+        `batch_receive()` returns (so many messages or bytes, or its timeout).
 
         As pulsar-client, `topic` may also be a list of topics or a compiled regex
         (`re.compile("persistent://public/default/orders-.*")`: the topics of that one namespace
@@ -327,11 +332,13 @@ class Client:
                                   auto_ack_oldest_chunked_message_on_queue_full=(
                                       auto_ack_oldest_chunked_message_on_queue_full),
                                   expire_time_of_incomplete_chunked_message_ms=(
-                                      expire_time_of_incomplete_chunked_message_ms))
+                                      expire_time_of_incomplete_chunked_message_ms),
+                                  batch_receive_policy=batch_receive_policy)
         if pattern is not None or topics is not None:
             multi = MultiTopicsConsumer(self._core, subscription_name,
                                         lambda one: self._subscribe_one(one, options, schema), receiver_queue_size,
-                                        pattern, period if pattern is not None else 60.0)
+                                        pattern, period if pattern is not None else 60.0,
+                                        batch_receive_policy=options.batch_receive_policy)
             await multi._start(topics)
             self._core.open_objects.append(multi)  # type: ignore[arg-type]
             return multi

@@ -16,6 +16,7 @@ subscription with the transaction first, ask for an ACK_RESPONSE and wait for it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -60,6 +61,63 @@ _MASK64 = (1 << 64) - 1
 MIN_UNACKED_MESSAGES_TIMEOUT_MS = 10_000
 DEFAULT_TICK_DURATION_MS = 1_000
 
+DEFAULT_BATCH_RECEIVE_MAX_BYTES = 10 * 1024 * 1024      # the C++ BatchReceivePolicy's defaults
+DEFAULT_BATCH_RECEIVE_TIMEOUT_MS = 100
+
+
+def _check_plain_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerBatchReceivePolicy:
+    """pulsar-client's ConsumerBatchReceivePolicy: `batch_receive()` returns once
+    `max_num_message` messages or `max_num_bytes` bytes of payload are queued, or
+    `timeout_ms` has passed (a limit <= 0 is no limit). As the C++ BatchReceivePolicy, at least
+    one of them must be set, and with neither size limit the defaults are taken for both."""
+
+    max_num_message: int = -1
+    max_num_bytes: int = DEFAULT_BATCH_RECEIVE_MAX_BYTES
+    timeout_ms: int = DEFAULT_BATCH_RECEIVE_TIMEOUT_MS
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_message", "max_num_bytes", "timeout_ms"):
+            _check_plain_int(name, getattr(self, name))
+        if self.max_num_message <= 0 and self.max_num_bytes <= 0:
+            if self.timeout_ms <= 0:
+                raise ValueError("At least one of max_num_message, max_num_bytes and timeout_ms must be > 0")
+            # Otherwise a batch could only end with the timeout: the C++ client resets both.
+            object.__setattr__(self, "max_num_message", -1)
+            object.__setattr__(self, "max_num_bytes", DEFAULT_BATCH_RECEIVE_MAX_BYTES)
+
+    def enough(self, count: int, size: int) -> bool:
+        """Whether `count` queued messages of `size` bytes make a batch before the timeout."""
+        return ((0 < self.max_num_message <= count) or (0 < self.max_num_bytes <= size))
+
+    def can_add(self, count: int, size: int, message: Message) -> bool:
+        """Whether a batch of `count` messages and `size` bytes takes `message` too (the first
+        one always: a message over max_num_bytes must not block the consumer)."""
+        if count == 0:
+            return True
+        if 0 < self.max_num_message < count + 1:
+            return False
+        return not 0 < self.max_num_bytes < size + len(message.data)
+
+
+def check_batch_receive_policy(value: Any) -> ConsumerBatchReceivePolicy:
+    """None (the defaults), a ConsumerBatchReceivePolicy, or pulsar-client's own
+    `pulsar.ConsumerBatchReceivePolicy` (read through the C++ policy it wraps)."""
+    if value is None:
+        return ConsumerBatchReceivePolicy()
+    if isinstance(value, ConsumerBatchReceivePolicy):
+        return value
+    if type(value).__name__ == "ConsumerBatchReceivePolicy" and type(value).__module__.split(".")[0] == "pulsar":
+        policy = value.policy()
+        return ConsumerBatchReceivePolicy(policy.getMaxNumMessages(), policy.getMaxNumBytes(), policy.getTimeoutMs())
+    raise TypeError("batch_receive_policy must be a ConsumerBatchReceivePolicy (pyengine.client or pulsar), "
+                    f"not {type(value).__name__}")
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerOptions:
@@ -82,9 +140,11 @@ class ConsumerOptions:
     max_pending_chunked_message: int = 10
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
     expire_time_of_incomplete_chunked_message_ms: int = 60_000
+    batch_receive_policy: ConsumerBatchReceivePolicy | None = None
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
+        object.__setattr__(self, "batch_receive_policy", check_batch_receive_policy(self.batch_receive_policy))
         check_int("max_pending_chunked_message", self.max_pending_chunked_message, 0)
         check_int("expire_time_of_incomplete_chunked_message_ms",
                   self.expire_time_of_incomplete_chunked_message_ms, 0)
@@ -171,6 +231,7 @@ class PartitionConsumer(ConnectionHandler):
                               else "" if not options.durable else f"{random.getrandbits(40):010x}")
         self.generation = 0
         self.queued = 0
+        self.queued_bytes = 0             # payload bytes of the queued messages (batch receive)
         self._consumed_since_flow = 0
         self._flow_threshold = max(1, options.receiver_queue_size // 2)
         self.active = False
@@ -233,6 +294,7 @@ class PartitionConsumer(ConnectionHandler):
         # What was queued before is redelivered by the broker: drop it here.
         self.generation += 1
         self.queued = 0
+        self.queued_bytes = 0
         self._consumed_since_flow = 0
         if self._chunks is not None:
             self._chunks.clear()          # their chunks come again
@@ -358,7 +420,8 @@ class PartitionConsumer(ConnectionHandler):
             self.credit(1)
             return True
         message = Message(
-            topic=self.topic, message_id=outcome.message_id, data=payload,
+            topic=self.topic, data=payload,
+            message_id=dataclasses.replace(outcome.message_id, topic_name=self.topic),   # as decode_entry's
             properties={kv.key: kv.value for kv in md.properties},
             partition_key=md.partition_key if md.HasField("partition_key") else None,
             ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
@@ -423,6 +486,7 @@ class PartitionConsumer(ConnectionHandler):
             self.credit(self.queued)
         self.generation += 1
         self.queued = 0
+        self.queued_bytes = 0
 
     # --- acknowledgements -----------------------------------------------------------------
 
@@ -698,6 +762,9 @@ class Consumer:
         self._partitioned = partitions > 0
         self._queue: deque[tuple[PartitionConsumer, int, Message]] = deque()
         self._waiters: deque[asyncio.Future[None]] = deque()
+        # batch_receive() calls waiting for enough messages: each push wakes them all (one
+        # message may not be enough), receive()'s waiters one at a time.
+        self._batch_waiters: list[asyncio.Future[None]] = []
         self._closed = False
         self._failure: BaseException | None = None
         from pyengine.naming import TopicName
@@ -745,11 +812,29 @@ class Consumer:
 
     def _push(self, handler: PartitionConsumer, message: Message) -> None:
         self._queue.append((handler, handler.generation, message))
+        handler.queued_bytes += len(message.data)
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
                 break
+        if self._batch_waiters:
+            self._wake_batch_waiters()
+
+    def _wake_batch_waiters(self) -> None:
+        waiters, self._batch_waiters = self._batch_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _peek(self) -> Message | None:
+        """The message `_take` would return, left in the queue (stale ones are dropped)."""
+        while self._queue:
+            handler, generation, message = self._queue[0]
+            if generation == handler.generation:
+                return message
+            self._queue.popleft()
+        return None
 
     def _take(self) -> Message | None:
         while self._queue:
@@ -757,6 +842,7 @@ class Consumer:
             if generation != handler.generation:
                 continue
             handler.queued -= 1
+            handler.queued_bytes -= len(message.data)
             handler.credit(1)
             handler.last_dequeued = message.message_id
             if self._unacked is not None:
@@ -794,11 +880,57 @@ class Consumer:
                     self._waiters.remove(waiter)
             self._check_open()
 
+    async def batch_receive(self) -> list[Message]:
+        """The messages queued once the `batch_receive_policy` given to subscribe has enough
+        (`max_num_message` or `max_num_bytes`), or when its `timeout_ms` has passed: then
+        whatever is queued, maybe none (an empty list). As pulsar-client's: at most
+        `max_num_message` messages and `max_num_bytes` bytes, but always at least one queued."""
+        self._check_open()
+        policy = self.options.batch_receive_policy
+        assert policy is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
+        while not self._enough_for_batch(policy):
+            waiter = loop.create_future()
+            self._batch_waiters.append(waiter)
+            try:
+                if deadline is None:
+                    await waiter
+                else:
+                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            except TimeoutError:
+                break
+            finally:
+                if waiter in self._batch_waiters:
+                    self._batch_waiters.remove(waiter)
+            self._check_open()
+        self._check_open()
+        batch: list[Message] = []
+        size = 0
+        while (message := self._peek()) is not None and policy.can_add(len(batch), size, message):
+            taken = self._take()
+            assert taken is message
+            batch.append(message)
+            size += len(message.data)
+        return batch
+
+    def _queued_totals(self) -> tuple[int, int]:
+        """How many messages are queued, and their payload bytes."""
+        handlers = self._handlers.values()
+        return sum(h.queued for h in handlers), sum(h.queued_bytes for h in handlers)
+
+    def _enough_for_batch(self, policy: ConsumerBatchReceivePolicy) -> bool:
+        # A full receiver queue gets no more messages: a larger max_num_message would wait
+        # for ever without a timeout (the Java client caps it at the receiver queue size).
+        size = self.options.receiver_queue_size
+        return policy.enough(*self._queued_totals()) or any(h.queued >= size for h in self._handlers.values())
+
     def _wake_all(self) -> None:
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self._waiters.clear()
+        self._wake_batch_waiters()
 
     def _handler_failed(self, handler: PartitionConsumer, error: BaseException) -> None:
         self._failure = error
@@ -965,7 +1097,10 @@ class Consumer:
                         self._acknowledged(handler, message.message_id, False)
                         handler.ack(message.message_id)
                 if entry_failed:
-                    failed.append(MessageId(key[1], key[2], -1, handler.partition))
+                    # A chunked message by its own id, so that every chunk comes again (the
+                    # last chunk's entry alone could not be put back together).
+                    chunked = [m.message_id for m in messages if type(m.message_id) is ChunkMessageId]
+                    failed.append(chunked[0] if chunked else MessageId(key[1], key[2], -1, handler.partition))
         finally:
             self._dead_in_flight.difference_update(keys)
         # What could not be dead-lettered is redelivered, to be tried again.

@@ -33,13 +33,17 @@ def _from_u64(value: int) -> int:
 @total_ordering
 @dataclass(frozen=True, slots=True)
 class MessageId:
-    """Where a message is: entry position, index in its batch (-1 if not batched), partition."""
+    """Where a message is: entry position, index in its batch (-1 if not batched), partition.
+    A received message's id also names the topic (or partition) it came from, as
+    pulsar-client-cpp's getTopicName: not part of equality, hashing or serialize()."""
 
     ledger_id: int
     entry_id: int
     batch_index: int = -1
     partition: int = -1
     batch_size: int = field(default=0, compare=False)
+    # Keyword-only: subclasses (ChunkMessageId) keep their positional fields.
+    topic_name: str = field(default="", compare=False, repr=False, kw_only=True)
 
     earliest: ClassVar[MessageId]
     latest: ClassVar[MessageId]
@@ -152,7 +156,7 @@ def decode_entry(topic: str, position: Position, data: bytes, *, partition: int 
                   redelivery_count=redelivery_count,
                   schema_version=_schema_version(md.schema_version) if md.HasField("schema_version") else None)
     if not md.HasField("num_messages_in_batch"):
-        return [Message(message_id=MessageId(position.ledger_id, position.entry_id, -1, partition),
+        return [Message(message_id=MessageId(position.ledger_id, position.entry_id, -1, partition, topic_name=topic),
                         data=payload, properties={kv.key: kv.value for kv in md.properties},
                         partition_key=md.partition_key if md.HasField("partition_key") else None,
                         ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
@@ -169,7 +173,7 @@ def decode_entry(topic: str, position: Position, data: bytes, *, partition: int 
         if index in skipped:
             continue
         messages.append(Message(
-            message_id=MessageId(ledger_id, entry_id, index, partition, count),
+            message_id=MessageId(ledger_id, entry_id, index, partition, count, topic_name=topic),
             data=body, properties=properties, partition_key=partition_key, ordering_key=ordering_key,
             event_time=event_time, sequence_id=first_sequence + index if sequence_id is None else sequence_id,
             **common))

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyengine.client.consumer import ConsumerBatchReceivePolicy, check_batch_receive_policy
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
 from pyengine.client.validation import check_timeout, check_topic
@@ -119,7 +120,8 @@ class MultiTopicsConsumer:
 
     def __init__(self, core: ClientCore, subscription_name: str, subscribe_one: Callable[[str], Awaitable[Consumer]],
                  receiver_queue_size: int, pattern: TopicsPattern | None = None,
-                 discovery_period: float = 60.0) -> None:
+                 discovery_period: float = 60.0,
+                 batch_receive_policy: ConsumerBatchReceivePolicy | None = None) -> None:
         self._core = core
         self._subscription_name = subscription_name
         self._subscribe_one = subscribe_one
@@ -131,8 +133,11 @@ class MultiTopicsConsumer:
         # (each topic's consumer keeps its own receiver queue behind).
         self._buffer: deque[tuple[Consumer, Message]] = deque()
         self._buffer_size = max(receiver_queue_size, 1)
+        self._buffer_bytes = 0                  # payload bytes in the buffer (batch receive)
         self._room = asyncio.Event()
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._batch_waiters: list[asyncio.Future[None]] = []
+        self._batch_receive_policy = check_batch_receive_policy(batch_receive_policy)
         self._discovery: asyncio.Task[None] | None = None
         self._closed = False
         self._failure: BaseException | None = None
@@ -193,6 +198,7 @@ class MultiTopicsConsumer:
         self._pumps.pop(topic).cancel()
         # what it delivered and was not received yet cannot be acknowledged any more
         self._buffer = deque(item for item in self._buffer if item[0] is not consumer)
+        self._buffer_bytes = sum(len(message.data) for _, message in self._buffer)
         self._room.set()
         try:
             await consumer.close()
@@ -230,11 +236,14 @@ class MultiTopicsConsumer:
                     await self._room.wait()
                 message = await consumer.receive()
                 self._buffer.append((consumer, message))
+                self._buffer_bytes += len(message.data)
                 while self._waiters:
                     waiter = self._waiters.popleft()
                     if not waiter.done():
                         waiter.set_result(None)
                         break
+                if self._batch_waiters:
+                    self._wake_batch_waiters()
         except asyncio.CancelledError:
             raise
         except AlreadyClosedError:
@@ -257,9 +266,7 @@ class MultiTopicsConsumer:
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             if self._buffer:
-                _, message = self._buffer.popleft()
-                self._room.set()
-                return message
+                return self._take()
             waiter = loop.create_future()
             self._waiters.append(waiter)
             try:
@@ -274,39 +281,90 @@ class MultiTopicsConsumer:
                     self._waiters.remove(waiter)
             self._check_open()
 
+    def _take(self) -> Message:
+        _, message = self._buffer.popleft()
+        self._buffer_bytes -= len(message.data)
+        self._room.set()
+        return message
+
+    async def batch_receive(self) -> list[Message]:
+        """Messages of any of the topics, as `Consumer.batch_receive` (by the policy given to
+        subscribe): once enough are buffered or at the timeout, maybe none then."""
+        self._check_open()
+        policy = self._batch_receive_policy
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
+        # A full buffer gets no more messages: enough too (as Consumer.batch_receive).
+        while not (policy.enough(len(self._buffer), self._buffer_bytes) or len(self._buffer) >= self._buffer_size):
+            waiter = loop.create_future()
+            self._batch_waiters.append(waiter)
+            try:
+                if deadline is None:
+                    await waiter
+                else:
+                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            except TimeoutError:
+                break
+            finally:
+                if waiter in self._batch_waiters:
+                    self._batch_waiters.remove(waiter)
+            self._check_open()
+        self._check_open()
+        batch: list[Message] = []
+        size = 0
+        while self._buffer and policy.can_add(len(batch), size, self._buffer[0][1]):
+            message = self._take()
+            batch.append(message)
+            size += len(message.data)
+        return batch
+
+    def _wake_batch_waiters(self) -> None:
+        waiters, self._batch_waiters = self._batch_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def _wake_all(self) -> None:
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self._waiters.clear()
+        self._wake_batch_waiters()
 
     # --- acknowledgements -----------------------------------------------------------------
 
     def _consumer_of(self, message: Any) -> Consumer:
-        """The consumer of the topic `message` came from (a partition's: its partitioned topic's)."""
-        if isinstance(message, MessageId):
-            raise TypeError("a consumer of several topics acknowledges a Message: its MessageId does not say "
-                            "which topic it is of")
-        if not isinstance(message, Message):
-            raise TypeError(f"expected a Message, not {type(message).__name__}")
-        consumer = self._consumers.get(message.topic)
+        """The consumer of the topic `message` came from (a partition's: its partitioned topic's):
+        a Message's topic, or the topic a received message's MessageId names (as the C++
+        MultiTopicsConsumerImpl goes by getTopicName)."""
+        if isinstance(message, Message):
+            topic = message.topic
+        elif isinstance(message, MessageId):
+            topic = message.topic_name
+            if not topic:
+                raise TypeError(f"message id {message} does not name its topic (not one of a received message): "
+                                "a consumer of several topics needs the Message, or its message_id")
+        else:
+            raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
+        consumer = self._consumers.get(topic)
         if consumer is None:
-            consumer = self._consumers.get(str(TopicName.parse(message.topic).partitioned_topic))
+            consumer = self._consumers.get(str(TopicName.parse(topic).partitioned_topic))
         if consumer is None:
-            raise ValueError(f"{message.topic} is not one of the topics of this consumer (or was dropped)")
+            raise ValueError(f"{topic} is not one of the topics of this consumer (or was dropped)")
         return consumer
 
-    async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
-        """Acknowledge a message (with `txn`: as part of the transaction) on its topic."""
+    async def acknowledge(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
+        """Acknowledge a message, or a received message's id (with `txn`: as part of the
+        transaction) on its topic."""
         self._check_open()
         await self._consumer_of(message).acknowledge(message, txn)
 
-    async def acknowledge_cumulative(self, message: Message, txn: Transaction | None = None) -> None:
+    async def acknowledge_cumulative(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
         """Acknowledge every message of the message's topic up to it (Exclusive, Failover)."""
         self._check_open()
         await self._consumer_of(message).acknowledge_cumulative(message, txn)
 
-    async def negative_acknowledge(self, message: Message) -> None:
+    async def negative_acknowledge(self, message: Message | MessageId) -> None:
         self._check_open()
         await self._consumer_of(message).negative_acknowledge(message)
 
@@ -314,6 +372,7 @@ class MultiTopicsConsumer:
         self._check_open()
         # what sits in the shared buffer is unacknowledged too: it comes again from its topic
         self._buffer.clear()
+        self._buffer_bytes = 0
         self._room.set()
         await asyncio.gather(*(c.redeliver_unacknowledged_messages() for c in list(self._consumers.values())))
 
@@ -334,6 +393,7 @@ class MultiTopicsConsumer:
         self._pumps.clear()
         consumers, self._consumers = list(self._consumers.values()), {}
         self._buffer.clear()
+        self._buffer_bytes = 0
         self._wake_all()
         results = await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
         for result in results:

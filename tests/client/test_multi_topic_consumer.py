@@ -123,14 +123,6 @@ async def test_close_closes_every_topic_consumer(client):
     await again.close()
 
 
-async def test_a_message_id_alone_does_not_say_its_topic(client):
-    await _fill(client, [f"{NS}/ids-a"], per_topic=1)
-    consumer = await client.subscribe([f"{NS}/ids-a", f"{NS}/ids-b"], "sub", initial_position="earliest")
-    message = await consumer.receive(timeout=5)
-    with pytest.raises(TypeError, match="Message"):
-        await consumer.acknowledge(message.message_id)
-
-
 @pytest.mark.parametrize("pattern", [
     "persistent://public/.*/orders-.*",               # across namespaces
     "persistent://.*/default/orders-.*",              # across tenants
