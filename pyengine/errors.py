@@ -70,6 +70,18 @@ class ProducerBusyError(PulsarError):
     server_error = ServerError.ProducerBusy
 
 
+class ProducerBlockedQuotaExceededError(PulsarError):
+    """A producer refused by a producer_request_hold backlog quota (its client retries)."""
+
+    server_error = ServerError.ProducerBlockedQuotaExceededError
+
+
+class ProducerBlockedQuotaExceededException(PulsarError):
+    """A producer refused by a producer_exception backlog quota (its client gives up)."""
+
+    server_error = ServerError.ProducerBlockedQuotaExceededException
+
+
 class InvalidTopicNameError(PulsarError, ValueError):
     server_error = ServerError.InvalidTopicName
 
@@ -119,7 +131,7 @@ _BY_CODE: dict[int, type[PulsarError]] = {
     for cls in (MetadataError, PersistenceError, ConsumerBusyError, ServiceNotReadyError, ChecksumError,
                 TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, TooManyRequestsError,
                 TopicTerminatedError, ProducerBusyError, InvalidTopicNameError, IncompatibleSchemaError,
-                NotAllowedError,
+                NotAllowedError, ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException,
                 ProducerFencedError, TransactionCoordinatorNotFoundError, InvalidTxnStatusError,
                 TransactionConflictError, TransactionNotFoundError, ExpiredTransactionError)
 }

@@ -12,6 +12,7 @@ from typing import Any
 from pyengine.admin.errors import PRECONDITION_FAILED, AdminError
 from pyengine.admin.names import namespace_name, tenant_name
 from pyengine.admin.policy_routes import add_policy_routes
+from pyengine.admin.routes_backlog_quota import BACKLOG_QUOTA_MAP
 from pyengine.admin.routing import Call, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
@@ -44,7 +45,23 @@ def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
             "schema_validation_enforced": policies.schema_validation_enforced,
             "delayed_delivery_policies": policies.delayed_delivery,
             "message_ttl_in_seconds": policies.message_ttl_seconds,
+            # Pulsar's Policies names; null: the topic's or the broker's applies.
+            "max_producers_per_topic": policies.max_producers_per_topic,
+            "max_consumers_per_topic": policies.max_consumers_per_topic,
+            "max_consumers_per_subscription": policies.max_consumers_per_subscription,
+            "max_unacked_messages_per_consumer": policies.max_unacked_messages_per_consumer,
+            "max_unacked_messages_per_subscription": policies.max_unacked_messages_per_subscription,
+            "backlog_quota_map": policies.backlog_quota_map or {},
             "properties": policies.properties}
+
+
+_LIMIT = {"type": "integer", "nullable": True, "minimum": 0, "description": "null: not set; 0: no limit"}
+# The Policies reply: NAMESPACE_POLICIES with the limits and backlog quotas of the namespace.
+POLICIES_REPLY = {**NAMESPACE_POLICIES, "properties": {
+    **NAMESPACE_POLICIES["properties"],
+    **{name: _LIMIT for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
+                                 "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription")},
+    "backlog_quota_map": BACKLOG_QUOTA_MAP}}
 
 
 def _delayed_delivery(body: Any) -> dict[str, Any] | None:
@@ -95,7 +112,7 @@ async def create_namespace(call: Call) -> None:
 
 
 @routes.add("GET", NAMESPACE_PATH, summary="Get a namespace's policies.", params=(TENANT, NAMESPACE),
-            replies={200: Reply("Policies", NAMESPACE_POLICIES), **errors(404, 412)})
+            replies={200: Reply("Policies", POLICIES_REPLY), **errors(404, 412)})
 async def get_policies(call: Call) -> dict[str, Any]:
     return _policies_json(call.service.policies.policies(_namespace(call)))
 

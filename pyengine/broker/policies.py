@@ -60,6 +60,8 @@ class NamespacePolicies:
     max_producers_per_topic: int | None = None
     max_consumers_per_topic: int | None = None
     max_consumers_per_subscription: int | None = None
+    # Pulsar's backlog_quota_map: BacklogQuota JSON by BacklogQuotaType name (None: none set).
+    backlog_quota_map: dict[str, dict[str, Any]] | None = None
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -179,6 +181,49 @@ class ConnectionLimits:
         check_limit("maxConsumersPerSubscription", self.consumers_per_subscription)
 
 
+BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
+BACKLOG_RETENTION_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
+MAX_LONG = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class BacklogQuota:
+    """Pulsar's BacklogQuota: how many bytes (`limitSize`) or how old (`limitTime`, seconds) a
+    topic's backlog may be (-1: no limit; a destination_storage quota applies its size, a
+    message_age quota its time), and what happens past it (`policy`): new producers are
+    refused (producer_request_hold: the Java client retries; producer_exception: it fails), or
+    the slowest subscriptions are moved forward (consumer_backlog_eviction)."""
+
+    limit_size: int = -1
+    limit_time: int = -1
+    policy: str = "producer_request_hold"
+
+    def __post_init__(self) -> None:
+        for name, value, top in (("limitSize", self.limit_size, MAX_LONG), ("limitTime", self.limit_time, MAX_INT)):
+            if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= top:
+                raise ValueError(f"{name} must be a whole number in [-1, {top}] (-1: no limit), not {value!r}")
+        if self.policy not in BACKLOG_RETENTION_POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(BACKLOG_RETENTION_POLICIES)}, not {self.policy!r}")
+
+    @classmethod
+    def from_json(cls, data: Any) -> BacklogQuota:
+        """The admin API's body, `{"limitSize": bytes, "limitTime": seconds, "policy": name}`
+        (`limit`: the deprecated name of limitSize, as Pulsar still accepts it)."""
+        known = {"limit", "limitSize", "limitTime", "policy"}
+        if not isinstance(data, dict) or set(data) - known:
+            policies = " | ".join(BACKLOG_RETENTION_POLICIES)
+            raise ValueError(f'a backlog quota is {{"limitSize": int, "limitTime": int, "policy": {policies}}}, '
+                             f"not {data!r}")
+        size = data.get("limitSize")
+        if size is None:
+            size = data.get("limit", -1)
+        return cls(size, data.get("limitTime", -1), data.get("policy") or "producer_request_hold")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limit": self.limit_size, "limitSize": self.limit_size, "limitTime": self.limit_time,
+                "policy": self.policy}
+
+
 def check_limit(name: str, value: Any) -> int:
     """A count limit as Pulsar keeps one: an int in [0, 2^31 - 1], 0 meaning no limit."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
@@ -199,7 +244,8 @@ class BrokerPolicies:
                  retention_default: Retention | None = None,
                  delayed_delivery_default: DelayedDelivery | None = None,
                  message_ttl_default: int = 0, unacked_limits_default: UnackedLimits | None = None,
-                 connection_limits_default: ConnectionLimits | None = None) -> None:
+                 connection_limits_default: ConnectionLimits | None = None,
+                 backlog_quota_default: BacklogQuota | None = None) -> None:
         self.env = env
         self._db = env.db("metadata")
         self.deduplication_default = deduplication_default
@@ -208,6 +254,7 @@ class BrokerPolicies:
         self.message_ttl_default = check_message_ttl(message_ttl_default)
         self.unacked_limits_default = unacked_limits_default or UnackedLimits()
         self.connection_limits_default = connection_limits_default or ConnectionLimits()
+        self.backlog_quota_default = backlog_quota_default or BacklogQuota()
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
         self.version = 0                # counts the changes: lets a topic cache what it derived
@@ -463,3 +510,20 @@ class BrokerPolicies:
                 except ValueError:
                     log.warning("ignoring malformed %s %r of %s", topic_key, value, topic)
         return default
+
+    def backlog_quota(self, topic: str, quota_type: str) -> BacklogQuota:
+        """The backlog quota of `quota_type` in force on `topic`: the topic policy's map
+        (`backLogQuotaMap`, Pulsar's TopicPolicies name), else the namespace's
+        (`backlog_quota_map`), else the broker's default (Pulsar's order). A stored quota that
+        does not parse counts as absent."""
+        name = TopicName.parse(topic)
+        namespace = self.policies(name.namespace_name) if self.namespace_exists(name.namespace_name) else None
+        namespace_map = getattr(namespace, "backlog_quota_map", None)
+        for stored in (self.topic_policies(topic).get("backLogQuotaMap"), namespace_map):
+            value = (stored or {}).get(quota_type)
+            if value is not None:
+                try:
+                    return BacklogQuota.from_json(value)
+                except ValueError:
+                    log.warning("ignoring malformed %s backlog quota %r of %s", quota_type, value, topic)
+        return self.backlog_quota_default

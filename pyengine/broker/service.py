@@ -15,9 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyengine.broker.backlog_quota import BacklogQuotaMonitor
 from pyengine.broker.expiry import MessageExpiryMonitor
-from pyengine.broker.policies import (BrokerPolicies, ConnectionLimits, DelayedDelivery, Retention, UnackedLimits,
-                                     check_message_ttl)
+from pyengine.broker.policies import (BacklogQuota, BrokerPolicies, ConnectionLimits, DelayedDelivery, Retention,
+                                     UnackedLimits, check_message_ttl)
 from pyengine.broker.schemas import TopicSchemas
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
@@ -110,6 +111,18 @@ class BrokerConfig:
     max_producers_per_topic: int = 0
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
+    # Backlog quotas where no topic or namespace policy says (Pulsar's backlogQuotaDefaultLimitBytes,
+    # backlogQuotaDefaultLimitSecond, -1: no quota, and backlogQuotaDefaultRetentionPolicy), and
+    # how often loaded topics are checked against theirs (backlogQuotaCheckIntervalInSeconds).
+    backlog_quota_default_limit_bytes: int = -1
+    backlog_quota_default_limit_seconds: int = -1
+    backlog_quota_default_retention_policy: str = "producer_request_hold"
+    backlog_quota_check_interval_s: float = 60.0
+
+    def backlog_quota_default(self) -> BacklogQuota:
+        """The broker's default backlog quota (what BrokerPolicies falls back on)."""
+        return BacklogQuota(self.backlog_quota_default_limit_bytes, self.backlog_quota_default_limit_seconds,
+                            self.backlog_quota_default_retention_policy)
 
     def unacked_limits(self) -> UnackedLimits:
         """The broker's default limits (what BrokerPolicies falls back on)."""
@@ -145,13 +158,14 @@ class BrokerConfig:
                 raise TypeError(f"{name} must be an int, not {value!r}")
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, not {value}")
-        for name in ("retention_check_interval_s", "message_expiry_check_interval_s"):
+        for name in ("retention_check_interval_s", "message_expiry_check_interval_s", "backlog_quota_check_interval_s"):
             interval = getattr(self, name)
             if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
                 raise ValueError(f"{name} must be a number of seconds in (0, 86400], not {interval!r}")
         check_message_ttl(self.ttl_duration_default_seconds)
         self.unacked_limits()
         self.connection_limits()
+        self.backlog_quota_default()
 
 
 class BrokerService:
@@ -167,7 +181,8 @@ class BrokerService:
                                        delayed_delivery_default=config.delayed_delivery_policy(),
                                        message_ttl_default=config.ttl_duration_default_seconds,
                                        unacked_limits_default=config.unacked_limits(),
-                                       connection_limits_default=config.connection_limits())
+                                       connection_limits_default=config.connection_limits(),
+                                       backlog_quota_default=config.backlog_quota_default())
         self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
                                     strategy=config.schema_compatibility_strategy,
                                     allow_auto_update=config.allow_auto_update_schema,
@@ -185,6 +200,7 @@ class BrokerService:
         self._scalable: ScalableTopicService | None = None
         self._retention_check: asyncio.TimerHandle | None = None
         self.message_expiry = MessageExpiryMonitor(self, config.message_expiry_check_interval_s)
+        self.backlog_quotas = BacklogQuotaMonitor(self, config.backlog_quota_check_interval_s)
         self._started = False
         self._closed = False
 
@@ -196,6 +212,7 @@ class BrokerService:
         self._retention_check = asyncio.get_running_loop().call_later(
             self.config.retention_check_interval_s, self._check_retention)
         self.message_expiry.start()
+        self.backlog_quotas.start()
 
     # --- topics ---------------------------------------------------------------------------
 
@@ -360,6 +377,7 @@ class BrokerService:
         if self._retention_check is not None:
             self._retention_check.cancel()
         await self.message_expiry.close()
+        await self.backlog_quotas.close()
         await self.coordinator_v4.close()
         if self.v5 is not None:
             await self.v5.close()

@@ -12,6 +12,7 @@ import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pyengine.broker.backlog_quota import check_new_producer
 from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION, TopicCompaction
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.delayed import deliver_at_time, wall_clock_ms
@@ -133,6 +134,8 @@ class Topic:
         self._check_open()
         if self.ledger.terminated_at is not None:
             raise TopicTerminatedError(f"topic {self.name} is terminated")
+        if getattr(self.service, "policies", None) is not None:
+            check_new_producer(self, name)     # before the producer limit, as Pulsar's handleProducer
         limit = self.connection_limits().producers_per_topic
         if 0 < limit <= len(self.producers):
             raise ProducerBusyError("Topic reached max producers limit")         # Pulsar's words

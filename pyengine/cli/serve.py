@@ -37,7 +37,7 @@ from typing import Any, Callable, Coroutine
 import uvloop
 
 from pyengine.admin import AdminServer
-from pyengine.broker.policies import Retention
+from pyengine.broker.policies import BACKLOG_RETENTION_POLICIES, Retention
 from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.cli.gc_tuning import settled_garbage_collector
 from pyengine.cli.malloc_tuning import keep_freed_heap
@@ -94,6 +94,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-unacked-messages-per-subscription", type=unacked_limit, default=200_000,
                    help="the same for all the consumers of a Shared or Key_Shared subscription together (Pulsar's "
                         "maxUnackedMessagesPerSubscription, 200000; 0: no limit)")
+    p.add_argument("--backlog-quota-default-limit-bytes", type=whole_number(-1, 2**63 - 1, meaning=" (-1: no quota)"),
+                   default=-1, help="a topic's backlog may hold this many bytes where no policy says (Pulsar's "
+                                    "backlogQuotaDefaultLimitBytes; -1, the default: no quota)")
+    p.add_argument("--backlog-quota-default-limit-second", type=whole_number(-1, 2**31 - 1, meaning=" (-1: no quota)"),
+                   default=-1, help="the oldest message of a topic's backlog may be this many seconds old where no "
+                                    "policy says (Pulsar's backlogQuotaDefaultLimitSecond; -1, the default: no quota)")
+    p.add_argument("--backlog-quota-default-retention-policy", default="producer_request_hold",
+                   choices=BACKLOG_RETENTION_POLICIES,
+                   help="what a topic past its default backlog quota does (Pulsar's "
+                        "backlogQuotaDefaultRetentionPolicy, producer_request_hold)")
+    p.add_argument("--backlog-quota-check-interval-seconds", type=positive_seconds, default=60.0,
+                   help="how often topics are checked against their backlog quotas (Pulsar's "
+                        "backlogQuotaCheckIntervalInSeconds: 60)")
     p.add_argument("--scalable-session-ttl", type=positive_seconds, default=10.0,
                    help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
     p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
@@ -263,7 +276,11 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         ttl_duration_default_seconds=args.ttl_duration_default_seconds,
                         message_expiry_check_interval_s=args.message_expiry_check_interval_seconds,
                         max_unacked_messages_per_consumer=args.max_unacked_messages_per_consumer,
-                        max_unacked_messages_per_subscription=args.max_unacked_messages_per_subscription)
+                        max_unacked_messages_per_subscription=args.max_unacked_messages_per_subscription,
+                        backlog_quota_default_limit_bytes=args.backlog_quota_default_limit_bytes,
+                        backlog_quota_default_limit_seconds=args.backlog_quota_default_limit_second,
+                        backlog_quota_default_retention_policy=args.backlog_quota_default_retention_policy,
+                        backlog_quota_check_interval_s=args.backlog_quota_check_interval_seconds)
 
 
 async def run_broker(args: argparse.Namespace) -> None:

@@ -25,8 +25,8 @@ from pyengine.errors import (
     ChecksumError, ConsumerBusyError, ConsumerNotFoundError, ExpiredTransactionError, IncompatibleSchemaError,
     InvalidSubscriptionNameError,
     InvalidTopicNameError, InvalidTransactionKeyError, InvalidTxnStatusError, MetadataError, NotAllowedError,
-    PersistenceError, ProducerBusyError, ProducerFencedError, PulsarError, ServiceNotReadyError,
-    SubscriptionNotFoundError, TooManyRequestsError, TopicNotFoundError, TopicTerminatedError,
+    PersistenceError, ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException, ProducerBusyError,
+    ProducerFencedError, PulsarError, ServiceNotReadyError, SubscriptionNotFoundError, TooManyRequestsError, TopicNotFoundError, TopicTerminatedError,
     TransactionConflictError, TransactionCoordinatorNotFoundError, TransactionNotFoundError,
 )
 
@@ -42,7 +42,8 @@ __all__ = [
     # the broker's errors
     "ChecksumError", "ConsumerBusyError", "ConsumerNotFoundError", "ExpiredTransactionError", "IncompatibleSchemaError",
     "InvalidSubscriptionNameError", "InvalidTopicNameError", "InvalidTransactionKeyError", "InvalidTxnStatusError",
-    "MetadataError", "NotAllowedError", "PersistenceError", "ProducerBusyError", "ProducerFencedError", "PulsarError",
+    "MetadataError", "NotAllowedError", "PersistenceError", "ProducerBlockedQuotaExceededError",
+    "ProducerBlockedQuotaExceededException", "ProducerBusyError", "ProducerFencedError", "PulsarError",
     "ServiceNotReadyError", "SubscriptionNotFoundError", "TooManyRequestsError", "TopicNotFoundError",
     "TopicTerminatedError", "TransactionConflictError", "TransactionCoordinatorNotFoundError",
     "TransactionNotFoundError",

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from pyengine.client.backoff import Backoff
 from pyengine.client.connection import ClientConnection
 from pyengine.errors import (
-    ConsumerBusyError, IncompatibleSchemaError, InvalidTopicNameError, NotAllowedError, ProducerBusyError,
-    ProducerFencedError, SubscriptionNotFoundError, TopicNotFoundError, TopicTerminatedError,
+    ConsumerBusyError, IncompatibleSchemaError, InvalidTopicNameError, NotAllowedError,
+    ProducerBlockedQuotaExceededException, ProducerBusyError, ProducerFencedError, SubscriptionNotFoundError,
+    TopicNotFoundError, TopicTerminatedError,
 )
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
@@ -28,10 +29,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Errors after which creating a producer or consumer is not retried (the C++ client's list).
+# Errors after which creating a producer or consumer is not retried (the C++ client's list;
+# a backlog quota's producer_request_hold is retried, its producer_exception is not).
 FATAL_ERRORS = (ConsumerBusyError, ProducerBusyError, ProducerFencedError, TopicNotFoundError, TopicTerminatedError,
                 NotAllowedError, InvalidTopicNameError, SubscriptionNotFoundError, IncompatibleSchemaError,
-                TypeError, ValueError)
+                ProducerBlockedQuotaExceededException, TypeError, ValueError)
 
 CONNECTING, READY, CLOSING, CLOSED, FAILED = "connecting", "ready", "closing", "closed", "failed"
 
