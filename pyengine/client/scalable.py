@@ -37,7 +37,7 @@ from pyengine.client.consumer import Consumer
 from pyengine.client.errors import AlreadyClosedError, ConnectError, SendOutcomeUnknownError
 from pyengine.client.handler import FAILED
 from pyengine.client.message import Message, MessageId
-from pyengine.client.producer import Producer, _check_message
+from pyengine.client.producer import PartitionProducer, Producer, _check_message
 from pyengine.client.transaction import OPEN
 from pyengine.client.url import parse_broker_url
 from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError,
@@ -250,6 +250,29 @@ def _is_active(segment: SegmentInfo | None) -> bool:
     return segment is not None and segment.is_active
 
 
+def _queues_at_once(part: PartitionProducer, txn: Transaction | None) -> bool:
+    """Whether `part` queues a send handed to it now at once, taking its place in the segment's
+    send order. A full queue (block_if_queue_full) keeps a send waiting for room, unqueued; a
+    transactional one also waits, held unqueued, behind the transactional messages held there
+    (`submit_in_txn`), which plain sends do not."""
+    if txn is not None and part._held:
+        return False
+    return not (part.options.block_if_queue_full and part.queue_full)
+
+
+async def _room_in(part: PartitionProducer, txn: Transaction | None) -> None:
+    """Wait until `part` queues a send at once (see `_queues_at_once`); a full queue that does
+    not block raises ProducerQueueIsFullError, as the send would."""
+    while True:
+        submitter = part._held_submitter
+        if txn is not None and part._held and submitter is not None:
+            await asyncio.wait([submitter])     # it submits what is held, then ends
+        elif part.queue_full:
+            await part.wait_for_space()
+        else:
+            return
+
+
 class ScalableProducer:
     """Sends to the active segment owning each key; re-routes after splits and merges.
 
@@ -263,7 +286,10 @@ class ScalableProducer:
     layout shows it sealed, the sends of keys in its range wait (`_Turn`s, per key in send
     order, the refused ones back at their place); then they go, one after the other for each
     key, to the segment the layout gives them. Nothing of this runs while nothing drains: a
-    send then goes straight to its segment's producer.
+    send then goes straight to its segment's producer — unless that producer cannot queue it
+    at once (its queue full, or, for a transactional send, transactional messages held there
+    unqueued): it then holds a turn until queued, so the key's next sends, transactional or
+    not, do not overtake it there.
 
     A send refused for another reason fails; one whose outcome is unknown (its connection
     broke, then the segment was found terminated) fails with SendOutcomeUnknownError rather
@@ -301,21 +327,37 @@ class ScalableProducer:
         return active[next(self._round_robin) % len(active)]
 
     async def _producer(self, segment: SegmentInfo) -> Producer:
-        producer = self._producers.get(segment.segment_id)
+        """The producer of `segment`, opened once for all its senders. The opening is not any
+        sender's: one cancelled meanwhile (the first included) leaves it to finish and be stored
+        for the next senders, rather than dropping an open producer that nothing closes."""
+        sid = segment.segment_id
+        producer = self._producers.get(sid)
         if producer is not None:
             return producer
-        opening = self._opening.get(segment.segment_id)
+        opening = self._opening.get(sid)
         if opening is None:
-            opening = asyncio.ensure_future(
-                self._client.create_producer(segment.topic_name(self.watch.topic_name), **self._options))
-            self._opening[segment.segment_id] = opening
-            try:
-                producer = await opening
-                self._producers[segment.segment_id] = producer
-                return producer
-            finally:
-                del self._opening[segment.segment_id]
+            opening = asyncio.get_running_loop().create_task(self._open_producer(segment))
+            self._opening[sid] = opening
+            self._tasks.add(opening)                # close() waits for it
+            opening.add_done_callback(self._opened)
         return await asyncio.shield(opening)
+
+    async def _open_producer(self, segment: SegmentInfo) -> Producer:
+        sid = segment.segment_id
+        try:
+            producer = await self._client.create_producer(segment.topic_name(self.watch.topic_name), **self._options)
+        finally:
+            del self._opening[sid]
+        if self._closed:                            # closed while it opened: close() did not see it
+            await producer.close()
+            raise AlreadyClosedError(f"the producer on {self.topic} is closed")
+        self._producers[sid] = producer
+        return producer
+
+    def _opened(self, opening: asyncio.Task[Producer]) -> None:
+        self._tasks.discard(opening)
+        if not opening.cancelled():
+            opening.exception()                     # retrieved: its senders may all be gone
 
     async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
                    txn: Transaction | None = None) -> tuple[int, MessageId]:
@@ -373,14 +415,18 @@ class ScalableProducer:
                     producer = self._producers.get(sid)
                     if producer is None:
                         producer = await self._producer(segment)    # TopicTerminated here: not sent
+                    part = producer._partitions[0]
+                    if turn is None and not _queues_at_once(part, txn):
+                        # it would wait in the segment's producer, unqueued: the key's next sends
+                        # wait behind it (a turn, the key's first), rather than overtake it there
+                        turn = self._wait(order, key)
                     if turn is None:
                         submitted = producer
                         if txn is None:
                             return sid, await producer.send(data, key=key, properties=properties)
                         return sid, await producer._send_in_txn_untracked(data, key, properties, txn)
                     # its turn: queued in the segment's producer now, then the key's next send may go
-                    if txn is None:
-                        await producer._partitions[0].wait_for_space()
+                    await _room_in(part, txn)
                     sent = producer.send_async(data, key=key, properties=properties) if txn is None \
                         else producer._send_in_txn_untracked(data, key, properties, txn)
                     submitted = producer
@@ -435,6 +481,10 @@ class ScalableProducer:
             while not turn.ready.done() and loop.time() < deadline:
                 await asyncio.wait([turn.ready], timeout=min(REPUMP_S, max(deadline - loop.time(), 0)))
                 if not turn.ready.done():
+                    if not self._draining:
+                        # only behind the key's earlier send, waiting for room in its segment's
+                        # producer: as a send blocked there, no deadline (the timeout is the drains')
+                        deadline = loop.time() + timeout
                     # Ask again: a wake-up this send missed must not hold it (and its key) until
                     # the timeout; the pump lets only the key's first send go, and only if no
                     # draining segment holds the key back.
