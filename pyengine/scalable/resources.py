@@ -6,7 +6,7 @@
     /topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/consumers/{c} ConsumerRegistration JSON
     /topics/{tenant}/{namespace}/{topic}/operation                         the split/merge in progress
     /topics/{tenant}/{namespace}/{topic}/segments/{segmentId}              the broker owning the segment
-    /topics/{tenant}/{namespace}/{topic}/deleting                          the topic is being deleted
+    /topics/{tenant}/{namespace}/{topic}/deleting                          the topic is being (or was) deleted
     /brokers/{serviceUrl}                                                  a live broker's URLs (ephemeral)
 
 The last four paths are ours. A segment topic lives in the data dir of the broker that created
@@ -16,7 +16,10 @@ or merge it is about to run before its first step and clears it after the last, 
 takes over after a crash knows what to complete or roll back (see controller.py). Every change
 of it is a compare-and-set on the version its writer holds — this fences a deposed leader — and
 it is cleared to `{}` rather than deleted, so its version never starts again at 0 (a leader
-clearing "its" version can never hit a newer operation's record). Path parts are percent-encoded (Pulsar's
+clearing "its" version can never hit a newer operation's record). The deleting marker outlives the
+topic (a tombstone, removed when a topic of that name is created again): a deposed leader's create
+of a segment landing after the deletion is refused, where a segment of a name that never was a
+scalable topic (the Segments API used alone) is not. Path parts are percent-encoded (Pulsar's
 `encodedTopicName`), so a name never adds a level.
 """
 
@@ -154,6 +157,12 @@ class ScalableTopicResources:
             await self.store.create(self.topic_path(topic), layout.to_json_bytes())
         except AlreadyExistsError:
             raise ScalableTopicExistsError(f"scalable topic {topic} already exists") from None
+        # a previous incarnation's tombstone, removed only now that the layout fences instead
+        # (no moment without either, when a late create of the old topic would be let through)
+        try:
+            await self.store.delete(self.deleting_path(topic))
+        except NotFoundError:
+            pass
 
     async def load(self, topic: TopicName) -> tuple[SegmentLayout, int]:
         """The layout and the version of its record."""
@@ -174,7 +183,15 @@ class ScalableTopicResources:
         return record.version
 
     async def delete(self, topic: TopicName) -> None:
-        await self.store.delete_recursive(self.topic_path(topic))
+        """Remove the topic's records but its deleting marker, which stays as its tombstone."""
+        path = self.topic_path(topic)
+        for child in await self.store.get_children(path):
+            if f"{path}/{child}" != self.deleting_path(topic):
+                await self.store.delete_recursive(f"{path}/{child}")
+        try:
+            await self.store.delete(path)
+        except NotFoundError:
+            pass
 
     async def list(self, namespace: str) -> list[str]:
         names = []
@@ -207,9 +224,10 @@ class ScalableTopicResources:
     async def keeps_segment(self, segment: TopicName) -> bool | None:
         """Whether the controller's decisions keep the segment: it is in the layout, or it is a
         child of the split or merge in progress that no leader is rolling back; None when there
-        is no such scalable topic (a segment made through the Segments API alone). The operation
-        is read before the layout: an operation that completes between the two reads has its
-        children in the layout by the time the layout is read."""
+        is no such scalable topic and never was (a segment made through the Segments API alone);
+        False for a deleted one (its tombstone). The operation is read before the layout: an
+        operation that completes between the two reads has its children in the layout by the
+        time the layout is read."""
         topic = segment.scalable_topic
         operation = await self.pending_operation(topic)
         if operation is not None and operation.phase != ROLLING_BACK and segment.segment_id in operation.child_ids:
@@ -217,7 +235,7 @@ class ScalableTopicResources:
         try:
             layout, _ = await self.load(topic)
         except ScalableTopicNotFoundError:
-            return None
+            return False if await self.is_deleting(topic) else None
         return segment.segment_id in layout.all_segments
 
     @classmethod
@@ -225,7 +243,8 @@ class ScalableTopicResources:
         return f"{cls.topic_path(topic)}/deleting"
 
     async def mark_deleting(self, topic: TopicName) -> None:
-        """The topic is being deleted: its segment topics may go (removed with the topic)."""
+        """The topic is being deleted: its segment topics may go, none may be created (kept
+        after the topic as its tombstone)."""
         await self.store.put(self.deleting_path(topic), b"")
 
     async def is_deleting(self, topic: TopicName) -> bool:
@@ -235,6 +254,18 @@ class ScalableTopicResources:
         try:
             await self.store.delete(self.owner_path(segment))
         except NotFoundError:
+            pass
+
+    async def forget_own_record(self, segment: TopicName, broker_url: str) -> None:
+        """Forget the segment's owner record if it names `broker_url` (a record another broker
+        claimed stays; it cannot be re-claimed between the read and the delete: a claim only
+        creates)."""
+        record = await self.store.get(self.owner_path(segment))
+        if record is None or record.value.decode() != broker_url:
+            return
+        try:
+            await self.store.delete(self.owner_path(segment), record.version)
+        except (NotFoundError, BadVersionError):
             pass
 
     @staticmethod

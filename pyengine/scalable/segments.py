@@ -84,9 +84,35 @@ def _check_segment(segment: str) -> str:
     return str(name)
 
 
-# one per BrokerService (all the LocalSegments on it): a fenced create or delete checks the
-# metadata store and acts while holding it
-_FENCE_LOCKS: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
+class _FenceLock:
+    """A segment's fence lock and how many hold it or wait for it (dropped when none does)."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+# per BrokerService (all the LocalSegments on it), one per segment: a fenced create or delete
+# checks the metadata store and acts while holding its segment's lock
+_FENCE_LOCKS: weakref.WeakKeyDictionary[Any, dict[str, _FenceLock]] = weakref.WeakKeyDictionary()
+
+
+@asynccontextmanager
+async def _segment_lock(broker: Any, segment: str) -> AsyncIterator[None]:
+    locks = _FENCE_LOCKS.get(broker)
+    if locks is None:
+        locks = _FENCE_LOCKS[broker] = {}
+    fence = locks.get(segment)
+    if fence is None:
+        fence = locks[segment] = _FenceLock()
+    fence.users += 1
+    try:
+        async with fence.lock:
+            yield
+    finally:
+        fence.users -= 1
+        if fence.users == 0:
+            del locks[segment]
 
 
 class LocalSegments:
@@ -98,10 +124,14 @@ class LocalSegments:
     a split it retried and completed. So the broker acts on the decision recorded in the store,
     not on the sender's word: it creates a segment only while the store keeps it (in the layout,
     or a child of the operation in progress that no leader rolls back) and deletes one only
-    while it does not (or the topic is being deleted) — checked and done under one lock per
-    broker. A leader changes the record (claims the operation, begins the next one) before it
-    sends its own create or delete, and those wait for the lock: a late request either acted
-    before them or sees the new record and is refused (SegmentFencedError). A segment of no
+    while it does not (or the topic is being deleted), and creates none of a topic being (or
+    once) deleted — checked and done under the segment's lock on this broker. A leader changes
+    the record (claims the operation, begins the next one, marks the topic deleting) before it
+    sends its own create or delete of that segment, and those wait for the lock: a late request
+    either acted before them or sees the new record and is refused (SegmentFencedError). Only
+    requests for the same segment can undo each other (the check reads only what keeps that
+    segment), so other segments' creates and deletes do not wait. A refused create forgets the
+    owner record its sender claimed for this broker (nothing of it is here). A segment of no
     scalable topic (the Segments API used alone) is not fenced.
     """
 
@@ -113,19 +143,19 @@ class LocalSegments:
 
     @asynccontextmanager
     async def _fenced(self, segment: str, *, creating: bool) -> AsyncIterator[None]:
-        """Hold the broker's fence lock while the controller's decision allows the change."""
+        """Hold the segment's fence lock while the controller's decision allows the change."""
         if self.resources is None:
             yield
             return
-        lock = _FENCE_LOCKS.get(self.broker)
-        if lock is None:
-            lock = _FENCE_LOCKS[self.broker] = asyncio.Lock()
-        async with lock:
+        async with _segment_lock(self.broker, segment):
             name = TopicName.parse(segment)
             kept = await self.resources.keeps_segment(name)
-            if creating and kept is False:
+            if creating and (kept is False or await self.resources.is_deleting(name.scalable_topic)):
+                if self.url and not self.broker.topic_exists(segment):
+                    # the sender claimed this broker before sending: a later create must not reuse it
+                    await self.resources.forget_own_record(name, self.url)
                 raise SegmentFencedError(f"segment {segment} is neither in the layout nor a child of the split or "
-                                         "merge in progress: not created")
+                                         "merge in progress, or its topic is deleted: not created")
             if not creating and kept is True and not await self.resources.is_deleting(name.scalable_topic):
                 raise SegmentFencedError(f"segment {segment} is in the layout or a child of the split or merge in "
                                          "progress: not deleted")
@@ -291,10 +321,13 @@ class RoutedSegments:
         owner = await self._owner(segment)
         if owner == self.url:
             await self.local.delete(segment)            # forgets the owner, fenced
-        elif (await self._remote(owner, "GET", segment)).get("exists"):
-            await self._remote(owner, "DELETE", segment)          # the same on the owner
-        elif await self.resources.keeps_segment(TopicName.parse(segment)) is not True:
-            await self.resources.forget_owner(TopicName.parse(segment))     # nothing there to delete
+        else:
+            # the same on the owner, even when the segment is absent there: the owner record is
+            # forgotten under the owner's fence lock, after a create of it in flight there
+            try:
+                await self._remote(owner, "DELETE", segment)
+            except TopicNotFoundError:
+                pass                                    # it was absent: done all the same
         self._owners.pop(_check_segment(segment), None)
 
     async def create_subscription(self, segment: str, subscription: str) -> None:

@@ -137,10 +137,19 @@ class ScalableTopicService:
 
     async def delete_topic(self, topic: str | TopicName) -> None:
         name = scalable_topic_name(topic)
-        layout, _ = await self.resources.load(name)
+        await self.resources.load(name)              # ScalableTopicNotFoundError
         await self.release(name)
         await self.resources.mark_deleting(name)     # the segments' brokers may now delete them
-        for segment in layout.all_segments.values():
+        # read once marked (no segment is created any more), the operation before the layout (as
+        # keeps_segment): every segment created is in one of them, the children of a split or
+        # merge in progress too
+        operation = await self.resources.pending_operation(name)
+        layout, _ = await self.resources.load(name)
+        segments = dict(layout.all_segments)
+        if operation is not None:
+            target = operation.target_layout
+            segments.update({child: target.segment(child) for child in operation.child_ids})
+        for segment in segments.values():
             try:
                 await self.segments.delete(segment.topic_name(name))
             except Exception:            # best effort, as Pulsar
