@@ -253,10 +253,16 @@ class PartitionProducer(ConnectionHandler):
         self.last_sequence_id_published = -1
         self._pending: deque[_SendOp] = deque()
         self._pending_messages = 0
+        # Sends blocked on a full queue, in send order (FIFO): each freed slot wakes the first
+        # one only, and is kept for it (`_space_granted`) until it runs, so that no later send
+        # takes it meanwhile.
         self._space_waiters: deque[asyncio.Future[None]] = deque()
-        # Sends of transactions held before they take a sequence id, in send order: behind a
-        # full queue or a failed registration. (registration, result, message, when handed in)
-        self._held: deque[tuple[asyncio.Future[None], asyncio.Future[MessageId], tuple[Any, ...], float]] = deque()
+        self._space_granted = 0
+        # Sends held before they take a sequence id, in send order: those of transactions behind
+        # a full queue or a failed registration, and every send made while some are held (a
+        # plain one's registration is None). (registration, result, message, when handed in)
+        self._held: deque[tuple[asyncio.Future[None] | None, asyncio.Future[MessageId], tuple[Any, ...],
+                                float]] = deque()
         self._held_submitter: asyncio.Future[None] | None = None
         # Sends built while their transaction's ADD_PARTITION_TO_TXN was unanswered, and every
         # send after them (sequence order is wire order): written once it succeeds.
@@ -321,24 +327,55 @@ class PartitionProducer(ConnectionHandler):
 
     @property
     def queue_full(self) -> bool:
+        """Whether a send made now finds no room: the slots kept for woken waiters count as taken."""
         batch = self._batch
         batched = len(batch) if batch is not None else 0
-        return self._pending_messages + batched >= self.options.max_pending_messages
+        return self._pending_messages + batched + self._space_granted >= self.options.max_pending_messages
 
     async def wait_for_space(self) -> None:
-        while self.queue_full:
-            if not self.options.block_if_queue_full:
-                raise ProducerQueueIsFullError(f"{self}: {self.options.max_pending_messages} messages pending")
-            waiter = self._loop.create_future()
-            self._space_waiters.append(waiter)
-            await waiter
+        """Return when the queue has room for one more send (the caller queues it right away),
+        the senders blocked here served in FIFO order; ProducerQueueIsFullError at once if it is
+        full and the producer does not block."""
+        if not self.queue_full:
+            return
+        if not self.options.block_if_queue_full:
+            raise ProducerQueueIsFullError(f"{self}: {self.options.max_pending_messages} messages pending")
+        waiter = self._loop.create_future()
+        self._space_waiters.append(waiter)
+        while True:
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.cancelled():
+                    try:
+                        self._space_waiters.remove(waiter)
+                    except ValueError:
+                        pass                    # a wake-up passed it by already
+                else:                           # woken, then cancelled: its slot goes to the next one
+                    self._space_granted -= 1
+                    self._wake_space_waiters()
+                raise
+            self._space_granted -= 1
             self._check_usable()
+            if not self.queue_full:
+                if self._space_waiters:
+                    # should this send not be queued after all (its submit fails), the next
+                    # waiter gets the slot: no receipt may come to free another one
+                    self._loop.call_soon(self._wake_space_waiters)
+                return
+            # its slot was taken all the same (a chunked message takes one per chunk): first again
+            waiter = self._loop.create_future()
+            self._space_waiters.appendleft(waiter)
 
     def _wake_space_waiters(self) -> None:
-        while self._space_waiters and not self.queue_full:
-            waiter = self._space_waiters.popleft()
+        """Wake as many waiters as there are free slots, the first ones (not every waiter: the
+        others would only find the queue full again)."""
+        waiters = self._space_waiters
+        while waiters and not self.queue_full:
+            waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                self._space_granted += 1
 
     def submit(self, payload: bytes, key: str | None, properties: dict[str, str], event_time: int | None,
                sequence_id: int | None, txn: Transaction | None,
@@ -416,9 +453,20 @@ class PartitionProducer(ConnectionHandler):
                                    deliver_at=deliver_at)
             if not Transaction._failed(registration):
                 return self.submit(payload, key, properties, event_time, sequence_id, txn, deliver_at=deliver_at)
+        return self._hold(registration, (payload, key, properties, event_time, sequence_id, txn, deliver_at, None))
+
+    def submit_behind_held(self, payload: bytes, key: str | None, properties: dict[str, str],
+                           event_time: int | None, sequence_id: int | None, deliver_at: int | None = None,
+                           ordering_key: bytes | None = None) -> asyncio.Future[MessageId]:
+        """Queue a message without a transaction behind the held ones (call it while `_held` is
+        not empty): it takes its sequence id and its place after them, as it was sent after them
+        (Pulsar's clients keep a producer's send order; the broker's de-duplication relies on it).
+        One given up (its future cancelled) while held is not sent."""
+        return self._hold(None, (payload, key, properties, event_time, sequence_id, None, deliver_at, ordering_key))
+
+    def _hold(self, registration: asyncio.Future[None] | None, message: tuple[Any, ...]) -> asyncio.Future[MessageId]:
         result: asyncio.Future[MessageId] = self._loop.create_future()
-        self._held.append((registration, result, (payload, key, properties, event_time, sequence_id, txn,
-                                                  deliver_at), self._loop.time()))
+        self._held.append((registration, result, message, self._loop.time()))
         if self._held_submitter is None:
             self._held_submitter = asyncio.ensure_future(self._submit_held())
         return result
@@ -427,9 +475,9 @@ class PartitionProducer(ConnectionHandler):
         try:
             while self._held:
                 registration = self._held[0][0]
-                if not registration.done():
+                if registration is not None and not registration.done():
                     await asyncio.wait((registration,))
-                failure = _failure(registration)
+                failure = _failure(registration) if registration is not None else None
                 # Every message held behind this registration, in order, checked once for it.
                 first_held_at = self._held[0][3]
                 while self._held and self._held[0][0] is registration:
@@ -437,13 +485,16 @@ class PartitionProducer(ConnectionHandler):
                     if failure is not None:
                         if not result.done():
                             result.set_exception(failure)
-                    else:
+                    elif registration is not None or not result.cancelled():
                         try:
                             if self.queue_full:
                                 await self.wait_for_space()
-                            *fields, deliver_at = message
-                            # the receipt settles `result` itself
-                            self.submit(*fields, future=result, deliver_at=deliver_at)
+                            # a plain send given up meanwhile is not sent (as one blocked on the queue)
+                            if registration is not None or not result.cancelled():
+                                *fields, deliver_at, ordering_key = message
+                                # the receipt settles `result` itself
+                                self.submit(*fields, future=result, deliver_at=deliver_at,
+                                            ordering_key=ordering_key)
                         except Exception as exc:
                             if not result.done():
                                 result.set_exception(exc)
@@ -757,10 +808,15 @@ class PartitionProducer(ConnectionHandler):
             for future in op.futures:
                 if not future.done():
                     future.set_exception(error)
-        for waiter in self._space_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._space_waiters.clear()
+        if self.state in _UNUSABLE:
+            # every waiter wakes, to find the producer unusable
+            for waiter in self._space_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+                    self._space_granted += 1
+            self._space_waiters.clear()
+        else:
+            self._wake_space_waiters()          # (send timeout) room for some of them
 
     # --- flush / close --------------------------------------------------------------------
 
@@ -851,6 +907,8 @@ class Producer:
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         producer = self._partition_for(key)
         if txn is None:
+            if producer._held:                  # sends made before this one wait there: it goes behind them
+                return await producer.submit_behind_held(payload, key, props, event_time, sequence_id, delay)
             await producer.wait_for_space()
             return await producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay)
         return await self._submit_in_txn(producer, payload, key, props, event_time, sequence_id, txn, delay)
@@ -861,6 +919,8 @@ class Producer:
         C++ client's dead letter producer does (`ordering_key` is not part of `send`)."""
         payload, props = _check_message(data, key, properties, None, None, None)
         producer = self._partition_for(key)
+        if producer._held:
+            return await producer.submit_behind_held(payload, key, props, None, None, ordering_key=ordering_key)
         await producer.wait_for_space()
         return await producer.submit(payload, key, props, None, None, None, ordering_key=ordering_key)
 
@@ -899,9 +959,10 @@ class Producer:
                    deliver_after: datetime.timedelta | None = None,
                    deliver_at: int | None = None) -> asyncio.Future[MessageId]:
         """Queue a message without waiting; `callback(error, message_id)` runs when it is settled.
-        Without a transaction the message takes its sequence id now (send order is kept);
-        a full queue raises ProducerQueueIsFullError instead of blocking. `deliver_after` /
-        `deliver_at` as in `send`."""
+        Without a transaction the message takes its sequence id now, or behind the sends of
+        transactions the producer holds (send order is kept); a full queue (the free slots kept
+        for sends blocked on it count as taken) raises ProducerQueueIsFullError instead of
+        blocking. `deliver_after` / `deliver_at` as in `send`."""
         payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         if callback is not None and not callable(callback):
@@ -910,7 +971,10 @@ class Producer:
             producer = self._partition_for(key)
             if producer.queue_full:
                 raise ProducerQueueIsFullError(f"{producer}: {producer.options.max_pending_messages} messages pending")
-            future = producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay)
+            if producer._held:                  # sends made before this one wait there: it goes behind them
+                future = producer.submit_behind_held(payload, key, props, event_time, sequence_id, delay)
+            else:
+                future = producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay)
         else:
             future = self._submit_in_txn(self._partition_for(key), payload, key, props, event_time, sequence_id, txn,
                                          delay)

@@ -250,22 +250,21 @@ def _is_active(segment: SegmentInfo | None) -> bool:
     return segment is not None and segment.is_active
 
 
-def _queues_at_once(part: PartitionProducer, txn: Transaction | None) -> bool:
+def _queues_at_once(part: PartitionProducer) -> bool:
     """Whether `part` queues a send handed to it now at once, taking its place in the segment's
-    send order. A full queue (block_if_queue_full) keeps a send waiting for room, unqueued; a
-    transactional one also waits, held unqueued, behind the transactional messages held there
-    (`submit_in_txn`), which plain sends do not."""
-    if txn is not None and part._held:
+    send order. A full queue (block_if_queue_full) keeps a send waiting for room, unqueued, and
+    any send waits, held unqueued, behind the messages held there (`submit_in_txn`)."""
+    if part._held:
         return False
     return not (part.options.block_if_queue_full and part.queue_full)
 
 
-async def _room_in(part: PartitionProducer, txn: Transaction | None) -> None:
+async def _room_in(part: PartitionProducer) -> None:
     """Wait until `part` queues a send at once (see `_queues_at_once`); a full queue that does
     not block raises ProducerQueueIsFullError, as the send would."""
     while True:
         submitter = part._held_submitter
-        if txn is not None and part._held and submitter is not None:
+        if part._held and submitter is not None:
             await asyncio.wait([submitter])     # it submits what is held, then ends
         elif part.queue_full:
             await part.wait_for_space()
@@ -416,7 +415,7 @@ class ScalableProducer:
                     if producer is None:
                         producer = await self._producer(segment)    # TopicTerminated here: not sent
                     part = producer._partitions[0]
-                    if turn is None and not _queues_at_once(part, txn):
+                    if turn is None and not _queues_at_once(part):
                         # it would wait in the segment's producer, unqueued: the key's next sends
                         # wait behind it (a turn, the key's first), rather than overtake it there
                         turn = self._wait(order, key)
@@ -426,7 +425,7 @@ class ScalableProducer:
                             return sid, await producer.send(data, key=key, properties=properties)
                         return sid, await producer._send_in_txn_untracked(data, key, properties, txn)
                     # its turn: queued in the segment's producer now, then the key's next send may go
-                    await _room_in(part, txn)
+                    await _room_in(part)
                     sent = producer.send_async(data, key=key, properties=properties) if txn is None \
                         else producer._send_in_txn_untracked(data, key, properties, txn)
                     submitted = producer
