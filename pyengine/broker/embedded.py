@@ -21,7 +21,9 @@ import asyncio
 import contextlib
 import datetime
 import itertools
+import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,10 +33,20 @@ from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Producer, Topic
 from pyengine.broker.transactions import append_condition
+from pyengine.client.consumer import ConsumerBatchReceivePolicy, check_batch_receive_policy
+from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
+from pyengine.client.pattern import (
+    MultiTopicsConsumer, check_discovery_period, check_topic_list, parse_topics_pattern,
+)
 from pyengine.client.producer import check_delivery
+from pyengine.client.validation import (
+    check_consumer_type, check_initial_position, check_int, check_name, check_timeout, check_topic,
+)
+from pyengine.naming import TopicName
 from pyengine.errors import InvalidTxnStatusError, NotAllowedError, PulsarError, to_pulsar_error
+from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
 from pyengine.storage.entry import headers_and_payload
@@ -43,11 +55,15 @@ from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position, TxnId, ackset_new
 
-INITIAL_POSITIONS = ("earliest", "latest")
-
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class ClosedError(AlreadyClosedError, NotAllowedError):
+    """A closed producer, consumer or reader was used: `pyengine.client`'s AlreadyClosedError
+    (what a MultiTopicsConsumer takes for a topic's consumer closed under it), and the
+    NotAllowedError the embedded API raised for it before."""
 
 
 class Broker:
@@ -69,55 +85,142 @@ class Broker:
             await service.close()
 
 
+class _EmbeddedCore:
+    """What a MultiTopicsConsumer asks of the network client's core (`ClientCore`), answered
+    in-process: the topics of a namespace (as the broker answers GET_TOPICS_OF_NAMESPACE),
+    and forgetting a consumer once it is closed."""
+
+    def __init__(self, client: EmbeddedClient) -> None:
+        self._client = client
+
+    async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
+        return lookup.topics_of_namespace(self._client.service, namespace, mode)
+
+    def forget(self, closed: object) -> None:
+        if closed in self._client._consumers:
+            self._client._consumers.remove(closed)  # type: ignore[arg-type]
+
+
 class EmbeddedClient:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
-        self._consumers: list[EmbeddedConsumer] = []
+        self._consumers: list[EmbeddedConsumer | MultiTopicsConsumer] = []
         self._producers: list[EmbeddedProducer] = []
         self._next_coordinator = itertools.count()
 
-    async def create_producer(self, topic: str, *, producer_name: str | None = None) -> EmbeddedProducer:
-        loaded = await self.service.get_topic(topic)
-        producer = EmbeddedProducer(self, loaded, loaded.add_producer(producer_name))
+    async def _attachable_topic(self, name: str) -> Topic:
+        """The topic `name`, refused if it is a partitioned topic's base name (NotAllowedError,
+        as the broker refuses it over the network): loading it would make a stray topic of
+        that name. Producers, consumers and readers attach to its partitions."""
+        lookup.check_attachable(self.service, TopicName.parse(check_topic(name)))
+        return await self.service.get_topic(name)
+
+    async def create_producer(self, topic: str, *, producer_name: str | None = None,
+                              initial_sequence_id: int | None = None,
+                              initial_subscription_name: str | None = None) -> EmbeddedProducer:
+        """A producer on `topic`. As in `pyengine.client`: `initial_sequence_id`, the sequence
+        id before the first send's (otherwise it goes on after what the broker has under the
+        producer's name); `initial_subscription_name`, a durable subscription created at the
+        earliest position with the producer if the topic has none of that name."""
+        check_topic(topic)
+        check_name("producer_name", producer_name, optional=True)
+        if initial_sequence_id is not None:
+            check_int("initial_sequence_id", initial_sequence_id, -1)
+        check_name("initial_subscription_name", initial_subscription_name, optional=True)
+        loaded = await self._attachable_topic(topic)
+        attached = loaded.add_producer(producer_name)
+        if initial_subscription_name is not None and initial_subscription_name not in loaded.subscriptions:
+            try:
+                await loaded.open_subscription(initial_subscription_name, "earliest")
+            except Exception as exc:
+                loaded.remove_producer(attached)
+                error = to_pulsar_error(exc)
+                raise type(error)(f"Failed to create the initial subscription: {error}") from exc
+        producer = EmbeddedProducer(self, loaded, attached, initial_sequence_id)
         self._producers.append(producer)
         return producer
 
-    async def subscribe(self, topic: str, subscription_name: str, *, consumer_type: str = "exclusive",
+    async def subscribe(self, topic: str | list[str] | re.Pattern[str], subscription_name: str, *,
+                        consumer_type: str = "exclusive",
                         initial_position: str = "latest", receiver_queue_size: int = 1000,
                         consumer_name: str | None = None, priority: int = 0,
                         negative_ack_redelivery_delay_ms: int = 60_000,
-                        read_compacted: bool = False) -> EmbeddedConsumer:
+                        read_compacted: bool = False, pattern_auto_discovery_period: float = 60,
+                        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+                        ) -> EmbeddedConsumer | MultiTopicsConsumer:
         """Attach a consumer; `negative_ack_redelivery_delay_ms` as in `pyengine.client` and
         Pulsar's clients (a negatively acknowledged message comes back after it; 0: at once).
         `read_compacted`: the compacted view up to the compaction horizon, then the topic after
-        it (Exclusive and Failover subscriptions only: NotAllowedError otherwise, as Pulsar)."""
+        it (Exclusive and Failover subscriptions only: NotAllowedError otherwise, as Pulsar).
+        `batch_receive_policy` (ConsumerBatchReceivePolicy, or pulsar-client's): when
+        `batch_receive()` returns, as in `pyengine.client`.
+
+        As `pyengine.client`, `topic` may also be a list of topics or a compiled regex (the
+        topics of one namespace whose name matches it in full): then the consumer is a
+        `pyengine.client.pattern.MultiTopicsConsumer` over one consumer per topic with these
+        options; a pattern's topics are looked for again every `pattern_auto_discovery_period`
+        seconds."""
+        pattern = topics = None
+        if isinstance(topic, re.Pattern):
+            pattern = parse_topics_pattern(topic)
+            period = check_discovery_period(pattern_auto_discovery_period)
+        elif isinstance(topic, (list, tuple)):
+            topics = check_topic_list(topic)
+        else:
+            check_topic(topic)
+        # checked before any topic is subscribed (a pattern may match none yet), as pyengine.client
+        check_name("subscription_name", subscription_name)
+        check_name("consumer_name", consumer_name, optional=True)
+        consumer_type = check_consumer_type(consumer_type)
+        initial_position = check_initial_position(initial_position)
+        check_int("receiver_queue_size", receiver_queue_size, 1)
+        check_int("priority", priority, 0)
         _check_read_compacted(read_compacted)
-        if initial_position not in INITIAL_POSITIONS:
-            raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
-        if receiver_queue_size < 1:
-            raise ValueError("receiver_queue_size must be >= 1")
         delay = negative_ack_redelivery_delay_ms
         if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
             raise ValueError(f"negative_ack_redelivery_delay_ms must be an int >= 0, not {delay!r}")
-        loaded = await self.service.get_topic(topic)
-        consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, negative_ack_delay_ms=delay)
-        broker_side = Consumer(consumer, name=consumer_name, priority=priority)
-        subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
-                                              initial_position=initial_position, read_compacted=read_compacted)
-        consumer._attach(subscription, broker_side)
+        policy = check_batch_receive_policy(batch_receive_policy)
+
+        async def subscribe_one(name: str) -> EmbeddedConsumer:
+            loaded = await self._attachable_topic(name)
+            consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, negative_ack_delay_ms=delay,
+                                        batch_receive_policy=policy)
+            broker_side = Consumer(consumer, name=consumer_name, priority=priority)
+            subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
+                                                  initial_position=initial_position, read_compacted=read_compacted)
+            consumer._attach(subscription, broker_side)
+            return consumer
+
+        if pattern is not None or topics is not None:
+            # The network client's class, over embedded consumers (they share its API).
+            multi = MultiTopicsConsumer(_EmbeddedCore(self), subscription_name,  # type: ignore[arg-type]
+                                        subscribe_one, receiver_queue_size,  # type: ignore[arg-type]
+                                        pattern, period if pattern is not None else 60.0,
+                                        batch_receive_policy=policy)
+            await multi._start(topics)
+            self._consumers.append(multi)
+            return multi
+        consumer = await subscribe_one(topic)  # type: ignore[arg-type]
         self._consumers.append(consumer)
         return consumer
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *,
-                            receiver_queue_size: int = 1000, read_compacted: bool = False) -> EmbeddedConsumer:
+                            receiver_queue_size: int = 1000, reader_name: str | None = None,
+                            read_compacted: bool = False) -> EmbeddedConsumer:
         """A reader: a non-durable exclusive subscription starting at `start_message_id`
         (inclusive; MessageId.earliest / MessageId.latest allowed). `read_compacted`: the
         compacted view up to the compaction horizon (from its start for MessageId.earliest),
-        then the topic after it."""
+        then the topic after it. `reader_name`: its consumer's name."""
+        check_topic(topic)
+        if not isinstance(start_message_id, MessageId):
+            raise TypeError(f"start_message_id must be a MessageId, not {type(start_message_id).__name__}")
+        check_int("receiver_queue_size", receiver_queue_size, 1)
+        check_name("reader_name", reader_name, optional=True)
         _check_read_compacted(read_compacted)
-        loaded = await self.service.get_topic(topic)
+        loaded = await self._attachable_topic(topic)
         consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True)
-        broker_side = Consumer(consumer)
+        consumer._start = start_message_id
+        broker_side = Consumer(consumer, name=reader_name)
         if start_message_id == MessageId.latest:
             start = loaded.ledger.lac.next()
         elif start_message_id == MessageId.earliest:
@@ -130,9 +233,16 @@ class EmbeddedClient:
         self._consumers.append(consumer)
         return consumer
 
-    async def new_transaction(self, timeout_ms: int = 60_000, *, version: int = 4) -> EmbeddedTransaction:
+    async def new_transaction(self, timeout_ms: int = 60_000, *, version: int = 4,
+                              scalable: bool = False) -> EmbeddedTransaction:
         """A transaction of the v4 coordinators (for `persistent://` topics), or with
-        `version=5` of the v5 (metadata-driven) coordinator, for `segment://` topics."""
+        `version=5` of the v5 (metadata-driven) coordinator, for `segment://` topics;
+        `scalable=True` is `version=5`, by `pyengine.client`'s name."""
+        check_int("timeout_ms", timeout_ms, 1)
+        if not isinstance(scalable, bool):
+            raise TypeError(f"scalable must be a bool, not {type(scalable).__name__}")
+        if scalable and version == 4:
+            version = 5
         if version == 5:
             txn_id = await self.service.coordinator.new_transaction(V5_COORDINATOR_ID, timeout_ms)
             return EmbeddedTransaction(self.service, txn_id)
@@ -269,11 +379,12 @@ class EmbeddedTransaction:
 
 
 class EmbeddedProducer:
-    def __init__(self, client: EmbeddedClient, topic: Topic, producer: Producer) -> None:
+    def __init__(self, client: EmbeddedClient, topic: Topic, producer: Producer,
+                 initial_sequence_id: int | None = None) -> None:
         self._client = client
         self._topic = topic
         self._producer = producer
-        self._next_sequence = producer.last_sequence_id + 1
+        self._next_sequence = (producer.last_sequence_id if initial_sequence_id is None else initial_sequence_id) + 1
         self._closed = False
 
     @property
@@ -297,7 +408,7 @@ class EmbeddedProducer:
         `deliver_after` (a timedelta) or `deliver_at` (ms since the epoch), as pulsar-client:
         Shared and Key_Shared subscriptions receive the message no sooner."""
         if self._closed:
-            raise NotAllowedError("the producer is closed")
+            raise ClosedError("the producer is closed")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         if sequence_id is None:
@@ -363,6 +474,12 @@ class EmbeddedProducer:
             return MessageId(-1, -1, partition=self._topic.partition_index)
         return MessageId(position.ledger_id, position.entry_id, partition=self._topic.partition_index)
 
+    async def flush(self) -> None:
+        """Nothing to do: a send returns once its message is stored (as `pyengine.client`'s
+        Producer.flush once every send is)."""
+        if self._closed:
+            raise ClosedError("the producer is closed")
+
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -373,13 +490,22 @@ class EmbeddedConsumer:
     """Implements the broker's ConsumerSink: delivered entries land in a local receiver queue."""
 
     def __init__(self, client: EmbeddedClient, topic: Topic, receiver_queue_size: int, *,
-                 reader: bool = False, negative_ack_delay_ms: int = 0) -> None:
+                 reader: bool = False, negative_ack_delay_ms: int = 0,
+                 batch_receive_policy: ConsumerBatchReceivePolicy | None = None) -> None:
         self._client = client
         self._topic = topic
         self._nacks = NegativeAckTracker(negative_ack_delay_ms, self._redeliver) if negative_ack_delay_ms else None
-        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        self._queue: deque[Message] = deque()
+        self._queued_bytes = 0                  # payload bytes in the queue (batch receive)
+        # receive()'s waiters are woken one per delivered message, batch_receive()'s all at
+        # once (one message may not be enough for a batch); every one when the consumer closes.
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._batch_waiters: list[asyncio.Future[None]] = []
+        self._batch_receive_policy = check_batch_receive_policy(batch_receive_policy)
         self._queue_size = receiver_queue_size
         self._consumed_since_flow = 0
+        self._last_received: MessageId | None = None     # for a reader's has_message_available
+        self._start: MessageId | None = None              # a reader's start (inclusive), or seek's
         self._reader = reader
         self._subscription: Subscription | None = None
         self._consumer: Consumer | None = None
@@ -400,6 +526,11 @@ class EmbeddedConsumer:
         assert self._subscription is not None
         return self._subscription.name
 
+    @property
+    def consumer_name(self) -> str:
+        assert self._consumer is not None
+        return self._consumer.name
+
     # --- ConsumerSink ---------------------------------------------------------------------
 
     def deliver(self, deliveries: list[Delivery]) -> None:
@@ -407,36 +538,128 @@ class EmbeddedConsumer:
             for message in decode_entry(self._topic.name, delivery.entry.position, delivery.entry.data,
                                         partition=self._topic.partition_index,
                                         redelivery_count=delivery.redelivery_count, ack_set=delivery.ack_set):
-                self._queue.put_nowait(message)
+                self._queue.append(message)
+                self._queued_bytes += len(message.data)
+                self._wake_one()
+        if self._batch_waiters:
+            self._wake_batch_waiters()
 
     def active_changed(self, active: bool) -> None:
         self.active = active
 
     def reset(self) -> None:
-        while not self._queue.empty():
-            self._queue.get_nowait()
+        self._drop_queued()
         self._consumed_since_flow = 0
         if self._subscription is not None and self._consumer is not None:
             self._subscription.flow(self._consumer, self._queue_size)
 
     def closed_by_broker(self) -> None:
         self._closed = True
+        self._wake_all()
 
     # --- API ------------------------------------------------------------------------------
 
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message (raises TimeoutError after `timeout` seconds)."""
+        check_timeout("timeout", timeout)
         self._check_open()
-        if timeout is None:
-            message = await self._queue.get()
-        else:
-            message = await asyncio.wait_for(self._queue.get(), timeout)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not self._queue:
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                if deadline is None:
+                    await waiter
+                else:
+                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            except BaseException as exc:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                elif waiter.done() and not waiter.cancelled():
+                    # Woken for a message but leaving without it (cancelled): another waiter
+                    # takes it, or it would sit in the queue while that one waits.
+                    self._wake_one()
+                if isinstance(exc, TimeoutError):
+                    raise TimeoutError(f"no message within {timeout}s") from None
+                raise
+            self._check_open()
+        return self._take()
+
+    async def read_next(self, timeout: float | None = None) -> Message:
+        """A reader's next message (`receive`), as `pyengine.client.Reader.read_next`."""
+        return await self.receive(timeout)
+
+    async def batch_receive(self) -> list[Message]:
+        """The messages queued once the `batch_receive_policy` given to subscribe has enough
+        (`max_num_message` or `max_num_bytes`), or when its `timeout_ms` has passed: then
+        whatever is queued, maybe none. As `pyengine.client.Consumer.batch_receive`: at most
+        `max_num_message` messages and `max_num_bytes` bytes, but always at least one queued."""
+        self._check_open()
+        policy = self._batch_receive_policy
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
+        # A full receiver queue gets no more messages: enough too, or a larger max_num_message
+        # would wait for ever without a timeout.
+        while not (policy.enough(len(self._queue), self._queued_bytes) or len(self._queue) >= self._queue_size):
+            waiter = loop.create_future()
+            self._batch_waiters.append(waiter)
+            try:
+                if deadline is None:
+                    await waiter
+                else:
+                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            except TimeoutError:
+                break
+            finally:
+                if waiter in self._batch_waiters:
+                    self._batch_waiters.remove(waiter)
+            self._check_open()
+        self._check_open()
+        batch: list[Message] = []
+        size = 0
+        while self._queue and policy.can_add(len(batch), size, self._queue[0]):
+            message = self._take()
+            batch.append(message)
+            size += len(message.data)
+        return batch
+
+    def _take(self) -> Message:
+        """The queue's first message, handed out: the broker gets the permits back by halves."""
+        message = self._queue.popleft()
+        self._queued_bytes -= len(message.data)
+        self._last_received = message.message_id
         self._consumed_since_flow += 1
         if self._consumed_since_flow >= max(1, self._queue_size // 2):
             assert self._subscription is not None and self._consumer is not None
             self._subscription.flow(self._consumer, self._consumed_since_flow)
             self._consumed_since_flow = 0
         return message
+
+    def _drop_queued(self) -> None:
+        self._queue.clear()
+        self._queued_bytes = 0
+
+    def _wake_one(self) -> None:
+        """Wake the first receive() still waiting: one queued message, one receiver."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _wake_batch_waiters(self) -> None:
+        waiters, self._batch_waiters = self._batch_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _wake_all(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+        self._wake_batch_waiters()
 
     def _message_id(self, message: Message | MessageId) -> MessageId:
         message_id = message.message_id if isinstance(message, Message) else message
@@ -533,8 +756,7 @@ class EmbeddedConsumer:
     async def redeliver_unacknowledged_messages(self) -> None:
         self._check_open()
         assert self._subscription is not None and self._consumer is not None
-        while not self._queue.empty():
-            self._queue.get_nowait()
+        self._drop_queued()
         self._subscription.redeliver_unacknowledged(self._consumer)
         self._subscription.flow(self._consumer, self._consumed_since_flow)
         self._consumed_since_flow = 0
@@ -560,10 +782,41 @@ class EmbeddedConsumer:
         else:
             position = self._message_id(target).position
         await subscription.seek(position, earliest=earliest)
+        self._last_received = None
+        self._start = target if isinstance(target, MessageId) else None
+
+    async def has_message_available(self) -> bool:
+        """A reader's: whether a message after the last one read is stored (and so will be
+        read), as `pyengine.client.Reader.has_message_available`; a read-compacted reader
+        goes by the compacted view (see `get_last_message_id`)."""
+        self._check_open()
+        if self._queue:
+            return True
+        last = await self.get_last_message_id()
+        if last.entry_id < 0:
+            return False                                   # nothing to read on the topic
+        last_key = (last.ledger_id, last.entry_id, last.batch_index)
+        if self._last_received is not None:
+            read = self._last_received
+            if (read.ledger_id, read.entry_id) != (last.ledger_id, last.entry_id):
+                return (read.ledger_id, read.entry_id) < (last.ledger_id, last.entry_id)
+            return read.batch_index < last.batch_index
+        start = self._start
+        if start is None or start == MessageId.earliest:
+            return True
+        if start == MessageId.latest:
+            return False
+        return last_key >= (start.ledger_id, start.entry_id, start.batch_index)
 
     async def get_last_message_id(self) -> MessageId:
+        """The id of the last message stored on the topic; for a read-compacted consumer with
+        nothing after the compaction horizon, the compacted view's last (as the wire server
+        answers GET_LAST_MESSAGE_ID: else a reader would wait for a compacted-out message)."""
+        self._check_open()
         position, batch_size = self._topic.last_message_position()
         batch_index = batch_size - 1 if batch_size > 1 else -1
+        if getattr(self._consumer, "read_compacted", False):
+            position, batch_index = self._topic.compaction.last_message_position(position, batch_index)
         return MessageId(position.ledger_id, position.entry_id, batch_index, self._topic.partition_index)
 
     async def unsubscribe(self) -> None:
@@ -577,6 +830,8 @@ class EmbeddedConsumer:
         if self._closed:
             return
         self._closed = True
+        self._drop_queued()
+        self._wake_all()
         if self._nacks is not None:
             self._nacks.close()
         if self._subscription is not None and self._consumer is not None:
@@ -588,7 +843,7 @@ class EmbeddedConsumer:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise NotAllowedError("the consumer is closed")
+            raise ClosedError("the consumer is closed")
 
 
 _MASK64 = (1 << 64) - 1
