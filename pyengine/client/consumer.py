@@ -21,8 +21,9 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core_ext.frames import Frame
 from pyengine.client.chunks import NUM_CHUNKS_TAG, ChunkAssembler, ChunkMessageId, chunk_entries
@@ -90,6 +91,14 @@ class ConsumerBatchReceivePolicy:
             # Otherwise a batch could only end with the timeout: the C++ client resets both.
             object.__setattr__(self, "max_num_message", -1)
             object.__setattr__(self, "max_num_bytes", DEFAULT_BATCH_RECEIVE_MAX_BYTES)
+
+    def within(self, receiver_queue_size: int) -> ConsumerBatchReceivePolicy:
+        """This policy for a consumer of `receiver_queue_size`: as the C++ ConsumerImplBase, a
+        max_num_message above it is lowered to it (more could never be queued at once: the
+        batch would only end with the timeout, or never without one)."""
+        if self.max_num_message <= receiver_queue_size:
+            return self
+        return dataclasses.replace(self, max_num_message=receiver_queue_size)
 
     def enough(self, count: int, size: int) -> bool:
         """Whether `count` queued messages of `size` bytes make a batch before the timeout."""
@@ -751,6 +760,97 @@ def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:
     return pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=entry_id & _MASK64)
 
 
+_Item = TypeVar("_Item")
+
+
+def wake_one(waiters: deque[asyncio.Future[None]]) -> None:
+    """Wake the first receive() still waiting: one queued message, one receiver."""
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
+            return
+
+
+async def receive_queued(take: Callable[[], _Item | None], waiters: deque[asyncio.Future[None]],
+                         check_open: Callable[[], None], timeout: float | None) -> _Item:
+    """receive()'s loop (Consumer's and MultiTopicsConsumer's): what `take` gives once there is
+    something, waiting in `waiters` (woken by `wake_one`) until `timeout` seconds have passed."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    while True:
+        item = take()
+        if item is not None:
+            return item
+        waiter = loop.create_future()
+        waiters.append(waiter)
+        try:
+            if deadline is None:
+                await waiter
+            else:
+                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+        except BaseException as exc:
+            if waiter in waiters:
+                waiters.remove(waiter)
+            elif waiter.done() and not waiter.cancelled():
+                # Woken for a message, but leaving (cancelled) without it: another waiter
+                # takes it, or it would sit in the queue while that one waits.
+                wake_one(waiters)
+            if isinstance(exc, TimeoutError):
+                # one may have come in as the wait ended (a MultiTopicsConsumer's pumps refill
+                # its buffer when receive() yields): a receive(timeout=0) loop drains them all
+                check_open()
+                item = take()
+                if item is not None:
+                    return item
+                raise TimeoutError(f"no message within {timeout}s") from None
+            raise
+        check_open()
+
+
+def wake_all(waiters: MutableSequence[asyncio.Future[None]]) -> None:
+    """Wake every waiter: every batch_receive() (each decides whether what is queued is enough),
+    or every receive() when the consumer closes or fails."""
+    woken = list(waiters)
+    waiters.clear()
+    for waiter in woken:
+        if not waiter.done():
+            waiter.set_result(None)
+
+
+async def receive_batch(peek: Callable[[], Message | None], take: Callable[[], Message | None],
+                        enough: Callable[[], bool], waiters: list[asyncio.Future[None]],
+                        check_open: Callable[[], None], policy: ConsumerBatchReceivePolicy) -> list[Message]:
+    """batch_receive()'s loop (Consumer's and MultiTopicsConsumer's): wait in `waiters` (woken
+    by `wake_all`) until `enough()` or the policy's timeout, then take what the policy allows
+    of what is queued (`peek` shows the next message, `take` takes it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
+    while not enough():
+        waiter = loop.create_future()
+        waiters.append(waiter)
+        try:
+            if deadline is None:
+                await waiter
+            else:
+                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+        except TimeoutError:
+            break
+        finally:
+            if waiter in waiters:
+                waiters.remove(waiter)
+        check_open()
+    check_open()
+    batch: list[Message] = []
+    size = 0
+    while (message := peek()) is not None and policy.can_add(len(batch), size, message):
+        taken = take()
+        assert taken is message
+        batch.append(message)
+        size += len(message.data)
+    return batch
+
+
 class Consumer:
     """A subscription's consumer on a topic (on a partitioned topic: on every partition)."""
 
@@ -813,19 +913,8 @@ class Consumer:
     def _push(self, handler: PartitionConsumer, message: Message) -> None:
         self._queue.append((handler, handler.generation, message))
         handler.queued_bytes += len(message.data)
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-        if self._batch_waiters:
-            self._wake_batch_waiters()
-
-    def _wake_batch_waiters(self) -> None:
-        waiters, self._batch_waiters = self._batch_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        wake_one(self._waiters)
+        wake_all(self._batch_waiters)
 
     def _peek(self) -> Message | None:
         """The message `_take` would return, left in the queue (stale ones are dropped)."""
@@ -860,25 +949,7 @@ class Consumer:
         """The next message (TimeoutError after `timeout` seconds; None waits for ever)."""
         check_timeout("timeout", timeout)
         self._check_open()
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            message = self._take()
-            if message is not None:
-                return message
-            waiter = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                if deadline is None:
-                    await waiter
-                else:
-                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
-            except TimeoutError:
-                raise TimeoutError(f"no message within {timeout}s") from None
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-            self._check_open()
+        return await receive_queued(self._take, self._waiters, self._check_open, timeout)
 
     async def batch_receive(self) -> list[Message]:
         """The messages queued once the `batch_receive_policy` given to subscribe has enough
@@ -888,31 +959,9 @@ class Consumer:
         self._check_open()
         policy = self.options.batch_receive_policy
         assert policy is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
-        while not self._enough_for_batch(policy):
-            waiter = loop.create_future()
-            self._batch_waiters.append(waiter)
-            try:
-                if deadline is None:
-                    await waiter
-                else:
-                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
-            except TimeoutError:
-                break
-            finally:
-                if waiter in self._batch_waiters:
-                    self._batch_waiters.remove(waiter)
-            self._check_open()
-        self._check_open()
-        batch: list[Message] = []
-        size = 0
-        while (message := self._peek()) is not None and policy.can_add(len(batch), size, message):
-            taken = self._take()
-            assert taken is message
-            batch.append(message)
-            size += len(message.data)
-        return batch
+        policy = policy.within(self.options.receiver_queue_size)
+        return await receive_batch(self._peek, self._take, lambda: self._enough_for_batch(policy),
+                                   self._batch_waiters, self._check_open, policy)
 
     def _queued_totals(self) -> tuple[int, int]:
         """How many messages are queued, and their payload bytes."""
@@ -920,17 +969,14 @@ class Consumer:
         return sum(h.queued for h in handlers), sum(h.queued_bytes for h in handlers)
 
     def _enough_for_batch(self, policy: ConsumerBatchReceivePolicy) -> bool:
-        # A full receiver queue gets no more messages: a larger max_num_message would wait
-        # for ever without a timeout (the Java client caps it at the receiver queue size).
-        size = self.options.receiver_queue_size
-        return policy.enough(*self._queued_totals()) or any(h.queued >= size for h in self._handlers.values())
+        # A full receiver queue gets no more messages: enough too, even with no max_num_message
+        # (the C++ client would wait for max_num_bytes, for ever without a timeout).
+        count, size = self._queued_totals()
+        return policy.enough(count, size) or count >= self.options.receiver_queue_size
 
     def _wake_all(self) -> None:
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._waiters.clear()
-        self._wake_batch_waiters()
+        wake_all(self._waiters)
+        wake_all(self._batch_waiters)
 
     def _handler_failed(self, handler: PartitionConsumer, error: BaseException) -> None:
         self._failure = error

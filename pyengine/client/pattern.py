@@ -3,10 +3,10 @@
 
 A `MultiTopicsConsumer` holds one `Consumer` per topic (a partitioned topic's consumer covers
 its partitions), all of one subscription with the same options. `receive()` takes the next
-message of any of them; acknowledgements go to the consumer of the message's topic. A pattern
-subscription is within one namespace (Pulsar asks the broker for a namespace's topics,
-GET_TOPICS_OF_NAMESPACE); every `pattern_auto_discovery_period` seconds it asks again,
-subscribes the new topics that match and closes the consumers of topics that are gone.
+message of any of them; acknowledgements (and seek by a message id) go to the consumer of the
+message's topic. A pattern subscription is within one namespace (Pulsar asks the broker for a
+namespace's topics, GET_TOPICS_OF_NAMESPACE); every `pattern_auto_discovery_period` seconds it
+asks again, subscribes the new topics that match and closes the consumers of topics that are gone.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyengine.client.consumer import ConsumerBatchReceivePolicy, check_batch_receive_policy
+from pyengine.client.consumer import (
+    ConsumerBatchReceivePolicy, check_batch_receive_policy, receive_batch, receive_queued, wake_all, wake_one,
+)
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
 from pyengine.client.validation import check_timeout, check_topic
@@ -137,7 +139,7 @@ class MultiTopicsConsumer:
         self._room = asyncio.Event()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._batch_waiters: list[asyncio.Future[None]] = []
-        self._batch_receive_policy = check_batch_receive_policy(batch_receive_policy)
+        self._batch_receive_policy = check_batch_receive_policy(batch_receive_policy).within(self._buffer_size)
         self._discovery: asyncio.Task[None] | None = None
         self._closed = False
         self._failure: BaseException | None = None
@@ -197,13 +199,17 @@ class MultiTopicsConsumer:
         consumer = self._consumers.pop(topic)
         self._pumps.pop(topic).cancel()
         # what it delivered and was not received yet cannot be acknowledged any more
-        self._buffer = deque(item for item in self._buffer if item[0] is not consumer)
-        self._buffer_bytes = sum(len(message.data) for _, message in self._buffer)
-        self._room.set()
+        self._drop_buffered(consumer)
         try:
             await consumer.close()
         except Exception as exc:
             log.info("%s: closing the consumer of %s: %s", self, topic, exc)
+
+    def _drop_buffered(self, consumer: Consumer | None = None) -> None:
+        """Forget the buffered messages of `consumer` (None: of every topic)."""
+        self._buffer = deque() if consumer is None else deque(item for item in self._buffer if item[0] is not consumer)
+        self._buffer_bytes = sum(len(message.data) for _, message in self._buffer)
+        self._room.set()
 
     async def _discover_periodically(self) -> None:
         while not self._closed:
@@ -237,13 +243,8 @@ class MultiTopicsConsumer:
                 message = await consumer.receive()
                 self._buffer.append((consumer, message))
                 self._buffer_bytes += len(message.data)
-                while self._waiters:
-                    waiter = self._waiters.popleft()
-                    if not waiter.done():
-                        waiter.set_result(None)
-                        break
-                if self._batch_waiters:
-                    self._wake_batch_waiters()
+                wake_one(self._waiters)
+                wake_all(self._batch_waiters)
         except asyncio.CancelledError:
             raise
         except AlreadyClosedError:
@@ -262,26 +263,11 @@ class MultiTopicsConsumer:
         """The next message of any of the topics (TimeoutError after `timeout` seconds)."""
         check_timeout("timeout", timeout)
         self._check_open()
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            if self._buffer:
-                return self._take()
-            waiter = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                if deadline is None:
-                    await waiter
-                else:
-                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
-            except TimeoutError:
-                raise TimeoutError(f"no message within {timeout}s") from None
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-            self._check_open()
+        return await receive_queued(self._take, self._waiters, self._check_open, timeout)
 
-    def _take(self) -> Message:
+    def _take(self) -> Message | None:
+        if not self._buffer:
+            return None
         _, message = self._buffer.popleft()
         self._buffer_bytes -= len(message.data)
         self._room.set()
@@ -291,45 +277,20 @@ class MultiTopicsConsumer:
         """Messages of any of the topics, as `Consumer.batch_receive` (by the policy given to
         subscribe): once enough are buffered or at the timeout, maybe none then."""
         self._check_open()
-        policy = self._batch_receive_policy
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
-        # A full buffer gets no more messages: enough too (as Consumer.batch_receive).
-        while not (policy.enough(len(self._buffer), self._buffer_bytes) or len(self._buffer) >= self._buffer_size):
-            waiter = loop.create_future()
-            self._batch_waiters.append(waiter)
-            try:
-                if deadline is None:
-                    await waiter
-                else:
-                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
-            except TimeoutError:
-                break
-            finally:
-                if waiter in self._batch_waiters:
-                    self._batch_waiters.remove(waiter)
-            self._check_open()
-        self._check_open()
-        batch: list[Message] = []
-        size = 0
-        while self._buffer and policy.can_add(len(batch), size, self._buffer[0][1]):
-            message = self._take()
-            batch.append(message)
-            size += len(message.data)
-        return batch
+        return await receive_batch(self._peek, self._take, self._enough_for_batch, self._batch_waiters,
+                                   self._check_open, self._batch_receive_policy)
 
-    def _wake_batch_waiters(self) -> None:
-        waiters, self._batch_waiters = self._batch_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+    def _peek(self) -> Message | None:
+        return self._buffer[0][1] if self._buffer else None
+
+    def _enough_for_batch(self) -> bool:
+        # A full buffer gets no more messages: enough too (as Consumer.batch_receive).
+        count = len(self._buffer)
+        return self._batch_receive_policy.enough(count, self._buffer_bytes) or count >= self._buffer_size
 
     def _wake_all(self) -> None:
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._waiters.clear()
-        self._wake_batch_waiters()
+        wake_all(self._waiters)
+        wake_all(self._batch_waiters)
 
     # --- acknowledgements -----------------------------------------------------------------
 
@@ -370,11 +331,27 @@ class MultiTopicsConsumer:
 
     async def redeliver_unacknowledged_messages(self) -> None:
         self._check_open()
-        # what sits in the shared buffer is unacknowledged too: it comes again from its topic
-        self._buffer.clear()
-        self._buffer_bytes = 0
-        self._room.set()
-        await asyncio.gather(*(c.redeliver_unacknowledged_messages() for c in list(self._consumers.values())))
+        for consumer in list(self._consumers.values()):
+            await consumer.redeliver_unacknowledged_messages()
+            # What sits in the shared buffer comes again from its topic: dropped right after
+            # (a pump may have moved more of the old delivery in before the topic's redeliver).
+            self._drop_buffered(consumer)
+
+    async def seek(self, target: MessageId | int) -> None:
+        """As the C++ MultiTopicsConsumerImpl: a received message's id moves its own topic's
+        subscription (the id names its topic); MessageId.earliest / .latest or a publish time
+        in ms since the epoch move every topic's. Buffered messages of a moved topic are dropped."""
+        self._check_open()
+        if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
+            raise TypeError(f"seek takes a MessageId or a timestamp in ms, not {type(target).__name__}")
+        if isinstance(target, MessageId) and target not in (MessageId.earliest, MessageId.latest):
+            await self._seek_one(self._consumer_of(target), target)
+        else:
+            await asyncio.gather(*(self._seek_one(c, target) for c in list(self._consumers.values())))
+
+    async def _seek_one(self, consumer: Consumer, target: MessageId | int) -> None:
+        await consumer.seek(target)
+        self._drop_buffered(consumer)       # at once: from now on its messages are of the new position
 
     async def unsubscribe(self) -> None:
         """Delete the subscription on every topic, then close."""
