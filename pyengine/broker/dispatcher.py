@@ -23,7 +23,8 @@ dispatchers do:
   acknowledgements (or redeliveries, or a consumer leaving) bring the count under half the
   limit (Pulsar's maxUnackedMessagesPerConsumer and maxUnackedMessagesPerSubscription, its
   blockedConsumerOnUnackedMsgs and blockedDispatcherOnUnackmsgs). Messages are counted, a
-  batch's indexes already acknowledged or reserved by a transaction left out;
+  batch's indexes already acknowledged or reserved by a transaction left out; a blocked
+  subscription still gives out what it delivers again (only its new reads stop, as Pulsar's);
 * Exclusive and Failover subscriptions (and readers) whose active consumer reads compacted
   (`read_compacted`): while the cursor is at or before the compaction horizon, read the
   topic's compacted view (`pyengine.broker.compaction`) instead of the ledger, from the
@@ -79,6 +80,10 @@ class Dispatcher:
         self.subscription = subscription
         self.consumers: list[Consumer] = []
         self.redeliveries: set[Position] = set()
+        # Key_Shared: the key hash of an entry put back because its consumer could not take it,
+        # so that later passes leave it unread while that consumer still cannot (as Pulsar's
+        # replay queue keeps sticky key hashes). Only a cache: a position's key never changes.
+        self._replay_key_hashes: dict[Position, int] = {}
         self.redelivery_counts: dict[Position, int] = {}
         self._scheduled = False
         self._next_shared = 0
@@ -116,6 +121,8 @@ class Dispatcher:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
+        if not self.consumers:
+            self.blocked_on_unacked = False     # nothing is unacknowledged any more (no pass runs)
         self._recently_joined.pop(consumer, None)
         consumer.connected = False
         self.redeliver(list(consumer.pending), consumer, count=False)
@@ -177,6 +184,11 @@ class Dispatcher:
         for position in positions:
             if consumer is not None:
                 consumer.pending.pop(position, None)
+            else:
+                # Given back by a transaction (say, a batch it acked part of): delivered again,
+                # it is no longer held (nor counted unacknowledged) where it was delivered.
+                for holder in self.consumers:
+                    holder.pending.pop(position, None)
             if cursor.is_acked(position) or position >= cursor.read_position:
                 continue
             self.redeliveries.add(position)
@@ -218,6 +230,7 @@ class Dispatcher:
     def reset(self) -> None:
         """Forget everything in flight (the cursor was moved by a seek)."""
         self.redeliveries.clear()
+        self._replay_key_hashes.clear()
         self.redelivery_counts.clear()
         self._recently_joined.clear()
         if self.delayed is not None:
@@ -299,12 +312,13 @@ class Dispatcher:
                 mask = topic.compaction.compacted_out_mask(entry)
                 if mask is not None:
                     batch_ack_set = mask if batch_ack_set is None else ackset_and(batch_ack_set, mask)
-            if self.blocked_on_unacked:
-                return False
+            if self.blocked_on_unacked and not self._replaying:
+                return False            # as Pulsar, the subscription's limit stops new reads only
             consumer = select(entry)
             if consumer is None:
                 if sub.sub_type == "key_shared" and any(self._can_take(c) for c in self.consumers):
                     self.redeliveries.add(position)     # its consumer is busy: later, in order
+                    self._replay_key_hashes[position] = key_hash(entry_key(entry))
                     return True
                 return False
             consumer.permits -= entry.num_messages
@@ -328,13 +342,21 @@ class Dispatcher:
                     self.redeliveries.add(position)
 
         # 1. Entries to deliver again, oldest first.
+        if len(self._replay_key_hashes) > 2 * len(self.redeliveries) + READ_BATCH:
+            self._replay_key_hashes = {p: h for p, h in self._replay_key_hashes.items() if p in self.redeliveries}
         if self.redeliveries:
             self._replaying = True
+            busy_keys: set[int] = set()         # no consumer that cannot take frees up during a pass
+            keyed = sub.sub_type == "key_shared"
             try:
                 for position in sorted(self.redeliveries):
                     if position > horizon:
                         break
-                    if not self._any_permits():
+                    hash_value = self._replay_key_hashes.get(position) if keyed else None
+                    if hash_value is not None and (hash_value in busy_keys or self._owner_cannot_take(hash_value)):
+                        busy_keys.add(hash_value)
+                        continue                # left unread: offered, it would be put back
+                    if not self._any_permits(replay=True):
                         break
                     self.redeliveries.discard(position)
                     from_view = compacted is not None and position <= compacted
@@ -424,11 +446,22 @@ class Dispatcher:
         tracker.tick_time_ms = policy.tick_time_ms
         return tracker.add(entry.position, deliver_at)
 
-    def _any_permits(self) -> bool:
+    def _any_permits(self, *, replay: bool = False) -> bool:
+        """Whether a consumer may be given a message now: a new one, or (`replay`) one to
+        deliver again, which a subscription blocked on its unacked messages still gives out
+        (Pulsar's readMoreEntries replays while blockedDispatcherOnUnackmsgs)."""
         if self.subscription.sub_type in ("exclusive", "failover"):
             active = self.active_consumer()
             return active is not None and active.permits > 0
-        return not self.blocked_on_unacked and any(self._can_take(c) for c in self.consumers)
+        if self.blocked_on_unacked and not replay:
+            return False
+        return any(self._can_take(c) for c in self.consumers)
+
+    def _owner_cannot_take(self, hash_value: int) -> bool:
+        """Key_Shared: whether an entry of key hash `hash_value`, put back because its consumer
+        was busy, would be put back again now (its key's consumer still cannot take it)."""
+        owner = self._owner(hash_value)
+        return owner is None or not self._can_take(owner)
 
     def _can_take(self, consumer: Consumer) -> bool:
         """Shared, Key_Shared: whether `consumer` may be given a message now."""
@@ -471,7 +504,9 @@ class Dispatcher:
             self.blocked_on_unacked = False
         elif unacked >= limit:
             self.blocked_on_unacked = True
-        elif self.blocked_on_unacked and unacked < limit // 2:
+        elif self.blocked_on_unacked and (unacked < limit // 2 or unacked == 0):
+            # Nothing unacknowledged also unblocks: Pulsar's integer half of a limit of 1 is 0,
+            # which no count is under, and that subscription would never be given more.
             self.blocked_on_unacked = False
 
     def _selector(self) -> Callable[[Entry], Consumer | None]:

@@ -215,10 +215,15 @@ class Subscription:
                         if self.pending_ack.is_fully_pending(a.position, a.batch_size)]
             # As Pulsar: a transaction's batch-index acks lower the consumer's unacked count now.
             self.dispatcher.recount([a.position for a in acks if a.ack_set is not None])
-        if consumer is not None:
-            for position in reserved:
-                if consumer.pending.pop(position, None) is not None:
-                    self._reserved_by_txn.setdefault(txn, set()).add(position)
+        holders = [consumer] if consumer is not None else []
+        if cumulative is None:
+            # Any consumer may acknowledge a message individually: as Pulsar's ack owner, the
+            # one it was given to no longer holds it (nor counts it unacknowledged).
+            holders += [c for c in self.consumers if c is not consumer]
+        for position in reserved:
+            taken = [holder for holder in holders if holder.pending.pop(position, None) is not None]
+            if taken:
+                self._reserved_by_txn.setdefault(txn, set()).add(position)
 
     async def ack_cumulative_in_batch_with_transaction(self, consumer: Consumer | None, txn: TxnId,
                                                        ack: IndividualAck,

@@ -224,10 +224,8 @@ class Topic:
         consumer.read_compacted = bool(read_compacted)
         if initial_position not in ("earliest", "latest"):
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
-        limits = self.connection_limits()
-        if 0 < limits.consumers_per_topic <= self.number_of_consumers():
-            # Before the subscription is created, as Pulsar's internalSubscribe (its words).
-            raise ConsumerBusyError("Topic reached max consumers limit")
+        # Before the subscription is created, as Pulsar's internalSubscribe.
+        self._check_consumers_per_topic(self.connection_limits())
         if durable:
             new = subscription_name not in self.subscriptions
             subscription = await self.open_subscription(subscription_name, initial_position)
@@ -249,6 +247,10 @@ class Topic:
                 if moved is not None:     # read again from there: not replayed as well
                     subscription.dispatcher.redeliveries.difference_update(
                         [p for p in subscription.dispatcher.redeliveries if p >= moved])
+        # Again with no await before the consumer is added: concurrent subscribes waited for
+        # their subscriptions above, each having seen the consumers before any was added.
+        limits = self.connection_limits()
+        self._check_consumers_per_topic(limits)
         if (0 < limits.consumers_per_subscription <= len(subscription.consumers) and sub_type != "exclusive"
                 and subscription.sub_type == sub_type):
             # Pulsar's dispatchers check this after the subscription's type and Exclusive rules.
@@ -260,6 +262,10 @@ class Topic:
         """The producer and consumer limits of this topic now (none without a policy store)."""
         policies = getattr(self.service, "policies", None)
         return policies.connection_limits(self.name) if policies is not None else ConnectionLimits()
+
+    def _check_consumers_per_topic(self, limits: ConnectionLimits) -> None:
+        if 0 < limits.consumers_per_topic <= self.number_of_consumers():
+            raise ConsumerBusyError("Topic reached max consumers limit")      # Pulsar's words
 
     def number_of_consumers(self) -> int:
         """The consumers of all the topic's subscriptions, readers' included (Pulsar's
