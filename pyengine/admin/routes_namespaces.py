@@ -12,7 +12,7 @@ from typing import Any
 from pyengine.admin.errors import PRECONDITION_FAILED, AdminError
 from pyengine.admin.names import namespace_name, tenant_name
 from pyengine.admin.policy_routes import add_policy_routes
-from pyengine.admin.routes_backlog_quota import BACKLOG_QUOTA_MAP
+from pyengine.admin.routes_backlog_quota import BACKLOG_QUOTA_MAP, _fits_retention
 from pyengine.admin.routing import Call, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
@@ -26,7 +26,7 @@ from pyengine.admin.schemas import (
     TENANT,
     errors,
 )
-from pyengine.broker.policies import DelayedDelivery, NamespacePolicies, Retention, check_message_ttl
+from pyengine.broker.policies import BacklogQuota, DelayedDelivery, NamespacePolicies, Retention, check_message_ttl
 from pyengine.schema import CompatibilityStrategy
 
 routes = RouteTable("namespaces")
@@ -168,11 +168,30 @@ _namespace_policy("/deduplication", "namespace_deduplication", BOOLEAN, "Enabled
 
 # --- retention of consumed ledgers ----------------------------------------------------------------
 
-_namespace_policy("/retention", "namespace_retention", RETENTION_POLICIES, "RetentionPolicies", (
-    "Get the namespace's retention policy.",
-    "Set how long and how much of its topics' consumed ledgers a namespace keeps.",
-    "Remove the namespace's retention policy (the broker's default applies)."),
-    read=_retention, fields=_retention_fields)
+_RETENTION_UNDER_QUOTA = "Retention Quota must exceed configured backlog quota for namespace."     # Pulsar's words
+
+
+async def _store_namespace_retention(call: Call, body: Any) -> None:
+    """As Pulsar's checkQuotas: once the namespace has backlog quotas, a retention must keep more
+    than its destination_storage quota (else the broker's default) allows: 412 otherwise."""
+    fields = _retention_fields(body)
+    if body is not None:
+        policies = call.service.policies
+        quota_map = policies.policies(_namespace(call)).backlog_quota_map or {}
+        stored = quota_map.get("destination_storage")
+        if quota_map and not _fits_retention(BacklogQuota.from_json(stored) if stored is not None
+                                             else policies.backlog_quota_default, Retention.from_json(body)):
+            raise AdminError(PRECONDITION_FAILED, _RETENTION_UNDER_QUOTA)
+    await _change_policies(call, **fields)
+
+
+add_policy_routes(routes, NAMESPACE_PATH + "/retention", "namespace_retention", params=(TENANT, NAMESPACE),
+                  schema=RETENTION_POLICIES, shown="RetentionPolicies", not_set=DEFAULT_APPLIES, summaries=(
+                      "Get the namespace's retention policy.",
+                      "Set how long and how much of its topics' consumed ledgers a namespace keeps.",
+                      "Remove the namespace's retention policy (the broker's default applies)."),
+                  read=lambda call: _retention(call.service.policies.policies(_namespace(call))),
+                  store=_store_namespace_retention)
 
 
 # --- delayed delivery -------------------------------------------------------------------------

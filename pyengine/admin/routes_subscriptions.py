@@ -250,6 +250,9 @@ async def expire_messages_up_to(call: Call) -> None:
     # isExcluded is checked on the id itself: Pulsar checks the position after it, refusing
     # "everything before the last message" (and expiring one entry more than asked for).
     if requested > ledger.lac:
+        # Still recorded as the subscription's last expiry (lastExpireTimestamp), as Pulsar's
+        # expireMessages(Position) does: expire_up_to answers False for it.
+        await subscription.expire_up_to(requested)
         raise position_not_issued(subscription)
     excluded = bool(body.get("isExcluded"))
     whole = entry_expired_whole(ledger, requested, body.get("batchIndex", -1), excluded)

@@ -16,6 +16,7 @@ from pyengine.admin import stats
 from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, UNPROCESSABLE, AdminError
 from pyengine.admin.names import namespace_name, topic_name
 from pyengine.admin.policy_routes import add_policy_routes
+from pyengine.admin.routes_backlog_quota import _fits_retention
 from pyengine.admin.routes_namespaces import message_ttl_of
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
@@ -248,12 +249,35 @@ _topic_policy("/deduplicationEnabled", "deduplication", "deduplicationEnabled", 
 
 # --- topic-level retention, and trimming on demand ---------------------------------------
 
-_topic_policy("/retention", "retention", "retention", RETENTION_POLICIES, "RetentionPolicies", (
-    "Get the topic's retention policy.",
-    "Set how long and how much of its consumed ledgers a topic keeps.",
-    "Remove the topic's retention policy (the namespace's applies)."),
-    lambda service, topic: service.policies.retention(topic).to_json(),
-    validate=lambda body: Retention.from_json(body).to_json())
+_RETENTION_UNDER_QUOTA = ("Retention Quota must exceed configured backlog quota for topic. "
+                          "Please increase retention quota and retry")                    # Pulsar's words
+
+
+async def _store_topic_retention(call: Call, value: dict[str, Any] | None) -> None:
+    """As Pulsar: a retention must keep more than the destination_storage quota in force (the
+    topic's, else its namespace's, else the broker's default) allows: 412 otherwise."""
+    if value is not None:
+        name = str(known_topic(call.service, requested_topic(call)))
+        quota = call.service.policies.backlog_quota(name, "destination_storage")
+        if not _fits_retention(quota, Retention.from_json(value)):
+            raise AdminError(PRECONDITION_FAILED, _RETENTION_UNDER_QUOTA)
+    await _set_topic_policy(call, "retention", value)
+
+
+def _read_topic_retention(call: Call) -> Any:
+    name = str(known_topic(call.service, requested_topic(call)))
+    policies = call.service.policies
+    return policies.retention(name).to_json() if call["applied"] else policies.topic_policies(name).get("retention")
+
+
+add_policy_routes(routes, TOPIC_URL + "/retention", "topic_retention", params=TOPIC_PATH, get_params=(APPLIED,),
+                  get_errors=(400, 404, 412), schema=RETENTION_POLICIES, shown="RetentionPolicies",
+                  not_set="Not set on the topic", summaries=(
+                      "Get the topic's retention policy.",
+                      "Set how long and how much of its consumed ledgers a topic keeps.",
+                      "Remove the topic's retention policy (the namespace's applies)."),
+                  read=_read_topic_retention, store=_store_topic_retention,
+                  validate=lambda body: Retention.from_json(body).to_json())
 
 
 @routes.add("POST", TOPIC_URL + "/trim",

@@ -13,7 +13,9 @@ backlogQuotaDefaultLimitSecond, -1: none):
 
 Past a quota, its policy applies. producer_request_hold and producer_exception: a new producer
 is refused (ProducerBlockedQuotaExceededError / ProducerBlockedQuotaExceededException on the
-wire: the Java client retries the first, and fails on the second). consumer_backlog_eviction:
+wire: the Java client retries the first, and fails on the second), and the periodic check closes
+the producers connected (CLOSE_PRODUCER: the clients reconnect, and are refused as new ones until
+the backlog is consumed). consumer_backlog_eviction:
 every `BrokerConfig.backlog_quota_check_interval_s` (Pulsar's backlogQuotaCheckIntervalInSeconds)
 the slowest subscriptions are moved forward until the backlog is down to 90% of the size limit
 (as Pulsar's dropBacklogForSizeLimit), or their messages older than 90% of the time limit are
@@ -179,10 +181,16 @@ async def evict_for_age(topic: Topic, quota: BacklogQuota, now_ms: int) -> None:
 
 
 async def enforce(topic: Topic, now_ms: int) -> None:
-    """Apply the policy of every quota `topic` is past (a consumer_backlog_eviction one evicts;
-    producer policies refuse new producers, see `check_new_producer`)."""
+    """Apply the policy of every quota `topic` is past: a consumer_backlog_eviction one evicts;
+    producer_request_hold and producer_exception close the producers connected (Pulsar's
+    disconnectProducers: they reconnect, and are refused by `check_new_producer` until the
+    backlog is back under the quota)."""
     for quota_type, quota in exceeded_quotas(topic, now_ms):
-        if quota.policy != "consumer_backlog_eviction":
+        if quota.policy in ("producer_request_hold", "producer_exception"):
+            if topic.producers:
+                log.info("[%s] %s backlog quota exceeded (%s): disconnecting %d producers", topic.name,
+                         quota_type, quota.policy, len(topic.producers))
+                topic.disconnect_producers()
             continue
         log.info("[%s] %s backlog quota exceeded: evicting the slowest subscriptions", topic.name, quota_type)
         if quota_type == DESTINATION_STORAGE:

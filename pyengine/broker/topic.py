@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.backlog_quota import check_new_producer
@@ -46,6 +47,11 @@ class Producer:
         self.name = name
         self.producer_id = producer_id
         self.last_sequence_id = topic.dedup.last_sequence_id(name)
+        # Closed from the broker side (a backlog quota, see Topic.disconnect_producers): its
+        # connection is told through `on_disconnect`; without one (the embedded client) its next
+        # send attaches it again, as a reconnecting client's producer would be.
+        self.disconnected = False
+        self.on_disconnect: Callable[[], None] | None = None
 
 
 class Topic:
@@ -131,14 +137,7 @@ class Topic:
     # --- producing ------------------------------------------------------------------------
 
     def add_producer(self, name: str | None = None) -> Producer:
-        self._check_open()
-        if self.ledger.terminated_at is not None:
-            raise TopicTerminatedError(f"topic {self.name} is terminated")
-        if getattr(self.service, "policies", None) is not None:
-            check_new_producer(self, name)     # before the producer limit, as Pulsar's handleProducer
-        limit = self.connection_limits().producers_per_topic
-        if 0 < limit <= len(self.producers):
-            raise ProducerBusyError("Topic reached max producers limit")         # Pulsar's words
+        self._check_producer_allowed(name)
         if name is None:
             name = f"{self.service.config.cluster_name}-{self.service.broker_id}-{next(self._producer_ids)}"
             while name in self.producers:
@@ -149,9 +148,41 @@ class Topic:
         self.producers[name] = producer
         return producer
 
+    def _check_producer_allowed(self, name: str | None) -> None:
+        self._check_open()
+        if self.ledger.terminated_at is not None:
+            raise TopicTerminatedError(f"topic {self.name} is terminated")
+        if getattr(self.service, "policies", None) is not None:
+            check_new_producer(self, name)     # before the producer limit, as Pulsar's handleProducer
+        limit = self.connection_limits().producers_per_topic
+        if 0 < limit <= len(self.producers):
+            raise ProducerBusyError("Topic reached max producers limit")         # Pulsar's words
+
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+
+    def disconnect_producers(self) -> int:
+        """Close every producer from the broker side (Pulsar's Producer.disconnect, as its
+        BacklogQuotaManager does past a producer_request_hold / producer_exception quota): a
+        network client gets CLOSE_PRODUCER and reconnects, refused while the quota is exceeded.
+        Returns how many were closed."""
+        producers = list(self.producers.values())
+        for producer in producers:
+            self.remove_producer(producer)
+            producer.disconnected = True
+            if producer.on_disconnect is not None:
+                producer.on_disconnect()
+        return len(producers)
+
+    def _reattach(self, producer: Producer) -> None:
+        """A producer closed by the broker sends again without a connection to reconnect (the
+        embedded client): it is attached again as a new producer of its name would be."""
+        self._check_producer_allowed(producer.name)
+        if producer.name in self.producers:
+            raise ProducerBusyError(f"producer {producer.name!r} is already connected to {self.name}")
+        self.producers[producer.name] = producer
+        producer.disconnected = False
 
     def publish(self, producer: Producer, data: bytes, *, sequence_id: int, num_messages: int = 1,
                 publish_time: int = 0, highest_sequence_id: int | None = None,
@@ -167,6 +198,8 @@ class Topic:
         parsed or built; left out, it is searched for in `data`. A message delayed beyond the
         delayed delivery policy's maxDeliveryDelayInMillis is refused (NotAllowedError)."""
         self._check_open()
+        if producer.disconnected:
+            self._reattach(producer)
         if deliver_at is UNKNOWN:
             deliver_at = deliver_at_time(data)
         if deliver_at is not None:

@@ -107,6 +107,13 @@ class ConnectionHandler(abc.ABC):
                 return
             try:
                 await asyncio.wait_for(self._connect_once(), self._core.config.operation_timeout)
+            except ProducerBlockedQuotaExceededException as exc:
+                # Fatal to a creation, not to a producer already created (the broker closed it
+                # past a backlog quota): as the C++ client, its pending sends fail and it keeps
+                # reconnecting, refused until the backlog is consumed.
+                log.info("%s: reconnect refused: %s", self, exc)
+                self._refused_on_reconnect(exc)
+                continue
             except FATAL_ERRORS as exc:
                 log.warning("%s: cannot reconnect: %s", self, exc)
                 self.state = FAILED
@@ -117,6 +124,9 @@ class ConnectionHandler(abc.ABC):
                 continue
             self._backoff.reset()
             return
+
+    def _refused_on_reconnect(self, error: BaseException) -> None:
+        """A reconnect refused for now (it goes on): what is waiting for the connection fails."""
 
     @staticmethod
     def _given_up(connection: ClientConnection, cmd: pb.BaseCommand, error: BaseException) -> None:

@@ -317,6 +317,9 @@ class PartitionProducer(ConnectionHandler):
     def _failed(self, error: BaseException) -> None:
         self._fail_pending(error)
 
+    def _refused_on_reconnect(self, error: BaseException) -> None:
+        self._fail_pending(error)
+
     # --- sending --------------------------------------------------------------------------
 
     def _check_usable(self) -> None:

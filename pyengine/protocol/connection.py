@@ -498,6 +498,7 @@ class ServerConnection(asyncio.Protocol):
             producer = await self.server.attach_producer(self, topic, name)
             network = NetworkProducer(self, producer_id, topic, producer, epoch=body.epoch,
                                       exclusive=body.producer_access_mode != SHARED, schema_version=schema_version)
+            producer.on_disconnect = lambda: self.disconnect_producer(network)
             try:
                 grant = self.server.access.acquire(
                     topic.name, network, body.producer_access_mode,
@@ -551,6 +552,18 @@ class ServerConnection(asyncio.Protocol):
             self._recently_closed_producers.add(producer.producer_id)
             self.write(replies.close_producer(producer.producer_id))
         self.server.detach_producer(producer, release_access=False)
+
+    def disconnect_producer(self, producer: NetworkProducer) -> None:
+        """The broker closes the producer (a backlog quota): CLOSE_PRODUCER makes the client
+        reconnect (as Pulsar's Producer.disconnect). One still being created fails instead: its
+        creation sees it closed, and the client retries."""
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+            self._recently_closed_producers.add(producer.producer_id)
+            self.write(replies.close_producer(producer.producer_id))
+            self.server.detach_producer(producer)
+        else:
+            self._close_while_creating(("producer", producer.producer_id))
 
     def _on_close_producer(self, body: pb.CommandCloseProducer, frame: Any) -> None:
         producer = self.producers.pop(body.producer_id, None)
