@@ -25,8 +25,6 @@ the topics of the system namespace are left alone.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 from typing import TYPE_CHECKING
@@ -38,7 +36,6 @@ from pyengine.errors import ProducerBlockedQuotaExceededError, ProducerBlockedQu
 from pyengine_kernels import Position
 
 if TYPE_CHECKING:
-    from pyengine.broker.service import BrokerService
     from pyengine.broker.subscription import Subscription
     from pyengine.broker.topic import Topic
 
@@ -197,43 +194,3 @@ async def enforce(topic: Topic, now_ms: int) -> None:
             await evict_for_size(topic, quota)
         else:
             await evict_for_age(topic, quota, now_ms)
-
-
-class BacklogQuotaMonitor:
-    """The periodic check; `check_now()` runs one round at once (tests, admin)."""
-
-    def __init__(self, service: BrokerService, interval_s: float) -> None:
-        self.service = service
-        self.interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
-        self.rounds = 0
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="backlog-quota-check")
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            await self.check_now()
-
-    async def check_now(self) -> None:
-        now_ms = self.service.config.clock()
-        for topic in list(self.service.topics.values()):
-            if topic._closed:
-                continue
-            try:
-                await enforce(topic, now_ms)
-            except asyncio.CancelledError:
-                raise
-            except Exception:            # one topic's failure does not stop the others'
-                if not topic._closed:
-                    log.exception("backlog quota check of %s failed", topic.name)
-        self.rounds += 1
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

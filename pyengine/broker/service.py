@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pyengine.broker.backlog_quota import BacklogQuotaMonitor
-from pyengine.broker.expiry import MessageExpiryMonitor
+from pyengine.broker.backlog_quota import enforce as enforce_backlog_quotas
+from pyengine.broker.expiry import expire_topic
+from pyengine.broker.periodic import PeriodicTopicCheck
 from pyengine.broker.policies import (BacklogQuota, BrokerPolicies, ConnectionLimits, DelayedDelivery, Retention,
                                      UnackedLimits, check_message_ttl)
 from pyengine.broker.schemas import TopicSchemas
@@ -199,8 +200,10 @@ class BrokerService:
         self.web_service_url: str | None = None       # the admin API's URL (set by `pyengine serve`)
         self._scalable: ScalableTopicService | None = None
         self._retention_check: asyncio.TimerHandle | None = None
-        self.message_expiry = MessageExpiryMonitor(self, config.message_expiry_check_interval_s)
-        self.backlog_quotas = BacklogQuotaMonitor(self, config.backlog_quota_check_interval_s)
+        self.message_expiry = PeriodicTopicCheck(self, config.message_expiry_check_interval_s, "message expiry check",
+                                                 expire_topic)
+        self.backlog_quotas = PeriodicTopicCheck(self, config.backlog_quota_check_interval_s, "backlog quota check",
+                                                 enforce_backlog_quotas)
         self._started = False
         self._closed = False
 
