@@ -33,7 +33,9 @@ from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Producer, Topic
 from pyengine.broker.transactions import append_condition
-from pyengine.client.consumer import ConsumerBatchReceivePolicy, check_batch_receive_policy
+from pyengine.client.consumer import (
+    ConsumerBatchReceivePolicy, check_batch_receive_policy, receive_batch, receive_queued, wake_all, wake_one,
+)
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
@@ -563,28 +565,7 @@ class EmbeddedConsumer:
         """The next message (raises TimeoutError after `timeout` seconds)."""
         check_timeout("timeout", timeout)
         self._check_open()
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not self._queue:
-            waiter = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                if deadline is None:
-                    await waiter
-                else:
-                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
-            except BaseException as exc:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-                elif waiter.done() and not waiter.cancelled():
-                    # Woken for a message but leaving without it (cancelled): another waiter
-                    # takes it, or it would sit in the queue while that one waits.
-                    self._wake_one()
-                if isinstance(exc, TimeoutError):
-                    raise TimeoutError(f"no message within {timeout}s") from None
-                raise
-            self._check_open()
-        return self._take()
+        return await receive_queued(self._take_if_any, self._waiters, self._check_open, timeout)
 
     async def read_next(self, timeout: float | None = None) -> Message:
         """A reader's next message (`receive`), as `pyengine.client.Reader.read_next`."""
@@ -596,33 +577,13 @@ class EmbeddedConsumer:
         whatever is queued, maybe none. As `pyengine.client.Consumer.batch_receive`: at most
         `max_num_message` messages and `max_num_bytes` bytes, but always at least one queued."""
         self._check_open()
-        policy = self._batch_receive_policy
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + policy.timeout_ms / 1000 if policy.timeout_ms > 0 else None
+        policy = self._batch_receive_policy.within(self._queue_size)
         # A full receiver queue gets no more messages: enough too, or a larger max_num_message
         # would wait for ever without a timeout.
-        while not (policy.enough(len(self._queue), self._queued_bytes) or len(self._queue) >= self._queue_size):
-            waiter = loop.create_future()
-            self._batch_waiters.append(waiter)
-            try:
-                if deadline is None:
-                    await waiter
-                else:
-                    await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
-            except TimeoutError:
-                break
-            finally:
-                if waiter in self._batch_waiters:
-                    self._batch_waiters.remove(waiter)
-            self._check_open()
-        self._check_open()
-        batch: list[Message] = []
-        size = 0
-        while self._queue and policy.can_add(len(batch), size, self._queue[0]):
-            message = self._take()
-            batch.append(message)
-            size += len(message.data)
-        return batch
+        return await receive_batch(
+            lambda: self._queue[0] if self._queue else None, self._take_if_any,
+            lambda: policy.enough(len(self._queue), self._queued_bytes) or len(self._queue) >= self._queue_size,
+            self._batch_waiters, self._check_open, policy)
 
     def _take(self) -> Message:
         """The queue's first message, handed out: the broker gets the permits back by halves."""
@@ -636,30 +597,22 @@ class EmbeddedConsumer:
             self._consumed_since_flow = 0
         return message
 
+    def _take_if_any(self) -> Message | None:
+        return self._take() if self._queue else None
+
     def _drop_queued(self) -> None:
         self._queue.clear()
         self._queued_bytes = 0
 
     def _wake_one(self) -> None:
-        """Wake the first receive() still waiting: one queued message, one receiver."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        wake_one(self._waiters)
 
     def _wake_batch_waiters(self) -> None:
-        waiters, self._batch_waiters = self._batch_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        wake_all(self._batch_waiters)
 
     def _wake_all(self) -> None:
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._waiters.clear()
-        self._wake_batch_waiters()
+        wake_all(self._waiters)
+        wake_all(self._batch_waiters)
 
     def _message_id(self, message: Message | MessageId) -> MessageId:
         message_id = message.message_id if isinstance(message, Message) else message
