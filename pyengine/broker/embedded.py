@@ -39,9 +39,7 @@ from pyengine.client.consumer import (
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
-from pyengine.client.pattern import (
-    MultiTopicsConsumer, check_discovery_period, check_topic_list, parse_topics_pattern,
-)
+from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.producer import check_delivery
 from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_timeout, check_topic,
@@ -162,14 +160,7 @@ class EmbeddedClient:
         `pyengine.client.pattern.MultiTopicsConsumer` over one consumer per topic with these
         options; a pattern's topics are looked for again every `pattern_auto_discovery_period`
         seconds."""
-        pattern = topics = None
-        if isinstance(topic, re.Pattern):
-            pattern = parse_topics_pattern(topic)
-            period = check_discovery_period(pattern_auto_discovery_period)
-        elif isinstance(topic, (list, tuple)):
-            topics = check_topic_list(topic)
-        else:
-            check_topic(topic)
+        target = subscribe_target(topic, pattern_auto_discovery_period)
         # checked before any topic is subscribed (a pattern may match none yet), as pyengine.client
         check_name("subscription_name", subscription_name)
         check_name("consumer_name", consumer_name, optional=True)
@@ -193,16 +184,16 @@ class EmbeddedClient:
             consumer._attach(subscription, broker_side)
             return consumer
 
-        if pattern is not None or topics is not None:
+        if target.several:
             # The network client's class, over embedded consumers (they share its API).
             multi = MultiTopicsConsumer(_EmbeddedCore(self), subscription_name,  # type: ignore[arg-type]
                                         subscribe_one, receiver_queue_size,  # type: ignore[arg-type]
-                                        pattern, period if pattern is not None else 60.0,
-                                        batch_receive_policy=policy)
-            await multi._start(topics)
+                                        target.pattern, target.period, batch_receive_policy=policy)
+            await multi._start(target.topics)
             self._consumers.append(multi)
             return multi
-        consumer = await subscribe_one(topic)  # type: ignore[arg-type]
+        assert target.name is not None
+        consumer = await subscribe_one(target.name)
         self._consumers.append(consumer)
         return consumer
 

@@ -32,9 +32,7 @@ from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.key_batching import BatchingType
 from pyengine.client.lookup import LookupService
 from pyengine.client.message import MessageId
-from pyengine.client.pattern import (
-    MultiTopicsConsumer, check_discovery_period, check_topic_list, parse_topics_pattern,
-)
+from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.producer import CompressionType, PartitionProducer, Producer, ProducerOptions
 from pyengine.client.reader import Reader
@@ -314,14 +312,7 @@ class Client:
         of the subscription per topic with these options (see pyengine.client.pattern); a
         pattern's topics are looked for again every `pattern_auto_discovery_period` seconds."""
         self._check_open()
-        pattern = topics = None
-        if isinstance(topic, re.Pattern):
-            pattern = parse_topics_pattern(topic)
-            period = check_discovery_period(pattern_auto_discovery_period)
-        elif isinstance(topic, (list, tuple)):
-            topics = check_topic_list(topic)
-        else:
-            name = check_topic(topic)
+        target = subscribe_target(topic, pattern_auto_discovery_period)
         options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
                                   consumer_name, priority, negative_ack_redelivery_delay_ms,
                                   batch_index_ack_enabled=batch_index_ack_enabled, schema=schema,
@@ -334,15 +325,16 @@ class Client:
                                   expire_time_of_incomplete_chunked_message_ms=(
                                       expire_time_of_incomplete_chunked_message_ms),
                                   batch_receive_policy=batch_receive_policy)
-        if pattern is not None or topics is not None:
+        if target.several:
             multi = MultiTopicsConsumer(self._core, subscription_name,
                                         lambda one: self._subscribe_one(one, options, schema), receiver_queue_size,
-                                        pattern, period if pattern is not None else 60.0,
+                                        target.pattern, target.period,
                                         batch_receive_policy=options.batch_receive_policy)
-            await multi._start(topics)
+            await multi._start(target.topics)
             self._core.open_objects.append(multi)  # type: ignore[arg-type]
             return multi
-        consumer = await self._subscribe_one(name, options, schema)
+        assert target.name is not None
+        consumer = await self._subscribe_one(target.name, options, schema)
         self._core.open_objects.append(consumer)
         return consumer
 

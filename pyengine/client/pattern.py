@@ -117,6 +117,31 @@ def check_discovery_period(value: Any) -> float:
     return float(value)
 
 
+@dataclass(frozen=True, slots=True)
+class SubscribeTarget:
+    """What `subscribe(topic, ...)` was given, checked: one topic's name, a list of topics, or a
+    pattern with its discovery period."""
+
+    name: str | None = None
+    topics: list[str] | None = None
+    pattern: TopicsPattern | None = None
+    period: float = 60.0
+
+    @property
+    def several(self) -> bool:
+        return self.name is None
+
+
+def subscribe_target(topic: Any, pattern_auto_discovery_period: Any) -> SubscribeTarget:
+    """A topic name, a list of them or a compiled regex, as pulsar-client's subscribe takes."""
+    if isinstance(topic, re.Pattern):
+        return SubscribeTarget(pattern=parse_topics_pattern(topic),
+                               period=check_discovery_period(pattern_auto_discovery_period))
+    if isinstance(topic, (list, tuple)):
+        return SubscribeTarget(topics=check_topic_list(topic))
+    return SubscribeTarget(name=check_topic(topic))
+
+
 class MultiTopicsConsumer:
     """One subscription over several topics: a list of them, or those matching a pattern."""
 
