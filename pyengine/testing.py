@@ -16,6 +16,7 @@ child's CPU time from /proc, so a benchmark can say how busy the broker was.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -153,6 +155,19 @@ class ServeProcess:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def serving(data_dir: Path, *extra_args: str, **options: Any) -> Iterator[ServeProcess]:
+    """A started `pyengine serve` (ServeProcess's arguments), stopped afterwards; an exit other
+    than a clean one is an error that carries its log."""
+    process = ServeProcess(data_dir, *extra_args, **options).start()
+    try:
+        yield process
+    finally:
+        code = process.stop()
+        if code not in (0, None):
+            raise RuntimeError(f"pyengine serve exited with {code}:\n{process.log_tail()}")
 
 
 def _find(pattern: str, line: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from pyengine.testing import ServeProcess
+from pyengine.testing import ServeProcess, serving
 
 TOPIC = "persistent://public/default/backlog-quota-official"
 NS = "/admin/v2/namespaces/public/default"
@@ -26,14 +26,9 @@ QUIET.setLevel(logging.CRITICAL)
 
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = ServeProcess(tmp_path_factory.mktemp("quota") / "data", "--num-coordinators", "1",
-                           "--backlog-quota-default-limit-bytes", "1000", fsync=False)
-    process.start()
-    try:
+    with serving(tmp_path_factory.mktemp("quota") / "data", "--num-coordinators", "1",
+                 "--backlog-quota-default-limit-bytes", "1000", fsync=False) as process:
         yield process
-    finally:
-        code = process.stop()
-        assert code in (0, None), f"pyengine serve exited with {code}:\n{process.log_tail()}"
 
 
 def admin(serve: ServeProcess, method: str, path: str, body: object = None) -> int:

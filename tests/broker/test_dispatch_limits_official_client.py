@@ -16,7 +16,7 @@ import pulsar
 import pytest
 
 from pyengine.cli.serve import unacked_limit
-from pyengine.testing import ServeProcess
+from pyengine.testing import ServeProcess, serving
 
 TOPIC = "persistent://public/default/unacked-limit-official"
 QUIET = logging.getLogger("pulsar-client")
@@ -25,15 +25,10 @@ QUIET.setLevel(logging.ERROR)
 
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = ServeProcess(tmp_path_factory.mktemp("limits") / "data", "--num-coordinators", "1",
-                           "--max-unacked-messages-per-consumer", "10",
-                           "--max-unacked-messages-per-subscription", "0")
-    process.start()
-    try:
+    with serving(tmp_path_factory.mktemp("limits") / "data", "--num-coordinators", "1",
+                 "--max-unacked-messages-per-consumer", "10",
+                 "--max-unacked-messages-per-subscription", "0") as process:
         yield process
-    finally:
-        code = process.stop()
-        assert code in (0, None), f"pyengine serve exited with {code}:\n{process.log_tail()}"
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from pyengine.testing import ServeProcess
+from pyengine.testing import ServeProcess, serving
 
 # The C++ client logs every connection at INFO; only its errors are worth reading in a test.
 QUIET = logging.getLogger("pulsar-client")
@@ -17,13 +17,8 @@ QUIET.setLevel(logging.ERROR)
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = ServeProcess(tmp_path_factory.mktemp("interop") / "data", "--num-coordinators", "2")
-    process.start()
-    try:
+    with serving(tmp_path_factory.mktemp("interop") / "data", "--num-coordinators", "2") as process:
         yield process
-    finally:
-        code = process.stop()
-        assert code in (0, None), f"pyengine serve exited with {code}:\n{process.log_tail()}"
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from pyengine.testing import ServeProcess
+from pyengine.testing import ServeProcess, serving
 from tests.interop.conftest import QUIET
 
 NS_PATH = "public/default"
@@ -32,14 +32,9 @@ NS_PATH = "public/default"
 
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = ServeProcess(tmp_path_factory.mktemp("quota-disconnect") / "data", "--num-coordinators", "1",
-                           "--backlog-quota-check-interval-seconds", "0.1", fsync=False)
-    process.start()
-    try:
+    with serving(tmp_path_factory.mktemp("quota-disconnect") / "data", "--num-coordinators", "1",
+                 "--backlog-quota-check-interval-seconds", "0.1", fsync=False) as process:
         yield process
-    finally:
-        code = process.stop()
-        assert code in (0, None), f"pyengine serve exited with {code}:\n{process.log_tail()}"
 
 
 def _stats(serve: ServeProcess, local_name: str) -> dict:
