@@ -38,6 +38,7 @@ from pyengine.admin.schemas import (
     TOPIC_STATS,
     errors,
 )
+from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION
 from pyengine.broker.policies import DelayedDelivery, Retention
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
@@ -141,6 +142,22 @@ async def update_partitioned_topic(call: Call) -> None:
     if call.body < current:
         raise AdminError(UNPROCESSABLE, f"Expect partitions {call.body} can't less than current partitions {current}.")
     await policies.update_partitions(str(name), call.body)
+    await _subscribe_new_partitions(call.service, name, current, call.body)
+
+
+async def _subscribe_new_partitions(service: BrokerService, name: TopicName, old: int, new: int) -> None:
+    """As Pulsar's update of a partitioned topic: the subscriptions of partition 0 are created on
+    the partitions added, so what is published there before a consumer comes is kept for them."""
+    first = str(name.partition(0))
+    if not service.topic_exists(first):
+        return                              # nothing subscribed yet
+    subscriptions = [s for s in (await service.get_topic(first, create=False)).subscriptions
+                     if s != COMPACTION_SUBSCRIPTION]
+    for index in range(old, new):
+        if subscriptions:
+            partition = await service.get_topic(str(name.partition(index)))
+            for subscription in subscriptions:
+                await partition.open_subscription(subscription, "latest")
 
 
 CHECK_ALLOW_AUTO_CREATION = Param(

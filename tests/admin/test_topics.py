@@ -76,6 +76,23 @@ async def test_partitioned_topic_lifecycle(api, service, client):
     assert (await api.delete(f"{P}/orders/partitions")).status == 404
 
 
+async def test_added_partitions_get_the_subscriptions_of_partition_0(api, service, client):
+    """As Pulsar's update of a partitioned topic: the new partitions are subscribed as partition
+    0 is, so what is published there before any consumer comes is kept for the subscription."""
+    assert (await api.put(f"{P}/grown/partitions", raw="2")).status == 204
+    for index in range(2):
+        consumer = await client.subscribe(f"persistent://public/default/grown-partition-{index}", "audit")
+        await consumer.close()
+    assert (await api.post(f"{P}/grown/partitions", 3)).status == 204
+    producer = await client.create_producer("persistent://public/default/grown-partition-2")
+    await producer.send(b"before any consumer of partition 2")
+    stats = (await api.get(f"{P}/grown-partition-2/stats")).body
+    assert stats["subscriptions"]["audit"]["msgBacklog"] == 1
+    assert (await api.put(f"{P}/fresh/partitions", raw="1")).status == 204       # nothing subscribed: nothing made
+    assert (await api.post(f"{P}/fresh/partitions", 2)).status == 204
+    assert not service.topic_exists("persistent://public/default/fresh-partition-1")
+
+
 async def test_partitioned_topic_errors(api):
     path = f"{P}/p/partitions"
     assert (await api.put(path, 0)).status == 406
