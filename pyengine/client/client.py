@@ -57,12 +57,24 @@ _SCALABLE_PRODUCER_OPTIONS = frozenset({
     "compression_type", "batching_type"})
 
 
+def check_partitions_update_interval(value: Any) -> None:
+    """Seconds, a finite number >= 0 (0 turns the updates off, as the C++ client's 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"partitions_update_interval must be a number of seconds, not {type(value).__name__}")
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"partitions_update_interval must be a finite number of seconds >= 0 (0: off), "
+                         f"not {value!r}")
+
+
 class ClientCore:
     """What producers, consumers and coordinator handlers share: settings, connections,
     lookups and the client-wide id counters."""
 
-    def __init__(self, service_url: str, config: ClientConfig, transaction_key: str | None = None) -> None:
+    def __init__(self, service_url: str, config: ClientConfig, transaction_key: str | None = None,
+                 partitions_update_interval: float = 60.0) -> None:
         self.config = config
+        # seconds between re-reads of a partitioned topic's partition count (0: never)
+        self.partitions_update_interval = partitions_update_interval
         self.pool = ConnectionPool(config)
         self.lookup = LookupService(self.pool, parse_service_url(service_url), config)
         self._producer_ids = itertools.count()
@@ -93,19 +105,24 @@ class ClientCore:
 class Client:
     def __init__(self, service_url: str, *, operation_timeout_seconds: float = 30.0,
                  connection_timeout_ms: int = 10_000, keep_alive_interval_seconds: float = 30.0,
-                 transaction_key: str | None = None) -> None:
-        """`transaction_key` (pip-transaction-key-fencing): this client's transactions belong to
+                 transaction_key: str | None = None, partitions_update_interval: float = 60) -> None:
+        """`partitions_update_interval` (the C++ client's partitionsUpdateInterval, seconds; 0:
+        off): how often producers and consumers of a partitioned topic read its partition count
+        again, to produce to and consume from the partitions added since (never fewer).
+
+        `transaction_key` (pip-transaction-key-fencing): this client's transactions belong to
         the key; its first transaction request takes the key's next epoch, which aborts the
         open transaction of any earlier client with the key and fences that client (its later
         sends, acks and ends raise ExpiredTransactionError). One open transaction per key.
         Not empty, at most 256 characters, no '&' (InvalidTransactionKeyError)."""
         check_int("connection_timeout_ms", connection_timeout_ms, 1)
+        check_partitions_update_interval(partitions_update_interval)
         if transaction_key is not None:
             check_transaction_key(transaction_key)
         config = ClientConfig(operation_timeout=operation_timeout_seconds,
                               connection_timeout=connection_timeout_ms / 1000,
                               keep_alive_interval=keep_alive_interval_seconds)
-        self._core = ClientCore(service_url, config, transaction_key)
+        self._core = ClientCore(service_url, config, transaction_key, float(partitions_update_interval))
         self._closed = False
 
     async def __aenter__(self) -> Client:

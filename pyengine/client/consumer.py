@@ -883,6 +883,7 @@ class Consumer:
         self._dead_candidates: dict[tuple[PartitionConsumer, int, int], dict[int, Message]] = {}
         self._dead_in_flight: set[tuple[PartitionConsumer, int, int]] = set()
         self._dead_tasks: set[asyncio.Task[None]] = set()
+        self._partitions_update: asyncio.Task[None] | None = None
 
     async def _start(self) -> None:
         results = await asyncio.gather(*(h._start() for h in self._handlers.values()), return_exceptions=True)
@@ -890,6 +891,55 @@ class Consumer:
         if errors:
             await self.close()
             raise errors[0]
+        interval = self._core.partitions_update_interval
+        if self._partitioned and interval > 0:
+            self._partitions_update = asyncio.get_running_loop().create_task(
+                self._update_partitions_periodically(interval))
+
+    async def _update_partitions_periodically(self, interval: float) -> None:
+        """As Pulsar's clients (autoUpdatePartitions): every `interval` seconds, read the topic's
+        partition count again and subscribe the partitions added since."""
+        while not self._closed:
+            await asyncio.sleep(interval)
+            try:
+                await self._add_new_partitions()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:            # tried again next interval, as Pulsar's clients do
+                log.warning("consumer of %r on %s: updating its partitions failed: %s",
+                            self.subscription_name, self._topic, exc)
+
+    async def _add_new_partitions(self) -> None:
+        """Subscribe each partition past the ones consumed (never fewer: partitions are not
+        removed). A new partition is read from its start: all it holds was published after
+        this consumer subscribed the topic, and the broker does not give the subscription to
+        new partitions, so at the latest position what was sent there first would be missed."""
+        from pyengine.naming import TopicName
+
+        count = await self._core.lookup.partitions(self._topic)
+        missing = [i for i in range(count) if i not in self._handlers]
+        if not missing or self._closed:
+            return
+        options = dataclasses.replace(self.options, initial_position="earliest", start_message_id_inclusive=True,
+                                      start_message_id=None if self.options.durable else MessageId.earliest)
+        name = TopicName.parse(self._topic)
+        added = [PartitionConsumer(self._core, self, str(name.partition(i)), i, options) for i in missing]
+        for handler in added:               # known before it is started: its first message may come at once
+            self._handlers[handler.partition] = handler
+        try:
+            results = await asyncio.gather(*(h._start() for h in added), return_exceptions=True)
+        except BaseException:                   # cancelled (closing): none of them is kept
+            await self._drop_handlers(added)
+            raise
+        failed = [(h, r) for h, r in zip(added, results) if isinstance(r, BaseException)]
+        if failed:                              # the next update tries those partitions again
+            await self._drop_handlers([h for h, _ in failed])
+            raise failed[0][1]
+
+    async def _drop_handlers(self, handlers: list[PartitionConsumer]) -> None:
+        for handler in handlers:
+            self._handlers.pop(handler.partition, None)
+        await asyncio.gather(*(h.close() for h in handlers), return_exceptions=True)
 
     @property
     def topic(self) -> str:
@@ -1212,11 +1262,15 @@ class Consumer:
     async def close(self) -> None:
         if self._closed:
             return
+        if self._partitions_update is not None:
+            self._partitions_update.cancel()
         await asyncio.gather(*(h.close() for h in self._handlers.values()))
         await self._close_locally()
 
     async def _close_locally(self) -> None:
         self._closed = True
+        if self._partitions_update is not None:
+            self._partitions_update.cancel()
         self._nacks.close()
         if self._unacked is not None:
             self._unacked.close()

@@ -35,6 +35,7 @@ from pyengine.client.router import PartitionRouter
 from pyengine.client.transaction import COMMITTING, OPEN, Transaction
 from pyengine.client.validation import check_int, check_name, check_payload, check_properties, check_schema
 from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
+from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
 from pyengine.protocol.schema_codec import fill_schema
@@ -189,6 +190,16 @@ def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequen
     if txn is not None and not isinstance(txn, Transaction):
         raise TypeError(f"txn must be a Transaction of pyengine.client, not {type(txn).__name__}")
     return payload, props
+
+
+def check_ordering_key(ordering_key: Any) -> bytes | None:
+    """MessageMetadata.ordering_key for pulsar-client's `ordering_key` (a str, or None); as
+    pulsar-client, an empty one sets nothing."""
+    if ordering_key is None:
+        return None
+    if not isinstance(ordering_key, str):
+        raise TypeError(f"ordering_key must be a string, not {type(ordering_key).__name__}")
+    return ordering_key.encode() or None
 
 
 # The latest deliver_at_time that is a time (9999-12-31T23:59:59.999Z), as the broker reads it.
@@ -445,7 +456,8 @@ class PartitionProducer(ConnectionHandler):
 
     def submit_in_txn(self, registration: asyncio.Future[None], payload: bytes, key: str | None,
                       properties: dict[str, str], event_time: int | None, sequence_id: int | None,
-                      txn: Transaction, deliver_at: int | None = None) -> asyncio.Future[MessageId]:
+                      txn: Transaction, deliver_at: int | None = None,
+                      ordering_key: bytes | None = None) -> asyncio.Future[MessageId]:
         """Queue a message of `txn`. While `registration` (ADD_PARTITION_TO_TXN) is unanswered
         the message is batched as any other and its SEND waits for the answer (`_blocked`);
         behind a full queue or a failed registration it is held, and one task submits what is
@@ -453,10 +465,12 @@ class PartitionProducer(ConnectionHandler):
         if not self._held and not (self.options.block_if_queue_full and self.queue_full):
             if not registration.done():
                 return self.submit(payload, key, properties, event_time, sequence_id, txn, gate=registration,
-                                   deliver_at=deliver_at)
+                                   deliver_at=deliver_at, ordering_key=ordering_key)
             if not Transaction._failed(registration):
-                return self.submit(payload, key, properties, event_time, sequence_id, txn, deliver_at=deliver_at)
-        return self._hold(registration, (payload, key, properties, event_time, sequence_id, txn, deliver_at, None))
+                return self.submit(payload, key, properties, event_time, sequence_id, txn, deliver_at=deliver_at,
+                                   ordering_key=ordering_key)
+        return self._hold(registration,
+                          (payload, key, properties, event_time, sequence_id, txn, deliver_at, ordering_key))
 
     def submit_behind_held(self, payload: bytes, key: str | None, properties: dict[str, str],
                            event_time: int | None, sequence_id: int | None, deliver_at: int | None = None,
@@ -872,6 +886,10 @@ class Producer:
         turn = options.batching_max_messages if options.batching_enabled else 1
         self._router = PartitionRouter(len(partitions), turn)
         self._closed = False
+        self._partitions_update: asyncio.Task[None] | None = None
+        if partitioned and core.partitions_update_interval > 0:
+            self._partitions_update = asyncio.get_running_loop().create_task(
+                self._update_partitions_periodically(core.partitions_update_interval))
 
     @property
     def topic(self) -> str:
@@ -892,6 +910,43 @@ class Producer:
         """The highest sequence id the broker has confirmed (of any partition)."""
         return max(p.last_sequence_id_published for p in self._partitions)
 
+    async def _update_partitions_periodically(self, interval: float) -> None:
+        """As Pulsar's clients (autoUpdatePartitions): every `interval` seconds, read the topic's
+        partition count again and produce to the partitions added since."""
+        while not self._closed:
+            await asyncio.sleep(interval)
+            try:
+                await self._add_new_partitions()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:            # tried again next interval, as Pulsar's clients do
+                log.warning("producer on %s: updating its partitions failed: %s", self._topic, exc)
+
+    async def _add_new_partitions(self) -> None:
+        """Start a producer on each partition past the ones produced to; once all are ready,
+        the router spreads keys (hash modulo the count) and round robin over the new count.
+        A count that did not grow changes nothing: partitions are never removed."""
+        count = await self._core.lookup.partitions(self._topic)
+        current = len(self._partitions)
+        if count <= current or self._closed:
+            return
+        parsed = TopicName.parse(self._topic)
+        added = [PartitionProducer(self._core, str(parsed.partition(i)), i, self._options)
+                 for i in range(current, count)]
+        try:
+            results = await asyncio.gather(*(h._start() for h in added), return_exceptions=True)
+        except BaseException:                   # cancelled (closing): none of them is kept
+            await asyncio.gather(*(h.close() for h in added), return_exceptions=True)
+            raise
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors or self._closed:
+            await asyncio.gather(*(h.close() for h in added), return_exceptions=True)
+            if errors:
+                raise errors[0]
+            return
+        self._partitions.extend(added)
+        self._router.partitions = count
+
     def _partition_for(self, key: str | None) -> PartitionProducer:
         if self._closed:
             raise AlreadyClosedError(f"the producer on {self._topic} is closed")
@@ -900,26 +955,33 @@ class Producer:
     async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
                    event_time: int | None = None, sequence_id: int | None = None,
                    txn: Transaction | None = None, deliver_after: datetime.timedelta | None = None,
-                   deliver_at: int | None = None) -> MessageId:
+                   deliver_at: int | None = None, ordering_key: str | None = None) -> MessageId:
         """Send one message and return its id once the broker has stored it (a message the
         broker drops as a duplicate gets (-1, -1)). With `txn`, the message is part of the
         transaction: stored now, visible when the transaction commits. `deliver_after` (a
         timedelta) or `deliver_at` (ms since the epoch), as pulsar-client: a Shared or
-        Key_Shared subscription receives the message no sooner (it is sent unbatched)."""
+        Key_Shared subscription receives the message no sooner (it is sent unbatched).
+        `ordering_key` (a str, as pulsar-client's): the key a Key_Shared subscription gives the
+        message to a consumer by, instead of `key` (which still picks the partition); KeyBased
+        batching groups by it first."""
         payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
+        ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         producer = self._partition_for(key)
         if txn is None:
             if producer._held:                  # sends made before this one wait there: it goes behind them
-                return await producer.submit_behind_held(payload, key, props, event_time, sequence_id, delay)
+                return await producer.submit_behind_held(payload, key, props, event_time, sequence_id, delay,
+                                                         ordering_key=ordering)
             await producer.wait_for_space()
-            return await producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay)
-        return await self._submit_in_txn(producer, payload, key, props, event_time, sequence_id, txn, delay)
+            return await producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay,
+                                         ordering_key=ordering)
+        return await self._submit_in_txn(producer, payload, key, props, event_time, sequence_id, txn, delay,
+                                         ordering_key=ordering)
 
     async def _send_copy(self, data: bytes, key: str | None, ordering_key: bytes | None,
                          properties: dict[str, str]) -> MessageId:
         """Send a copy of a received message (a dead letter): its keys and properties, as the
-        C++ client's dead letter producer does (`ordering_key` is not part of `send`)."""
+        C++ client's dead letter producer does."""
         payload, props = _check_message(data, key, properties, None, None, None)
         producer = self._partition_for(key)
         if producer._held:
@@ -931,7 +993,7 @@ class Producer:
     def _submit_in_txn(producer: PartitionProducer, payload: bytes, key: str | None, props: dict[str, str],
                        event_time: int | None, sequence_id: int | None,
                        txn: Transaction, deliver_at: int | None = None, *,
-                       track: bool = True) -> asyncio.Future[MessageId]:
+                       track: bool = True, ordering_key: bytes | None = None) -> asyncio.Future[MessageId]:
         """Queue a message of `txn` now, in send order: at once when its partition is already
         registered with the transaction, after the registration otherwise. The transaction
         tracks it from this moment, so a commit right after `send_async` waits for it.
@@ -943,7 +1005,8 @@ class Producer:
         registration = txn._partitions.get(producer.topic)
         if registration is None or registration.done():     # the first send, or maybe a failed one
             registration = txn._register_partition(producer.topic)
-        future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn, deliver_at)
+        future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn, deliver_at,
+                                        ordering_key)
         if track:
             txn._track(future)              # commit waits for this send, whatever happens to it
         return future
@@ -960,14 +1023,15 @@ class Producer:
                    properties: dict[str, str] | None = None, event_time: int | None = None,
                    sequence_id: int | None = None, txn: Transaction | None = None,
                    deliver_after: datetime.timedelta | None = None,
-                   deliver_at: int | None = None) -> asyncio.Future[MessageId]:
+                   deliver_at: int | None = None, ordering_key: str | None = None) -> asyncio.Future[MessageId]:
         """Queue a message without waiting; `callback(error, message_id)` runs when it is settled.
         Without a transaction the message takes its sequence id now, or behind the sends of
         transactions the producer holds (send order is kept); a full queue (the free slots kept
         for sends blocked on it count as taken) raises ProducerQueueIsFullError instead of
-        blocking. `deliver_after` / `deliver_at` as in `send`."""
+        blocking. `deliver_after` / `deliver_at` and `ordering_key` as in `send`."""
         payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
+        ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
         if txn is None:
@@ -975,12 +1039,14 @@ class Producer:
             if producer.queue_full:
                 raise ProducerQueueIsFullError(f"{producer}: {producer.options.max_pending_messages} messages pending")
             if producer._held:                  # sends made before this one wait there: it goes behind them
-                future = producer.submit_behind_held(payload, key, props, event_time, sequence_id, delay)
+                future = producer.submit_behind_held(payload, key, props, event_time, sequence_id, delay,
+                                                     ordering_key=ordering)
             else:
-                future = producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay)
+                future = producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay,
+                                         ordering_key=ordering)
         else:
             future = self._submit_in_txn(self._partition_for(key), payload, key, props, event_time, sequence_id, txn,
-                                         delay)
+                                         delay, ordering_key=ordering)
         if callback is not None:
             def done(settled: asyncio.Future[MessageId]) -> None:
                 if settled.cancelled():
@@ -999,5 +1065,7 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        if self._partitions_update is not None:
+            self._partitions_update.cancel()
         await asyncio.gather(*(p.close() for p in self._partitions))
         self._core.forget(self)
