@@ -34,7 +34,8 @@ from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Producer, Topic
 from pyengine.broker.transactions import append_condition
 from pyengine.client.consumer import (
-    ConsumerBatchReceivePolicy, check_batch_receive_policy, receive_batch, receive_queued, wake_all, wake_one,
+    ConsumerBatchReceivePolicy, before_start, check_batch_receive_policy, receive_batch, receive_queued, wake_all,
+    wake_one,
 )
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId, decode_entry
@@ -499,6 +500,8 @@ class EmbeddedConsumer:
         self._consumed_since_flow = 0
         self._last_received: MessageId | None = None     # for a reader's has_message_available
         self._start: MessageId | None = None              # a reader's start (inclusive), or seek's
+        # After a seek by id, what is delivered before it (and it, but to a reader) is dropped.
+        self._seek_start: MessageId | None = None
         self._reader = reader
         self._subscription: Subscription | None = None
         self._consumer: Consumer | None = None
@@ -531,6 +534,9 @@ class EmbeddedConsumer:
             for message in decode_entry(self._topic.name, delivery.entry.position, delivery.entry.data,
                                         partition=self._topic.partition_index,
                                         redelivery_count=delivery.redelivery_count, ack_set=delivery.ack_set):
+                if self._seek_start is not None and before_start(message.message_id, self._seek_start, self._reader):
+                    self._skip_before_seek_start()
+                    continue
                 self._queue.append(message)
                 self._queued_bytes += len(message.data)
                 self._wake_one()
@@ -710,6 +716,12 @@ class EmbeddedConsumer:
         read-compacted consumer's seek by time also looks in the compacted view (it may hold
         entries of ledgers trimmed since), as the wire server's SEEK does."""
         self._check_open()
+        if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
+            raise TypeError(f"seek takes a MessageId or a timestamp in ms, not {type(target).__name__}")
+        if isinstance(target, int) and not 0 <= target < 1 << 64:
+            raise ValueError(f"a seek timestamp is in ms since the epoch, >= 0 and < 2**64, not {target}")
+        if isinstance(target, MessageId) and target.topic_name and target.topic_name != self._topic.name:
+            raise ValueError(f"message id {target} is of {target.topic_name}, not of {self._topic.name}")
         subscription = self._subscription
         assert subscription is not None
         earliest: bool | None = None
@@ -725,9 +737,25 @@ class EmbeddedConsumer:
             position = self._topic.ledger.lac.next()
         else:
             position = self._message_id(target).position
-        await subscription.seek(position, earliest=earliest)
+        # As pulsar-client: the cursor goes to the id's entry and what follows the id comes next
+        # (a reader, start-inclusive here, reads the id's message again). Set first: the new
+        # position's deliveries may come before the seek returns.
+        previous, self._seek_start = self._seek_start, target if isinstance(target, MessageId) else None
+        try:
+            await subscription.seek(position, earliest=earliest)
+        except BaseException:
+            self._seek_start = previous
+            raise
         self._last_received = None
         self._start = target if isinstance(target, MessageId) else None
+
+    def _skip_before_seek_start(self) -> None:
+        """A message dropped after a seek: its permit comes back as if it had been handed out."""
+        self._consumed_since_flow += 1
+        if self._consumed_since_flow >= max(1, self._queue_size // 2):
+            assert self._subscription is not None and self._consumer is not None
+            self._subscription.flow(self._consumer, self._consumed_since_flow)
+            self._consumed_since_flow = 0
 
     async def has_message_available(self) -> bool:
         """A reader's: whether a message after the last one read is stored (and so will be

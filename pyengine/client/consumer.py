@@ -286,8 +286,9 @@ class PartitionConsumer(ConnectionHandler):
             cmd.subscribe.keySharedMeta.keySharedMode = pb.AUTO_SPLIT
         if options.schema is not None:
             fill_schema(cmd.subscribe.schema, options.schema)
-        if self.last_dequeued is not None:
-            # A reader resumes after what it handed out (a durable cursor knows by itself).
+        if self.last_dequeued is not None and not options.durable:
+            # A reader resumes after what it handed out (a durable cursor knows by itself, and
+            # keeps its last seek's filter, as Pulsar's clients do).
             self.start, self.start_inclusive = self.last_dequeued, False
         if self.start is not None and not options.durable:
             cmd.subscribe.start_message_id.CopyFrom(self.start.to_proto())
@@ -367,7 +368,7 @@ class PartitionConsumer(ConnectionHandler):
         if messages and messages[0].message_id.batch_size and not self.options.batch_index_ack_enabled:
             self._batch_delivered(messages[0].message_id, {m.message_id.batch_index for m in messages},
                                   with_ack_set=bool(command.ack_set))
-        if self.start is not None and not self.options.durable:
+        if self.start is not None:          # a reader's start, or a seek's message id
             kept = [m for m in messages if not self._before_start(m.message_id)]
             skipped += len(messages) - len(kept)
             messages = kept
@@ -437,7 +438,7 @@ class PartitionConsumer(ConnectionHandler):
             event_time=md.event_time, publish_time=md.publish_time, producer_name=md.producer_name,
             sequence_id=md.sequence_id, redelivery_count=command.redelivery_count,
             schema_version=_schema_version(md.schema_version) if md.HasField("schema_version") else None)
-        if self.start is not None and not self.options.durable and self._before_start(message.message_id):
+        if self.start is not None and self._before_start(message.message_id):
             self.credit(1)
             return True
         messages = [message]
@@ -467,17 +468,8 @@ class PartitionConsumer(ConnectionHandler):
             self._chunk_timer = asyncio.get_running_loop().call_later(chunks.expire_ms / 1000, self._expire_chunks)
 
     def _before_start(self, message_id: MessageId) -> bool:
-        start = self.start
-        assert start is not None
-        if start == MessageId.earliest or start == MessageId.latest:
-            return False
-        entry, start_entry = (message_id.ledger_id, message_id.entry_id), (start.ledger_id, start.entry_id)
-        if entry != start_entry:
-            return entry < start_entry
-        if start.batch_index < 0 or message_id.batch_index < 0:
-            return not self.start_inclusive
-        return (message_id.batch_index < start.batch_index
-                or (message_id.batch_index == start.batch_index and not self.start_inclusive))
+        assert self.start is not None
+        return before_start(message_id, self.start, self.start_inclusive)
 
     def _reject(self, ledger_id: int, entry_id: int, validation_error: int, permits: int = 1) -> None:
         # As the C++ client: a message that cannot be read is acknowledged with the reason.
@@ -683,7 +675,11 @@ class PartitionConsumer(ConnectionHandler):
         self._consumed_since_flow = 0
         self.last_dequeued = None
         if isinstance(target, MessageId):
-            self.start, self.start_inclusive = _start_id(target, True), True
+            # The broker moves the cursor to the id's entry; as Pulsar's clients, what comes
+            # before the id (in its batch too) is dropped here, and the id itself unless
+            # start-inclusive: a reader's setting, never for a consumer (Pulsar's default).
+            inclusive = self.options.start_message_id_inclusive and not self.options.durable
+            self.start, self.start_inclusive = _start_id(target, inclusive), inclusive
         else:
             self.start = None
         if self.state == READY and self.connection is connection:
@@ -734,6 +730,21 @@ class PartitionConsumer(ConnectionHandler):
             self.connection = None
         self.drop_queued(give_back_permits=False)
         self._forget_deliveries()
+
+
+def before_start(message_id: MessageId, start: MessageId, inclusive: bool) -> bool:
+    """Whether a received message comes before a reader's start or a seek's message id (so is
+    dropped): an earlier entry, an earlier message of the start's batch, or the start itself
+    unless `inclusive`."""
+    if start == MessageId.earliest or start == MessageId.latest:
+        return False
+    entry, start_entry = (message_id.ledger_id, message_id.entry_id), (start.ledger_id, start.entry_id)
+    if entry != start_entry:
+        return entry < start_entry
+    if start.batch_index < 0 or message_id.batch_index < 0:
+        return not inclusive
+    return message_id.batch_index < start.batch_index or (message_id.batch_index == start.batch_index
+                                                          and not inclusive)
 
 
 def _messages_in(headers_and_payload: bytes | None) -> int:
@@ -1231,18 +1242,24 @@ class Consumer:
 
     async def seek(self, target: MessageId | int) -> None:
         """Move the subscription to a message id (MessageId.earliest / .latest too) or to a
-        publish time in milliseconds since the epoch."""
+        publish time in milliseconds since the epoch. As pulsar-client: what comes next is what
+        follows the id (the rest of its batch, then the next entries); a reader created
+        start-inclusive reads the id's message again. On a partitioned topic an id moves its
+        own partition only, earliest / latest / a time every partition."""
         self._check_open()
         if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
             raise TypeError(f"seek takes a MessageId or a timestamp in ms, not {type(target).__name__}")
-        if isinstance(target, int) and target < 0:
-            raise ValueError("a seek timestamp is >= 0")
-        if isinstance(target, MessageId) and self._partitioned and target not in (MessageId.earliest,
-                                                                                  MessageId.latest):
+        if isinstance(target, int) and not 0 <= target < 1 << 64:
+            raise ValueError(f"a seek timestamp is in ms since the epoch, >= 0 and < 2**64, not {target}")
+        if isinstance(target, MessageId) and target not in (MessageId.earliest, MessageId.latest):
             handler, _ = self._resolve(target)
-            await handler.seek(target)
-            self._handler_reset(handler)
-            return
+            # An id of another topic names no entry of this one (a received message's id names its topic).
+            if target.topic_name and target.topic_name != handler.topic:
+                raise ValueError(f"message id {target} is of {target.topic_name}, not of {handler.topic}")
+            if self._partitioned:           # as pulsar-client: only the id's partition moves
+                await handler.seek(target)
+                self._handler_reset(handler)
+                return
         await asyncio.gather(*(h.seek(target) for h in self._handlers.values()))
         for handler in self._handlers.values():
             self._handler_reset(handler)

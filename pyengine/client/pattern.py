@@ -369,6 +369,8 @@ class MultiTopicsConsumer:
         self._check_open()
         if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
             raise TypeError(f"seek takes a MessageId or a timestamp in ms, not {type(target).__name__}")
+        if isinstance(target, int) and not 0 <= target < 1 << 64:     # before any topic moves
+            raise ValueError(f"a seek timestamp is in ms since the epoch, >= 0 and < 2**64, not {target}")
         if isinstance(target, MessageId) and target not in (MessageId.earliest, MessageId.latest):
             await self._seek_one(self._consumer_of(target), target)
         else:
