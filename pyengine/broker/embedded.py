@@ -41,7 +41,7 @@ from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
-from pyengine.client.producer import check_delivery
+from pyengine.client.producer import check_delivery, check_ordering_key
 from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_timeout, check_topic,
 )
@@ -396,11 +396,12 @@ class EmbeddedProducer:
     async def send(self, data: bytes, *, key: str | None = None, properties: dict[str, str] | None = None,
                    event_time: int | None = None, sequence_id: int | None = None,
                    txn: EmbeddedTransaction | None = None, deliver_after: datetime.timedelta | None = None,
-                   deliver_at: int | None = None) -> MessageId:
+                   deliver_at: int | None = None, ordering_key: str | None = None) -> MessageId:
         """Store one message; returns its id once durable (a duplicate of a message stored
         before, by sequence id, returns that message's id or (-1, -1) when it is not known).
         `deliver_after` (a timedelta) or `deliver_at` (ms since the epoch), as pulsar-client:
-        Shared and Key_Shared subscriptions receive the message no sooner."""
+        Shared and Key_Shared subscriptions receive the message no sooner. `ordering_key`, as
+        pulsar-client's: what a Key_Shared subscription routes the message by, before `key`."""
         if self._closed:
             raise ClosedError("the producer is closed")
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -410,6 +411,7 @@ class EmbeddedProducer:
         elif sequence_id < 0:
             raise ValueError("sequence_id must be >= 0")
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
+        ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
         publish_time = _now_ms()
         fields: dict[str, Any] = {}
@@ -421,6 +423,8 @@ class EmbeddedProducer:
             fields["event_time"] = event_time
         if delay is not None:
             fields["deliver_at_time"] = delay
+        if ordering is not None:
+            fields["ordering_key"] = ordering
         if txn is None:
             metadata = message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
             try:

@@ -320,3 +320,32 @@ async def test_a_partitioned_topics_base_name_is_refused_not_made_a_stray_topic(
         assert base not in broker.service.topics
         consumer = await broker.subscribe([base + "-partition-0", base + "-partition-1"], "s")
         assert consumer.topics == [base + "-partition-0", base + "-partition-1"]
+
+
+async def test_send_takes_an_ordering_key_as_the_network_client(tmp_path):
+    """Producer.send(ordering_key=...) as pyengine.client's (and pulsar-client's): Key_Shared
+    routes by it before the partition key; a non-str is refused."""
+    topic = "persistent://public/default/embedded-ordering-key"
+    async with Broker.embedded(tmp_path) as broker:
+        first = await broker.subscribe(topic, "ks", consumer_type="key_shared", receiver_queue_size=100)
+        second = await broker.subscribe(topic, "ks", consumer_type="key_shared", receiver_queue_size=100)
+        producer = await broker.create_producer(topic)
+        txn = await broker.new_transaction(timeout_ms=60_000)
+        await producer.send(b"in a txn", key="k-txn", ordering_key="one", txn=txn)
+        for i in range(20):
+            await producer.send(b"%d" % i, key=f"k-{i}", ordering_key="one")
+        await txn.commit()
+        with pytest.raises(TypeError, match="ordering_key"):
+            await producer.send(b"x", ordering_key=b"bytes")
+        got = {}
+        for consumer in (first, second):
+            got[consumer] = []
+            while True:
+                try:
+                    got[consumer].append(await consumer.receive(timeout=0.3))
+                except TimeoutError:
+                    break
+        receivers = [c for c, messages in got.items() if messages]
+        assert len(receivers) == 1                    # one ordering key: one consumer
+        messages = got[receivers[0]]
+        assert len(messages) == 21 and {m.ordering_key for m in messages} == {b"one"}
