@@ -10,7 +10,9 @@ dispatchers do:
   so they never count as backlog and never stall a reader (Pulsar #11877, #22610);
 * skip entries already acknowledged, and entries reserved in full by open transactions
   (Pulsar #19581); deliver partly acknowledged batches with their ack set;
-* deliver entries put back for redelivery first, in position order;
+* deliver entries put back for redelivery first, in position order; Key_Shared entries put
+  back because their key's consumer could not take them are kept by that consumer
+  (`ReplayQueue`), so a pass passes over a busy consumer's whole backlog in one step;
 * honour permits, and choose the consumer by subscription type: the active consumer
   (Exclusive, Failover), round robin (Shared), or the key's consumer (Key_Shared, consistent
   hashing of the Murmur3 hash of the key as Pulsar's default selector, with Pulsar's rule for
@@ -37,7 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Callable
+import heapq
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import mmh3
@@ -75,15 +78,144 @@ def entry_key(entry: Entry) -> bytes:
     return md.partition_key.encode() if md.HasField("partition_key") else b""
 
 
+class ReplayQueue:
+    """The entries to deliver again, a set of positions (Pulsar's redelivery/replay set).
+
+    Key_Shared entries put back because the consumer of their key could not take them are
+    kept with their key hash (as Pulsar's replay set keeps sticky key hashes), grouped by that
+    consumer: a pass skips the group of a consumer that still cannot take anything in one
+    step, instead of sorting and walking all it holds back (quadratic while one consumer is
+    blocked and the others go on). The other entries (negative acks, a consumer gone, delayed
+    messages due) have no known key until they are read again.
+    """
+
+    def __init__(self, owner_of: Callable[[int], Consumer | None]) -> None:
+        self._owner_of = owner_of                   # a key hash's consumer now (None: nobody's)
+        self._unkeyed: list[Position] = []          # sorted
+        self._held: dict[Consumer | None, list[Position]] = {}  # by the key's consumer, sorted
+        self._owners: dict[Position, Consumer | None] = {}      # the held ones: their group
+        self._hashes: dict[Position, int] = {}                  # the held ones: their key hash
+
+    def __len__(self) -> int:
+        return len(self._unkeyed) + len(self._owners)
+
+    def __bool__(self) -> bool:
+        return bool(self._unkeyed) or bool(self._owners)
+
+    def __contains__(self, position: object) -> bool:
+        return position in self._owners or _find(self._unkeyed, position) >= 0
+
+    def __iter__(self) -> Iterator[Position]:
+        return iter(self._unkeyed + list(self._owners))    # a copy: safe to change meanwhile
+
+    def add(self, position: Position) -> None:
+        """Put back an entry whose key is not known (one held back already stays so)."""
+        if position in self._owners:
+            return
+        index = bisect.bisect_left(self._unkeyed, position)
+        if index == len(self._unkeyed) or self._unkeyed[index] != position:
+            self._unkeyed.insert(index, position)
+
+    def update(self, positions: Iterable[Position]) -> None:
+        for position in positions:
+            self.add(position)
+
+    def hold(self, position: Position, hash_value: int) -> None:
+        """Key_Shared: put back an entry of key hash `hash_value` that its consumer could not take."""
+        self.discard(position)
+        owner = self._owner_of(hash_value)
+        bisect.insort(self._held.setdefault(owner, []), position)
+        self._owners[position] = owner
+        self._hashes[position] = hash_value
+
+    def discard(self, position: Position) -> None:
+        if position in self._owners:
+            owner = self._owners.pop(position)
+            del self._hashes[position]
+            group = self._held[owner]
+            del group[_find(group, position)]
+            if not group:
+                del self._held[owner]
+            return
+        index = _find(self._unkeyed, position)
+        if index >= 0:
+            del self._unkeyed[index]
+
+    def difference_update(self, positions: Iterable[Position]) -> None:
+        for position in list(positions):
+            self.discard(position)
+
+    def clear(self) -> None:
+        self._unkeyed.clear()
+        self._held.clear()
+        self._owners.clear()
+        self._hashes.clear()
+
+    def regroup(self, keyed: bool) -> None:
+        """The consumers changed: group the held entries by their key's consumer now (not
+        Key_Shared any more, `keyed` False: their keys no longer matter)."""
+        hashes = self._hashes
+        self._held, self._owners, self._hashes = {}, {}, {}
+        if not keyed:
+            self.update(hashes)
+            return
+        owners: dict[int, Consumer | None] = {}
+        for position, hash_value in hashes.items():
+            if hash_value not in owners:
+                owners[hash_value] = self._owner_of(hash_value)
+            owner = owners[hash_value]
+            self._held.setdefault(owner, []).append(position)
+            self._owners[position] = owner
+            self._hashes[position] = hash_value
+        for group in self._held.values():
+            group.sort()
+
+    def walk(self, can_take: Callable[[Consumer], bool], horizon: Position) -> Iterator[Position]:
+        """The entries to offer again now, in position order, up to `horizon`: those of no
+        known key, and those held for a consumer that can take. The caller takes each one out
+        before offering it. A consumer's group is left for the rest of the walk once that
+        consumer cannot take, or once an entry is held for it again (it refused one: it
+        refuses the later ones as well, as nothing frees up during a pass)."""
+        # The next entry of each group walked; None stands for the entries of no known key
+        # (the entries held for nobody are not walked).
+        heads: list[tuple[Position, int, Consumer | None]] = []
+        if self._unkeyed:
+            heads.append((self._unkeyed[0], 0, None))
+        for tie, (owner, group) in enumerate(self._held.items(), 1):
+            if owner is not None and can_take(owner):
+                heads.append((group[0], tie, owner))
+        heapq.heapify(heads)
+        left: set[Consumer | None] = set()
+        while heads:
+            position, tie, owner = heapq.heappop(heads)
+            if position > horizon:
+                return
+            if owner in left or (owner is not None and not can_take(owner)):
+                continue
+            yield position
+            if position in self._owners:            # held again (or not taken out): a refusal
+                if self._owners[position] is not None:
+                    left.add(self._owners[position])
+            elif owner is None and _find(self._unkeyed, position) >= 0:
+                left.add(None)
+            if owner in left:
+                continue
+            group = self._unkeyed if owner is None else self._held.get(owner)
+            if group:
+                heapq.heappush(heads, (group[0], tie, owner))
+
+
+def _find(positions: list[Position], position: object) -> int:
+    """The index of `position` in the sorted `positions`, -1 when absent."""
+    index = bisect.bisect_left(positions, position)     # type: ignore[arg-type]
+    return index if index < len(positions) and positions[index] == position else -1
+
+
 class Dispatcher:
     def __init__(self, subscription: Subscription) -> None:
         self.subscription = subscription
         self.consumers: list[Consumer] = []
-        self.redeliveries: set[Position] = set()
-        # Key_Shared: the key hash of an entry put back because its consumer could not take it,
-        # so that later passes leave it unread while that consumer still cannot (as Pulsar's
-        # replay queue keeps sticky key hashes). Only a cache: a position's key never changes.
-        self._replay_key_hashes: dict[Position, int] = {}
+        self.redeliveries = ReplayQueue(self._owner)
         self.redelivery_counts: dict[Position, int] = {}
         self._scheduled = False
         self._next_shared = 0
@@ -160,14 +292,15 @@ class Dispatcher:
         return ordered[0]
 
     def _rebuild_ring(self) -> None:
-        if self.subscription.sub_type != "key_shared":
-            return
-        ring = []
-        for consumer in self.consumers:
-            for i in range(RING_POINTS):
-                ring.append((key_hash(f"{consumer.name}{i}".encode()), consumer))
-        ring.sort(key=lambda point: point[0])
-        self._ring = ring
+        keyed = self.subscription.sub_type == "key_shared"
+        if keyed:
+            ring = []
+            for consumer in self.consumers:
+                for i in range(RING_POINTS):
+                    ring.append((key_hash(f"{consumer.name}{i}".encode()), consumer))
+            ring.sort(key=lambda point: point[0])
+            self._ring = ring
+        self.redeliveries.regroup(keyed)        # keys held back may have another consumer now
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -230,7 +363,6 @@ class Dispatcher:
     def reset(self) -> None:
         """Forget everything in flight (the cursor was moved by a seek)."""
         self.redeliveries.clear()
-        self._replay_key_hashes.clear()
         self.redelivery_counts.clear()
         self._recently_joined.clear()
         if self.delayed is not None:
@@ -317,8 +449,8 @@ class Dispatcher:
             consumer = select(entry)
             if consumer is None:
                 if sub.sub_type == "key_shared" and any(self._can_take(c) for c in self.consumers):
-                    self.redeliveries.add(position)     # its consumer is busy: later, in order
-                    self._replay_key_hashes[position] = key_hash(entry_key(entry))
+                    # Its consumer is busy: later, in order, kept by that consumer.
+                    self.redeliveries.hold(position, key_hash(entry_key(entry)))
                     return True
                 return False
             consumer.permits -= entry.num_messages
@@ -341,21 +473,11 @@ class Dispatcher:
                 if not cursor.is_acked(position):
                     self.redeliveries.add(position)
 
-        # 1. Entries to deliver again, oldest first.
-        if len(self._replay_key_hashes) > 2 * len(self.redeliveries) + READ_BATCH:
-            self._replay_key_hashes = {p: h for p, h in self._replay_key_hashes.items() if p in self.redeliveries}
+        # 1. Entries to deliver again, oldest first (those held for a busy consumer left unread).
         if self.redeliveries:
             self._replaying = True
-            busy_keys: set[int] = set()         # no consumer that cannot take frees up during a pass
-            keyed = sub.sub_type == "key_shared"
             try:
-                for position in sorted(self.redeliveries):
-                    if position > horizon:
-                        break
-                    hash_value = self._replay_key_hashes.get(position) if keyed else None
-                    if hash_value is not None and (hash_value in busy_keys or self._owner_cannot_take(hash_value)):
-                        busy_keys.add(hash_value)
-                        continue                # left unread: offered, it would be put back
+                for position in self.redeliveries.walk(self._can_take, horizon):
                     if not self._any_permits(replay=True):
                         break
                     self.redeliveries.discard(position)
@@ -456,12 +578,6 @@ class Dispatcher:
         if self.blocked_on_unacked and not replay:
             return False
         return any(self._can_take(c) for c in self.consumers)
-
-    def _owner_cannot_take(self, hash_value: int) -> bool:
-        """Key_Shared: whether an entry of key hash `hash_value`, put back because its consumer
-        was busy, would be put back again now (its key's consumer still cannot take it)."""
-        owner = self._owner(hash_value)
-        return owner is None or not self._can_take(owner)
 
     def _can_take(self, consumer: Consumer) -> bool:
         """Shared, Key_Shared: whether `consumer` may be given a message now."""
