@@ -735,14 +735,17 @@ class PartitionConsumer(ConnectionHandler):
 def before_start(message_id: MessageId, start: MessageId, inclusive: bool) -> bool:
     """Whether a received message comes before a reader's start or a seek's message id (so is
     dropped): an earlier entry, an earlier message of the start's batch, or the start itself
-    unless `inclusive`."""
+    unless `inclusive`. A start without a batch index at a batch entry keeps the whole batch,
+    inclusive or not (the C++ and Java clients compare batch indexes with the start's -1)."""
     if start == MessageId.earliest or start == MessageId.latest:
         return False
     entry, start_entry = (message_id.ledger_id, message_id.entry_id), (start.ledger_id, start.entry_id)
     if entry != start_entry:
         return entry < start_entry
-    if start.batch_index < 0 or message_id.batch_index < 0:
+    if message_id.batch_index < 0:
         return not inclusive
+    if start.batch_index < 0:
+        return False
     return message_id.batch_index < start.batch_index or (message_id.batch_index == start.batch_index
                                                           and not inclusive)
 
