@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyengine.client.backoff import Backoff
 from pyengine.client.consumer import (
     ConsumerBatchReceivePolicy, check_batch_receive_policy, receive_batch, receive_queued, wake_all, wake_one,
 )
@@ -95,7 +96,9 @@ def parse_topics_pattern(pattern: re.Pattern[str]) -> TopicsPattern:
 
 
 def check_topic_list(topics: Any) -> list[str]:
-    """The normalised, distinct topic names of a list of topics (in the given order)."""
+    """The normalised, distinct topic names of a list of topics (in the given order). A
+    partitioned topic and one of its partitions cannot be in one list: the partition would
+    get two consumers of the subscription (the Java client refuses it: "Already subscribed")."""
     if not topics:
         raise ValueError("subscribe to a list of topics needs at least one topic")
     names: list[str] = []
@@ -105,6 +108,11 @@ def check_topic_list(topics: Any) -> list[str]:
             raise ValueError(f"scalable topic:// topics cannot be in a list of topics: {name}")
         if name not in names:
             names.append(name)
+    for name in names:
+        partitioned = str(TopicName.parse(name).partitioned_topic)
+        if partitioned != name and partitioned in names:
+            raise ValueError(f"a list of topics cannot hold both {partitioned} and its partition {name}: "
+                             "the partitioned topic's consumer covers its partitions")
     return names
 
 
@@ -166,8 +174,9 @@ class MultiTopicsConsumer:
         self._batch_waiters: list[asyncio.Future[None]] = []
         self._batch_receive_policy = check_batch_receive_policy(batch_receive_policy).within(self._buffer_size)
         self._discovery: asyncio.Task[None] | None = None
+        # Topics whose consumer failed for good, being subscribed again in the background.
+        self._resubscribing: dict[str, asyncio.Task[None]] = {}
         self._closed = False
-        self._failure: BaseException | None = None
 
     def __repr__(self) -> str:
         return f"consumer of {self._subscription_name!r} on {len(self._consumers)} topics"
@@ -205,7 +214,7 @@ class MultiTopicsConsumer:
         return sorted(name for name in names if self._pattern.matches(name))
 
     async def _add(self, topics: list[str], *, raise_errors: bool) -> None:
-        new = [topic for topic in topics if topic not in self._consumers]
+        new = [topic for topic in topics if topic not in self._consumers and topic not in self._resubscribing]
         results = await asyncio.gather(*(self._subscribe_one(topic) for topic in new), return_exceptions=True)
         errors = []
         for topic, result in zip(new, results):
@@ -215,14 +224,19 @@ class MultiTopicsConsumer:
             elif self._closed:
                 await result.close()
             else:
-                self._consumers[topic] = result
-                self._pumps[topic] = asyncio.ensure_future(self._pump(result))
+                self._keep(topic, result)
         if errors and raise_errors:
             raise errors[0]
 
+    def _keep(self, topic: str, consumer: Consumer) -> None:
+        self._consumers[topic] = consumer
+        self._pumps[topic] = asyncio.ensure_future(self._pump(topic, consumer))
+
     async def _remove(self, topic: str) -> None:
         consumer = self._consumers.pop(topic)
-        self._pumps.pop(topic).cancel()
+        pump = self._pumps.pop(topic)
+        if pump is not asyncio.current_task():
+            pump.cancel()
         # what it delivered and was not received yet cannot be acknowledged any more
         self._drop_buffered(consumer)
         try:
@@ -254,11 +268,13 @@ class MultiTopicsConsumer:
         for topic in [t for t in self._consumers if t not in matching]:
             log.info("%s: %s is gone, unsubscribing it", self, topic)
             await self._remove(topic)
+        for topic in [t for t in self._resubscribing if t not in matching]:
+            self._resubscribing.pop(topic).cancel()
         await self._add(matching, raise_errors=False)
 
     # --- receiving ------------------------------------------------------------------------
 
-    async def _pump(self, consumer: Consumer) -> None:
+    async def _pump(self, topic: str, consumer: Consumer) -> None:
         """Move `consumer`'s messages into the shared buffer while it has room."""
         try:
             while True:
@@ -275,14 +291,41 @@ class MultiTopicsConsumer:
         except AlreadyClosedError:
             return                              # closed: by us, or with the client
         except Exception as exc:
-            self._failure = exc
-            self._wake_all()
+            # One topic's consumer failed for good (e.g. ConsumerBusy on a reconnect): as the
+            # C++ MultiTopicsConsumerImpl, the other topics go on; this one is subscribed again.
+            if self._closed or self._consumers.get(topic) is not consumer:
+                return
+            log.warning("%s: the consumer of %s failed: %s; subscribing it again", self, topic, exc)
+            await self._remove(topic)
+            if not self._closed:
+                self._resubscribing[topic] = asyncio.ensure_future(self._resubscribe(topic))
+
+    async def _resubscribe(self, topic: str) -> None:
+        """Subscribe `topic` again, with back-off, until it works or this consumer closes."""
+        config = self._core.config
+        backoff = Backoff(config.initial_backoff, config.max_backoff)
+        try:
+            while not self._closed:
+                await asyncio.sleep(backoff.next())
+                try:
+                    consumer = await self._subscribe_one(topic)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.info("%s: subscribing %s again failed: %s", self, topic, exc)
+                    continue
+                if self._closed:
+                    await consumer.close()
+                else:
+                    self._keep(topic, consumer)
+                return
+        finally:
+            if self._resubscribing.get(topic) is asyncio.current_task():
+                del self._resubscribing[topic]
 
     def _check_open(self) -> None:
         if self._closed:
             raise AlreadyClosedError(f"the consumer of {self._subscription_name!r} is closed")
-        if self._failure is not None:
-            raise self._failure
 
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message of any of the topics (TimeoutError after `timeout` seconds)."""
@@ -381,9 +424,21 @@ class MultiTopicsConsumer:
         self._drop_buffered(consumer)       # at once: from now on its messages are of the new position
 
     async def unsubscribe(self) -> None:
-        """Delete the subscription on every topic, then close."""
+        """Delete the subscription on every topic, then close. As the C++ MultiTopicsConsumerImpl:
+        every topic is tried; if one fails, its error is raised and this consumer stays open on
+        the topics not unsubscribed (those unsubscribed are dropped), so unsubscribe can be retried."""
         self._check_open()
-        await asyncio.gather(*(c.unsubscribe() for c in list(self._consumers.values())))
+        topics = list(self._consumers)
+        results = await asyncio.gather(*(self._consumers[t].unsubscribe() for t in topics), return_exceptions=True)
+        errors = []
+        for topic, result in zip(topics, results):
+            if isinstance(result, BaseException):
+                errors.append(result)
+                log.warning("%s: unsubscribing %s failed: %s", self, topic, result)
+            elif topic in self._consumers:
+                await self._remove(topic)
+        if errors:
+            raise errors[0]
         await self.close()
 
     async def close(self) -> None:
@@ -392,6 +447,9 @@ class MultiTopicsConsumer:
         self._closed = True
         if self._discovery is not None:
             self._discovery.cancel()
+        for task in self._resubscribing.values():
+            task.cancel()
+        self._resubscribing.clear()
         for pump in self._pumps.values():
             pump.cancel()
         self._pumps.clear()
