@@ -1275,8 +1275,22 @@ class Consumer:
         return max(ids)
 
     async def unsubscribe(self) -> None:
+        """Delete the subscription (on a partitioned topic: on every partition), then close. As
+        pulsar-client-cpp: every partition is tried; if one fails, its error is raised and this
+        consumer stays open, so unsubscribe can be retried (on the partitions still subscribed)."""
         self._check_open()
-        await asyncio.gather(*(h.unsubscribe() for h in self._handlers.values()))
+        # Partitions unsubscribed by an earlier, partly failed call stay closed (and kept, so
+        # that the partition update does not subscribe them again): not tried again.
+        handlers = [h for h in self._handlers.values() if h.state != CLOSED]
+        results = await asyncio.gather(*(h.unsubscribe() for h in handlers), return_exceptions=True)
+        errors: list[BaseException] = []
+        for handler, result in zip(handlers, results):
+            if isinstance(result, BaseException):
+                errors.append(result)
+                log.warning("consumer of %r: unsubscribing %s failed: %s",
+                            self.subscription_name, handler.topic, result)
+        if errors:
+            raise errors[0]
         await self._close_locally()
 
     async def close(self) -> None:
