@@ -56,8 +56,11 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
         "lastExpireTimestamp": subscription.last_expire_timestamp,
         "type": _SUB_TYPES.get(subscription.sub_type or "", None),
         "isDurable": subscription.durable,
+        # As Pulsar, unackedMessages counts on Shared and Key_Shared only (individual-ack mode):
+        # Exclusive and Failover consumers show 0.
         "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
-                       "unackedMessages": c.unacked_messages,
+                       "unackedMessages": (c.unacked_messages if subscription.sub_type in ("shared", "key_shared")
+                                           else 0),
                        "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked} for c in subscription.consumers],
         "blockedSubscriptionOnUnackedMsgs": subscription.dispatcher.blocked_on_unacked,
     }

@@ -512,8 +512,10 @@ class Subscription:
             "lastExpireTimestamp": self.last_expire_timestamp,
             "markDeletePosition": str(self.cursor.mark_delete),
             "readPosition": str(self.cursor.read_position),
+            # As Pulsar, unackedMessages counts on Shared and Key_Shared only (individual-ack
+            # mode): Exclusive and Failover consumers show 0.
             "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
-                           "unackedMessages": c.unacked_messages,
+                           "unackedMessages": c.unacked_messages if self.sub_type in ("shared", "key_shared") else 0,
                            "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked} for c in self.consumers],
             "blockedSubscriptionOnUnackedMsgs": self.dispatcher.blocked_on_unacked,
             "pendingAck": self.pending_ack.stats() if self.pending_ack is not None else None,

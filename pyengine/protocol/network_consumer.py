@@ -76,7 +76,9 @@ class NetworkConsumer:
         return {
             "consumerName": consumer.name if consumer else "",
             "availablePermits": consumer.permits if consumer else 0,
-            "unackedMessages": consumer.unacked_messages if consumer else 0,
+            # As Pulsar: counted on Shared and Key_Shared only (individual-ack mode).
+            "unackedMessages": (consumer.unacked_messages if consumer and self.sub_type in ("shared", "key_shared")
+                                else 0),
             "blockedConsumerOnUnackedMsgs": consumer.blocked_on_unacked if consumer else False,
             "msgBacklog": subscription.backlog() if subscription else 0,
             "type": {"exclusive": "Exclusive", "shared": "Shared", "failover": "Failover",
