@@ -13,6 +13,9 @@ dispatchers do:
 * deliver entries put back for redelivery first, in position order; Key_Shared entries put
   back because their key's consumer could not take them are kept by that consumer
   (`ReplayQueue`), so a pass passes over a busy consumer's whole backlog in one step;
+* Key_Shared: read no new entries while the entries to deliver again reach the look-ahead cap
+  (Pulsar's keySharedLookAheadMsgInReplayThresholdPerConsumer times the consumers, at most
+  ...PerSubscription), so what is held back for a blocked consumer stays bounded;
 * honour permits, and choose the consumer by subscription type: the active consumer
   (Exclusive, Failover), round robin (Shared), or the key's consumer (Key_Shared, consistent
   hashing of the Murmur3 hash of the key as Pulsar's default selector, with Pulsar's rule for
@@ -509,15 +512,23 @@ class Dispatcher:
                 cursor.read_position = entry.position.next()
             if stopped:
                 break
+        #    Key_Shared: not while the entries held back reach the look-ahead cap (they are
+        #    delivered first as their consumers take them; then reading goes on).
+        look_ahead = self._look_ahead_limit()
         while self._any_permits() and (compacted is None or cursor.read_position > compacted):
             start = cursor.read_position
             if start > horizon:
+                break
+            if look_ahead is not None and len(self.redeliveries) >= look_ahead:
                 break
             entries = topic.ledger.read_entries(start, READ_BATCH, horizon)
             if not entries:
                 break
             stopped = False
             for entry in entries:
+                if look_ahead is not None and len(self.redeliveries) >= look_ahead:
+                    stopped = True
+                    break
                 if not offer(entry):
                     stopped = True
                     break
@@ -529,6 +540,29 @@ class Dispatcher:
             consumer.sink.deliver(deliveries)
         if auto_acked:
             sub.auto_ack(auto_acked)
+
+    def _look_ahead_limit(self) -> int | None:
+        """Key_Shared: how many entries held back for redelivery stop the reading of new ones,
+        None for no cap (Pulsar's getEffectiveLookAheadLimit: the per-consumer threshold times
+        the consumers, at most the per-subscription one; a threshold 0 is left out; both 0: the
+        broker's unacked-messages limits, the per-consumer one times the consumers)."""
+        if self.subscription.sub_type != "key_shared":
+            return None
+        config = getattr(self.subscription.topic.service, "config", None)
+        per_consumer = getattr(config, "key_shared_look_ahead_msg_in_replay_threshold_per_consumer", 2000)
+        per_subscription = getattr(config, "key_shared_look_ahead_msg_in_replay_threshold_per_subscription", 20_000)
+        consumers = len(self.consumers)
+        if per_consumer > 0:
+            limit = per_consumer * consumers
+            if 0 < per_subscription < limit:
+                limit = per_subscription
+            return limit
+        if per_subscription > 0:
+            return per_subscription
+        unacked_per_subscription = getattr(config, "max_unacked_messages_per_subscription", 200_000)
+        unacked_by_consumers = getattr(config, "max_unacked_messages_per_consumer", 50_000) * consumers
+        limits = [limit for limit in (unacked_per_subscription, unacked_by_consumers) if limit > 0]
+        return min(limits) if limits else None
 
     def _compaction_horizon(self) -> Position | None:
         """The compaction horizon when the subscription's active consumer reads compacted

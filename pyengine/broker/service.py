@@ -106,6 +106,13 @@ class BrokerConfig:
     # their defaults; 0: no limit).
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
+    # Key_Shared: how many entries held back for redelivery (mostly read past a busy key's
+    # consumer) stop the reading of new ones, per consumer and for the whole subscription
+    # (Pulsar's keySharedLookAheadMsgInReplayThresholdPerConsumer and ...PerSubscription, with
+    # their defaults). The cap is the per-consumer one times the consumers, at most the
+    # subscription's; 0 leaves one out; both 0: the unacked-messages limits above stand in.
+    key_shared_look_ahead_msg_in_replay_threshold_per_consumer: int = 2000
+    key_shared_look_ahead_msg_in_replay_threshold_per_subscription: int = 20_000
     # How many producers a topic, and consumers a topic and a subscription, may have where no
     # policy says (Pulsar's maxProducersPerTopic, maxConsumersPerTopic and
     # maxConsumersPerSubscription; 0, their default: no limit).
@@ -153,7 +160,9 @@ class BrokerConfig:
                      "delayed_delivery_deliver_at_time_strict"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, not {getattr(self, flag)!r}")
-        for name in ("delayed_delivery_tick_time_ms", "delayed_delivery_max_delay_ms"):
+        for name in ("delayed_delivery_tick_time_ms", "delayed_delivery_max_delay_ms",
+                     "key_shared_look_ahead_msg_in_replay_threshold_per_consumer",
+                     "key_shared_look_ahead_msg_in_replay_threshold_per_subscription"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, not {value!r}")

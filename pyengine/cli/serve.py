@@ -94,6 +94,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-unacked-messages-per-subscription", type=unacked_limit, default=200_000,
                    help="the same for all the consumers of a Shared or Key_Shared subscription together (Pulsar's "
                         "maxUnackedMessagesPerSubscription, 200000; 0: no limit)")
+    p.add_argument("--key-shared-look-ahead-msg-in-replay-threshold-per-consumer", type=look_ahead_threshold,
+                   default=2000,
+                   help="Key_Shared: new entries are not read while this many per consumer are held back for "
+                        "redelivery (Pulsar's keySharedLookAheadMsgInReplayThresholdPerConsumer, 2000; 0: only the "
+                        "per-subscription threshold)")
+    p.add_argument("--key-shared-look-ahead-msg-in-replay-threshold-per-subscription", type=look_ahead_threshold,
+                   default=20_000,
+                   help="the same for the whole subscription, at most (Pulsar's "
+                        "keySharedLookAheadMsgInReplayThresholdPerSubscription, 20000; both 0: the unacked-messages "
+                        "limits instead)")
     p.add_argument("--backlog-quota-default-limit-bytes", type=whole_number(-1, 2**63 - 1, meaning=" (-1: no quota)"),
                    default=-1, help="a topic's backlog may hold this many bytes where no policy says (Pulsar's "
                                     "backlogQuotaDefaultLimitBytes; -1, the default: no quota)")
@@ -146,6 +156,7 @@ non_negative_int = whole_number(0)
 message_ttl = whole_number(0, 2**31 - 1, unit=" seconds")
 retention_limit = whole_number(-1, meaning=" (-1: no limit)")
 unacked_limit = whole_number(0, 2**31 - 1, meaning=" (0: no limit)", unit=" messages")
+look_ahead_threshold = whole_number(0, 2**31 - 1, unit=" messages")
 
 
 def positive_seconds(text: str) -> float:
@@ -277,6 +288,10 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         message_expiry_check_interval_s=args.message_expiry_check_interval_seconds,
                         max_unacked_messages_per_consumer=args.max_unacked_messages_per_consumer,
                         max_unacked_messages_per_subscription=args.max_unacked_messages_per_subscription,
+                        key_shared_look_ahead_msg_in_replay_threshold_per_consumer=(
+                            args.key_shared_look_ahead_msg_in_replay_threshold_per_consumer),
+                        key_shared_look_ahead_msg_in_replay_threshold_per_subscription=(
+                            args.key_shared_look_ahead_msg_in_replay_threshold_per_subscription),
                         backlog_quota_default_limit_bytes=args.backlog_quota_default_limit_bytes,
                         backlog_quota_default_limit_seconds=args.backlog_quota_default_limit_second,
                         backlog_quota_default_retention_policy=args.backlog_quota_default_retention_policy,
