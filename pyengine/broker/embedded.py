@@ -42,6 +42,7 @@ from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.producer import check_delivery, check_ordering_key
+from pyengine.client.reader import has_more
 from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_timeout, check_topic,
 )
@@ -768,21 +769,8 @@ class EmbeddedConsumer:
         self._check_open()
         if self._queue:
             return True
-        last = await self.get_last_message_id()
-        if last.entry_id < 0:
-            return False                                   # nothing to read on the topic
-        last_key = (last.ledger_id, last.entry_id, last.batch_index)
-        if self._last_received is not None:
-            read = self._last_received
-            if (read.ledger_id, read.entry_id) != (last.ledger_id, last.entry_id):
-                return (read.ledger_id, read.entry_id) < (last.ledger_id, last.entry_id)
-            return read.batch_index < last.batch_index
-        start = self._start
-        if start is None or start == MessageId.earliest:
-            return True
-        if start == MessageId.latest:
-            return False
-        return last_key >= (start.ledger_id, start.entry_id, start.batch_index)
+        # an embedded reader starts inclusive
+        return has_more(await self.get_last_message_id(), self._last_received, self._start, True)
 
     async def get_last_message_id(self) -> MessageId:
         """The id of the last message stored on the topic; for a read-compacted consumer with

@@ -25,19 +25,22 @@ class Reader(Consumer):
 
 
 async def _has_more(handler: PartitionConsumer) -> bool:
-    last = await handler.get_last_message_id()
+    return has_more(await handler.get_last_message_id(), handler.last_dequeued, handler.start, handler.start_inclusive)
+
+
+def has_more(last: MessageId, last_read: MessageId | None, start: MessageId | None, start_inclusive: bool) -> bool:
+    """Whether a reader that read up to `last_read` (None: nothing yet), from `start`, has more to
+    read before `last`, the topic's last message id (the network and the embedded readers')."""
     if last.entry_id < 0:
         return False                                   # nothing stored on the topic
     last_key = (last.ledger_id, last.entry_id, last.batch_index)
-    if handler.last_dequeued is not None:
-        read = handler.last_dequeued
-        if (read.ledger_id, read.entry_id) != (last.ledger_id, last.entry_id):
-            return (read.ledger_id, read.entry_id) < (last.ledger_id, last.entry_id)
-        return read.batch_index < last.batch_index
-    start = handler.start
+    if last_read is not None:
+        if (last_read.ledger_id, last_read.entry_id) != (last.ledger_id, last.entry_id):
+            return (last_read.ledger_id, last_read.entry_id) < (last.ledger_id, last.entry_id)
+        return last_read.batch_index < last.batch_index
     if start is None or start == MessageId.earliest:
         return True
     if start == MessageId.latest:
         return False
     start_key = (start.ledger_id, start.entry_id, start.batch_index)
-    return last_key >= start_key if handler.start_inclusive else last_key > start_key
+    return last_key >= start_key if start_inclusive else last_key > start_key
