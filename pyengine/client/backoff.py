@@ -1,8 +1,14 @@
-"""Exponential back-off with jitter, as Pulsar's clients reconnect: 100 ms doubling to a cap."""
+"""Exponential back-off with jitter, as Pulsar's clients reconnect: 100 ms doubling to a cap; and
+periodic steps that outlive their failures."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
 
 
 class Backoff:
@@ -20,3 +26,17 @@ class Backoff:
 
     def reset(self) -> None:
         self._next = self._initial
+
+
+async def every(interval: float, step: Callable[[], Awaitable[object]], done: Callable[[], bool],
+                what: str) -> None:
+    """`step()` every `interval` seconds until `done()`; a failure is logged (`what` failed) and
+    tried again at the next interval, as Pulsar's clients do their periodic updates."""
+    while not done():
+        await asyncio.sleep(interval)
+        try:
+            await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s failed: %s", what, exc)

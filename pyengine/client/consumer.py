@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from core_ext.frames import Frame
+from pyengine.client.backoff import every
 from pyengine.client.chunks import NUM_CHUNKS_TAG, ChunkAssembler, ChunkMessageId, chunk_entries
 from pyengine.client.connection import ClientConnection
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender, check_dead_letter_policy
@@ -907,21 +908,10 @@ class Consumer:
             raise errors[0]
         interval = self._core.partitions_update_interval
         if self._partitioned and interval > 0:
+            # As Pulsar's clients (autoUpdatePartitions): the partitions added later are taken up.
             self._partitions_update = asyncio.get_running_loop().create_task(
-                self._update_partitions_periodically(interval))
-
-    async def _update_partitions_periodically(self, interval: float) -> None:
-        """As Pulsar's clients (autoUpdatePartitions): every `interval` seconds, read the topic's
-        partition count again and subscribe the partitions added since."""
-        while not self._closed:
-            await asyncio.sleep(interval)
-            try:
-                await self._add_new_partitions()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:            # tried again next interval, as Pulsar's clients do
-                log.warning("consumer of %r on %s: updating its partitions failed: %s",
-                            self.subscription_name, self._topic, exc)
+                every(interval, self._add_new_partitions, lambda: self._closed,
+                      f"consumer of {self.subscription_name!r} on {self._topic}: updating its partitions"))
 
     async def _add_new_partitions(self) -> None:
         """Subscribe each partition past the ones consumed (never fewer: partitions are not

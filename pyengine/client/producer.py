@@ -25,6 +25,7 @@ import cramjam
 
 from core_ext.frames import encode_payload_frame
 from pyengine.client.batch import BatchContainer, plain_single_metadata
+from pyengine.client.backoff import every
 from pyengine.client.chunks import ChunkMessageId
 from pyengine.client.connection import DEFAULT_MAX_MESSAGE_SIZE, ClientConnection
 from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooBigError, ProducerQueueIsFullError
@@ -888,8 +889,10 @@ class Producer:
         self._closed = False
         self._partitions_update: asyncio.Task[None] | None = None
         if partitioned and core.partitions_update_interval > 0:
+            # As Pulsar's clients (autoUpdatePartitions): the partitions added later are taken up.
             self._partitions_update = asyncio.get_running_loop().create_task(
-                self._update_partitions_periodically(core.partitions_update_interval))
+                every(core.partitions_update_interval, self._add_new_partitions, lambda: self._closed,
+                      f"producer on {self._topic}: updating its partitions"))
 
     @property
     def topic(self) -> str:
@@ -909,18 +912,6 @@ class Producer:
     def last_sequence_id(self) -> int:
         """The highest sequence id the broker has confirmed (of any partition)."""
         return max(p.last_sequence_id_published for p in self._partitions)
-
-    async def _update_partitions_periodically(self, interval: float) -> None:
-        """As Pulsar's clients (autoUpdatePartitions): every `interval` seconds, read the topic's
-        partition count again and produce to the partitions added since."""
-        while not self._closed:
-            await asyncio.sleep(interval)
-            try:
-                await self._add_new_partitions()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:            # tried again next interval, as Pulsar's clients do
-                log.warning("producer on %s: updating its partitions failed: %s", self._topic, exc)
 
     async def _add_new_partitions(self) -> None:
         """Start a producer on each partition past the ones produced to; once all are ready,
