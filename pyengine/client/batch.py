@@ -52,9 +52,10 @@ class BatchContainer:
         self.first_sequence_id = -1
         self.last_sequence_id = -1
         self.size = 0
+        self.count = 0                    # messages (an attribute: the producer reads it per send)
 
     def __len__(self) -> int:
-        return len(self._singles)
+        return self.count
 
     def add(self, single_metadata: bytes, payload: bytes, sequence_id: int,
             future: asyncio.Future[MessageId]) -> bool:
@@ -65,8 +66,9 @@ class BatchContainer:
         self.last_sequence_id = sequence_id
         singles.append((single_metadata, payload))
         self.futures.append(future)
+        self.count = count = self.count + 1
         self.size = size = self.size + len(payload)
-        return len(singles) >= self.max_messages or size >= self.max_bytes
+        return count >= self.max_messages or size >= self.max_bytes
 
     def payload(self) -> bytes:
         return build_batch(self._singles)

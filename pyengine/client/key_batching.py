@@ -81,11 +81,11 @@ class KeyBasedBatches:
         self.txn = txn
         self.gate: asyncio.Future[None] | None = None
         self._batches: dict[bytes | None, KeyBatch] = {}
-        self._count = 0
+        self.count = 0                    # messages, in all the key batches
         self.size = 0
 
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
     @property
     def futures(self) -> list[asyncio.Future[MessageId]]:
@@ -101,9 +101,9 @@ class KeyBasedBatches:
             batch = self._batches[key] = KeyBatch(BatchContainer(self.max_messages, self.max_bytes, self.txn),
                                                   partition_key, ordering_key)
         batch.container.add(single_metadata, payload, sequence_id, future)
-        self._count += 1
+        self.count += 1
         self.size += len(payload)
-        return self._count >= self.max_messages or self.size >= self.max_bytes
+        return self.count >= self.max_messages or self.size >= self.max_bytes
 
     def batches(self) -> Iterator[KeyBatch]:
         """The key batches in the order of their first sequence ids (the order they are sent in)."""

@@ -344,7 +344,7 @@ class PartitionProducer(ConnectionHandler):
     def queue_full(self) -> bool:
         """Whether a send made now finds no room: the slots kept for woken waiters count as taken."""
         batch = self._batch
-        batched = len(batch) if batch is not None else 0
+        batched = batch.count if batch is not None else 0
         return self._pending_messages + batched + self._space_granted >= self.options.max_pending_messages
 
     async def wait_for_space(self) -> None:
