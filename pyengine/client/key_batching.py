@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyengine.client.batch import BatchContainer
 from pyengine.client.message import MessageId
+from pyengine.client.validation import option_name
 
 if TYPE_CHECKING:
     from pyengine.client.transaction import Transaction
@@ -42,13 +43,7 @@ def check_batching_type(value: Any) -> BatchingType:
     without '_'), or pulsar-client's `pulsar.BatchingType` (matched by name, not imported)."""
     if isinstance(value, BatchingType):
         return value
-    if isinstance(value, str):
-        name = value
-    elif type(value).__name__ == "BatchingType" and isinstance(getattr(value, "name", None), str):
-        name = value.name                        # pulsar.BatchingType.KeyBased (a pybind11 enum)
-    else:
-        raise TypeError(f"batching_type must be a BatchingType or its name, not {type(value).__name__}")
-    batching = _BATCHING_NAMES.get(name.lower().replace("_", ""))
+    batching = _BATCHING_NAMES.get(option_name("batching_type", value, "BatchingType").replace("_", ""))
     if batching is None:
         raise ValueError(f"batching_type must be 'default' or 'key_based' (BatchingType.Default or "
                          f"BatchingType.KeyBased), not {value!r}")

@@ -34,7 +34,9 @@ from pyengine.client.key_batching import BatchingType, KeyBasedBatches, check_ba
 from pyengine.client.message import MessageId
 from pyengine.client.router import PartitionRouter
 from pyengine.client.transaction import COMMITTING, OPEN, Transaction
-from pyengine.client.validation import check_int, check_name, check_payload, check_properties, check_schema
+from pyengine.client.validation import (
+    check_int, check_name, check_payload, check_properties, check_schema, option_name,
+)
 from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -81,13 +83,7 @@ def check_compression_type(value: Any) -> CompressionType:
     or pulsar-client's `pulsar.CompressionType` (matched by name, not imported)."""
     if isinstance(value, CompressionType):
         return value
-    if isinstance(value, str):
-        name = value
-    elif type(value).__name__ == "CompressionType" and isinstance(getattr(value, "name", None), str):
-        name = value.name                        # pulsar.CompressionType.LZ4 (a pybind11 enum)
-    else:
-        raise TypeError(f"compression_type must be a CompressionType or its name, not {type(value).__name__}")
-    codec = _COMPRESSION_NAMES.get(name.lower())
+    codec = _COMPRESSION_NAMES.get(option_name("compression_type", value, "CompressionType"))
     if codec is None:
         raise ValueError(f"compression_type must be one of NONE, LZ4, ZLIB, ZSTD, SNAPPY (any case), not {value!r}")
     return codec

@@ -62,7 +62,7 @@ def check_name(name: str, value: Any, *, optional: bool = False) -> str | None:
     return value
 
 
-def _option_name(name: str, value: Any, pulsar_enum: str) -> str:
+def option_name(name: str, value: Any, pulsar_enum: str) -> str:
     """The lower-case name `value` gives: a string in any case, or pulsar-client's enum of that
     option (`pulsar.ConsumerType.KeyShared`, `pulsar.InitialPosition.Earliest`: matched by its
     type's name and the member's name, pulsar is not imported)."""
@@ -74,7 +74,7 @@ def _option_name(name: str, value: Any, pulsar_enum: str) -> str:
 
 
 def check_consumer_type(value: Any) -> str:
-    normalized = _option_name("consumer_type", value, "ConsumerType")
+    normalized = option_name("consumer_type", value, "ConsumerType")
     normalized = "key_shared" if normalized == "keyshared" else normalized
     if normalized not in CONSUMER_TYPES:
         raise ValueError(f"consumer_type must be one of {', '.join(CONSUMER_TYPES)}, not {value!r}")
@@ -82,7 +82,7 @@ def check_consumer_type(value: Any) -> str:
 
 
 def check_initial_position(value: Any) -> str:
-    normalized = _option_name("initial_position", value, "InitialPosition")
+    normalized = option_name("initial_position", value, "InitialPosition")
     if normalized not in INITIAL_POSITIONS:
         raise ValueError(f"initial_position must be 'earliest' or 'latest', not {value!r}")
     return normalized

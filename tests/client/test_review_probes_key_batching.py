@@ -9,22 +9,11 @@ from collections import defaultdict
 
 import pytest
 
-from pyengine.client import producer as producer_module
 from pyengine.protocol import pulsar_api_pb2 as pb
 
+from .test_key_based_batching import sent  # noqa: F401  (fixture)
+
 NS = "persistent://public/default"
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[pb.MessageMetadata]:
-    frames: list[pb.MessageMetadata] = []
-    encode = producer_module.encode_payload_frame
-
-    def recording(command: bytes, metadata: bytes, payload: bytes) -> bytes:
-        frames.append(pb.MessageMetadata.FromString(metadata))
-        return encode(command, metadata, payload)
-    monkeypatch.setattr(producer_module, "encode_payload_frame", recording)
-    return frames
 
 
 async def _drain(consumer) -> list:
