@@ -15,6 +15,7 @@ before, the check could close the producer in the middle of the sends filling it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -144,18 +145,28 @@ def test_official_client_under_producer_exception_fails_the_send_then_reconnects
         client.close()
 
 
-async def test_pyengine_client_under_hold_is_disconnected_and_its_send_waits_for_the_backlog(serve) -> None:
+@contextlib.asynccontextmanager
+async def _pyengine_past_the_quota(serve, local_name: str, policy: str):
+    """A pyengine.client consumer and producer of a topic filled past a quota of `policy`, the
+    producer closed by the broker's check: (consumer, producer)."""
     from pyengine.client import Client
 
-    local_name = "quota-disconnect-pyengine"
     client = Client(serve.url, operation_timeout_seconds=5)
     try:
         consumer = await client.subscribe(f"persistent://{NS_PATH}/{local_name}", "slow")
         producer = await client.create_producer(f"persistent://{NS_PATH}/{local_name}", send_timeout_ms=20_000)
         for _ in range(10):
             await producer.send(b"x" * 200)
-        await asyncio.to_thread(_set_topic_quota, serve, local_name, "producer_request_hold")
+        await asyncio.to_thread(_set_topic_quota, serve, local_name, policy)
         await asyncio.to_thread(_wait_for_no_publishers, serve, local_name)
+        yield consumer, producer
+    finally:
+        await client.close()
+
+
+async def test_pyengine_client_under_hold_is_disconnected_and_its_send_waits_for_the_backlog(serve) -> None:
+    local_name = "quota-disconnect-pyengine"
+    async with _pyengine_past_the_quota(serve, local_name, "producer_request_hold") as (consumer, producer):
         held = asyncio.ensure_future(producer.send(b"held"))
         await asyncio.sleep(0.5)
         assert not held.done(), "the send was stored past the quota"
@@ -164,25 +175,16 @@ async def test_pyengine_client_under_hold_is_disconnected_and_its_send_waits_for
         await asyncio.to_thread(_wait_for_no_backlog, serve, local_name)
         await asyncio.wait_for(held, 15)
         assert (await asyncio.wait_for(consumer.receive(), 5)).data == b"held"
-    finally:
-        await client.close()
 
 
 async def test_pyengine_client_under_producer_exception_fails_its_sends_then_reconnects(serve) -> None:
     """As the C++ client: a producer closed past a producer_exception quota is not failed for
     good; its sends fail with the broker's exception while it is refused, and once the backlog
     is consumed the same producer reconnects and sends."""
-    from pyengine.client import Client, ProducerBlockedQuotaExceededException
+    from pyengine.client import ProducerBlockedQuotaExceededException
 
     local_name = "quota-disconnect-pyengine-exception"
-    client = Client(serve.url, operation_timeout_seconds=5)
-    try:
-        consumer = await client.subscribe(f"persistent://{NS_PATH}/{local_name}", "slow")
-        producer = await client.create_producer(f"persistent://{NS_PATH}/{local_name}", send_timeout_ms=20_000)
-        for _ in range(10):
-            await producer.send(b"x" * 200)
-        await asyncio.to_thread(_set_topic_quota, serve, local_name, "producer_exception")
-        await asyncio.to_thread(_wait_for_no_publishers, serve, local_name)
+    async with _pyengine_past_the_quota(serve, local_name, "producer_exception") as (consumer, producer):
         with pytest.raises(ProducerBlockedQuotaExceededException):
             await asyncio.wait_for(producer.send(b"refused"), 10)
         for _ in range(10):
@@ -197,5 +199,3 @@ async def test_pyengine_client_under_producer_exception_fails_its_sends_then_rec
                 assert time.monotonic() < deadline, "the producer never reconnected"
                 await asyncio.sleep(0.05)
         assert (await asyncio.wait_for(consumer.receive(), 5)).data == b"again"
-    finally:
-        await client.close()
