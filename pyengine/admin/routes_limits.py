@@ -62,12 +62,10 @@ async def _change_namespace(call: Call, field: str, value: int | None) -> None:
     namespace = _namespace(call)
     policies = call.service.policies
     await policies.set_policies(namespace, dataclasses.replace(policies.policies(namespace), **{field: value}))
-    call.service.refresh_policies()
 
 
 async def _change_topic(call: Call, key: str, value: int | None) -> None:
     await call.service.policies.set_topic_policy(str(_topic(call)), key, value)
-    call.service.refresh_policies()
 
 
 def _add(url: str, params: tuple[Param, ...], name: str, what: str, *, read: Callable[[Call], Any],

@@ -139,7 +139,6 @@ async def _change_policies(call: Call, **changes: Any) -> None:
     namespace = _namespace(call)
     policies = call.service.policies
     await policies.set_policies(namespace, dataclasses.replace(policies.policies(namespace), **changes))
-    call.service.refresh_policies()
 
 
 DEFAULT_APPLIES = "Not set: the broker's default applies"

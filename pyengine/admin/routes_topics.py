@@ -239,7 +239,6 @@ async def _set_topic_policy(call: Call, policy: str, value: Any) -> None:
     """Store (None: remove) one policy of the topic, and apply it if the topic is loaded."""
     name = known_topic(call.service, requested_topic(call))
     await call.service.policies.set_topic_policy(str(name), policy, value)
-    call.service.refresh_policies()
 
 
 def _topic_policy(path: str, name: str, key: str, schema: dict[str, Any], shown: str,

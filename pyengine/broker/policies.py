@@ -15,6 +15,7 @@ import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from pyengine.errors import InvalidTopicNameError, NotAllowedError, PulsarError
@@ -258,6 +259,17 @@ class BrokerPolicies:
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
         self.version = 0                # counts the changes: lets a topic cache what it derived
+        self._policy_listeners: list[Callable[[], None]] = []
+
+    def on_policy_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after every change of a namespace's or a topic's policies, whoever
+        makes it (the admin API, an embedding application): the broker applies them to its
+        loaded topics there, once."""
+        self._policy_listeners.append(listener)
+
+    def _policies_changed(self) -> None:
+        for listener in self._policy_listeners:
+            listener()
 
     # --- raw records ----------------------------------------------------------------------
 
@@ -362,6 +374,7 @@ class BrokerPolicies:
     async def set_policies(self, namespace: str, policies: NamespacePolicies) -> None:
         self.policies(namespace)
         await self._put(f"/admin/namespaces/{namespace}", policies.to_json())
+        self._policies_changed()
 
     async def delete_namespace(self, namespace: str, *, has_topics: bool) -> None:
         self.policies(namespace)
@@ -418,6 +431,7 @@ class BrokerPolicies:
         else:
             policies[name] = value
         await self._put(key, policies)
+        self._policies_changed()
 
     def deduplication_enabled(self, topic: str) -> bool:
         """Topic policy, else namespace policy, else the broker's default (Pulsar's order)."""

@@ -193,6 +193,7 @@ class BrokerService:
                                        unacked_limits_default=config.unacked_limits(),
                                        connection_limits_default=config.connection_limits(),
                                        backlog_quota_default=config.backlog_quota_default())
+        self.policies.on_policy_change(self.refresh_policies)
         self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
                                     strategy=config.schema_compatibility_strategy,
                                     allow_auto_update=config.allow_auto_update_schema,

@@ -153,3 +153,27 @@ async def test_a_transactions_batch_index_acks_lower_the_count(tmp_path):
             await consumer.acknowledge(message, txn)
         assert len(await drain(consumer)) == 8                # 5 left: half the limit
         assert consumer_stats(broker)[0]["unackedMessages"] == 5 + 8
+
+
+@pytest.mark.parametrize("level", ["topic", "namespace"])
+async def test_a_raised_limit_set_through_the_policies_api_applies_at_once(tmp_path, level):
+    """An embedding application changing BrokerPolicies directly (not through the admin REST
+    API) wakes the blocked consumers too: the change, not its caller, refreshes the topics."""
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        policies = broker.service.policies
+
+        async def set_limit(limit: int) -> None:
+            if level == "topic":
+                await policies.set_topic_policy(T, "maxUnackedMessagesOnConsumer", limit)
+            else:
+                ns = policies.policies("public/default")
+                ns.max_unacked_messages_per_consumer = limit
+                await policies.set_policies("public/default", ns)
+
+        await set_limit(3)
+        await publish(broker, 10)
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        assert len(await drain(consumer)) == 3
+        assert consumer_stats(broker)[0]["blockedConsumerOnUnackedMsgs"] is True
+        await set_limit(8)                                    # no acknowledgement in between
+        assert len(await drain(consumer)) == 5
