@@ -299,6 +299,36 @@ impl AbortedTxnSet {
         })
     }
 
+    /// A new set of the aborts whose marker lies at or after `position` (the part of this
+    /// one a trim before `position` would keep).
+    fn since(&self, py: Python<'_>, position: Position) -> Self {
+        py.detach(|| {
+            let mut kept = Self::default();
+            for (marker, txn) in self.markers.iter_from(position) {
+                kept.insert(txn, marker);
+            }
+            kept
+        })
+    }
+
+    /// Adds every abort of `other` (a txn already recorded keeps its first marker); how many
+    /// were new.
+    fn update(&mut self, py: Python<'_>, other: PyRef<'_, Self>) -> usize {
+        let other: &Self = &other;
+        py.detach(|| {
+            other
+                .markers
+                .iter()
+                .filter(|&(marker, txn)| self.insert(txn, marker))
+                .count()
+        })
+    }
+
+    /// The highest abort marker position (None when empty).
+    fn last_marker_position(&self) -> Option<Position> {
+        self.markers.highest().map(|(position, _)| position)
+    }
+
     fn __len__(&self) -> usize {
         self.markers.len()
     }

@@ -6,6 +6,12 @@ use std::collections::{BTreeSet, HashMap};
 use crate::position::Position;
 use crate::txnid::TxnId;
 
+/// Sorts before every txn id: `(position, TXN_MIN)` is the smallest key at `position`.
+const TXN_MIN: TxnId = TxnId {
+    most_bits: i64::MIN,
+    least_bits: i64::MIN,
+};
+
 /// O(1) lookup by txn plus O(log n) access to the lowest positions.
 ///
 /// Ties between equal positions are broken by txn id, so iteration order is total.
@@ -49,16 +55,19 @@ impl TxnPositionIndex {
         self.by_position.iter().copied()
     }
 
+    /// Entries at or above `bound`, ordered by position then txn.
+    pub fn iter_from(&self, bound: Position) -> impl Iterator<Item = (Position, TxnId)> + '_ {
+        self.by_position.range((bound, TXN_MIN)..).copied()
+    }
+
+    pub fn highest(&self) -> Option<(Position, TxnId)> {
+        self.by_position.last().copied()
+    }
+
     /// Removes and returns every entry whose position is strictly below `bound`.
     pub fn drain_before(&mut self, bound: Position) -> Vec<(Position, TxnId)> {
         // Everything at or above the smallest possible key at `bound` stays.
-        let kept = self.by_position.split_off(&(
-            bound,
-            TxnId {
-                most_bits: i64::MIN,
-                least_bits: i64::MIN,
-            },
-        ));
+        let kept = self.by_position.split_off(&(bound, TXN_MIN));
         let drained = std::mem::replace(&mut self.by_position, kept);
         for (_, txn) in &drained {
             self.by_txn.remove(txn);

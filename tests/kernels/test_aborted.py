@@ -83,6 +83,9 @@ def test_add_rejects_non_entry_marker(position: Position) -> None:
         (lambda s: s.contains("1", 2), TypeError),
         (lambda s: s.contains(2**63, 0), OverflowError),
         (lambda s: s.trim_before(5), TypeError),
+        (lambda s: s.since((1, 2)), TypeError),
+        (lambda s: s.update([(TxnId(1, 1), Position(0, 0))]), TypeError),
+        (lambda s: s.update(s), RuntimeError),              # itself: borrowed while it changes
         (lambda s: s.bitmap_bytes(-1), ValueError),
         (lambda s: s.bitmap_bytes("1"), TypeError),
         (lambda s: AbortedTxnSet.from_bytes("text"), TypeError),
@@ -145,6 +148,28 @@ class AbortedMachine(RuleBasedStateMachine):
     @rule(p=position_tuples)
     def trim_before(self, p: tuple[int, int]) -> None:
         assert self.native.trim_before(Position(*p)) == self.model.trim_before(p)
+
+    @rule(p=position_tuples)
+    def since(self, p: tuple[int, int]) -> None:
+        """The part a trim before `p` keeps, as a new set; this one unchanged."""
+        before = self.native.items()
+        kept = self.native.since(Position(*p))
+        assert kept.items() == as_pairs(self.model.since(p).items())
+        assert self.native.items() == before
+        copy = AbortedTxnSet.from_bytes(self.native.to_bytes())
+        copy.trim_before(Position(*p))
+        assert kept == copy
+
+    @rule(others=aborts)
+    def update(self, others: list[tuple[tuple[int, int], tuple[int, int]]]) -> None:
+        native_other, model_other = build(others)
+        assert self.native.update(native_other) == self.model.update(model_other)
+        assert native_other.items() == as_pairs(model_other.items())     # the argument unchanged
+
+    @rule()
+    def last_marker_position(self) -> None:
+        last = self.model.last_marker_position()
+        assert self.native.last_marker_position() == (None if last is None else Position(*last))
 
     @rule()
     def round_trip(self) -> None:

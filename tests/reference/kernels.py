@@ -77,6 +77,17 @@ class AbortedTxnSet:
     def items(self) -> list[tuple[Txn, Pos]]:
         return sorted(self.markers.items(), key=lambda item: (item[1], item[0]))
 
+    def since(self, position: Pos) -> AbortedTxnSet:
+        kept = AbortedTxnSet()
+        kept.markers = {txn: marker for txn, marker in self.markers.items() if marker >= position}
+        return kept
+
+    def update(self, other: AbortedTxnSet) -> int:
+        return sum(self.add(txn, marker) for txn, marker in other.items())
+
+    def last_marker_position(self) -> Pos | None:
+        return max(self.markers.values(), default=None)
+
     def coordinator_ids(self) -> list[int]:
         return sorted({most for most, _ in self.markers})
 

@@ -155,6 +155,14 @@ class AbortedTxnSet:
         of rows with equal ids, over the rayon thread pool."""
     def trim_before(self, position: Position) -> int:
         """Drop every abort whose marker position is ``< position``; how many were dropped."""
+    def since(self, position: Position) -> AbortedTxnSet:
+        """A new set of the aborts whose marker position is ``>= position`` (what
+        ``trim_before(position)`` would keep), this one unchanged."""
+    def update(self, other: AbortedTxnSet) -> int:
+        """Add every abort of ``other`` (a txn already recorded keeps its first marker); how
+        many were new. ``other`` must not be this set."""
+    def last_marker_position(self) -> Position | None:
+        """The highest abort marker position; ``None`` when empty."""
     def items(self) -> list[tuple[TxnId, Position]]:
         """Ordered by marker position, then txn."""
     def coordinator_ids(self) -> list[int]:
