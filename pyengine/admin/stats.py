@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from pyengine.broker.consumer import Consumer
 from pyengine.broker.service import BrokerService
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
@@ -46,6 +47,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
 
 
 def subscription_stats(subscription: Subscription) -> dict[str, Any]:
+    consumers = [_consumer_stats(subscription, c) for c in subscription.consumers]
     return {
         "msgBacklog": subscription.backlog(),
         # Held back for delayed delivery now (Pulsar's msgDelayed; 0 on Exclusive and Failover).
@@ -56,13 +58,33 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
         "lastExpireTimestamp": subscription.last_expire_timestamp,
         "type": _SUB_TYPES.get(subscription.sub_type or "", None),
         "isDurable": subscription.durable,
+        "consumers": consumers,
+        "blockedSubscriptionOnUnackedMsgs": subscription.dispatcher.blocked_on_unacked,
+        # Key_Shared draining hashes (PIP-379), as Pulsar 4.0: its consumers' summed.
+        **{field: sum(c[field] for c in consumers) for field in _DRAINING_TOTALS},
+    }
+
+
+_DRAINING_TOTALS = ("drainingHashesCount", "drainingHashesClearedTotal", "drainingHashesUnackedMessages")
+
+
+def _consumer_stats(subscription: Subscription, consumer: Consumer) -> dict[str, Any]:
+    dispatcher = subscription.dispatcher
+    draining = dispatcher.draining_hashes(consumer)
+    return {
+        "consumerName": consumer.name, "availablePermits": consumer.permits,
         # As Pulsar, unackedMessages counts on Shared and Key_Shared only (individual-ack mode):
         # Exclusive and Failover consumers show 0.
-        "consumers": [{"consumerName": c.name, "availablePermits": c.permits,
-                       "unackedMessages": (c.unacked_messages if subscription.sub_type in ("shared", "key_shared")
-                                           else 0),
-                       "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked} for c in subscription.consumers],
-        "blockedSubscriptionOnUnackedMsgs": subscription.dispatcher.blocked_on_unacked,
+        "unackedMessages": (consumer.unacked_messages if subscription.sub_type in ("shared", "key_shared")
+                            else 0),
+        "blockedConsumerOnUnackedMsgs": consumer.blocked_on_unacked,
+        # Key_Shared (PIP-379): the key hashes this consumer still holds unacknowledged entries
+        # of while another consumer owns them now (0 and empty on other subscription types).
+        "drainingHashesCount": len(draining),
+        "drainingHashesClearedTotal": dispatcher.draining_hashes_cleared(consumer),
+        "drainingHashesUnackedMessages": sum(d.unack_msgs for d in draining),
+        "drainingHashes": [{"hash": d.hash_value, "unackMsgs": d.unack_msgs, "blockedAttempts": d.blocked_attempts}
+                           for d in draining],
     }
 
 
@@ -78,7 +100,10 @@ def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[s
             whole = subscriptions.setdefault(name, {"msgBacklog": 0, "msgDelayed": 0, "totalMsgExpired": 0,
                                                     "lastExpireTimestamp": 0, "type": None,
                                                     "isDurable": sub["isDurable"], "consumers": [],
-                                                    "blockedSubscriptionOnUnackedMsgs": False})
+                                                    "blockedSubscriptionOnUnackedMsgs": False,
+                                                    **dict.fromkeys(_DRAINING_TOTALS, 0)})
+            for field in _DRAINING_TOTALS:
+                whole[field] += sub[field]
             whole["msgBacklog"] += sub["msgBacklog"]
             whole["msgDelayed"] += sub["msgDelayed"]
             whole["totalMsgExpired"] += sub["totalMsgExpired"]

@@ -12,6 +12,7 @@ limit (maxUnackedMessagesPerConsumer).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,34 +46,65 @@ class ConsumerSink(Protocol):
 class PendingAcks(dict[Position, int]):
     """Entries delivered and not yet acknowledged (position -> batch size), with the number of
     their messages still unacknowledged: a batch's whole size, less its indexes acknowledged.
-    Every way an entry leaves (`pop`, `del`, `clear`) gives its messages back."""
+    Key_Shared entries also keep their key hash, and the entries pending per hash (Pulsar's
+    pending acks carry the sticky key hash: a hash's count is what its draining waits for).
+    Every way an entry leaves (`pop`, `del`, `clear`) gives its messages back; `on_released`
+    hears of a hash whose last pending entry left (not on `clear`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._unacked: dict[Position, int] = {}
         self.unacked_messages = 0
+        self._hashes: dict[Position, int] = {}
+        self.hash_counts: dict[int, int] = {}      # Key_Shared: pending entries by key hash
+        self.on_released: Callable[[int], None] | None = None
 
-    def add(self, position: Position, batch_size: int, unacked: int) -> None:
-        self.pop(position, None)            # delivered again to the same consumer: counted once
+    def add(self, position: Position, batch_size: int, unacked: int, hash_value: int | None = None) -> None:
+        if position in self:                # delivered again to the same consumer: counted once
+            self._forget(position, release=False)
+            super().__delitem__(position)
         super().__setitem__(position, batch_size)
         self._unacked[position] = unacked
         self.unacked_messages += unacked
+        if hash_value is not None:
+            self._hashes[position] = hash_value
+            self.hash_counts[hash_value] = self.hash_counts.get(hash_value, 0) + 1
+
+    def hash_of(self, position: Position) -> int | None:
+        """The key hash of a pending Key_Shared entry (None: not pending, or not Key_Shared)."""
+        return self._hashes.get(position)
 
     def __setitem__(self, position: Position, batch_size: int) -> None:
         self.add(position, batch_size, batch_size)
 
     def __delitem__(self, position: Position) -> None:
         super().__delitem__(position)
-        self.unacked_messages -= self._unacked.pop(position, 0)
+        self._forget(position)
 
     def pop(self, position: Position, *default: int | None) -> int | None:  # type: ignore[override]
-        self.unacked_messages -= self._unacked.pop(position, 0)
-        return super().pop(position, *default)
+        batch_size = super().pop(position, *default)
+        self._forget(position)
+        return batch_size
 
     def clear(self) -> None:
         super().clear()
         self._unacked.clear()
         self.unacked_messages = 0
+        self._hashes.clear()
+        self.hash_counts.clear()
+
+    def _forget(self, position: Position, *, release: bool = True) -> None:
+        self.unacked_messages -= self._unacked.pop(position, 0)
+        hash_value = self._hashes.pop(position, None)
+        if hash_value is None:
+            return
+        left = self.hash_counts[hash_value] - 1
+        if left:
+            self.hash_counts[hash_value] = left
+            return
+        del self.hash_counts[hash_value]
+        if release and self.on_released is not None:
+            self.on_released(hash_value)
 
     def lower_unacked(self, position: Position, unacked: int) -> None:
         """Some messages of the batch at `position` were acknowledged (or reserved by a

@@ -18,8 +18,14 @@ dispatchers do:
   ...PerSubscription), so what is held back for a blocked consumer stays bounded;
 * honour permits, and choose the consumer by subscription type: the active consumer
   (Exclusive, Failover), round robin (Shared), or the key's consumer (Key_Shared, consistent
-  hashing of the Murmur3 hash of the key as Pulsar's default selector, with Pulsar's rule for
-  recently joined consumers so that per-key order holds while consumers come and go);
+  hashing of the Murmur3 hash of the key as Pulsar's default selector);
+* Key_Shared, per-key order while consumers come and go (Pulsar 4.0's draining hashes,
+  PIP-379): a key hash is delivered to one consumer at a time. When the consumers change, a
+  hash whose previous consumer still holds unacknowledged entries of it "drains" there: the
+  new consumer gets none of its entries (they wait with the replays) until that consumer
+  acknowledges them or leaves (its entries are then delivered again, first). The other keys
+  go on at once. An entry read while an earlier one of its key waits with the replays waits
+  too;
 * Shared and Key_Shared: hold back a message whose `deliver_at_time` is still to come (delayed
   delivery, `pyengine.broker.delayed`) and deliver it with the replays once its time has come;
   Exclusive and Failover subscriptions (and readers) deliver it at once, as Pulsar does;
@@ -44,7 +50,8 @@ import asyncio
 import bisect
 import heapq
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import mmh3
 
@@ -88,8 +95,10 @@ class ReplayQueue:
     kept with their key hash (as Pulsar's replay set keeps sticky key hashes), grouped by that
     consumer: a pass skips the group of a consumer that still cannot take anything in one
     step, instead of sorting and walking all it holds back (quadratic while one consumer is
-    blocked and the others go on). The other entries (negative acks, a consumer gone, delayed
-    messages due) have no known key until they are read again.
+    blocked and the others go on). So are the Key_Shared entries given back by a consumer
+    (negative acks, a consumer gone), whose hash their consumer kept. The other entries
+    (delayed messages due, entries given back by a transaction) have no known key until they
+    are read again.
     """
 
     def __init__(self, owner_of: Callable[[int], Consumer | None]) -> None:
@@ -98,6 +107,7 @@ class ReplayQueue:
         self._held: dict[Consumer | None, list[Position]] = {}  # by the key's consumer, sorted
         self._owners: dict[Position, Consumer | None] = {}      # the held ones: their group
         self._hashes: dict[Position, int] = {}                  # the held ones: their key hash
+        self._hash_counts: dict[int, int] = {}                  # the held ones by key hash
 
     def __len__(self) -> int:
         return len(self._unkeyed) + len(self._owners)
@@ -124,17 +134,28 @@ class ReplayQueue:
             self.add(position)
 
     def hold(self, position: Position, hash_value: int) -> None:
-        """Key_Shared: put back an entry of key hash `hash_value` that its consumer could not take."""
+        """Key_Shared: put back an entry of key hash `hash_value` (one its consumer could not
+        take, or one given back)."""
         self.discard(position)
         owner = self._owner_of(hash_value)
         bisect.insort(self._held.setdefault(owner, []), position)
         self._owners[position] = owner
         self._hashes[position] = hash_value
+        self._hash_counts[hash_value] = self._hash_counts.get(hash_value, 0) + 1
+
+    def holds_hash(self, hash_value: int) -> bool:
+        """Whether an entry of key hash `hash_value` is held (Pulsar's containsStickyKeyHash)."""
+        return hash_value in self._hash_counts
 
     def discard(self, position: Position) -> None:
         if position in self._owners:
             owner = self._owners.pop(position)
-            del self._hashes[position]
+            hash_value = self._hashes.pop(position)
+            left = self._hash_counts[hash_value] - 1
+            if left:
+                self._hash_counts[hash_value] = left
+            else:
+                del self._hash_counts[hash_value]
             group = self._held[owner]
             del group[_find(group, position)]
             if not group:
@@ -153,6 +174,7 @@ class ReplayQueue:
         self._held.clear()
         self._owners.clear()
         self._hashes.clear()
+        self._hash_counts.clear()
 
     def regroup(self, keyed: bool) -> None:
         """The consumers changed: group the held entries by their key's consumer now (not
@@ -160,6 +182,7 @@ class ReplayQueue:
         hashes = self._hashes
         self._held, self._owners, self._hashes = {}, {}, {}
         if not keyed:
+            self._hash_counts = {}
             self.update(hashes)
             return
         owners: dict[int, Consumer | None] = {}
@@ -173,14 +196,18 @@ class ReplayQueue:
         for group in self._held.values():
             group.sort()
 
-    def walk(self, can_take: Callable[[Consumer], bool], horizon: Position) -> Iterator[Position]:
+    def walk(self, can_take: Callable[[Consumer], bool], horizon: Position,
+             blocked: Callable[[int, Consumer], bool] | None = None) -> Iterator[Position]:
         """The entries to offer again now, in position order, up to `horizon`: those of no
-        known key, and those held for a consumer that can take. The caller takes each one out
-        before offering it. A consumer's group is left for the rest of the walk once that
-        consumer cannot take, or once an entry is held for it again (it refused one: it
-        refuses the later ones as well, as nothing frees up during a pass)."""
-        # The next entry of each group walked; None stands for the entries of no known key
-        # (the entries held for nobody are not walked).
+        known key, and those held for a consumer that can take, less those whose key hash is
+        `blocked` for that consumer (draining at another one: passed over unread, as Pulsar's
+        replay filter). The caller takes each one out before offering it, and may hold it
+        again: a refusal, after which the later entries of its key hash are passed over too
+        (their order). A consumer's group is left for the rest of the walk once that consumer
+        cannot take (nothing frees up during a pass)."""
+        # The entry walked last of each group; None stands for the entries of no known key
+        # (the entries held for nobody are not walked). Each group is walked forwards from
+        # there, so an entry held again (behind) is not offered twice.
         heads: list[tuple[Position, int, Consumer | None]] = []
         if self._unkeyed:
             heads.append((self._unkeyed[0], 0, None))
@@ -188,30 +215,47 @@ class ReplayQueue:
             if owner is not None and can_take(owner):
                 heads.append((group[0], tie, owner))
         heapq.heapify(heads)
-        left: set[Consumer | None] = set()
+        refused: set[int] = set()
         while heads:
             position, tie, owner = heapq.heappop(heads)
             if position > horizon:
                 return
-            if owner in left or (owner is not None and not can_take(owner)):
+            if owner is not None and not can_take(owner):
                 continue
-            yield position
-            if position in self._owners:            # held again (or not taken out): a refusal
-                if self._owners[position] is not None:
-                    left.add(self._owners[position])
-            elif owner is None and _find(self._unkeyed, position) >= 0:
-                left.add(None)
-            if owner in left:
-                continue
+            hash_value = self._hashes.get(position)
+            if hash_value is None or not (hash_value in refused or
+                                          (blocked is not None and blocked(hash_value, owner))):
+                yield position
+                if position in self._owners:        # held again: refused
+                    refused.add(self._hashes[position])
             group = self._unkeyed if owner is None else self._held.get(owner)
             if group:
-                heapq.heappush(heads, (group[0], tie, owner))
+                index = bisect.bisect_right(group, position)
+                if index < len(group):
+                    heapq.heappush(heads, (group[index], tie, owner))
 
 
 def _find(positions: list[Position], position: object) -> int:
     """The index of `position` in the sorted `positions`, -1 when absent."""
     index = bisect.bisect_left(positions, position)     # type: ignore[arg-type]
     return index if index < len(positions) and positions[index] == position else -1
+
+
+@dataclass(slots=True)
+class DrainingHash:
+    """Key_Shared: a key hash draining at `consumer` (Pulsar's DrainingHashEntry; the entries
+    it waits for are that consumer's pending entries of the hash)."""
+
+    consumer: Consumer
+    blocked_attempts: int = 0           # deliveries of the hash to another consumer refused
+
+
+class DrainingHashStats(NamedTuple):
+    """Pulsar's DrainingHash stats: a hash, its unacknowledged entries, its blocked attempts."""
+
+    hash_value: int
+    unack_msgs: int
+    blocked_attempts: int
 
 
 class Dispatcher:
@@ -223,7 +267,11 @@ class Dispatcher:
         self._scheduled = False
         self._next_shared = 0
         self._ring: list[tuple[int, Consumer]] = []
-        self._recently_joined: dict[Consumer, Position] = {}
+        # Key_Shared (PIP-379): the key hashes whose consumer changed while the previous one
+        # still holds unacknowledged entries of them, by hash; and per consumer, how many of
+        # its draining hashes were cleared since it joined (Pulsar's drainingHashesClearedTotal).
+        self._draining: dict[int, DrainingHash] = {}
+        self._draining_cleared: dict[Consumer, int] = {}
         self._replaying = False             # during a pass: offering entries put back for redelivery
         self._closed = False
         # Delayed delivery (Shared, Key_Shared): created with the first message held back.
@@ -239,10 +287,7 @@ class Dispatcher:
     # --- membership -----------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
-        if self.subscription.sub_type == "key_shared" and self.consumers:
-            # Pulsar's rule: a consumer joining a Key_Shared subscription gets no entry at or
-            # after the read position of its arrival until everything before it is acked.
-            self._recently_joined[consumer] = self.subscription.cursor.read_position
+        consumer.pending.on_released = lambda hash_value: self._hash_released(consumer, hash_value)
         if self.delayed is not None and self.subscription.sub_type not in DELAYING_TYPES:
             # The subscription became Exclusive/Failover (its earlier consumers all left): what
             # was held back is delivered now, as that type does not delay.
@@ -258,9 +303,9 @@ class Dispatcher:
         self.consumers.remove(consumer)
         if not self.consumers:
             self.blocked_on_unacked = False     # nothing is unacknowledged any more (no pass runs)
-        self._recently_joined.pop(consumer, None)
         consumer.connected = False
-        self.redeliver(list(consumer.pending), consumer, count=False)
+        self.redeliver(list(consumer.pending), consumer, count=False)   # its draining hashes go
+        self._draining_cleared.pop(consumer, None)
         self._rebuild_ring()
         self._update_active()
         self.notify()
@@ -303,7 +348,54 @@ class Dispatcher:
                     ring.append((key_hash(f"{consumer.name}{i}".encode()), consumer))
             ring.sort(key=lambda point: point[0])
             self._ring = ring
+            self._register_draining_hashes()
         self.redeliveries.regroup(keyed)        # keys held back may have another consumer now
+
+    # --- Key_Shared draining hashes (PIP-379) ------------------------------------------------
+
+    def _register_draining_hashes(self) -> None:
+        """The consumers changed: a key hash a consumer holds unacknowledged entries of and no
+        longer owns drains at that consumer, and the others get none of its entries until it
+        acknowledges them (or leaves); one owned by its holder again drains no more."""
+        for hash_value, draining in list(self._draining.items()):
+            if self._owner(hash_value) is draining.consumer:
+                self._clear_draining(hash_value)
+        for consumer in self.consumers:
+            for hash_value in consumer.pending.hash_counts:
+                if hash_value not in self._draining and self._owner(hash_value) is not consumer:
+                    self._draining[hash_value] = DrainingHash(consumer)
+
+    def _blocked(self, hash_value: int, consumer: Consumer) -> bool:
+        """Whether entries of key hash `hash_value` are kept from `consumer`: the hash drains
+        at another consumer (Pulsar's shouldBlockStickyKeyHash, counting the attempts)."""
+        draining = self._draining.get(hash_value)
+        if draining is None or draining.consumer is consumer:
+            return False
+        draining.blocked_attempts += 1
+        return True
+
+    def _hash_released(self, consumer: Consumer, hash_value: int) -> None:
+        """`consumer` holds no entry of key hash `hash_value` any more."""
+        draining = self._draining.get(hash_value)
+        if draining is not None and draining.consumer is consumer:
+            self._clear_draining(hash_value)
+            if draining.blocked_attempts:
+                self.notify()               # what it kept from the new consumer can go now
+
+    def _clear_draining(self, hash_value: int) -> None:
+        consumer = self._draining.pop(hash_value).consumer
+        if consumer in self.consumers:
+            self._draining_cleared[consumer] = self._draining_cleared.get(consumer, 0) + 1
+
+    def draining_hashes(self, consumer: Consumer) -> list[DrainingHashStats]:
+        """Key_Shared: the key hashes draining at `consumer` now (Pulsar's drainingHashes)."""
+        return [DrainingHashStats(hash_value, consumer.pending.hash_counts.get(hash_value, 0),
+                                  draining.blocked_attempts)
+                for hash_value, draining in self._draining.items() if draining.consumer is consumer]
+
+    def draining_hashes_cleared(self, consumer: Consumer) -> int:
+        """Key_Shared: how many hashes stopped draining at `consumer` since it joined."""
+        return self._draining_cleared.get(consumer, 0)
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -318,7 +410,9 @@ class Dispatcher:
         have acknowledged it before its delivery, or before a restart moved the read back)."""
         cursor = self.subscription.cursor
         for position in positions:
+            hash_value = None
             if consumer is not None:
+                hash_value = consumer.pending.hash_of(position)
                 consumer.pending.pop(position, None)
             else:
                 # Given back by a transaction (say, a batch it acked part of): delivered again,
@@ -327,7 +421,10 @@ class Dispatcher:
                     holder.pending.pop(position, None)
             if cursor.is_acked(position) or position >= cursor.read_position:
                 continue
-            self.redeliveries.add(position)
+            if hash_value is not None and self.subscription.sub_type == "key_shared":
+                self.redeliveries.hold(position, hash_value)   # its key's later entries wait for it
+            else:
+                self.redeliveries.add(position)
             if count:
                 self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
         self.notify()
@@ -340,7 +437,7 @@ class Dispatcher:
                 consumer.pending.pop(position, None)
         if self.delayed is not None:
             self.delayed.discard(positions)
-        if self._recently_joined or self._any_blocked():
+        if self._any_blocked():
             self.notify()
 
     def recount(self, positions: list[Position]) -> None:
@@ -367,7 +464,7 @@ class Dispatcher:
         """Forget everything in flight (the cursor was moved by a seek)."""
         self.redeliveries.clear()
         self.redelivery_counts.clear()
-        self._recently_joined.clear()
+        self._draining.clear()              # nothing is unacknowledged any more
         if self.delayed is not None:
             self.delayed.clear()            # the cursor reads them again from where it now is
         for consumer in self.consumers:
@@ -414,6 +511,7 @@ class Dispatcher:
         outbox: dict[Consumer, list[Delivery]] = {}
         auto_acked: list[Position] = []
         select = self._selector()
+        keyed = sub.sub_type == "key_shared"
         delays = sub.sub_type in DELAYING_TYPES
         # Only entries that may carry a deliver_at_time are searched for one: those stored
         # before the topic was loaded, and all once a delayed message was published.
@@ -449,25 +547,25 @@ class Dispatcher:
                     batch_ack_set = mask if batch_ack_set is None else ackset_and(batch_ack_set, mask)
             if self.blocked_on_unacked and not self._replaying:
                 return False            # as Pulsar, the subscription's limit stops new reads only
-            consumer = select(entry)
+            hash_value = key_hash(entry_key(entry)) if keyed else None
+            consumer = select(entry) if hash_value is None else self._select_by_key(hash_value)
             if consumer is None:
-                if sub.sub_type == "key_shared" and any(self._can_take(c) for c in self.consumers):
-                    # Its consumer is busy: later, in order, kept by that consumer.
-                    self.redeliveries.hold(position, key_hash(entry_key(entry)))
+                if hash_value is not None and any(self._can_take(c) for c in self.consumers):
+                    # Its consumer is busy, or its key drains elsewhere: later, in order, kept
+                    # by that consumer.
+                    self.redeliveries.hold(position, hash_value)
                     return True
                 return False
             consumer.permits -= entry.num_messages
             size = max(entry.num_messages, 1)
             unacked = size if batch_ack_set is None else size - len(ackset_acked_indexes(batch_ack_set, size))
-            consumer.pending.add(position, entry.num_messages, unacked)
+            consumer.pending.add(position, entry.num_messages, unacked, hash_value)
             if limited:
                 self._subscription_unacked += unacked
                 self._update_blocks(consumer)
             outbox.setdefault(consumer, []).append(
                 Delivery(entry, self.redelivery_counts.get(position, 0), batch_ack_set))
             return True
-
-        self._forget_caught_up_joiners()
 
         # 0. Delayed messages whose time has come join the replays (Pulsar's
         #    getMessagesToReplayNow), not counted as redeliveries.
@@ -480,7 +578,7 @@ class Dispatcher:
         if self.redeliveries:
             self._replaying = True
             try:
-                for position in self.redeliveries.walk(self._can_take, horizon):
+                for position in self.redeliveries.walk(self._can_take, horizon, self._blocked):
                     if not self._any_permits(replay=True):
                         break
                     self.redeliveries.discard(position)
@@ -664,8 +762,6 @@ class Dispatcher:
         if sub_type in ("exclusive", "failover"):
             active = self.active_consumer()
             return lambda entry: active if active is not None and active.permits > 0 else None
-        if sub_type == "key_shared":
-            return self._select_by_key
         return self._select_round_robin
 
     def _select_round_robin(self, entry: Entry) -> Consumer | None:
@@ -677,32 +773,18 @@ class Dispatcher:
                 return consumer
         return None
 
-    def _select_by_key(self, entry: Entry) -> Consumer | None:
-        consumer = self._owner(key_hash(entry_key(entry)))
+    def _select_by_key(self, hash_value: int) -> Consumer | None:
+        """Key_Shared: the consumer of key hash `hash_value` when it may be given an entry of
+        it now: not while the hash drains at another consumer, nor (a new read) while an
+        earlier entry of it waits to be delivered again (Pulsar's canDispatchEntry)."""
+        consumer = self._owner(hash_value)
         if consumer is None or not self._can_take(consumer):
             return None
-        joined_at = self._recently_joined.get(consumer)
-        if joined_at is not None:
-            if self._replaying:
-                # An entry read again may have been held back for an earlier recently joined
-                # consumer, behind messages of its key still unacknowledged elsewhere: as Pulsar,
-                # a recently joined consumer gets no replayed entry at or after the earliest
-                # arrival position of the recently joined consumers.
-                joined_at = min(self._recently_joined.values())
-            if entry.position >= joined_at:
-                return None
+        if not self._replaying and self.redeliveries.holds_hash(hash_value):
+            return None
+        if self._draining and self._blocked(hash_value, consumer):
+            return None
         return consumer
-
-    def _forget_caught_up_joiners(self) -> None:
-        """Key_Shared: a recently joined consumer is an ordinary one once everything before
-        its arrival is acknowledged."""
-        if not self._recently_joined:
-            return
-        mark_delete = self.subscription.cursor.mark_delete
-        previous_position = self.subscription.topic.ledger.previous_position
-        for consumer, joined_at in list(self._recently_joined.items()):
-            if mark_delete >= previous_position(joined_at):
-                del self._recently_joined[consumer]
 
     def _owner(self, hash_value: int) -> Consumer | None:
         sticky = [c for c in self.consumers if c.sticky_ranges]

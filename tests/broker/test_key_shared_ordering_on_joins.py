@@ -1,7 +1,6 @@
-"""Key_Shared: per-key order while consumers join. Entries held back for a recently joined
-consumer are replayed later; a consumer that joined after them must not get them while older
-messages of their key are still unacknowledged at another consumer (Pulsar's rule for
-replayed entries: the earliest arrival position of the recently joined consumers)."""
+"""Key_Shared: per-key order while consumers join. Entries held back for a joining consumer are
+replayed later; a consumer that joined after them must not get them while older messages of
+their key are still unacknowledged at another consumer (the key's hash drains there, PIP-379)."""
 
 import bisect
 
@@ -12,7 +11,8 @@ from tests.broker.helpers import drain
 T = "persistent://public/default/key-shared-joins"
 
 
-def _owner(names: list[str], key: str) -> str:
+def ring_owner(names: list[str], key: str) -> str:
+    """The consumer (of these names) that the dispatcher's hash ring gives `key` to."""
     ring = sorted((key_hash(f"{name}{i}".encode()), name) for name in names for i in range(RING_POINTS))
     index = bisect.bisect_left(ring, key_hash(key.encode()), key=lambda point: point[0])
     return ring[index % len(ring)][1]
@@ -22,7 +22,7 @@ def _key_moving_to_each_new_consumer() -> str:
     """A key that c1 takes from c0 when it joins, and c2 from c1 when it joins."""
     for i in range(10_000):
         key = f"key-{i}"
-        if _owner(["c0", "c1"], key) == "c1" and _owner(["c0", "c1", "c2"], key) == "c2":
+        if ring_owner(["c0", "c1"], key) == "c1" and ring_owner(["c0", "c1", "c2"], key) == "c2":
             return key
     raise AssertionError("no such key")
 
