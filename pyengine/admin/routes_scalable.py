@@ -45,6 +45,9 @@ DESCRIPTOR = Param("descriptor", {"type": "string", "minLength": 1, "maxLength":
                    "{hexStart}-{hexEnd}-{segmentId}, e.g. 0000-7fff-1", "path", required=True)
 NUM_SEGMENTS = Param("numInitialSegments", {"type": "integer", "minimum": -(2**31), "maximum": 65536},
                      "number of initial segments dividing the hash range evenly", default=1)
+INCARNATION = Param("incarnation", {"type": "string", "minLength": 1, "maxLength": 64},
+                    "the incarnation of the topic's layout the create is made for (a controller's): refused when "
+                    "the topic's current layout is of another one")
 PROPERTIES = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 4096}, "maxProperties": 100}
 
 HASH_RANGE = {"type": "object", "properties": {"start": {"type": "integer"}, "end": {"type": "integer"}}}
@@ -61,7 +64,9 @@ SCALABLE_TOPIC_METADATA = {
     "description": "ScalableTopicMetadata: the segment DAG",
     "properties": {"epoch": {"type": "integer"}, "nextSegmentId": {"type": "integer"},
                    "segments": {"type": "object", "additionalProperties": SEGMENT_INFO},
-                   "properties": {"type": "object", "additionalProperties": {"type": "string"}}},
+                   "properties": {"type": "object", "additionalProperties": {"type": "string"}},
+                   "incarnation": {"type": "string", "description": "ours: drawn when the topic is created, kept "
+                                   "by every layout derived from it (absent in layouts stored before it existed)"}},
 }
 SCALABLE_TOPIC_STATS = {
     "type": "object",
@@ -198,13 +203,13 @@ async def merge_segments(call: Call) -> Any:
 # --- segments ---------------------------------------------------------------------------------
 
 @routes.add("PUT", SEGMENT_URL, summary="Create a segment topic, with these subscriptions at Earliest.",
-            params=(*TOPIC_PATH, DESCRIPTOR), body={**STRING_LIST, "maxItems": 10_000},
-            replies={204: DONE, **errors(400, 404, 412)})
+            params=(*TOPIC_PATH, DESCRIPTOR, INCARNATION), body={**STRING_LIST, "maxItems": 10_000},
+            replies={204: DONE, **errors(400, 404, 405, 412)})
 async def create_segment(call: Call) -> None:
     check_namespace(call)
     segment = requested_segment(call)
     subscriptions = [subscription_name(s) for s in call.body or []]
-    await (await scalable(call)).segments.create(segment, subscriptions)
+    await (await scalable(call)).segments.create(segment, subscriptions, incarnation=call["incarnation"])
 
 
 @routes.add("POST", SEGMENT_URL + "/terminate", summary="Terminate (seal) a segment topic: producers get "

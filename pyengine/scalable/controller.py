@@ -32,7 +32,9 @@ version, so a deposed leader never clears (nor advances) a record a newer leader
 wrote for another operation. Creating and deleting child segments is fenced at the segment's
 broker instead (segments.py): it creates a child only while the record (or the layout) keeps it
 and deletes one only while neither does, so a late create or delete of a deposed leader is
-refused once the new leader claimed the operation or began the next one.
+refused once the new leader claimed the operation or began the next one. A create also carries
+the incarnation of the operation's layout (layout.py): refused for good once the topic is
+deleted, even when a topic of the same name (and segment ids) is created again.
 
 `fault` (tests): an async callable run after each step with the step's name, to inject crashes.
 """
@@ -252,7 +254,8 @@ class ScalableTopicController:
         for child in children:      # beside the first parent: the controller need not own segments
             self._check_leading()
             try:
-                await self.segments.create(child, sorted(subscriptions), near=parents[0])
+                await self.segments.create(child, sorted(subscriptions), near=parents[0],
+                                           incarnation=target.incarnation)
             except NotAllowedError:
                 await self._check_holding(operation)      # refused as another leader claimed it?
                 raise

@@ -8,7 +8,11 @@ covering both. Sealed segments stay in the DAG (their backlog is still readable,
 consumers drain a parent before its children) until pruned.
 
 Everything here is immutable: a mutation returns a new layout with the epoch incremented, so
-readers share a snapshot without locks. The JSON form is the spec's `ScalableTopicMetadata`.
+readers share a snapshot without locks. The JSON form is the spec's `ScalableTopicMetadata`,
+plus one field of ours, `incarnation`: a random id drawn when the topic is created and kept by
+every layout derived from it, so a topic deleted and created again under the same name (whose
+segment ids start again at 0) is told apart from its predecessor (segments.py fences a late
+create of the old one with it). A layout stored before the field existed has none.
 
 Keys hash as Pulsar routes keys (Key_Shared, partitions): Murmur3 32-bit, seed 0, made
 non-negative (`& 0x7FFFFFFF`), then modulo the 65536-wide range.
@@ -20,6 +24,7 @@ import bisect
 import dataclasses
 import enum
 import json
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -153,6 +158,7 @@ class SegmentLayout:
     next_segment_id: int
     all_segments: Mapping[int, SegmentInfo]
     properties: Mapping[str, str] = field(default_factory=dict)
+    incarnation: str | None = None             # None: stored before incarnations existed
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "all_segments", MappingProxyType(dict(self.all_segments)))
@@ -174,7 +180,7 @@ class SegmentLayout:
             start = HASH_MIN + i * HASH_SPACE // num_segments
             end = HASH_MIN + (i + 1) * HASH_SPACE // num_segments - 1
             segments[i] = SegmentInfo.active(i, HashRange(start, end), 0)
-        return cls(0, num_segments, segments, properties or {})
+        return cls(0, num_segments, segments, properties or {}, uuid.uuid4().hex)
 
     # --- queries ------------------------------------------------------------------------
 
@@ -253,7 +259,7 @@ class SegmentLayout:
         segments[segment_id] = parent.sealed(epoch, (first, first + 1))
         segments[first] = SegmentInfo.active(first, low, epoch, (segment_id,))
         segments[first + 1] = SegmentInfo.active(first + 1, high, epoch, (segment_id,))
-        return SegmentLayout(epoch, first + 2, segments, self.properties)
+        return SegmentLayout(epoch, first + 2, segments, self.properties, self.incarnation)
 
     def merge_segments(self, segment_id1: int, segment_id2: int) -> SegmentLayout:
         if segment_id1 == segment_id2:
@@ -265,7 +271,7 @@ class SegmentLayout:
         segments[segment_id1] = one.sealed(epoch, (merged,))
         segments[segment_id2] = two.sealed(epoch, (merged,))
         segments[merged] = SegmentInfo.active(merged, merged_range, epoch, (segment_id1, segment_id2))
-        return SegmentLayout(epoch, merged + 1, segments, self.properties)
+        return SegmentLayout(epoch, merged + 1, segments, self.properties, self.incarnation)
 
     def prune_segment(self, segment_id: int) -> SegmentLayout:
         """Remove a sealed segment (its data expired) and the links to it."""
@@ -282,14 +288,15 @@ class SegmentLayout:
             parent = segments.get(parent_id)
             if parent is not None:
                 segments[parent_id] = _replace(parent, child_ids=tuple(i for i in parent.child_ids if i != segment_id))
-        return SegmentLayout(self.epoch + 1, self.next_segment_id, segments, self.properties)
+        return SegmentLayout(self.epoch + 1, self.next_segment_id, segments, self.properties, self.incarnation)
 
     # --- metadata (the spec's ScalableTopicMetadata JSON) -------------------------------
 
     def to_metadata(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "nextSegmentId": self.next_segment_id,
                 "segments": {str(sid): info.to_json() for sid, info in sorted(self.all_segments.items())},
-                "properties": dict(self.properties)}
+                "properties": dict(self.properties),
+                **({"incarnation": self.incarnation} if self.incarnation is not None else {})}
 
     def to_json_bytes(self) -> bytes:
         return json.dumps(self.to_metadata(), separators=(",", ":")).encode()
@@ -315,7 +322,10 @@ class SegmentLayout:
         if not isinstance(properties, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                        for k, v in properties.items()):
             raise LayoutError("scalable topic properties are a string-to-string object")
-        layout = cls(_int(raw.get("epoch")), _int(raw.get("nextSegmentId")), segments, properties)
+        incarnation = raw.get("incarnation")
+        if incarnation is not None and (not isinstance(incarnation, str) or not incarnation):
+            raise LayoutError(f"a scalable topic's incarnation is a non-empty string, not {incarnation!r}")
+        layout = cls(_int(raw.get("epoch")), _int(raw.get("nextSegmentId")), segments, properties, incarnation)
         layout.check()
         return layout
 

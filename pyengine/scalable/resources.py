@@ -19,7 +19,13 @@ it is cleared to `{}` rather than deleted, so its version never starts again at 
 clearing "its" version can never hit a newer operation's record). The deleting marker outlives the
 topic (a tombstone, removed when a topic of that name is created again): a deposed leader's create
 of a segment landing after the deletion is refused, where a segment of a name that never was a
-scalable topic (the Segments API used alone) is not. Path parts are percent-encoded (Pulsar's
+scalable topic (the Segments API used alone) is not. A create that carries the incarnation of its
+layout (layout.py) needs no tombstone: with no layout of that incarnation it is refused. The
+tombstone stays for the creates that carry none — from a layout stored before incarnations, from
+a broker of an older version, and those forwarded to a segment's owner through its admin API
+while the route does not pass the incarnation on — and as nothing bounds how late one of those
+lands (a paused process, a request already read by the owner), no moment after the deletion is
+safe to remove it but the name's next use. Path parts are percent-encoded (Pulsar's
 `encodedTopicName`), so a name never adds a level.
 """
 
@@ -176,6 +182,15 @@ class ScalableTopicResources:
 
     async def exists(self, topic: TopicName) -> bool:
         return await self.store.exists(self.topic_path(topic))
+
+    async def incarnation(self, topic: TopicName) -> str | None:
+        """The incarnation of the topic's layout (layout.py); None when there is no such topic
+        or its layout predates incarnations."""
+        try:
+            layout, _ = await self.load(topic)
+        except ScalableTopicNotFoundError:
+            return None
+        return layout.incarnation
 
     async def update(self, topic: TopicName, layout: SegmentLayout, expected_version: int) -> int:
         """CAS the layout (BadVersionError when someone else changed it); the new version."""

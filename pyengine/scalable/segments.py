@@ -14,7 +14,7 @@ import json
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from urllib.parse import quote
 
 from pyengine.errors import (
@@ -39,9 +39,11 @@ class SegmentOperations(Protocol):
     async def subscriptions(self, segment: str) -> list[str]:
         """Subscription names of an existing segment topic ([] when it does not exist)."""
 
-    async def create(self, segment: str, subscriptions: list[str], near: str | None = None) -> None:
+    async def create(self, segment: str, subscriptions: list[str], near: str | None = None,
+                     incarnation: str | None = None) -> None:
         """Create the segment topic (if absent) and each subscription (if absent) at Earliest;
-        on the broker that owns segment `near` when given (children beside their parent)."""
+        on the broker that owns segment `near` when given (children beside their parent).
+        `incarnation`: of the layout the sender acts for (refused for any other, layout.py)."""
 
     async def terminate(self, segment: str) -> None:
         """Seal the segment topic: producers get TopicTerminated."""
@@ -133,6 +135,21 @@ class LocalSegments:
     segment), so other segments' creates and deletes do not wait. A refused create forgets the
     owner record its sender claimed for this broker (nothing of it is here). A segment of no
     scalable topic (the Segments API used alone) is not fenced.
+
+    A segment lives on the one broker its owner record names. A create claims the record for this
+    broker under the lock before making the topic, and is refused when another broker holds it:
+    one sent here before the record was forgotten (a rollback's delete) and another broker claimed
+    the segment would otherwise make a second copy. A delete forgets the record only when it
+    names this broker (another's names a copy this delete did not reach).
+
+    A topic deleted and created again restarts its segment ids, so the checks above would let a
+    late create of the old topic act on the new one's segment of the same id (add the old
+    topic's subscriptions to it, or make a child its split rolled back). A controller's create
+    therefore carries the incarnation of the layout it acts for, and is refused unless the
+    topic's current layout is of that incarnation. A create without one (the Segments API used
+    alone, a controller of a layout stored before incarnations) is checked as before. Deletes
+    carry none: one of a segment the current layout keeps is refused whoever sent it, and one of
+    a segment it does not keep removes a leftover, of whichever incarnation.
     """
 
     def __init__(self, broker: BrokerService, broker_url: str = "",
@@ -142,24 +159,40 @@ class LocalSegments:
         self.resources = resources
 
     @asynccontextmanager
-    async def _fenced(self, segment: str, *, creating: bool) -> AsyncIterator[None]:
+    async def _fenced(self, segment: str, *, creating: bool, incarnation: str | None = None) -> AsyncIterator[None]:
         """Hold the segment's fence lock while the controller's decision allows the change."""
         if self.resources is None:
             yield
             return
         async with _segment_lock(self.broker, segment):
             name = TopicName.parse(segment)
+            if incarnation is not None:
+                current = await self.resources.incarnation(name.scalable_topic)
+                if current != incarnation:
+                    await self._refuse_create(name, f"segment {segment} is of incarnation {incarnation} of its "
+                                                    f"topic, not of the current one ({current or 'none'}): not created")
             kept = await self.resources.keeps_segment(name)
             if creating and (kept is False or await self.resources.is_deleting(name.scalable_topic)):
-                if self.url and not self.broker.topic_exists(segment):
-                    # the sender claimed this broker before sending: a later create must not reuse it
-                    await self.resources.forget_own_record(name, self.url)
-                raise SegmentFencedError(f"segment {segment} is neither in the layout nor a child of the split or "
-                                         "merge in progress, or its topic is deleted: not created")
+                await self._refuse_create(name, f"segment {segment} is neither in the layout nor a child of the "
+                                                "split or merge in progress, or its topic is deleted: not created")
             if not creating and kept is True and not await self.resources.is_deleting(name.scalable_topic):
                 raise SegmentFencedError(f"segment {segment} is in the layout or a child of the split or merge in "
                                          "progress: not deleted")
+            if creating and self.url:
+                # claimed before it is created (again if a late delete of a previous incarnation
+                # forgot the record): a create sent here before the record was forgotten and
+                # another broker claimed the segment must not make a second copy here
+                owner = await self.resources.claim_owner(name, self.url)
+                if owner != self.url:
+                    raise SegmentFencedError(f"segment {segment} is owned by broker {owner}: not created on {self.url}")
             yield
+
+    async def _refuse_create(self, name: TopicName, reason: str) -> NoReturn:
+        assert self.resources is not None
+        if self.url and not self.broker.topic_exists(str(name)):
+            # the sender claimed this broker before sending: a later create must not reuse it
+            await self.resources.forget_own_record(name, self.url)
+        raise SegmentFencedError(reason)
 
     async def exists(self, segment: str) -> bool:
         return self.broker.topic_exists(_check_segment(segment))
@@ -171,15 +204,13 @@ class LocalSegments:
         topic = await self.broker.get_topic(segment, create=False)
         return sorted(topic.subscriptions)
 
-    async def create(self, segment: str, subscriptions: list[str], near: str | None = None) -> None:
+    async def create(self, segment: str, subscriptions: list[str], near: str | None = None,
+                     incarnation: str | None = None) -> None:
         segment = _check_segment(segment)
-        async with self._fenced(segment, creating=True):
+        async with self._fenced(segment, creating=True, incarnation=incarnation):
             topic = await self.broker.get_topic(segment)
             for subscription in subscriptions:
                 await topic.open_subscription(subscription, "earliest")
-            if self.resources is not None and self.url:
-                # again if a deposed leader's late delete of a previous incarnation forgot it
-                await self.resources.claim_owner(TopicName.parse(segment), self.url)
 
     async def terminate(self, segment: str) -> None:
         topic = await self.broker.get_topic(_check_segment(segment), create=False)
@@ -197,7 +228,10 @@ class LocalSegments:
         async with self._fenced(segment, creating=False):
             if self.broker.topic_exists(segment):
                 await self.broker.delete_topic(segment)
-            if self.resources is not None:
+            if self.resources is not None and self.url:
+                # only a record naming this broker: another's names a copy this delete did not reach
+                await self.resources.forget_own_record(TopicName.parse(segment), self.url)
+            elif self.resources is not None:
                 await self.resources.forget_owner(TopicName.parse(segment))
 
     async def create_subscription(self, segment: str, subscription: str) -> None:
@@ -235,7 +269,8 @@ class RoutedSegments:
     segment this broker owns (or one with no recorded owner) runs locally; any other goes to the
     owner's `/admin/v2/segments` API, at the web URL the owner registered under `/brokers/`.
     An owner that is not running makes the operation fail (ServiceNotReadyError): its data is
-    only on its disk, so a split or merge of its segments waits until it is back.
+    only on its disk, so a split or merge of its segments waits until it is back. A create's
+    incarnation (LocalSegments) goes to the owner as the `incarnation` query parameter.
     """
 
     def __init__(self, local: LocalSegments, resources: ScalableTopicResources, broker_url: str) -> None:
@@ -259,7 +294,8 @@ class RoutedSegments:
             self._owners[segment] = owner
         return owner
 
-    async def _remote(self, owner: str, method: str, segment: str, suffix: str = "", body: Any = None) -> Any:
+    async def _remote(self, owner: str, method: str, segment: str, suffix: str = "", body: Any = None,
+                      incarnation: str | None = None) -> Any:
         web = await self.resources.web_service_url(owner)
         if web is None:
             raise ServiceNotReadyError(f"segment {segment} is owned by broker {owner}, which is not running")
@@ -271,7 +307,8 @@ class RoutedSegments:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         try:
-            async with self._http.request(method, web + path, json=body) as reply:
+            params = {"incarnation": incarnation} if incarnation is not None else None
+            async with self._http.request(method, web + path, json=body, params=params) as reply:
                 text = await reply.text()
                 status = reply.status
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
@@ -293,16 +330,22 @@ class RoutedSegments:
             return await self.local.subscriptions(segment)
         return sorted((await self._remote(owner, "GET", segment)).get("subscriptions", {}))
 
-    async def create(self, segment: str, subscriptions: list[str], near: str | None = None) -> None:
+    async def create(self, segment: str, subscriptions: list[str], near: str | None = None,
+                     incarnation: str | None = None) -> None:
         preferred = await self._owner(near) if near is not None else self.url
         if preferred != self.url and await self.resources.web_service_url(preferred) is None:
             preferred = self.url                     # the parent's broker is away: create it here
         owner = await self.resources.claim_owner(TopicName.parse(_check_segment(segment)), preferred)
         self._owners[_check_segment(segment)] = owner
-        if owner == self.url:
-            await self.local.create(segment, subscriptions)
-        else:
-            await self._remote(owner, "PUT", segment, body=list(subscriptions))
+        try:
+            if owner == self.url:
+                await self.local.create(segment, subscriptions, incarnation=incarnation)
+            else:
+                await self._remote(owner, "PUT", segment, body=list(subscriptions), incarnation=incarnation)
+        except BaseException:
+            # not made there: it may be another broker's by now (LocalSegments), read it again
+            self._owners.pop(_check_segment(segment), None)
+            raise
 
     async def terminate(self, segment: str) -> None:
         owner = await self._owner(segment)

@@ -132,7 +132,7 @@ class ScalableTopicService:
         layout = SegmentLayout.initial(num_segments, properties)
         await self.resources.create(name, layout)
         for segment in layout.active_segments:
-            await self.segments.create(segment.topic_name(name), [])
+            await self.segments.create(segment.topic_name(name), [], incarnation=layout.incarnation)
         return layout
 
     async def delete_topic(self, topic: str | TopicName) -> None:

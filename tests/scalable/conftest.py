@@ -11,6 +11,7 @@ from pyengine.scalable.service import ScalableTopicService
 from tests.protocol.conftest import server, service  # noqa: F401  (fixtures: a broker on loopback)
 
 TOPIC = "topic://public/default/orders"
+SEGMENTS_BROKER_URL = "pulsar://segments:6650"      # the embedded broker holding the segment topics
 
 
 @pytest.fixture
@@ -28,13 +29,15 @@ async def store():
 
 @pytest.fixture
 async def services(broker, store):
-    """`make(name, **kw)`: a started ScalableTopicService for broker `name`; all closed at the end."""
+    """`make(name, **kw)`: a started ScalableTopicService for broker `name`; all closed at the end.
+    Their segment topics are all on the one embedded broker, which owns them (segments.py)."""
     made = []
 
     async def make(name, **kwargs):
         kwargs.setdefault("session_ttl", 0.5)
         url = f"pulsar://{name}:6650"
-        service = await ScalableTopicService(store, LocalSegments(broker.service, url), url, **kwargs).start()
+        segments = LocalSegments(broker.service, SEGMENTS_BROKER_URL)
+        service = await ScalableTopicService(store, segments, url, **kwargs).start()
         made.append(service)
         return service
 

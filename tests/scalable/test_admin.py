@@ -133,3 +133,15 @@ async def test_segments_resource(api: Api, service, client):
     assert (await api.get(f"{G}/raw/0000-7fff-9")).body["exists"] is False
     assert (await api.get(f"{G}/raw/bad")).status == 412
     assert not [t for t in service.list_topics() if t.endswith("-2")]
+
+
+async def test_a_segment_create_carries_the_incarnation_it_was_made_for(api: Api):
+    """The owner broker checks a forwarded create's incarnation (a controller of a topic since
+    deleted and created again must not act on the new one)."""
+    assert (await api.put(f"{S}/inc")).status == 204
+    incarnation = (await api.get(f"{S}/inc")).body["incarnation"]
+    assert isinstance(incarnation, str) and incarnation
+    stale = await api.put(f"{G}/inc/0000-ffff-0?incarnation=0123abcd", ["late"])
+    assert stale.status == 405 and "incarnation" in stale.body["reason"], stale      # NotAllowed, as fenced
+    assert (await api.put(f"{G}/inc/0000-ffff-0?incarnation={incarnation}", ["s"])).status == 204
+    assert (await api.put(f"{G}/inc/0000-ffff-0?incarnation=", ["s"])).status == 400

@@ -14,7 +14,7 @@ from pyengine.naming import TopicName
 from pyengine.scalable.resources import ScalableTopicResources
 from pyengine.scalable.segments import LocalSegments, RoutedSegments, SegmentFencedError
 from pyengine.scalable.service import ScalableTopicService, scalable_topic_name
-from tests.scalable.conftest import TOPIC
+from tests.scalable.conftest import SEGMENTS_BROKER_URL, TOPIC
 from tests.scalable.test_child_segment_fencing import CHILD, Held, deposed
 
 PARENT = "segment://public/default/orders/0000-ffff-0"
@@ -134,8 +134,8 @@ async def test_creates_of_two_segments_do_not_wait_for_each_other(broker, servic
     for segment in (first, second):
         await broker.service.delete_topic(segment)       # as if their creates had not landed yet
     gate = GatedResources(a.resources, first)
-    slow = LocalSegments(broker.service, "pulsar://a:6650", gate)
-    plain = LocalSegments(broker.service, "pulsar://a:6650", a.resources)
+    slow = LocalSegments(broker.service, SEGMENTS_BROKER_URL, gate)
+    plain = LocalSegments(broker.service, SEGMENTS_BROKER_URL, a.resources)
 
     stuck = asyncio.ensure_future(slow.create(first, []))
     await asyncio.wait_for(gate.checked.wait(), 5)       # the first create holds its segment's lock
