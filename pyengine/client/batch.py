@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from core_ext.batch import build_batch
 from pyengine.client.message import MessageId
+from pyengine.protocol import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
     from pyengine.client.transaction import Transaction
@@ -72,3 +73,13 @@ class BatchContainer:
 
     def payload(self) -> bytes:
         return build_batch(self._singles)
+
+    def without_settled(self) -> BatchContainer:
+        """A batch of the messages of this one whose futures are not settled yet (their
+        senders gave the others up before the batch was sent)."""
+        kept = BatchContainer(self.max_messages, self.max_bytes, self.txn)
+        kept.gate = self.gate
+        for (single, payload), future in zip(self._singles, self.futures):
+            if not future.done():
+                kept.add(single, payload, pb.SingleMessageMetadata.FromString(single).sequence_id, future)
+        return kept

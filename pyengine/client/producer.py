@@ -155,6 +155,8 @@ class _SendOp:
     futures: list[asyncio.Future[MessageId]]
     batched: bool
     created: float = field(default_factory=time.monotonic)
+    # a batch's messages and keys while it may be held: to build it again without those given up
+    batch: tuple[BatchContainer, str | None, bytes | None] | None = None
 
 
 def _message_fields(key: str | None, properties: dict[str, str], event_time: int | None,
@@ -458,7 +460,9 @@ class PartitionProducer(ConnectionHandler):
         """Queue a message of `txn`. While `registration` (ADD_PARTITION_TO_TXN) is unanswered
         the message is batched as any other and its SEND waits for the answer (`_blocked`);
         behind a full queue or a failed registration it is held, and one task submits what is
-        held in order (not one task per message: a transaction sends its messages in a burst)."""
+        held in order (not one task per message: a transaction sends its messages in a burst).
+        Given up while held or blocked (its future cancelled, or failed by the send timeout),
+        it is never written."""
         if not self._held and not (self.options.block_if_queue_full and self.queue_full):
             if not registration.done():
                 return self.submit(payload, key, properties, event_time, sequence_id, txn, gate=registration,
@@ -475,12 +479,13 @@ class PartitionProducer(ConnectionHandler):
         """Queue a message without a transaction behind the held ones (call it while `_held` is
         not empty): it takes its sequence id and its place after them, as it was sent after them
         (Pulsar's clients keep a producer's send order; the broker's de-duplication relies on it).
-        One given up (its future cancelled) while held is not sent."""
+        One given up (its future cancelled, or failed by the send timeout) while held is not sent."""
         return self._hold(None, (payload, key, properties, event_time, sequence_id, None, deliver_at, ordering_key))
 
     def _hold(self, registration: asyncio.Future[None] | None, message: tuple[Any, ...]) -> asyncio.Future[MessageId]:
         result: asyncio.Future[MessageId] = self._loop.create_future()
         self._held.append((registration, result, message, self._loop.time()))
+        self._arm_send_timeout()                # a held send times out as a pending one
         if self._held_submitter is None:
             self._held_submitter = asyncio.ensure_future(self._submit_held())
         return result
@@ -491,6 +496,8 @@ class PartitionProducer(ConnectionHandler):
                 registration = self._held[0][0]
                 if registration is not None and not registration.done():
                     await asyncio.wait((registration,))
+                    if not self._held or self._held[0][0] is not registration:
+                        continue                # they timed out meanwhile (see _fail_pending)
                 failure = _failure(registration) if registration is not None else None
                 # Every message held behind this registration, in order, checked once for it.
                 first_held_at = self._held[0][3]
@@ -499,12 +506,13 @@ class PartitionProducer(ConnectionHandler):
                     if failure is not None:
                         if not result.done():
                             result.set_exception(failure)
-                    elif registration is not None or not result.cancelled():
+                    elif not result.done():
                         try:
                             if self.queue_full:
                                 await self.wait_for_space()
-                            # a plain send given up meanwhile is not sent (as one blocked on the queue)
-                            if registration is not None or not result.cancelled():
+                            # one given up meanwhile (cancelled, or failed by the send timeout)
+                            # is not sent, in a transaction or not (as one blocked on the queue)
+                            if not result.done():
                                 *fields, deliver_at, ordering_key = message
                                 # the receipt settles `result` itself
                                 self.submit(*fields, future=result, deliver_at=deliver_at,
@@ -589,6 +597,12 @@ class PartitionProducer(ConnectionHandler):
         command = pb.BaseCommand(type=T.SEND, send=send).SerializeToString()
         chunk_futures: list[asyncio.Future[MessageId]] = [self._loop.create_future() for _ in range(count)]
 
+        def given_up(_: object) -> None:
+            if future.cancelled():              # its chunks still held are then not sent
+                for chunk in chunk_futures:
+                    chunk.cancel()
+        future.add_done_callback(given_up)
+
         def settled(_: object) -> None:
             failure: BaseException | None = None
             for chunk in chunk_futures:
@@ -659,6 +673,15 @@ class PartitionProducer(ConnectionHandler):
 
     def _send_batch(self, batch: BatchContainer, partition_key: str | None = None,
                     ordering_key: bytes | None = None) -> None:
+        op = self._batch_op(batch, partition_key, ordering_key)
+        if op is not None:
+            if self._blocked or batch.gate is not None:
+                op.batch = (batch, partition_key, ordering_key)     # it may be held: see _without_given_up
+            self._enqueue(op, len(batch), batch.gate)
+
+    def _batch_op(self, batch: BatchContainer, partition_key: str | None,
+                  ordering_key: bytes | None) -> _SendOp | None:
+        """The SEND of `batch`; None when it is too large once compressed (its sends fail)."""
         count = len(batch)
         payload = batch.payload()
         metadata = pb.MessageMetadata(producer_name=self.producer_name, sequence_id=batch.first_sequence_id,
@@ -682,7 +705,7 @@ class PartitionProducer(ConnectionHandler):
                     if not future.done():
                         future.set_exception(error)
                 self._wake_space_waiters()
-                return
+                return None
         if self.schema_version:
             metadata.schema_version = self.schema_version
         send = pb.CommandSend(producer_id=self.producer_id, sequence_id=batch.first_sequence_id,
@@ -692,8 +715,7 @@ class PartitionProducer(ConnectionHandler):
             metadata.txnid_least_bits = send.txnid_least_bits = batch.txn.txn_id.least_bits
         frame = encode_payload_frame(pb.BaseCommand(type=T.SEND, send=send).SerializeToString(),
                                      metadata.SerializeToString(), payload)
-        self._enqueue(_SendOp(batch.first_sequence_id, batch.last_sequence_id, frame, batch.futures, batched=True),
-                      count, batch.gate)
+        return _SendOp(batch.first_sequence_id, batch.last_sequence_id, frame, batch.futures, batched=True)
 
     def _enqueue(self, op: _SendOp, messages: int, gate: asyncio.Future[None] | None = None) -> None:
         self._pending_messages += messages      # counts blocked sends too: they take room
@@ -702,17 +724,45 @@ class PartitionProducer(ConnectionHandler):
             if len(self._blocked) == 1:
                 assert gate is not None
                 gate.add_done_callback(self._release_blocked)
+            self._arm_send_timeout()            # a blocked send times out as a pending one
         elif gate is not None and _failure(gate) is not None:
             self._reject(op, _failure(gate))
-        else:
+        elif gate is None:
             self._write(op)
+        else:
+            # its registration was answered while it was batched: what was given up is not sent
+            kept = self._without_given_up(op)
+            if kept is not None:
+                self._write(kept)
 
     def _write(self, op: _SendOp) -> None:
         self._pending.append(op)
         if self.state == READY and self.connection is not None:
             self.connection.write(op.frame)
+        if self._timeout_timer is None:
+            self._arm_send_timeout()
+
+    def _arm_send_timeout(self) -> None:
         if self._timeout_timer is None and self.options.send_timeout_ms > 0:
             self._timeout_timer = self._loop.call_later(self.options.send_timeout_ms / 1000, self._check_timeouts)
+
+    def _without_given_up(self, op: _SendOp) -> _SendOp | None:
+        """`op` without its messages given up while it was held (their futures cancelled by
+        their callers): as Pulsar's clients never send a message that failed before it was
+        sent, those never reach the wire (their sequence ids are skipped). None: nothing left."""
+        given_up = sum(1 for future in op.futures if future.done())
+        held_batch, op.batch = op.batch, None           # not kept once written
+        if not given_up:
+            return op
+        kept: _SendOp | None = None
+        if held_batch is not None and given_up < len(op.futures):
+            batch, partition_key, ordering_key = held_batch
+            kept = self._batch_op(batch.without_settled(), partition_key, ordering_key)
+            if kept is not None:
+                kept.created = op.created
+        self._pending_messages -= len(op.futures) - (len(kept.futures) if kept is not None else 0)
+        self._wake_space_waiters()
+        return kept
 
     def _release_blocked(self, _: object = None) -> None:
         """Write the blocked sends up to the next one whose registration is unanswered; those
@@ -725,10 +775,10 @@ class PartitionProducer(ConnectionHandler):
                 return
             blocked.popleft()
             failure = _failure(gate) if gate is not None else None
-            if failure is None:
-                self._write(op)
-            else:
+            if failure is not None:
                 self._reject(op, failure)
+            elif (kept := self._without_given_up(op)) is not None:
+                self._write(kept)
 
     def _reject(self, op: _SendOp, failure: BaseException) -> None:
         self._pending_messages -= len(op.futures)
@@ -793,14 +843,27 @@ class PartitionProducer(ConnectionHandler):
         if self.connection is not None:
             self.connection.close()
 
+    def _oldest_send_age(self) -> float | None:
+        """How long the oldest send still waiting for its receipt was handed in: written, or
+        blocked or held (not written yet); None when there is none."""
+        now = time.monotonic()
+        ages = [now - self._pending[0].created] if self._pending else []
+        if self._blocked:
+            ages.append(now - self._blocked[0][1].created)
+        held_at = next((at for _, result, _, at in self._held if not result.done()), None)
+        if held_at is not None:
+            ages.append(self._loop.time() - held_at)
+        return max(ages, default=None)
+
     def _check_timeouts(self) -> None:
         self._timeout_timer = None
-        if not self._pending:
+        age = self._oldest_send_age()
+        if age is None:
             return
         timeout = self.options.send_timeout_ms / 1000
-        age = time.monotonic() - self._pending[0].created
         if age >= timeout:
-            # As Pulsar's clients: once the oldest send times out, everything pending fails.
+            # As Pulsar's clients: once the oldest send times out, everything pending fails, and
+            # what is blocked or held is dropped (never sent).
             self._fail_pending(TimeoutError(f"{self}: no receipt within send_timeout_ms="
                                             f"{self.options.send_timeout_ms}"))
             return

@@ -85,3 +85,19 @@ def answer_registrations_when_set(client, monkeypatch) -> asyncio.Event:
         await original(*args)
     monkeypatch.setattr(coordinator, "add_partition", lambda *args: asyncio.ensure_future(slow(*args)))
     return registered
+
+
+def record_sends(connection, monkeypatch) -> list[bytes]:
+    """The SEND frames `connection` writes from now on (written on as well), in order."""
+    from pyengine.protocol import pulsar_api_pb2 as pb
+
+    written: list[bytes] = []
+    write = connection.write
+
+    def recording(frame: bytes) -> None:
+        size = int.from_bytes(frame[4:8], "big")
+        if pb.BaseCommand.FromString(frame[8:8 + size]).type == pb.BaseCommand.SEND:
+            written.append(frame)
+        write(frame)
+    monkeypatch.setattr(connection, "write", recording)
+    return written

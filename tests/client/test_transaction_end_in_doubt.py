@@ -19,7 +19,7 @@ from pyengine.client.transaction import ABORTED, ABORTING, COMMITTED, COMMITTING
 from pyengine.errors import InvalidTxnStatusError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import command_body
-from tests.client.conftest import answer_registrations_when_set
+from tests.client.conftest import answer_registrations_when_set, record_sends
 
 IN = "persistent://public/default/in-doubt-in"
 OUT = "persistent://public/default/in-doubt-out"
@@ -106,6 +106,7 @@ async def test_a_commit_cancelled_while_it_waits_for_its_sends_can_be_called_aga
 async def test_a_cancelled_send_makes_commit_abort_and_raise_an_error_not_a_cancellation(client, monkeypatch):
     registered = answer_registrations_when_set(client, monkeypatch)
     producer = await client.create_producer(OUT)
+    written = record_sends(producer._partitions[0].connection, monkeypatch)
     txn = await client.new_transaction()
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(producer.send(b"given up", txn=txn), 0.1)
@@ -115,6 +116,8 @@ async def test_a_cancelled_send_makes_commit_abort_and_raise_an_error_not_a_canc
     assert txn.state == ABORTED
     assert asyncio.current_task().cancelling() == 0
     await producer.send(b"plain")
+    # given up while it waited for its registration: never written (the commit aborts all the same)
+    assert len(written) == 1 and written[0].endswith(b"plain")
     watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
     assert await receive_all(watcher) == [b"plain"]
 

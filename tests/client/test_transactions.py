@@ -11,7 +11,7 @@ from pyengine.errors import (InvalidTxnStatusError, TransactionConflictError, Tr
                              TransactionNotFoundError)
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine_kernels import TxnId
-from tests.client.conftest import answer_registrations_when_set
+from tests.client.conftest import answer_registrations_when_set, record_sends
 
 IN = "persistent://public/default/txn-in"
 OUT = "persistent://public/default/txn-out"
@@ -295,16 +295,7 @@ async def test_sends_built_before_their_registration_is_answered_are_written_aft
     await producer.send(b"first", txn=first)
     await first.commit()
     registered.clear()
-    partition = producer._partitions[0]
-    written = []
-    write = partition.connection.write
-
-    def spied(frame: bytes) -> None:
-        size = int.from_bytes(frame[4:8], "big")
-        if pb.BaseCommand.FromString(frame[8:8 + size]).type == pb.BaseCommand.SEND:
-            written.append(frame)
-        write(frame)
-    monkeypatch.setattr(partition.connection, "write", spied)
+    written = record_sends(producer._partitions[0].connection, monkeypatch)
     txn = await client.new_transaction()
     in_txn = [producer.send_async(b"t%d" % i, txn=txn) for i in range(5)]     # three batches
     plain = producer.send_async(b"plain")
