@@ -24,9 +24,9 @@ import itertools
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pyengine.broker.consumer import Consumer, Delivery
 from pyengine.broker.service import BrokerConfig, BrokerService
@@ -37,6 +37,7 @@ from pyengine.client.consumer import (
     ConsumerBatchReceivePolicy, before_start, check_batch_receive_policy, receive_batch, receive_queued, wake_all,
     wake_one,
 )
+from pyengine.client.backoff import Backoff
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
@@ -47,7 +48,9 @@ from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_timeout, check_topic,
 )
 from pyengine.naming import TopicName
-from pyengine.errors import InvalidTxnStatusError, NotAllowedError, PulsarError, to_pulsar_error
+from pyengine.errors import (
+    InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, to_pulsar_error,
+)
 from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
@@ -60,6 +63,29 @@ from pyengine_kernels import Position, TxnId, ackset_new
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+_T = TypeVar("_T")
+
+
+async def _retried_while_held(attach: Callable[[], _T], timeout_ms: int) -> _T:
+    """`attach()` (a producer's attachment to its topic), tried again while a
+    producer_request_hold backlog quota refuses it, at the network client's reconnect back-off,
+    as a network client's producer is held and retried until the backlog is consumed; the
+    refusal is raised once `timeout_ms` has passed (0: no limit). Any other error, a
+    producer_exception quota's included, is raised at once. (The broker has no way to await the
+    quota's end: it is checked again after each back-off delay.)"""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_ms / 1000 if timeout_ms > 0 else float("inf")
+    backoff = Backoff()
+    while True:
+        try:
+            return attach()
+        except ProducerBlockedQuotaExceededError:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise
+            await asyncio.sleep(min(backoff.next(), remaining))
 
 
 class ClosedError(AlreadyClosedError, NotAllowedError):
@@ -119,18 +145,26 @@ class EmbeddedClient:
 
     async def create_producer(self, topic: str, *, producer_name: str | None = None,
                               initial_sequence_id: int | None = None,
-                              initial_subscription_name: str | None = None) -> EmbeddedProducer:
+                              initial_subscription_name: str | None = None,
+                              send_timeout_ms: int = 30_000) -> EmbeddedProducer:
         """A producer on `topic`. As in `pyengine.client`: `initial_sequence_id`, the sequence
         id before the first send's (otherwise it goes on after what the broker has under the
         producer's name); `initial_subscription_name`, a durable subscription created at the
-        earliest position with the producer if the topic has none of that name."""
+        earliest position with the producer if the topic has none of that name.
+
+        Past a producer_request_hold backlog quota the creation, and the sends of a producer the
+        broker closed for it, wait until the backlog is back under the quota, as a network
+        client's producer is held and retried, for up to `send_timeout_ms` (0: no limit; the
+        embedded client has no operation timeout of its own), then raise
+        ProducerBlockedQuotaExceededError; past a producer_exception quota they fail at once."""
         check_topic(topic)
         check_name("producer_name", producer_name, optional=True)
         if initial_sequence_id is not None:
             check_int("initial_sequence_id", initial_sequence_id, -1)
         check_name("initial_subscription_name", initial_subscription_name, optional=True)
+        check_int("send_timeout_ms", send_timeout_ms, 0)
         loaded = await self._attachable_topic(topic)
-        attached = loaded.add_producer(producer_name)
+        attached = await _retried_while_held(lambda: loaded.add_producer(producer_name), send_timeout_ms)
         if initial_subscription_name is not None and initial_subscription_name not in loaded.subscriptions:
             try:
                 await loaded.open_subscription(initial_subscription_name, "earliest")
@@ -138,7 +172,7 @@ class EmbeddedClient:
                 loaded.remove_producer(attached)
                 error = to_pulsar_error(exc)
                 raise type(error)(f"Failed to create the initial subscription: {error}") from exc
-        producer = EmbeddedProducer(self, loaded, attached, initial_sequence_id)
+        producer = EmbeddedProducer(self, loaded, attached, initial_sequence_id, send_timeout_ms)
         self._producers.append(producer)
         return producer
 
@@ -200,21 +234,26 @@ class EmbeddedClient:
         return consumer
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *,
-                            receiver_queue_size: int = 1000, reader_name: str | None = None,
-                            read_compacted: bool = False) -> EmbeddedConsumer:
-        """A reader: a non-durable exclusive subscription starting at `start_message_id`
-        (inclusive; MessageId.earliest / MessageId.latest allowed). `read_compacted`: the
+                            receiver_queue_size: int = 1000, start_message_id_inclusive: bool = False,
+                            reader_name: str | None = None, read_compacted: bool = False) -> EmbeddedConsumer:
+        """A reader: a non-durable exclusive subscription starting after `start_message_id`, or
+        at it if `start_message_id_inclusive` (as pulsar-client; MessageId.earliest /
+        MessageId.latest allowed); a seek to an id follows the same setting. `read_compacted`: the
         compacted view up to the compaction horizon (from its start for MessageId.earliest),
         then the topic after it. `reader_name`: its consumer's name."""
         check_topic(topic)
         if not isinstance(start_message_id, MessageId):
             raise TypeError(f"start_message_id must be a MessageId, not {type(start_message_id).__name__}")
         check_int("receiver_queue_size", receiver_queue_size, 1)
+        if not isinstance(start_message_id_inclusive, bool):
+            raise TypeError(f"start_message_id_inclusive must be a bool, "
+                            f"not {type(start_message_id_inclusive).__name__}")
         check_name("reader_name", reader_name, optional=True)
         _check_read_compacted(read_compacted)
         loaded = await self._attachable_topic(topic)
-        consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True)
-        consumer._start = start_message_id
+        consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True,
+                                    start_inclusive=start_message_id_inclusive)
+        consumer._start = consumer._seek_start = start_message_id
         broker_side = Consumer(consumer, name=reader_name)
         if start_message_id == MessageId.latest:
             start = loaded.ledger.lac.next()
@@ -375,11 +414,17 @@ class EmbeddedTransaction:
 
 class EmbeddedProducer:
     def __init__(self, client: EmbeddedClient, topic: Topic, producer: Producer,
-                 initial_sequence_id: int | None = None) -> None:
+                 initial_sequence_id: int | None = None, send_timeout_ms: int = 30_000) -> None:
         self._client = client
         self._topic = topic
         self._producer = producer
         self._next_sequence = (producer.last_sequence_id if initial_sequence_id is None else initial_sequence_id) + 1
+        self._send_timeout_ms = send_timeout_ms
+        # Sends held while the producer, closed by the broker past a backlog quota, is attached
+        # again (None: none), in send order: each is let go after the one before it stored its
+        # message (so sequence order stays send order), or all fail with the attachment.
+        self._held_sends: deque[asyncio.Future[None]] | None = None
+        self._attaching: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -414,6 +459,9 @@ class EmbeddedProducer:
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
+        if self._held_sends is not None or self._producer.disconnected:
+            # no await after this one before the message is handed to the topic (send order)
+            await self._attached_again()
         publish_time = _now_ms()
         fields: dict[str, Any] = {}
         if key is not None:
@@ -473,6 +521,53 @@ class EmbeddedProducer:
             return MessageId(-1, -1, partition=self._topic.partition_index)
         return MessageId(position.ledger_id, position.entry_id, partition=self._topic.partition_index)
 
+    async def _attached_again(self) -> None:
+        """Return when this send may go on: the producer, closed by the broker past a
+        producer_request_hold backlog quota, is attached again (one attempt loop for every send
+        held, see `_retried_while_held`) and the sends held before this one have stored theirs."""
+        if self._held_sends is None:
+            self._held_sends = deque()
+            self._attaching = asyncio.ensure_future(self._attach_again())
+        turn = asyncio.get_running_loop().create_future()
+        self._held_sends.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._let_next_send_go()        # let go, then cancelled: the next one goes
+            elif self._held_sends is not None and turn in self._held_sends:
+                self._held_sends.remove(turn)
+            raise
+        self._let_next_send_go()
+
+    def _let_next_send_go(self) -> None:
+        """Let the first held send go on (it lets the next one go once it has stored its
+        message); with none left, sends go straight to the topic again."""
+        held = self._held_sends
+        while held:
+            turn = held.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._held_sends = None
+
+    async def _attach_again(self) -> None:
+        name = self._producer.name
+        try:
+            self._producer = await _retried_while_held(lambda: self._topic.add_producer(name), self._send_timeout_ms)
+        except BaseException as exc:
+            held, self._held_sends = self._held_sends or deque(), None
+            error = ClosedError("the producer is closed") if isinstance(exc, asyncio.CancelledError) else exc
+            for turn in held:
+                if not turn.done():
+                    turn.set_exception(error)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        finally:
+            self._attaching = None
+        self._let_next_send_go()
+
     async def flush(self) -> None:
         """Nothing to do: a send returns once its message is stored (as `pyengine.client`'s
         Producer.flush once every send is)."""
@@ -482,6 +577,8 @@ class EmbeddedProducer:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._attaching is not None:
+                self._attaching.cancel()        # the sends held fail (ClosedError)
             self._topic.remove_producer(self._producer)
 
 
@@ -489,7 +586,7 @@ class EmbeddedConsumer:
     """Implements the broker's ConsumerSink: delivered entries land in a local receiver queue."""
 
     def __init__(self, client: EmbeddedClient, topic: Topic, receiver_queue_size: int, *,
-                 reader: bool = False, negative_ack_delay_ms: int = 0,
+                 reader: bool = False, start_inclusive: bool = False, negative_ack_delay_ms: int = 0,
                  batch_receive_policy: ConsumerBatchReceivePolicy | None = None) -> None:
         self._client = client
         self._topic = topic
@@ -504,9 +601,11 @@ class EmbeddedConsumer:
         self._queue_size = receiver_queue_size
         self._consumed_since_flow = 0
         self._last_received: MessageId | None = None     # for a reader's has_message_available
-        self._start: MessageId | None = None              # a reader's start (inclusive), or seek's
-        # After a seek by id, what is delivered before it (and it, but to a reader) is dropped.
+        self._start: MessageId | None = None              # a reader's start, or seek's
+        # After a reader's start or a seek by id, what is delivered before it is dropped, and it
+        # too unless start-inclusive (a reader's setting; never for a consumer).
         self._seek_start: MessageId | None = None
+        self._start_inclusive = reader and start_inclusive
         self._reader = reader
         self._subscription: Subscription | None = None
         self._consumer: Consumer | None = None
@@ -539,7 +638,8 @@ class EmbeddedConsumer:
             for message in decode_entry(self._topic.name, delivery.entry.position, delivery.entry.data,
                                         partition=self._topic.partition_index,
                                         redelivery_count=delivery.redelivery_count, ack_set=delivery.ack_set):
-                if self._seek_start is not None and before_start(message.message_id, self._seek_start, self._reader):
+                if self._seek_start is not None and before_start(message.message_id, self._seek_start,
+                                                                    self._start_inclusive):
                     self._skip_before_seek_start()
                     continue
                 self._queue.append(message)
@@ -743,7 +843,7 @@ class EmbeddedConsumer:
         else:
             position = self._message_id(target).position
         # As pulsar-client: the cursor goes to the id's entry and what follows the id comes next
-        # (a reader, start-inclusive here, reads the id's message again). Set first: the new
+        # (a start-inclusive reader reads the id's message again). Set first: the new
         # position's deliveries may come before the seek returns.
         previous, self._seek_start = self._seek_start, target if isinstance(target, MessageId) else None
         try:
@@ -769,8 +869,7 @@ class EmbeddedConsumer:
         self._check_open()
         if self._queue:
             return True
-        # an embedded reader starts inclusive
-        return has_more(await self.get_last_message_id(), self._last_received, self._start, True)
+        return has_more(await self.get_last_message_id(), self._last_received, self._start, self._start_inclusive)
 
     async def get_last_message_id(self) -> MessageId:
         """The id of the last message stored on the topic; for a read-compacted consumer with

@@ -364,10 +364,10 @@ class Client:
         return consumer
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *, receiver_queue_size: int = 1000,
-                            start_message_id_inclusive: bool = True, reader_name: str | None = None,
+                            start_message_id_inclusive: bool = False, reader_name: str | None = None,
                             read_compacted: bool = False) -> Reader:
         """A reader of `topic` from `start_message_id` on (MessageId.earliest / .latest too);
-        like the embedded client's, it includes the start message unless told otherwise.
+        as pulsar-client's, it starts after the start message unless `start_message_id_inclusive`.
         `read_compacted`: read the compacted view first (see `subscribe`)."""
         self._check_open()
         name = check_topic(topic)

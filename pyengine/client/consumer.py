@@ -140,7 +140,7 @@ class ConsumerOptions:
     negative_ack_redelivery_delay_ms: int = 60_000
     durable: bool = True
     start_message_id: MessageId | None = None
-    start_message_id_inclusive: bool = True
+    start_message_id_inclusive: bool = False           # as pulsar-client's readers
     batch_index_ack_enabled: bool = True
     schema: SchemaData | None = None
     read_compacted: bool = False
@@ -924,7 +924,7 @@ class Consumer:
         missing = [i for i in range(count) if i not in self._handlers]
         if not missing or self._closed:
             return
-        options = dataclasses.replace(self.options, initial_position="earliest", start_message_id_inclusive=True,
+        options = dataclasses.replace(self.options, initial_position="earliest",
                                       start_message_id=None if self.options.durable else MessageId.earliest)
         name = TopicName.parse(self._topic)
         added = [PartitionConsumer(self._core, self, str(name.partition(i)), i, options) for i in missing]

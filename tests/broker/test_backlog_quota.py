@@ -58,7 +58,7 @@ async def test_size_quota_with_producer_request_hold_refuses_new_producers_until
         await broker.create_producer(T)                    # 9 entries: under the limit
         await producer.send(PAYLOAD)                       # the 10th reaches it
         with pytest.raises(ProducerBlockedQuotaExceededError, match=f"^{REFUSED}$"):
-            await broker.create_producer(T)
+            await broker.create_producer(T, send_timeout_ms=100)
         await broker.service.backlog_quotas.check_now()    # hold: nothing is evicted
         assert topic.subscriptions["slow"].backlog() == 10
         consumer = await broker.subscribe(T, "slow")
@@ -88,7 +88,7 @@ async def test_an_open_transactions_entries_are_not_counted(tmp_path):
         await broker.create_producer(T)                    # not readable yet: no backlog
         await txn.commit()
         with pytest.raises(ProducerBlockedQuotaExceededError):
-            await broker.create_producer(T)
+            await broker.create_producer(T, send_timeout_ms=100)
 
 
 async def test_a_backlog_without_subscriptions_is_no_backlog(tmp_path):
@@ -144,7 +144,7 @@ async def test_message_age_quota_refuses_producers_and_evicts(tmp_path):
         await broker.create_producer(T)                    # the messages are not 10 s old yet
         offset[0] = 11_000
         with pytest.raises(ProducerBlockedQuotaExceededError, match=f"^{REFUSED}$"):
-            await broker.create_producer(T)
+            await broker.create_producer(T, send_timeout_ms=100)
         await _set_namespace_quota(broker, "message_age", BacklogQuota(-1, 10, "consumer_backlog_eviction"))
         topic = broker.service.topics[T]
         await broker.service.backlog_quotas.check_now()

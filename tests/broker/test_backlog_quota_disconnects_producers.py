@@ -21,7 +21,7 @@ PAYLOAD = b"x" * 100
 async def _past_the_quota(broker):
     topic = await broker.service.get_topic(T)
     await topic.open_subscription("slow")
-    producer = await broker.create_producer(T)
+    producer = await broker.create_producer(T, send_timeout_ms=100)
     for _ in range(5):                               # 5 x 100 bytes and more: past 300
         await producer.send(PAYLOAD)
     return topic, producer

@@ -220,8 +220,10 @@ async def test_seek_and_reader_and_last_message_id(tmp_path):
         await drain(consumer)
         await consumer.seek(ids[2])          # as the official clients: a consumer resumes after the id
         assert [m.data for m in await drain(consumer)] == [b"m3", b"m4"]
-        reader = await broker.create_reader(T, ids[3])
-        assert [m.data for m in await drain(reader)] == [b"m3", b"m4"]
+        reader = await broker.create_reader(T, ids[3])          # as pulsar-client: after the id
+        assert [m.data for m in await drain(reader)] == [b"m4"]
+        inclusive = await broker.create_reader(T, ids[3], start_message_id_inclusive=True)
+        assert [m.data for m in await drain(inclusive)] == [b"m3", b"m4"]
         assert await consumer.get_last_message_id() == ids[-1]
 
 

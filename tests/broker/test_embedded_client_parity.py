@@ -53,16 +53,21 @@ async def test_reader_has_message_available_from_its_start_and_after_a_seek(tmp_
     async with Broker.embedded(tmp_path, sync=False) as broker:
         producer = await broker.create_producer(T)
         ids = [await producer.send(f"m{i}".encode()) for i in range(3)]
-        assert await (await broker.create_reader(T, ids[2])).has_message_available()     # inclusive
+        assert not await (await broker.create_reader(T, ids[2])).has_message_available()   # after it
+        assert await (await broker.create_reader(T, ids[2], start_message_id_inclusive=True)).has_message_available()
         assert not await (await broker.create_reader(T, MessageId.latest)).has_message_available()
         reader = await broker.create_reader(T, MessageId.earliest)
         assert [m.data for m in await drain(reader)] == [b"m0", b"m1", b"m2"]
         assert not await reader.has_message_available()
         await reader.seek(ids[1])
         assert await reader.has_message_available()
-        assert (await reader.read_next(timeout=2)).data == b"m1"
+        assert (await reader.read_next(timeout=2)).data == b"m2"
+        await reader.seek(ids[2])
+        assert not await reader.has_message_available()
         with pytest.raises(TypeError, match="start_message_id must be a MessageId"):
             await broker.create_reader(T, (0, 0))
+        with pytest.raises(TypeError, match="start_message_id_inclusive must be a bool"):
+            await broker.create_reader(T, ids[0], start_message_id_inclusive="no")
 
 
 # --- batch_receive ------------------------------------------------------------------------------

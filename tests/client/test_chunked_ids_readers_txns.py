@@ -64,7 +64,7 @@ async def _chunked_between(client, topic=TOPIC):
 async def test_an_inclusive_reader_at_a_chunked_message_reads_it_whole(small_client, wire):
     payload, sent = await _chunked_between(small_client)
     start = MessageId.deserialize(sent.serialize()) if wire else sent
-    reader = await small_client.create_reader(TOPIC, start)
+    reader = await small_client.create_reader(TOPIC, start, start_message_id_inclusive=True)
     first = await reader.read_next(5)
     assert first.data == payload and first.message_id == sent
     assert (await reader.read_next(5)).data == b"after"
@@ -73,7 +73,7 @@ async def test_an_inclusive_reader_at_a_chunked_message_reads_it_whole(small_cli
 
 async def test_an_exclusive_reader_at_a_chunked_message_starts_after_it(small_client):
     _, sent = await _chunked_between(small_client)
-    reader = await small_client.create_reader(TOPIC, sent, start_message_id_inclusive=False)
+    reader = await small_client.create_reader(TOPIC, sent)          # not inclusive by default
     assert (await reader.read_next(5)).data == b"after"
 
 

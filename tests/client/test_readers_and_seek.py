@@ -19,10 +19,13 @@ async def test_reader_from_earliest_latest_and_an_id(client):
     assert [int((await earliest.read_next(timeout=5)).data) for _ in range(5)] == list(range(5))
     assert not await earliest.has_message_available()
 
+    # As pulsar-client: a reader at an id starts after it unless start-inclusive.
     from_id = await client.create_reader(TOPIC, ids[2])
-    assert int((await from_id.read_next(timeout=5)).data) == 2
-    exclusive = await client.create_reader(TOPIC, ids[2], start_message_id_inclusive=False)
-    assert int((await exclusive.read_next(timeout=5)).data) == 3
+    assert int((await from_id.read_next(timeout=5)).data) == 3
+    inclusive = await client.create_reader(TOPIC, ids[2], start_message_id_inclusive=True)
+    assert int((await inclusive.read_next(timeout=5)).data) == 2
+    last = await client.create_reader(TOPIC, ids[4])
+    assert not await last.has_message_available()
 
     latest = await client.create_reader(TOPIC, MessageId.latest)
     assert not await latest.has_message_available()
@@ -63,9 +66,13 @@ async def test_seek_by_publish_time(client):
     assert (await consumer.receive(timeout=5)).data == b"after"
 
 
-async def test_reader_seek(client):
+async def test_reader_seek_follows_start_message_id_inclusive(client):
     ids = await _fill(client, 4)
     reader = await client.create_reader(TOPIC, MessageId.earliest)
     assert int((await reader.read_next(timeout=5)).data) == 0
-    await reader.seek(ids[2])
-    assert int((await reader.read_next(timeout=5)).data) == 2
+    await reader.seek(ids[2])                # by default (as pulsar-client) after the id
+    assert int((await reader.read_next(timeout=5)).data) == 3
+    inclusive = await client.create_reader(TOPIC, MessageId.earliest, start_message_id_inclusive=True)
+    assert int((await inclusive.read_next(timeout=5)).data) == 0
+    await inclusive.seek(ids[2])
+    assert int((await inclusive.read_next(timeout=5)).data) == 2

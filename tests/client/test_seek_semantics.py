@@ -132,10 +132,18 @@ async def test_the_embedded_consumer_and_reader_seek_as_the_network_ones(tmp_pat
         assert _numbers(await drain(consumer, 0.2)) == [4, 5]
         await consumer.seek(MessageId.earliest)
         assert len(await drain(consumer, 0.2)) == 6
-        reader = await broker.create_reader(TOPIC, MessageId.earliest)           # start-inclusive
+        reader = await broker.create_reader(TOPIC, MessageId.earliest)           # not start-inclusive
         assert len([await reader.read_next(2) for _ in range(6)]) == 6
         await reader.seek(ids[4])
-        assert _numbers([await reader.read_next(2) for _ in range(2)]) == [4, 5]
+        assert _numbers(await drain(reader, 0.2)) == [5]
+        inclusive = await broker.create_reader(TOPIC, MessageId.earliest, start_message_id_inclusive=True)
+        assert len([await inclusive.read_next(2) for _ in range(6)]) == 6
+        await inclusive.seek(ids[4])
+        assert _numbers(await drain(inclusive, 0.2)) == [4, 5]
+        # a reader that starts inside a batch: as the network one, after (or at) the id
+        assert _numbers(await drain(await broker.create_reader(TOPIC, ids[1]), 0.2)) == [2, 3, 4, 5]
+        assert _numbers(await drain(await broker.create_reader(TOPIC, ids[1], start_message_id_inclusive=True),
+                                    0.2)) == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("target, error, says", [
