@@ -173,7 +173,9 @@ def compute_topic_state(view: ReadView, info: TopicInfo) -> TopicState:
     if info.properties.get(TXN_PROPERTY) == "true":
         first = info.first_position or last.next()
         raw = view.transaction_buffer_snapshot(info.topic_id)
-        snapshot = TransactionBufferSnapshot.decode(raw) if raw is not None else None
+        snapshot = (TransactionBufferSnapshot.decode(
+            raw, lambda last: view.transaction_buffer_snapshot_segment(info.topic_id, last), first)
+            if raw is not None else None)
         aborted, ended, start = load_snapshot(snapshot, first)
         if start <= last:
             for chunk in view.iter_headers(info.topic_id, start, last):

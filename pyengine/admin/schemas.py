@@ -195,6 +195,12 @@ BUFFER_STATS = {
         "recoverReplayedEntries": {**COUNT, "description": "entries the last recovery read from the topic "
                                    "(0 for v5: no replay)"},
         "lowWaterMarks": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "snapshotType": {"type": "string", "enum": ["Segment"], "description": "v4 only: snapshots are segmented "
+                         "(PIP-196)"},
+        "segmentsStats": {"type": "object", "description": "v4 only: the snapshot's sealed segments",
+                          "properties": {"segmentsSize": COUNT, "currentSegmentCapacity": COUNT,
+                                         "unsealedAbortTxnIDSize": COUNT,
+                                         "lastTookSnapshotSegmentTimestamp": {"type": "integer"}}},
     },
     "required": ["state", "maxReadPosition", "ongoingTxnSize", "lastSnapshotPosition", "recoverReplayedEntries"],
 }

@@ -191,12 +191,19 @@ def buffer_stats(topic: Topic, low_watermarks: bool) -> dict[str, Any]:
         "totalAbortedTransactions": raw["aborted_txn_count"],
         "recoverStartTime": raw["recover_start_time"],
         "recoverEndTime": raw["recover_end_time"],
-        # Not in Pulsar's TransactionBufferStats (its snapshot stats describe segmented
-        # snapshots, which this buffer does not write): what the next recovery starts from, and
-        # what the last one read.
+        # Not in Pulsar's TransactionBufferStats: what the next recovery starts from, and what
+        # the last one read.
         "lastSnapshotPosition": raw["last_snapshot_position"],
         "recoverReplayedEntries": raw["recover_replayed_entries"],
     }
+    if "snapshot_segments" in raw:          # v4: segmented snapshots (PIP-196); v5 keeps none
+        stats["snapshotType"] = "Segment"
+        stats["segmentsStats"] = {
+            "segmentsSize": raw["snapshot_segments"],
+            "currentSegmentCapacity": raw["snapshot_segment_capacity"],
+            "unsealedAbortTxnIDSize": raw["unsealed_aborted_txn_count"],
+            "lastTookSnapshotSegmentTimestamp": raw["last_snapshot_segment_timestamp"],
+        }
     if low_watermarks:
         stats["lowWaterMarks"] = {str(cid): mark for cid, mark in raw["low_watermarks"].items()}
     return stats

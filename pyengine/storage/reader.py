@@ -221,6 +221,13 @@ class ReadView:
         raw = self._txn.get(pack_i64(topic_id), db=self._reader.env.db("tb_snapshots"))
         return bytes(raw) if raw is not None else None
 
+    def transaction_buffer_snapshot_segment(self, topic_id: int, last_marker: Position) -> bytes | None:
+        """The raw sealed segment of the topic's snapshot that ends at `last_marker` (None if
+        there is none: see pyengine.transaction.buffer.snapshot)."""
+        key = pack_i64(topic_id) + pack_position(last_marker.ledger_id, last_marker.entry_id)
+        raw = self._txn.get(key, db=self._reader.env.db("tb_snapshots"))
+        return bytes(raw) if raw is not None else None
+
 
 def _entry_range(cursor: lmdb.Cursor, prefix: bytes, ledger_id: int) -> tuple[int, int, int]:
     """(first entry id, last entry id, count) stored in a ledger; (-1, -1, 0) when empty.

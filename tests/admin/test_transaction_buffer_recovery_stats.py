@@ -94,6 +94,29 @@ async def test_a_v5_buffer_reports_no_snapshot_and_no_replay(tmp_path):
         await txn.abort()
 
 
+async def test_segmented_snapshots_are_reported_as_pulsar_names_them(tmp_path):
+    """PIP-196's segment stats (Pulsar's `snapshotType` and `segmentsStats`), across a restart."""
+    config = TopicTransactionBufferConfig(snapshot_segment_aborts=3)
+    async with broker(tmp_path / "data", transaction_buffer=config) as (service, api, client):
+        producer = await client.create_producer(OUT)
+        for _ in range(7):
+            txn = await client.new_transaction()
+            await producer.send(b"x", txn=txn)
+            await txn.abort()
+        await service.topics[OUT].buffer.take_snapshot()
+        figures = (await api.get(STATS)).body
+        assert figures["snapshotType"] == "Segment" and figures["totalAbortedTransactions"] == 7
+        segments = figures["segmentsStats"]
+        assert (segments["segmentsSize"], segments["unsealedAbortTxnIDSize"], segments["currentSegmentCapacity"]) \
+            == (2, 1, 3)
+        assert segments["lastTookSnapshotSegmentTimestamp"] > 0
+    async with broker(tmp_path / "data", transaction_buffer=config) as (service, api, client):
+        await send_committed(client, b"loads the topic")
+        segments = (await api.get(STATS)).body["segmentsStats"]
+        assert (segments["segmentsSize"], segments["unsealedAbortTxnIDSize"]) == (2, 1)
+        assert segments["lastTookSnapshotSegmentTimestamp"] == 0         # sealed by the previous run
+
+
 async def test_the_openapi_schema_describes_every_field_served(tmp_path):
     async with broker(tmp_path / "data") as (_service, api, client):
         await send_committed(client, b"a")

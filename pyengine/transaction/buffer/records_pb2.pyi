@@ -18,16 +18,28 @@ class CoordinatorRecord(_message.Message):
     aborted: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, coordinator_id: _Optional[int] = ..., low_watermark: _Optional[int] = ..., committed: _Optional[_Iterable[int]] = ..., aborted: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class SnapshotSegmentRecord(_message.Message):
+    __slots__ = ("last_marker_ledger_id", "last_marker_entry_id", "aborted_count")
+    LAST_MARKER_LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_MARKER_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    last_marker_ledger_id: int
+    last_marker_entry_id: int
+    aborted_count: int
+    def __init__(self, last_marker_ledger_id: _Optional[int] = ..., last_marker_entry_id: _Optional[int] = ..., aborted_count: _Optional[int] = ...) -> None: ...
+
 class TransactionBufferSnapshotRecord(_message.Message):
-    __slots__ = ("max_read_ledger_id", "max_read_entry_id", "aborted", "coordinators", "taken_ms")
+    __slots__ = ("max_read_ledger_id", "max_read_entry_id", "aborted", "coordinators", "taken_ms", "segments")
     MAX_READ_LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_READ_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     ABORTED_FIELD_NUMBER: _ClassVar[int]
     COORDINATORS_FIELD_NUMBER: _ClassVar[int]
     TAKEN_MS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     max_read_ledger_id: int
     max_read_entry_id: int
     aborted: bytes
     coordinators: _containers.RepeatedCompositeFieldContainer[CoordinatorRecord]
     taken_ms: int
-    def __init__(self, max_read_ledger_id: _Optional[int] = ..., max_read_entry_id: _Optional[int] = ..., aborted: _Optional[bytes] = ..., coordinators: _Optional[_Iterable[_Union[CoordinatorRecord, _Mapping]]] = ..., taken_ms: _Optional[int] = ...) -> None: ...
+    segments: _containers.RepeatedCompositeFieldContainer[SnapshotSegmentRecord]
+    def __init__(self, max_read_ledger_id: _Optional[int] = ..., max_read_entry_id: _Optional[int] = ..., aborted: _Optional[bytes] = ..., coordinators: _Optional[_Iterable[_Union[CoordinatorRecord, _Mapping]]] = ..., taken_ms: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SnapshotSegmentRecord, _Mapping]]] = ...) -> None: ...

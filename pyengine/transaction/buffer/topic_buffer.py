@@ -96,7 +96,8 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._recovered: asyncio.Future[None] | None = None
         self._listeners: list[Callable[[], None]] = []
         self._background: set[asyncio.Task] = set()
-        self._snapshots = SnapshotStore(ledger.env, ledger.topic_id)
+        self._snapshots = SnapshotStore(ledger.env, ledger.topic_id,
+                                        segment_aborts=self.config.snapshot_segment_aborts)
         self._snapshot_timer: asyncio.TimerHandle | None = None
         self._ended_since_snapshot = 0
         self._queued_snapshot_position: Position | None = None
@@ -502,7 +503,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         or a snapshot pointing into one can neither fail nor loop (Pulsar #11318, #12494)."""
         first = self.ledger.first_position()
         start = first
-        snapshot = self._snapshots.load()
+        snapshot = self._snapshots.load(first)
         end = self.ledger.lac
         self._ongoing.clear()              # a retry after a failed recovery starts afresh
         self._replayed_entries = 0
@@ -609,7 +610,8 @@ class TopicTransactionBuffer(TransactionBuffer):
         be lost to a crash in between; written before it, a crash in between would leave the
         aborted entries without their aborts. In the same write, neither can happen. Its
         aborted set already leaves out the aborts whose marker goes (nothing of them is left);
-        the one in memory follows when the trim has committed (`_on_trimmed`)."""
+        the one in memory follows when the trim has committed (`_on_trimmed`), as do the
+        snapshot segments it deletes."""
         if not self._transactional or not self.config.snapshots_enabled:
             return None
         if self.state is BufferState.READY or (self.state is BufferState.CLOSED and self._recover_end_ms):
@@ -620,16 +622,16 @@ class TopicTransactionBuffer(TransactionBuffer):
             # Entries the buffer has not read (yet): the trim waits for a later attempt.
             raise StorageError(f"not trimmed: the transaction buffer of {self.ledger.name} is "
                                f"{self.state.value} and has not read the entries to delete yet")
-        aborted = AbortedTxnSet.from_bytes(self._aborted.to_bytes())
-        aborted.trim_before(first_position)
         position, taken_ms = self._horizon(limit), _now_ms()
-        write = self._snapshots.write_of(TransactionBufferSnapshot(position, aborted, self._ended, taken_ms))
+        write = self._snapshots.write_of(TransactionBufferSnapshot(position, self._aborted, self._ended, taken_ms),
+                                         first_kept=first_position)
         self._trim_snapshot = (position, taken_ms)
         return write
 
     def _on_trimmed(self, first_position: Position) -> None:
         # Aborts whose marker is gone have no entries left either (entries precede markers).
         self._aborted.trim_before(first_position)
+        self._snapshots.trimmed(first_position)
         # The trim's own write held the snapshot that keeps what the deleted markers told.
         carried, self._trim_snapshot = self._trim_snapshot, None
         if carried is not None and carried[1] >= self._last_snapshot_ms:
@@ -652,6 +654,10 @@ class TopicTransactionBuffer(TransactionBuffer):
             "recover_start_time": self._recover_start_ms,
             "recover_end_time": self._recover_end_ms,
             "recover_replayed_entries": self._replayed_entries,
+            "snapshot_segments": len(self._snapshots.segments),
+            "snapshot_segment_capacity": self.config.snapshot_segment_aborts,
+            "unsealed_aborted_txn_count": self._snapshots.unsealed_count(self._aborted),
+            "last_snapshot_segment_timestamp": self._snapshots.last_sealed_ms,
         }
 
     async def close(self) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from core_ext.poskeys import pack_i64
 from pyengine.storage import ManagedLedger, ManagedLedgerConfig, StorageEnvironment
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
+from pyengine.transaction.buffer.records_pb2 import TransactionBufferSnapshotRecord
 from pyengine.transaction.buffer.topic_buffer import TopicTransactionBuffer
 from pyengine_kernels import Position
 
@@ -32,3 +34,30 @@ def visible_positions(ledger: ManagedLedger, buffer: TopicTransactionBuffer) -> 
     horizon = buffer.max_read_position()
     return {entry.position for entry in ledger.read_entries(Position.EARLIEST, 10**9, horizon)
             if not entry.is_marker and (entry.txn is None or not buffer.is_txn_aborted(entry.txn))}
+
+
+async def crash_and_reopen(env, reopen, ledger, config=None, ledger_config=None):
+    """Restart as after a process crash: no final snapshot, every acknowledged write durable."""
+    await ledger.close()
+    await env.drain()
+    env = reopen(env)
+    ledger, buffer = await open_buffer(env, config, ledger_config)
+    return env, ledger, buffer
+
+
+def stored_snapshot_records(env, topic_id: int) -> tuple[TransactionBufferSnapshotRecord, dict[bytes, bytes]]:
+    """The index record and the segments (key suffix -> value) stored for the topic."""
+    prefix, db = pack_i64(topic_id), env.db("tb_snapshots")
+    segments, index = {}, None
+    with env.read() as txn:
+        cursor = txn.cursor(db=db)
+        if cursor.set_range(prefix):
+            for key, value in cursor:
+                if not key.startswith(prefix):
+                    break
+                if key == prefix:
+                    index = TransactionBufferSnapshotRecord.FromString(value)
+                else:
+                    segments[bytes(key[len(prefix):])] = bytes(value)
+    assert index is not None
+    return index, segments

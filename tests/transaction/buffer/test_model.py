@@ -23,8 +23,9 @@ from tests.transaction.buffer.helpers import TOPIC, visible_positions
 from tests.transaction.buffer.reference_model import Status, TopicModel
 
 LEDGER_CONFIG = ManagedLedgerConfig(max_entries_per_ledger=3)     # trimmed by the `trim` rule only
+# Segments of 2 aborts: snapshots seal, list and (with trims) delete segments all the time.
 BUFFER_CONFIG = TopicTransactionBufferConfig(snapshot_max_txn_count=3, snapshot_min_interval_ms=3_600_000,
-                                             replay_chunk_entries=2)
+                                             replay_chunk_entries=2, snapshot_segment_aborts=2)
 COORDINATORS = st.sampled_from([1, 2])
 OUTCOMES = {"commit": Status.COMMITTED, "abort": Status.ABORTED}
 

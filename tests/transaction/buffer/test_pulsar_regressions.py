@@ -12,21 +12,19 @@ from pyengine.transaction.buffer import BufferState
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
 from pyengine.transaction.buffer.ended import EndedTxns
 from pyengine.transaction.buffer.markers import marker_entry
-from pyengine.transaction.buffer.snapshot import SnapshotStore, TransactionBufferSnapshot
+from pyengine.transaction.buffer.snapshot import DEFAULT_SEGMENT_ABORTS, SnapshotStore, TransactionBufferSnapshot
 from pyengine.transaction.buffer.topic_buffer import TXN_PROPERTY, TopicTransactionBuffer
 from pyengine_kernels import AbortedTxnSet, Position, TxnId
-from tests.transaction.buffer.helpers import TOPIC, open_buffer, shut, visible_positions
+from tests.transaction.buffer.helpers import (
+    TOPIC,
+    crash_and_reopen,
+    open_buffer,
+    shut,
+    stored_snapshot_records,
+    visible_positions,
+)
 
 SMALL_LEDGERS = ManagedLedgerConfig(max_entries_per_ledger=4)      # nothing trimmed unless a test asks
-
-
-async def crash_and_reopen(env, reopen, ledger, config=None, ledger_config=None):
-    """Restart as after a process crash: no final snapshot, every acknowledged write durable."""
-    await ledger.close()
-    await env.drain()
-    env = reopen(env)
-    ledger, buffer = await open_buffer(env, config, ledger_config)
-    return env, ledger, buffer
 
 
 async def test_pulsar_12219_recovery_without_any_abort_uses_the_snapshot(reopen):
@@ -354,9 +352,10 @@ ABORTED_TXNS = 200_000
 
 async def test_pulsar_pip_178_pip_196_a_snapshot_holds_every_aborted_txn_and_trims_with_ledgers(reopen):
     """PIP-178 (#16042) / PIP-196 (#16913): one snapshot entry could not hold every aborted txn
-    id once retention was long, so Pulsar split snapshots into segments. Here 200k aborted txns
-    of 4 coordinators across 10 ledgers go into one compact snapshot that recovery uses (no
-    replay), and the aborts leave it with the ledgers that held their markers."""
+    id once retention was long, and rewriting it whole on every snapshot amplified the writes,
+    so Pulsar split snapshots into segments. Here 200k aborted txns of 4 coordinators across 10
+    ledgers go into 20 sealed segments and a small index that recovery uses (no replay), and
+    the aborts and their segments leave with the ledgers that held their markers."""
     env = reopen(sync=False)
     ledger = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=ABORTED_TXNS // 10))
     await ledger.set_property(TXN_PROPERTY, "true")
@@ -376,6 +375,9 @@ async def test_pulsar_pip_178_pip_196_a_snapshot_holds_every_aborted_txn_and_tri
     # measured ~19 bytes per abort (its txn id and marker position, and its outcome above the
     # low watermark): a bound that catches an encoding gone wasteful.
     assert len(stored.encode()) < 24 * ABORTED_TXNS
+    index, segments = stored_snapshot_records(env, ledger.topic_id)
+    assert len(segments) == len(index.segments) == ABORTED_TXNS // DEFAULT_SEGMENT_ABORTS
+    assert len(AbortedTxnSet.from_bytes(index.aborted)) == 0       # every abort is before the horizon
 
     env, ledger, buffer = await crash_and_reopen(env, reopen, ledger)
     assert buffer.stats()["recover_replayed_entries"] == 0
@@ -389,6 +391,7 @@ async def test_pulsar_pip_178_pip_196_a_snapshot_holds_every_aborted_txn_and_tri
     assert len(await ledger.trim(now_ms=1 << 62)) == 5
     assert len(buffer.aborted) == ABORTED_TXNS // 2
     assert not buffer.is_txn_aborted(TxnId(0, 0)) and buffer.is_txn_aborted(TxnId(3, ABORTED_TXNS // 4 - 1))
+    assert len(stored_snapshot_records(env, ledger.topic_id)[1]) == ABORTED_TXNS // DEFAULT_SEGMENT_ABORTS // 2
     env, ledger, buffer = await crash_and_reopen(env, reopen, ledger)
     assert len(buffer.aborted) == ABORTED_TXNS // 2 and buffer.stats()["recover_replayed_entries"] == 0
     for i in (0, 1, ABORTED_TXNS // 2 - 1):                 # gone with their markers, still ended here
