@@ -17,7 +17,7 @@ takes over after a crash knows what to complete or roll back (see controller.py)
 of it is a compare-and-set on the version its writer holds — this fences a deposed leader — and
 it is cleared to `{}` rather than deleted, so its version never starts again at 0 (a leader
 clearing "its" version can never hit a newer operation's record). The deleting marker outlives the
-topic (a tombstone, removed when a topic of that name is created again): a deposed leader's create
+topic (a tombstone, cleared when a topic of that name is created again): a deposed leader's create
 of a segment landing after the deletion is refused, where a segment of a name that never was a
 scalable topic (the Segments API used alone) is not. A create that carries the incarnation of its
 layout (layout.py) needs no tombstone: with no layout of that incarnation it is refused. The
@@ -25,8 +25,17 @@ tombstone stays for the creates that carry none — from a layout stored before 
 a broker of an older version, and those forwarded to a segment's owner through its admin API
 while the route does not pass the incarnation on — and as nothing bounds how late one of those
 lands (a paused process, a request already read by the owner), no moment after the deletion is
-safe to remove it but the name's next use. Path parts are percent-encoded (Pulsar's
-`encodedTopicName`), so a name never adds a level.
+safe to clear it but the name's next use.
+
+The marker names the incarnation being deleted and marks only that one: a delete that paused
+while the topic was deleted and created again must not mark the new topic (nor delete its
+segments or records). It is written by a compare-and-set on the version read before the layout
+is checked to be of that incarnation, and cleared to `{}` rather than deleted (its version never
+starts again at 0): a create clearing it or another delete marking it in between fails the
+write. A marker naming another incarnation than the layout's is a stale one and marks nothing;
+an empty marker (written before markers named the incarnation) marks whatever layout is there.
+
+Path parts are percent-encoded (Pulsar's `encodedTopicName`), so a name never adds a level.
 """
 
 from __future__ import annotations
@@ -60,7 +69,19 @@ PREPARING = "preparing"          # steps 1-2: nothing sealed, rolling back is sa
 SEALING = "sealing"              # step 3 on: a terminate may have been sent, only forward
 ROLLING_BACK = "rolling-back"    # a leader claimed it to roll it back: no terminate may follow
 PHASES = (PREPARING, SEALING, ROLLING_BACK)
-IDLE = b"{}"                     # the operation record when no operation is in progress
+IDLE = b"{}"                     # the operation record when no operation is in progress (and the
+                                 # deleting marker when no deletion is)
+_NOTHING = object()              # what a cleared deleting marker marks
+_ANY = object()                  # what an empty one (written before markers named it) marks
+_CURRENT = object()              # is_deleting: of the topic's current incarnation
+
+
+def _marked(marker: bytes) -> object:
+    """The incarnation a deleting marker marks (None: a layout stored before incarnations)."""
+    if not marker:
+        return _ANY
+    raw = json.loads(marker)
+    return raw["incarnation"] if "incarnation" in raw else _NOTHING
 
 
 @dataclass(frozen=True)
@@ -159,16 +180,19 @@ class ScalableTopicResources:
     # --- topics ---------------------------------------------------------------------------
 
     async def create(self, topic: TopicName, layout: SegmentLayout) -> None:
+        tombstone = await self.store.get(self.deleting_path(topic))
         try:
             await self.store.create(self.topic_path(topic), layout.to_json_bytes())
         except AlreadyExistsError:
             raise ScalableTopicExistsError(f"scalable topic {topic} already exists") from None
-        # a previous incarnation's tombstone, removed only now that the layout fences instead
-        # (no moment without either, when a late create of the old topic would be let through)
-        try:
-            await self.store.delete(self.deleting_path(topic))
-        except NotFoundError:
-            pass
+        # a previous incarnation's tombstone, cleared only now that the layout fences instead
+        # (no moment without either, when a late create of the old topic would be let through);
+        # unless marked since: by a delete of this new topic, or a stale one marking nothing
+        if tombstone is not None and tombstone.value != IDLE:
+            try:
+                await self.store.put(self.deleting_path(topic), IDLE, tombstone.version)
+            except BadVersionError:
+                pass
 
     async def load(self, topic: TopicName) -> tuple[SegmentLayout, int]:
         """The layout and the version of its record."""
@@ -179,6 +203,15 @@ class ScalableTopicResources:
             return SegmentLayout.from_metadata(record.value), record.version
         except LayoutError as error:
             raise LayoutError(f"scalable topic {topic}: {error}") from None
+
+    async def load_incarnation(self, topic: TopicName, incarnation: str | None) -> tuple[SegmentLayout, int]:
+        """`load`, ScalableTopicNotFoundError also when the layout is of another incarnation (the
+        topic was deleted and created again)."""
+        layout, version = await self.load(topic)
+        if layout.incarnation != incarnation:
+            raise ScalableTopicNotFoundError(f"scalable topic {topic} of incarnation {incarnation or 'none'} does "
+                                             f"not exist (it is of incarnation {layout.incarnation or 'none'})")
+        return layout, version
 
     async def exists(self, topic: TopicName) -> bool:
         return await self.store.exists(self.topic_path(topic))
@@ -197,16 +230,26 @@ class ScalableTopicResources:
         record = await self.store.put(self.topic_path(topic), layout.to_json_bytes(), expected_version)
         return record.version
 
-    async def delete(self, topic: TopicName) -> None:
-        """Remove the topic's records but its deleting marker, which stays as its tombstone."""
+    async def delete(self, topic: TopicName, incarnation: str | None) -> None:
+        """Remove the records of the topic's `incarnation` but its deleting marker, which stays as
+        its tombstone; nothing when they are gone already, ScalableTopicNotFoundError when the
+        topic is of another incarnation (deleted and created again meanwhile)."""
         path = self.topic_path(topic)
-        for child in await self.store.get_children(path):
-            if f"{path}/{child}" != self.deleting_path(topic):
-                await self.store.delete_recursive(f"{path}/{child}")
-        try:
-            await self.store.delete(path)
-        except NotFoundError:
-            pass
+        while True:
+            try:
+                _, version = await self.load_incarnation(topic, incarnation)
+            except ScalableTopicNotFoundError:
+                if await self.is_deleting(topic, incarnation):
+                    return                      # removed by another delete of it
+                raise
+            for child in await self.store.get_children(path):
+                if f"{path}/{child}" != self.deleting_path(topic):
+                    await self.store.delete_recursive(f"{path}/{child}")
+            try:
+                await self.store.delete(path, version)
+                return
+            except (NotFoundError, BadVersionError):
+                continue                        # changed since read (a split completed): which one is it?
 
     async def list(self, namespace: str) -> list[str]:
         names = []
@@ -257,13 +300,33 @@ class ScalableTopicResources:
     def deleting_path(cls, topic: TopicName) -> str:
         return f"{cls.topic_path(topic)}/deleting"
 
-    async def mark_deleting(self, topic: TopicName) -> None:
-        """The topic is being deleted: its segment topics may go, none may be created (kept
-        after the topic as its tombstone)."""
-        await self.store.put(self.deleting_path(topic), b"")
+    async def mark_deleting(self, topic: TopicName, incarnation: str | None) -> None:
+        """The topic's `incarnation` is being deleted: its segment topics may go, none may be
+        created (kept after the topic as its tombstone). ScalableTopicNotFoundError when the
+        topic is of another incarnation (see the module docstring)."""
+        path = self.deleting_path(topic)
+        while True:
+            marker = await self.store.get(path)
+            await self.load_incarnation(topic, incarnation)
+            try:
+                await self.store.put(path, json.dumps({"incarnation": incarnation}).encode(),
+                                     marker.version if marker is not None else -1)
+                return
+            except BadVersionError:
+                continue            # a create cleared it or another delete marked it: check again
 
-    async def is_deleting(self, topic: TopicName) -> bool:
-        return await self.store.exists(self.deleting_path(topic))
+    async def is_deleting(self, topic: TopicName, incarnation: str | None | object = _CURRENT) -> bool:
+        """Whether the topic (of `incarnation` if given, else the current one) is being deleted,
+        or was (its tombstone)."""
+        marker = await self.store.get(self.deleting_path(topic))
+        marked = _marked(marker.value) if marker is not None else _NOTHING
+        if marked is _NOTHING:
+            return False
+        try:
+            layout, _ = await self.load(topic)
+        except ScalableTopicNotFoundError:
+            return incarnation is _CURRENT or marked in (_ANY, incarnation)
+        return marked in (_ANY, layout.incarnation) and incarnation in (_CURRENT, layout.incarnation)
 
     async def forget_owner(self, segment: TopicName) -> None:
         try:

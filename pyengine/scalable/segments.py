@@ -149,7 +149,9 @@ class LocalSegments:
     topic's current layout is of that incarnation. A create without one (the Segments API used
     alone, a controller of a layout stored before incarnations) is checked as before. Deletes
     carry none: one of a segment the current layout keeps is refused whoever sent it, and one of
-    a segment it does not keep removes a leftover, of whichever incarnation.
+    a segment it does not keep removes a leftover, of whichever incarnation. The deleting marker
+    names the incarnation it marks (resources.py): a late delete of the old topic does not make
+    the new one's segments deletable, nor refuse their creates.
     """
 
     def __init__(self, broker: BrokerService, broker_url: str = "",

@@ -136,25 +136,35 @@ class ScalableTopicService:
         return layout
 
     async def delete_topic(self, topic: str | TopicName) -> None:
+        """Delete the topic's incarnation found first, and nothing of another: a delete that
+        paused while the topic was deleted and created again ends with ScalableTopicNotFoundError
+        (resources.py, the deleting marker). The broker the request reached deletes, whether it
+        leads the topic or not: the leader's creates are fenced by the marker at the segments'
+        brokers."""
         name = scalable_topic_name(topic)
-        await self.resources.load(name)              # ScalableTopicNotFoundError
-        await self.release(name)
-        await self.resources.mark_deleting(name)     # the segments' brokers may now delete them
+        layout, _ = await self.resources.load(name)              # ScalableTopicNotFoundError
+        incarnation = layout.incarnation
+        await self.resources.mark_deleting(name, incarnation)    # the segments' brokers may now delete them
+        await self.release(name)          # once marked: a late delete keeps the new topic's controller
         # read once marked (no segment is created any more), the operation before the layout (as
         # keeps_segment): every segment created is in one of them, the children of a split or
         # merge in progress too
         operation = await self.resources.pending_operation(name)
-        layout, _ = await self.resources.load(name)
+        layout, _ = await self.resources.load_incarnation(name, incarnation)
         segments = dict(layout.all_segments)
         if operation is not None:
             target = operation.target_layout
             segments.update({child: target.segment(child) for child in operation.child_ids})
         for segment in segments.values():
+            # the segments' brokers refuse to delete a segment of a newer incarnation (not marked);
+            # stop sending them once there is one
+            if not await self.resources.is_deleting(name, incarnation):
+                raise ScalableTopicNotFoundError(f"scalable topic {name} was deleted and created again")
             try:
                 await self.segments.delete(segment.topic_name(name))
             except Exception:            # best effort, as Pulsar
                 log.exception("deleting segment %s of %s failed", segment.segment_id, name)
-        await self.resources.delete(name)
+        await self.resources.delete(name, incarnation)
 
     async def list_topics(self, namespace: str) -> list[str]:
         return await self.resources.list(namespace)

@@ -216,9 +216,9 @@ async def test_a_remote_delete_of_an_absent_segment_waits_for_a_create_in_flight
 
 async def test_no_segment_is_created_while_its_topic_is_being_deleted(broker, services):
     a = await services("a")
-    await a.create_topic(TOPIC, 1)
+    layout = await a.create_topic(TOPIC, 1)
     await broker.service.delete_topic(PARENT)            # the deletion reached segment 0 first...
-    await a.resources.mark_deleting(scalable_topic_name(TOPIC))
+    await a.resources.mark_deleting(scalable_topic_name(TOPIC), layout.incarnation)
     with pytest.raises(SegmentFencedError, match="deleted"):
         await a.segments.create(PARENT, [])              # ... a late create of it is refused all the same
     assert not broker.service.topic_exists(PARENT)

@@ -77,9 +77,9 @@ async def test_a_delete_at_a_broker_that_does_not_own_the_segment_keeps_the_owne
     store, a, b = two_brokers
     on_a = await a.scalable_topics()
     on_b = await b.scalable_topics()
-    await on_b.create_topic(TOPIC, 1)                    # segment 0 on b
+    layout = await on_b.create_topic(TOPIC, 1)           # segment 0 on b
     parent = "segment://public/default/orders/0000-ffff-0"
-    await on_b.resources.mark_deleting(scalable_topic_name(TOPIC))     # its segments may be deleted
+    await on_b.resources.mark_deleting(scalable_topic_name(TOPIC), layout.incarnation)    # its segments may go
     await on_a.segments.local.delete(parent)             # reaches a, which has no copy of it
     assert b.topic_exists(parent)
     assert await on_b.resources.owner(TopicName.parse(parent)) == b.service_url    # still found at b
