@@ -1,6 +1,8 @@
 """Fixtures: an embedded broker (the segment topics), a memory metadata store, and scalable
 topic services standing in for brokers that share the store."""
 
+import asyncio
+
 import pytest
 
 from pyengine.broker import Broker
@@ -58,3 +60,27 @@ async def client(server, service, operation_timeout):
     service.service_url = f"pulsar://127.0.0.1:{server.port}"     # as `pyengine serve` sets it
     async with Client(f"pulsar://127.0.0.1:{server.port}", operation_timeout_seconds=operation_timeout) as client:
         yield client
+
+
+class Held:
+    """Segment operations (or any object's) whose calls of `method` are held in flight until
+    `land` is set (`first_only`: the first call alone; later ones go straight through)."""
+
+    def __init__(self, inner, method: str, *, first_only: bool = False):
+        self.inner = inner
+        self.method = method
+        self.first_only = first_only
+        self.sent = asyncio.Event()
+        self.land = asyncio.Event()
+
+    def __getattr__(self, name):
+        original = getattr(self.inner, name)
+        if name != self.method:
+            return original
+
+        async def held(*args, **kwargs):
+            if not (self.first_only and self.sent.is_set()):
+                self.sent.set()
+                await self.land.wait()
+            return await original(*args, **kwargs)
+        return held

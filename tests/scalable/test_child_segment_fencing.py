@@ -13,31 +13,10 @@ import pytest
 from pyengine.errors import PulsarError
 from pyengine.scalable.controller import NotLeaderError
 from pyengine.scalable.service import scalable_topic_name
-from tests.scalable.conftest import TOPIC
+from tests.scalable.conftest import TOPIC, Held
 from tests.scalable.test_operation_fencing import check_consistent
 
 CHILD = "segment://public/default/orders/0000-7fff-1"
-
-
-class Held:
-    """A's segment operations, whose calls of `method` are held in flight until `land` is set."""
-
-    def __init__(self, segments, method):
-        self.inner = segments
-        self.method = method
-        self.sent = asyncio.Event()
-        self.land = asyncio.Event()
-
-    def __getattr__(self, name):
-        original = getattr(self.inner, name)
-        if name != self.method:
-            return original
-
-        async def held(*args, **kwargs):
-            self.sent.set()
-            await self.land.wait()
-            return await original(*args, **kwargs)
-        return held
 
 
 async def deposed(a, b):

@@ -11,8 +11,8 @@ from pyengine.scalable.layout import SegmentLayout
 from pyengine.scalable.resources import ScalableTopicNotFoundError
 from pyengine.scalable.segments import SegmentFencedError
 from pyengine.scalable.service import scalable_topic_name
-from tests.scalable.conftest import TOPIC
-from tests.scalable.test_child_segment_fencing import CHILD, Held
+from tests.scalable.conftest import TOPIC, Held
+from tests.scalable.test_child_segment_fencing import CHILD
 
 PARENT = "segment://public/default/orders/0000-ffff-0"
 NAME = scalable_topic_name(TOPIC)

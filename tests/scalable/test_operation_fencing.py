@@ -14,26 +14,9 @@ import pytest
 
 from pyengine.scalable.controller import NotLeaderError
 from pyengine.scalable.service import scalable_topic_name
-from tests.scalable.conftest import TOPIC
+from tests.scalable.conftest import TOPIC, Held
 
 PARENT = "segment://public/default/orders/0000-ffff-0"
-
-
-class HeldTerminates:
-    """A's segment operations, whose terminates are held in flight until `land` is set."""
-
-    def __init__(self, segments):
-        self.inner = segments
-        self.sent = asyncio.Event()
-        self.land = asyncio.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    async def terminate(self, segment):
-        self.sent.set()
-        await self.land.wait()
-        await self.inner.terminate(segment)
 
 
 async def check_consistent(broker, service):
@@ -53,7 +36,7 @@ async def check_consistent(broker, service):
 
 async def test_a_terminate_in_flight_from_a_deposed_leader_lands_after_the_take_over(broker, services):
     a = await services("a")
-    a.segments = held = HeldTerminates(a.segments)
+    a.segments = held = Held(a.segments, "terminate")
     b = await services("b")
     await a.create_topic(TOPIC, 1)
     leader = await a.controller(TOPIC)
@@ -99,7 +82,7 @@ def pause(obj, method):
 
 async def started_split(broker, services):
     a = await services("a")
-    a.segments = held = HeldTerminates(a.segments)
+    a.segments = held = Held(a.segments, "terminate")
     held.land.set()
     b = await services("b")
     await a.create_topic(TOPIC, 1)

@@ -14,8 +14,8 @@ from pyengine.naming import TopicName
 from pyengine.scalable.resources import ScalableTopicResources
 from pyengine.scalable.segments import LocalSegments, RoutedSegments, SegmentFencedError
 from pyengine.scalable.service import ScalableTopicService, scalable_topic_name
-from tests.scalable.conftest import SEGMENTS_BROKER_URL, TOPIC
-from tests.scalable.test_child_segment_fencing import CHILD, Held, deposed
+from tests.scalable.conftest import SEGMENTS_BROKER_URL, TOPIC, Held
+from tests.scalable.test_child_segment_fencing import CHILD, deposed
 
 PARENT = "segment://public/default/orders/0000-ffff-0"
 SECOND_CHILD = "segment://public/default/orders/8000-ffff-2"

@@ -12,8 +12,8 @@ from pyengine.errors import PulsarError
 from pyengine.scalable.layout import SegmentLayout
 from pyengine.scalable.segments import SegmentFencedError
 from pyengine.scalable.service import scalable_topic_name
-from tests.scalable.conftest import TOPIC
-from tests.scalable.test_child_segment_fencing import CHILD, Held, deposed
+from tests.scalable.conftest import TOPIC, Held
+from tests.scalable.test_child_segment_fencing import CHILD, deposed
 
 PARENT = "segment://public/default/orders/0000-ffff-0"
 

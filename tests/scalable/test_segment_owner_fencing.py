@@ -12,27 +12,9 @@ from pyengine.errors import PulsarError
 from pyengine.naming import TopicName
 from pyengine.scalable.segments import SegmentFencedError
 from pyengine.scalable.service import scalable_topic_name
-from tests.scalable.conftest import TOPIC
+from tests.scalable.conftest import TOPIC, Held
 from tests.scalable.test_child_segment_fencing import CHILD
 from tests.scalable.test_segment_fencing_leftovers import two_brokers  # noqa: F401  (fixture)
-
-
-class FirstCreateHeld:
-    """A broker's local segment operations whose first create is held until `land` is set."""
-
-    def __init__(self, segments):
-        self.inner = segments
-        self.sent = asyncio.Event()
-        self.land = asyncio.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    async def create(self, *args, **kwargs):
-        if not self.sent.is_set():
-            self.sent.set()
-            await self.land.wait()
-        await self.inner.create(*args, **kwargs)
 
 
 async def test_a_late_create_at_a_broker_that_no_longer_owns_the_child_is_refused(two_brokers):  # noqa: F811
@@ -43,7 +25,7 @@ async def test_a_late_create_at_a_broker_that_no_longer_owns_the_child_is_refuse
     leader = await on_a.controller(TOPIC)
     assert leader.is_leader
     await leader.create_subscription("sub")
-    on_a.segments.local = held = FirstCreateHeld(on_a.segments.local)
+    on_a.segments.local = held = Held(on_a.segments.local, "create", first_only=True)
 
     split = asyncio.ensure_future(on_a.split_segment(TOPIC, 0))
     await asyncio.wait_for(held.sent.wait(), 5)          # child 1 claimed for a, its create on its way
