@@ -98,12 +98,27 @@ TERMINATED_AT = {
     "required": ["ledgerId", "entryId"],
 }
 
+DRAINING_HASH = {
+    "type": "object",
+    "description": "Pulsar's DrainingHash: a key hash, its unacknowledged messages, the deliveries of it to "
+                   "other consumers refused",
+    "properties": {"hash": {"type": "integer"}, "unackMsgs": COUNT, "blockedAttempts": COUNT},
+    "required": ["hash", "unackMsgs", "blockedAttempts"],
+}
 CONSUMER_STATS = {
     "type": "object",
     "properties": {"consumerName": {"type": "string"}, "availablePermits": {"type": "integer"},
                    "unackedMessages": COUNT,
                    "blockedConsumerOnUnackedMsgs": {"type": "boolean", "description": "Shared, Key_Shared: held "
-                                                    "back by maxUnackedMessagesPerConsumer"}},
+                                                    "back by maxUnackedMessagesPerConsumer"},
+                   "drainingHashesCount": {**COUNT, "description": "Key_Shared: key hashes draining at this "
+                                                                   "consumer (PIP-379)"},
+                   "drainingHashesClearedTotal": {**COUNT, "description": "Key_Shared: key hashes that stopped "
+                                                                          "draining at this consumer since it joined"},
+                   "drainingHashesUnackedMessages": {**COUNT, "description": "Key_Shared: its unacknowledged "
+                                                                             "messages of its draining hashes"},
+                   "drainingHashes": {"type": "array", "description": "Key_Shared: its draining hashes",
+                                      "items": DRAINING_HASH}},
 }
 SUBSCRIPTION_STATS = {
     "type": "object",
@@ -114,7 +129,15 @@ SUBSCRIPTION_STATS = {
                    "type": {"type": "string", "nullable": True},
                    "isDurable": BOOLEAN, "consumers": {"type": "array", "items": CONSUMER_STATS},
                    "blockedSubscriptionOnUnackedMsgs": {**BOOLEAN, "description": "Shared, Key_Shared: held back "
-                                                        "by maxUnackedMessagesPerSubscription"}},
+                                                        "by maxUnackedMessagesPerSubscription"},
+                   "allowOutOfOrderDelivery": {**BOOLEAN, "description": "Key_Shared: its consumers allow out of "
+                                                                          "order delivery (no draining hashes)"},
+                   "drainingHashesCount": {**COUNT, "description": "Key_Shared: its consumers' draining hashes"},
+                   "drainingHashesClearedTotal": {**COUNT, "description": "Key_Shared: its consumers' hashes "
+                                                                          "cleared from draining"},
+                   "drainingHashesUnackedMessages": {**COUNT, "description": "Key_Shared: its consumers' "
+                                                                             "unacknowledged messages of "
+                                                                             "draining hashes"}},
     "required": ["msgBacklog", "consumers"],
 }
 TOPIC_STATS = {

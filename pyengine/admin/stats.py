@@ -60,6 +60,8 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
         "isDurable": subscription.durable,
         "consumers": consumers,
         "blockedSubscriptionOnUnackedMsgs": subscription.dispatcher.blocked_on_unacked,
+        # Key_Shared: the KeySharedMeta setting of its consumers (false on other types, as Pulsar).
+        "allowOutOfOrderDelivery": subscription.sub_type == "key_shared" and subscription.allow_out_of_order_delivery,
         # Key_Shared draining hashes (PIP-379), as Pulsar 4.0: its consumers' summed.
         **{field: sum(c[field] for c in consumers) for field in _DRAINING_TOTALS},
     }
@@ -101,6 +103,7 @@ def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[s
                                                     "lastExpireTimestamp": 0, "type": None,
                                                     "isDurable": sub["isDurable"], "consumers": [],
                                                     "blockedSubscriptionOnUnackedMsgs": False,
+                                                    "allowOutOfOrderDelivery": False,
                                                     **dict.fromkeys(_DRAINING_TOTALS, 0)})
             for field in _DRAINING_TOTALS:
                 whole[field] += sub[field]
@@ -111,6 +114,7 @@ def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[s
             whole["type"] = whole["type"] or sub["type"]
             whole["consumers"].extend(sub["consumers"])
             whole["blockedSubscriptionOnUnackedMsgs"] |= sub["blockedSubscriptionOnUnackedMsgs"]
+            whole["allowOutOfOrderDelivery"] |= sub["allowOutOfOrderDelivery"]
     return {"metadata": {"partitions": partitions}, **totals,
             "publishers": [p for stats in per_partition.values() for p in stats["publishers"]],
             "subscriptions": subscriptions, "partitions": per_partition}

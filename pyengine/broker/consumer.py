@@ -120,13 +120,17 @@ _ids = itertools.count()
 
 class Consumer:
     def __init__(self, sink: ConsumerSink, *, name: str | None = None, consumer_id: int | None = None,
-                 priority: int = 0, sticky_ranges: list[tuple[int, int]] | None = None) -> None:
+                 priority: int = 0, sticky_ranges: list[tuple[int, int]] | None = None,
+                 allow_out_of_order_delivery: bool = False) -> None:
         self.consumer_id = next(_ids) if consumer_id is None else consumer_id
         self.name = name or f"consumer-{self.consumer_id}"
         self.sink = sink
         self.priority = priority
         self.permits = 0
         self.sticky_ranges = sticky_ranges          # Key_Shared STICKY mode hash ranges
+        # Key_Shared: the consumer's KeySharedMeta.allowOutOfOrderDelivery (a subscription's
+        # consumers all share its first consumer's)
+        self.allow_out_of_order_delivery = allow_out_of_order_delivery
         self.pending = PendingAcks()                # delivered, unacknowledged: position -> batch size
         # Shared/Key_Shared: the consumer reached its unacked-messages limit and gets nothing
         # more until acknowledgements bring it down to half the limit (Pulsar's rule).

@@ -25,7 +25,8 @@ dispatchers do:
   new consumer gets none of its entries (they wait with the replays) until that consumer
   acknowledges them or leaves (its entries are then delivered again, first). The other keys
   go on at once. An entry read while an earlier one of its key waits with the replays waits
-  too;
+  too. Not on a subscription whose consumers allow out-of-order delivery
+  (KeySharedMeta.allowOutOfOrderDelivery): there a key goes to its consumer now at once;
 * Shared and Key_Shared: hold back a message whose `deliver_at_time` is still to come (delayed
   delivery, `pyengine.broker.delayed`) and deliver it with the replays once its time has come;
   Exclusive and Failover subscriptions (and readers) deliver it at once, as Pulsar does;
@@ -348,10 +349,16 @@ class Dispatcher:
                     ring.append((key_hash(f"{consumer.name}{i}".encode()), consumer))
             ring.sort(key=lambda point: point[0])
             self._ring = ring
-            self._register_draining_hashes()
+            if self._keeps_key_order():
+                self._register_draining_hashes()
         self.redeliveries.regroup(keyed)        # keys held back may have another consumer now
 
     # --- Key_Shared draining hashes (PIP-379) ------------------------------------------------
+
+    def _keeps_key_order(self) -> bool:
+        """Key_Shared: whether a key's entries wait for those of it given out or held back
+        before (Pulsar: unless the subscription allows out-of-order delivery)."""
+        return not self.subscription.allow_out_of_order_delivery
 
     def _register_draining_hashes(self) -> None:
         """The consumers changed: a key hash a consumer holds unacknowledged entries of and no
@@ -578,7 +585,8 @@ class Dispatcher:
         if self.redeliveries:
             self._replaying = True
             try:
-                for position in self.redeliveries.walk(self._can_take, horizon, self._blocked):
+                blocked = self._blocked if self._keeps_key_order() else None
+                for position in self.redeliveries.walk(self._can_take, horizon, blocked):
                     if not self._any_permits(replay=True):
                         break
                     self.redeliveries.discard(position)
@@ -776,10 +784,13 @@ class Dispatcher:
     def _select_by_key(self, hash_value: int) -> Consumer | None:
         """Key_Shared: the consumer of key hash `hash_value` when it may be given an entry of
         it now: not while the hash drains at another consumer, nor (a new read) while an
-        earlier entry of it waits to be delivered again (Pulsar's canDispatchEntry)."""
+        earlier entry of it waits to be delivered again (Pulsar's canDispatchEntry; neither
+        when out-of-order delivery is allowed)."""
         consumer = self._owner(hash_value)
         if consumer is None or not self._can_take(consumer):
             return None
+        if not self._keeps_key_order():
+            return consumer
         if not self._replaying and self.redeliveries.holds_hash(hash_value):
             return None
         if self._draining and self._blocked(hash_value, consumer):

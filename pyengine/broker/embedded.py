@@ -34,8 +34,8 @@ from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Producer, Topic
 from pyengine.broker.transactions import append_condition
 from pyengine.client.consumer import (
-    ConsumerBatchReceivePolicy, before_start, check_batch_receive_policy, receive_batch, receive_queued, wake_all,
-    wake_one,
+    ConsumerBatchReceivePolicy, ConsumerKeySharedPolicy, KeySharedMode, before_start, check_batch_receive_policy,
+    check_key_shared_policy, receive_batch, receive_queued, wake_all, wake_one,
 )
 from pyengine.client.backoff import Backoff
 from pyengine.client.errors import AlreadyClosedError
@@ -183,13 +183,16 @@ class EmbeddedClient:
                         negative_ack_redelivery_delay_ms: int = 60_000,
                         read_compacted: bool = False, pattern_auto_discovery_period: float = 60,
                         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+                        key_shared_policy: ConsumerKeySharedPolicy | None = None,
                         ) -> EmbeddedConsumer | MultiTopicsConsumer:
         """Attach a consumer; `negative_ack_redelivery_delay_ms` as in `pyengine.client` and
         Pulsar's clients (a negatively acknowledged message comes back after it; 0: at once).
         `read_compacted`: the compacted view up to the compaction horizon, then the topic after
         it (Exclusive and Failover subscriptions only: NotAllowedError otherwise, as Pulsar).
         `batch_receive_policy` (ConsumerBatchReceivePolicy, or pulsar-client's): when
-        `batch_receive()` returns, as in `pyengine.client`.
+        `batch_receive()` returns, as in `pyengine.client`. `key_shared_policy`
+        (ConsumerKeySharedPolicy, or pulsar-client's; Key_Shared only): its mode (Sticky: the
+        hash ranges taken) and allow_out_of_order_delivery, as in `pyengine.client`.
 
         As `pyengine.client`, `topic` may also be a list of topics or a compiled regex (the
         topics of one namespace whose name matches it in full): then the consumer is a
@@ -209,12 +212,19 @@ class EmbeddedClient:
         if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
             raise ValueError(f"negative_ack_redelivery_delay_ms must be an int >= 0, not {delay!r}")
         policy = check_batch_receive_policy(batch_receive_policy)
+        key_shared = check_key_shared_policy(key_shared_policy)
+        # As the network client, the policy only matters to a Key_Shared consumer.
+        keyed = consumer_type == "key_shared"
+        sticky_ranges = (key_shared.sticky_ranges
+                         if keyed and key_shared.key_shared_mode is KeySharedMode.Sticky else None)
+        out_of_order = keyed and key_shared.allow_out_of_order_delivery
 
         async def subscribe_one(name: str) -> EmbeddedConsumer:
             loaded = await self._attachable_topic(name)
             consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, negative_ack_delay_ms=delay,
                                         batch_receive_policy=policy)
-            broker_side = Consumer(consumer, name=consumer_name, priority=priority)
+            broker_side = Consumer(consumer, name=consumer_name, priority=priority, sticky_ranges=sticky_ranges,
+                                   allow_out_of_order_delivery=out_of_order)
             subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
                                                   initial_position=initial_position, read_compacted=read_compacted)
             consumer._attach(subscription, broker_side)

@@ -56,6 +56,8 @@ class Subscription:
         self.cursor = cursor
         self.pending_ack = pending_ack
         self.sub_type = sub_type
+        # Key_Shared: no per-key order kept while consumers change (allowOutOfOrderDelivery)
+        self.allow_out_of_order_delivery = False
         self.dispatcher = Dispatcher(self)
         # Entries taken out of their consumer's pending set because a txn's ack reserved them:
         # an abort must deliver them again, also when that consumer is gone by then.
@@ -84,6 +86,17 @@ class Subscription:
             if sub_type == "exclusive":
                 raise ConsumerBusyError(f"exclusive subscription {self.name} on {self.topic.name} "
                                         "already has a consumer")
+            if sub_type == "key_shared" and consumer.allow_out_of_order_delivery != self.allow_out_of_order_delivery:
+                # As Pulsar's checkForConsumerCompatibilityErrorWithDispatcher: the setting is
+                # the subscription's while it has consumers.
+                raise ConsumerBusyError(
+                    f"Key_Shared subscription {self.name} on {self.topic.name} "
+                    + ("allows out of order delivery while the connecting consumer does not"
+                       if self.allow_out_of_order_delivery else
+                       "does not allow out of order delivery while the connecting consumer does"))
+        else:
+            # The first consumer sets it (Pulsar makes a new dispatcher with its KeySharedMeta).
+            self.allow_out_of_order_delivery = sub_type == "key_shared" and consumer.allow_out_of_order_delivery
         self.sub_type = sub_type
         if self.pending_ack is not None:
             self.pending_ack.subscription_type = wire_sub_type(sub_type)

@@ -8,7 +8,7 @@ and the client's own (`pyengine.client.errors`). They are the same classes, not 
 """
 
 from pyengine.client.client import Client
-from pyengine.client.consumer import Consumer, ConsumerBatchReceivePolicy
+from pyengine.client.consumer import Consumer, ConsumerBatchReceivePolicy, ConsumerKeySharedPolicy, KeySharedMode
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy
 from pyengine.client.errors import (
     AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError, MessageTooBigError,
@@ -32,7 +32,7 @@ from pyengine.errors import (
 
 __all__ = [
     # the client
-    "BatchingType", "Client", "CompressionType", "Consumer", "ConsumerBatchReceivePolicy", "ConsumerDeadLetterPolicy", "Message", "MessageId", "MultiTopicsConsumer", "Producer", "Reader", "Transaction",
+    "BatchingType", "Client", "CompressionType", "Consumer", "ConsumerBatchReceivePolicy", "ConsumerDeadLetterPolicy", "ConsumerKeySharedPolicy", "KeySharedMode", "Message", "MessageId", "MultiTopicsConsumer", "Producer", "Reader", "Transaction",
     # schemas (payloads stay bytes: the schema is declared to the broker's registry)
     "SchemaData", "SchemaInfo", "SchemaType",
     # errors of the client's side of the wire

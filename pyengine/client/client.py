@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from pyengine.client.config import ClientConfig
-from pyengine.client.consumer import Consumer, ConsumerBatchReceivePolicy, ConsumerOptions
+from pyengine.client.consumer import Consumer, ConsumerBatchReceivePolicy, ConsumerKeySharedPolicy, ConsumerOptions
 from pyengine.client.coordinator import TransactionCoordinatorClient
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender
 from pyengine.client.errors import AlreadyClosedError
@@ -298,6 +298,7 @@ class Client:
                         expire_time_of_incomplete_chunked_message_ms: int = 60_000,
                         pattern_auto_discovery_period: float = 60,
                         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+                        key_shared_policy: ConsumerKeySharedPolicy | None = None,
                         ) -> Consumer | MultiTopicsConsumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
@@ -323,6 +324,10 @@ class Client:
         `batch_receive_policy` (ConsumerBatchReceivePolicy, or pulsar-client's): when
         `batch_receive()` returns (so many messages or bytes, or its timeout).
 
+        `key_shared_policy` (ConsumerKeySharedPolicy, or pulsar-client's; Key_Shared only, as
+        pulsar-client): AutoSplit or Sticky mode (with its hash ranges), and whether the broker
+        may deliver a key out of order while the consumers change (allow_out_of_order_delivery).
+
         As pulsar-client, `topic` may also be a list of topics or a compiled regex
         (`re.compile("persistent://public/default/orders-.*")`: the topics of that one namespace
         whose name matches it in full): then the consumer is a MultiTopicsConsumer, one consumer
@@ -341,7 +346,8 @@ class Client:
                                       auto_ack_oldest_chunked_message_on_queue_full),
                                   expire_time_of_incomplete_chunked_message_ms=(
                                       expire_time_of_incomplete_chunked_message_ms),
-                                  batch_receive_policy=batch_receive_policy)
+                                  batch_receive_policy=batch_receive_policy,
+                                  key_shared_policy=key_shared_policy)
         if target.several:
             multi = MultiTopicsConsumer(self._core, subscription_name,
                                         lambda one: self._subscribe_one(one, options, schema), receiver_queue_size,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import logging
 import random
 import time
@@ -36,7 +37,7 @@ from pyengine.client.message import DecodeError, Message, MessageId, _decompress
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.unacked import UnackedMessageTracker
 from pyengine.client.validation import (
-    check_consumer_type, check_initial_position, check_int, check_name, check_schema, check_timeout,
+    check_consumer_type, check_initial_position, check_int, check_name, check_schema, check_timeout, option_name,
 )
 from pyengine.errors import PulsarError
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -129,6 +130,96 @@ def check_batch_receive_policy(value: Any) -> ConsumerBatchReceivePolicy:
                     f"not {type(value).__name__}")
 
 
+class KeySharedMode(enum.Enum):
+    """pulsar-client's KeySharedMode: how a Key_Shared subscription spreads key hashes over its
+    consumers (AutoSplit: the broker's hash ring; Sticky: the ranges each consumer asks for)."""
+
+    AutoSplit = "auto_split"
+    Sticky = "sticky"
+
+
+KEY_HASH_RANGE = 1 << 16        # a sticky range's bounds are key hash slots: 0 to 65535
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerKeySharedPolicy:
+    """pulsar-client's ConsumerKeySharedPolicy, used when the consumer type is Key_Shared:
+    `key_shared_mode` (KeySharedMode, pulsar's, or "auto_split" / "sticky"),
+    `allow_out_of_order_delivery` (the broker no longer holds a key back from a consumer that
+    joined while another consumer holds unacknowledged messages of it; all the consumers of a
+    subscription must agree, ConsumerBusyError otherwise) and, in Sticky mode (required there),
+    `sticky_ranges`: the (start, end) key hash slots this consumer takes, both included."""
+
+    key_shared_mode: KeySharedMode | str = KeySharedMode.AutoSplit
+    allow_out_of_order_delivery: bool = False
+    sticky_ranges: list[tuple[int, int]] | None = None
+
+    def __post_init__(self) -> None:
+        mode = option_name("key_shared_mode", self.key_shared_mode, "KeySharedMode")
+        mode = {"autosplit": "auto_split"}.get(mode, mode)
+        if mode not in ("auto_split", "sticky"):
+            raise ValueError(f"key_shared_mode must be KeySharedMode.AutoSplit or KeySharedMode.Sticky, "
+                             f"not {self.key_shared_mode!r}")
+        object.__setattr__(self, "key_shared_mode", KeySharedMode(mode))
+        if not isinstance(self.allow_out_of_order_delivery, bool):
+            raise TypeError(f"allow_out_of_order_delivery must be a bool, "
+                            f"not {type(self.allow_out_of_order_delivery).__name__}")
+        if self.sticky_ranges is not None:
+            object.__setattr__(self, "sticky_ranges", _check_sticky_ranges(self.sticky_ranges))
+        elif self.key_shared_mode is KeySharedMode.Sticky:
+            raise ValueError("key_shared_mode KeySharedMode.Sticky needs sticky_ranges")
+
+
+def _check_sticky_ranges(ranges: Any) -> list[tuple[int, int]]:
+    """Sticky ranges as the C++ KeySharedPolicy takes them: pairs of ints in [0, 65535], start
+    <= end, none overlapping another."""
+    if isinstance(ranges, (str, bytes)) or not isinstance(ranges, (list, tuple)):
+        raise TypeError(f"sticky_ranges must be a list of (start, end) tuples, not {type(ranges).__name__}")
+    checked: list[tuple[int, int]] = []
+    for item in ranges:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise TypeError(f"sticky_ranges must be a list of (start, end) tuples, not {item!r}")
+        for bound in item:
+            _check_plain_int("a sticky range's bound", bound)
+        start, end = item
+        if not 0 <= start <= end < KEY_HASH_RANGE:
+            raise ValueError(f"sticky ranges must lie within [0, {KEY_HASH_RANGE - 1}] with start <= end, "
+                             f"not {tuple(item)!r}")
+        checked.append((start, end))
+    if not checked:
+        raise ValueError("sticky_ranges must not be empty")
+    ordered = sorted(checked)
+    for before, after in zip(ordered, ordered[1:]):
+        if after[0] <= before[1]:
+            raise ValueError(f"sticky ranges must not overlap: {before!r} and {after!r}")
+    return checked
+
+
+def check_key_shared_policy(value: Any) -> ConsumerKeySharedPolicy:
+    """None (AutoSplit, in order), a ConsumerKeySharedPolicy, or pulsar-client's own
+    `pulsar.ConsumerKeySharedPolicy` (read through its properties)."""
+    if value is None:
+        return ConsumerKeySharedPolicy()
+    if isinstance(value, ConsumerKeySharedPolicy):
+        return value
+    if type(value).__name__ == "ConsumerKeySharedPolicy" and type(value).__module__.split(".")[0] == "pulsar":
+        ranges = [tuple(r) for r in value.sticky_ranges or ()]
+        return ConsumerKeySharedPolicy(value.key_shared_mode, value.allow_out_of_order_delivery, ranges or None)
+    raise TypeError("key_shared_policy must be a ConsumerKeySharedPolicy (pyengine.client or pulsar), "
+                    f"not {type(value).__name__}")
+
+
+def fill_key_shared_meta(meta: pb.KeySharedMeta, policy: ConsumerKeySharedPolicy) -> None:
+    """CommandSubscribe's KeySharedMeta for `policy` (the ranges only in Sticky mode, as the
+    C++ client sends them)."""
+    sticky = policy.key_shared_mode is KeySharedMode.Sticky
+    meta.keySharedMode = pb.STICKY if sticky else pb.AUTO_SPLIT
+    meta.allowOutOfOrderDelivery = policy.allow_out_of_order_delivery
+    if sticky:
+        for start, end in policy.sticky_ranges or ():
+            meta.hashRanges.add(start=start, end=end)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerOptions:
     subscription_name: str
@@ -151,10 +242,12 @@ class ConsumerOptions:
     auto_ack_oldest_chunked_message_on_queue_full: bool = False
     expire_time_of_incomplete_chunked_message_ms: int = 60_000
     batch_receive_policy: ConsumerBatchReceivePolicy | None = None
+    key_shared_policy: ConsumerKeySharedPolicy | None = None
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
         object.__setattr__(self, "batch_receive_policy", check_batch_receive_policy(self.batch_receive_policy))
+        object.__setattr__(self, "key_shared_policy", check_key_shared_policy(self.key_shared_policy))
         check_int("max_pending_chunked_message", self.max_pending_chunked_message, 0)
         check_int("expire_time_of_incomplete_chunked_message_ms",
                   self.expire_time_of_incomplete_chunked_message_ms, 0)
@@ -284,7 +377,7 @@ class PartitionConsumer(ConnectionHandler):
                              else pb.CommandSubscribe.Latest),
             replicate_subscription_state=False)
         if options.consumer_type == "key_shared":
-            cmd.subscribe.keySharedMeta.keySharedMode = pb.AUTO_SPLIT
+            fill_key_shared_meta(cmd.subscribe.keySharedMeta, options.key_shared_policy)
         if options.schema is not None:
             fill_schema(cmd.subscribe.schema, options.schema)
         if self.last_dequeued is not None and not options.durable:

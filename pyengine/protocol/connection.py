@@ -682,8 +682,10 @@ class ServerConnection(asyncio.Protocol):
             sticky = None
             if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
                 sticky = [(r.start, r.end) for r in body.keySharedMeta.hashRanges]
+            out_of_order = (sub_type == "key_shared" and body.HasField("keySharedMeta")
+                            and body.keySharedMeta.allowOutOfOrderDelivery)
             broker_consumer = Consumer(consumer, name=body.consumer_name or None, priority=body.priority_level,
-                                       sticky_ranges=sticky)
+                                       sticky_ranges=sticky, allow_out_of_order_delivery=out_of_order)
             broker_consumer.auto_consume_schema = auto_consume
             subscription = await self._attach(topic, body, sub_type, broker_consumer)
             consumer.attach(subscription, broker_consumer)
