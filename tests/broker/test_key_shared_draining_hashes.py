@@ -45,16 +45,24 @@ async def join(broker, name: str, **options):
                                   consumer_name=name, **options)
 
 
-async def test_a_moved_key_waits_only_while_the_previous_consumer_holds_unacked_messages_of_it(tmp_path):
+async def c0_holding_a_moved_key(broker, received: int = 2, **c0_options):
+    """c0, alone, gets m0 and m1 of a key that c1 takes when it joins (`received` of them taken
+    from its queue: all unacknowledged), then c1 joins and m2 is sent. Returns (producer, c0,
+    c1, what c0 received)."""
     moved = a_key("c0", "c1", ["c0"], ["c0", "c1"])
+    producer = await broker.create_producer(T)
+    c0 = await join(broker, "c0", **c0_options)
+    for i in range(2):
+        await producer.send(b"m%d" % i, key=moved)
+    first = [await c0.receive(timeout=5) for _ in range(received)]
+    c1 = await join(broker, "c1")
+    await producer.send(b"m2", key=moved)
+    return producer, c0, c1, first
+
+
+async def test_a_moved_key_waits_only_while_the_previous_consumer_holds_unacked_messages_of_it(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
-        producer = await broker.create_producer(T)
-        c0 = await join(broker, "c0")
-        for i in range(2):
-            await producer.send(b"m%d" % i, key=moved)
-        first = [await c0.receive(timeout=5) for _ in range(2)]
-        c1 = await join(broker, "c1")
-        await producer.send(b"m2", key=moved)
+        producer, c0, c1, first = await c0_holding_a_moved_key(broker)
         assert await drain(c1) == []                 # m0, m1 unacknowledged at c0
         await c0.acknowledge(first[0])
         assert await drain(c1) == []                 # m1 still is
@@ -85,15 +93,8 @@ async def test_a_joiner_gets_the_keys_that_moved_with_nothing_unacked_at_once(tm
 
 
 async def test_a_leaving_consumer_gives_its_messages_back_first_and_releases_its_hashes(tmp_path):
-    moved = a_key("c0", "c1", ["c0"], ["c0", "c1"])
     async with Broker.embedded(tmp_path) as broker:
-        producer = await broker.create_producer(T)
-        c0 = await join(broker, "c0")
-        for i in range(2):
-            await producer.send(b"m%d" % i, key=moved)
-        await c0.receive(timeout=5)                  # m0 received, m1 still queued: both unacked
-        c1 = await join(broker, "c1")
-        await producer.send(b"m2", key=moved)
+        producer, c0, c1, _ = await c0_holding_a_moved_key(broker, received=1)   # m1 still queued
         assert await drain(c1) == []
         await c0.close()
         assert [m.data for m in await drain(c1)] == [b"m0", b"m1", b"m2"]
@@ -123,15 +124,8 @@ async def test_entries_held_before_a_join_do_not_reach_the_joiner_ahead_of_unack
 
 
 async def test_a_negative_ack_while_draining_goes_to_the_new_consumer_in_order(tmp_path):
-    moved = a_key("c0", "c1", ["c0"], ["c0", "c1"])
     async with Broker.embedded(tmp_path) as broker:
-        producer = await broker.create_producer(T)
-        c0 = await join(broker, "c0", negative_ack_redelivery_delay_ms=0)
-        for i in range(2):
-            await producer.send(b"m%d" % i, key=moved)
-        m0, m1 = [await c0.receive(timeout=5) for _ in range(2)]
-        c1 = await join(broker, "c1")
-        await producer.send(b"m2", key=moved)
+        producer, c0, c1, (m0, m1) = await c0_holding_a_moved_key(broker, negative_ack_redelivery_delay_ms=0)
         await c0.negative_acknowledge(m0)
         assert await drain(c1) == [] and await drain(c0) == []   # m1 still unacknowledged at c0
         await c0.acknowledge(m1)
@@ -171,22 +165,15 @@ async def test_a_key_moving_back_to_its_draining_consumer_is_not_blocked(tmp_pat
 
 
 async def test_draining_hashes_in_the_consumer_and_subscription_stats(tmp_path):
-    moved = a_key("c0", "c1", ["c0"], ["c0", "c1"])
     async with Broker.embedded(tmp_path) as broker:
-        producer = await broker.create_producer(T)
-        c0 = await join(broker, "c0")
-        for i in range(2):
-            await producer.send(b"m%d" % i, key=moved)
-        first = [await c0.receive(timeout=5) for _ in range(2)]
-        c1 = await join(broker, "c1")
-        await producer.send(b"m2", key=moved)
+        producer, c0, c1, first = await c0_holding_a_moved_key(broker)
         assert await drain(c1) == []
         stats = subscription_stats(subscription(broker))
         by_name = {c["consumerName"]: c for c in stats["consumers"]}
         assert by_name["c0"]["drainingHashesCount"] == 1
         assert by_name["c0"]["drainingHashesUnackedMessages"] == 2
         [draining] = by_name["c0"]["drainingHashes"]
-        assert draining["hash"] == key_hash(moved.encode()) and draining["unackMsgs"] == 2
+        assert draining["hash"] == key_hash(first[0].partition_key.encode()) and draining["unackMsgs"] == 2
         assert draining["blockedAttempts"] >= 1
         assert by_name["c1"]["drainingHashesCount"] == 0 and by_name["c1"]["drainingHashes"] == []
         assert (stats["drainingHashesCount"], stats["drainingHashesUnackedMessages"]) == (1, 2)
