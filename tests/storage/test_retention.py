@@ -91,11 +91,14 @@ async def test_the_slowest_cursor_moving_past_a_ledger_trims_it_in_the_backgroun
 
 
 async def test_without_a_durable_cursor_closed_ledgers_go_when_a_ledger_rolls_over(env):
-    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=3, retention_ms=0))
+    # Retention 50 ms: the first ledger has been closed longer than that when the second closes,
+    # the second not (with retention 0 it would go too on a machine slow enough to take 1 ms
+    # between its close and the trim that follows).
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=3, retention_ms=50))
     reader = ml.new_non_durable_cursor(Position(-1, -1))      # a reader holds nothing back
     positions = [await ml.append(b"x") for _ in range(4)]     # the 4th closes the first ledger
     await settled(ml)
-    await asyncio.sleep(0.002)                   # retention 0: closed more than 0 ms ago
+    await asyncio.sleep(0.1)
     positions += [await ml.append(b"x") for _ in range(3)]    # the 7th closes the second
     await settled(ml)
     assert ml.first_position() == positions[3]
