@@ -880,6 +880,14 @@ def wake_one(waiters: deque[asyncio.Future[None]]) -> None:
             return
 
 
+async def _until(waiter: asyncio.Future[None], deadline: float | None) -> None:
+    """Wait for `waiter` until the loop time `deadline` (None: no limit); TimeoutError after it."""
+    if deadline is None:
+        await waiter
+    else:
+        await asyncio.wait_for(waiter, max(deadline - asyncio.get_running_loop().time(), 0))
+
+
 async def receive_queued(take: Callable[[], _Item | None], waiters: deque[asyncio.Future[None]],
                          check_open: Callable[[], None], timeout: float | None) -> _Item:
     """receive()'s loop (Consumer's and MultiTopicsConsumer's): what `take` gives once there is
@@ -893,10 +901,7 @@ async def receive_queued(take: Callable[[], _Item | None], waiters: deque[asynci
         waiter = loop.create_future()
         waiters.append(waiter)
         try:
-            if deadline is None:
-                await waiter
-            else:
-                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            await _until(waiter, deadline)
         except BaseException as exc:
             if waiter in waiters:
                 waiters.remove(waiter)
@@ -938,10 +943,7 @@ async def receive_batch(peek: Callable[[], Message | None], take: Callable[[], M
         waiter = loop.create_future()
         waiters.append(waiter)
         try:
-            if deadline is None:
-                await waiter
-            else:
-                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0))
+            await _until(waiter, deadline)
         except TimeoutError:
             break
         finally:
