@@ -14,7 +14,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from pyengine.broker.topic import Producer, Topic
-from pyengine.errors import to_pulsar_error
+from pyengine.errors import TopicTerminatedError, to_pulsar_error
 from pyengine.protocol import replies
 from pyengine_kernels import Position
 
@@ -103,8 +103,11 @@ class NetworkProducer:
         failure = outcome.exception()
         if failure is not None:
             error = to_pulsar_error(failure)
-            log.warning("send %d of producer %s on %s failed: %s", pending.sequence_id, self.name,
-                        self.topic.name, error)
+            # A send refused by a terminated topic is the expected end of a sealed segment
+            # (the client re-routes it), one per in-flight send: as Pulsar, no warning for it.
+            log.log(logging.DEBUG if isinstance(error, TopicTerminatedError) else logging.WARNING,
+                    "send %d of producer %s on %s failed: %s", pending.sequence_id, self.name,
+                    self.topic.name, error)
             return replies.send_error(self.producer_id, pending.sequence_id, error.server_error, str(error))
         return replies.send_receipt(self.producer_id, pending.sequence_id, pending.highest_sequence_id,
                                     outcome.result())
