@@ -256,19 +256,32 @@ async def test_keys_stay_in_order_under_concurrent_sends_across_splits_and_merge
     scalable = await service.scalable_topics()
     await scalable.create_topic(T, 2)
     producer = await client.create_producer(T)
+    refused_by: list[int] = []                    # the sealed segments that refused a send
+    terminated = producer._terminated
+    producer._terminated = lambda sid: (refused_by.append(sid), terminated(sid))
     keys = [f"key-{i}" for i in range(12)]
     tasks: list[asyncio.Task] = []
     stop = asyncio.Event()
+    # Paced, and at most this many sends unanswered: an unpaced producer's pile of sends grew
+    # with the machine's slowness (to 200k), and the test measured the machine, not the order.
+    room = asyncio.Semaphore(1200)
 
     async def produce():
         i = 0
         while not stop.is_set():
             for key in keys:
-                tasks.append(asyncio.create_task(producer.send(f"{i}".encode(), key=key)))
+                await room.acquire()
+                task = asyncio.create_task(producer.send(f"{i}".encode(), key=key))
+                task.add_done_callback(lambda _: room.release())
+                tasks.append(task)
             i += 1
-            if i % 4 == 0:
-                await asyncio.sleep(0.002)
+            if i % 25 == 0:                       # in bursts: some are in flight at each seal
+                await asyncio.sleep(0.03)
 
+    async def sealed_a_while(step):               # sends meet each sealed parent before the layout
+        if step == "terminate":
+            await asyncio.sleep(0.05)
+    (await scalable.leader(T)).fault = sealed_a_while
     producing = asyncio.create_task(produce())
     await asyncio.sleep(0.05)
     for operation in (lambda: scalable.split_segment(T, 0), lambda: scalable.split_segment(T, 1),
@@ -284,6 +297,7 @@ async def test_keys_stay_in_order_under_concurrent_sends_across_splits_and_merge
         datas = [int(data) for k, data in stored if k == key]
         assert datas == list(range(len(datas))), f"{key}: {datas[:50]}"
     assert len(stored) == len(tasks)
+    assert set(refused_by) == {0, 1, 2, 3, 4}, "every sealed parent refused sends in flight"
     await producer.close()
 
 
