@@ -111,7 +111,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("name, data", [
+MALFORMED = [
     ("garbage bytes", b"\x00\x00\x00\x10" + b"\xff" * 16),
     ("command size overruns the frame", struct.pack(">II", 8, 200) + b"\x08\x12\x92\x01"),
     ("frame larger than the limit", struct.pack(">I", 64 * 1024 * 1024) + b"\x00" * 16),
@@ -124,7 +124,10 @@ def _varint(value: int) -> bytes:
         serialize_command(base_command("MESSAGE", consumer_id=0, message_id={"ledgerId": 1, "entryId": 1})),
         metadata(), b"x")),
     ("a watch command this broker does not know", _command_with_type(64)),
-])
+]
+
+
+@pytest.mark.parametrize("name, data", MALFORMED, ids=[name for name, _ in MALFORMED])  # some frames carry a clock
 async def test_malformed_input_closes_only_that_connection(connect: Connect, server: ProtocolServer,
                                                            client: WireClient,
                                                            name: str, data: bytes) -> None:
