@@ -6,6 +6,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMPS := $(VENV)/.stamps
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist): most tests wait on sockets, timers and fsyncs, so two workers
+# halve the suite's time on a 2-core machine. Spark tests share one worker (one JVM).
+TEST_WORKERS ?= 2
 
 RUST_SRC   := $(shell find bindings/src bindings/python -type f 2>/dev/null) bindings/Cargo.toml bindings/pyproject.toml
 CYTHON_SRC := $(wildcard core_ext/*.pyx core_ext/*.pxd) setup.py pyproject.toml
@@ -19,7 +22,7 @@ run: setup
 	$(VENV)/bin/pyengine serve --data-dir ./data --port 6650 --http-port 8080
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m benchmarks kernels

@@ -47,6 +47,11 @@ def run_pytest_benchmarks(suite: str, quick: bool, json_path: Path) -> None:
     ]
     # Suites read the flag to size their inputs; set before pytest imports the module.
     os.environ[QUICK_ENV] = "1" if quick else "0"
+    # A benchmark run is never distributed, also when started from a pytest-xdist worker (whose
+    # variables it inherits: pytest-benchmark would then disable itself).
+    for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+        del os.environ[name]
+    args += ["-p", "no:xdist"]
     code = pytest.main(args)
     if code != 0:
         raise SystemExit(f"benchmark suite {suite!r} failed (pytest exit code {int(code)})")

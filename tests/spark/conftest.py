@@ -35,3 +35,12 @@ def spark():
 def workload(tmp_path_factory) -> Workload:
     """The broker is closed when this returns: open transactions stay open in the data dir."""
     return asyncio.run(write_workload(tmp_path_factory.mktemp("spark") / "data", seed=20261122))
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`--dist loadgroup`), every Spark test runs in one worker: one JVM and
+    one workload for the run, not one per worker."""
+    here = __file__.rsplit("/", 1)[0]
+    for item in items:
+        if str(item.path).startswith(here + "/"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
