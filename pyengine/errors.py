@@ -38,6 +38,13 @@ class ConsumerBusyError(PulsarError):
     server_error = ServerError.ConsumerBusy
 
 
+class ConsumerAssignError(PulsarError):
+    """A Key_Shared Sticky consumer whose hash ranges are empty, reversed, or overlap the ranges
+    of another consumer of the subscription (Pulsar's ConsumerAssignException)."""
+
+    server_error = ServerError.ConsumerAssignError
+
+
 class ServiceNotReadyError(PulsarError):
     server_error = ServerError.ServiceNotReady
 
@@ -128,7 +135,7 @@ class InvalidTransactionKeyError(NotAllowedError, ValueError):
 
 _BY_CODE: dict[int, type[PulsarError]] = {
     cls.server_error: cls
-    for cls in (MetadataError, PersistenceError, ConsumerBusyError, ServiceNotReadyError, ChecksumError,
+    for cls in (MetadataError, PersistenceError, ConsumerBusyError, ConsumerAssignError, ServiceNotReadyError, ChecksumError,
                 TopicNotFoundError, SubscriptionNotFoundError, ConsumerNotFoundError, TooManyRequestsError,
                 TopicTerminatedError, ProducerBusyError, InvalidTopicNameError, IncompatibleSchemaError,
                 NotAllowedError, ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException,

@@ -15,7 +15,7 @@ from pyengine.broker.consumer import Consumer
 from pyengine.broker.delayed import wall_clock_ms
 from pyengine.broker.dispatcher import Dispatcher
 from pyengine.broker.transactions import check_txn_design
-from pyengine.errors import ConsumerBusyError, NotAllowedError, TransactionConflictError
+from pyengine.errors import ConsumerAssignError, ConsumerBusyError, NotAllowedError, TransactionConflictError
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedCursor
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
@@ -86,21 +86,51 @@ class Subscription:
             if sub_type == "exclusive":
                 raise ConsumerBusyError(f"exclusive subscription {self.name} on {self.topic.name} "
                                         "already has a consumer")
-            if sub_type == "key_shared" and consumer.allow_out_of_order_delivery != self.allow_out_of_order_delivery:
-                # As Pulsar's checkForConsumerCompatibilityErrorWithDispatcher: the setting is
-                # the subscription's while it has consumers.
-                raise ConsumerBusyError(
-                    f"Key_Shared subscription {self.name} on {self.topic.name} "
-                    + ("allows out of order delivery while the connecting consumer does not"
-                       if self.allow_out_of_order_delivery else
-                       "does not allow out of order delivery while the connecting consumer does"))
+            if sub_type == "key_shared":
+                self._check_key_shared_compatible(consumer)
         else:
             # The first consumer sets it (Pulsar makes a new dispatcher with its KeySharedMeta).
             self.allow_out_of_order_delivery = sub_type == "key_shared" and consumer.allow_out_of_order_delivery
+        if sub_type == "key_shared" and consumer.sticky_ranges is not None:
+            self._check_sticky_ranges(consumer)
         self.sub_type = sub_type
         if self.pending_ack is not None:
             self.pending_ack.subscription_type = wire_sub_type(sub_type)
         self.dispatcher.add_consumer(consumer)
+
+    def _check_key_shared_compatible(self, consumer: Consumer) -> None:
+        """As Pulsar's checkForConsumerCompatibilityErrorWithDispatcher: while a Key_Shared
+        subscription has consumers, its mode (AutoSplit or Sticky) and its
+        allowOutOfOrderDelivery are theirs; a consumer asking for others is refused."""
+        def mode(c: Consumer) -> str:
+            return "AUTO_SPLIT" if c.sticky_ranges is None else "STICKY"
+        active, joining = mode(self.consumers[0]), mode(consumer)
+        where = f"Key_Shared subscription {self.name} on {self.topic.name}"
+        if active != joining:
+            raise ConsumerBusyError(f"{where}: its key_shared mode {active!r} is different than the "
+                                    f"connecting consumer's key_shared mode {joining!r}")
+        if consumer.allow_out_of_order_delivery != self.allow_out_of_order_delivery:
+            raise ConsumerBusyError(
+                f"{where} " + ("allows out of order delivery while the connecting consumer does not"
+                               if self.allow_out_of_order_delivery else
+                               "does not allow out of order delivery while the connecting consumer does"))
+
+    def _check_sticky_ranges(self, consumer: Consumer) -> None:
+        """As Pulsar's HashRangeExclusiveStickyKeyConsumerSelector: a Sticky consumer brings a
+        non-empty list of hash ranges, each start <= end, none overlapping a range of the
+        subscription's other consumers (or another of its own)."""
+        ranges = consumer.sticky_ranges or []
+        if not ranges:
+            raise ConsumerAssignError("Ranges for KeyShared policy must not be empty")
+        taken = [(start, end, other) for other in self.consumers for start, end in other.sticky_ranges or ()]
+        for index, (start, end) in enumerate(ranges):
+            if start > end:
+                raise ConsumerAssignError(f"Fixed hash range start > end: [{start}, {end}]")
+            for other_start, other_end, other in taken + [(s, e, consumer) for s, e in ranges[:index]]:
+                if start <= other_end and other_start <= end:
+                    raise ConsumerAssignError(
+                        f"Range conflict with consumer {other.name!r}: [{start}, {end}] overlaps "
+                        f"[{other_start}, {other_end}]")
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self.dispatcher.remove_consumer(consumer)

@@ -22,7 +22,7 @@ from pyengine.client.reader import Reader
 from pyengine.client.transaction import Transaction
 from pyengine.schema import SchemaData, SchemaInfo, SchemaType
 from pyengine.errors import (
-    ChecksumError, ConsumerBusyError, ConsumerNotFoundError, ExpiredTransactionError, IncompatibleSchemaError,
+    ChecksumError, ConsumerAssignError, ConsumerBusyError, ConsumerNotFoundError, ExpiredTransactionError, IncompatibleSchemaError,
     InvalidSubscriptionNameError,
     InvalidTopicNameError, InvalidTransactionKeyError, InvalidTxnStatusError, MetadataError, NotAllowedError,
     PersistenceError, ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException, ProducerBusyError,
@@ -40,7 +40,7 @@ __all__ = [
     "SendOutcomeUnknownError",
     "ProducerQueueIsFullError", "TransactionHasOperationFailedError",
     # the broker's errors
-    "ChecksumError", "ConsumerBusyError", "ConsumerNotFoundError", "ExpiredTransactionError", "IncompatibleSchemaError",
+    "ChecksumError", "ConsumerAssignError", "ConsumerBusyError", "ConsumerNotFoundError", "ExpiredTransactionError", "IncompatibleSchemaError",
     "InvalidSubscriptionNameError", "InvalidTopicNameError", "InvalidTransactionKeyError", "InvalidTxnStatusError",
     "MetadataError", "NotAllowedError", "PersistenceError", "ProducerBlockedQuotaExceededError",
     "ProducerBlockedQuotaExceededException", "ProducerBusyError", "ProducerFencedError", "PulsarError",

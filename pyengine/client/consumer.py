@@ -147,8 +147,9 @@ class ConsumerKeySharedPolicy:
     `key_shared_mode` (KeySharedMode, pulsar's, or "auto_split" / "sticky"),
     `allow_out_of_order_delivery` (the broker no longer holds a key back from a consumer that
     joined while another consumer holds unacknowledged messages of it; all the consumers of a
-    subscription must agree, ConsumerBusyError otherwise) and, in Sticky mode (required there),
-    `sticky_ranges`: the (start, end) key hash slots this consumer takes, both included."""
+    subscription must agree, ConsumerBusyError otherwise, as on the mode) and, in Sticky mode
+    (required there), `sticky_ranges`: the (start, end) key hash slots this consumer takes, both
+    included (ranges another consumer of the subscription took: ConsumerAssignError)."""
 
     key_shared_mode: KeySharedMode | str = KeySharedMode.AutoSplit
     allow_out_of_order_delivery: bool = False

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from pyengine.client.backoff import Backoff
 from pyengine.client.connection import ClientConnection
 from pyengine.errors import (
-    ConsumerBusyError, IncompatibleSchemaError, InvalidTopicNameError, NotAllowedError,
+    ConsumerAssignError, ConsumerBusyError, IncompatibleSchemaError, InvalidTopicNameError, NotAllowedError,
     ProducerBlockedQuotaExceededException, ProducerBusyError, ProducerFencedError, SubscriptionNotFoundError,
     TopicNotFoundError, TopicTerminatedError,
 )
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 # Errors after which creating a producer or consumer is not retried (the C++ client's list;
 # a backlog quota's producer_request_hold is retried, its producer_exception is not).
-FATAL_ERRORS = (ConsumerBusyError, ProducerBusyError, ProducerFencedError, TopicNotFoundError, TopicTerminatedError,
+FATAL_ERRORS = (ConsumerBusyError, ConsumerAssignError, ProducerBusyError, ProducerFencedError, TopicNotFoundError, TopicTerminatedError,
                 NotAllowedError, InvalidTopicNameError, SubscriptionNotFoundError, IncompatibleSchemaError,
                 ProducerBlockedQuotaExceededException, TypeError, ValueError)
 

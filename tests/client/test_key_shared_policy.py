@@ -6,11 +6,13 @@ it; consumers of one subscription must agree on it (ConsumerBusyError)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pulsar
 import pytest
 
 from pyengine.broker.dispatcher import HASH_RANGE, key_hash
-from pyengine.client import ConsumerBusyError, ConsumerKeySharedPolicy, KeySharedMode
+from pyengine.client import ConsumerAssignError, ConsumerBusyError, ConsumerKeySharedPolicy, KeySharedMode
 from tests.broker.test_key_shared_draining_hashes import a_key
 from tests.broker.test_key_shared_look_ahead import settle
 
@@ -51,6 +53,19 @@ async def test_a_consumer_with_the_other_setting_is_refused(client):
     await join(client, "c0", ConsumerKeySharedPolicy(allow_out_of_order_delivery=True))
     with pytest.raises(ConsumerBusyError, match="out of order delivery"):
         await join(client, "c1")
+
+
+async def test_overlapping_sticky_ranges_fail_the_subscribe_at_once(client):
+    """ConsumerAssignError is not retried (as the C++ client's ResultConsumerAssignError)."""
+    sticky = ConsumerKeySharedPolicy(KeySharedMode.Sticky, sticky_ranges=[(0, 100)])
+    await join(client, "c0", sticky)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ConsumerAssignError, match="Range conflict with consumer 'c0'"):
+        await join(client, "c1", sticky)
+    assert loop.time() - started < 2
+    with pytest.raises(ConsumerBusyError, match="key_shared mode 'STICKY' is different"):
+        await join(client, "c2")
 
 
 async def test_pulsar_clients_policy_is_taken_and_sticky_ranges_are_sent(broker, client):

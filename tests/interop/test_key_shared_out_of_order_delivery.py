@@ -4,7 +4,7 @@
 while the previous consumer still holds an unacknowledged message of it; not allowed (the
 default), the key's hash drains at the previous consumer and the joiner gets nothing of it until
 that message is acknowledged. A consumer asking for the other setting than the subscription's
-consumers is refused (ConsumerBusy)."""
+consumers is refused (ConsumerBusy), and Sticky consumers must not overlap (ConsumerAssignError)."""
 
 from __future__ import annotations
 
@@ -69,3 +69,23 @@ def test_a_consumer_asking_for_the_other_setting_is_refused(official: pulsar.Cli
     subscribe(official, topic, "c0", allowed)
     with pytest.raises(pulsar.ConsumerBusy):
         subscribe(official, topic, "c1", not allowed)
+
+
+def sticky(official: pulsar.Client, topic: str, name: str, ranges: list[tuple[int, int]]) -> pulsar.Consumer:
+    return official.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=name,
+                              key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                                  pulsar.KeySharedMode.Sticky, sticky_ranges=ranges))
+
+
+def test_sticky_ranges_taken_by_another_consumer_are_refused(official: pulsar.Client) -> None:
+    """The official client gets ConsumerAssignError (not retried) for overlapping ranges, and
+    ConsumerBusy for an AutoSplit consumer beside Sticky ones, as from Apache Pulsar."""
+    topic = f"{NS}/key-shared-sticky-conflict"
+    sticky(official, topic, "c0", [(0, 100)])
+    started = time.monotonic()
+    with pytest.raises(pulsar.ConsumerAssignError):
+        sticky(official, topic, "c1", [(100, 200)])
+    assert time.monotonic() - started < 5
+    sticky(official, topic, "c2", [(101, 200)])
+    with pytest.raises(pulsar.ConsumerBusy):
+        subscribe(official, topic, "c3", False)
