@@ -10,6 +10,10 @@ Modelled on Pulsar's `MetadataStore` / `MetadataStoreExtended` (module `pulsar-m
   current state, `-1` requires that the record does not exist, `n >= 0` requires version `n`.
   A failed condition raises `BadVersionError` (`AlreadyExistsError`, a subclass, for `-1`), as
   in Pulsar. `delete(path, expected_version)` raises `NotFoundError` or `BadVersionError`.
+  A version starts at 0 again when a record is deleted and created again (as Pulsar's, and
+  etcd's per-key version), so a holder of an old version could overwrite the new record;
+  `put(..., expected_mod_revision=r)` also requires the record's `mod_revision` to be `r`,
+  which is never reused (etcd's compare on mod_revision).
 * The key space is flat with hierarchical names, as in Pulsar's etcd, RocksDB and memory stores:
   `get_children("/a")` lists the distinct next segments of every record below `/a/`, whether or
   not `/a/b` itself holds a record; parents are never created implicitly and a record can be
@@ -428,6 +432,16 @@ def check_value(value: object) -> bytes:
     raise TypeError(f"a metadata value is bytes, not {type(value).__name__}")
 
 
+def check_mod_revision(revision: object) -> int | None:
+    if revision is None:
+        return None
+    if isinstance(revision, bool) or not isinstance(revision, int):
+        raise TypeError(f"an expected mod revision is an int or None, not {type(revision).__name__}")
+    if revision < 1:
+        raise ValueError(f"invalid expected mod revision {revision}: revisions are >= 1")
+    return revision
+
+
 def check_version(version: object, *, allow_create: bool = True) -> int | None:
     if version is None:
         return None
@@ -529,12 +543,14 @@ class MetadataStore(abc.ABC):
         return await self.get(path) is not None
 
     async def put(self, path: str, value: bytes, expected_version: int | None = None, *,
-                  session: Session | None = None, sequential: bool = False,
-                  partition_key: str | None = None) -> Record:
+                  expected_mod_revision: int | None = None, session: Session | None = None,
+                  sequential: bool = False, partition_key: str | None = None) -> Record:
         """Write `value` at `path` and return the new record.
 
         `expected_version`: None (any state), -1 (must not exist: else `AlreadyExistsError`)
         or the current version (else `BadVersionError`, also when the record is missing).
+        `expected_mod_revision`: the record must exist and have last been written at that
+        store revision (else `BadVersionError`); with `expected_version`, both must hold.
         `session`: the record is ephemeral, deleted with the session (`SessionExpiredError` if
         the session is no longer alive). `sequential`: the store appends a zero-padded number,
         unique and increasing per parent path, to `path` (which may then end with `/`); the
@@ -551,13 +567,18 @@ class MetadataStore(abc.ABC):
             raise TypeError("sequential is a bool")
         if sequential and expected_version not in (None, -1):
             raise ValueError("a sequential put creates a new record: expected_version must be None or -1")
+        expected_mod_revision = check_mod_revision(expected_mod_revision)
+        if expected_mod_revision is not None and (expected_version == -1 or sequential):
+            raise ValueError("expected_mod_revision names an existing record: not with expected_version=-1 "
+                             "or sequential")
         self._check_open()
         if session is not None:
             if session.store is not self:
                 raise ValueError("the session belongs to another metadata store")
             if not session.alive:
                 raise SessionExpiredError(f"session {session.id:x} is {session.state}")
-        return await self._put(path, value, expected_version, session, sequential, partition_key)
+        return await self._put(path, value, expected_version, session, sequential, partition_key,
+                               expected_mod_revision)
 
     async def create(self, path: str, value: bytes, *, session: Session | None = None,
                      sequential: bool = False, partition_key: str | None = None) -> Record:
@@ -565,13 +586,15 @@ class MetadataStore(abc.ABC):
         return await self.put(path, value, -1, session=session, sequential=sequential,
                               partition_key=partition_key)
 
-    async def delete(self, path: str, expected_version: int | None = None) -> None:
-        """Delete the record (`NotFoundError` if missing, `BadVersionError` on a version
-        mismatch), with its index entries. Records below it are not touched."""
+    async def delete(self, path: str, expected_version: int | None = None, *,
+                     expected_mod_revision: int | None = None) -> None:
+        """Delete the record (`NotFoundError` if missing, `BadVersionError` on a version or
+        mod revision mismatch), with its index entries. Records below it are not touched."""
         check_path(path)
         expected_version = check_version(expected_version, allow_create=False)
+        expected_mod_revision = check_mod_revision(expected_mod_revision)
         self._check_open()
-        await self._delete(path, expected_version)
+        await self._delete(path, expected_version, expected_mod_revision)
 
     async def delete_recursive(self, path: str) -> None:
         """Delete the record at `path` and every record below `path/` (and the sequence
@@ -704,10 +727,12 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def _put(self, path: str, value: bytes, expected_version: int | None, session: Session | None,
-                   sequential: bool, partition_key: str | None) -> Record: ...
+                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None
+                   ) -> Record: ...
 
     @abc.abstractmethod
-    async def _delete(self, path: str, expected_version: int | None) -> None: ...
+    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None
+                      ) -> None: ...
 
     @abc.abstractmethod
     async def _delete_recursive(self, path: str) -> None: ...

@@ -207,24 +207,29 @@ class EtcdMetadataStore(MetadataStore):
         return self._record(kv) if kv is not None else None
 
     async def _put(self, path: str, value: bytes, expected_version: int | None, session: Session | None,
-                   sequential: bool, partition_key: str | None) -> Record:
+                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None
+                   ) -> Record:
         lease = session.id if session is not None else 0
         if sequential:
             return await self._put_sequential(path, value, lease, partition_key)
         if self._indexed(path):
-            return await self._put_indexed(path, value, expected_version, lease, partition_key)
+            return await self._put_indexed(path, value, expected_version, lease, partition_key,
+                                           expected_mod_revision)
         key = self._rkey(path)
         put = _op_put(key, encode_remote(partition_key, [], value), lease, prev_kv=True)
+        revision_check = [] if expected_mod_revision is None else [_cmp(key, "MOD", "EQUAL", expected_mod_revision)]
         if expected_version is None:
-            response = await self._txn([], [put])
+            response = await self._txn(revision_check, [put])
         elif expected_version == -1:
             response = await self._txn([_cmp(key, "CREATE", "EQUAL", 0)], [put])
             if not response.succeeded:
                 raise AlreadyExistsError(f"{path} already exists")
         else:
-            response = await self._txn([_cmp(key, "VERSION", "EQUAL", expected_version + 1)], [put])
-            if not response.succeeded:
-                raise BadVersionError(f"{path}: expected version {expected_version} does not match")
+            response = await self._txn([_cmp(key, "VERSION", "EQUAL", expected_version + 1)] + revision_check, [put])
+        if not response.succeeded:
+            expected = [f"version {expected_version}"] if expected_version is not None else []
+            expected += [f"revision {expected_mod_revision}"] if expected_mod_revision is not None else []
+            raise BadVersionError(f"{path}: expected {' and '.join(expected)} does not match")
         revision = response.header.revision
         prev = response.responses[0].response_put.prev_kv
         if prev.create_revision:
@@ -239,7 +244,7 @@ class EtcdMetadataStore(MetadataStore):
         return ops
 
     async def _put_indexed(self, path: str, value: bytes, expected: int | None, lease: int,
-                           partition_key: str | None) -> Record:
+                           partition_key: str | None, expected_mod_revision: int | None = None) -> Record:
         key = self._rkey(path)
         while True:
             kv = await self._get_kv(path)
@@ -247,6 +252,8 @@ class EtcdMetadataStore(MetadataStore):
                 raise AlreadyExistsError(f"{path} already exists")
             if expected is not None and expected >= 0 and (kv is None or kv.version - 1 != expected):
                 raise BadVersionError(f"{path}: expected version {expected} does not match")
+            if expected_mod_revision is not None and (kv is None or kv.mod_revision != expected_mod_revision):
+                raise BadVersionError(f"{path}: expected revision {expected_mod_revision} does not match")
             old_entries = decode_remote(kv.value)[1] if kv is not None else []
             version = kv.version if kv is not None else 0
             entries = index_keys_for(self._indexes.values(),
@@ -297,20 +304,25 @@ class EtcdMetadataStore(MetadataStore):
             if slot.users == 0:
                 self._seq_locks.pop(parent, None)
 
-    async def _delete(self, path: str, expected_version: int | None) -> None:
+    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None
+                      ) -> None:
         if self._indexed(path):
-            await self._delete_indexed(path, expected_version)
+            await self._delete_indexed(path, expected_version, expected_mod_revision)
             return
         key = self._rkey(path)
-        check = (_cmp(key, "VERSION", "EQUAL", expected_version + 1) if expected_version is not None
-                 else _cmp(key, "VERSION", "GREATER", 0))
-        response = await self._txn([check], [_op_delete(key)], [_op_range(key)])
+        checks = [_cmp(key, "VERSION", "EQUAL", expected_version + 1) if expected_version is not None
+                  else _cmp(key, "VERSION", "GREATER", 0)]
+        if expected_mod_revision is not None:
+            checks.append(_cmp(key, "MOD", "EQUAL", expected_mod_revision))
+        response = await self._txn(checks, [_op_delete(key)], [_op_range(key)])
         if not response.succeeded:
             if not response.responses[0].response_range.kvs:
                 raise NotFoundError(f"{path} does not exist")
-            raise BadVersionError(f"{path}: expected version {expected_version} does not match")
+            raise BadVersionError(f"{path}: expected version {expected_version} / revision "
+                                  f"{expected_mod_revision} does not match")
 
-    async def _delete_indexed(self, path: str, expected: int | None) -> None:
+    async def _delete_indexed(self, path: str, expected: int | None, expected_mod_revision: int | None = None
+                              ) -> None:
         key = self._rkey(path)
         while True:
             kv = await self._get_kv(path)
@@ -318,6 +330,9 @@ class EtcdMetadataStore(MetadataStore):
                 raise NotFoundError(f"{path} does not exist")
             if expected is not None and kv.version - 1 != expected:
                 raise BadVersionError(f"{path} is at version {kv.version - 1}, expected version {expected}")
+            if expected_mod_revision is not None and kv.mod_revision != expected_mod_revision:
+                raise BadVersionError(f"{path} was last written at revision {kv.mod_revision}, "
+                                      f"expected revision {expected_mod_revision}")
             entries = decode_remote(kv.value)[1]
             ops = [_op_delete(key)] + self._entry_ops(path, entries, [], 0)
             response = await self._txn([_cmp(key, "MOD", "EQUAL", kv.mod_revision)], ops)

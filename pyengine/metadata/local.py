@@ -177,7 +177,8 @@ def _index_changes(kv: KV, path: str, revision: int, old: list[tuple[str, bytes]
 
 
 def txn_put(kv: KV, specs: list[IndexSpec], path: str, value: bytes, expected: int | None,
-            session_id: int | None, partition_key: str | None, sequential: bool) -> Outcome:
+            session_id: int | None, partition_key: str | None, sequential: bool,
+            expected_mod_revision: int | None = None) -> Outcome:
     counter_key = None
     seq = 0
     if sequential:
@@ -194,6 +195,9 @@ def txn_put(kv: KV, specs: list[IndexSpec], path: str, value: bytes, expected: i
     if expected is not None and expected >= 0 and (old is None or old.version != expected):
         found = "does not exist" if old is None else f"is at version {old.version}"
         return _err(BadVersionError(f"{path} {found}, expected version {expected}"))
+    if expected_mod_revision is not None and (old is None or old.mod_revision != expected_mod_revision):
+        found = "does not exist" if old is None else f"was last written at revision {old.mod_revision}"
+        return _err(BadVersionError(f"{path} {found}, expected revision {expected_mod_revision}"))
     if session_id is not None and kv.get(_X + _sid(session_id)) is None:
         return _err(SessionExpiredError(f"session {session_id:x} has expired"))
     version = old.version + 1 if old is not None else 0
@@ -227,13 +231,16 @@ def _remove(kv: KV, record: Record, entries: list[tuple[str, bytes]], revision: 
     return events + _index_changes(kv, record.path, revision, entries, [], None, None)
 
 
-def txn_delete(kv: KV, path: str, expected: int | None) -> Outcome:
+def txn_delete(kv: KV, path: str, expected: int | None, expected_mod_revision: int | None = None) -> Outcome:
     loaded = _load(kv, path)
     if loaded is None:
         return _err(NotFoundError(f"{path} does not exist"))
     old, entries = loaded
     if expected is not None and old.version != expected:
         return _err(BadVersionError(f"{path} is at version {old.version}, expected version {expected}"))
+    if expected_mod_revision is not None and old.mod_revision != expected_mod_revision:
+        return _err(BadVersionError(f"{path} was last written at revision {old.mod_revision}, "
+                                    f"expected revision {expected_mod_revision}"))
     revision = _next_revision(kv)
     return Outcome(None, _remove(kv, old, entries, revision), revision)
 
@@ -433,14 +440,16 @@ class LocalMetadataStore(MetadataStore):
             return read_record(kv, path)
 
     async def _put(self, path: str, value: bytes, expected_version: int | None, session: Session | None,
-                   sequential: bool, partition_key: str | None) -> Record:
+                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None
+                   ) -> Record:
         specs = list(self._indexes.values())
         session_id = session.id if session is not None else None
         return await self._run(lambda kv: txn_put(kv, specs, path, value, expected_version, session_id,
-                                                  partition_key, sequential))
+                                                  partition_key, sequential, expected_mod_revision))
 
-    async def _delete(self, path: str, expected_version: int | None) -> None:
-        await self._run(lambda kv: txn_delete(kv, path, expected_version))
+    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None
+                      ) -> None:
+        await self._run(lambda kv: txn_delete(kv, path, expected_version, expected_mod_revision))
 
     async def _delete_recursive(self, path: str) -> None:
         await self._run(lambda kv: txn_delete_recursive(kv, path))

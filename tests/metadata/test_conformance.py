@@ -89,6 +89,51 @@ async def test_compare_and_set(store):
         await store.create("/made", b"m2")
 
 
+async def test_compare_and_set_on_the_mod_revision_outlives_a_delete_and_create(store):
+    """A version starts at 0 again when a record is created again: a holder of the deleted
+    record's version 0 would overwrite the new one. Its mod_revision is never reused."""
+    old = await store.create("/cas-rev", b"old")
+    await store.delete("/cas-rev")
+    new = await store.create("/cas-rev", b"new")
+    assert new.version == old.version == 0 and new.mod_revision > old.mod_revision
+    assert (await store.put("/cas-rev", b"stale", 0)).version == 1        # version alone: let through
+    current = await store.get("/cas-rev")
+    with pytest.raises(BadVersionError):
+        await store.put("/cas-rev", b"stale", current.version, expected_mod_revision=old.mod_revision)
+    with pytest.raises(BadVersionError):
+        await store.put("/cas-rev", b"stale", expected_mod_revision=old.mod_revision)
+    with pytest.raises(BadVersionError):                       # both must hold
+        await store.put("/cas-rev", b"stale", 0, expected_mod_revision=current.mod_revision)
+    assert (await store.get("/cas-rev")).value == b"stale" and (await store.get("/cas-rev")).version == 1
+    written = await store.put("/cas-rev", b"v2", current.version, expected_mod_revision=current.mod_revision)
+    assert written.version == 2
+    assert (await store.put("/cas-rev", b"v3", expected_mod_revision=written.mod_revision)).version == 3
+    with pytest.raises(BadVersionError):
+        await store.put("/cas-rev-missing", b"x", expected_mod_revision=written.mod_revision)
+    assert await store.get("/cas-rev-missing") is None
+    # delete: the same
+    with pytest.raises(BadVersionError):
+        await store.delete("/cas-rev", expected_mod_revision=old.mod_revision)
+    with pytest.raises(BadVersionError):
+        await store.delete("/cas-rev", 0, expected_mod_revision=(await store.get("/cas-rev")).mod_revision)
+    await store.delete("/cas-rev", 3, expected_mod_revision=(await store.get("/cas-rev")).mod_revision)
+    assert await store.get("/cas-rev") is None
+
+
+async def test_compare_and_set_on_the_mod_revision_of_an_indexed_record(store):
+    op_kind_index(store)
+    header = json.dumps({"state": "OPEN", "timeout_ms": 5}).encode()
+    first = await store.put("/txn/t1", header)
+    moved = await store.put("/txn/t1", header, expected_mod_revision=first.mod_revision)
+    with pytest.raises(BadVersionError):
+        await store.put("/txn/t1", header, expected_mod_revision=first.mod_revision)
+    assert (await store.get("/txn/t1")).mod_revision == moved.mod_revision
+    with pytest.raises(BadVersionError):
+        await store.delete("/txn/t1", expected_mod_revision=first.mod_revision)
+    await store.delete("/txn/t1", expected_mod_revision=moved.mod_revision)
+    assert await store.range_query("idx:txn-by-deadline") == []
+
+
 async def test_create_if_absent_race_has_exactly_one_winner(store):
     async def contender(i):
         try:
@@ -589,6 +634,13 @@ async def test_wrong_types_and_values(store):
         (TypeError, store.put("/a", b"x", partition_key=1)),
         (TypeError, store.put("/a", b"x", sequential=1)),
         (ValueError, store.put("/a-", b"x", 3, sequential=True)),
+        (TypeError, store.put("/a", b"x", expected_mod_revision="3")),
+        (TypeError, store.put("/a", b"x", expected_mod_revision=True)),
+        (ValueError, store.put("/a", b"x", expected_mod_revision=0)),
+        (ValueError, store.put("/a", b"x", -1, expected_mod_revision=3)),
+        (ValueError, store.put("/a-", b"x", sequential=True, expected_mod_revision=3)),
+        (TypeError, store.delete("/a", expected_mod_revision=1.0)),
+        (ValueError, store.delete("/a", expected_mod_revision=-1)),
         (InvalidPathError, store.put("/a/", b"x")),            # a trailing slash only when sequential
         (TypeError, store.get(None)),
         (TypeError, store.list_prefix(3)),
