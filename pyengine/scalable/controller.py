@@ -213,17 +213,18 @@ class ScalableTopicController:
 
     async def split_segment(self, segment_id: int) -> SegmentLayout:
         async with self._as_leader():
-            layout, version = await self.resources.load(self.topic)
+            layout, record = await self.resources.load_record(self.topic)
             target = layout.split_segment(segment_id)
-            return await self._start(PendingOperation("split", (segment_id,), layout.epoch, version,
-                                                      target.to_metadata()))
+            return await self._start(PendingOperation("split", (segment_id,), layout.epoch, record.version,
+                                                      target.to_metadata(), base_revision=record.mod_revision))
 
     async def merge_segments(self, segment_id1: int, segment_id2: int) -> SegmentLayout:
         async with self._as_leader():
-            layout, version = await self.resources.load(self.topic)
+            layout, record = await self.resources.load_record(self.topic)
             target = layout.merge_segments(segment_id1, segment_id2)
-            return await self._start(PendingOperation("merge", (segment_id1, segment_id2), layout.epoch, version,
-                                                      target.to_metadata()))
+            return await self._start(PendingOperation("merge", (segment_id1, segment_id2), layout.epoch,
+                                                      record.version, target.to_metadata(),
+                                                      base_revision=record.mod_revision))
 
     async def _start(self, operation: PendingOperation) -> SegmentLayout:
         operation = await self.resources.begin_operation(self.topic, operation)
@@ -269,10 +270,12 @@ class ScalableTopicController:
             self._check_leading()
             await self.segments.terminate(parent)
             await self._after("terminate")
-        # 4. the layout, compare-and-set against the version the operation started from
+        # 4. the layout, compare-and-set against the version (and mod revision: not a topic
+        # deleted and created again meanwhile) the operation started from
         self._check_leading()
         try:
-            self.version = await self.resources.update(self.topic, target, operation.base_version)
+            self.version = await self.resources.update(self.topic, target, operation.base_version,
+                                                       operation.base_revision)
             self.layout = target
         except BadVersionError:
             current, version = await self.resources.load(self.topic)

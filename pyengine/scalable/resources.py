@@ -46,7 +46,7 @@ from typing import Any
 
 from urllib.parse import quote, unquote
 
-from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
+from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError, Record
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import LayoutError, SegmentLayout
 
@@ -96,6 +96,11 @@ class PendingOperation:
     target: dict[str, Any]       # the resulting layout's metadata JSON
     phase: str = PREPARING
     version: int = field(default=-1, compare=False)   # of the store record, as read or written (not stored)
+    # The layout record's mod revision at that epoch: with base_version, the CAS cannot land on
+    # a topic deleted and created again since, whose versions start at 0 again (None: an
+    # operation recorded before the field existed).
+    base_revision: int | None = None
+    revision: int | None = field(default=None, compare=False)   # of the store record (not stored)
 
     @property
     def target_layout(self) -> SegmentLayout:
@@ -108,11 +113,11 @@ class PendingOperation:
 
     def to_json(self) -> bytes:
         return json.dumps({"kind": self.kind, "parentIds": list(self.parent_ids), "baseEpoch": self.base_epoch,
-                           "baseVersion": self.base_version, "target": self.target,
-                           "phase": self.phase}).encode()
+                           "baseVersion": self.base_version, "baseRevision": self.base_revision,
+                           "target": self.target, "phase": self.phase}).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, version: int = -1) -> PendingOperation | None:
+    def from_json(cls, data: bytes, version: int = -1, revision: int | None = None) -> PendingOperation | None:
         """None for the cleared record. A record without a phase (written before phases
         existed) reads as PREPARING: recovery then also looks whether a parent is sealed."""
         raw = json.loads(data)
@@ -122,7 +127,7 @@ class PendingOperation:
         if phase not in PHASES:
             raise ValueError(f"unknown operation phase {phase!r}")
         return cls(raw["kind"], tuple(raw["parentIds"]), raw["baseEpoch"], raw["baseVersion"], raw["target"],
-                   phase, version)
+                   phase, version, raw.get("baseRevision"), revision)
 
 
 @dataclass
@@ -196,22 +201,32 @@ class ScalableTopicResources:
 
     async def load(self, topic: TopicName) -> tuple[SegmentLayout, int]:
         """The layout and the version of its record."""
+        layout, record = await self.load_record(topic)
+        return layout, record.version
+
+    async def load_record(self, topic: TopicName) -> tuple[SegmentLayout, Record]:
+        """The layout and its record (whose version and mod revision an `update` compares)."""
         record = await self.store.get(self.topic_path(topic))
         if record is None:
             raise ScalableTopicNotFoundError(f"scalable topic {topic} does not exist")
         try:
-            return SegmentLayout.from_metadata(record.value), record.version
+            return SegmentLayout.from_metadata(record.value), record
         except LayoutError as error:
             raise LayoutError(f"scalable topic {topic}: {error}") from None
 
     async def load_incarnation(self, topic: TopicName, incarnation: str | None) -> tuple[SegmentLayout, int]:
         """`load`, ScalableTopicNotFoundError also when the layout is of another incarnation (the
         topic was deleted and created again)."""
-        layout, version = await self.load(topic)
+        layout, record = await self._load_incarnation_record(topic, incarnation)
+        return layout, record.version
+
+    async def _load_incarnation_record(self, topic: TopicName, incarnation: str | None
+                                       ) -> tuple[SegmentLayout, Record]:
+        layout, record = await self.load_record(topic)
         if layout.incarnation != incarnation:
             raise ScalableTopicNotFoundError(f"scalable topic {topic} of incarnation {incarnation or 'none'} does "
                                              f"not exist (it is of incarnation {layout.incarnation or 'none'})")
-        return layout, version
+        return layout, record
 
     async def exists(self, topic: TopicName) -> bool:
         return await self.store.exists(self.topic_path(topic))
@@ -225,9 +240,12 @@ class ScalableTopicResources:
             return None
         return layout.incarnation
 
-    async def update(self, topic: TopicName, layout: SegmentLayout, expected_version: int) -> int:
-        """CAS the layout (BadVersionError when someone else changed it); the new version."""
-        record = await self.store.put(self.topic_path(topic), layout.to_json_bytes(), expected_version)
+    async def update(self, topic: TopicName, layout: SegmentLayout, expected_version: int,
+                     expected_revision: int | None = None) -> int:
+        """CAS the layout (BadVersionError when someone else changed it, or when the topic was
+        deleted and created again since `expected_revision`); the new version."""
+        record = await self.store.put(self.topic_path(topic), layout.to_json_bytes(), expected_version,
+                                      expected_mod_revision=expected_revision)
         return record.version
 
     async def delete(self, topic: TopicName, incarnation: str | None) -> None:
@@ -237,7 +255,7 @@ class ScalableTopicResources:
         path = self.topic_path(topic)
         while True:
             try:
-                _, version = await self.load_incarnation(topic, incarnation)
+                _, record = await self._load_incarnation_record(topic, incarnation)
             except ScalableTopicNotFoundError:
                 if await self.is_deleting(topic, incarnation):
                     return                      # removed by another delete of it
@@ -245,8 +263,8 @@ class ScalableTopicResources:
             for child in await self.store.get_children(path):
                 if f"{path}/{child}" != self.deleting_path(topic):
                     await self.store.delete_recursive(f"{path}/{child}")
-            try:
-                await self.store.delete(path, version)
+            try:        # the revision too: not a record of the topic created again meanwhile
+                await self.store.delete(path, record.version, expected_mod_revision=record.mod_revision)
                 return
             except (NotFoundError, BadVersionError):
                 continue                        # changed since read (a split completed): which one is it?
@@ -372,26 +390,31 @@ class ScalableTopicResources:
             written = await self.store.put(path, operation.to_json(), record.version if record is not None else -1)
         except BadVersionError:
             raise BadVersionError(f"another split or merge of {topic} is in progress") from None
-        return replace(operation, version=written.version)
+        return replace(operation, version=written.version, revision=written.mod_revision)
 
     async def pending_operation(self, topic: TopicName) -> PendingOperation | None:
         """The operation in progress (with its record's version), or None."""
         record = await self.store.get(self.operation_path(topic))
-        return PendingOperation.from_json(record.value, record.version) if record is not None else None
+        if record is None:
+            return None
+        return PendingOperation.from_json(record.value, record.version, record.mod_revision)
 
     async def advance_operation(self, topic: TopicName, operation: PendingOperation, phase: str) -> PendingOperation:
-        """Move the operation to `phase`, compare-and-set on the version `operation` was read or
-        written at: BadVersionError when anyone changed or cleared the record since (another
-        leader claimed the operation, or finished it)."""
+        """Move the operation to `phase`, compare-and-set on the version (and mod revision)
+        `operation` was read or written at: BadVersionError when anyone changed or cleared the
+        record since (another leader claimed the operation, or finished it; or the topic was
+        deleted and created again, its record's version starting at 0 again)."""
         moved = replace(operation, phase=phase)
-        written = await self.store.put(self.operation_path(topic), moved.to_json(), operation.version)
-        return replace(moved, version=written.version)
+        written = await self.store.put(self.operation_path(topic), moved.to_json(), operation.version,
+                                       expected_mod_revision=operation.revision)
+        return replace(moved, version=written.version, revision=written.mod_revision)
 
     async def end_operation(self, topic: TopicName, operation: PendingOperation) -> bool:
         """Clear the record if it is still `operation` at the version read or written (not a
         newer leader's claim of it, nor another operation); whether it was cleared."""
         try:
-            await self.store.put(self.operation_path(topic), IDLE, operation.version)
+            await self.store.put(self.operation_path(topic), IDLE, operation.version,
+                                 expected_mod_revision=operation.revision)
             return True
         except BadVersionError:       # includes a missing record
             return False
