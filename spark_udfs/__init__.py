@@ -10,6 +10,9 @@ Reading a broker's data dir (read-only, safe while the broker runs)::
               .load("/var/lib/pyengine/data"))                  # isolation=read_committed
     orders.groupBy("key").count().show()
 
+As a stream (`spark.readStream.format("pyengine")`, the same options but `endPosition`):
+each micro-batch reads what became readable since the last one (`spark_udfs.stream`).
+
 The rows are exactly what a READ_COMMITTED consumer receives, one per message (batches are
 expanded): nothing of aborted or still-open transactions, nothing past a topic's read horizon,
 no commit/abort markers. `isolation=read_uncommitted` gives every message (committed or not);

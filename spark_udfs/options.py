@@ -11,6 +11,9 @@
 | `maxBatchRows` | 65536 | rows per Arrow batch the reader yields (about) |
 | `maxPartitionEntries` | 100000 | a ledger with more entries is read by several partitions |
 | `filterPushdown` | `false` | `true`: comparisons on `topic`, `ledger_id` and `entry_id` narrow what is planned and read (see `spark_udfs.source`). Off by default: Spark 4.3 keeps the read plan of the last pushed-down scan on the loaded DataFrame and reuses it for its other scans, so with it on a DataFrame read again (unfiltered, or with other filters, or twice in one query) gets the rows of another scan's filters. Turn it on only for a DataFrame scanned once; narrowing by `topics`, `startPosition` and `endPosition` is always safe. |
+
+A stream (`spark.readStream`, `spark_udfs.stream`) takes the same options but `endPosition` and
+`filterPushdown`, which it refuses.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualNullSafe,
     EqualTo,
     Filter,
@@ -99,10 +100,21 @@ class PyengineDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> PyengineReader:
-        if [f.name for f in schema.fields] != SCHEMA.fieldNames():
-            raise OptionError("the pyengine data source has a fixed schema (spark_udfs.SCHEMA): "
-                              "select columns after load() instead of passing a schema")
+        _check_schema(schema)
         return PyengineReader(parse_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """`spark.readStream.format("pyengine")`: see `spark_udfs.stream`."""
+        from spark_udfs.stream import PyengineStreamReader
+
+        _check_schema(schema)
+        return PyengineStreamReader(parse_options(self.options))
+
+
+def _check_schema(schema: StructType) -> None:
+    if [f.name for f in schema.fields] != SCHEMA.fieldNames():
+        raise OptionError("the pyengine data source has a fixed schema (spark_udfs.SCHEMA): "
+                          "select columns after load() instead of passing a schema")
 
 
 class _Bounds:
@@ -253,42 +265,49 @@ class PyengineReader(DataSourceReader):
     # --- reading (in the workers) -----------------------------------------------------------
 
     def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
-        from core_ext.records import decode_entries, entry_headers
-
-        options = self.options
-        prepared = _prepared(self.state) if self.state is not None else None
         wanted_entries = self.entry_bounds.values
         entry_set = np.fromiter(wanted_entries, np.int64) if wanted_entries is not None else None
-        start = Position(partition.ledger_id, partition.first_entry)
-        end = Position(partition.ledger_id, partition.last_entry)
-        target = options.max_batch_rows
-        chunk = min(_FIRST_CHUNK, target)
-        with StoreReader(options.path) as store, store.view() as view:
-            position = start
-            while position <= end:
-                raw = next(view.iter_raw(partition.topic_id, position, end, chunk), None)
-                if raw is None:
-                    break
-                ledgers, entries, values = raw
-                ledger_ids = np.array(ledgers, dtype=np.int64)
-                entry_ids = np.array(entries, dtype=np.int64)
-                marker, most, least, count, _publish = entry_headers(values)
-                if prepared is not None:
-                    keep = prepared.topic_mask(partition.topic, ledger_ids, entry_ids, most, least, marker != 0)
-                elif not options.include_markers:
-                    keep = marker == 0
-                else:
-                    keep = None
-                if entry_set is not None:
-                    in_set = np.isin(entry_ids, entry_set)
-                    keep = in_set if keep is None else keep & in_set
-                if keep is None or keep.any():
-                    columns = decode_entries(ledger_ids, entry_ids, values, keep)
-                    if columns["rows"]:
-                        yield record_batch(partition.topic, columns)
-                position = Position(ledgers[-1], entries[-1]).next()
-                messages = max(1, int(count.sum()))
-                chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, len(values) * target // messages))
+        yield from read_partition(self.options, self.state, partition, entry_set)
+
+
+def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerPartition,
+                   entry_set: np.ndarray | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of `partition` (in a worker): READ_COMMITTED decided per entry with `state`
+    (a TxnState's bytes covering the partition's topic), or every message (read_uncommitted);
+    `entry_set`: only these entry ids."""
+    from core_ext.records import decode_entries, entry_headers
+
+    prepared = _prepared(state) if state is not None else None
+    start = Position(partition.ledger_id, partition.first_entry)
+    end = Position(partition.ledger_id, partition.last_entry)
+    target = options.max_batch_rows
+    chunk = min(_FIRST_CHUNK, target)
+    with StoreReader(options.path) as store, store.view() as view:
+        position = start
+        while position <= end:
+            raw = next(view.iter_raw(partition.topic_id, position, end, chunk), None)
+            if raw is None:
+                break
+            ledgers, entries, values = raw
+            ledger_ids = np.array(ledgers, dtype=np.int64)
+            entry_ids = np.array(entries, dtype=np.int64)
+            marker, most, least, count, _publish = entry_headers(values)
+            if prepared is not None:
+                keep = prepared.topic_mask(partition.topic, ledger_ids, entry_ids, most, least, marker != 0)
+            elif not options.include_markers:
+                keep = marker == 0
+            else:
+                keep = None
+            if entry_set is not None:
+                in_set = np.isin(entry_ids, entry_set)
+                keep = in_set if keep is None else keep & in_set
+            if keep is None or keep.any():
+                columns = decode_entries(ledger_ids, entry_ids, values, keep)
+                if columns["rows"]:
+                    yield record_batch(partition.topic, columns)
+            position = Position(ledgers[-1], entries[-1]).next()
+            messages = max(1, int(count.sum()))
+            chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, len(values) * target // messages))
 
 
 _PREPARED: dict[bytes, PreparedState] = {}
@@ -305,4 +324,4 @@ def _prepared(raw: bytes) -> PreparedState:
     return prepared
 
 
-__all__ = ["LedgerPartition", "PyengineDataSource", "PyengineReader"]
+__all__ = ["LedgerPartition", "PyengineDataSource", "PyengineReader", "read_partition"]

@@ -1,0 +1,172 @@
+"""`spark.readStream.format("pyengine")` (spark_udfs.stream): each micro-batch gets what became
+readable since the last one, as a READ_COMMITTED consumer receives it: nothing of an open
+transaction (nor what is behind it) until it ends, nothing aborted, every message once.
+
+A `pyengine serve` broker keeps running beside the reader (which opens the data dir
+read-only, as Spark's processes do; LMDB allows one environment per process, so not beside an
+embedded broker). The offsets and the partitions are driven as Spark drives them, and one test
+runs a real streaming query (availableNow, restarted from its checkpoint)."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pytest
+
+from pyengine.client import Client
+from pyengine.testing import ServeProcess, serving
+from spark_udfs import SCHEMA
+from spark_udfs.options import OptionError
+from spark_udfs.schema import ARROW_SCHEMA
+from spark_udfs.source import PyengineDataSource
+from spark_udfs.stream import PyengineStreamReader
+
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> ServeProcess:
+    with serving(tmp_path_factory.mktemp("stream") / "data") as process:
+        yield process
+
+
+@pytest.fixture
+async def broker(served):
+    async with Client(served.url) as client:
+        yield client
+
+
+@pytest.fixture
+def topic(request) -> str:
+    """A topic of this test's own (the module's broker is shared)."""
+    return "persistent://public/default/" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[-60:]
+
+
+def stream_reader(served, **options) -> PyengineStreamReader:
+    return PyengineDataSource({"path": str(served.data_dir), **options}).streamReader(SCHEMA)
+
+
+class MicroBatches:
+    """Drives a stream reader as Spark does: offsets from the last end, partitions, reads."""
+
+    def __init__(self, reader: PyengineStreamReader) -> None:
+        self.reader = reader
+        self.offset = reader.initialOffset()
+
+    def next(self) -> list[bytes]:
+        end = self.reader.latestOffset(self.offset, None)
+        parts = self.reader.partitions(self.offset, end)
+        batches = [batch for part in parts for batch in self.reader.read(part)]
+        self.reader.commit(end)
+        self.offset = end
+        return sorted(pa.Table.from_batches(batches, schema=ARROW_SCHEMA).column("value").to_pylist())
+
+
+async def test_each_micro_batch_gets_what_became_readable_since_the_last(served, broker, topic):
+    producer = await broker.create_producer(topic)
+    await producer.send(b"plain-1")
+    batches = MicroBatches(stream_reader(served, topics=topic))
+    assert batches.next() == [b"plain-1"]
+    assert batches.next() == []                           # nothing new
+    committed, aborted, open_txn = [await broker.new_transaction() for _ in range(3)]
+    await producer.send(b"committed", txn=committed)
+    await producer.send(b"aborted", txn=aborted)
+    await producer.send(b"open", txn=open_txn)
+    await producer.send(b"behind-open")
+    await committed.commit()
+    await aborted.abort()
+    assert batches.next() == [b"committed"]               # the open txn holds back what follows it
+    await open_txn.commit()
+    assert batches.next() == [b"behind-open", b"open"]
+    late = await broker.new_transaction()
+    await producer.send(b"late", txn=late)
+    await late.abort()
+    await producer.send(b"plain-2")
+    assert batches.next() == [b"plain-2"]
+
+
+async def test_read_uncommitted_gets_every_message_as_stored(served, broker, topic):
+    producer = await broker.create_producer(topic)
+    batches = MicroBatches(stream_reader(served, topics=topic, isolation="read_uncommitted"))
+    txn = await broker.new_transaction()
+    await producer.send(b"open", txn=txn)
+    await producer.send(b"plain")
+    assert batches.next() == [b"open", b"plain"]
+    await txn.abort()
+    assert batches.next() == []                           # the abort marker is no message
+
+
+async def test_latest_starts_at_what_becomes_readable_after_the_start(served, broker, topic):
+    producer = await broker.create_producer(topic)
+    await producer.send(b"before")
+    open_txn = await broker.new_transaction()
+    await producer.send(b"open", txn=open_txn)
+    await producer.send(b"behind-open")                   # not readable yet at the start
+    batches = MicroBatches(stream_reader(served, topics=topic, startPosition="latest"))
+    await open_txn.commit()
+    await producer.send(b"after")
+    assert batches.next() == [b"after", b"behind-open", b"open"]
+
+
+async def test_topics_of_a_pattern_created_later_are_read_from_their_beginning(served, broker, topic):
+    await (await broker.create_producer(topic + "-a")).send(b"first")
+    batches = MicroBatches(stream_reader(served, topics=topic + "-*"))
+    assert batches.next() == [b"first"]
+    await (await broker.create_producer(topic + "-b")).send(b"other")
+    assert batches.next() == [b"other"]
+
+
+async def test_partitions_of_a_micro_batch_split_large_ledgers(served, broker, topic):
+    producer = await broker.create_producer(topic)
+    for i in range(7):
+        await producer.send(b"%d" % i)
+    reader = stream_reader(served, topics=topic, maxPartitionEntries="3")
+    start = reader.initialOffset()
+    parts = reader.partitions(start, reader.latestOffset(start, None))
+    assert [(p.first_entry, p.last_entry) for p in parts] == [(0, 2), (3, 5), (6, 6)]
+    assert len({p.ledger_id for p in parts}) == 1
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"endPosition": "1:0"}, "endPosition applies to batch reads"),
+    ({"filterPushdown": "true"}, "filterPushdown applies to batch reads"),
+    ({"startPosition": '{"persistent://public/default/nope": "1:0"}'}, "not among the topics read"),
+    ({"isolation": "serializable"}, "isolation must be one of"),
+])
+async def test_bad_options_are_refused(served, broker, topic, options, message):
+    await (await broker.create_producer(topic)).send(b"x")
+    with pytest.raises(OptionError, match=message):
+        stream_reader(served, topics=topic, **options).initialOffset()
+
+
+def test_a_malformed_offset_is_a_clear_error(served, topic):
+    reader = stream_reader(served, topics="public/default")
+    for offset, message in [([1, 2], "not an offset"), ({topic: "x:y"}, "must be earliest, latest, LEDGER:ENTRY"),
+                            ({topic: "latest"}, "must be LEDGER:ENTRY")]:
+        with pytest.raises(OptionError, match=message):
+            reader.partitions(offset, offset)
+
+
+async def test_a_streaming_query_resumes_from_its_checkpoint(spark, served, broker, topic, tmp_path):
+    """A real Structured Streaming query (availableNow, into a Parquet sink), stopped and
+    started again on its checkpoint: the second run adds only what became readable in between,
+    each message once."""
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+
+    def run() -> list[bytes]:
+        query = (spark.readStream.format("pyengine").option("topics", topic).load(str(served.data_dir))
+                 .select("value").writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return sorted(bytes(row.value) for row in spark.read.parquet(str(out)).collect())
+
+    producer = await broker.create_producer(topic)
+    open_txn = await broker.new_transaction()
+    await producer.send(b"one")
+    await producer.send(b"open", txn=open_txn)
+    await producer.send(b"behind-open")
+    assert run() == [b"one"]
+    await open_txn.commit()
+    await producer.send(b"two")
+    assert run() == [b"behind-open", b"one", b"open", b"two"]
