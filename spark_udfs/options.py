@@ -10,10 +10,11 @@
 | `endPosition` | `latest` | last position read, inclusive (`latest`: the last entry stored when the query is planned), or a JSON object as for `startPosition`; `earliest` is refused |
 | `maxBatchRows` | 65536 | rows per Arrow batch the reader yields (about) |
 | `maxPartitionEntries` | 100000 | a ledger with more entries is read by several partitions |
+| `maxEntriesPerTrigger` | none | streams only: at most about this many entries per micro-batch, shared among the topics (`spark_udfs.stream`) |
 | `filterPushdown` | `false` | `true`: comparisons on `topic`, `ledger_id` and `entry_id` narrow what is planned and read (see `spark_udfs.source`). Off by default: Spark 4.3 keeps the read plan of the last pushed-down scan on the loaded DataFrame and reuses it for its other scans, so with it on a DataFrame read again (unfiltered, or with other filters, or twice in one query) gets the rows of another scan's filters. Turn it on only for a DataFrame scanned once; narrowing by `topics`, `startPosition` and `endPosition` is always safe. |
 
 A stream (`spark.readStream`, `spark_udfs.stream`) takes the same options but `endPosition` and
-`filterPushdown`, which it refuses.
+`filterPushdown`, which it refuses; `maxEntriesPerTrigger` is for streams only.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 ISOLATIONS = (READ_COMMITTED, READ_UNCOMMITTED)
 KNOWN = ("path", "paths", "topics", "isolation", "includemarkers", "startposition", "endposition",
-         "maxbatchrows", "maxpartitionentries", "filterpushdown")
+         "maxbatchrows", "maxpartitionentries", "filterpushdown", "maxentriespertrigger")
 _SPELLING = {"includemarkers": "includeMarkers", "startposition": "startPosition", "endposition": "endPosition",
              "maxbatchrows": "maxBatchRows", "maxpartitionentries": "maxPartitionEntries",
-             "filterpushdown": "filterPushdown"}
+             "filterpushdown": "filterPushdown", "maxentriespertrigger": "maxEntriesPerTrigger"}
 
 
 class OptionError(ValueError):
@@ -64,6 +65,7 @@ class ReadOptions:
     max_batch_rows: int = 65536
     max_partition_entries: int = 100_000
     filter_pushdown: bool = False
+    max_entries_per_trigger: int | None = None      # streams only
 
     @property
     def read_committed(self) -> bool:
@@ -103,6 +105,8 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         max_batch_rows=_positive("maxBatchRows", given.get("maxbatchrows", 65536)),
         max_partition_entries=_positive("maxPartitionEntries", given.get("maxpartitionentries", 100_000)),
         filter_pushdown=_bool("filterPushdown", given.get("filterpushdown", "false")),
+        max_entries_per_trigger=(_positive("maxEntriesPerTrigger", given["maxentriespertrigger"])
+                                 if given.get("maxentriespertrigger") is not None else None),
     )
 
 

@@ -101,7 +101,10 @@ class PyengineDataSource(DataSource):
 
     def reader(self, schema: StructType) -> PyengineReader:
         _check_schema(schema)
-        return PyengineReader(parse_options(self.options))
+        options = parse_options(self.options)
+        if options.max_entries_per_trigger is not None:
+            raise OptionError("maxEntriesPerTrigger applies to streams (spark.readStream), not to batch reads")
+        return PyengineReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """`spark.readStream.format("pyengine")`: see `spark_udfs.stream`."""

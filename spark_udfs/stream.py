@@ -21,6 +21,11 @@ only and refused here):
 * Topics matched by a pattern (`topics` a namespace or glob) that appear later are read from
   their beginning, as Spark's Kafka source reads new partitions; a topic deleted while the
   query runs is no longer planned.
+* `maxEntriesPerTrigger` (as Kafka's maxOffsetsPerTrigger): at most about that many entries per
+  micro-batch (a batched entry holds several messages), shared among the topics in proportion
+  to what each has to read, each topic with something to read getting at least one. With
+  `Trigger.AvailableNow` the query reads what was readable when it started, in as many
+  micro-batches as the limit needs, and stops.
 
 Restarting a query from its checkpoint resumes at the checkpointed offsets. Entries trimmed by
 retention before a micro-batch reads them are not there to read (Kafka's failOnDataLoss=false).
@@ -32,6 +37,7 @@ from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from pyengine.storage.reader import TopicInfo
 from pyengine_kernels import Position
@@ -50,7 +56,7 @@ class StreamPartition(LedgerPartition):
         self.state = state
 
 
-class PyengineStreamReader(DataSourceStreamReader):
+class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         if options.end != PositionSpec("latest"):
             raise OptionError("endPosition applies to batch reads: a stream reads on as topics grow "
@@ -58,6 +64,17 @@ class PyengineStreamReader(DataSourceStreamReader):
         if options.filter_pushdown:
             raise OptionError("filterPushdown applies to batch reads (spark.read), not to streams")
         self.options = options
+        self._target: dict[str, Position] | None = None     # Trigger.AvailableNow: where to stop
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_entries_per_trigger
+        return ReadMaxRows(limit) if limit is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Read up to what is readable now, whatever comes after."""
+        with open_snapshot(self.options.path) as snapshot:
+            self._target = {name: self._readable_end(snapshot, snapshot.view.topic(name))
+                            for name in self._topics(snapshot)}
 
     # --- offsets (on the driver) -----------------------------------------------------------
 
@@ -76,15 +93,23 @@ class PyengineStreamReader(DataSourceStreamReader):
                 offset[name] = str(position)
         return offset
 
-    def latestOffset(self, start: dict, limit=None) -> dict:
-        """Every topic moved to just after what is readable now (never back)."""
+    def latestOffset(self, start: dict, limit: ReadLimit | None = None) -> dict:
+        """Every topic moved to just after what is readable now (never back), or, under a
+        ReadMaxRows limit, by its share of that many entries."""
         begin = _positions(start)
         with open_snapshot(self.options.path) as snapshot:
-            names = self._topics(snapshot)
             end = dict(begin)
-            for name in names:
-                readable = self._readable_end(snapshot, snapshot.view.topic(name))
+            infos = {}
+            for name in self._topics(snapshot):
+                if self._target is not None and name not in self._target:
+                    continue                    # appeared after an AvailableNow query started
+                infos[name] = info = snapshot.view.topic(name)
+                readable = self._readable_end(snapshot, info)
+                if self._target is not None:
+                    readable = min(readable, self._target[name])
                 end[name] = max(begin.get(name, Position.EARLIEST), readable)
+            if isinstance(limit, ReadMaxRows):
+                end.update(_rate_limited(infos, begin, end, limit.max_rows))
         return {name: str(position) for name, position in end.items()}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -138,18 +163,48 @@ def _positions(offset: Mapping) -> dict[str, Position]:
     return positions
 
 
-def _plan(info: TopicInfo, first: Position, after: Position, step: int, state: bytes | None) -> list[InputPartition]:
-    """Partitions of the entries at `first` or after and before `after`."""
-    parts: list[InputPartition] = []
+def _spans(info: TopicInfo, first: Position, after: Position) -> Iterator[tuple[int, int, int]]:
+    """(ledger id, first entry, last entry) of the entries at `first` or after, before `after`."""
     for ledger in info.ledgers:
         lid = ledger.ledger_id
         if not ledger.entries or not first.ledger_id <= lid <= after.ledger_id:
             continue
         low = max(ledger.first_entry, first.entry_id if lid == first.ledger_id else -1)
         high = min(ledger.last_entry, after.entry_id - 1 if lid == after.ledger_id else ledger.last_entry)
-        for chunk in range(low, high + 1, step):
-            parts.append(StreamPartition(info.name, info.topic_id, lid, chunk, min(high, chunk + step - 1), state))
-    return parts
+        if low <= high:
+            yield lid, low, high
+
+
+def _rate_limited(infos: dict[str, TopicInfo], begin: dict[str, Position], end: dict[str, Position],
+                  max_entries: int) -> dict[str, Position]:
+    """The ends of the topics that have more than their share of `max_entries` to read, moved
+    back to that share (as Kafka's maxOffsetsPerTrigger: in proportion to what each has, at
+    least one entry each)."""
+    available = {name: sum(high - low + 1 for _, low, high in _spans(info, begin.get(name, Position.EARLIEST),
+                                                                     end[name]))
+                 for name, info in infos.items()}
+    total = sum(available.values())
+    if total <= max_entries:
+        return {}
+    limited = {}
+    for name, count in available.items():
+        if not count:
+            continue
+        share = max(1, count * max_entries // total)
+        if share >= count:
+            continue
+        for lid, low, high in _spans(infos[name], begin.get(name, Position.EARLIEST), end[name]):
+            if share <= high - low + 1:
+                limited[name] = Position(lid, low + share)     # after the share's last entry
+                break
+            share -= high - low + 1
+    return limited
+
+
+def _plan(info: TopicInfo, first: Position, after: Position, step: int, state: bytes | None) -> list[InputPartition]:
+    """Partitions of the entries at `first` or after and before `after`."""
+    return [StreamPartition(info.name, info.topic_id, lid, chunk, min(high, chunk + step - 1), state)
+            for lid, low, high in _spans(info, first, after) for chunk in range(low, high + 1, step)]
 
 
 __all__ = ["PyengineStreamReader", "StreamPartition"]

@@ -54,7 +54,7 @@ class MicroBatches:
         self.offset = reader.initialOffset()
 
     def next(self) -> list[bytes]:
-        end = self.reader.latestOffset(self.offset, None)
+        end = self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit())
         parts = self.reader.partitions(self.offset, end)
         batches = [batch for part in parts for batch in self.reader.read(part)]
         self.reader.commit(end)
@@ -127,8 +127,40 @@ async def test_partitions_of_a_micro_batch_split_large_ledgers(served, broker, t
     assert len({p.ledger_id for p in parts}) == 1
 
 
+async def test_max_entries_per_trigger_shares_a_micro_batch_among_the_topics(served, broker, topic):
+    big, small = await broker.create_producer(topic + "-big"), await broker.create_producer(topic + "-small")
+    for i in range(10):
+        await big.send(b"big-%d" % i)
+    for i in range(2):
+        await small.send(b"small-%d" % i)
+    batches = MicroBatches(stream_reader(served, topics=topic + "-*", maxEntriesPerTrigger="4"))
+    # 12 entries, 4 a micro-batch: 3 of the big topic's and 1 of the small one's, in order
+    assert batches.next() == [b"big-0", b"big-1", b"big-2", b"small-0"]
+    seen = []
+    while batch := batches.next():
+        assert len(batch) <= 4
+        seen += batch
+    assert sorted(seen) == sorted([b"big-%d" % i for i in range(3, 10)] + [b"small-1"])
+
+
+async def test_available_now_reads_what_was_readable_at_its_start(served, broker, topic):
+    producer = await broker.create_producer(topic)
+    for i in range(5):
+        await producer.send(b"%d" % i)
+    reader = stream_reader(served, topics=topic, maxEntriesPerTrigger="2")
+    batches = MicroBatches(reader)
+    reader.prepareForTriggerAvailableNow()
+    await producer.send(b"later")                         # after the start: not for this run
+    got = []
+    while batch := batches.next():
+        got += batch
+    assert got == [b"0", b"1", b"2", b"3", b"4"]
+    assert reader.latestOffset(batches.offset, reader.getDefaultReadLimit()) == batches.offset
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"endPosition": "1:0"}, "endPosition applies to batch reads"),
+    ({"maxEntriesPerTrigger": "0"}, "maxEntriesPerTrigger must be a positive integer"),
     ({"filterPushdown": "true"}, "filterPushdown applies to batch reads"),
     ({"startPosition": '{"persistent://public/default/nope": "1:0"}'}, "not among the topics read"),
     ({"isolation": "serializable"}, "isolation must be one of"),
@@ -137,6 +169,12 @@ async def test_bad_options_are_refused(served, broker, topic, options, message):
     await (await broker.create_producer(topic)).send(b"x")
     with pytest.raises(OptionError, match=message):
         stream_reader(served, topics=topic, **options).initialOffset()
+
+
+def test_a_batch_read_refuses_max_entries_per_trigger(served):
+    source = PyengineDataSource({"path": str(served.data_dir), "maxEntriesPerTrigger": "5"})
+    with pytest.raises(OptionError, match="maxEntriesPerTrigger applies to streams"):
+        source.reader(SCHEMA)
 
 
 def test_a_malformed_offset_is_a_clear_error(served, topic):
@@ -170,3 +208,17 @@ async def test_a_streaming_query_resumes_from_its_checkpoint(spark, served, brok
     await open_txn.commit()
     await producer.send(b"two")
     assert run() == [b"behind-open", b"one", b"open", b"two"]
+
+
+async def test_a_rate_limited_available_now_query_reads_all_in_several_micro_batches(spark, served, broker, topic,
+                                                                                       tmp_path):
+    producer = await broker.create_producer(topic)
+    for i in range(5):
+        await producer.send(b"%d" % i)
+    query = (spark.readStream.format("pyengine").option("topics", topic).option("maxEntriesPerTrigger", "2")
+             .load(str(served.data_dir)).select("value").writeStream.format("memory").queryName("rate_limited")
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert sorted(bytes(row.value) for row in spark.table("rate_limited").collect()) == [b"%d" % i for i in range(5)]
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [2, 2, 1]
