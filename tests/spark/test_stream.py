@@ -222,3 +222,25 @@ async def test_a_rate_limited_available_now_query_reads_all_in_several_micro_bat
     assert query.exception() is None
     assert sorted(bytes(row.value) for row in spark.table("rate_limited").collect()) == [b"%d" % i for i in range(5)]
     assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [2, 2, 1]
+
+
+async def test_a_scalable_topic_streams_read_committed_across_a_split(served, broker, topic):
+    """v5 (PIP-473): the segments' transaction state is in the metadata store; a split's
+    children appear while the query runs and are read from their start."""
+    name = topic.rsplit("/", 1)[1]
+    scalable = f"topic://public/default/{name}"
+    served.admin("PUT", f"/admin/v2/scalable/public/default/{name}?numInitialSegments=1")
+    producer = await broker.create_producer(scalable)
+    committed, open_txn = [await broker.new_transaction(scalable=True) for _ in range(2)]
+    await producer.send(b"plain", key="k")
+    await producer.send(b"committed", key="k", txn=committed)
+    await producer.send(b"open", key="k", txn=open_txn)
+    await producer.send(b"behind-open", key="k")
+    await committed.commit()
+    batches = MicroBatches(stream_reader(served, topics=scalable))
+    assert batches.next() == [b"committed", b"plain"]
+    await open_txn.commit()
+    served.admin("POST", f"/admin/v2/scalable/public/default/{name}/split/0")
+    for key in ("a", "b", "c", "d"):
+        await producer.send(key.encode(), key=key)
+    assert batches.next() == [b"a", b"b", b"behind-open", b"c", b"d", b"open"]
