@@ -94,6 +94,13 @@ def msg_key(message_id: MessageId) -> tuple[int, int, int]:
     return (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
 
 
+def acknowledged_id(message_id: MessageId) -> tuple[int, int, int] | None:
+    """A send's id as its receipt gave it; None for a resend (after a reconnect) that the
+    broker's de-duplication found stored already: Pulsar answers it with ledger and entry -1,
+    so the id it was stored at is not known, only that it was stored."""
+    return msg_key(message_id) if message_id.ledger_id >= 0 else None
+
+
 class EndTxnDelayProxy:
     """A TCP proxy to the broker that holds each client->broker END_TXN frame for a random
     time (`delay()`), letting the other frames pass (a delayed END_TXN may so arrive after
@@ -273,7 +280,7 @@ class Soak:
                             h.complete(name, SEND, INFO, txn=t, topic=topic, value=value, error=repr(exc))
                             sends_ok = False
                             break
-                        h.complete(name, SEND, OK, txn=t, topic=topic, value=value, msg_id=msg_key(message_id))
+                        h.complete(name, SEND, OK, txn=t, topic=topic, value=value, msg_id=acknowledged_id(message_id))
                     if not sends_ok:
                         break
                 if let_time_out:
