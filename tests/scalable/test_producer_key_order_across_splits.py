@@ -59,9 +59,13 @@ def segment_producer(producer, segment_id: int) -> PartitionProducer:
 
 
 async def hold_split(scalable, segment_id: int):
-    """Start splitting `segment_id`; returns (split task, publish event) once the parent is
-    sealed: the layout is published when the test sets the event."""
-    controller = await scalable.leader(T)
+    """Start splitting `segment_id` of T; returns (split task, publish event) once the parent
+    is sealed: the layout is published when the test sets the event."""
+    return await hold_controller_split(await scalable.leader(T), segment_id)
+
+
+async def hold_controller_split(controller, segment_id: int):
+    """`hold_split` by a given controller."""
     sealed, publish = asyncio.Event(), asyncio.Event()
 
     async def hold(step):

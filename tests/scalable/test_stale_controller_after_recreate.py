@@ -4,14 +4,13 @@ layout record starts at version 0 again, so a compare-and-set on the version alo
 operation land on it (the old incarnation's layout over the new topic); the CAS also compares
 the record's mod revision, which is never reused (metadata store, expected_mod_revision)."""
 
-import asyncio
-
 import pytest
 
 from pyengine.metadata import BadVersionError
 from pyengine.scalable.resources import PendingOperation
 from pyengine.scalable.service import scalable_topic_name
 from tests.scalable.conftest import TOPIC
+from tests.scalable.test_producer_key_order_across_splits import hold_controller_split
 
 NAME = scalable_topic_name(TOPIC)
 
@@ -21,16 +20,8 @@ async def test_a_controller_late_to_learn_of_a_delete_leaves_the_new_topics_layo
     b = await services("b")
     await a.create_topic(TOPIC, 1)
     leader = await a.controller(TOPIC)
-    sealed, go_on = asyncio.Event(), asyncio.Event()
-
-    async def hold(step):
-        if step == "terminate":
-            sealed.set()
-            await go_on.wait()
-    leader.fault = hold
     leader._check_leading = lambda: None          # its election has not heard of the delete yet
-    split = asyncio.ensure_future(leader.split_segment(0))
-    await asyncio.wait_for(sealed.wait(), 5)       # the parent sealed, the layout not written yet
+    split, go_on = await hold_controller_split(leader, 0)    # the parent sealed, the layout not written yet
     await b.delete_topic(TOPIC)
     new = await b.create_topic(TOPIC, 1)           # its layout record: version 0, as the old one's
     go_on.set()
