@@ -227,9 +227,7 @@ class EtcdMetadataStore(MetadataStore):
         else:
             response = await self._txn([_cmp(key, "VERSION", "EQUAL", expected_version + 1)] + revision_check, [put])
         if not response.succeeded:
-            expected = [f"version {expected_version}"] if expected_version is not None else []
-            expected += [f"revision {expected_mod_revision}"] if expected_mod_revision is not None else []
-            raise BadVersionError(f"{path}: expected {' and '.join(expected)} does not match")
+            raise _mismatch(path, expected_version, expected_mod_revision)
         revision = response.header.revision
         prev = response.responses[0].response_put.prev_kv
         if prev.create_revision:
@@ -318,8 +316,7 @@ class EtcdMetadataStore(MetadataStore):
         if not response.succeeded:
             if not response.responses[0].response_range.kvs:
                 raise NotFoundError(f"{path} does not exist")
-            raise BadVersionError(f"{path}: expected version {expected_version} / revision "
-                                  f"{expected_mod_revision} does not match")
+            raise _mismatch(path, expected_version, expected_mod_revision)
 
     async def _delete_indexed(self, path: str, expected: int | None, expected_mod_revision: int | None = None
                               ) -> None:
@@ -554,3 +551,10 @@ class EtcdMetadataStore(MetadataStore):
             await self._rpc(self.client.leasestub.LeaseRevoke, rpc.LeaseRevokeRequest(ID=session.id), "close the session")
         except SessionExpiredError:
             pass
+
+
+def _mismatch(path: str, version: int | None, revision: int | None) -> BadVersionError:
+    """A failed compare of a put or delete: what it expected."""
+    expected = [f"version {version}"] if version is not None else []
+    expected += [f"revision {revision}"] if revision is not None else []
+    return BadVersionError(f"{path}: expected {' and '.join(expected) or 'the record'} does not match")
