@@ -596,13 +596,25 @@ class MetadataStore(abc.ABC):
         self._check_open()
         await self._delete(path, expected_version, expected_mod_revision)
 
-    async def delete_recursive(self, path: str) -> None:
+    async def delete_recursive(self, path: str, *, guard_path: str | None = None,
+                               guard_mod_revision: int | None = None) -> None:
         """Delete the record at `path` and every record below `path/` (and the sequence
         counters of those parents). Atomic on the local backends; on etcd one record at a time,
-        as Pulsar's `deleteRecursive`."""
+        as Pulsar's `deleteRecursive`.
+
+        With a guard, each record is deleted only while the record at `guard_path` is the one
+        last written at `guard_mod_revision`; `BadVersionError` once it is not (the local
+        backends then delete nothing; on etcd what went while the guard held stays deleted).
+        A mod revision is never reused, so a guard also tells a record deleted and written
+        again from the one it read."""
         check_path(path)
+        if (guard_path is None) != (guard_mod_revision is None):
+            raise ValueError("a guard is a path and a mod revision: give both or neither")
+        if guard_path is not None:
+            check_path(guard_path)
+            guard_mod_revision = check_mod_revision(guard_mod_revision)
         self._check_open()
-        await self._delete_recursive(path)
+        await self._delete_recursive(path, None if guard_path is None else (guard_path, guard_mod_revision))
 
     async def get_children(self, path: str) -> list[str]:
         """Sorted names of the next path segments of the records below `path/`."""
@@ -735,7 +747,7 @@ class MetadataStore(abc.ABC):
                       ) -> None: ...
 
     @abc.abstractmethod
-    async def _delete_recursive(self, path: str) -> None: ...
+    async def _delete_recursive(self, path: str, guard: tuple[str, int] | None) -> None: ...
 
     @abc.abstractmethod
     async def _get_children(self, path: str) -> list[str]: ...

@@ -318,8 +318,8 @@ class EtcdMetadataStore(MetadataStore):
                 raise NotFoundError(f"{path} does not exist")
             raise _mismatch(path, expected_version, expected_mod_revision)
 
-    async def _delete_indexed(self, path: str, expected: int | None, expected_mod_revision: int | None = None
-                              ) -> None:
+    async def _delete_indexed(self, path: str, expected: int | None, expected_mod_revision: int | None = None,
+                              guard: tuple[str, int] | None = None) -> None:
         key = self._rkey(path)
         while True:
             kv = await self._get_kv(path)
@@ -332,11 +332,29 @@ class EtcdMetadataStore(MetadataStore):
                                       f"expected revision {expected_mod_revision}")
             entries = decode_remote(kv.value)[1]
             ops = [_op_delete(key)] + self._entry_ops(path, entries, [], 0)
-            response = await self._txn([_cmp(key, "MOD", "EQUAL", kv.mod_revision)], ops)
+            response = await self._guarded_txn([_cmp(key, "MOD", "EQUAL", kv.mod_revision)], ops, guard)
             if response.succeeded:
                 return
 
-    async def _delete_recursive(self, path: str) -> None:
+    async def _guarded_txn(self, compare: list, success: list, guard: tuple[str, int] | None) -> Any:
+        """`_txn` that also compares the guard record's mod revision (BadVersionError when the
+        guard is what failed it)."""
+        if guard is None:
+            return await self._txn(compare, success)
+        guard_path, guard_revision = guard
+        guard_key = self._rkey(guard_path)
+        response = await self._txn(compare + [_cmp(guard_key, "MOD", "EQUAL", guard_revision)], success,
+                                   [_op_range(guard_key)])
+        if not response.succeeded:
+            kvs = response.responses[0].response_range.kvs
+            if not kvs:
+                raise BadVersionError(f"{guard_path} does not exist, expected its revision {guard_revision}")
+            if kvs[0].mod_revision != guard_revision:
+                raise BadVersionError(f"{guard_path} was last written at revision {kvs[0].mod_revision}, "
+                                      f"expected revision {guard_revision}")
+        return response
+
+    async def _delete_recursive(self, path: str, guard: tuple[str, int] | None) -> None:
         base = self._rkey(path + "/")
         paths = []
         if await self._get_kv(path) is not None:
@@ -353,16 +371,16 @@ class EtcdMetadataStore(MetadataStore):
             try:
                 kv = await self._get_kv(victim)
                 if kv is not None and decode_remote(kv.value)[1]:
-                    await self._delete_indexed(victim, None)
+                    await self._delete_indexed(victim, None, guard=guard)
                 elif kv is not None:
-                    await self._txn([_cmp(self._rkey(victim), "MOD", "EQUAL", kv.mod_revision)],
-                                    [_op_delete(self._rkey(victim))])
+                    await self._guarded_txn([_cmp(self._rkey(victim), "MOD", "EQUAL", kv.mod_revision)],
+                                            [_op_delete(self._rkey(victim))], guard)
             except NotFoundError:
                 pass
         counters = self._s + (path + "/").encode()
-        await self._txn([], [_op_delete(self._s + path.encode()),
-                             rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
-                                 key=counters, range_end=prefix_end(counters)))])
+        await self._guarded_txn([], [_op_delete(self._s + path.encode()),
+                                     rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
+                                         key=counters, range_end=prefix_end(counters)))], guard)
         for parent in [p for p in self._seq_next if p == path or p.startswith(path + "/")]:
             self._seq_next.pop(parent, None)
 

@@ -245,7 +245,15 @@ def txn_delete(kv: KV, path: str, expected: int | None, expected_mod_revision: i
     return Outcome(None, _remove(kv, old, entries, revision), revision)
 
 
-def txn_delete_recursive(kv: KV, path: str) -> Outcome:
+def txn_delete_recursive(kv: KV, path: str, guard: tuple[str, int] | None = None) -> Outcome:
+    if guard is not None:
+        guard_path, guard_revision = guard
+        loaded = _load(kv, guard_path)
+        if loaded is None:
+            return _err(BadVersionError(f"{guard_path} does not exist, expected its revision {guard_revision}"))
+        if loaded[0].mod_revision != guard_revision:
+            return _err(BadVersionError(f"{guard_path} was last written at revision {loaded[0].mod_revision}, "
+                                        f"expected revision {guard_revision}"))
     victims = []
     loaded = _load(kv, path)
     if loaded is not None:
@@ -451,8 +459,8 @@ class LocalMetadataStore(MetadataStore):
                       ) -> None:
         await self._run(lambda kv: txn_delete(kv, path, expected_version, expected_mod_revision))
 
-    async def _delete_recursive(self, path: str) -> None:
-        await self._run(lambda kv: txn_delete_recursive(kv, path))
+    async def _delete_recursive(self, path: str, guard: tuple[str, int] | None) -> None:
+        await self._run(lambda kv: txn_delete_recursive(kv, path, guard))
 
     async def _get_children(self, path: str) -> list[str]:
         with self._reader() as kv:

@@ -231,6 +231,51 @@ async def test_delete_recursive(store):
     await store.delete_recursive("/nothing")
 
 
+async def test_delete_recursive_with_a_guard_deletes_only_while_the_guard_is_unchanged(store):
+    store.declare_index("by-value", "/t/i/", lambda r: r.value.decode())
+    guard = await store.put("/g", b"layout")
+    for path in ["/t", "/t/a", "/t/i/x"]:
+        await store.put(path, b"v")
+    # the guard rewritten: nothing goes
+    await store.put("/g", b"split")
+    with pytest.raises(BadVersionError, match="revision"):
+        await store.delete_recursive("/t", guard_path="/g", guard_mod_revision=guard.mod_revision)
+    assert [r.path for r in await store.list_prefix("/t")] == ["/t", "/t/a", "/t/i/x"]
+    # deleted and created again at the same version: a new record, nothing goes
+    await store.delete("/g")
+    again = await store.put("/g", b"layout")
+    assert again.version == guard.version and again.mod_revision != guard.mod_revision
+    with pytest.raises(BadVersionError, match="revision"):
+        await store.delete_recursive("/t", guard_path="/g", guard_mod_revision=guard.mod_revision)
+    await store.delete("/g")
+    with pytest.raises(BadVersionError, match="does not exist"):
+        await store.delete_recursive("/t", guard_path="/g", guard_mod_revision=again.mod_revision)
+    assert [r.path for r in await store.list_prefix("/t")] == ["/t", "/t/a", "/t/i/x"]
+    assert [r.path for r in await store.range_query("by-value", prefix="v")] == ["/t/i/x"]
+    # unchanged: everything goes, index entries too
+    current = await store.put("/g", b"layout")
+    await store.delete_recursive("/t", guard_path="/g", guard_mod_revision=current.mod_revision)
+    assert [r.path for r in await store.list_prefix("/t")] == []
+    assert await store.range_query("by-value") == []
+    assert (await store.get("/g")).value == b"layout"
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"guard_path": "/g"}, ValueError),
+    ({"guard_mod_revision": 3}, ValueError),
+    ({"guard_path": "g", "guard_mod_revision": 3}, ValueError),
+    ({"guard_path": "/g", "guard_mod_revision": 0}, ValueError),
+    ({"guard_path": "/g", "guard_mod_revision": "3"}, TypeError),
+    ({"guard_path": "/g", "guard_mod_revision": True}, TypeError),
+    ({"guard_path": 7, "guard_mod_revision": 3}, TypeError),
+])
+async def test_delete_recursive_refuses_a_malformed_guard_and_deletes_nothing(store, kwargs, error):
+    await store.put("/t/a", b"v")
+    with pytest.raises(error):
+        await store.delete_recursive("/t", **kwargs)
+    assert await store.exists("/t/a")
+
+
 async def test_partition_key_is_stored_and_returned(store):
     written = await store.put("/txn/1", b"h", partition_key="txn-1")
     assert written.partition_key == "txn-1"
