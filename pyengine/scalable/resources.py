@@ -260,10 +260,15 @@ class ScalableTopicResources:
                 if await self.is_deleting(topic, incarnation):
                     return                      # removed by another delete of it
                 raise
-            for child in await self.store.get_children(path):
-                if f"{path}/{child}" != self.deleting_path(topic):
-                    await self.store.delete_recursive(f"{path}/{child}")
-            try:        # the revision too: not a record of the topic created again meanwhile
+            try:
+                # each record only while the layout is the one read: a delete that paused here
+                # while the topic was deleted and created again must not remove the new
+                # topic's subscriptions, operation or segment owners
+                for child in await self.store.get_children(path):
+                    if f"{path}/{child}" != self.deleting_path(topic):
+                        await self.store.delete_recursive(f"{path}/{child}", guard_path=path,
+                                                          guard_mod_revision=record.mod_revision)
+                # the revision too: not a record of the topic created again meanwhile
                 await self.store.delete(path, record.version, expected_mod_revision=record.mod_revision)
                 return
             except (NotFoundError, BadVersionError):

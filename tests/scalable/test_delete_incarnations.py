@@ -152,3 +152,19 @@ async def test_a_marker_written_before_markers_named_the_incarnation_still_marks
     new = await a.create_topic(TOPIC, 1)                 # clears it
     await (await a.leader(TOPIC, timeout=5)).create_subscription("new-sub")
     await check_intact(broker, a, new)
+
+
+async def test_a_delete_paused_before_removing_the_records_leaves_the_new_incarnations_records(
+        broker, services, store):
+    a = await services("a")
+    late = await services("late")
+    await a.create_topic(TOPIC, 1)
+    await (await a.leader(TOPIC, timeout=5)).create_subscription("old-sub")
+    late.resources.store = held = Held(store, "delete_recursive", first_only=True)
+    deleting = asyncio.ensure_future(late.delete_topic(TOPIC))
+    await asyncio.wait_for(held.sent.wait(), 5)          # it read the old layout and its child records
+    new = await recreated_meanwhile(broker, a)
+    held.land.set()                                      # its record deletes land on the new topic's paths
+    (outcome,) = await asyncio.gather(deleting, return_exceptions=True)
+    await check_intact(broker, a, new)
+    assert isinstance(outcome, ScalableTopicNotFoundError)
