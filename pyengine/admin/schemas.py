@@ -118,7 +118,11 @@ CONSUMER_STATS = {
                    "drainingHashesUnackedMessages": {**COUNT, "description": "Key_Shared: its unacknowledged "
                                                                              "messages of its draining hashes"},
                    "drainingHashes": {"type": "array", "description": "Key_Shared: its draining hashes",
-                                      "items": DRAINING_HASH}},
+                                      "items": DRAINING_HASH},
+                   "keyHashRangeArrays": {"type": "array", "description": "Key_Shared only: the key hashes it "
+                                          "is given, [start, end] inclusive, in order (Pulsar 4.0)",
+                                          "items": {"type": "array", "items": {"type": "integer"},
+                                                    "minItems": 2, "maxItems": 2}}},
 }
 SUBSCRIPTION_STATS = {
     "type": "object",

@@ -73,6 +73,9 @@ _DRAINING_TOTALS = ("drainingHashesCount", "drainingHashesClearedTotal", "draini
 def _consumer_stats(subscription: Subscription, consumer: Consumer) -> dict[str, Any]:
     dispatcher = subscription.dispatcher
     draining = dispatcher.draining_hashes(consumer)
+    # Key_Shared: the hashes it is given, as Pulsar 4.0's keyHashRangeArrays (other types: absent)
+    ranges = ({"keyHashRangeArrays": [list(r) for r in dispatcher.key_hash_ranges(consumer)]}
+              if subscription.sub_type == "key_shared" else {})
     return {
         "consumerName": consumer.name, "availablePermits": consumer.permits,
         # As Pulsar, unackedMessages counts on Shared and Key_Shared only (individual-ack mode):
@@ -87,6 +90,7 @@ def _consumer_stats(subscription: Subscription, consumer: Consumer) -> dict[str,
         "drainingHashesUnackedMessages": sum(d.unack_msgs for d in draining),
         "drainingHashes": [{"hash": d.hash_value, "unackMsgs": d.unack_msgs, "blockedAttempts": d.blocked_attempts}
                            for d in draining],
+        **ranges,
     }
 
 

@@ -17,8 +17,9 @@ dispatchers do:
   (Pulsar's keySharedLookAheadMsgInReplayThresholdPerConsumer times the consumers, at most
   ...PerSubscription), so what is held back for a blocked consumer stays bounded;
 * honour permits, and choose the consumer by subscription type: the active consumer
-  (Exclusive, Failover), round robin (Shared), or the key's consumer (Key_Shared, consistent
-  hashing of the Murmur3 hash of the key as Pulsar's default selector);
+  (Exclusive, Failover), round robin (Shared), or the key's consumer (Key_Shared: the
+  consistent-hash ring of Pulsar 4.0's default selector, or the consumers' STICKY ranges, over
+  the same 2^16 key hashes as Pulsar: hash_ring.py);
 * Key_Shared, per-key order while consumers come and go (Pulsar 4.0's draining hashes,
   PIP-379): a key hash is delivered to one consumer at a time. When the consumers change, a
   hash whose previous consumer still holds unacknowledged entries of it "drains" there: the
@@ -54,10 +55,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-import mmh3
-
 from pyengine.broker.consumer import Consumer, Delivery
 from pyengine.broker.delayed import DelayedDeliveryTracker, deliver_at_time
+from pyengine.broker.hash_ring import HashRing, ring_key_hash, sticky_key_hash
 from pyengine.broker.policies import DelayedDelivery, UnackedLimits
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import Entry, split_headers_and_payload
@@ -68,14 +68,8 @@ if TYPE_CHECKING:
 
 READ_BATCH = 200            # entries read from storage per step
 RING_POINTS = 100           # points per consumer on the Key_Shared hash ring (Pulsar's default)
-HASH_RANGE = 1 << 16        # Pulsar's Key_Shared hash range size (65536)
 DELAYING_TYPES = ("shared", "key_shared")   # the subscription types that honour deliver_at_time
 LIMITED_TYPES = ("shared", "key_shared")    # the subscription types whose unacked messages are limited
-
-
-def key_hash(key: bytes) -> int:
-    """Pulsar's sticky key hash: Murmur3 32-bit of the key, made non-negative."""
-    return mmh3.hash(key, signed=True) & 0x7FFFFFFF
 
 
 def entry_key(entry: Entry) -> bytes:
@@ -267,7 +261,8 @@ class Dispatcher:
         self.redelivery_counts: dict[Position, int] = {}
         self._scheduled = False
         self._next_shared = 0
-        self._ring: list[tuple[int, Consumer]] = []
+        self._ring: HashRing[Consumer] = HashRing(RING_POINTS)    # Key_Shared AUTO_SPLIT consumers
+        self._sticky = False                # Key_Shared: the key hashes are STICKY slots (else the ring's)
         # Key_Shared (PIP-379): the key hashes whose consumer changed while the previous one
         # still holds unacknowledged entries of them, by hash; and per consumer, how many of
         # its draining hashes were cleared since it joined (Pulsar's drainingHashesClearedTotal).
@@ -294,6 +289,8 @@ class Dispatcher:
             # was held back is delivered now, as that type does not delay.
             self.redeliveries.update(self.delayed.clear())
         self.consumers.append(consumer)
+        if consumer.sticky_ranges is None:
+            self._ring.add(consumer, consumer.name)
         self._rebuild_ring()
         self._update_active()
         self.notify()
@@ -302,6 +299,7 @@ class Dispatcher:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
+        self._ring.remove(consumer)
         if not self.consumers:
             self.blocked_on_unacked = False     # nothing is unacknowledged any more (no pass runs)
         consumer.connected = False
@@ -343,12 +341,12 @@ class Dispatcher:
     def _rebuild_ring(self) -> None:
         keyed = self.subscription.sub_type == "key_shared"
         if keyed:
-            ring = []
-            for consumer in self.consumers:
-                for i in range(RING_POINTS):
-                    ring.append((key_hash(f"{consumer.name}{i}".encode()), consumer))
-            ring.sort(key=lambda point: point[0])
-            self._ring = ring
+            sticky = any(c.sticky_ranges is not None for c in self.consumers)
+            if self.consumers and sticky != self._sticky:
+                # The selector changed (its consumers all left, others came): the hashes held
+                # were slots of the other one, so those entries are read and hashed again.
+                self.redeliveries.regroup(False)
+                self._sticky = sticky
             if self._keeps_key_order():
                 self._register_draining_hashes()
         self.redeliveries.regroup(keyed)        # keys held back may have another consumer now
@@ -554,7 +552,7 @@ class Dispatcher:
                     batch_ack_set = mask if batch_ack_set is None else ackset_and(batch_ack_set, mask)
             if self.blocked_on_unacked and not self._replaying:
                 return False            # as Pulsar, the subscription's limit stops new reads only
-            hash_value = key_hash(entry_key(entry)) if keyed else None
+            hash_value = self.key_hash(entry_key(entry)) if keyed else None
             consumer = select(entry) if hash_value is None else self._select_by_key(hash_value)
             if consumer is None:
                 if hash_value is not None and any(self._can_take(c) for c in self.consumers):
@@ -797,15 +795,21 @@ class Dispatcher:
             return None
         return consumer
 
+    def key_hash(self, key: bytes) -> int:
+        """Key_Shared: the hash of `key` (hash_ring.py: a slot of this subscription's selector,
+        the value Pulsar reports)."""
+        return sticky_key_hash(key) if self._sticky else ring_key_hash(key)
+
     def _owner(self, hash_value: int) -> Consumer | None:
-        sticky = [c for c in self.consumers if c.sticky_ranges]
-        if sticky:
-            slot = hash_value % HASH_RANGE
-            for consumer in sticky:
-                if any(start <= slot <= end for start, end in consumer.sticky_ranges or ()):
+        if self._sticky:
+            for consumer in self.consumers:
+                if any(start <= hash_value <= end for start, end in consumer.sticky_ranges or ()):
                     return consumer
             return None
-        if not self._ring:
-            return None
-        index = bisect.bisect_left(self._ring, hash_value, key=lambda point: point[0])
-        return self._ring[index % len(self._ring)][1]
+        return self._ring.select(hash_value)
+
+    def key_hash_ranges(self, consumer: Consumer) -> list[tuple[int, int]]:
+        """Key_Shared: the key hashes `consumer` is given (Pulsar's keyHashRangeArrays)."""
+        if consumer.sticky_ranges is not None:
+            return sorted(consumer.sticky_ranges)
+        return self._ring.ranges_of(consumer)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from pyengine.admin.stats import subscription_stats
 from pyengine.broker import Broker
-from pyengine.broker.dispatcher import key_hash
+from pyengine.broker.hash_ring import ring_key_hash
 from tests.broker.helpers import drain
 from tests.broker.test_key_shared_look_ahead import settle
 from tests.broker.test_key_shared_ordering_on_joins import ring_owner
@@ -173,7 +173,7 @@ async def test_draining_hashes_in_the_consumer_and_subscription_stats(tmp_path):
         assert by_name["c0"]["drainingHashesCount"] == 1
         assert by_name["c0"]["drainingHashesUnackedMessages"] == 2
         [draining] = by_name["c0"]["drainingHashes"]
-        assert draining["hash"] == key_hash(first[0].partition_key.encode()) and draining["unackMsgs"] == 2
+        assert draining["hash"] == ring_key_hash(first[0].partition_key.encode()) and draining["unackMsgs"] == 2
         assert draining["blockedAttempts"] >= 1
         assert by_name["c1"]["drainingHashesCount"] == 0 and by_name["c1"]["drainingHashes"] == []
         assert (stats["drainingHashesCount"], stats["drainingHashesUnackedMessages"]) == (1, 2)

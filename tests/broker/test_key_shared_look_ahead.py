@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from pyengine.broker import Broker
-from pyengine.broker.dispatcher import Dispatcher, key_hash
+from pyengine.broker.dispatcher import Dispatcher
 from pyengine.broker.service import BrokerConfig
 from pyengine.cli import serve
 
@@ -64,7 +64,7 @@ async def a_blocked_with_b_behind(broker, n: int):
     d = dispatcher(broker)
     keys: dict[str, str] = {}
     for i in range(100):
-        keys.setdefault(d._owner(key_hash(b"k%d" % i)).name, "k%d" % i)
+        keys.setdefault(d._owner(d.key_hash(b"k%d" % i)).name, "k%d" % i)
     largest = track_largest_held(d)
     producer = await broker.create_producer(T)
     for name in "ab":

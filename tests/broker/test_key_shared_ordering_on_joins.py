@@ -2,10 +2,9 @@
 replayed later; a consumer that joined after them must not get them while older messages of
 their key are still unacknowledged at another consumer (the key's hash drains there, PIP-379)."""
 
-import bisect
-
 from pyengine.broker import Broker
-from pyengine.broker.dispatcher import RING_POINTS, key_hash
+from pyengine.broker.dispatcher import RING_POINTS
+from pyengine.broker.hash_ring import HashRing, ring_key_hash
 from tests.broker.helpers import drain
 
 T = "persistent://public/default/key-shared-joins"
@@ -13,9 +12,10 @@ T = "persistent://public/default/key-shared-joins"
 
 def ring_owner(names: list[str], key: str) -> str:
     """The consumer (of these names) that the dispatcher's hash ring gives `key` to."""
-    ring = sorted((key_hash(f"{name}{i}".encode()), name) for name in names for i in range(RING_POINTS))
-    index = bisect.bisect_left(ring, key_hash(key.encode()), key=lambda point: point[0])
-    return ring[index % len(ring)][1]
+    ring: HashRing[str] = HashRing(RING_POINTS)
+    for name in names:
+        ring.add(name, name)
+    return ring.select(ring_key_hash(key.encode()))
 
 
 def _key_moving_to_each_new_consumer() -> str:

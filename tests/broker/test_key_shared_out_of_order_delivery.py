@@ -15,7 +15,7 @@ from pyengine.broker import Broker
 from pyengine.client import ConsumerKeySharedPolicy, KeySharedMode
 from pyengine.errors import ConsumerBusyError
 from tests.broker.helpers import drain
-from pyengine.broker.dispatcher import HASH_RANGE, key_hash
+from pyengine.broker.hash_ring import KEY_HASH_RANGE_SIZE as HASH_RANGE, sticky_key_hash
 from tests.broker.test_key_shared_draining_hashes import T, a_key, broker_consumer, join, subscription
 from tests.broker.test_key_shared_look_ahead import settle
 
@@ -91,7 +91,7 @@ async def test_the_policy_only_matters_to_key_shared_consumers(tmp_path):
 
 
 async def test_sticky_ranges_of_the_embedded_policy_route_by_key(tmp_path):
-    slot = key_hash(b"k") % HASH_RANGE
+    slot = sticky_key_hash(b"k")
     mine = [(slot, slot)]
     rest = [r for r in ((0, slot - 1), (slot + 1, HASH_RANGE - 1)) if r[0] <= r[1]]
     async with Broker.embedded(tmp_path) as broker:

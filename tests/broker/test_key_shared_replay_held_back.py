@@ -6,7 +6,6 @@ that cannot take); the held keys keep their order when that consumer unblocks or
 import sys
 
 from pyengine.broker import Broker
-from pyengine.broker.dispatcher import key_hash
 from tests.broker.helpers import drain
 
 T = "persistent://public/default/key-shared-replay"
@@ -19,8 +18,9 @@ def subscription(broker):
 def keys_by_owner(broker) -> dict[str, str]:
     """A key of each consumer of the subscription."""
     keys: dict[str, str] = {}
+    dispatcher = subscription(broker).dispatcher
     for i in range(100):
-        keys.setdefault(subscription(broker).dispatcher._owner(key_hash(b"k%d" % i)).name, "k%d" % i)
+        keys.setdefault(dispatcher._owner(dispatcher.key_hash(b"k%d" % i)).name, "k%d" % i)
     return keys
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from pyengine.broker import Broker
-from pyengine.broker.dispatcher import HASH_RANGE, key_hash
+from pyengine.broker.hash_ring import KEY_HASH_RANGE_SIZE as HASH_RANGE, sticky_key_hash
 from pyengine.client import ConsumerKeySharedPolicy, KeySharedMode
 from pyengine.errors import ConsumerAssignError, ConsumerBusyError
 from tests.broker.helpers import drain
@@ -63,7 +63,7 @@ async def test_a_sticky_consumer_overlapping_another_is_refused(tmp_path, taken,
 
 
 async def test_adjacent_sticky_ranges_are_accepted_and_each_slot_has_one_owner(tmp_path):
-    keys = {name: next(k for k in map(str, range(1000)) if (key_hash(k.encode()) % HASH_RANGE < 32768) == low)
+    keys = {name: next(k for k in map(str, range(1000)) if (sticky_key_hash(k.encode()) < 32768) == low)
             for name, low in (("low", True), ("high", False))}
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)

@@ -5,7 +5,6 @@ out what it delivers again, as Pulsar's; no limit leaves a subscription blocked 
 import asyncio
 
 from pyengine.broker import Broker
-from pyengine.broker.dispatcher import key_hash
 from tests.broker.helpers import drain, publish_batch
 
 T = "persistent://public/default/unacked-review"
@@ -118,7 +117,7 @@ async def test_key_shared_other_keys_flow_past_a_blocked_consumer_and_its_key_ke
         dispatcher = subscription(broker).dispatcher
         keys: dict[str, str] = {}
         for i in range(100):
-            keys.setdefault(dispatcher._owner(key_hash(b"k%d" % i)).name, "k%d" % i)
+            keys.setdefault(dispatcher._owner(dispatcher.key_hash(b"k%d" % i)).name, "k%d" % i)
         producer = await broker.create_producer(T)
         for i in range(6):
             await producer.send(b"a%d" % i, key=keys["a"])
@@ -156,7 +155,7 @@ async def test_key_shared_does_not_read_a_blocked_consumers_entries_again_on_eve
         dispatcher = subscription(broker).dispatcher
         keys: dict[str, str] = {}
         for i in range(100):
-            keys.setdefault(dispatcher._owner(key_hash(b"k%d" % i)).name, "k%d" % i)
+            keys.setdefault(dispatcher._owner(dispatcher.key_hash(b"k%d" % i)).name, "k%d" % i)
         producer = await broker.create_producer(T)
         for i in range(20):
             await producer.send(b"a%d" % i, key=keys["a"])

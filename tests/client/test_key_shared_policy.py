@@ -11,7 +11,7 @@ import asyncio
 import pulsar
 import pytest
 
-from pyengine.broker.dispatcher import HASH_RANGE, key_hash
+from pyengine.broker.hash_ring import sticky_key_hash
 from pyengine.client import ConsumerAssignError, ConsumerBusyError, ConsumerKeySharedPolicy, KeySharedMode
 from tests.broker.test_key_shared_draining_hashes import a_key
 from tests.broker.test_key_shared_look_ahead import settle
@@ -69,7 +69,7 @@ async def test_overlapping_sticky_ranges_fail_the_subscribe_at_once(client):
 
 
 async def test_pulsar_clients_policy_is_taken_and_sticky_ranges_are_sent(broker, client):
-    slot = key_hash(b"k") % HASH_RANGE
+    slot = sticky_key_hash(b"k")
     official = pulsar.ConsumerKeySharedPolicy(pulsar.KeySharedMode.Sticky, allow_out_of_order_delivery=True,
                                               sticky_ranges=[(slot, slot)])
     owner = await join(client, "owner", official)
