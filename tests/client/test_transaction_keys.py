@@ -183,3 +183,61 @@ async def test_an_aborted_cumulative_ack_delivers_every_message_it_reserved_agai
         await consumer.close()
     again = await client.subscribe(topic, "s", initial_position="earliest")
     assert [(await again.receive(timeout=5)).data for _ in range(6)] == [b"%d" % i for i in range(6)]
+
+
+async def reconnected(task: Client, epoch: int) -> None:
+    """Wait until the task's coordinator connection is back, under `epoch`."""
+    deadline = time.monotonic() + 10
+    while task.transaction_epoch != epoch:
+        assert time.monotonic() < deadline, f"still at epoch {task.transaction_epoch}"
+        await asyncio.sleep(0.02)
+
+
+async def test_the_holders_transaction_survives_a_dropped_connection_and_a_broker_restart(broker, client):
+    # The epoch the holder presents on reconnecting proves that it holds the key: its open
+    # transaction goes on under the new epoch, as one without a key would. (Aborting it, as the
+    # first version did, lost the work of every keyed task at each network blip or restart.)
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    async with Client(broker.url, operation_timeout_seconds=5, transaction_key="steady") as task:
+        txn = await task.new_transaction(timeout_ms=60_000)
+        producer = await task.create_producer(OUT)
+        await producer.send(b"before-the-drop", txn=txn)
+        for connection in list(broker.server.connections):
+            connection.close()                          # the network drops every connection
+        await reconnected(task, epoch=1)
+        await producer.send(b"after-the-drop", txn=txn)
+        await broker.restart()
+        await reconnected(task, epoch=2)
+        await producer.send(b"after-the-restart", txn=txn)
+        await txn.commit()
+    assert [(await watcher.receive(timeout=5)).data for _ in range(3)] == \
+        [b"before-the-drop", b"after-the-drop", b"after-the-restart"]
+
+
+async def test_a_commit_whose_answer_was_lost_is_answered_committed_when_sent_again(broker, client, monkeypatch):
+    # The coordinator commits, then the connection drops before the answer: the client sends
+    # END_TXN again once reconnected (under the next epoch) and must hear "committed", not
+    # "expired, it was aborted" (which would have the task redo work that is in).
+    from pyengine.protocol import connection as server_connection
+    from pyengine.protocol.transactions import TransactionCommands, txn_id
+    from pyengine.transaction import TxnAction
+
+    answered = TransactionCommands.end_txn
+
+    async def end_then_drop(self, body):
+        monkeypatch.setitem(server_connection._HANDLERS, server_connection.BaseCommand.END_TXN,
+                            server_connection._txn_handler(answered))
+        await self.coordinator.end_transaction(txn_id(body.txnid_most_bits, body.txnid_least_bits),
+                                               TxnAction(body.txn_action))
+        self.connection.close()                         # the answer is lost
+
+    monkeypatch.setitem(server_connection._HANDLERS, server_connection.BaseCommand.END_TXN,
+                        server_connection._txn_handler(end_then_drop))
+    watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
+    async with Client(broker.url, operation_timeout_seconds=5, transaction_key="lost-answer") as task:
+        txn = await task.new_transaction(timeout_ms=60_000)
+        producer = await task.create_producer(OUT)
+        await producer.send(b"once", txn=txn)
+        await txn.commit()
+        assert task.transaction_epoch == 1              # it did reconnect
+    assert (await watcher.receive(timeout=5)).data == b"once"

@@ -10,7 +10,11 @@ and the epoch of the client's previous connection (-1 for a new task, the curren
 holder reconnecting) is given the next epoch; one presenting an older epoch is a zombie and is
 refused (NotAllowed). The new epoch is written to the coordinator's `__transaction_key` records
 (LMDB, fsynced) before it is answered, so an epoch is never handed out twice, also after a
-crash. Taking the epoch fences the previous one at once, in this order:
+crash. The holder reconnecting (a dropped connection, a broker restart) keeps its transaction:
+the epoch it presents proves that it holds the key, so its transaction is bound to the new epoch
+and goes on, as one without a key survives a reconnect (and as a Kafka producer keeps its epoch
+across reconnects). A new task (-1) takes the key over; taking the epoch that way fences the
+previous one at once, in this order:
 
 1. the epoch is raised in memory: from this moment every request of a transaction started
    under an older epoch (send, ack, ADD_PARTITION/ADD_SUBSCRIPTION, END_TXN) raises
@@ -201,7 +205,18 @@ class TransactionKeys:
             state, epoch = bound
             raise ExpiredTransactionError(
                 f"transaction {txn} began under epoch {epoch} of transaction key {state.key!r}, which "
-                f"{'was deleted' if state.deleted else f'is now at epoch {state.epoch}'}: it was aborted")
+                f"{'was deleted' if state.deleted else f'is now at epoch {state.epoch}'}: {self._fate(txn)}")
+
+    def _fate(self, txn: TxnId) -> str:
+        """What became of a fenced transaction, as its expiry tells it (never "aborted" for one
+        whose commit was decided before the fence: that would have its task redo work that is in)."""
+        try:
+            status = self.service.get(txn).status
+        except TransactionNotFoundError:
+            return "it has ended"
+        if status in (TxnStatus.COMMITTING, TxnStatus.COMMITTED):
+            return "its commit was decided before the fence; it ends committed"
+        return "it was aborted"
 
     def fenced(self, txn: TxnId) -> bool:
         """Whether `txn` began under an epoch its key has left (`check_txn` would refuse it)."""
@@ -243,6 +258,12 @@ class TransactionKeys:
                 state.epoch += 1                   # 1. fences the older epoch's requests at once
                 state.epoch_ms = self._clock()
                 epoch = state.epoch
+                if presented != NO_EPOCH and state.txn is not None and state.txn_epoch == presented:
+                    # The holder reconnecting (it presented the current epoch): its transaction
+                    # goes on under the new epoch, as a transaction without a key survives a
+                    # reconnect. Only a new task (-1) takes over, aborting it.
+                    state.txn_epoch = epoch
+                    self._bindings[state.txn] = (state, epoch)
                 previous_holder, previous_close = state.holder, state.on_fenced
                 state.holder, state.on_fenced = holder, on_fenced
                 await self._persist(state)         # 2. durable before it is answered,

@@ -251,10 +251,13 @@ class TransactionCoordinatorService:
         self._check_running()
         action = check_action(action)
         store = self._store_of(txn)
-        if check_epoch:
+        ending = self._endings.get(txn)
+        if check_epoch and not (action == TxnAction.COMMIT and self._commit_decided(store, txn, ending)):
+            # A commit decided before the fence stays committed: its repeat (an answer lost,
+            # the request sent again after a reconnect) is answered with the truth, not with
+            # ExpiredTransaction, which would have the task redo work that is in.
             self.keys.check_txn(txn)
         started = time.perf_counter()
-        ending = self._endings.get(txn)
         if ending is None:
             meta = store.get(txn)
             if meta.status.is_terminal:
@@ -275,6 +278,15 @@ class TransactionCoordinatorService:
         status = await ending.done.waiter()     # a cancelled request cancels nothing else
         self._counters.record_end_txn((time.perf_counter() - started) * 1000)
         return status
+
+    @staticmethod
+    def _commit_decided(store: Any, txn: TxnId, ending: Any) -> bool:
+        if ending is not None:
+            return ending.action == TxnAction.COMMIT
+        try:
+            return store.get(txn).status in (TxnStatus.COMMITTING, TxnStatus.COMMITTED)
+        except TransactionNotFoundError:
+            return False
 
     async def abort_fenced(self, txn: TxnId) -> asyncio.Future[TxnStatus] | None:
         """Decide the abort of a txn whose transaction key was connected under a newer epoch

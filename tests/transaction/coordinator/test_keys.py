@@ -93,6 +93,28 @@ async def test_a_new_epoch_aborts_the_open_transaction_and_expires_its_requests(
         await service.keys.new_transaction(ANONYMOUS, "job", 0, tc("job"), 60_000)   # old epoch
 
 
+async def test_the_holder_reconnecting_keeps_its_transaction_and_a_new_task_takes_it_over(harness, participants):
+    service = harness.service
+    holder = Holder()
+    await connect(service, "job", holder=holder)
+    txn = await service.keys.new_transaction(ANONYMOUS, "job", 0, tc("job"), 60_000)
+    await service.add_produced_partitions(txn, ["persistent://t/n/out"])
+    assert await connect(service, "job", presented=0, holder=holder) == 1     # its connection dropped
+    assert service.get(txn).status == TxnStatus.OPEN
+    service.keys.check_txn(txn)                                  # not expired: bound to epoch 1 now
+    await service.add_produced_partitions(txn, ["persistent://t/n/other"])
+    with pytest.raises(NotAllowedError, match="already has an open transaction"):
+        await service.keys.new_transaction(ANONYMOUS, "job", 1, tc("job"), 60_000)
+    await harness.restart()                                      # and after a restart, as the records say
+    service = harness.service
+    assert await connect(service, "job", presented=1) == 2
+    assert service.get(txn).status == TxnStatus.OPEN
+    await connect(service, "job")                                # a new task: the one that fences
+    assert service.get(txn).status == TxnStatus.ABORTED
+    with pytest.raises(ExpiredTransactionError, match="it was aborted"):
+        await service.end_transaction(txn, TxnAction.COMMIT)
+
+
 async def test_a_transaction_committed_before_the_fence_stays_committed(harness, participants):
     service = harness.service
     await connect(service, "job")
@@ -101,8 +123,27 @@ async def test_a_transaction_committed_before_the_fence_stays_committed(harness,
     await service.end_transaction(txn, TxnAction.COMMIT)
     await connect(service, "job")
     assert service.get(txn).status == TxnStatus.COMMITTED
-    with pytest.raises(ExpiredTransactionError):       # still bound to the old epoch
-        await service.end_transaction(txn, TxnAction.COMMIT)
+    # Its COMMIT sent again (the answer was lost) is told the truth: not "expired, aborted",
+    # which would have the task redo committed work.
+    assert await service.end_transaction(txn, TxnAction.COMMIT) == TxnStatus.COMMITTED
+    with pytest.raises(ExpiredTransactionError, match="commit was decided before the fence"):
+        await service.end_transaction(txn, TxnAction.ABORT)            # the other decision: still bound
+
+
+async def test_a_commit_under_way_at_the_fence_is_answered_committed_when_repeated(harness, participants):
+    service = harness.service
+    await connect(service, "job")
+    txn = await service.keys.new_transaction(ANONYMOUS, "job", 0, tc("job"), 60_000)
+    await service.add_produced_partitions(txn, ["persistent://t/n/out"])
+    held = participants.block("persistent://t/n/out")     # its ending waits at the participant
+    committing = asyncio.ensure_future(service.end_transaction(txn, TxnAction.COMMIT))
+    await participants.reached("persistent://t/n/out")      # the commit is decided
+    fencing = asyncio.ensure_future(connect(service, "job"))
+    await eventually(lambda: service.keys.fenced(txn))
+    repeated = asyncio.ensure_future(service.end_transaction(txn, TxnAction.COMMIT))
+    held.set()
+    assert await committing == TxnStatus.COMMITTED and await repeated == TxnStatus.COMMITTED
+    assert await fencing == 1
 
 
 async def test_one_open_transaction_per_key(harness):
@@ -229,6 +270,7 @@ class KeyMachine(RuleBasedStateMachine):
         self.epoch: dict[str, int] = {}            # model: current epoch (tombstones included)
         self.deleted: set[str] = set()
         self.txns: list[tuple[str, int, object]] = []
+        self.committed: set[object] = set()
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -245,6 +287,9 @@ class KeyMachine(RuleBasedStateMachine):
         assert got == current + 1
         self.epoch[key] = got
         self.deleted.discard(key)
+        latest = next((i for i in reversed(range(len(self.txns))) if self.txns[i][0] == key), None)
+        if presented >= 0 and latest is not None and self.txns[latest][1] == presented:
+            self.txns[latest] = (key, got, self.txns[latest][2])     # the holder's goes on with it
 
     @rule(key=st.sampled_from(["a", "b"]), stale=st.booleans())
     def new_transaction(self, key, stale) -> None:
@@ -268,10 +313,15 @@ class KeyMachine(RuleBasedStateMachine):
         service = self.harness.service
         action = TxnAction.COMMIT if commit else TxnAction.ABORT
         if epoch < self.epoch[key]:
+            if commit and txn in self.committed:          # a repeat of its decision: the truth
+                assert self.run(service.end_transaction(txn, action)) == TxnStatus.COMMITTED
+                return
             with pytest.raises(ExpiredTransactionError):
                 self.run(service.end_transaction(txn, action))
         elif service.get(txn).status == TxnStatus.OPEN:
             self.run(service.end_transaction(txn, action))
+            if commit:
+                self.committed.add(txn)
 
     @rule(key=st.sampled_from(["a", "b"]))
     def delete(self, key) -> None:
