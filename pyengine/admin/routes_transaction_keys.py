@@ -2,7 +2,8 @@
 
 * `GET .../transaction-keys`: every key (deleted ones are not listed);
 * `GET .../transaction-keys/{key}`: one key: owner, epoch, coordinator, its latest transaction
-  and that transaction's state, when its epoch was taken and the age since, connected or not;
+  and that transaction's state, its recent transactions with their epochs, when its epoch was
+  taken and the age since, connected or not;
 * `DELETE .../transaction-keys/{key}`: fence the key (its connection is closed), abort its open
   transaction and remove it; the epoch is kept, so a later connect continues above it.
 
@@ -28,7 +29,7 @@ from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import COUNT, DONE, errors
 from pyengine.broker.service import BrokerService
 from pyengine.errors import InvalidTransactionKeyError
-from pyengine.transaction.coordinator.keys import ANONYMOUS, KeyState, TransactionKeys, check_transaction_key
+from pyengine.transaction.coordinator.keys import ANONYMOUS, HISTORY, KeyState, TransactionKeys, check_transaction_key
 
 routes = RouteTable("transaction keys")
 BASE = "/admin/v2/transactions/transaction-keys"
@@ -46,6 +47,11 @@ TRANSACTION_KEY = {
         "createdTimestamp": {"type": "integer"}, "epochTimestamp": {"type": "integer"},
         "ageMs": {**COUNT, "description": "since the current epoch was taken"},
         "connected": {"type": "boolean", "description": "a connection holds the current epoch"},
+        "transactions": {"type": "array", "description": "the key's transactions, oldest first (the latest "
+                         f"{HISTORY + 1}), each with the epoch it is bound to",
+                         "items": {"type": "object", "properties": {"txnId": {"type": "string"},
+                                                                    "epoch": {"type": "integer", "minimum": 0}},
+                                   "required": ["txnId", "epoch"]}},
     },
     "required": ["owner", "key", "coordinatorId", "epoch", "txnId", "txnStatus", "ageMs", "connected"],
 }
@@ -67,7 +73,10 @@ def key_json(keys: TransactionKeys, state: KeyState) -> dict[str, Any]:
     return {"owner": info.owner, "key": info.key, "coordinatorId": info.coordinator_id, "epoch": info.epoch,
             "txnId": None if info.txn is None else f"({info.txn.most_bits},{info.txn.least_bits})",
             "txnStatus": info.txn_status, "createdTimestamp": info.created_ms, "epochTimestamp": info.epoch_ms,
-            "ageMs": info.age_ms, "connected": info.connected}
+            "ageMs": info.age_ms, "connected": info.connected,
+            # the PIP's "associated transaction IDs": the latest and those the records keep
+            "transactions": [{"txnId": f"({txn.most_bits},{txn.least_bits})", "epoch": epoch}
+                             for txn, epoch in [*state.history, *([(state.txn, state.txn_epoch)] if state.txn else [])]]}
 
 
 @routes.add("GET", BASE, summary="List the transaction keys.",

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pyengine.cli import main
-from pyengine.transaction import TxnStatus
+from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator.keys import ANONYMOUS, coordinator_for
 
 BASE = "/admin/v2/transactions/transaction-keys"
@@ -47,6 +47,13 @@ async def test_list_get_and_delete(api, service):
     assert (body["owner"], body["epoch"], body["coordinatorId"], body["txnStatus"], body["connected"]) == \
         (ANONYMOUS, 1, tc, "OPEN", True)
     assert body["txnId"] == f"({txn.most_bits},{txn.least_bits})" and body["ageMs"] >= 0
+    assert body["transactions"] == [{"txnId": body["txnId"], "epoch": 1}]
+    await service.coordinator.end_transaction(txn, TxnAction.COMMIT)
+    second = await keys.new_transaction(ANONYMOUS, "a-task", 1, tc, 60_000)
+    body = (await api.get(f"{BASE}/a-task")).body
+    assert [t["txnId"] for t in body["transactions"]] == [f"({t.most_bits},{t.least_bits})" for t in (txn, second)]
+    assert body["txnId"] == body["transactions"][-1]["txnId"] and body["txnStatus"] == "OPEN"
+    txn = second
 
     assert (await api.delete(f"{BASE}/a-task")).status == 204
     assert holder.closed                                   # its connection is fenced
