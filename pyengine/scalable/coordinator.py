@@ -135,8 +135,32 @@ class SubscriptionCoordinator:
             registration = ConsumerRegistration(consumer_name, consumer_id, on_assignment,
                                                 ConsumerRecord(consumer_name), connected=True)
             self.consumers[consumer_name] = registration
-            await self._rebalance(quiet={consumer_name})
+            try:
+                await self._rebalance(quiet={consumer_name})
+            except BaseException:
+                # Refused: the caller forgets the consumer, so no disconnect will ever start
+                # its grace period. Left registered, it would keep segments nobody reads.
+                await self._withdraw(registration)
+                raise
             return self.assignment_of(consumer_name)
+
+    async def _withdraw(self, registration: ConsumerRegistration) -> None:
+        """Undo a registration whose first rebalance failed (best effort: what cannot be undone
+        now, a grace period evicts)."""
+        if self.consumers.get(registration.consumer_name) is registration:
+            del self.consumers[registration.consumer_name]
+        try:
+            if registration.record.version is not None:
+                await self.resources.delete_consumer(self.topic, self.subscription, registration.consumer_name)
+            await self._rebalance()             # the others take its segments back
+        except Exception:
+            log.exception("undoing the registration of consumer %s of %s/%s failed", registration.consumer_name,
+                          self.topic, self.subscription)
+            if registration.record.version is not None and registration.consumer_name not in self.consumers:
+                # its record stayed: keep it as a disconnected session, evicted after the grace period
+                registration.connected, registration.on_assignment = False, None
+                self.consumers[registration.consumer_name] = registration
+                self._start_grace(registration)
 
     def disconnect(self, consumer_name: str, on_assignment: AssignmentListener | None = None) -> None:
         """The consumer's connection dropped: keep its session for the grace period.
@@ -251,8 +275,14 @@ class SubscriptionCoordinator:
             if record.segment_ids == segment_ids and record.layout_epoch == self.layout.epoch \
                     and record.version is not None:
                 continue
+            previous = record.segment_ids, record.layout_epoch
             record.segment_ids, record.layout_epoch = segment_ids, self.layout.epoch
-            await self.resources.save_consumer(self.topic, self.subscription, record)
+            try:
+                await self.resources.save_consumer(self.topic, self.subscription, record)
+            except BaseException:
+                # not stored: the next rebalance must see the difference and store it
+                record.segment_ids, record.layout_epoch = previous
+                raise
             if registration.on_assignment is not None and name not in quiet:
                 try:
                     registration.on_assignment(self.assignment_of(name))
