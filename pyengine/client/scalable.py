@@ -813,6 +813,9 @@ class QueueConsumer:
         self._client._core.forget(self)  # type: ignore[arg-type]
 
 
+_ENDED = object()            # queued once the controller ended a StreamConsumer's registration
+
+
 class StreamConsumer:
     """An ordered consumer of a scalable topic: registers with the controller leader (the DAG
     names it), consumes exactly the segments it is assigned (an Exclusive subscription on each),
@@ -820,7 +823,9 @@ class StreamConsumer:
     the parent is drained, so each key's messages arrive in the order they were sent, provided
     messages are acknowledged (a parent's unacknowledged messages hold its children back).
     When the connection to the controller drops, it registers again (with the same name: within
-    the grace period it keeps its segments)."""
+    the grace period it keeps its segments). When its subscription is deleted the controller
+    unregisters it: it stops reading, and receive() raises SubscriptionNotFoundError once what
+    it had queued is handed out."""
 
     def __init__(self, client: Client, watch: DagWatch, subscription: str, consumer_name: str,
                  options: dict[str, Any]) -> None:
@@ -844,6 +849,7 @@ class StreamConsumer:
         self._assignment: pb.CommandScalableConsumerAssignment | None = None   # the latest applied
         self._retrying: asyncio.Task | None = None
         self._closed = False
+        self._ended: PulsarError | None = None      # why the controller ended the registration
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -885,6 +891,20 @@ class StreamConsumer:
             self._answer.set_result(assignment)
         elif not assignment.HasField("error"):
             self._spawn(self._apply(assignment))
+        elif not assignment.HasField("request_id"):
+            # Pushed: the controller ended the registration (its subscription was deleted).
+            self._spawn(self._unregistered(PulsarError.from_code(assignment.error, assignment.message)))
+
+    async def _unregistered(self, error: PulsarError) -> None:
+        """Stop reading at once (a segment consumer left open would subscribe again and read
+        the deleted subscription from the start); receive() raises `error` once what was
+        queued is handed out."""
+        if self._closed:
+            return
+        self._ended = error
+        self._queue.put_nowait(_ENDED)
+        self._tasks.discard(asyncio.current_task())     # close() cancels the others, not this one
+        await self.close()
 
     async def _apply(self, assignment: pb.CommandScalableConsumerAssignment, *, strict: bool = False) -> None:
         """Follow `assignment`; `assigned` lists the segments read here. A segment that cannot
@@ -983,7 +1003,12 @@ class StreamConsumer:
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            message = self._hand_out(await asyncio.wait_for(self._queue.get(), remaining))
+            queued = await asyncio.wait_for(self._queue.get(), remaining)
+            if queued is _ENDED:
+                self._queue.put_nowait(_ENDED)         # for every later receive too
+                assert self._ended is not None
+                raise self._ended
+            message = self._hand_out(queued)
             if message is not None:
                 return message
 

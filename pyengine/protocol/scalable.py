@@ -15,7 +15,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from pyengine.errors import InvalidTopicNameError, NotAllowedError, TopicNotFoundError, to_pulsar_error
+from pyengine.errors import (
+    InvalidTopicNameError,
+    NotAllowedError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+    to_pulsar_error,
+)
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.naming import TopicName
 from pyengine.protocol import replies
@@ -93,8 +99,16 @@ class ScalableTopicCommands:
             service = await self.connection.service.scalable_topics()
             controller = await service.leader(topic)
 
-            def push(assignment: ConsumerAssignment) -> None:
-                if self.consumers.get(consumer_id, (None,))[0] is controller and not self.connection.closed:
+            def push(assignment: ConsumerAssignment | None) -> None:
+                if self.consumers.get(consumer_id, (None,))[0] is not controller or self.connection.closed:
+                    return
+                if assignment is None:         # unregistered by the controller: its subscription went
+                    self.consumers.pop(consumer_id, None)
+                    error = SubscriptionNotFoundError(f"subscription {body.subscription!r} of {topic} was "
+                                                      "deleted: the consumer is unregistered")
+                    self.connection.write(consumer_assignment(consumer_id, error=error.server_error,
+                                                              message=str(error)))
+                else:
                     self.connection.write(consumer_assignment(consumer_id, assignment))
 
             self.consumers[consumer_id] = (controller, body.subscription, body.consumer_name, push)

@@ -404,6 +404,7 @@ class ScalableTopicController:
                 raise SubscriptionNotFoundError(f"no subscription {subscription!r} on {self.topic}")
             coordinator = self.subscriptions.pop(subscription, None)
             if coordinator is not None:
+                coordinator.unregister_all()    # the spec: "unregisters all consumers", first
                 coordinator.close()
             assert self.layout is not None
             for segment in self.layout.all_segments.values():

@@ -59,7 +59,9 @@ class ConsumerAssignment:
         return {"layoutEpoch": self.layout_epoch, "assignedSegments": [s.to_json() for s in self.assigned_segments]}
 
 
-AssignmentListener = Callable[[ConsumerAssignment], None]
+# Told each new assignment of its consumer; None once the controller ended the registration
+# (its subscription was deleted): the consumer stops reading.
+AssignmentListener = Callable[[ConsumerAssignment | None], None]
 
 
 @dataclass
@@ -194,6 +196,20 @@ class SubscriptionCoordinator:
         async with self._lock:
             self.layout = layout
             await self._rebalance()
+
+    def unregister_all(self) -> None:
+        """The subscription is being deleted: tell every connected consumer that it is no
+        longer registered (before its segments' subscriptions go: told after, a consumer
+        would subscribe to them again and read them from the start), and forget them all."""
+        for name, registration in list(self.consumers.items()):
+            self._cancel_grace(registration)
+            listener, registration.on_assignment = registration.on_assignment, None
+            if listener is not None:
+                try:
+                    listener(None)
+                except Exception:
+                    log.exception("telling consumer %s that it is unregistered failed", name)
+        self.consumers.clear()
 
     def close(self) -> None:
         """Drop the in-memory keep-alive state (leadership lost or topic released)."""
