@@ -46,7 +46,7 @@ from pyengine.errors import (
     ServiceNotReadyError,
     TransactionConflictError,
 )
-from pyengine.metadata import MetadataStore, MetadataStoreError, NotFoundError
+from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, MetadataStoreError, NotFoundError
 from pyengine.storage import ManagedLedger, StorageError
 from pyengine.storage.entry import Entry
 from pyengine.transaction.buffer import BufferState, TransactionBuffer
@@ -102,6 +102,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         ledger.add_failure_listener(self._on_append_failed)
         ledger.add_trim_listener(self._on_trimmed)
         self._trimming: asyncio.Task | None = None
+        self._first_kept: Position | None = None     # the ledger's first entry after a trim
         # The store is the LMDB store of the ledger's own data dir: entry and op record can
         # share one write transaction.
         self._same_commit = getattr(store, "env", None) is ledger.env
@@ -324,6 +325,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
     def _on_trimmed(self, first_position: Position) -> None:
         """Entries before `first_position` are gone: so is the need to remember aborts whose
         last entry here lies there (and the hidden late writes among them)."""
+        self._first_kept = first_position
         if self._aborted.trim_before(first_position) and self.state is BufferState.READY:
             self._trimming = asyncio.get_running_loop().create_task(self._save_trimmed())
         self._hidden = {p for p in self._hidden if p >= first_position}
@@ -359,11 +361,15 @@ class MetadataTransactionBuffer(TransactionBuffer):
 
     async def _materialise(self, txn: TxnId, header: TxnHeader | None) -> None:
         """Apply the decision on `txn` here, then delete the op records this buffer owns.
-        A missing header (collected, or never created) counts as aborted."""
+        A missing header is a collected commit when `_collected_commit` says so, else (an
+        abort collected, a header never created) an abort."""
         while flights := self._in_flight.get(txn):
             await asyncio.wait(set(flights))
-        committed = header is not None and header.state is HeaderState.COMMITTED
         try:
+            if header is None:
+                committed = await self._collected_commit(txn)
+            else:
+                committed = header.state is HeaderState.COMMITTED
             if committed:
                 self._committed_total += 1
             elif txn not in self._aborted:
@@ -384,8 +390,36 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 self._materialising.pop(txn, None)
                 self._on_decided(txn, header)
 
+    async def _collected_commit(self, txn: TxnId) -> bool:
+        """Whether `txn`, whose header is gone, was a commit the GC sweep collected before this
+        buffer learnt of it (its notification lost with a watch, say). The sweep adds an abort
+        to the segment's stored aborted set before it deletes the op records, and deletes the
+        header last (recovery reads them in that light too): a txn in neither set whose op
+        records here are all gone was committed. One whose records remain never had a header."""
+        if txn in self._aborted:
+            return False
+        stored = await self.store.get(buffer_path(self.segment))
+        if stored is not None and txn in AbortedTxnSet.from_bytes(stored.value):
+            return False
+        paths = self._ops.get(txn, [])
+        return bool(paths) and not await self._any_exists(paths)
+
     async def _save_aborted(self) -> None:
-        await self.store.put(buffer_path(self.segment), self._aborted.to_bytes())
+        """Store the aborted set, keeping what the GC sweep recorded there for this segment
+        meanwhile (compare-and-set): written over, a collected abort would read as a commit."""
+        path = buffer_path(self.segment)
+        while True:
+            stored = await self.store.get(path)
+            if stored is not None:
+                theirs = AbortedTxnSet.from_bytes(stored.value)
+                if self._first_kept is not None:
+                    theirs = theirs.since(self._first_kept)     # not what this buffer trimmed
+                self._aborted.update(theirs)
+            try:
+                await self.store.put(path, self._aborted.to_bytes(), stored.version if stored is not None else -1)
+                return
+            except (BadVersionError, AlreadyExistsError):
+                continue
 
     async def _delete_ops(self, txn: TxnId) -> None:
         paths = self._ops.pop(txn, [])

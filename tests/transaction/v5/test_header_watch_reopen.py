@@ -20,7 +20,7 @@ from pyengine.transaction.buffer.metadata_buffer import MetadataTransactionBuffe
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, buffer_path, header_path
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine.transaction.pendingack.metadata_store import MetadataPendingAckHandle, MetadataPendingAckStore
-from pyengine_kernels import Position, TxnId
+from pyengine_kernels import AbortedTxnSet, Position, TxnId
 
 from .conftest import SEGMENT, V5, eventually
 
@@ -152,3 +152,68 @@ async def test_pending_ack_replay_reading_a_header_across_a_watch_reopen_sees_th
         assert v5.headers.rechecks_resolved == 0
     finally:
         await acks.close()
+
+
+async def collect_while_the_watch_is_down(v5: V5, txn: TxnId, action: TxnAction, clock, monkeypatch) -> None:
+    """The header watch breaks, `txn` ends with `action`, the retention passes and the GC sweep
+    collects it (op records, then the header), then the watch is reopened: the participant
+    learns only that the header is gone."""
+    reopen = v5.store.range_watch
+    collected = asyncio.Event()
+
+    async def reopen_after_the_collection(*args, **kwargs):
+        await collected.wait()
+        return await reopen(*args, **kwargs)
+
+    monkeypatch.setattr(v5.store, "range_watch", reopen_after_the_collection)
+    broken = v5.headers._watch
+    broken._fail(MetadataStoreError("connection to the metadata store lost"))
+    await v5.coordinator.end_transaction(txn, action)
+    clock.now += 10_000
+    assert await v5.coordinator.collect_garbage() == 1
+    assert await v5.store.get(header_path(txn)) is None
+    collected.set()
+    await eventually(lambda: v5.headers._watch is not broken, timeout=2)
+
+
+async def test_a_commit_collected_while_the_watch_was_down_stays_visible(v5, clock, monkeypatch):
+    """A missing header was taken for an abort on the live path (recovery told a collected
+    commit apart already): the committed message was hidden for good, and the abort was saved."""
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"committed")
+    await ledger.append(b"plain")
+    await collect_while_the_watch_is_down(v5, txn, TxnAction.COMMIT, clock, monkeypatch)
+    await eventually(lambda: visible(ledger, buffer) == [b"committed", b"plain"], timeout=PROMPTLY_S)
+    await buffer.wait_materialised()
+    assert not buffer.is_txn_aborted(txn)
+    stored = await v5.store.get(buffer_path(SEGMENT))
+    assert stored is None or txn not in AbortedTxnSet.from_bytes(stored.value)
+
+
+async def test_an_abort_collected_while_the_watch_was_down_stays_hidden(v5, clock, monkeypatch):
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"aborted")
+    await ledger.append(b"plain")
+    await collect_while_the_watch_is_down(v5, txn, TxnAction.ABORT, clock, monkeypatch)
+    await eventually(lambda: visible(ledger, buffer) == [b"plain"], timeout=PROMPTLY_S)
+    await buffer.wait_materialised()
+    assert buffer.is_txn_aborted(txn)
+
+
+async def test_a_save_of_the_aborted_set_keeps_the_aborts_the_gc_recorded(v5):
+    """The GC sweep records an abort in a segment's stored set for a buffer that never
+    materialised it (the step it takes before deleting the op records); the buffer's next save
+    of its own set wrote over it, and a restart then took the collected abort for a commit."""
+    ledger, buffer = await v5.buffer()
+    missed = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    position = await buffer.append(missed, b"missed-abort")
+    await v5.coordinator._record_abort(SEGMENT, missed, position)     # the sweep's step
+    other = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(other, b"other-abort")
+    await v5.coordinator.end_transaction(other, TxnAction.ABORT)
+    await eventually(lambda: buffer.is_txn_aborted(other), timeout=PROMPTLY_S)
+    await buffer.wait_materialised()                # its save of the set
+    stored = AbortedTxnSet.from_bytes((await v5.store.get(buffer_path(SEGMENT))).value)
+    assert missed in stored and other in stored
