@@ -320,9 +320,13 @@ class PendingAckHandleImpl(PendingAckHandle):
         seqs = list(self._records.get(txn, ()))
         if not individual and cumulative is None and not seqs:
             return []
+        # The records go with the cursor's write where the store can (one LMDB transaction),
+        # else after it: deleted first, a crash in between would lose committed acks; deleted
+        # after, it leaves records that the replay applies again (to the same effect).
+        together = self.store.deletes_with_cursor
         try:
             writes = self._apply_to_cursor(individual, cumulative) if action is TxnAction.COMMIT else []
-            if seqs:
+            if seqs and together:
                 writes.append(self.store.delete_records(seqs))
         except Exception as exc:          # could not queue the writes; the txn stays as it was
             raise PersistenceError(f"[{self._name}] cannot {action.name.lower()} "
@@ -331,6 +335,12 @@ class PendingAckHandleImpl(PendingAckHandle):
             if isinstance(outcome, BaseException):
                 raise PersistenceError(f"[{self._name}] cannot {action.name.lower()} "
                                        f"Transaction:{txn}: {outcome}") from outcome
+        if seqs and not together:
+            try:
+                await self.store.delete_records(seqs)
+            except Exception as exc:
+                raise PersistenceError(f"[{self._name}] cannot {action.name.lower()} "
+                                       f"Transaction:{txn}: {exc}") from exc
         self._acks.drop(txn)
         self._records.pop(txn, None)
         return sorted(individual) + ([cumulative] if cumulative is not None else [])

@@ -53,6 +53,10 @@ class LoggedAck:
 
 
 class LogPendingAckStore:
+    # Its record deletes land in the cursor's LMDB write transaction when queued in the same
+    # event-loop turn (the handle then needs not order them).
+    deletes_with_cursor = True
+
     def __init__(self, env: StorageEnvironment, prefix: bytes, subscription: str) -> None:
         if not prefix:
             raise ValueError("the key prefix of a pending-ack log must not be empty")

@@ -58,6 +58,10 @@ class MetadataPendingAckStore:
     """The op records of one subscription of one segment. Sequences are local handles of
     requests (the store's sequential keys name the records themselves)."""
 
+    # Record deletes are writes of the metadata store, apart from the cursor's: the handle
+    # deletes a committed transaction's records only once its acks are on the cursor.
+    deletes_with_cursor = False
+
     def __init__(self, store: MetadataStore, segment: str, subscription: str, *,
                  metrics: V5Metrics | None = None) -> None:
         self.store = store
@@ -311,7 +315,10 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
             self._request_waiters.setdefault(txn, []).append(waiter)
             await waiter
         commit = header is not None and header.state is HeaderState.COMMITTED
-        for attempt in range(50):
+        delay = 0.1
+        attempt = 0
+        while True:                   # as the buffer: until it is done or the handle closes
+            attempt += 1
             try:
                 if commit:
                     positions = await self.commit(txn, -1)
@@ -323,8 +330,12 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
                         self._on_release(positions)
                 return
             except PersistenceError as exc:
-                log.warning("[%s] materialising %s failed (attempt %d): %s", self._name, txn, attempt + 1, exc)
-                await asyncio.sleep(0.1)
+                # Given up, the acks would stay reserved (an aborted txn's messages never
+                # delivered again) and the header never collected: a store outage ends.
+                log.warning("[%s] materialising %s failed (attempt %d, again in %.1f s): %s",
+                            self._name, txn, attempt, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
             except Exception as exc:      # closed, not ready: the restart finishes it
                 log.info("[%s] materialising %s stopped: %s", self._name, txn, exc)
                 return

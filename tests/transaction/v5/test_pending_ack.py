@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from pyengine.errors import ServiceNotReadyError, TransactionConflictError
+from pyengine.metadata import MetadataStoreError
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedLedger
 from pyengine.transaction import TxnAction
@@ -170,4 +171,66 @@ async def test_an_ack_conditional_on_a_failed_write_is_not_recorded(v5):
     registered.set_result(None)
     await handle.individual_ack(txn, [IndividualAck(positions[0])], after=registered)
     assert len(await ack_records(v5)) == 1
+    await handle.close()
+
+
+async def test_a_commits_ack_records_go_only_once_its_acks_are_on_the_cursor(v5, monkeypatch):
+    """The records were deleted while the cursor's write was still in flight (on etcd the two
+    are unrelated writes): a crash between them lost committed acks, so the messages came
+    again after a commit."""
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 2)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(txn, [IndividualAck(positions[0])])
+    persisting, land = asyncio.Event(), asyncio.Event()
+    real_persist = cursor.persist
+
+    def held_persist():
+        async def persist():
+            persisting.set()
+            await land.wait()
+            await real_persist()
+        return asyncio.ensure_future(persist())
+
+    monkeypatch.setattr(cursor, "persist", held_persist)
+    await v5.coordinator.end_transaction(txn, COMMIT)
+    await asyncio.wait_for(persisting.wait(), 5)
+    await asyncio.sleep(0.05)
+    assert len(await ack_records(v5)) == 1           # still there while the cursor's write is not
+    land.set()
+    await handle.wait_materialised()
+    assert cursor.is_acked(positions[0]) and await ack_records(v5) == []
+    await handle.close()
+
+
+async def test_materialising_outlasts_a_long_store_outage(v5, monkeypatch):
+    """Materialisation gave up after 50 attempts 0.1 s apart: after a longer outage an aborted
+    txn's acks stayed reserved (its messages never delivered again) and its header was never
+    collected. It now retries, backing off, until the store answers."""
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 1)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(txn, [IndividualAck(positions[0])])
+    failures = 0
+    real_delete = v5.store.delete
+
+    async def down(path, *args, **kwargs):
+        nonlocal failures
+        if path.startswith(op_prefix(txn)) and failures < 60:
+            failures += 1
+            raise MetadataStoreError("the metadata store is unreachable")
+        return await real_delete(path, *args, **kwargs)
+
+    monkeypatch.setattr(v5.store, "delete", down)
+    sleeps = []
+    real_sleep = asyncio.sleep
+
+    async def fast_sleep(delay, *args):                # the backoff, without the wait
+        sleeps.append(delay)
+        await real_sleep(0)
+
+    from pyengine.transaction.pendingack import metadata_store
+    monkeypatch.setattr(metadata_store.asyncio, "sleep", fast_sleep)
+    await v5.coordinator.end_transaction(txn, ABORT)
+    await eventually(lambda: seen.released == [positions[0]], timeout=10)
+    assert failures == 60 and max(sleeps) == 5.0
+    assert not handle.is_fully_pending(positions[0]) and await ack_records(v5) == []
     await handle.close()
