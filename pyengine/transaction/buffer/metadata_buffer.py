@@ -103,6 +103,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         ledger.add_trim_listener(self._on_trimmed)
         self._trimming: asyncio.Task | None = None
         self._first_kept: Position | None = None     # the ledger's first entry after a trim
+        self._decided_while_recovering: dict[TxnId, TxnHeader | None] = {}
         # The store is the LMDB store of the ledger's own data dir: entry and op record can
         # share one write transaction.
         self._same_commit = getattr(store, "env", None) is ledger.env
@@ -159,10 +160,13 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 await self.ledger.set_property(HIDDEN_PROPERTY, _format_positions(self._hidden))
         except (MetadataStoreError, CorruptTxnRecordError, ValueError, StorageError) as exc:
             self.state = BufferState.NONE
+            self._decided_while_recovering = {}     # the next recovery reads them again
             raise ServiceNotReadyError(f"v5 transaction buffer of {self.segment} cannot recover: {exc}") from exc
         self.state = BufferState.READY
         self._recover_end_ms = time.time_ns() // 1_000_000
-        for txn, header in decided:       # crashed mid-materialisation: finish it now
+        decided += self._decided_while_recovering.items()
+        self._decided_while_recovering = {}
+        for txn, header in decided:       # crashed mid-materialisation, or decided meanwhile
             self._on_decided(txn, header)
         self._notify()
 
@@ -352,6 +356,11 @@ class MetadataTransactionBuffer(TransactionBuffer):
 
     def _on_decided(self, txn: TxnId, header: TxnHeader | None) -> None:
         self._subscribed.discard(txn)
+        if self.state is BufferState.INITIALIZING:
+            # Subscribed by recovery, decided before it ended: applied once it has (the
+            # listener is gone, and nothing else would tell this buffer again).
+            self._decided_while_recovering[txn] = header
+            return
         if self.state is not BufferState.READY or txn in self._materialising:
             return
         task = asyncio.get_running_loop().create_task(self._materialise(txn, header),

@@ -17,7 +17,14 @@ from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedLedger
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer.metadata_buffer import MetadataTransactionBuffer
-from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, buffer_path, header_path
+from pyengine.transaction.coordinator.metadata_records import (
+    V5_COORDINATOR_ID,
+    OpRecord,
+    buffer_path,
+    header_path,
+    op_prefix,
+    txn_key,
+)
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine.transaction.pendingack.metadata_store import MetadataPendingAckHandle, MetadataPendingAckStore
 from pyengine_kernels import AbortedTxnSet, Position, TxnId
@@ -217,3 +224,28 @@ async def test_a_save_of_the_aborted_set_keeps_the_aborts_the_gc_recorded(v5):
     await buffer.wait_materialised()                # its save of the set
     stored = AbortedTxnSet.from_bytes((await v5.store.get(buffer_path(SEGMENT))).value)
     assert missed in stored and other in stored
+
+
+async def test_a_decision_notified_while_the_buffer_recovers_is_applied(v5, monkeypatch):
+    """Recovery subscribed to an open txn, then awaited the store (here: checking the op records
+    of a txn with no header); the commit notified meanwhile was dropped, as the buffer was not
+    ready, and the read horizon stayed behind the committed entry until a reload."""
+    _ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"t")
+    await v5.restart()
+    headless = TxnId(V5_COORDINATOR_ID, 10**9)                # an op record with no header
+    await v5.store.put(op_prefix(headless), OpRecord("write", SEGMENT, Position(10**6, 0)).encode(),
+                       sequential=True, partition_key=txn_key(headless))
+    ledger, buffer = await new_buffer(v5)
+    real_any_exists = buffer._any_exists
+
+    async def commit_meanwhile(paths):
+        if txn in v5.headers.watched():                       # recovery subscribed to it already
+            await v5.coordinator.end_transaction(txn, TxnAction.COMMIT)
+            await asyncio.sleep(0.05)                         # its notification arrives
+        return await real_any_exists(paths)
+
+    monkeypatch.setattr(buffer, "_any_exists", commit_meanwhile)
+    await buffer.recover()
+    await eventually(lambda: visible(ledger, buffer) == [b"t"], timeout=PROMPTLY_S)
