@@ -264,8 +264,14 @@ class Snapshot:
         # rule, not imported: that would load the whole broker into every Spark worker.
         return override or (5 if topic.is_segment else 4)
 
+    def topic_version(self, info: TopicInfo) -> int:
+        """4 or 5 for a stored topic: the version the broker pinned in its properties at its
+        first load (pyengine.broker.service's TXN_VERSION_PROPERTY), else as `transaction_version`."""
+        pinned = info.properties.get("txnVersion")
+        return int(pinned) if pinned in ("4", "5") else self.transaction_version(info.name)
+
     def topic_state(self, info: TopicInfo) -> TopicState:
-        if self.transaction_version(info.name) == 4:
+        if self.topic_version(info) == 4:
             return compute_topic_state(self.view, info)
         if current_revision(self.kv) == 0 and self._has_v5_entries(info):
             raise MetadataBackendError(

@@ -231,8 +231,9 @@ TRANSACTION_VERSION = {"type": "integer", "enum": [4, 5],
 
 _namespace_policy("/transactionVersion", "transaction_version", TRANSACTION_VERSION, "4 or 5", (
     "Get the transaction design overriding the topic domain's default in a namespace.",
-    "Override the transaction design of a namespace's topics (migration, debugging); a topic takes it when it "
-    "is next loaded.",
+    "Override the transaction design of a namespace's topics (migration, debugging). It applies to the topics "
+    "first loaded after it is set: a topic keeps the design of its first load (each design reads only its own "
+    "transaction state; switched, a topic would show its aborted and open transactions' messages).",
     "Remove the override: the topic domain's default applies."),
     field="transaction_version", not_set="Not set: segment:// topics use 5, the others 4")
 

@@ -48,6 +48,7 @@ from pyengine.metadata import MetadataStore, open_metadata_store
 from pyengine_kernels import Position, TxnId
 
 log = logging.getLogger(__name__)
+TXN_VERSION_PROPERTY = "txnVersion"     # a topic's transaction design (4 or 5), kept from its first load
 
 
 @dataclass
@@ -327,15 +328,38 @@ class BrokerService:
             if self.policies.namespace_exists(name.namespace_name) else None
         return override or default_transaction_version(name)
 
+    async def pin_transaction_version(self, ledger: ManagedLedger) -> int:
+        """The design of the topic of `ledger`, written to its properties when it is first
+        loaded and kept: v4 markers and snapshots and v5 metadata records are each read by their
+        own design only, so a topic switched to the other one would show the messages of its
+        aborted and still-open transactions. A namespace's transactionVersion applies to the
+        topics first loaded after it is set."""
+        pinned = ledger.properties.get(TXN_VERSION_PROPERTY)
+        policy = self.transaction_version(ledger.name)
+        if pinned in ("4", "5"):
+            if int(pinned) != policy:
+                log.info("%s keeps transaction version %s (its namespace now asks for %d: that applies to "
+                         "new topics)", ledger.name, pinned, policy)
+            return int(pinned)
+        try:
+            await ledger.set_property(TXN_VERSION_PROPERTY, str(policy))
+        except Exception as exc:      # e.g. a full disk: serve it, pin it at the next load
+            log.warning("cannot record the transaction version of %s: %s", ledger.name, exc)
+        return policy
+
+    def _ledger_transaction_version(self, ledger: ManagedLedger) -> int:
+        pinned = ledger.properties.get(TXN_VERSION_PROPERTY)
+        return int(pinned) if pinned in ("4", "5") else self.transaction_version(ledger.name)
+
     def new_transaction_buffer(self, ledger: ManagedLedger) -> TransactionBuffer:
-        if self.v5 is not None and self.transaction_version(ledger.name) == 5:
+        if self.v5 is not None and self._ledger_transaction_version(ledger) == 5:
             return MetadataTransactionBuffer(ledger, self.v5.store, self.v5.headers, metrics=self.v5.metrics)
         return TopicTransactionBuffer(ledger, self.config.transaction_buffer)
 
     def new_pending_ack_handle(self, cursor: ManagedCursor, sub_type: str | None,
                                on_release: Callable[[list[Position]], None],
                                on_acked: Callable[[list[Position]], None] | None = None) -> PendingAckHandle:
-        if self.v5 is not None and self.transaction_version(cursor.ledger.name) == 5:
+        if self.v5 is not None and self._ledger_transaction_version(cursor.ledger) == 5:
             store = MetadataPendingAckStore(self.v5.store, cursor.ledger.name, cursor.name, metrics=self.v5.metrics)
             return MetadataPendingAckHandle(cursor, store, self.v5.headers, subscription_type=wire_sub_type(sub_type),
                                             on_release=on_release, on_acked=on_acked)

@@ -87,6 +87,7 @@ class Topic:
     @classmethod
     async def load(cls, service: BrokerService, name: TopicName) -> Topic:
         ledger = await ManagedLedger.open(service.env, str(name), service.config.ledger)
+        await service.pin_transaction_version(ledger)
         buffer = service.new_transaction_buffer(ledger)
         topic = cls(service, name, ledger, buffer)
         try:

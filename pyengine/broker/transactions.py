@@ -3,7 +3,9 @@
 * Participants, per topic: `segment://` topics use v5 (metadata-driven buffer and pending
   acks), every other domain v4 (markers in the stream, pending-ack log). A namespace's
   `transaction_version` policy (4 or 5) overrides the default for its topics — for migration
-  and debugging. A topic keeps the design it was loaded with until it is loaded again.
+  and debugging — first loaded after it is set: a topic keeps the design of its first load
+  (pinned in its properties, `BrokerService.pin_transaction_version`), as each design reads
+  only its own transaction state.
 * Coordinators, per transaction: v4 ids are 0..N-1 (what a Pulsar client discovers through the
   coordinators' assign topic); the v5 coordinator has the id `V5_COORDINATOR_ID`, which only a
   v5 client asks for (pyengine.client does for scalable topics). `CoordinatorRouter` is what
