@@ -414,6 +414,7 @@ class Topic:
             if subscription.pending_ack is not None:
                 await subscription.pending_ack.store.delete()
         await self.compaction.delete()
+        await self.buffer.delete()
         await self.ledger.delete()
 
     def _check_open(self) -> None:

@@ -100,3 +100,7 @@ class TransactionBuffer(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+    async def delete(self) -> None:
+        """The topic is deleted (the buffer closed): remove what the buffer keeps outside the
+        topic's ledger (nothing, unless a design keeps state elsewhere)."""

@@ -509,6 +509,14 @@ class MetadataTransactionBuffer(TransactionBuffer):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def delete(self) -> None:
+        """The segment is deleted: its stored aborted set goes with it (left, it outlived the
+        segment for good). Its txns' op records are the coordinator's GC's to collect."""
+        try:
+            await self.store.delete(buffer_path(self.segment))
+        except NotFoundError:
+            pass
+
 
 def _not_open(txn: TxnId, header: TxnHeader | None) -> str:
     state = "unknown (or collected)" if header is None else header.state.value
