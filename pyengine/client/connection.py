@@ -128,7 +128,8 @@ class ClientConnection(asyncio.Protocol):
         return self._handshake.done() and not self._handshake.exception() and not self.closed.done()
 
     def add_close_listener(self, listener: Callable[[ClientConnection], None]) -> None:
-        self._close_listeners.append(listener)
+        if listener not in self._close_listeners:      # added again by a re-registration
+            self._close_listeners.append(listener)
 
     def close(self, reason: BaseException | None = None) -> None:
         """Close the connection (at once: what is not written yet is dropped)."""

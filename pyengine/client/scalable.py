@@ -40,7 +40,7 @@ from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import PartitionProducer, Producer, _check_message
 from pyengine.client.transaction import OPEN
 from pyengine.client.url import parse_broker_url
-from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError,
+from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError, SubscriptionNotFoundError,
                              TooManyRequestsError, TopicTerminatedError)
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -892,8 +892,14 @@ class StreamConsumer:
         elif not assignment.HasField("error"):
             self._spawn(self._apply(assignment))
         elif not assignment.HasField("request_id"):
-            # Pushed: the controller ended the registration (its subscription was deleted).
-            self._spawn(self._unregistered(PulsarError.from_code(assignment.error, assignment.message)))
+            # Pushed: that controller no longer serves the registration.
+            if self._connection is not None:
+                self._connection.scalable_consumers.pop(self.consumer_id, None)
+            error = PulsarError.from_code(assignment.error, assignment.message)
+            if isinstance(error, SubscriptionNotFoundError):
+                self._spawn(self._unregistered(error))     # the subscription was deleted
+            elif not self._closed:
+                self._spawn(self._reregister())            # leadership moved: the new leader
 
     async def _unregistered(self, error: PulsarError) -> None:
         """Stop reading at once (a segment consumer left open would subscribe again and read

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from pyengine.errors import (
     InvalidTopicNameError,
     NotAllowedError,
-    SubscriptionNotFoundError,
+    PulsarError,
     TopicNotFoundError,
     to_pulsar_error,
 )
@@ -99,15 +99,13 @@ class ScalableTopicCommands:
             service = await self.connection.service.scalable_topics()
             controller = await service.leader(topic)
 
-            def push(assignment: ConsumerAssignment | None) -> None:
+            def push(assignment: ConsumerAssignment | PulsarError) -> None:
                 if self.consumers.get(consumer_id, (None,))[0] is not controller or self.connection.closed:
                     return
-                if assignment is None:         # unregistered by the controller: its subscription went
+                if isinstance(assignment, PulsarError):     # no longer served by this controller
                     self.consumers.pop(consumer_id, None)
-                    error = SubscriptionNotFoundError(f"subscription {body.subscription!r} of {topic} was "
-                                                      "deleted: the consumer is unregistered")
-                    self.connection.write(consumer_assignment(consumer_id, error=error.server_error,
-                                                              message=str(error)))
+                    self.connection.write(consumer_assignment(consumer_id, error=assignment.server_error,
+                                                              message=str(assignment)))
                 else:
                     self.connection.write(consumer_assignment(consumer_id, assignment))
 

@@ -132,15 +132,16 @@ class ScalableTopicController:
         self._closed = True
         if self._takeover is not None:
             self._takeover.cancel()
-        self._drop_leader_state()
+        self._drop_leader_state(NotLeaderError(self.topic, None))
         await self.election.resign()
 
-    def abandon(self) -> None:
-        """Stop without touching the store (a crashed broker, in tests)."""
+    def abandon(self, *, tell: bool = False) -> None:
+        """Stop without touching the store: a crashed broker (tests), or one whose metadata
+        session ended (`tell`: its consumers, still connected, are sent to the next leader)."""
         self._closed = True
         if self._takeover is not None:
             self._takeover.cancel()
-        self._drop_leader_state()
+        self._drop_leader_state(NotLeaderError(self.topic, None) if tell else None)
 
     def _on_leader_state(self, state: LeaderState, leader: str | None) -> None:
         if self._closed:
@@ -150,7 +151,9 @@ class ScalableTopicController:
                 self._takeover = asyncio.get_running_loop().create_task(self._take_over_locked())
         elif self._leading:
             log.info("controller of %s: leadership lost (leader now %s)", self.topic, leader)
-            self._drop_leader_state()
+            # its consumers, still connected here, register again with the new leader (within
+            # the grace period it gives the sessions it restores: they keep their segments)
+            self._drop_leader_state(NotLeaderError(self.topic, leader))
 
     async def _take_over_locked(self) -> None:
         try:
@@ -174,9 +177,13 @@ class ScalableTopicController:
         self._leading = True
         log.info("controller of %s: leading at epoch %d", self.topic, self.layout.epoch)
 
-    def _drop_leader_state(self) -> None:
+    def _drop_leader_state(self, tell: PulsarError | None = None) -> None:
+        """Forget the sessions (kept in the store for the next leader); `tell`: the error the
+        connected consumers are sent, so that they register with the leader again."""
         self._leading = False
         for coordinator in self.subscriptions.values():
+            if tell is not None:
+                coordinator.unregister_all(tell)
             coordinator.close()
         self.subscriptions.clear()
 
@@ -404,7 +411,9 @@ class ScalableTopicController:
                 raise SubscriptionNotFoundError(f"no subscription {subscription!r} on {self.topic}")
             coordinator = self.subscriptions.pop(subscription, None)
             if coordinator is not None:
-                coordinator.unregister_all()    # the spec: "unregisters all consumers", first
+                # the spec: "unregisters all consumers", first
+                coordinator.unregister_all(SubscriptionNotFoundError(
+                    f"subscription {subscription!r} of {self.topic} was deleted: the consumer is unregistered"))
                 coordinator.close()
             assert self.layout is not None
             for segment in self.layout.all_segments.values():

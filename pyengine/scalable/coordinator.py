@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyengine.errors import PulsarError
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import HashRange, SegmentLayout
 from pyengine.scalable.resources import ConsumerRecord, ScalableTopicResources
@@ -59,9 +60,10 @@ class ConsumerAssignment:
         return {"layoutEpoch": self.layout_epoch, "assignedSegments": [s.to_json() for s in self.assigned_segments]}
 
 
-# Told each new assignment of its consumer; None once the controller ended the registration
-# (its subscription was deleted): the consumer stops reading.
-AssignmentListener = Callable[[ConsumerAssignment | None], None]
+# Told each new assignment of its consumer; an error once this controller no longer serves the
+# registration: SubscriptionNotFoundError (the subscription was deleted: the consumer stops
+# reading) or NotLeaderError (leadership moved: the consumer registers with the new leader).
+AssignmentListener = Callable[[ConsumerAssignment | PulsarError], None]
 
 
 @dataclass
@@ -197,16 +199,17 @@ class SubscriptionCoordinator:
             self.layout = layout
             await self._rebalance()
 
-    def unregister_all(self) -> None:
-        """The subscription is being deleted: tell every connected consumer that it is no
-        longer registered (before its segments' subscriptions go: told after, a consumer
-        would subscribe to them again and read them from the start), and forget them all."""
+    def unregister_all(self, error: PulsarError) -> None:
+        """Tell every connected consumer that this controller no longer serves its registration
+        (`error`: the subscription is being deleted, told before its segments' subscriptions go,
+        or a consumer would subscribe to them again and read them from the start; or leadership
+        moved), and forget them all here."""
         for name, registration in list(self.consumers.items()):
             self._cancel_grace(registration)
             listener, registration.on_assignment = registration.on_assignment, None
             if listener is not None:
                 try:
-                    listener(None)
+                    listener(error)
                 except Exception:
                     log.exception("telling consumer %s that it is unregistered failed", name)
         self.consumers.clear()

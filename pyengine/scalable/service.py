@@ -79,7 +79,7 @@ class ScalableTopicService:
         log.warning("scalable topics: metadata session of %s ended; dropping %d controllers",
                     self.broker_url, len(self.controllers))
         for controller in self.controllers.values():
-            controller.abandon()
+            controller.abandon(tell=True)       # its leadership is gone with the session
         self.controllers.clear()
 
     # --- controllers ------------------------------------------------------------------------
