@@ -99,6 +99,7 @@ class ScalableTopicController:
         self._lock = asyncio.Lock()
         self._leading = False             # taken over: recovered and restored as leader
         self._takeover: asyncio.Task | None = None
+        self._settling: asyncio.Task | None = None      # retrying a split or merge left pending
         self._closed = False
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -167,7 +168,9 @@ class ScalableTopicController:
     async def _take_over(self) -> None:
         if self._leading or not self.election.is_leader:
             return
-        await self._recover_operation()
+        # a pending operation that cannot complete yet does not keep the new leader from
+        # serving its consumers: it is retried in the background
+        await self._settle(required=False)
         self.layout, self.version = await self.resources.load(self.topic)
         for name in await self.resources.subscriptions(self.topic):
             coordinator = SubscriptionCoordinator(self.topic, name, self.resources, self.layout, self.grace_period,
@@ -181,6 +184,8 @@ class ScalableTopicController:
         """Forget the sessions (kept in the store for the next leader); `tell`: the error the
         connected consumers are sent, so that they register with the leader again."""
         self._leading = False
+        if self._settling is not None:
+            self._settling.cancel()
         for coordinator in self.subscriptions.values():
             if tell is not None:
                 coordinator.unregister_all(tell)
@@ -188,15 +193,58 @@ class ScalableTopicController:
         self.subscriptions.clear()
 
     @asynccontextmanager
-    async def _as_leader(self) -> AsyncIterator[None]:
+    async def _as_leader(self, *, settle: bool = True) -> AsyncIterator[None]:
+        """Leading, with the split or merge left pending by a failure completed first; without
+        `settle` (consumers registering on a subscription that exists, leaving) a pending one
+        that still cannot complete does not stop the request: it works on the stored layout,
+        and the operation is retried in the background."""
         if not self.is_leader:
             raise NotLeaderError(self.topic, self.election.leader)
         async with self._lock:
             await self._take_over()
             if not (self.is_leader and self._leading):
                 raise NotLeaderError(self.topic, self.election.leader)
-            await self._recover_operation()          # one that failed earlier, if any
+            await self._settle(required=settle)
             yield
+
+    async def _settle(self, *, required: bool) -> None:
+        """Complete or roll back a pending operation (under the lock); one that fails is
+        retried in the background, and raises only when `required`."""
+        try:
+            await self._recover_operation()
+        except NotLeaderError:
+            raise
+        except Exception as error:
+            self._settle_later()
+            if required:
+                raise
+            log.warning("controller of %s: a pending split or merge cannot complete yet (retrying): %s",
+                        self.topic, error)
+
+    def _settle_later(self) -> None:
+        if self._settling is None or self._settling.done():
+            self._settling = asyncio.get_running_loop().create_task(self._settle_in_background())
+
+    async def _settle_in_background(self) -> None:
+        """Retry the pending operation, backing off, until it is done or this controller no
+        longer leads: left alone, a split whose parent is sealed but not yet replaced in the
+        layout holds up that part of the key space (its producers wait for a layout that
+        would only come with the next admin call or a failover)."""
+        delay = 0.2
+        while not self._closed and self.is_leader:
+            await asyncio.sleep(delay)
+            try:
+                async with self._lock:
+                    if self._closed or not self.is_leader:
+                        return
+                    await self._recover_operation()
+                return
+            except NotLeaderError:
+                return
+            except Exception as error:
+                delay = min(delay * 2, 10.0)
+                log.info("controller of %s: the pending split or merge still cannot complete "
+                         "(again in %.1f s): %s", self.topic, delay, error)
 
     def _check_leading(self) -> None:
         """Between the steps of a split or merge: a controller deposed meanwhile (its session
@@ -242,9 +290,10 @@ class ScalableTopicController:
             raise               # deposed mid-way: the new leader completes or rolls it back
         except PulsarError:
             # a step failed (a segment's broker is away...): complete or roll back now if we
-            # can; if not, the record stays and the next operation tries again first
+            # can; if not, the record stays and is retried in the background (and first by
+            # the next operation)
             try:
-                await self._recover_operation()
+                await self._settle(required=True)
             except Exception as error:
                 log.warning("controller of %s: the failed %s stays pending: %s", self.topic, operation.kind, error)
             raise
@@ -426,8 +475,10 @@ class ScalableTopicController:
         _check_subscription(subscription)
         if not isinstance(consumer_name, str) or not consumer_name:
             raise NotAllowedError("a consumer name is a non-empty string")
-        async with self._as_leader():
+        async with self._as_leader(settle=False):
             if subscription not in self.subscriptions:
+                # a new subscription needs a settled layout: a split's children get its cursors
+                await self._recover_operation()
                 await self._create_subscription(subscription)
             coordinator = self.subscriptions[subscription]
         return await coordinator.add_consumer(consumer_name, consumer_id, on_assignment)
@@ -435,7 +486,7 @@ class ScalableTopicController:
     async def unregister_consumer(self, subscription: str, consumer_name: str,
                                   on_assignment: AssignmentListener | None = None) -> None:
         """`on_assignment`: the listener of the registration meant (see `consumer_disconnected`)."""
-        async with self._as_leader():
+        async with self._as_leader(settle=False):
             coordinator = self.subscriptions.get(subscription)
         if coordinator is not None:
             await coordinator.remove_consumer(consumer_name, on_assignment)
