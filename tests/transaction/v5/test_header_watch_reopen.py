@@ -61,23 +61,27 @@ class HeldRead:
         self._released.set()
 
 
-async def commit_while_the_watch_is_down(v5: V5, txn: TxnId, monkeypatch) -> None:
-    """The header watch breaks, `txn` commits (its notification is lost with the watch), then
-    the watch is reopened and the cache has resynced."""
-    committed = asyncio.Event()
+async def while_the_watch_is_down(v5: V5, monkeypatch, outage) -> None:
+    """The header watch breaks, `outage()` runs (the notifications of what it does are lost
+    with the watch), then the watch is reopened and the cache has resynced."""
+    over = asyncio.Event()
     reopen = v5.store.range_watch
 
-    async def reopen_after_the_commit(*args, **kwargs):
-        await committed.wait()
+    async def reopen_after_the_outage(*args, **kwargs):
+        await over.wait()
         return await reopen(*args, **kwargs)
 
-    monkeypatch.setattr(v5.store, "range_watch", reopen_after_the_commit)
+    monkeypatch.setattr(v5.store, "range_watch", reopen_after_the_outage)
     broken = v5.headers._watch
     broken._fail(MetadataStoreError("connection to the metadata store lost"))
-    await v5.coordinator.end_transaction(txn, TxnAction.COMMIT)
-    committed.set()
+    await outage()
+    over.set()
     await eventually(lambda: v5.headers._watch is not broken, timeout=2)
     await asyncio.sleep(0.02)                   # the resync's own re-reads: a few store round trips
+
+
+async def commit_while_the_watch_is_down(v5: V5, txn: TxnId, monkeypatch) -> None:
+    await while_the_watch_is_down(v5, monkeypatch, lambda: v5.coordinator.end_transaction(txn, TxnAction.COMMIT))
 
 
 def visible(ledger: ManagedLedger, buffer: MetadataTransactionBuffer) -> list[bytes]:
@@ -162,25 +166,16 @@ async def test_pending_ack_replay_reading_a_header_across_a_watch_reopen_sees_th
 
 
 async def collect_while_the_watch_is_down(v5: V5, txn: TxnId, action: TxnAction, clock, monkeypatch) -> None:
-    """The header watch breaks, `txn` ends with `action`, the retention passes and the GC sweep
-    collects it (op records, then the header), then the watch is reopened: the participant
-    learns only that the header is gone."""
-    reopen = v5.store.range_watch
-    collected = asyncio.Event()
+    """`txn` ends with `action`, the retention passes and the GC sweep collects it (op records,
+    then the header), all while the watch is down: the participant learns only that the
+    header is gone."""
+    async def end_and_collect() -> None:
+        await v5.coordinator.end_transaction(txn, action)
+        clock.now += 10_000
+        assert await v5.coordinator.collect_garbage() == 1
+        assert await v5.store.get(header_path(txn)) is None
 
-    async def reopen_after_the_collection(*args, **kwargs):
-        await collected.wait()
-        return await reopen(*args, **kwargs)
-
-    monkeypatch.setattr(v5.store, "range_watch", reopen_after_the_collection)
-    broken = v5.headers._watch
-    broken._fail(MetadataStoreError("connection to the metadata store lost"))
-    await v5.coordinator.end_transaction(txn, action)
-    clock.now += 10_000
-    assert await v5.coordinator.collect_garbage() == 1
-    assert await v5.store.get(header_path(txn)) is None
-    collected.set()
-    await eventually(lambda: v5.headers._watch is not broken, timeout=2)
+    await while_the_watch_is_down(v5, monkeypatch, end_and_collect)
 
 
 async def test_a_commit_collected_while_the_watch_was_down_stays_visible(v5, clock, monkeypatch):
