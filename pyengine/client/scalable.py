@@ -40,8 +40,9 @@ from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import PartitionProducer, Producer, _check_message
 from pyengine.client.transaction import OPEN
 from pyengine.client.url import parse_broker_url
-from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError, SubscriptionNotFoundError,
-                             TooManyRequestsError, TopicTerminatedError)
+from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError,
+                             SubscriptionNotFoundError, TooManyRequestsError, TopicNotFoundError,
+                             TopicTerminatedError)
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
@@ -823,9 +824,9 @@ class StreamConsumer:
     the parent is drained, so each key's messages arrive in the order they were sent, provided
     messages are acknowledged (a parent's unacknowledged messages hold its children back).
     When the connection to the controller drops, it registers again (with the same name: within
-    the grace period it keeps its segments). When its subscription is deleted the controller
-    unregisters it: it stops reading, and receive() raises SubscriptionNotFoundError once what
-    it had queued is handed out."""
+    the grace period it keeps its segments). When its subscription (or topic) is deleted the
+    controller unregisters it: it stops reading, and receive() raises SubscriptionNotFoundError
+    (TopicNotFoundError) once what it had queued is handed out."""
 
     def __init__(self, client: Client, watch: DagWatch, subscription: str, consumer_name: str,
                  options: dict[str, Any]) -> None:
@@ -896,8 +897,8 @@ class StreamConsumer:
             if self._connection is not None:
                 self._connection.scalable_consumers.pop(self.consumer_id, None)
             error = PulsarError.from_code(assignment.error, assignment.message)
-            if isinstance(error, SubscriptionNotFoundError):
-                self._spawn(self._unregistered(error))     # the subscription was deleted
+            if isinstance(error, (SubscriptionNotFoundError, TopicNotFoundError)):
+                self._spawn(self._unregistered(error))     # the subscription (or topic) was deleted
             elif not self._closed:
                 self._spawn(self._reregister())            # leadership moved: the new leader
 

@@ -128,12 +128,13 @@ class ScalableTopicController:
                 await asyncio.sleep(0.01)
         await asyncio.wait_for(wait(), timeout)
 
-    async def close(self) -> None:
-        """Release: resign the election, drop the in-memory consumer state."""
+    async def close(self, tell: PulsarError | None = None) -> None:
+        """Release: resign the election, drop the in-memory consumer state, and tell the
+        connected consumers `tell` (default: to register with the next leader)."""
         self._closed = True
         if self._takeover is not None:
             self._takeover.cancel()
-        self._drop_leader_state(NotLeaderError(self.topic, None))
+        self._drop_leader_state(tell or NotLeaderError(self.topic, None))
         await self.election.resign()
 
     def abandon(self, *, tell: bool = False) -> None:

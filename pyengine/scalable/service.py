@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from pyengine.errors import InvalidTopicNameError, NotAllowedError
+from pyengine.errors import InvalidTopicNameError, NotAllowedError, TopicNotFoundError
 from pyengine.metadata import MetadataStore, Session
 from pyengine.naming import TopicName
 from pyengine.scalable.controller import Fault, NotLeaderError, ScalableTopicController
@@ -116,10 +116,13 @@ class ScalableTopicService:
             raise
         return controller
 
-    async def release(self, topic: str | TopicName) -> None:
+    async def release(self, topic: str | TopicName, *, deleted: bool = False) -> None:
+        """Close this broker's controller of `topic`. Its connected consumers are told to find
+        the leader again, or (`deleted`) that the topic is gone, so that they stop."""
         controller = self.controllers.pop(str(scalable_topic_name(topic)), None)
         if controller is not None:
-            await controller.close()
+            tell = TopicNotFoundError(f"scalable topic {controller.topic} was deleted") if deleted else None
+            await controller.close(tell)
 
     # --- topics -------------------------------------------------------------------------------
 
@@ -145,7 +148,7 @@ class ScalableTopicService:
         layout, _ = await self.resources.load(name)              # ScalableTopicNotFoundError
         incarnation = layout.incarnation
         await self.resources.mark_deleting(name, incarnation)    # the segments' brokers may now delete them
-        await self.release(name)          # once marked: a late delete keeps the new topic's controller
+        await self.release(name, deleted=True)  # once marked: a late delete keeps the new topic's controller
         # read once marked (no segment is created any more), the operation before the layout (as
         # keeps_segment): every segment created is in one of them, the children of a split or
         # merge in progress too

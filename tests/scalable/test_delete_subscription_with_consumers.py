@@ -1,8 +1,8 @@
-"""Deleting a scalable topic's subscription unregisters its consumers first (PIP-468's admin
-API: "The controller unregisters all consumers and deletes the subscription from every
-segment"). Before, they were not told: their segment consumers subscribed again when the
-segments' subscriptions were deleted and read everything, acknowledged or not, a second time,
-and the segments had the subscription the metadata no longer listed."""
+"""Deleting a scalable topic's subscription (or the topic) unregisters its consumers first
+(PIP-468's admin API: "The controller unregisters all consumers and deletes the subscription
+from every segment"). Before, they were not told: their segment consumers subscribed again
+when the segments' subscriptions were deleted and read everything, acknowledged or not, a
+second time, and the segments had the subscription the metadata no longer listed."""
 
 from __future__ import annotations
 
@@ -44,4 +44,16 @@ async def test_the_consumers_of_a_deleted_subscription_stop_and_read_nothing_aga
     await asyncio.sleep(0.5)                            # what a segment consumer's reconnect would take
     assert await scalable.resources.subscriptions(controller.topic) == []
     assert all(subs == [] for subs in (await segment_subscriptions(service)).values())
+    await consumer.close()
+
+
+async def test_the_consumers_of_a_deleted_topic_stop(client, service):
+    from pyengine.errors import TopicNotFoundError
+
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 2)
+    consumer = await client.subscribe_stream(T, "s", "c1")
+    await scalable.delete_topic(T)
+    with pytest.raises(TopicNotFoundError, match="was deleted"):
+        await consumer.receive(5)
     await consumer.close()
