@@ -28,6 +28,7 @@ from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import DONE, NAMESPACE, STRING_LIST, SUBSCRIPTION, TENANT, TOPIC, errors
 from pyengine.naming import TopicName, parse_segment_descriptor
 from pyengine.scalable.controller import NotLeaderError
+from pyengine.scalable.segments import SEGMENT_RATES
 from pyengine.scalable.service import ScalableTopicService
 from pyengine.schema import schema_id
 
@@ -231,7 +232,8 @@ async def get_segment(call: Call) -> dict[str, Any]:
     return {"exists": bool(stats), "terminated": bool(stats.get("terminated")),
             "subscriptions": {name: {"msgBacklog": sub.get("msgBacklog", 0)}
                               for name, sub in stats.get("subscriptions", {}).items()},
-            "msgInCounter": stats.get("msgInCounter", 0), "storageSize": stats.get("storageSize", 0)}
+            "msgInCounter": stats.get("msgInCounter", 0), "storageSize": stats.get("storageSize", 0),
+            **{rate: stats.get(rate, 0.0) for rate in SEGMENT_RATES}}
 
 
 @routes.add("DELETE", SEGMENT_URL + "/subscriptions/{subscription}",

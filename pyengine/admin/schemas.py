@@ -105,9 +105,14 @@ DRAINING_HASH = {
     "properties": {"hash": {"type": "integer"}, "unackMsgs": COUNT, "blockedAttempts": COUNT},
     "required": ["hash", "unackMsgs", "blockedAttempts"],
 }
+RATE = {"type": "number", "minimum": 0, "description": "per second, over the last stats interval"}
+OUT_STATS = {"msgOutCounter": {**COUNT, "description": "messages delivered"},
+             "bytesOutCounter": {**COUNT, "description": "bytes delivered"},
+             "msgRateOut": RATE, "msgThroughputOut": {**RATE, "description": "bytes per second delivered, over "
+                                                                              "the last stats interval"}}
 CONSUMER_STATS = {
     "type": "object",
-    "properties": {"consumerName": {"type": "string"}, "availablePermits": {"type": "integer"},
+    "properties": {"consumerName": {"type": "string"}, "availablePermits": {"type": "integer"}, **OUT_STATS,
                    "unackedMessages": COUNT,
                    "blockedConsumerOnUnackedMsgs": {"type": "boolean", "description": "Shared, Key_Shared: held "
                                                     "back by maxUnackedMessagesPerConsumer"},
@@ -126,7 +131,8 @@ CONSUMER_STATS = {
 }
 SUBSCRIPTION_STATS = {
     "type": "object",
-    "properties": {"msgBacklog": COUNT, "msgDelayed": {**COUNT, "description": "held back for delayed delivery"},
+    "properties": {"msgBacklog": COUNT, **OUT_STATS,
+                   "msgDelayed": {**COUNT, "description": "held back for delayed delivery"},
                    "totalMsgExpired": {**COUNT, "description": "entries expired (message TTL, expireMessages) "
                                                                "since the topic was loaded"},
                    "lastExpireTimestamp": {**COUNT, "description": "when an expiry was last issued (ms; 0: never)"},
@@ -146,11 +152,14 @@ SUBSCRIPTION_STATS = {
 }
 TOPIC_STATS = {
     "type": "object",
-    "description": "Pulsar's TopicStats: counters since the topic was loaded (no rates)",
+    "description": "Pulsar's TopicStats: counters since the topic was loaded, and rates per second over the "
+                   "last stats interval (statsUpdateFrequencyInSecs, 60 s: 0 until it first passed)",
     "properties": {
         "msgInCounter": COUNT, "bytesInCounter": COUNT, "storageSize": COUNT, "msgBacklog": COUNT,
+        "msgRateIn": RATE, "msgThroughputIn": RATE, **OUT_STATS,
         "publishers": {"type": "array", "items": {"type": "object", "properties": {
-            "producerName": {"type": "string"}, "producerId": {"type": "integer"}}}},
+            "producerName": {"type": "string"}, "producerId": {"type": "integer"}, "msgInCounter": COUNT,
+            "bytesInCounter": COUNT, "msgRateIn": RATE, "msgThroughputIn": RATE}}},
         "subscriptions": {"type": "object", "additionalProperties": SUBSCRIPTION_STATS},
         "deduplicationStatus": {"type": "string", "enum": ["Enabled", "Disabled"]},
     },
@@ -162,6 +171,7 @@ PARTITIONED_TOPIC_STATS = {
     "properties": {
         "metadata": PARTITIONED_METADATA,
         "msgInCounter": COUNT, "bytesInCounter": COUNT, "storageSize": COUNT, "msgBacklog": COUNT,
+        "msgRateIn": RATE, "msgThroughputIn": RATE, **OUT_STATS,
         "publishers": TOPIC_STATS["properties"]["publishers"],
         "subscriptions": TOPIC_STATS["properties"]["subscriptions"],
         "partitions": {"type": "object", "additionalProperties": TOPIC_STATS},

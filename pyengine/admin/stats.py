@@ -2,7 +2,10 @@
 
 Field names are those of Pulsar's admin data classes (TopicStats, PersistentTopicInternalStats,
 TransactionCoordinatorStats, TransactionMetadata, TransactionBufferStats, ...). Only what this
-broker measures is filled: message rates are not tracked, so they are absent rather than zero.
+broker measures is filled. Message rates (msgRateIn, msgThroughputIn, msgRateOut,
+msgThroughputOut) are Pulsar's: per second over the last stats interval (pyengine.broker.rates);
+the others (msgRateExpired, msgRateRedeliver, ...) are not tracked, so they are absent rather
+than zero.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import datetime
 from typing import Any
 
 from pyengine.broker.consumer import Consumer
+from pyengine.broker.rates import RateCounter
 from pyengine.broker.service import BrokerService
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
@@ -38,9 +42,13 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     return {
         "msgInCounter": topic.msg_in_counter,
         "bytesInCounter": topic.bytes_in_counter,
+        "msgRateIn": topic.rate_in.msg_rate, "msgThroughputIn": topic.rate_in.byte_rate,
+        **_out(topic.rate_out),
         "storageSize": topic.ledger.total_size,
         "msgBacklog": sum(sub["msgBacklog"] for sub in subscriptions.values()),
-        "publishers": [{"producerName": p.name, "producerId": p.producer_id} for p in topic.producers.values()],
+        "publishers": [{"producerName": p.name, "producerId": p.producer_id, "msgInCounter": p.rate_in.msgs,
+                        "bytesInCounter": p.rate_in.bytes, "msgRateIn": p.rate_in.msg_rate,
+                        "msgThroughputIn": p.rate_in.byte_rate} for p in topic.producers.values()],
         "subscriptions": subscriptions,
         "deduplicationStatus": "Enabled" if topic.dedup.enabled else "Disabled",
     }
@@ -50,10 +58,10 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
     consumers = [_consumer_stats(subscription, c) for c in subscription.consumers]
     return {
         "msgBacklog": subscription.backlog(),
+        **_out(subscription.rate_out),
         # Held back for delayed delivery now (Pulsar's msgDelayed; 0 on Exclusive and Failover).
         "msgDelayed": subscription.dispatcher.number_of_delayed_messages(),
-        # Message expiry (Pulsar's totalMsgExpired and lastExpireTimestamp; no msgRateExpired:
-        # rates are not tracked).
+        # Message expiry (Pulsar's totalMsgExpired and lastExpireTimestamp; no msgRateExpired).
         "totalMsgExpired": subscription.total_msg_expired,
         "lastExpireTimestamp": subscription.last_expire_timestamp,
         "type": _SUB_TYPES.get(subscription.sub_type or "", None),
@@ -68,6 +76,14 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
 
 
 _DRAINING_TOTALS = ("drainingHashesCount", "drainingHashesClearedTotal", "drainingHashesUnackedMessages")
+# what a topic, subscription or consumer delivered: counters, and rates over the last stats
+# interval (pyengine.broker.rates)
+_OUT_FIELDS = ("msgOutCounter", "bytesOutCounter", "msgRateOut", "msgThroughputOut")
+_RATE_TOTALS = ("msgRateIn", "msgThroughputIn", *_OUT_FIELDS)
+
+
+def _out(rate: RateCounter) -> dict[str, Any]:
+    return dict(zip(_OUT_FIELDS, (rate.msgs, rate.bytes, rate.msg_rate, rate.byte_rate)))
 
 
 def _consumer_stats(subscription: Subscription, consumer: Consumer) -> dict[str, Any]:
@@ -78,6 +94,7 @@ def _consumer_stats(subscription: Subscription, consumer: Consumer) -> dict[str,
               if subscription.sub_type == "key_shared" else {})
     return {
         "consumerName": consumer.name, "availablePermits": consumer.permits,
+        **_out(consumer.rate_out),
         # As Pulsar, unackedMessages counts on Shared and Key_Shared only (individual-ack mode):
         # Exclusive and Failover consumers show 0.
         "unackedMessages": (consumer.unacked_messages if subscription.sub_type in ("shared", "key_shared")
@@ -99,7 +116,7 @@ def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[s
     and subscriptions summed over its partitions) and, under `partitions`, each partition's."""
     per_partition = {name: topic_stats(topic) for name, topic in loaded.items()}
     totals = {key: sum(stats[key] for stats in per_partition.values())
-              for key in ("msgInCounter", "bytesInCounter", "storageSize", "msgBacklog")}
+              for key in ("msgInCounter", "bytesInCounter", "storageSize", "msgBacklog", *_RATE_TOTALS)}
     subscriptions: dict[str, dict[str, Any]] = {}
     for stats in per_partition.values():
         for name, sub in stats["subscriptions"].items():
@@ -108,8 +125,8 @@ def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[s
                                                     "isDurable": sub["isDurable"], "consumers": [],
                                                     "blockedSubscriptionOnUnackedMsgs": False,
                                                     "allowOutOfOrderDelivery": False,
-                                                    **dict.fromkeys(_DRAINING_TOTALS, 0)})
-            for field in _DRAINING_TOTALS:
+                                                    **dict.fromkeys(_DRAINING_TOTALS + _OUT_FIELDS, 0)})
+            for field in _DRAINING_TOTALS + _OUT_FIELDS:
                 whole[field] += sub[field]
             whole["msgBacklog"] += sub["msgBacklog"]
             whole["msgDelayed"] += sub["msgDelayed"]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from pyengine.broker.rates import RateCounter
 from pyengine.storage.entry import Entry
 from pyengine_kernels import Position
 
@@ -138,6 +139,7 @@ class Consumer:
         self.active = False
         self.connected = True
         self.auto_consume_schema = False            # subscribed with AUTO_CONSUME: takes the topic's schema
+        self.rate_out = RateCounter()               # delivered to it (Pulsar's msgRateOut, msgOutCounter)
 
     def __repr__(self) -> str:
         return f"Consumer({self.name!r}, permits={self.permits}, pending={len(self.pending)})"

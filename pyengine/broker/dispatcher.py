@@ -641,6 +641,13 @@ class Dispatcher:
                 break
 
         for consumer, deliveries in outbox.items():
+            msgs = nbytes = 0
+            for delivery in deliveries:
+                msgs += delivery.entry.num_messages
+                nbytes += len(delivery.entry.data)
+            consumer.rate_out.add(msgs, nbytes)
+            sub.rate_out.add(msgs, nbytes)
+            topic.rate_out.add(msgs, nbytes)
             consumer.sink.deliver(deliveries)
         if auto_acked:
             sub.auto_ack(auto_acked)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from pathlib import Path
@@ -127,6 +128,9 @@ class BrokerConfig:
     backlog_quota_default_limit_seconds: int = -1
     backlog_quota_default_retention_policy: str = "producer_request_hold"
     backlog_quota_check_interval_s: float = 60.0
+    # How often the rates of the topic stats are computed, each over the interval since the
+    # previous computation (Pulsar's statsUpdateFrequencyInSecs: 60).
+    stats_update_interval_s: float = 60.0
 
     def backlog_quota_default(self) -> BacklogQuota:
         """The broker's default backlog quota (what BrokerPolicies falls back on)."""
@@ -169,7 +173,8 @@ class BrokerConfig:
                 raise TypeError(f"{name} must be an int, not {value!r}")
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, not {value}")
-        for name in ("retention_check_interval_s", "message_expiry_check_interval_s", "backlog_quota_check_interval_s"):
+        for name in ("retention_check_interval_s", "message_expiry_check_interval_s", "backlog_quota_check_interval_s",
+                     "stats_update_interval_s"):
             interval = getattr(self, name)
             if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
                 raise ValueError(f"{name} must be a number of seconds in (0, 86400], not {interval!r}")
@@ -215,6 +220,8 @@ class BrokerService:
                                                  expire_topic)
         self.backlog_quotas = PeriodicTopicCheck(self, config.backlog_quota_check_interval_s, "backlog quota check",
                                                  enforce_backlog_quotas)
+        self.stats_update = PeriodicTopicCheck(self, config.stats_update_interval_s, "stats rates update",
+                                               _update_rates)
         self._started = False
         self._closed = False
 
@@ -227,6 +234,7 @@ class BrokerService:
             self.config.retention_check_interval_s, self._check_retention)
         self.message_expiry.start()
         self.backlog_quotas.start()
+        self.stats_update.start()
 
     # --- topics ---------------------------------------------------------------------------
 
@@ -415,6 +423,7 @@ class BrokerService:
             self._retention_check.cancel()
         await self.message_expiry.close()
         await self.backlog_quotas.close()
+        await self.stats_update.close()
         await self.coordinator_v4.close()
         if self.v5 is not None:
             await self.v5.close()
@@ -428,3 +437,5 @@ class BrokerService:
         self.env.close()
 
 
+async def _update_rates(topic: Topic, _now_ms: int) -> None:
+    topic.update_rates(time.monotonic())

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.delayed import wall_clock_ms
 from pyengine.broker.dispatcher import Dispatcher
+from pyengine.broker.rates import RateCounter
 from pyengine.broker.transactions import check_txn_design
 from pyengine.errors import ConsumerAssignError, ConsumerBusyError, NotAllowedError, TransactionConflictError
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
@@ -56,6 +57,7 @@ class Subscription:
         self.cursor = cursor
         self.pending_ack = pending_ack
         self.sub_type = sub_type
+        self.rate_out = RateCounter()          # delivered to its consumers, past and present
         # Key_Shared: no per-key order kept while consumers change (allowOutOfOrderDelivery)
         self.allow_out_of_order_delivery = False
         self.dispatcher = Dispatcher(self)

@@ -19,6 +19,7 @@ from pyengine.broker.consumer import Consumer
 from pyengine.broker.delayed import deliver_at_time, wall_clock_ms
 from pyengine.broker.dedup import MessageDeduplication
 from pyengine.broker.policies import ConnectionLimits
+from pyengine.broker.rates import RateCounter
 from pyengine.broker.subscription import Subscription, normalize_sub_type
 from pyengine.broker.transactions import check_txn_design
 from pyengine.errors import (ConsumerBusyError, NotAllowedError, ProducerBusyError, SubscriptionNotFoundError,
@@ -52,6 +53,7 @@ class Producer:
         # send attaches it again, as a reconnecting client's producer would be.
         self.disconnected = False
         self.on_disconnect: Callable[[], None] | None = None
+        self.rate_in = RateCounter()            # what it published (Pulsar's publisher msgRateIn)
 
 
 class Topic:
@@ -70,8 +72,8 @@ class Topic:
         self._producer_ids = itertools.count()
         self._closed = False
         # Published since the topic was loaded (Pulsar's msgInCounter / bytesInCounter).
-        self.msg_in_counter = 0
-        self.bytes_in_counter = 0
+        self.rate_in = RateCounter()
+        self.rate_out = RateCounter()          # delivered to its consumers and readers
         ledger.add_listener(self._entries_added)
         buffer.add_listener(self._entries_added)
         self._delay_limit = 0                  # see _delayed_published
@@ -128,6 +130,30 @@ class Topic:
         if cursor.durable:
             self.subscriptions[cursor.name] = subscription
         return subscription
+
+    @property
+    def msg_in_counter(self) -> int:
+        return self.rate_in.msgs
+
+    @property
+    def bytes_in_counter(self) -> int:
+        return self.rate_in.bytes
+
+    def rates(self) -> dict[str, float]:
+        """Its rates over the last stats interval, as Pulsar's TopicStats names them."""
+        return {"msgRateIn": self.rate_in.msg_rate, "msgThroughputIn": self.rate_in.byte_rate,
+                "msgRateOut": self.rate_out.msg_rate, "msgThroughputOut": self.rate_out.byte_rate}
+
+    def update_rates(self, now: float) -> None:
+        """Compute the rates of its stats over the interval since the last call (rates.py)."""
+        self.rate_in.update(now)
+        self.rate_out.update(now)
+        for producer in self.producers.values():
+            producer.rate_in.update(now)
+        for subscription in [*self.subscriptions.values(), *self._readers]:
+            subscription.rate_out.update(now)
+            for consumer in subscription.consumers:
+                consumer.rate_out.update(now)
 
     def _entries_added(self) -> None:
         for subscription in self.subscriptions.values():
@@ -210,8 +236,8 @@ class Topic:
             duplicate = self.dedup.duplicate_of(producer.name, highest)
             if duplicate is not None:
                 return duplicate
-        self.msg_in_counter += num_messages
-        self.bytes_in_counter += len(data)
+        self.rate_in.add(num_messages, len(data))
+        producer.rate_in.add(num_messages, len(data))
         if txn is not None:
             if txn.most_bits == V5_COORDINATOR_ID:
                 check_txn_design(self.buffer, txn, self.name)
@@ -387,6 +413,7 @@ class Topic:
         return {
             "msgInCounter": self.ledger.number_of_entries,
             "storageSize": self.ledger.total_size,
+            **self.rates(),
             "lastAddConfirmed": str(self.ledger.lac),
             "maxReadPosition": str(self.buffer.max_read_position()),
             "publishers": [{"producerName": name} for name in self.producers],

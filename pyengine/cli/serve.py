@@ -117,6 +117,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backlog-quota-check-interval-seconds", type=positive_seconds, default=60.0,
                    help="how often topics are checked against their backlog quotas (Pulsar's "
                         "backlogQuotaCheckIntervalInSeconds: 60)")
+    p.add_argument("--stats-update-interval-seconds", type=positive_seconds, default=60.0,
+                   help="how often the rates of the topic stats (msgRateIn, msgRateOut, ...) are computed, each "
+                        "over the interval since the last (Pulsar's statsUpdateFrequencyInSecs: 60)")
     p.add_argument("--scalable-session-ttl", type=positive_seconds, default=10.0,
                    help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
     p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
@@ -295,7 +298,8 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         backlog_quota_default_limit_bytes=args.backlog_quota_default_limit_bytes,
                         backlog_quota_default_limit_seconds=args.backlog_quota_default_limit_second,
                         backlog_quota_default_retention_policy=args.backlog_quota_default_retention_policy,
-                        backlog_quota_check_interval_s=args.backlog_quota_check_interval_seconds)
+                        backlog_quota_check_interval_s=args.backlog_quota_check_interval_seconds,
+                        stats_update_interval_s=args.stats_update_interval_seconds)
 
 
 async def run_broker(args: argparse.Namespace) -> None:

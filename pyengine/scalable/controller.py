@@ -58,7 +58,7 @@ from pyengine.scalable.resources import (
     PendingOperation,
     ScalableTopicResources,
 )
-from pyengine.scalable.segments import SegmentOperations
+from pyengine.scalable.segments import SEGMENT_RATES, SegmentOperations
 
 log = logging.getLogger(__name__)
 
@@ -515,6 +515,9 @@ class ScalableTopicController:
             segments[str(sid)] = {"segmentId": sid, "hashRange": info.hash_range.to_json(),
                                   "state": info.state.value, "topic": topic,
                                   "msgInCounter": segment_stats.get("msgInCounter", 0),
+                                  # the spec's per-segment rates, over the segment broker's last
+                                  # stats interval
+                                  **{rate: segment_stats.get(rate, 0.0) for rate in SEGMENT_RATES},
                                   "storageSize": segment_stats.get("storageSize", 0),
                                   "terminated": segment_stats.get("terminated", False),
                                   **({"unavailable": segment_stats["unavailable"]}

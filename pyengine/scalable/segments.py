@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
     from pyengine.broker.service import BrokerService
 
+# The rates a segment's stats carry (per second, over its broker's last stats interval).
+SEGMENT_RATES = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut")
+
 
 class SegmentOperations(Protocol):
     async def exists(self, segment: str) -> bool: ...

@@ -2,6 +2,7 @@
 step, subscriptions, and consumer sessions with their grace period."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -55,8 +56,16 @@ async def test_create_split_merge_and_the_segment_topics(broker, services):
         await a.merge_segments(TOPIC, 2, 0)             # sealed
     with pytest.raises(LayoutError):
         await a.split_segment(TOPIC, 99)
+    merged_topic = await segments.get_topic("segment://public/default/orders/4000-ffff-4", create=False)
+    now = time.monotonic()
+    merged_topic.update_rates(now)                       # a stats interval: 6 messages in 2 s
+    merged_topic.rate_in.add(6, 600)
+    merged_topic.update_rates(now + 2.0)
     stats = await controller.stats()
     assert stats["activeSegmentCount"] == 2 and stats["sealedSegmentCount"] == 3
+    # the spec's per-segment rates, from each segment's broker
+    assert stats["segments"]["4"]["msgRateIn"] == 3.0 and stats["segments"]["4"]["msgThroughputIn"] == 300.0
+    assert stats["segments"]["2"]["msgRateOut"] == 0.0
     assert stats["controllerBrokerUrl"] == "pulsar://a:6650"
     await a.delete_topic(TOPIC)
     assert await a.list_topics("public/default") == []
