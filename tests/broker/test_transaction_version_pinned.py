@@ -12,21 +12,11 @@ from pyengine.broker import Broker
 from pyengine.broker.policies import NamespacePolicies
 from pyengine.transaction.buffer.metadata_buffer import MetadataTransactionBuffer
 from pyengine.transaction.buffer.topic_buffer import TopicTransactionBuffer
+from tests.broker.helpers import drain
 from tests.spark.workload import read_directly
 
 NAMESPACE = "public/switching"
 TOPIC = f"persistent://{NAMESPACE}/t"
-
-
-async def drained(consumer) -> list[bytes]:
-    out = []
-    while True:
-        try:
-            message = await consumer.receive(timeout=0.5)
-        except TimeoutError:
-            return out
-        out.append(message.data)
-        await consumer.acknowledge(message)
 
 
 async def test_a_topic_keeps_its_design_when_its_namespace_switches(tmp_path):
@@ -44,7 +34,7 @@ async def test_a_topic_keeps_its_design_when_its_namespace_switches(tmp_path):
     async with Broker.embedded(tmp_path, sync=False) as broker:
         consumer = await broker.subscribe(TOPIC, "s", initial_position="earliest")
         assert type(broker.service.topics[TOPIC].buffer) is TopicTransactionBuffer
-        assert await drained(consumer) == [b"plain"]
+        assert [m.data for m in await drain(consumer, timeout=0.5)] == [b"plain"]
         await broker.create_producer(f"persistent://{NAMESPACE}/new")      # first loaded now: v5
         assert type(broker.service.topics[f"persistent://{NAMESPACE}/new"].buffer) is MetadataTransactionBuffer
     # Spark's READ_COMMITTED source decides as the broker does
