@@ -342,13 +342,13 @@ class BrokerService:
         own design only, so a topic switched to the other one would show the messages of its
         aborted and still-open transactions. A namespace's transactionVersion applies to the
         topics first loaded after it is set."""
-        pinned = ledger.properties.get(TXN_VERSION_PROPERTY)
+        pinned = _pinned_version(ledger)
         policy = self.transaction_version(ledger.name)
-        if pinned in ("4", "5"):
-            if int(pinned) != policy:
-                log.info("%s keeps transaction version %s (its namespace now asks for %d: that applies to "
+        if pinned is not None:
+            if pinned != policy:
+                log.info("%s keeps transaction version %d (its namespace now asks for %d: that applies to "
                          "new topics)", ledger.name, pinned, policy)
-            return int(pinned)
+            return pinned
         try:
             await ledger.set_property(TXN_VERSION_PROPERTY, str(policy))
         except Exception as exc:      # e.g. a full disk: serve it, pin it at the next load
@@ -356,8 +356,8 @@ class BrokerService:
         return policy
 
     def _ledger_transaction_version(self, ledger: ManagedLedger) -> int:
-        pinned = ledger.properties.get(TXN_VERSION_PROPERTY)
-        return int(pinned) if pinned in ("4", "5") else self.transaction_version(ledger.name)
+        pinned = _pinned_version(ledger)
+        return pinned if pinned is not None else self.transaction_version(ledger.name)
 
     def new_transaction_buffer(self, ledger: ManagedLedger) -> TransactionBuffer:
         if self.v5 is not None and self._ledger_transaction_version(ledger) == 5:
@@ -439,3 +439,8 @@ class BrokerService:
 
 async def _update_rates(topic: Topic, _now_ms: int) -> None:
     topic.update_rates(time.monotonic())
+
+
+def _pinned_version(ledger: ManagedLedger) -> int | None:
+    pinned = ledger.properties.get(TXN_VERSION_PROPERTY)
+    return int(pinned) if pinned in ("4", "5") else None

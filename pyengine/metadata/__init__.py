@@ -432,6 +432,16 @@ def check_value(value: object) -> bytes:
     raise TypeError(f"a metadata value is bytes, not {type(value).__name__}")
 
 
+def check_guard(guard_path: str, guard_revision: int, found_revision: int | None) -> None:
+    """BadVersionError unless the guard record of a guarded write (`delete_recursive`) is at
+    `guard_revision` (`found_revision`: its mod revision, None when it does not exist)."""
+    if found_revision is None:
+        raise BadVersionError(f"{guard_path} does not exist, expected its revision {guard_revision}")
+    if found_revision != guard_revision:
+        raise BadVersionError(f"{guard_path} was last written at revision {found_revision}, "
+                              f"expected revision {guard_revision}")
+
+
 def check_mod_revision(revision: object) -> int | None:
     if revision is None:
         return None

@@ -60,6 +60,7 @@ from pyengine.metadata import (
     Session,
     SessionExpiredError,
     Watch,
+    check_guard,
     parent_of,
     SEQUENTIAL_DIGITS,
 )
@@ -347,11 +348,7 @@ class EtcdMetadataStore(MetadataStore):
                                    [_op_range(guard_key)])
         if not response.succeeded:
             kvs = response.responses[0].response_range.kvs
-            if not kvs:
-                raise BadVersionError(f"{guard_path} does not exist, expected its revision {guard_revision}")
-            if kvs[0].mod_revision != guard_revision:
-                raise BadVersionError(f"{guard_path} was last written at revision {kvs[0].mod_revision}, "
-                                      f"expected revision {guard_revision}")
+            check_guard(guard_path, guard_revision, kvs[0].mod_revision if kvs else None)
         return response
 
     async def _delete_recursive(self, path: str, guard: tuple[str, int] | None) -> None:

@@ -45,6 +45,7 @@ from pyengine.metadata import (
     Session,
     SessionExpiredError,
     Watch,
+    check_guard,
     parent_of,
     SEQUENTIAL_DIGITS,
 )
@@ -249,11 +250,10 @@ def txn_delete_recursive(kv: KV, path: str, guard: tuple[str, int] | None = None
     if guard is not None:
         guard_path, guard_revision = guard
         loaded = _load(kv, guard_path)
-        if loaded is None:
-            return _err(BadVersionError(f"{guard_path} does not exist, expected its revision {guard_revision}"))
-        if loaded[0].mod_revision != guard_revision:
-            return _err(BadVersionError(f"{guard_path} was last written at revision {loaded[0].mod_revision}, "
-                                        f"expected revision {guard_revision}"))
+        try:
+            check_guard(guard_path, guard_revision, None if loaded is None else loaded[0].mod_revision)
+        except BadVersionError as mismatch:
+            return _err(mismatch)
     victims = []
     loaded = _load(kv, path)
     if loaded is not None:
