@@ -132,9 +132,9 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 paths.setdefault(txn, []).append(record.path)
                 writes.setdefault(txn, []).append((record.create_revision, op.position))
             states = {txn: await self.headers.get(txn) for txn in paths}
-            stored = await self.store.get(buffer_path(self.segment))
+            stored, _version = await self._stored_aborted()
             if stored is not None:
-                self._aborted = AbortedTxnSet.from_bytes(stored.value)
+                self._aborted = stored
             decided = []
             late: set[Position] = set()
             for txn, state in states.items():
@@ -407,8 +407,8 @@ class MetadataTransactionBuffer(TransactionBuffer):
         records here are all gone was committed. One whose records remain never had a header."""
         if txn in self._aborted:
             return False
-        stored = await self.store.get(buffer_path(self.segment))
-        if stored is not None and txn in AbortedTxnSet.from_bytes(stored.value):
+        stored, _version = await self._stored_aborted()
+        if stored is not None and txn in stored:
             return False
         paths = self._ops.get(txn, [])
         return bool(paths) and not await self._any_exists(paths)
@@ -416,19 +416,24 @@ class MetadataTransactionBuffer(TransactionBuffer):
     async def _save_aborted(self) -> None:
         """Store the aborted set, keeping what the GC sweep recorded there for this segment
         meanwhile (compare-and-set): written over, a collected abort would read as a commit."""
-        path = buffer_path(self.segment)
         while True:
-            stored = await self.store.get(path)
-            if stored is not None:
-                theirs = AbortedTxnSet.from_bytes(stored.value)
+            theirs, version = await self._stored_aborted()
+            if theirs is not None:
                 if self._first_kept is not None:
                     theirs = theirs.since(self._first_kept)     # not what this buffer trimmed
                 self._aborted.update(theirs)
             try:
-                await self.store.put(path, self._aborted.to_bytes(), stored.version if stored is not None else -1)
+                await self.store.put(buffer_path(self.segment), self._aborted.to_bytes(), version)
                 return
             except (BadVersionError, AlreadyExistsError):
                 continue
+
+    async def _stored_aborted(self) -> tuple[AbortedTxnSet | None, int]:
+        """The segment's stored aborted set and its record's version (None, -1: none stored)."""
+        stored = await self.store.get(buffer_path(self.segment))
+        if stored is None:
+            return None, -1
+        return AbortedTxnSet.from_bytes(stored.value), stored.version
 
     async def _delete_ops(self, txn: TxnId) -> None:
         paths = self._ops.pop(txn, [])
