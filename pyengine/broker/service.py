@@ -72,8 +72,11 @@ class BrokerConfig:
     txn_v5_retention_ms: int = 60_000        # finalized v5 headers are collected after this
     txn_v5_sweep_interval_ms: int = 1000     # v5 timeout and GC sweeps
     txn_v5_recheck_interval_s: float = 0.5   # re-read of expired OPEN headers (lost notifications)
-    # Scalable topics (PIP-468): a dead controller leader is replaced within the session ttl;
-    # a disconnected ordered consumer keeps its segments for the grace period (seconds).
+    # Scalable topics (PIP-468, `scalableTopicEnabled`): when off, topic:// and segment:// names
+    # are refused and this broker never runs a controller. A dead controller leader is replaced
+    # within the session ttl; a disconnected ordered consumer keeps its segments for the grace
+    # period (seconds).
+    scalable_topic_enabled: bool = True
     scalable_session_ttl: float = 10.0
     scalable_grace_period: float = 30.0
     # Retention of consumed ledgers where no topic or namespace policy says otherwise (Pulsar's
@@ -252,6 +255,8 @@ class BrokerService:
             # topic:// has no ledger: its messages live in its segment:// topics (PIP-468).
             raise NotAllowedError(f"{key} is a scalable topic: produce and consume through its segment:// topics "
                                   "(pyengine.client routes topic:// names), it is not a ledger topic")
+        if topic_name.is_segment:
+            self.check_scalable_enabled()
         if not create and not self.topic_exists(key):
             raise TopicNotFoundError(f"topic {key} does not exist")
         if not self.policies.namespace_exists(topic_name.namespace_name):
@@ -400,8 +405,16 @@ class BrokerService:
 
     # --- lifecycle ------------------------------------------------------------------------
 
+    def check_scalable_enabled(self) -> None:
+        if not self.config.scalable_topic_enabled:
+            # Pulsar's upgrade note: with the switch off the new code paths stay inactive and
+            # scalable topics' data is kept but not served.
+            raise NotAllowedError("scalable topics are disabled on this broker (scalableTopicEnabled=false: "
+                                  "`pyengine serve --no-scalable-topics`)")
+
     async def scalable_topics(self) -> ScalableTopicService:
         """The broker's scalable-topic service (started on first use, on the metadata store)."""
+        self.check_scalable_enabled()
         if self._scalable is None:
             if self.metadata is None or self._closed:
                 raise ServiceNotReadyError("the broker is not started (no metadata store)")

@@ -120,6 +120,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stats-update-interval-seconds", type=positive_seconds, default=60.0,
                    help="how often the rates of the topic stats (msgRateIn, msgRateOut, ...) are computed, each "
                         "over the interval since the last (Pulsar's statsUpdateFrequencyInSecs: 60)")
+    p.add_argument("--no-scalable-topics", action="store_true",
+                   help="refuse scalable topics (topic://, segment://) and never run their controllers "
+                        "(Pulsar's scalableTopicEnabled=false)")
     p.add_argument("--scalable-session-ttl", type=positive_seconds, default=10.0,
                    help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
     p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
@@ -282,6 +285,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         num_coordinators=args.num_coordinators, deduplication_enabled=args.dedup,
                         metadata_store=args.metadata_store, scalable_session_ttl=args.scalable_session_ttl,
                         scalable_grace_period=args.scalable_grace_period,
+                        scalable_topic_enabled=not args.no_scalable_topics,
                         retention=Retention(args.retention_time_minutes, args.retention_size_mb),
                         delayed_delivery_enabled=not args.no_delayed_delivery,
                         delayed_delivery_tick_time_ms=args.delayed_delivery_tick_time_ms,
