@@ -92,11 +92,15 @@ async def _subscription_backlog(consumer: Consumer, timeout: float) -> int | Non
 _session_ids = itertools.count(1)
 # what opening a DAG watch tries again (another connection) within the operation timeout
 _RETRYABLE = (ConnectError, ServiceNotReadyError, TooManyRequestsError)
+# A registration refused for good: its topic (or subscription) deleted meanwhile. (NotAllowed
+# is not: a controller that is not, or no longer, the leader answers with it.)
+_REGISTRATION_ENDED = (SubscriptionNotFoundError, TopicNotFoundError)
 
 
 async def retry(core: ClientCore, attempt: Callable[[], Awaitable[None]], stopped: Callable[[], bool],
-                what: str) -> None:
-    """Run `attempt` until it succeeds or `stopped()`, backing off between failures."""
+                what: str, final: tuple[type[Exception], ...] = ()) -> None:
+    """Run `attempt` until it succeeds or `stopped()`, backing off between failures; the
+    errors in `final` end the retrying (raised)."""
     backoff = Backoff(core.config.initial_backoff, core.config.max_backoff)
     while not stopped():
         try:
@@ -104,6 +108,8 @@ async def retry(core: ClientCore, attempt: Callable[[], Awaitable[None]], stoppe
             return
         except (asyncio.CancelledError, AlreadyClosedError):
             return
+        except final:
+            raise
         except Exception as exc:
             log.info("%s: %s", what, exc)
             await asyncio.sleep(backoff.next())
@@ -999,8 +1005,12 @@ class StreamConsumer:
 
     async def _reregister(self) -> None:
         await asyncio.sleep(self._core.config.initial_backoff)
-        await retry(self._core, self._register, lambda: self._closed,
-                    f"stream consumer {self.consumer_name} re-registering")
+        try:
+            # what no retry can mend ends the consumer, as a push of the error would have
+            await retry(self._core, self._register, lambda: self._closed,
+                        f"stream consumer {self.consumer_name} re-registering", final=_REGISTRATION_ENDED)
+        except _REGISTRATION_ENDED as error:
+            await self._unregistered(error)
 
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message of a segment still assigned here: one read before its segment went
