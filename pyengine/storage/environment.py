@@ -280,27 +280,32 @@ class StorageEnvironment:
     @staticmethod
     def _without_refused(batch: list[_QueuedWrite]) -> list[_QueuedWrite]:
         """The batch less its conditional writes whose condition failed (see `depend`), whose
-        futures fail. A condition still unsettled must be in this very batch."""
-        in_batch = {id(future) for queued in batch for future in queued.futures}
-        kept = []
-        for queued in batch:
-            reason = None
-            for after in queued.conditions:
-                if after.done():
-                    if after.cancelled() or after.exception() is not None:
-                        reason = "was cancelled" if after.cancelled() else f"failed: {after.exception()}"
+        futures fail. A condition still unsettled must be in this very batch. Refusals are
+        followed to the end: a write queued before the one it presupposes (a marker joining an
+        append batch queued earlier than its decision) goes when that one is refused."""
+        while True:
+            in_batch = {id(future) for queued in batch for future in queued.futures}
+            kept = []
+            for queued in batch:
+                reason = None
+                for after in queued.conditions:
+                    if after.done():
+                        if after.cancelled() or after.exception() is not None:
+                            reason = "was cancelled" if after.cancelled() else f"failed: {after.exception()}"
+                            break
+                    elif id(after) not in in_batch:
+                        reason = "was never queued in this storage environment"
                         break
-                elif id(after) not in in_batch:
-                    reason = "was never queued in this storage environment"
-                    break
-            if reason is None:
-                kept.append(queued)
-                continue
-            failure = StorageError(f"not written: the write it presupposes {reason}")
-            for future in queued.futures:
-                if not future.done():
-                    future.set_exception(failure)
-        return kept
+                if reason is None:
+                    kept.append(queued)
+                    continue
+                failure = StorageError(f"not written: the write it presupposes {reason}")
+                for future in queued.futures:
+                    if not future.done():
+                        future.set_exception(failure)
+            if len(kept) == len(batch):
+                return kept
+            batch = kept          # its refusals may refuse writes already kept
 
     def _write_batch(self, writes: list[WriteFn | None]) -> list[Any]:
         """Writer thread: one LMDB write transaction for the whole batch."""

@@ -2,9 +2,12 @@
 write that presupposes another is never durable without it, and usually shares its commit."""
 
 import asyncio
+import itertools
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pyengine.storage import LedgerClosedError, StorageEnvironment, StorageError, environment
 
@@ -79,6 +82,54 @@ async def test_depend_makes_a_queued_keyed_write_conditional(env):
     with pytest.raises(StorageError, match="presupposes"):
         await batch
     assert not stored(env, b"entries")
+
+
+async def test_a_write_queued_before_a_refused_condition_is_refused_with_it(env):
+    # Found by an audit: an append batch queued before a decision whose own condition failed,
+    # then made to depend on that decision (the decision's commit marker joining it), was
+    # written: a commit marker durable while its decision was refused.
+    release = threading.Event()
+    registration = env.submit(doomed_write(release))
+    await asyncio.sleep(0)                          # the registration's batch is with the writer
+    batch = env.submit(put(env, b"entries"), key=("append", 1))
+    decision = env.submit(put(env, b"decision"), after=registration)
+    env.depend(("append", 1), decision)             # the marker joins the earlier batch
+    release.set()
+    for refused in (registration, decision, batch):
+        with pytest.raises(StorageError):
+            await refused
+    assert not stored(env, b"entries") and not stored(env, b"decision")
+
+
+EXAMPLES = itertools.count()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(1, 7).flatmap(lambda n: st.tuples(
+    st.just(n),
+    st.lists(st.tuples(st.integers(0, n - 1), st.integers(-1, n - 1)), max_size=2 * n))))
+async def test_refusals_follow_every_chain_of_conditions_in_a_batch(env, writes_and_edges):
+    """Writes 0..n-1 in one batch, each condition an edge to another write of the batch
+    (earlier or later) or to a failed write (-1): exactly those that reach the failed one
+    through their conditions are refused (the reference: a reachability check)."""
+    n, edges = writes_and_edges
+    edges = [(a, b) for a, b in edges if a != b]
+    release = threading.Event()
+    failed = env.submit(doomed_write(release))
+    await asyncio.sleep(0)
+    tag = next(EXAMPLES).to_bytes(8, "little")      # the examples share one environment
+    futures = [env.submit(put(env, tag + bytes([i])), key=("w", tag, i)) for i in range(n)]
+    for a, b in edges:
+        env.depend(("w", tag, a), failed if b == -1 else futures[b])
+    release.set()
+    doomed, grew = set(), True
+    while grew:
+        grown = {a for a, b in edges if b == -1 or b in doomed}
+        grew, doomed = grown != doomed, grown
+    results = await asyncio.gather(failed, *futures, return_exceptions=True)
+    assert isinstance(results[0], StorageError)
+    assert {i for i, r in enumerate(results[1:]) if isinstance(r, BaseException)} == doomed
+    assert {i for i in range(n) if stored(env, tag + bytes([i]))} == set(range(n)) - doomed
 
 
 async def test_a_condition_from_elsewhere_is_refused_not_trusted(env):
