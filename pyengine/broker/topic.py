@@ -22,6 +22,7 @@ from pyengine.broker.policies import ConnectionLimits
 from pyengine.broker.rates import RateCounter
 from pyengine.broker.subscription import Subscription, normalize_sub_type
 from pyengine.broker.transactions import check_txn_design
+from pyengine.concurrency import single_flight
 from pyengine.errors import (ConsumerBusyError, NotAllowedError, ProducerBusyError, SubscriptionNotFoundError,
                              TopicTerminatedError)
 from pyengine.naming import TopicName
@@ -67,6 +68,7 @@ class Topic:
         self.buffer = buffer
         self.dedup = MessageDeduplication(ledger, service.policies.deduplication_enabled(self.name))
         self.subscriptions: dict[str, Subscription] = {}
+        self._opening_subscriptions: dict[str, asyncio.Future[Subscription]] = {}
         self.producers: dict[str, Producer] = {}
         self._readers: list[Subscription] = []
         self._producer_ids = itertools.count()
@@ -339,10 +341,16 @@ class Topic:
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("a subscription name must be a non-empty string")
         subscription = self.subscriptions.get(subscription_name)
-        if subscription is None:
-            cursor = await self.ledger.open_cursor(subscription_name, initial_position)
-            subscription = self.subscriptions.get(subscription_name) or await self._attach_subscription(cursor)
-        return subscription
+        if subscription is not None:
+            return subscription
+        # One Subscription per name: two attached by concurrent opens would each dispatch
+        # every message to their own consumers.
+        return await single_flight(self._opening_subscriptions, subscription_name,
+                                   lambda: self._create_subscription(subscription_name, initial_position))
+
+    async def _create_subscription(self, subscription_name: str, initial_position: str) -> Subscription:
+        cursor = await self.ledger.open_cursor(subscription_name, initial_position)
+        return self.subscriptions.get(subscription_name) or await self._attach_subscription(cursor)
 
     def unsubscribe_reader(self, subscription: Subscription) -> None:
         self._readers = [r for r in self._readers if r is not subscription]

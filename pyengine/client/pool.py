@@ -10,6 +10,7 @@ from pyengine.client.config import ClientConfig
 from pyengine.client.connection import ClientConnection
 from pyengine.client.errors import AlreadyClosedError, ConnectError
 from pyengine.client.url import BrokerAddress
+from pyengine.concurrency import single_flight
 
 
 class ConnectionPool:
@@ -27,12 +28,7 @@ class ConnectionPool:
         connection = self._connections.get(address.logical)
         if connection is not None and connection.usable:
             return connection
-        connecting = self._connecting.get(address.logical)
-        if connecting is None:
-            connecting = asyncio.ensure_future(self._connect(address))
-            self._connecting[address.logical] = connecting
-            connecting.add_done_callback(lambda _: self._connecting.pop(address.logical, None))
-        return await asyncio.shield(connecting)
+        return await single_flight(self._connecting, address.logical, lambda: self._connect(address))
 
     async def _connect(self, address: BrokerAddress) -> ClientConnection:
         loop = asyncio.get_running_loop()

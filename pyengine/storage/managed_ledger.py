@@ -21,6 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
+from pyengine.concurrency import single_flight
 from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry, read_entry_range
 from pyengine.storage.environment import StorageEnvironment, WriteFn
 from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
@@ -129,6 +130,7 @@ class ManagedLedger:
         self._trim_again = False
         self._failure_listeners: list[Callable[[Position], None]] = []
         self.cursors: dict[str, ManagedCursor] = {}
+        self._opening_cursors: dict[str, asyncio.Future[ManagedCursor]] = {}
         self._closed = False
 
     # --- opening --------------------------------------------------------------------------
@@ -761,12 +763,18 @@ class ManagedLedger:
 
     async def open_cursor(self, name: str, initial_position: str = "latest") -> ManagedCursor:
         """Open the durable cursor `name`, creating it at the earliest or latest position."""
-        from pyengine.storage.cursor import ManagedCursor
         self._check_open()
         cursor = self.cursors.get(name)
-        if cursor is None:
-            cursor = await ManagedCursor.open(self, name, initial_position)
-            self.cursors[name] = cursor
+        if cursor is not None:
+            return cursor
+        # One cursor object per name: two made by concurrent opens would each hold their own
+        # acknowledgements, and the one left over would write over the other's at close.
+        return await single_flight(self._opening_cursors, name, lambda: self._create_cursor(name, initial_position))
+
+    async def _create_cursor(self, name: str, initial_position: str) -> ManagedCursor:
+        from pyengine.storage.cursor import ManagedCursor
+        cursor = await ManagedCursor.open(self, name, initial_position)
+        self.cursors[name] = cursor
         return cursor
 
     def new_non_durable_cursor(self, start: Position) -> ManagedCursor:
