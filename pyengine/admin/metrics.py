@@ -6,7 +6,9 @@ Pulsar's names, with Pulsar's labels (`cluster`, and `namespace` / `topic` / `su
 
 * coordinator: `pulsar_txn_active_count` (per coordinator), `pulsar_txn_created_total`,
   `pulsar_txn_committed_total`, `pulsar_txn_aborted_total` (timed-out txns included, as in
-  Pulsar), `pulsar_txn_timeout_total` — broker-wide, without `coordinator_id`;
+  Pulsar), `pulsar_txn_timeout_total` — broker-wide, without `coordinator_id`, v4 and v5
+  transactions together (PIP-473: the existing metrics remain); the active count is v4's
+  coordinators' (v5's OPEN transactions are the metadata store's, every broker's);
 * per topic (Pulsar's topic-level metrics): `pulsar_in_messages_total`, `pulsar_in_bytes_total`
   (since the topic was loaded), `pulsar_storage_size`, `pulsar_msg_backlog`,
   `pulsar_subscriptions_count`, `pulsar_producers_count`, `pulsar_consumers_count`,
@@ -19,7 +21,8 @@ Ours (`pyengine_` prefix), for what Pulsar does not export:
   finished ones the coordinators still retain);
 * `pyengine_txn_ending_count`: transactions whose outcome is being applied on their participants
   (a count that stays up means a participant does not confirm);
-* `pyengine_txn_end_latency_seconds`: histogram of END_TXN latency (request to answer). Pulsar's
+* `pyengine_txn_end_latency_seconds`: histogram of END_TXN latency (request to answer; v4 and
+  v5). Pulsar's
   `pulsar_txn_execution_latency_le_*` measures something else (a txn's whole life), so it is
   not exported under that name;
 * `pyengine_txn_read_horizon_lag_entries{topic}`: entries between the topic's max read
@@ -83,12 +86,13 @@ class BrokerCollector(Collector):
             active.add_metric([cluster, str(cid)], sum(counts[status] for status in _LIVE))
         yield active
 
+        counters = coordinator.counters          # v4's and v5's (PIP-473: existing metrics remain)
         for name, documentation, value in (
-                ("pulsar_txn_created_total", "Transactions created", stats.created_total),
-                ("pulsar_txn_committed_total", "Transactions committed", stats.committed_total),
+                ("pulsar_txn_created_total", "Transactions created", counters.created),
+                ("pulsar_txn_committed_total", "Transactions committed", counters.committed),
                 ("pulsar_txn_aborted_total", "Transactions aborted (timed-out ones included)",
-                 stats.aborted_total + stats.timed_out_total),
-                ("pulsar_txn_timeout_total", "Transactions aborted by their timeout", stats.timed_out_total)):
+                 counters.aborted + counters.timed_out),
+                ("pulsar_txn_timeout_total", "Transactions aborted by their timeout", counters.timed_out)):
             counter = CounterMetricFamily(name, documentation, labels=["cluster"])
             counter.add_metric([cluster], value)
             yield counter
@@ -107,11 +111,11 @@ class BrokerCollector(Collector):
         latency = HistogramMetricFamily("pyengine_txn_end_latency_seconds", "END_TXN latency, request to answer",
                                         labels=["cluster"])
         cumulative, buckets = 0, []
-        for bound_ms, count in zip(END_TXN_LATENCY_BOUNDS_MS, stats.end_txn_latency_buckets):
+        for bound_ms, count in zip(END_TXN_LATENCY_BOUNDS_MS, counters.latency_buckets):
             cumulative += count
             buckets.append((repr(bound_ms / 1000), cumulative))
-        buckets.append(("+Inf", stats.end_txn_count))
-        latency.add_metric([cluster], buckets, stats.end_txn_latency_sum_ms / 1000)
+        buckets.append(("+Inf", counters.end_txn_count))
+        latency.add_metric([cluster], buckets, counters.end_txn_latency_sum_ms / 1000)
         yield latency
 
     def _topic_metrics(self) -> Iterator[Metric]:

@@ -32,6 +32,7 @@ from pyengine.transaction.coordinator.metadata_headers import TxnHeaderCache
 from pyengine.transaction.coordinator.metadata_metrics import V5Metrics
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, declare_indexes
 from pyengine.transaction.coordinator.service import TransactionCoordinatorService
+from pyengine.transaction.coordinator.stats import Counters
 from pyengine.transaction.coordinator.validation import check_txn
 from pyengine.transaction.outcome import mark_retrieved
 from pyengine_kernels import TxnId
@@ -86,6 +87,11 @@ class CoordinatorRouter:
 
     def __getattr__(self, name: str) -> Any:        # admin, lookups, stats: the v4 service's
         return getattr(self.v4, name)
+
+    @property
+    def counters(self) -> Counters:
+        """Both designs' counters together: the broker's transaction figures."""
+        return Counters.total([self.v4.counters] + ([self.v5.counters] if self.v5 is not None else []))
 
     @property
     def coordinator_ids(self) -> list[int]:

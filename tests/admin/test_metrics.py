@@ -63,6 +63,22 @@ async def test_transaction_counters_and_latency_move(api, client):
     await held_open.abort()
 
 
+async def test_v5_transactions_are_counted_with_v4s(api, client):
+    # Found by an audit: the counters and the END_TXN histogram left out v5 transactions
+    # (PIP-473: the existing transaction metrics remain).
+    for outcome in ("commit", "abort"):
+        txn = await client.new_transaction(version=5)
+        await (txn.commit() if outcome == "commit" else txn.abort())
+    v4 = await client.new_transaction()
+    await v4.commit()
+    after = await scrape(api)
+    assert value(after, "pulsar_txn_created_total") == 3
+    assert value(after, "pulsar_txn_committed_total") == 2
+    assert value(after, "pulsar_txn_aborted_total") == 1
+    assert value(after, "pyengine_txn_end_latency_seconds_count") == 3
+    assert value(after, "pyengine_txn_end_latency_seconds_bucket", le="+Inf") == 3
+
+
 async def test_timeouts_are_counted(api, client):
     await client.new_transaction(timeout_ms=30)
     for _ in range(200):

@@ -380,6 +380,11 @@ class MetadataTransactionCoordinator:
         """Transactions still OPEN in the store (every broker's): one index range query."""
         return len(await self.store.range_query(IDX_DEADLINE))
 
+    @property
+    def counters(self) -> Counters:
+        """Its counters since it started (created, ended, END_TXN latencies)."""
+        return self._counters
+
     def stats(self) -> dict:
         c = self._counters
         return {"coordinator_id": V5_COORDINATOR_ID, "created_total": c.created, "committed_total": c.committed,

@@ -333,6 +333,11 @@ class TransactionCoordinatorService:
         `purge_interval_ms`); returns how many."""
         return sum([await store.purge_finished() for store in self._stores.values()])
 
+    @property
+    def counters(self) -> Counters:
+        """Its counters since it started (created, ended, END_TXN latencies)."""
+        return self._counters
+
     def stats(self) -> CoordinatorStats:
         by_status = dict.fromkeys(TxnStatus, 0)
         for store in self._stores.values():

@@ -45,6 +45,21 @@ class Counters:
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(END_TXN_LATENCY_BOUNDS_MS) + 1))
 
+    @classmethod
+    def total(cls, parts: list[Counters]) -> Counters:
+        """The counters of several coordinators together (v4's and v5's: one broker's figures)."""
+        whole = cls()
+        for part in parts:
+            whole.created += part.created
+            whole.committed += part.committed
+            whole.aborted += part.aborted
+            whole.timed_out += part.timed_out
+            whole.end_txn_count += part.end_txn_count
+            whole.end_txn_latency_sum_ms += part.end_txn_latency_sum_ms
+            whole.latencies.extend(part.latencies)
+            whole.latency_buckets = [a + b for a, b in zip(whole.latency_buckets, part.latency_buckets)]
+        return whole
+
     def record_end_txn(self, latency_ms: float) -> None:
         self.end_txn_count += 1
         self.end_txn_latency_sum_ms += latency_ms
