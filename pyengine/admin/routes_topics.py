@@ -9,6 +9,7 @@ a subscription made here), as the broker loads any topic; a partitioned topic is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -39,10 +40,10 @@ from pyengine.admin.schemas import (
     errors,
 )
 from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION
-from pyengine.broker.policies import DelayedDelivery, Retention
+from pyengine.broker.policies import DelayedDelivery, Retention, check_partitioned_topic_name
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
-from pyengine.naming import TopicName
+from pyengine.naming import PARTITION_SUFFIX, TopicName
 from pyengine.schema import CompatibilityStrategy, schema_id
 
 routes = RouteTable("persistent topics")
@@ -93,11 +94,47 @@ async def list_partitioned_topics(call: Call) -> list[str]:
 
 # --- non-partitioned topics ------------------------------------------------------------------
 
-@routes.add("PUT", TOPIC_URL, summary="Create a non-partitioned topic.", params=TOPIC_PATH,
-            replies={204: DONE, **errors(404, 409, 412)})
+_JAVA_LONG = re.compile(r"([+-]?)0*(\d+)")
+
+
+def _java_long(text: str) -> int | None:
+    """`text` as Java's Long.parseLong reads it (a sign, decimal digits, within 64 bits), else None."""
+    match = _JAVA_LONG.fullmatch(text)
+    if match is None or len(match[2]) > 19:          # (longer: out of range, and not given to int())
+        return None
+    value = int(match[1] + match[2])
+    return value if -2**63 <= value < 2**63 else None
+
+
+def check_non_partitioned_topic_name(service: BrokerService, name: TopicName) -> None:
+    """As Pulsar's validateNonPartitionTopicName: a topic created by name that reads as
+    partition n of `<base>` (n what Java's Long.parseLong reads after the first "-partition-")
+    is refused (412) unless `<base>` is a partitioned topic with more than n partitions: a
+    topic outside the partitions would outlive its partitioned topic and bound its partitions.
+    Anything else after "-partition-" (not a number) names no partition and is allowed."""
+    base, sep, suffix = name.local_name.partition(PARTITION_SUFFIX)
+    index = _java_long(suffix) if sep else None
+    if index is None:
+        return
+    if not base:
+        raise AdminError(PRECONDITION_FAILED, f"{name} is named as a partition of no topic: it cannot be created")
+    partitioned = TopicName(name.domain, name.tenant, name.namespace, base)
+    partitions = service.policies.partitions(str(partitioned))
+    if not partitions:
+        raise AdminError(PRECONDITION_FAILED, f"{name} is named as partition {suffix} of {partitioned}, which is "
+                                              "not a partitioned topic: it cannot be created")
+    if index >= partitions:
+        raise AdminError(PRECONDITION_FAILED, f"{name} is named as partition {suffix} of {partitioned}, which has "
+                                              f"{partitions} partitions (0 to {partitions - 1}): it cannot be created")
+
+
+@routes.add("PUT", TOPIC_URL, summary="Create a non-partitioned topic (or a partition of a partitioned topic).",
+            params=TOPIC_PATH, replies={204: DONE, **errors(404, 409, 412)})
 async def create_topic(call: Call) -> None:
     name = requested_topic(call)
     service = call.service
+    service.policies.policies(name.namespace_name)           # 404 first, as Pulsar
+    check_non_partitioned_topic_name(service, name)
     if service.policies.partitions(str(name)):
         raise AdminError(CONFLICT, f"{name} already exists as a partitioned topic")
     if service.topic_exists(str(name)):
@@ -124,6 +161,7 @@ async def delete_topic(call: Call) -> None:
             body=PARTITIONS, body_required=True, replies={204: DONE, **errors(400, 404, 406, 409, 412)})
 async def create_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
+    check_partitioned_topic_name(name)                         # 412 first, as Pulsar
     service = call.service
     if service.topic_exists(str(name)):
         raise AdminError(CONFLICT, f"a non-partitioned topic {name} already exists")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyengine.errors import InvalidTopicNameError, NotAllowedError, PulsarError
-from pyengine.naming import TopicName
+from pyengine.naming import PARTITION_SUFFIX, TopicName
 from pyengine.storage import StorageEnvironment
 
 log = logging.getLogger(__name__)
@@ -232,6 +232,13 @@ def check_limit(name: str, value: Any) -> int:
     return value
 
 
+def check_partitioned_topic_name(name: TopicName) -> None:
+    """As Pulsar's validatePartitionedTopicName: a partitioned topic's name never contains
+    "-partition-", which would make the names of its partitions ambiguous (InvalidTopicNameError)."""
+    if PARTITION_SUFFIX in name.local_name:
+        raise InvalidTopicNameError(f"{name}: the name of a partitioned topic cannot contain '{PARTITION_SUFFIX}'")
+
+
 def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidTopicNameError(f"invalid {kind} name {name!r}")
@@ -396,14 +403,36 @@ class BrokerPolicies:
 
     async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
         name = TopicName.parse(topic)
+        check_partitioned_topic_name(name)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ValueError(f"the number of partitions must be an int >= 1, not {partitions!r}")
-        if name.partition_index >= 0:
-            raise InvalidTopicNameError(f"{name} is a partition, not a topic")
         self.policies(name.namespace_name)
         if self.partitions(str(name)):
             raise ConflictError(f"partitioned topic {name} already exists")
+        highest = self.max_partition_index(str(name))
+        if highest >= partitions:
+            # As Pulsar (AdminResource.getMaxPartitionIndex): its stored partitions (left from
+            # before, or created by name) must all be partitions of the new partitioned topic.
+            raise ConflictError(f"The topic has a max partition index of {highest}, the number of partitions "
+                                f"must be at least {highest + 1}")
         await self._put(f"/admin/partitioned/{name}", partitions)
+
+    def max_partition_index(self, topic: str) -> int:
+        """The highest n of a stored topic `<topic>-partition-<n>`, -1 if there is none."""
+        name = TopicName.parse(topic)
+        prefix = f"{name}{PARTITION_SUFFIX}"
+        highest = -1
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=self.env.db("topics"))
+            if cursor.set_range(prefix.encode()):
+                for key in cursor.iternext(values=False):
+                    stored = key.decode()
+                    if not stored.startswith(prefix):
+                        break
+                    item = TopicName.parse(stored)
+                    if item.partition_index > highest and item.partitioned_topic == name:
+                        highest = item.partition_index
+        return highest
 
     async def update_partitions(self, topic: str, partitions: int) -> None:
         current = self.partitions(topic)
@@ -414,9 +443,13 @@ class BrokerPolicies:
         await self._put(f"/admin/partitioned/{TopicName.parse(topic)}", partitions)
 
     async def delete_partitioned_topic(self, topic: str) -> None:
+        """Forget the partitioned topic `topic` and its topic-level policies (its partitions are
+        the broker's to delete)."""
         if not self.partitions(topic):
             raise NotFoundError(f"partitioned topic {topic} does not exist")
-        await self._delete(f"/admin/partitioned/{TopicName.parse(topic)}")
+        name = TopicName.parse(topic)
+        await self._delete(f"/admin/partitioned/{name}")
+        await self.delete_topic_policies(str(name))
 
     # --- policies that topics read --------------------------------------------------------
 
@@ -431,6 +464,18 @@ class BrokerPolicies:
         else:
             policies[name] = value
         await self._put(key, policies)
+        self._policies_changed()
+
+    async def delete_topic_policies(self, topic: str) -> None:
+        """Forget the topic-level policies of `topic`, a non-partitioned or partitioned topic
+        being deleted, as Pulsar does: a topic created again under its name starts without them.
+        A partition has none of its own (it reads its partitioned topic's, which outlive it):
+        nothing is removed for one."""
+        name = TopicName.parse(topic)
+        key = f"/admin/topic-policies/{name}"
+        if name.partition_index >= 0 or self._get(key) is None:
+            return
+        await self._delete(key)
         self._policies_changed()
 
     def deduplication_enabled(self, topic: str) -> bool:

@@ -319,6 +319,9 @@ class BrokerService:
         parsed = TopicName.parse(topic.name)
         if parsed.partition_index < 0 and not parsed.is_segment:
             await self.schemas.registry.delete(schema_id(parsed), force=True)
+        # Its topic-level policies go too, as in Pulsar; a partition's
+        # are its partitioned topic's, which go when that is deleted (delete_partitioned_topic).
+        await self.policies.delete_topic_policies(topic.name)
 
     # --- components for topics -------------------------------------------------------------
 
