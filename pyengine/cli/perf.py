@@ -164,7 +164,10 @@ def plot_percentiles(series: dict[str, list[list[float]]], path: Path, title: st
 
 # --- arguments ------------------------------------------------------------------------------
 
-def _number(kind: Callable[[str], float], minimum: float, what: str) -> Callable[[str], Any]:
+def _number(kind: Callable[[str], float], minimum: float, what: str, maximum: float = math.inf,
+            unit: str = "") -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` from `minimum` to `maximum` (in `unit`, said when a
+    value is above it)."""
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -172,14 +175,24 @@ def _number(kind: Callable[[str], float], minimum: float, what: str) -> Callable
             raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}") from None
         if not math.isfinite(value) or value < minimum:
             raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"expected at most {maximum}{unit}, not {text!r}")
         return value
     return parse
 
+
+# The largest message a Pulsar broker can be configured to take (its maxMessageSize is at most
+# 2^31 - 1 less the 10 KiB frame padding); perf does not chunk, so a larger one is never sent.
+MAX_MESSAGE_SIZE = 2**31 - 1 - 10 * 1024
+MAX_BATCH_DELAY_MS = 3_600_000     # an hour: a batch held longer outlasts any sensible run
 
 positive_int = _number(int, 1, "a whole number >= 1")
 non_negative_int = _number(int, 0, "a whole number >= 0")
 non_negative_float = _number(float, 0, "a number >= 0")
 positive_float = _number(float, 1e-9, "a number > 0")
+message_size = _number(int, 1, "a whole number >= 1", MAX_MESSAGE_SIZE,
+                       " bytes (the largest message a Pulsar broker can take)")
+batch_delay_ms = _number(int, 0, "a whole number >= 0", MAX_BATCH_DELAY_MS, " ms (an hour)")
 
 
 def _url(text: str) -> str:
@@ -222,12 +235,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sending = argparse.ArgumentParser(add_help=False)
     sending.add_argument("--rate", type=non_negative_float, default=0.0,
                          help="messages per second over all producers (0: as fast as possible)")
-    sending.add_argument("--size", type=positive_int, default=1024, help="message size in bytes")
+    sending.add_argument("--size", type=message_size, default=1024,
+                         help=f"message size in bytes (at most {MAX_MESSAGE_SIZE})")
     sending.add_argument("--producers", type=positive_int, default=1, help="concurrent producers")
     sending.add_argument("--batching", action=argparse.BooleanOptionalAction, default=True,
                          help="batch messages into entries (default on)")
-    sending.add_argument("--batch-delay-ms", type=non_negative_int, default=1,
-                         help="longest wait of an open batch (pulsar-perf's -b, default 1 ms)")
+    sending.add_argument("--batch-delay-ms", type=batch_delay_ms, default=1,
+                         help="longest wait of an open batch (pulsar-perf's -b, default 1 ms, at most an hour)")
     sending.add_argument("--batch-max-messages", type=positive_int, default=1000, help="messages per batch at most")
     sending.add_argument("--max-pending", type=positive_int, default=1000,
                          help="messages in flight per producer at most")
@@ -888,6 +902,10 @@ def run(args: argparse.Namespace) -> int:
         result = uvloop.run(perf(args))
     except (PulsarError, TimeoutError, OSError, WatcherFailed) as exc:
         print(f"pyengine perf: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except MemoryError:            # a --size within bounds can still be more than this host has
+        print(f"pyengine perf: MemoryError: not enough memory for messages of {args.size} bytes",
+              file=sys.stderr)
         return 1
     print_summary(result)
     if args.plot is not None:
