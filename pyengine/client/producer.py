@@ -1017,7 +1017,7 @@ class Producer:
         payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         ordering = None if ordering_key is None else check_ordering_key(ordering_key)
-        producer = self._partition_for(key)
+        producer = self._partition_for(key) if txn is None else self._partition_in_txn(key, txn)
         if txn is None:
             if producer._held:                  # sends made before this one wait there: it goes behind them
                 return await producer.submit_behind_held(payload, key, props, event_time, sequence_id, delay,
@@ -1052,14 +1052,28 @@ class Producer:
         under way (waiting for that logical send) does not refuse it."""
         if txn.state != OPEN and (track or txn.state != COMMITTING):
             txn._check_open()
-        registration = txn._partitions.get(producer.topic)
-        if registration is None or registration.done():     # the first send, or maybe a failed one
-            registration = txn._register_partition(producer.topic)
-        future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn, deliver_at,
-                                        ordering_key)
+        try:
+            registration = txn._partitions.get(producer.topic)
+            if registration is None or registration.done():     # the first send, or maybe a failed one
+                registration = txn._register_partition(producer.topic)
+            future = producer.submit_in_txn(registration, payload, key, props, event_time, sequence_id, txn,
+                                            deliver_at, ordering_key)
+        except Exception as exc:
+            if track:
+                txn._track_failure(exc)     # a send of the transaction failed: its commit must not
+            raise
         if track:
             txn._track(future)              # commit waits for this send, whatever happens to it
         return future
+
+    def _partition_in_txn(self, key: str | None, txn: Transaction) -> PartitionProducer:
+        """The partition of a send in `txn`; a closed producer fails the send and the commit."""
+        try:
+            return self._partition_for(key)
+        except AlreadyClosedError as exc:
+            if txn.state == OPEN:
+                txn._track_failure(exc)
+            raise
 
     def _send_in_txn_untracked(self, payload: bytes, key: str | None, props: dict[str, str],
                                txn: Transaction) -> asyncio.Future[MessageId]:
@@ -1095,8 +1109,8 @@ class Producer:
                 future = producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay,
                                          ordering_key=ordering)
         else:
-            future = self._submit_in_txn(self._partition_for(key), payload, key, props, event_time, sequence_id, txn,
-                                         delay, ordering_key=ordering)
+            future = self._submit_in_txn(self._partition_in_txn(key, txn), payload, key, props, event_time,
+                                         sequence_id, txn, delay, ordering_key=ordering)
         if callback is not None:
             def done(settled: asyncio.Future[MessageId]) -> None:
                 if settled.cancelled():

@@ -102,6 +102,15 @@ class Transaction:
             self._prune_at = max(_PRUNE_AT, 2 * len(operations))
         operations.append(operation)
 
+    def _track_failure(self, error: BaseException) -> None:
+        """A send or ack of this transaction that failed before it was under way (a message
+        too big, a full queue, a closed producer): the commit fails with it, as the Java client
+        registers a send before it can fail."""
+        failed = asyncio.get_running_loop().create_future()
+        failed.set_exception(error)
+        failed.exception()                      # the commit reports it; nothing to log here
+        self._track(failed)
+
     async def _first_failure(self) -> BaseException | None:
         pending = [op for op in self._operations if not op.done()]
         if pending:
