@@ -36,6 +36,7 @@ from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.producer import CompressionType, PartitionProducer, Producer, ProducerOptions
 from pyengine.client.reader import Reader
+from pyengine.client.router import check_hashing_scheme
 from pyengine.client.scalable import CheckpointConsumer, DagWatch, QueueConsumer, ScalableProducer, StreamConsumer
 from pyengine.client.transaction import Transaction
 from pyengine.client.url import parse_service_url
@@ -155,7 +156,8 @@ class Client:
                               compression_type: CompressionType | str = CompressionType.NONE,
                               initial_subscription_name: str | None = None,
                               chunking_enabled: bool = False,
-                              batching_type: BatchingType | str = BatchingType.Default) -> Producer:
+                              batching_type: BatchingType | str = BatchingType.Default,
+                              hashing_scheme: str = "murmur3_32") -> Producer:
         """A producer on `topic` (on every partition of a partitioned topic). For a scalable
         `topic://` name: a ScalableProducer routing each key to its active segment. A `schema`
         (pyengine.schema.SchemaData) is registered with the topic's schema registry (or found
@@ -171,10 +173,17 @@ class Client:
         which consumers put back together (see pyengine.client.chunks). `batching_type`
         (pulsar-client's; BatchingType, its name such as "key_based", or pulsar.BatchingType):
         KeyBased batches messages by key, one entry per key, so that a Key_Shared subscription
-        gives each key's messages to one consumer, in order (see pyengine.client.key_batching)."""
+        gives each key's messages to one consumer, in order (see pyengine.client.key_batching).
+        `hashing_scheme` (Pulsar's hashingScheme): the key hash that picks a keyed message's
+        partition, "murmur3_32" (Murmur3_32Hash) or "java_string" (JavaStringHash, the Java
+        client's default; use it to share keys' partitions with Java producers at their
+        defaults); Pulsar's names are taken too (see pyengine.client.router)."""
         self._check_open()
         name = check_topic(topic)
         if TopicName.parse(name).is_scalable:
+            if check_hashing_scheme(hashing_scheme) != "murmur3_32":
+                raise ValueError("a scalable topic:// producer routes keys by its segments' Murmur3 hash ranges: "
+                                 "hashing_scheme cannot be changed")
             if initial_subscription_name is not None:
                 raise ValueError("initial_subscription_name is not supported on scalable topic:// producers")
             if chunking_enabled:
@@ -193,7 +202,8 @@ class Client:
                                   max_pending_messages, block_if_queue_full, send_timeout_ms, initial_sequence_id,
                                   schema, compression_type,
                                   initial_subscription_name=initial_subscription_name,
-                                  chunking_enabled=chunking_enabled, batching_type=batching_type)
+                                  chunking_enabled=chunking_enabled, batching_type=batching_type,
+                                  hashing_scheme=hashing_scheme)
         partitions = await self._core.lookup.partitions(name)
         parsed = TopicName.parse(name)
         handlers = ([PartitionProducer(self._core, str(parsed.partition(i)), i, options) for i in range(partitions)]

@@ -32,7 +32,7 @@ from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooB
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
 from pyengine.client.key_batching import BatchingType, KeyBasedBatches, check_batching_type
 from pyengine.client.message import MessageId
-from pyengine.client.router import PartitionRouter
+from pyengine.client.router import PartitionRouter, check_hashing_scheme
 from pyengine.client.transaction import COMMITTING, OPEN, Transaction
 from pyengine.client.validation import (
     check_int, check_name, check_payload, check_properties, check_schema, option_name,
@@ -123,9 +123,12 @@ class ProducerOptions:
     chunking_enabled: bool = False
     # pulsar-client's batching_type: KeyBased batches by key (see pyengine.client.key_batching).
     batching_type: BatchingType = BatchingType.Default
+    # Pulsar's hashingScheme: the key hash that picks a keyed message's partition (router.py).
+    hashing_scheme: str = "murmur3_32"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compression_type", check_compression_type(self.compression_type))
+        object.__setattr__(self, "hashing_scheme", check_hashing_scheme(self.hashing_scheme))
         object.__setattr__(self, "batching_type", check_batching_type(self.batching_type))
         check_name("producer_name", self.producer_name, optional=True)
         check_name("initial_subscription_name", self.initial_subscription_name, optional=True)
@@ -944,7 +947,7 @@ class Producer:
         self._partitioned = partitioned
         self._options = options
         turn = options.batching_max_messages if options.batching_enabled else 1
-        self._router = PartitionRouter(len(partitions), turn)
+        self._router = PartitionRouter(len(partitions), turn, options.hashing_scheme)
         self._closed = False
         self._partitions_update: asyncio.Task[None] | None = None
         if partitioned and core.partitions_update_interval > 0:

@@ -31,6 +31,20 @@ async def test_keys_follow_murmur3_and_keyless_messages_go_round_robin(client, p
     assert keyless == {0: 3, 1: 3, 2: 3}
 
 
+async def test_the_hashing_scheme_picks_the_partition(client, partitioned):
+    # As the Java client at its default (JavaStringHash): "alpha" (hashCode 92909918) goes to
+    # partition 92909918 % 3 = 2, where Murmur3_32Hash sends it to 1.
+    java = await client.create_producer(partitioned, hashing_scheme="JavaStringHash")
+    murmur = await client.create_producer(partitioned)
+    assert (await java.send(b"j", key="alpha")).partition == 92909918 % 3 == 2
+    assert (await murmur.send(b"m", key="alpha")).partition == key_partition("alpha", 3) == 1
+    for bad in ("BoostHash", 7):
+        with pytest.raises(ValueError, match="hashing_scheme"):
+            await client.create_producer(partitioned, hashing_scheme=bad)
+    with pytest.raises(ValueError, match="hashing_scheme"):
+        await client.create_producer("topic://public/default/scaled", hashing_scheme="java_string")
+
+
 async def test_a_consumer_reads_every_partition_and_acks_by_partition(client, partitioned):
     producer = await client.create_producer(partitioned, batching_enabled=True, batching_max_publish_delay_ms=5)
     consumer = await client.subscribe(partitioned, "all", initial_position="earliest")

@@ -1,8 +1,10 @@
-"""Partition routing: Pulsar's Murmur3 key hash and round robin."""
+"""Partition routing: Pulsar's key hashes (Murmur3_32Hash, JavaStringHash) and round robin."""
 
 from collections import Counter
 
-from pyengine.client.router import PartitionRouter, key_partition
+import pytest
+
+from pyengine.client.router import PartitionRouter, check_hashing_scheme, java_string_hash, key_partition
 
 # MurmurHash3 x86_32 with seed 0 of this sentence is 0x2e4ff723 (the reference test vector).
 SENTENCE = "The quick brown fox jumps over the lazy dog"
@@ -30,3 +32,22 @@ def test_with_batching_a_partition_takes_a_batch_at_a_time():
     router = PartitionRouter(2, messages_per_turn=3)
     spread = Counter(router.choose(None) for _ in range(600))
     assert spread[0] == spread[1] == 300
+
+
+def test_java_string_hash_is_javas_string_hashcode():
+    # String.hashCode() figures from the JDK: "hello" 99162322; "polygenelubricants" hashes to
+    # Integer.MIN_VALUE (sign bit cleared: 0); a character outside the BMP counts as its two
+    # UTF-16 surrogates (0xD83D, 0xDE00).
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("polygenelubricants") == 0
+    assert java_string_hash("\U0001F600") == 31 * 0xD83D + 0xDE00
+    assert key_partition("hello", 5, "java_string") == 99162322 % 5
+    assert PartitionRouter(5, hashing_scheme="java_string").choose("hello") == 99162322 % 5
+
+
+def test_hashing_schemes_by_our_names_or_pulsars():
+    assert check_hashing_scheme("murmur3_32") == check_hashing_scheme("Murmur3_32Hash") == "murmur3_32"
+    assert check_hashing_scheme("JavaStringHash") == check_hashing_scheme("JAVA_STRING") == "java_string"
+    for bad in ("BoostHash", "", None, 3, b"murmur3_32"):
+        with pytest.raises(ValueError, match="hashing_scheme must be one of"):
+            check_hashing_scheme(bad)
