@@ -340,7 +340,8 @@ class PartitionConsumer(ConnectionHandler):
         self._flow_threshold = max(1, options.receiver_queue_size // 2)
         self.active = False
         self.flow_enabled = True          # False: asks for no message (creating a subscription)
-        self._ready = asyncio.Event()
+        self._ready = asyncio.Event()       # set when connected (or closed / failed: waiters look)
+        self._failure: BaseException | None = None
         self._acks: list[pb.MessageIdData] = []
         # Without batch-index acks: the indexes of each batch delivered here still unacked (the
         # count starts over with each delivery, as the C++ client's acker of a delivered batch);
@@ -421,6 +422,8 @@ class PartitionConsumer(ConnectionHandler):
         super().on_closed_by_broker()
 
     def _failed(self, error: BaseException) -> None:
+        self._failure = error
+        self._ready.set()                   # the operations waiting for a connection end now
         self._parent._handler_failed(self, error)
 
     def on_active_changed(self, active: bool) -> None:
@@ -703,12 +706,25 @@ class PartitionConsumer(ConnectionHandler):
                                                       ack_type=pb.CommandAck.Cumulative, message_id=[cumulative]))
 
     async def _connected(self) -> ClientConnection:
+        """Its connection, once it is (re)connected; raises at once when it is closed or has
+        failed meanwhile, TimeoutError when it stays disconnected for the operation timeout."""
         if self.state != READY:
-            if self.state in (CLOSING, CLOSED, FAILED):
-                raise AlreadyClosedError(f"{self} is {self.state}")
-            await asyncio.wait_for(self._ready.wait(), self._core.config.operation_timeout)
+            self._check_usable()
+            timeout = self._core.config.operation_timeout
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout)
+            except TimeoutError:
+                raise TimeoutError(f"{self}: not connected to the broker within the operation timeout "
+                                   f"({timeout} s)") from None
+            self._check_usable()
         assert self.connection is not None
         return self.connection
+
+    def _check_usable(self) -> None:
+        if self.state == FAILED and self._failure is not None:
+            raise self._failure
+        if self.state in (CLOSING, CLOSED, FAILED):
+            raise AlreadyClosedError(f"{self} is {self.state}")
 
     async def ack_with_transaction(self, message_id: MessageId, txn: Transaction, cumulative: bool) -> None:
         if cumulative:
@@ -813,6 +829,7 @@ class PartitionConsumer(ConnectionHandler):
 
     def _closed_locally(self) -> None:
         self.state = CLOSED
+        self._ready.set()                   # the operations waiting for a connection end now
         self._stop_reconnecting()
         if self._chunk_timer is not None:
             self._chunk_timer.cancel()
