@@ -566,8 +566,15 @@ class PartitionConsumer(ConnectionHandler):
             self._chunk_timer = asyncio.get_running_loop().call_later(chunks.expire_ms / 1000, self._expire_chunks)
 
     def _before_start(self, message_id: MessageId) -> bool:
-        assert self.start is not None
-        return before_start(message_id, self.start, self.start_inclusive)
+        start = self.start
+        assert start is not None
+        if self.options.durable and (message_id.ledger_id, message_id.entry_id) != (start.ledger_id, start.entry_id):
+            # A consumer's seek filters only the target's own entry (the id, and its batch before
+            # it), as the C++ and Java clients do: the subscription may be moved back later
+            # (another consumer's seek, an admin's reset), and the earlier entries that come
+            # then are this consumer's to receive.
+            return False
+        return before_start(message_id, start, self.start_inclusive)
 
     def _reject(self, ledger_id: int, entry_id: int, validation_error: int, permits: int = 1) -> None:
         # As the C++ client: a message that cannot be read is acknowledged with the reason.
