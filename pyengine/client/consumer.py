@@ -355,6 +355,9 @@ class PartitionConsumer(ConnectionHandler):
         self.start = _start_id(options.start_message_id, options.start_message_id_inclusive)
         self.start_inclusive = options.start_message_id_inclusive
         self.last_dequeued: MessageId | None = None
+        # The last seek was by publish time: until something is read, only the broker knows
+        # where the subscription is (has_message_available asks for its mark-delete position).
+        self.sought_by_timestamp = False
         # Chunked messages being put back together (created with the first chunk).
         self._chunks: ChunkAssembler | None = None
         # The chunks of each chunked message queued here and not acknowledged, by its last
@@ -800,17 +803,25 @@ class PartitionConsumer(ConnectionHandler):
             self.start, self.start_inclusive = _start_id(target, inclusive), inclusive
         else:
             self.start = None
+        self.sought_by_timestamp = not isinstance(target, MessageId)
         if self.state == READY and self.connection is connection:
             # The broker moved the cursor and forgot this consumer's permits (a broker that
             # closes the consumer instead makes it subscribe again, with a fresh FLOW).
             self._flow(self.options.receiver_queue_size)
 
     async def get_last_message_id(self) -> MessageId:
+        return (await self.get_last_message_id_and_position())[0]
+
+    async def get_last_message_id_and_position(self) -> tuple[MessageId, MessageId | None]:
+        """The topic's last message id, and the subscription's mark-delete position (None when
+        the broker gives none): GET_LAST_MESSAGE_ID's answer."""
         connection = await self._connected()
         cmd = base_command(T.GET_LAST_MESSAGE_ID, consumer_id=self.consumer_id, request_id=connection.new_request_id())
         response = await connection.request(cmd, self._core.config.operation_timeout)
         last = MessageId.from_proto(response.last_message_id)
-        return MessageId(last.ledger_id, last.entry_id, last.batch_index, self.partition)
+        mark_delete = (MessageId.from_proto(response.consumer_mark_delete_position)
+                       if response.HasField("consumer_mark_delete_position") else None)
+        return MessageId(last.ledger_id, last.entry_id, last.batch_index, self.partition), mark_delete
 
     async def unsubscribe(self) -> None:
         self._flush_acks()

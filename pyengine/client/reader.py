@@ -25,7 +25,27 @@ class Reader(Consumer):
 
 
 async def _has_more(handler: PartitionConsumer) -> bool:
+    if handler.last_dequeued is None and (handler.sought_by_timestamp or handler.start == MessageId.latest):
+        return await _has_more_from_position(handler)
     return has_more(await handler.get_last_message_id(), handler.last_dequeued, handler.start, handler.start_inclusive)
+
+
+async def _has_more_from_position(handler: PartitionConsumer) -> bool:
+    """Nothing read yet and the start names no message (the latest, or a seek by time): as
+    the C++ client, whether the subscription's mark-delete position is before the topic's last
+    message. A start-inclusive reader at the latest moves to the last message first, so that
+    it reads it next; the broker ignores start-inclusive on a seek by time."""
+    last, mark_delete = await handler.get_last_message_id_and_position()
+    if last.entry_id < 0:
+        return False                                   # nothing stored on the topic
+    inclusive = handler.start_inclusive and not handler.sought_by_timestamp
+    if inclusive:
+        await handler.seek(last)
+        handler._parent._handler_reset(handler)
+    if mark_delete is None:
+        return False
+    position, last_position = (mark_delete.ledger_id, mark_delete.entry_id), (last.ledger_id, last.entry_id)
+    return position <= last_position if inclusive else position < last_position
 
 
 def has_more(last: MessageId, last_read: MessageId | None, start: MessageId | None, start_inclusive: bool) -> bool:
