@@ -307,11 +307,12 @@ def _ack_id(message_id: MessageId, *, whole_entry: bool = False) -> pb.MessageId
     return data
 
 
-def _cumulative_txn_target(message_id: MessageId) -> pb.MessageIdData:
-    """What a transactional cumulative ack of `message_id` sends (as the Java client): its
-    entry, and for a batch message that is not its batch's last, the ack set of the indexes
-    after it (still unacknowledged). Acking the entry before instead, as a plain cumulative
-    ack does, would conflict with the previous transaction's ack of the same batch."""
+def _cumulative_target_with_ack_set(message_id: MessageId) -> pb.MessageIdData:
+    """What a cumulative ack of `message_id` sends with batch-index acks, and always in a
+    transaction (as the Java and C++ clients): its entry, and for a batch message that is not
+    its batch's last, the ack set of the indexes after it (still unacknowledged). Acking the
+    entry before instead would bring the batch's acknowledged messages back after a
+    reconnect, and in a transaction conflict with the previous transaction's ack of the batch."""
     data = pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=message_id.entry_id & _MASK64)
     size, index = message_id.batch_size, message_id.batch_index
     if 0 <= index < size - 1:
@@ -684,17 +685,22 @@ class PartitionConsumer(ConnectionHandler):
         self._schedule_ack_flush()
 
     def ack_cumulative(self, message_id: MessageId) -> None:
-        target = _cumulative_target(message_id)
-        if target is None:
-            return
+        if self.options.batch_index_ack_enabled:
+            target = _cumulative_target_with_ack_set(message_id)
+        else:
+            target = _cumulative_target(message_id)
+            if target is None:
+                return
         if self._batch_remaining or self._batch_left or self._chunked_unacked:
-            # The batches and chunked messages it covers are settled: forget them.
+            # The batches and chunked messages it covers are settled: forget them (not the
+            # entry of a batch it covers only in part).
             covered = (target.ledgerId, target.entryId)
+            in_part = bool(target.ack_set)
             for table in (self._batch_remaining, self._batch_left, self._chunked_unacked):
-                for key in [k for k in table if (k[0] & _MASK64, k[1] & _MASK64) <= covered]:
+                for key in [k for k in table if (entry := (k[0] & _MASK64, k[1] & _MASK64)) < covered
+                            or (entry == covered and not in_part)]:
                     del table[key]
-        if self._cumulative is None or (target.ledgerId, target.entryId) > (self._cumulative.ledgerId,
-                                                                             self._cumulative.entryId):
+        if self._cumulative is None or _cumulative_order(target) > _cumulative_order(self._cumulative):
             self._cumulative = target
         self._schedule_ack_flush()
 
@@ -738,7 +744,7 @@ class PartitionConsumer(ConnectionHandler):
 
     async def ack_with_transaction(self, message_id: MessageId, txn: Transaction, cumulative: bool) -> None:
         if cumulative:
-            target, ack_type = _cumulative_txn_target(message_id), pb.CommandAck.Cumulative
+            target, ack_type = _cumulative_target_with_ack_set(message_id), pb.CommandAck.Cumulative
         else:
             target, ack_type = _ack_id(message_id), pb.CommandAck.Individual
         targets = [_ack_id(m) for m in self._chunks_of(message_id)] if not cumulative and type(
@@ -893,15 +899,23 @@ def _messages_in(headers_and_payload: bytes | None) -> int:
 
 
 def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:
-    """What a cumulative ack of `message_id` sends: its entry, or for a batch message that is
-    not its batch's last, the entry before (the rest of its batch is not acknowledged yet).
-    None when there is no entry before it in its ledger to acknowledge."""
+    """What a cumulative ack of `message_id` sends without batch-index acks (the broker would
+    take an ack set as the whole entry's ack): its entry, or for a batch message that is not
+    its batch's last, the entry before (the rest of its batch is not acknowledged yet). None
+    when there is no entry before it in its ledger to acknowledge."""
     entry_id = message_id.entry_id
     if message_id.batch_index >= 0 and message_id.batch_index < message_id.batch_size - 1:
         entry_id -= 1
         if entry_id < 0:
             return None
     return pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=entry_id & _MASK64)
+
+
+def _cumulative_order(target: pb.MessageIdData) -> tuple[int, int, int]:
+    """How far a cumulative ack's `target` reaches: its entry, then within it the fewer indexes
+    its ack set leaves unacknowledged (none: the whole entry), the further."""
+    left = sum(bin(word & _MASK64).count("1") for word in target.ack_set)
+    return target.ledgerId, target.entryId, -left
 
 
 _Item = TypeVar("_Item")

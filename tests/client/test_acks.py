@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyengine.client.consumer import _ack_id, _cumulative_target, _cumulative_txn_target
+from pyengine.client.consumer import _ack_id, _cumulative_target, _cumulative_target_with_ack_set
 from pyengine.client.message import MessageId
 
 
@@ -40,7 +40,7 @@ def test_cumulative_ack_inside_a_batch_stops_at_the_entry_before():
 @given(st.integers(1, 200).flatmap(lambda size: st.tuples(st.just(size), st.integers(-1, size - 1))))
 def test_a_transactional_cumulative_ack_names_its_entry_with_the_later_indexes_left_free(batch):
     size, index = batch
-    data = _cumulative_txn_target(MessageId(4, 9, batch_index=index, batch_size=size if index >= 0 else 0))
+    data = _cumulative_target_with_ack_set(MessageId(4, 9, batch_index=index, batch_size=size if index >= 0 else 0))
     assert (data.ledgerId, data.entryId) == (4, 9)
     free = {w * 64 + bit for w, word in enumerate(_unsigned(data.ack_set)) for bit in range(64) if word >> bit & 1}
     if index < 0 or index == size - 1:            # a whole entry: no ack set

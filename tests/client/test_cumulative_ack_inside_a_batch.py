@@ -1,0 +1,75 @@
+"""A cumulative ack of a message inside a batch, with batch-index acks (the default): as the C++
+client, it names the batch's entry with an ack set that acknowledges the indexes up to the
+message, and the broker keeps the later ones. Found by an audit: it acknowledged only up to the
+entry before the batch, so after a restart the whole batch came back."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pyengine_kernels import Position
+
+T = "persistent://public/default/cumulative-in-batch"
+
+
+async def _batch(client, count: int) -> list:
+    producer = await client.create_producer(T, batching_enabled=True, batching_max_publish_delay_ms=50)
+    ids = await asyncio.gather(*(producer.send(b"%d" % i) for i in range(count)))
+    assert len({(m.ledger_id, m.entry_id) for m in ids}) == 1            # one batch entry
+    return ids
+
+
+async def _received_again(client) -> list[bytes]:
+    """What a new consumer of the subscription is given (acknowledging none of it)."""
+    consumer = await client.subscribe(T, "s", initial_position="earliest")
+    got = []
+    try:
+        while True:
+            got.append((await consumer.receive(timeout=0.5)).data)
+    except TimeoutError:
+        return got
+    finally:
+        await consumer.close()
+
+
+async def test_only_the_later_messages_of_the_batch_come_back(client, broker):
+    consumer = await client.subscribe(T, "s", initial_position="earliest")
+    plain = await client.create_producer(T)
+    await plain.send(b"before")
+    await _batch(client, 10)
+    got = [await consumer.receive(timeout=5) for _ in range(11)]
+    await consumer.acknowledge_cumulative(got[5])                   # index 4 of the batch
+    await asyncio.sleep(0.2)
+    cursor = broker.service.topics[T].subscriptions["s"].cursor
+    batch = Position(got[5].message_id.ledger_id, got[5].message_id.entry_id)
+    assert cursor.mark_delete < batch and cursor.is_acked(got[0].message_id.position)
+    assert cursor.batch_ack_set(batch) is not None                  # the later indexes stay
+    await consumer.close()
+    assert await _received_again(client) == [b"%d" % i for i in range(5, 10)]
+
+
+async def test_a_later_cumulative_ack_in_the_same_batch_reaches_further(client):
+    consumer = await client.subscribe(T, "s", initial_position="earliest")
+    await _batch(client, 6)
+    got = [await consumer.receive(timeout=5) for _ in range(6)]
+    for message in (got[1], got[3], got[2]):                        # sent as one ack: the furthest
+        await consumer.acknowledge_cumulative(message)
+    await asyncio.sleep(0.2)
+    await consumer.close()
+    assert await _received_again(client) == [b"4", b"5"]
+    consumer = await client.subscribe(T, "s", initial_position="earliest")
+    again = [await consumer.receive(timeout=5) for _ in range(2)]
+    await consumer.acknowledge_cumulative(again[1])                 # the batch's last: the whole entry
+    await asyncio.sleep(0.2)
+    await consumer.close()
+    assert await _received_again(client) == []
+
+
+async def test_without_batch_index_acks_the_batch_comes_back_whole(client):
+    consumer = await client.subscribe(T, "s", initial_position="earliest", batch_index_ack_enabled=False)
+    await _batch(client, 4)
+    got = [await consumer.receive(timeout=5) for _ in range(4)]
+    await consumer.acknowledge_cumulative(got[1])                   # as the C++ client: the entry before
+    await asyncio.sleep(0.2)
+    await consumer.close()
+    assert await _received_again(client) == [b"0", b"1", b"2", b"3"]
