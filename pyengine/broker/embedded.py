@@ -612,6 +612,7 @@ class EmbeddedConsumer:
         self._consumed_since_flow = 0
         self._last_received: MessageId | None = None     # for a reader's has_message_available
         self._start: MessageId | None = None              # a reader's start, or seek's
+        self._sought_by_time = False                      # the last seek was by publish time
         # After a reader's start or a seek by id, what is delivered before it is dropped, and it
         # too unless start-inclusive (a reader's setting; never for a consumer).
         self._seek_start: MessageId | None = None
@@ -863,6 +864,7 @@ class EmbeddedConsumer:
             raise
         self._last_received = None
         self._start = target if isinstance(target, MessageId) else None
+        self._sought_by_time = not isinstance(target, MessageId)
 
     def _skip_before_seek_start(self) -> None:
         """A message dropped after a seek: its permit comes back as if it had been handed out."""
@@ -879,7 +881,18 @@ class EmbeddedConsumer:
         self._check_open()
         if self._queue:
             return True
-        return has_more(await self.get_last_message_id(), self._last_received, self._start, self._start_inclusive)
+        last = await self.get_last_message_id()
+        if self._last_received is None and last.entry_id >= 0:
+            if self._sought_by_time:
+                # The seek's time names no message: as the C++ client (and the wire reader), whether
+                # the subscription's position is before the last message.
+                assert self._subscription is not None
+                mark_delete = self._subscription.cursor.mark_delete
+                return (mark_delete.ledger_id, mark_delete.entry_id) < (last.ledger_id, last.entry_id)
+            if self._start == MessageId.latest and self._start_inclusive:
+                await self.seek(last)               # as the C++ client: the last message is read next
+                return True
+        return has_more(last, self._last_received, self._start, self._start_inclusive)
 
     async def get_last_message_id(self) -> MessageId:
         """The id of the last message stored on the topic; for a read-compacted consumer with
