@@ -216,16 +216,19 @@ class ManagedLedger:
         info.close()
         info.last_entry_id = last_entry_id
         self._current = None
-        self._put_ledger_record(info)
+        # Its last entries may still be in flight: the record is never durable without them
+        # (if they fail, it is refused, and the ledger is closed again at its last durable entry).
+        self._put_ledger_record(info, after=self._unsettled)
         self.trim_soon()
 
-    def _put_ledger_record(self, info: LedgerInfo) -> None:
+    def _put_ledger_record(self, info: LedgerInfo, after: asyncio.Future[Any] | None = None) -> None:
         key = self._prefix + pack_i64(info.ledger_id)
         value = info.record()
         db = self.env.db("ledgers")
         # Nobody waits for it: if it fails, a restart finds the ledger open and closes it at
         # its last durable entry, as after a crash.
-        self.env.submit(lambda txn: txn.put(key, value, db=db), key=("ledger", key)).add_done_callback(_retrieve)
+        self.env.submit(lambda txn: txn.put(key, value, db=db), key=("ledger", key),
+                        after=after).add_done_callback(_retrieve)
 
     # --- appends --------------------------------------------------------------------------
 
