@@ -56,6 +56,11 @@ class RecordFormatError(ValueError):
     """A stored entry, or the message metadata in it, is malformed."""
 
 
+class ChunkTooLargeError(RecordFormatError):
+    """The entries of one call decode to a column over 2 GiB (Arrow's int32 offsets): read
+    fewer at a time."""
+
+
 # --- growable buffers -------------------------------------------------------------------------
 
 @cython.final
@@ -121,7 +126,7 @@ cdef class _Strings:
     cdef inline int append(self, const unsigned char* source, Py_ssize_t count) except -1:
         self.data.write(source, count)
         if self.data.size > MAX_OFFSET:
-            raise RecordFormatError("a column of one chunk holds more than 2 GiB: read smaller chunks")
+            raise ChunkTooLargeError("a column of one chunk holds more than 2 GiB: read smaller chunks")
         self.offsets.put_i32(<int32_t>self.data.size)
         return 0
 

@@ -201,6 +201,19 @@ def _partition_of(name: str) -> str | None:
     return str(topic.partitioned_topic) if topic.partition_index >= 0 else None
 
 
+def _exact_topic(pattern: str, stored: list[str]) -> list[str]:
+    """The stored topics `pattern` names exactly: itself, or a partitioned topic's partitions."""
+    if "://" not in pattern and pattern.count("/") == 1:
+        return []                                          # a namespace
+    try:
+        name = _normalize(pattern, "topics")
+    except OptionError:
+        return []
+    if name in stored:
+        return [name]
+    return [stored_name for stored_name in stored if _partition_of(stored_name) == name]
+
+
 def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[str]:
     """The stored topics the patterns name, in stored (name) order. Without patterns: every
     topic except system ones (local name starting with `__`)."""
@@ -211,7 +224,12 @@ def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[
         return [name for name in stored if not is_system(name)]
     chosen: set[str] = set()
     for pattern in patterns:
-        if any(ch in pattern for ch in "*?["):
+        exact = _exact_topic(pattern, stored)
+        if exact:
+            # A stored name (or a partitioned topic's partitions) named exactly: `?`, `*` and
+            # `[` are allowed in topic names, so a name that has them is a glob only otherwise.
+            matched = exact
+        elif any(ch in pattern for ch in "*?["):
             full = pattern if "://" in pattern else f"persistent://{pattern}"
             matched = [name for name in stored if fnmatch.fnmatchcase(name, full) and not is_system(name)]
             if not matched:

@@ -268,6 +268,9 @@ class PyengineReader(DataSourceReader):
     # --- reading (in the workers) -----------------------------------------------------------
 
     def read(self, partition: LedgerPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, LedgerPartition):
+            # Nothing planned: PySpark reads one placeholder partition of its own (no rows).
+            return
         wanted_entries = self.entry_bounds.values
         entry_set = np.fromiter(wanted_entries, np.int64) if wanted_entries is not None else None
         yield from read_partition(self.options, self.state, partition, entry_set)
@@ -278,13 +281,14 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
     """The rows of `partition` (in a worker): READ_COMMITTED decided per entry with `state`
     (a TxnState's bytes covering the partition's topic), or every message (read_uncommitted);
     `entry_set`: only these entry ids."""
-    from core_ext.records import decode_entries, entry_headers
+    from core_ext.records import ChunkTooLargeError, decode_entries, entry_headers
 
     prepared = _prepared(state) if state is not None else None
     start = Position(partition.ledger_id, partition.first_entry)
     end = Position(partition.ledger_id, partition.last_entry)
     target = options.max_batch_rows
     chunk = min(_FIRST_CHUNK, target)
+    most_entries = _MAX_CHUNK         # lowered when a chunk decompresses past a column's 2 GiB
     with StoreReader(options.path) as store, store.view() as view:
         position = start
         while position <= end:
@@ -305,12 +309,20 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
                 in_set = np.isin(entry_ids, entry_set)
                 keep = in_set if keep is None else keep & in_set
             if keep is None or keep.any():
-                columns = decode_entries(ledger_ids, entry_ids, values, keep)
+                try:
+                    columns = decode_entries(ledger_ids, entry_ids, values, keep)
+                except ChunkTooLargeError:
+                    if len(values) == 1:
+                        raise
+                    # Chunks go by messages, and compressed payloads grow when decoded: read
+                    # this one again in halves, and no chunk of the partition as large again.
+                    chunk = most_entries = max(1, len(values) // 2)
+                    continue
                 if columns["rows"]:
                     yield record_batch(partition.topic, columns)
             position = Position(ledgers[-1], entries[-1]).next()
             messages = max(1, int(count.sum()))
-            chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, len(values) * target // messages))
+            chunk = max(min(_MIN_CHUNK, most_entries), min(most_entries, len(values) * target // messages))
 
 
 _PREPARED: dict[bytes, PreparedState] = {}
