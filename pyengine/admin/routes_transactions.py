@@ -81,12 +81,18 @@ async def requested_subscription(call: Call) -> Subscription:
 async def get_coordinator_stats(call: Call) -> dict[str, Any]:
     coordinator = call.service.coordinator
     if call["coordinatorId"] == V5_COORDINATOR_ID and coordinator.v5 is not None:
-        # the v5 coordinator (PIP-473): no log, no low watermark; its open txns are headers
-        return {"state": "Ready", "leastSigBits": -1, "lowWaterMark": -1,
-                "ongoingTxnSize": await coordinator.v5.open_count()}
+        return await _v5_coordinator_stats(coordinator.v5)
     if call["coordinatorId"] is not None:
         return stats.coordinator_stats(coordinator.store(call["coordinatorId"]))
-    return {str(cid): stats.coordinator_stats(coordinator.store(cid)) for cid in coordinator.coordinator_ids}
+    every = {str(cid): stats.coordinator_stats(coordinator.store(cid)) for cid in coordinator.coordinator_ids}
+    if coordinator.v5 is not None:          # every coordinator, as slowTransactions lists them
+        every[str(V5_COORDINATOR_ID)] = await _v5_coordinator_stats(coordinator.v5)
+    return every
+
+
+async def _v5_coordinator_stats(v5: Any) -> dict[str, Any]:
+    """The v5 coordinator's (PIP-473): no log, no low watermark; its open txns are headers."""
+    return {"state": "Ready", "leastSigBits": -1, "lowWaterMark": -1, "ongoingTxnSize": await v5.open_count()}
 
 
 @routes.add("GET", BASE + "/transactionMetadata/{mostSigBits}/{leastSigBits}",

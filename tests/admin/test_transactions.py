@@ -10,6 +10,7 @@ import time
 import pytest
 
 from pyengine.errors import InvalidTxnStatusError
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from tests.admin.helpers import drain
 
 TX = "/admin/v3/transactions"
@@ -19,8 +20,12 @@ OUT = "persistent://public/default/out"
 
 async def test_coordinator_stats(api, client):
     reply = await api.get(f"{TX}/coordinatorStats")
-    assert reply.status == 200 and sorted(reply.body) == ["0", "1"]
+    # every coordinator, the v5 one too (found by an audit: it was left out)
+    assert reply.status == 200 and sorted(reply.body) == sorted(["0", "1", str(V5_COORDINATOR_ID)])
     assert reply.body["0"] == {"state": "Ready", "leastSigBits": -1, "lowWaterMark": -1, "ongoingTxnSize": 0}
+    await client.new_transaction(version=5)
+    v5 = (await api.get(f"{TX}/coordinatorStats")).body[str(V5_COORDINATOR_ID)]
+    assert v5 == {"state": "Ready", "leastSigBits": -1, "lowWaterMark": -1, "ongoingTxnSize": 1}
     txn = await client.new_transaction()
     one = (await api.get(f"{TX}/coordinatorStats?coordinatorId={txn.txn_id.most_bits}")).body
     assert one == {"state": "Ready", "leastSigBits": txn.txn_id.least_bits,
