@@ -202,7 +202,8 @@ def _partition_of(name: str) -> str | None:
 
 
 def _exact_topic(pattern: str, stored: list[str]) -> list[str]:
-    """The stored topics `pattern` names exactly: itself, or a partitioned topic's partitions."""
+    """The stored topics `pattern` names exactly: itself, or a partitioned topic's partitions
+    (a partitioned topic is stored as its partitions, which its consumers read)."""
     if "://" not in pattern and pattern.count("/") == 1:
         return []                                          # a namespace
     try:
@@ -245,15 +246,8 @@ def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[
                        and str(TopicName.parse(name).scalable_topic) == scalable]
             if not matched:
                 raise OptionError(f"scalable topic {scalable!r} has no stored segment:// topic in this data dir")
-        else:
-            name = _normalize(pattern, "topics")
-            if name in stored:
-                matched = [name]
-            else:
-                # A partitioned topic is stored as its partitions, which its consumers read.
-                matched = [stored_name for stored_name in stored if _partition_of(stored_name) == name]
-                if not matched:
-                    raise OptionError(f"unknown topic {name!r}: it is not stored in this data dir")
+        else:                                   # a topic name matching nothing stored (see above)
+            raise OptionError(f"unknown topic {_normalize(pattern, 'topics')!r}: it is not stored in this data dir")
         chosen.update(matched)
     return [name for name in stored if name in chosen]
 

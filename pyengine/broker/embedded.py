@@ -43,7 +43,7 @@ from pyengine.client.message import Message, MessageId, decode_entry
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.producer import check_delivery, check_ordering_key
-from pyengine.client.reader import has_more
+from pyengine.client.reader import has_more, position_before_last
 from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_timeout, check_topic,
 )
@@ -887,8 +887,7 @@ class EmbeddedConsumer:
                 # The seek's time names no message: as the C++ client (and the wire reader), whether
                 # the subscription's position is before the last message.
                 assert self._subscription is not None
-                mark_delete = self._subscription.cursor.mark_delete
-                return (mark_delete.ledger_id, mark_delete.entry_id) < (last.ledger_id, last.entry_id)
+                return position_before_last(self._subscription.cursor.mark_delete, last)
             if self._start == MessageId.latest and self._start_inclusive:
                 await self.seek(last)               # as the C++ client: the last message is read next
                 return True

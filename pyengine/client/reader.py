@@ -6,6 +6,7 @@ import asyncio
 
 from pyengine.client.consumer import Consumer, PartitionConsumer
 from pyengine.client.message import Message, MessageId
+from pyengine_kernels import Position
 
 
 class Reader(Consumer):
@@ -42,8 +43,12 @@ async def _has_more_from_position(handler: PartitionConsumer) -> bool:
     if inclusive:
         await handler.seek(last)
         handler._parent._handler_reset(handler)
-    if mark_delete is None:
-        return False
+    return mark_delete is not None and position_before_last(mark_delete, last, inclusive)
+
+
+def position_before_last(mark_delete: MessageId | Position, last: MessageId, inclusive: bool = False) -> bool:
+    """Whether a subscription at `mark_delete` has `last` (the topic's last message) still to
+    read; `inclusive`: also when it stands at it (the network and the embedded readers')."""
     position, last_position = (mark_delete.ledger_id, mark_delete.entry_id), (last.ledger_id, last.entry_id)
     return position <= last_position if inclusive else position < last_position
 
