@@ -10,7 +10,10 @@ a Pulsar ``MessageMetadata`` and the payload. A payload whose metadata has
 entry before anything is decoded). ``decode_entries`` expands the selected entries into one
 row per message, scanning the protobuf wire format directly (no message objects), and returns
 the columns as Arrow-ready buffers: native-endian fixed-width values, ``int32`` offsets and
-UTF-8/binary data, and byte masks for the nullable columns. The semantics are those of
+UTF-8/binary data, and byte masks for the nullable columns. An entry that is one chunk of a
+chunked message (``num_chunks_from_msg`` > 1) gives no row: its index is listed under
+``chunks`` (``chunk_indices`` finds them without decoding), for the caller to put the message
+back together from its chunk entries (``spark_udfs.chunks``), as a consumer does. The semantics are those of
 ``pyengine.client.message.decode_entry`` (what a consumer receives); ``tests/reference/records.py``
 is the pure-Python oracle. Checksums are not re-verified (the broker verified them on publish).
 """
@@ -234,6 +237,7 @@ ctypedef struct Metadata:
     int64_t num_messages
     bint is_batch
     int properties
+    int32_t num_chunks          # num_chunks_from_msg: over 1, the entry is one chunk of a message
 
 
 cdef int _parse_metadata(const unsigned char* data, Py_ssize_t size, Metadata* md) except -1:
@@ -248,6 +252,7 @@ cdef int _parse_metadata(const unsigned char* data, Py_ssize_t size, Metadata* m
     md.num_messages = 1
     md.is_batch = False
     md.properties = 0
+    md.num_chunks = 0
     while pos < size:
         pos = _tag(data, size, pos, &field, &wire_type)
         if field == 1 and wire_type == WIRE_LENGTH_DELIMITED:  # producer_name
@@ -275,6 +280,9 @@ cdef int _parse_metadata(const unsigned char* data, Py_ssize_t size, Metadata* m
             md.is_batch = True
         elif field == 12 and wire_type == WIRE_VARINT:  # event_time
             pos = _varint(data, size, pos, &md.event_time)
+        elif field == 27 and wire_type == WIRE_VARINT:  # num_chunks_from_msg (int32)
+            pos = _varint(data, size, pos, &value)
+            md.num_chunks = <int32_t><uint32_t>value
         else:
             pos = _skip(data, size, pos, wire_type, field, MAX_NESTING)
     if not (has_producer and has_sequence and has_publish):
@@ -571,8 +579,25 @@ def entry_headers(values):
     return marker_arr, most_arr, least_arr, count_arr, publish_arr
 
 
+cdef Py_ssize_t _metadata_start(int64_t ledger, int64_t entry, const unsigned char* data, Py_ssize_t size,
+                                Py_ssize_t* metadata_size) except -1:
+    """Offset of the MessageMetadata in a stored entry (past its header, checksum and size)."""
+    cdef Py_ssize_t pos = HEADER_SIZE
+    if size - pos >= 2 and load_be16(data + pos) == MAGIC_CRC32C:
+        pos += 6
+    if size - pos < 4:
+        raise RecordFormatError(f"entry {ledger}:{entry}: the message is shorter than its headers")
+    metadata_size[0] = load_be32(data + pos)
+    pos += 4
+    if metadata_size[0] > size - pos:
+        raise RecordFormatError(f"entry {ledger}:{entry}: the message metadata overruns the entry")
+    return pos
+
+
 cdef int _decode_one(_Columns out, int64_t ledger, int64_t entry, const unsigned char* data,
                      Py_ssize_t size) except -1:
+    """Append the rows of one stored entry; 1 (and no row) when it is one chunk of a chunked
+    message (num_chunks_from_msg > 1), else 0."""
     cdef Header header
     cdef Metadata md
     cdef Single single
@@ -587,16 +612,11 @@ cdef int _decode_one(_Columns out, int64_t ledger, int64_t entry, const unsigned
     cdef bint marker
     _header(data, size, &header)
     marker = header.marker_type != 0
-    if size - pos >= 2 and load_be16(data + pos) == MAGIC_CRC32C:
-        pos += 6
-    if size - pos < 4:
-        raise RecordFormatError(f"entry {ledger}:{entry}: the message is shorter than its headers")
-    metadata_size = load_be32(data + pos)
-    pos += 4
-    if metadata_size > size - pos:
-        raise RecordFormatError(f"entry {ledger}:{entry}: the message metadata overruns the entry")
+    pos = _metadata_start(ledger, entry, data, size, &metadata_size)
     metadata = data + pos
     _parse_metadata(metadata, metadata_size, &md)
+    if md.num_chunks > 1:
+        return 1            # one chunk of a message: put back together by the caller
     payload = metadata + metadata_size
     payload_size = size - pos - metadata_size
     if md.compression != CODEC_NONE:
@@ -645,6 +665,18 @@ cdef int _decode_one(_Columns out, int64_t ledger, int64_t entry, const unsigned
     return 0
 
 
+cdef object _selection(Py_ssize_t n, const int64_t[::1] ledgers, const int64_t[::1] entries, keep):
+    """`keep` as n uint8 flags (all set when None), once the lengths are checked to agree."""
+    if ledgers.shape[0] != n or entries.shape[0] != n:
+        raise ValueError(f"{n} values but {ledgers.shape[0]} ledger ids and {entries.shape[0]} entry ids")
+    if keep is None:
+        return np.ones(n, np.uint8)
+    selected = np.ascontiguousarray(keep, dtype=np.bool_).view(np.uint8)
+    if selected.shape[0] != n:
+        raise ValueError(f"{n} values but {selected.shape[0]} keep flags")
+    return selected
+
+
 def decode_entries(ledger_ids, entry_ids, values, keep=None):
     """One row per message of the stored entries (`values`, at positions
     `ledger_ids[i]:entry_ids[i]`); with `keep` (a bool array, one per entry) only the entries
@@ -652,25 +684,20 @@ def decode_entries(ledger_ids, entry_ids, values, keep=None):
     (`publish_time`/`event_time` in microseconds, `batch_index` -1 outside a batch,
     `sequence_id` as signed 64 bits), boolean masks `event_time_valid` (event time set),
     `txn_valid` (transactional), `key_valid` (partition key set), `(offsets, data)` pairs for
-    `key`, `value`, `producer_name`, `property_keys`, `property_values`, and
-    `property_offsets` (row i holds properties `[offsets[i], offsets[i + 1])`)."""
+    `key`, `value`, `producer_name`, `property_keys`, `property_values`,
+    `property_offsets` (row i holds properties `[offsets[i], offsets[i + 1])`), and `chunks`:
+    the indices of the selected entries that are chunks of a chunked message (no rows)."""
     cdef list items = list(values)
     cdef Py_ssize_t n = len(items), i, rows = 0, data_bytes = 0
     cdef const int64_t[::1] ledgers = np.ascontiguousarray(ledger_ids, dtype=np.int64)
     cdef const int64_t[::1] entries = np.ascontiguousarray(entry_ids, dtype=np.int64)
     cdef const uint8_t[::1] selected
-    cdef bint select = keep is not None
     cdef Py_buffer view
     cdef Header header
-    if ledgers.shape[0] != n or entries.shape[0] != n:
-        raise ValueError(f"{n} values but {ledgers.shape[0]} ledger ids and {entries.shape[0]} entry ids")
-    if select:
-        selected = np.ascontiguousarray(keep, dtype=np.bool_).view(np.uint8)
-        if selected.shape[0] != n:
-            raise ValueError(f"{n} values but {selected.shape[0]} keep flags")
+    selected = _selection(n, ledgers, entries, keep)
     # Size the buffers from the headers' message counts and the entries' sizes.
     for i in range(n):
-        if select and not selected[i]:
+        if not selected[i]:
             continue
         PyObject_GetBuffer(items[i], &view, PyBUF_SIMPLE)
         try:
@@ -684,12 +711,48 @@ def decode_entries(ledger_ids, entry_ids, values, keep=None):
         finally:
             PyBuffer_Release(&view)
     cdef _Columns out = _Columns(rows, data_bytes)
+    cdef list chunks = []
     for i in range(n):
-        if select and not selected[i]:
+        if not selected[i]:
             continue
         PyObject_GetBuffer(items[i], &view, PyBUF_SIMPLE)
         try:
-            _decode_one(out, ledgers[i], entries[i], <const unsigned char*>view.buf, view.len)
+            if _decode_one(out, ledgers[i], entries[i], <const unsigned char*>view.buf, view.len):
+                chunks.append(i)
         finally:
             PyBuffer_Release(&view)
-    return out.finish()
+    columns = out.finish()
+    columns["chunks"] = np.array(chunks, dtype=np.int64)
+    return columns
+
+
+def chunk_indices(ledger_ids, entry_ids, values, keep=None):
+    """Indices (int64) of the stored entries (at positions `ledger_ids[i]:entry_ids[i]`) that
+    are one chunk of a chunked message (num_chunks_from_msg > 1), among those `keep` selects
+    (a bool array, one per entry): what `decode_entries` leaves out of its rows. Only the
+    metadata is read."""
+    cdef list items = list(values)
+    cdef Py_ssize_t n = len(items), i, pos, metadata_size
+    cdef const int64_t[::1] ledgers = np.ascontiguousarray(ledger_ids, dtype=np.int64)
+    cdef const int64_t[::1] entries = np.ascontiguousarray(entry_ids, dtype=np.int64)
+    cdef const uint8_t[::1] selected
+    cdef Py_buffer view
+    cdef Header header
+    cdef Metadata md
+    cdef const unsigned char* data
+    selected = _selection(n, ledgers, entries, keep)
+    chunks = []
+    for i in range(n):
+        if not selected[i]:
+            continue
+        PyObject_GetBuffer(items[i], &view, PyBUF_SIMPLE)
+        try:
+            data = <const unsigned char*>view.buf
+            _header(data, view.len, &header)
+            pos = _metadata_start(ledgers[i], entries[i], data, view.len, &metadata_size)
+            _parse_metadata(data + pos, metadata_size, &md)
+            if md.num_chunks > 1:
+                chunks.append(i)
+        finally:
+            PyBuffer_Release(&view)
+    return np.array(chunks, dtype=np.int64)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core_ext.batch import build_batch
-from core_ext.records import RecordFormatError, decode_entries, entry_headers
+from core_ext.records import RecordFormatError, chunk_indices, decode_entries, entry_headers
 from pyengine.protocol.commands import marker_metadata, message_metadata
 from pyengine.protocol.pulsar_api_pb2 import ZLIB, KeyValue, SingleMessageMetadata
 from pyengine.storage.entry import MARKER_TXN_ABORT, MARKER_TXN_COMMIT, encode_entry, headers_and_payload
@@ -92,6 +92,10 @@ def stored_entries(draw, unknown=st.just(b"")):
             fields["properties"] = [KeyValue(key=k, value=v) for k, v in m["properties"].items()]
         if m["event_time"]:
             fields["event_time"] = m["event_time"]
+        chunks = draw(st.sampled_from([0, 0, 1, 3]))       # one chunk of a chunked message (over 1): no row
+        if chunks:
+            fields.update(uuid=f"{producer}-{sequence}", num_chunks_from_msg=chunks, chunk_id=chunks - 1,
+                          total_chunk_msg_size=3 * len(m["payload"]))
         md = message_metadata(producer, sequence, publish, **fields)
         data = headers_and_payload(md.SerializeToString() + draw(unknown), m["payload"])
         return encode_entry(data, most, least, 0, 1, publish)
@@ -155,6 +159,8 @@ def test_decoder_agrees_with_the_consumers_decoder(values, data):
     keep = data.draw(st.none() | st.lists(st.booleans(), min_size=len(values), max_size=len(values)))
     columns = decode_entries(ledgers, entries, values, keep)
     assert column_rows(columns) == ref.decode_entries(ledgers, entries, values, keep)
+    assert columns["chunks"].tolist() == ref.chunk_indices(values, keep)
+    assert chunk_indices(ledgers, entries, values, keep).tolist() == ref.chunk_indices(values, keep)
     for got, want in zip(entry_headers(values), ref.entry_headers(values)):
         assert np.array_equal(got, want)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from pyengine.client.message import decode_entry
-from pyengine.storage.entry import Entry
+from pyengine.protocol.pulsar_api_pb2 import MessageMetadata
+from pyengine.storage.entry import Entry, split_headers_and_payload
 from pyengine_kernels import Position
 
 _U64 = 1 << 64
@@ -29,6 +30,21 @@ def entry_headers(values):
             np.array([e.publish_time for e in entries], np.int64))
 
 
+def _is_chunk(entry: Entry) -> bool:
+    """One chunk of a chunked message: left to the caller (no row). Malformed metadata is not
+    (the consumer's decoder then says what is wrong)."""
+    try:
+        metadata, _payload = split_headers_and_payload(entry.data)
+        return MessageMetadata.FromString(metadata).num_chunks_from_msg > 1
+    except Exception:
+        return False
+
+
+def chunk_indices(values, keep=None) -> list[int]:
+    return [i for i, value in enumerate(values)
+            if (keep is None or keep[i]) and _is_chunk(Entry.decode(Position(0, 0), value))]
+
+
 def decode_entries(ledger_ids, entry_ids, values, keep=None) -> list[dict]:
     rows = []
     for i, (ledger, entry_id, value) in enumerate(zip(ledger_ids, entry_ids, values)):
@@ -36,6 +52,8 @@ def decode_entries(ledger_ids, entry_ids, values, keep=None) -> list[dict]:
             continue
         position = Position(int(ledger), int(entry_id))
         entry = Entry.decode(position, value)
+        if _is_chunk(entry):
+            continue
         transactional = entry.txn_most >= 0 and entry.txn_least >= 0
         for message in decode_entry("t", position, entry.data):
             rows.append({
