@@ -18,7 +18,7 @@ is open. Open it, read, close it (it is a context manager).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,23 +167,23 @@ class ReadView:
         cursor = self._txn.cursor(db=self._reader.env.db("entries"))
         if start > end or not cursor.set_range(prefix + pack_position(start.ledger_id, start.entry_id)):
             return
-        ledgers: list[int] = []
-        entry_ids: list[int] = []
-        values: list[bytes] = []
-        for key, value in cursor:
-            if key > end_key:
-                break
-            if len(key) != _KEY_SIZE:
-                raise CorruptRecordError(f"entry key of {len(key)} bytes in topic {topic_id}")
-            ledger_id, entry_id = unpack_position(key[8:])
-            ledgers.append(ledger_id)
-            entry_ids.append(entry_id)
-            values.append(value)
-            if len(values) >= chunk_entries:
-                yield ledgers, entry_ids, values
-                ledgers, entry_ids, values = [], [], []
-        if values:
-            yield ledgers, entry_ids, values
+        yield from _in_chunks(topic_id, cursor, lambda key: key > end_key, chunk_entries)
+
+    def iter_raw_before(self, topic_id: int, before: Position, floor: Position,
+                        chunk_entries: int = 1024) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
+        """`iter_raw` backwards: the stored entries of `topic_id` before `before` (exclusive)
+        down to `floor` (inclusive), newest first, in chunks of up to `chunk_entries` (each
+        chunk newest first too)."""
+        if chunk_entries < 1:
+            raise ValueError("chunk_entries must be >= 1")
+        prefix = pack_i64(topic_id)
+        floor_key = prefix + pack_position(floor.ledger_id, floor.entry_id)
+        cursor = self._txn.cursor(db=self._reader.env.db("entries"))
+        at_or_after = cursor.set_range(prefix + pack_position(before.ledger_id, before.entry_id))
+        if not (cursor.prev() if at_or_after else cursor.last()):
+            return
+        # (keys of other topics sort below the floor, or above `before`)
+        yield from _in_chunks(topic_id, cursor.iterprev(), lambda key: key < floor_key, chunk_entries)
 
     def iter_entries(self, topic_id: int, start: Position, end: Position,
                      chunk_entries: int = 1024) -> Iterator[list[Entry]]:
@@ -227,6 +227,29 @@ class ReadView:
         key = pack_i64(topic_id) + pack_position(last_marker.ledger_id, last_marker.entry_id)
         raw = self._txn.get(key, db=self._reader.env.db("tb_snapshots"))
         return bytes(raw) if raw is not None else None
+
+
+def _in_chunks(topic_id: int, items: Iterator[tuple[bytes, bytes]], past: Callable[[bytes], bool],
+               chunk_entries: int) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
+    """The entries of a cursor's `items` until a key is `past` the range, in chunks of up to
+    `chunk_entries`: (ledger ids, entry ids, stored values)."""
+    ledgers: list[int] = []
+    entry_ids: list[int] = []
+    values: list[bytes] = []
+    for key, value in items:
+        if past(key):
+            break
+        if len(key) != _KEY_SIZE:
+            raise CorruptRecordError(f"entry key of {len(key)} bytes in topic {topic_id}")
+        ledger_id, entry_id = unpack_position(key[8:])
+        ledgers.append(ledger_id)
+        entry_ids.append(entry_id)
+        values.append(value)
+        if len(values) >= chunk_entries:
+            yield ledgers, entry_ids, values
+            ledgers, entry_ids, values = [], [], []
+    if values:
+        yield ledgers, entry_ids, values
 
 
 def _entry_range(cursor: lmdb.Cursor, prefix: bytes, ledger_id: int) -> tuple[int, int, int]:

@@ -102,6 +102,34 @@ async def test_entries_in_chunks_between_inclusive_bounds(tmp_path):
             assert (Position(l0, e0), Position(l1, e1)) == tuple(e.position for e in expected[B])
 
 
+async def test_entries_backwards_from_a_position_down_to_a_floor(tmp_path):
+    """`iter_raw_before`: what `iter_raw` gives over [floor, before), newest first, never
+    another topic's entries (topic `b` is stored after `a`, and `a`'s prefix is below it)."""
+    expected = await _fill(tmp_path)
+    positions = [e.position for e in expected[A]]
+    with StoreReader(tmp_path) as reader, reader.view() as view:
+        a, b = view.topic(A), view.topic(B)
+
+        def backwards(topic_id, before, floor, chunk_entries=2):
+            chunks = list(view.iter_raw_before(topic_id, before, floor, chunk_entries))
+            assert all(0 < len(c[2]) <= chunk_entries for c in chunks)
+            return [(Position(l, e), v) for ls, es, vs in chunks for l, e, v in zip(ls, es, vs)]
+
+        forward = [(Position(l, e), v) for ls, es, vs in view.iter_raw(a.topic_id, Position.EARLIEST, Position.LATEST)
+                   for l, e, v in zip(ls, es, vs)]
+        assert backwards(a.topic_id, Position.LATEST, Position.EARLIEST) == forward[::-1]
+        for before in positions + [Position.LATEST]:
+            for floor in [Position.EARLIEST] + positions:
+                want = [(p, v) for p, v in forward if floor <= p < before][::-1]
+                assert backwards(a.topic_id, before, floor) == want, (before, floor)
+        assert [p for p, _ in backwards(b.topic_id, Position.LATEST, Position.EARLIEST)] == \
+            [e.position for e in expected[B]][::-1]
+        assert backwards(b.topic_id, Position.EARLIEST, Position.EARLIEST) == []
+        assert backwards(b.topic_id + 1, Position.LATEST, Position.EARLIEST) == []     # no such topic
+        with pytest.raises(ValueError, match="chunk_entries must be >= 1"):
+            list(view.iter_raw_before(a.topic_id, Position.LATEST, Position.EARLIEST, 0))
+
+
 async def test_previous_position_is_the_managed_ledgers(tmp_path):
     await _fill(tmp_path)
     env = StorageEnvironment(tmp_path, sync=False)
