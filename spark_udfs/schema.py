@@ -3,7 +3,7 @@
 | column | type | what |
 | --- | --- | --- |
 | topic | string | full topic name (`persistent://tenant/ns/name`) |
-| ledger_id, entry_id | long | the entry's position in the managed ledger |
+| ledger_id, entry_id | long | the entry's position in the managed ledger (a chunked message: its last chunk's) |
 | batch_index | int | index of the message in its batch entry; -1 for an entry of one unbatched message |
 | publish_time | timestamp | when the producer published it (ms precision) |
 | event_time | timestamp, null if unset | the producer's event time |

@@ -11,7 +11,8 @@ Reading (`read`, in a Python worker per task) opens the data dir read-only again
 worker's own process, reads the partition's entries in chunks, and for READ_COMMITTED decides
 visibility per entry with the Rust kernel (`visibility_mask` over the entry headers, with the
 state planned on the driver and shipped inside the reader: decoded once per worker process),
-then decodes only the visible entries into one row per message (`core_ext.records`) and
+then decodes only the visible entries into one row per message (`core_ext.records`; a
+chunked message is put back together from its chunk entries, `spark_udfs.chunks`) and
 yields `pyarrow.RecordBatch`es. Spark runs a Python data source's reads as an Arrow map
 function (MapInArrow), so this is the Arrow filter fused into the scan: no row crosses into
 the JVM to be dropped there.
@@ -68,24 +69,31 @@ from pyspark.sql.types import StructType
 
 from pyengine.storage.reader import StoreReader, TopicInfo
 from pyengine_kernels import Position
+from spark_udfs.chunks import RangeChunks, chunks_of, earlier_chunks
 from spark_udfs.options import OptionError, ReadOptions, parse_options, resolve_topics
 from spark_udfs.schema import SCHEMA, record_batch
 from spark_udfs.state import PreparedState, TxnState, open_snapshot
 
 _MIN_CHUNK, _MAX_CHUNK, _FIRST_CHUNK = 16, 65536, 1024
+_LOOK_BACK_ENTRIES = 64             # entries read at a time looking back for first chunks (up to MBs each)
+_MESSAGE_ROWS_BYTES = 64 << 20      # chunked messages decoded together, by stored size
 _INT64_MAX = (1 << 63) - 1
 
 
 class LedgerPartition(InputPartition):
-    """Entries `first_entry..last_entry` (inclusive) of one ledger of one topic."""
+    """Entries `first_entry..last_entry` (inclusive) of one ledger of one topic. `floor`: the
+    read's start in that topic, which a chunked message completed in this range may begin at
+    or after (see `spark_udfs.chunks`)."""
 
-    def __init__(self, topic: str, topic_id: int, ledger_id: int, first_entry: int, last_entry: int) -> None:
+    def __init__(self, topic: str, topic_id: int, ledger_id: int, first_entry: int, last_entry: int,
+                 floor: Position = Position.EARLIEST) -> None:
         super().__init__((topic, ledger_id, first_entry, last_entry))
         self.topic = topic
         self.topic_id = topic_id
         self.ledger_id = ledger_id
         self.first_entry = first_entry
         self.last_entry = last_entry
+        self.floor = (floor.ledger_id, floor.entry_id)
 
 
 class PyengineDataSource(DataSource):
@@ -262,7 +270,7 @@ class PyengineReader(DataSourceReader):
                 for chunk_first in range(first, last + 1, step):
                     chunk = self.entry_bounds.clip(chunk_first, min(last, chunk_first + step - 1))
                     if chunk is not None:
-                        parts.append(LedgerPartition(info.name, info.topic_id, lid, *chunk))
+                        parts.append(LedgerPartition(info.name, info.topic_id, lid, *chunk, floor=start))
         return parts
 
     # --- reading (in the workers) -----------------------------------------------------------
@@ -280,15 +288,25 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
                    entry_set: np.ndarray | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of `partition` (in a worker): READ_COMMITTED decided per entry with `state`
     (a TxnState's bytes covering the partition's topic), or every message (read_uncommitted);
-    `entry_set`: only these entry ids."""
-    from core_ext.records import ChunkTooLargeError, decode_entries, entry_headers
+    `entry_set`: only these entry ids. A chunked message is one row, at its last chunk
+    (`spark_udfs.chunks`)."""
+    from core_ext.records import ChunkTooLargeError, chunk_indices, decode_entries, entry_headers
 
     prepared = _prepared(state) if state is not None else None
+
+    def visible(ledger_ids: np.ndarray, entry_ids: np.ndarray, headers: tuple) -> np.ndarray | None:
+        """What the reader may see of these entries (None: all), before any entry filter."""
+        marker, most, least, _count, _publish = headers
+        if prepared is not None:
+            return prepared.topic_mask(partition.topic, ledger_ids, entry_ids, most, least, marker != 0)
+        return None if options.include_markers else marker == 0
+
     start = Position(partition.ledger_id, partition.first_entry)
     end = Position(partition.ledger_id, partition.last_entry)
     target = options.max_batch_rows
     chunk = min(_FIRST_CHUNK, target)
     most_entries = _MAX_CHUNK         # lowered when a chunk decompresses past a column's 2 GiB
+    pieces: RangeChunks | None = None
     with StoreReader(options.path) as store, store.view() as view:
         position = start
         while position <= end:
@@ -298,16 +316,13 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
             ledgers, entries, values = raw
             ledger_ids = np.array(ledgers, dtype=np.int64)
             entry_ids = np.array(entries, dtype=np.int64)
-            marker, most, least, count, _publish = entry_headers(values)
-            if prepared is not None:
-                keep = prepared.topic_mask(partition.topic, ledger_ids, entry_ids, most, least, marker != 0)
-            elif not options.include_markers:
-                keep = marker == 0
-            else:
-                keep = None
+            headers = entry_headers(values)
+            seen = visible(ledger_ids, entry_ids, headers)
+            keep = seen
             if entry_set is not None:
                 in_set = np.isin(entry_ids, entry_set)
                 keep = in_set if keep is None else keep & in_set
+            chunk_entries = np.empty(0, np.int64)
             if keep is None or keep.any():
                 try:
                     columns = decode_entries(ledger_ids, entry_ids, values, keep)
@@ -320,9 +335,55 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
                     continue
                 if columns["rows"]:
                     yield record_batch(partition.topic, columns)
+                chunk_entries = columns["chunks"]
+            if entry_set is not None:
+                # A chunk outside the entry filter may still belong to a message whose last
+                # chunk is inside it.
+                outside = ~in_set if seen is None else seen & ~in_set
+                if outside.any():
+                    chunk_entries = np.sort(np.concatenate(
+                        [chunk_entries, chunk_indices(ledger_ids, entry_ids, values, outside)]))
+            if len(chunk_entries):
+                if pieces is None:
+                    pieces = RangeChunks()
+                done = [pieces.add(piece) for piece in chunks_of(ledgers, entries, values, chunk_entries)]
+                yield from _message_rows(partition.topic, [d for d in done if d is not None], entry_set)
             position = Position(ledgers[-1], entries[-1]).next()
-            messages = max(1, int(count.sum()))
+            messages = max(1, int(headers[3].sum()))
             chunk = max(min(_MIN_CHUNK, most_entries), min(most_entries, len(values) * target // messages))
+        if pieces is not None:
+            floor = Position(*partition.floor)
+
+            def look_back(uuids: set[str]) -> dict:
+                return earlier_chunks(view.iter_raw_before(partition.topic_id, start, floor, _LOOK_BACK_ENTRIES),
+                                      lambda lids, eids, vals: visible(np.array(lids, dtype=np.int64),
+                                                                       np.array(eids, dtype=np.int64),
+                                                                       entry_headers(vals)),
+                                      uuids)
+
+            yield from _message_rows(partition.topic, pieces.finish(look_back), entry_set)
+
+
+def _message_rows(topic: str, messages: list, entry_set: np.ndarray | None) -> Iterator[pa.RecordBatch]:
+    """The rows of chunked messages put back together (`RangeChunks`): one per message, at its
+    last chunk; with `entry_set`, only those whose last chunk is in it. Large messages are
+    decoded a few at a time (a column of one call stays under 2 GiB)."""
+    from core_ext.records import decode_entries
+
+    if entry_set is not None:
+        messages = [m for m in messages if m[0].entry_id in entry_set]
+    group: list = []
+    size = 0
+    for index, message in enumerate(messages):
+        group.append(message)
+        size += len(message[1])
+        if size < _MESSAGE_ROWS_BYTES and index < len(messages) - 1:
+            continue
+        columns = decode_entries(np.array([last.ledger_id for last, _ in group], dtype=np.int64),
+                                 np.array([last.entry_id for last, _ in group], dtype=np.int64),
+                                 [entry for _, entry in group])
+        yield record_batch(topic, columns)
+        group, size = [], 0
 
 
 _PREPARED: dict[bytes, PreparedState] = {}

@@ -27,6 +27,10 @@ only and refused here):
   `Trigger.AvailableNow` the query reads what was readable when it started, in as many
   micro-batches as the limit needs, and stops.
 
+A chunked message comes whole in the micro-batch that reads its last chunk (see
+`spark_udfs.chunks`), its first chunks read back from earlier offsets (down to an explicit
+`startPosition`; with `earliest` or `latest`, from the topic's beginning).
+
 Restarting a query from its checkpoint resumes at the checkpointed offsets. Entries trimmed by
 retention before a micro-batch reads them are not there to read (Kafka's failOnDataLoss=false).
 """
@@ -51,8 +55,8 @@ class StreamPartition(LedgerPartition):
     bytes, None for read_uncommitted): a stream reader's `read` may keep nothing of planning."""
 
     def __init__(self, topic: str, topic_id: int, ledger_id: int, first_entry: int, last_entry: int,
-                 state: bytes | None) -> None:
-        super().__init__(topic, topic_id, ledger_id, first_entry, last_entry)
+                 state: bytes | None, floor: Position = Position.EARLIEST) -> None:
+        super().__init__(topic, topic_id, ledger_id, first_entry, last_entry, floor)
         self.state = state
 
 
@@ -123,7 +127,7 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for name, (first, after) in sorted(ranges.items()):
                 topic_state = state.select([name]).to_bytes() if state is not None else None
                 parts += _plan(snapshot.view.topic(name), first, after, self.options.max_partition_entries,
-                               topic_state)
+                               topic_state, self._floor(name))
         return parts
 
     def _topics(self, snapshot: Snapshot, check_start: bool = False) -> list[str]:
@@ -133,6 +137,13 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise OptionError(f"startPosition names {', '.join(map(repr, stray))}, which is not among the topics "
                               "read: name a topic read, as stored (a partition, a segment)")
         return names
+
+    def _floor(self, name: str) -> Position:
+        """Where the query's reading of a topic began, as far as a chunked message completed in
+        a micro-batch may have begun (`spark_udfs.chunks`): an explicit `startPosition`, else
+        the topic's beginning (a `latest` start is not kept across restarts)."""
+        start = self.options.start.for_topic(name)
+        return start if isinstance(start, Position) else Position.EARLIEST
 
     def _readable_end(self, snapshot: Snapshot, info: TopicInfo) -> Position:
         """The position after the last one a reader of this isolation may read now."""
@@ -201,9 +212,10 @@ def _rate_limited(infos: dict[str, TopicInfo], begin: dict[str, Position], end: 
     return limited
 
 
-def _plan(info: TopicInfo, first: Position, after: Position, step: int, state: bytes | None) -> list[InputPartition]:
+def _plan(info: TopicInfo, first: Position, after: Position, step: int, state: bytes | None,
+          floor: Position) -> list[InputPartition]:
     """Partitions of the entries at `first` or after and before `after`."""
-    return [StreamPartition(info.name, info.topic_id, lid, chunk, min(high, chunk + step - 1), state)
+    return [StreamPartition(info.name, info.topic_id, lid, chunk, min(high, chunk + step - 1), state, floor)
             for lid, low, high in _spans(info, first, after) for chunk in range(low, high + 1, step)]
 
 
