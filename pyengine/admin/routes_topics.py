@@ -168,34 +168,52 @@ async def create_partitioned_topic(call: Call) -> None:
     await service.policies.create_partitioned_topic(str(name), call.body)
 
 
+UPDATE_FORCE = Param("force", BOOLEAN, "also when topics named as partitions beyond the current count exist "
+                     "(they become partitions of the topic)", default=False)
+
+
 @routes.add("POST", TOPIC_URL + "/partitions", summary="Increase the number of partitions of a partitioned topic.",
-            params=TOPIC_PATH, body=PARTITIONS, body_required=True,
+            params=(*TOPIC_PATH, UPDATE_FORCE), body=PARTITIONS, body_required=True,
             replies={204: DONE, **errors(400, 406, 409, 412, 422)})
 async def update_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
-    policies = call.service.policies
+    check_partitioned_topic_name(name)                         # 412 first, as Pulsar
+    service = call.service
+    policies = service.policies
     current = policies.partitions(str(name))
     if not current:
         raise AdminError(CONFLICT, f"Topic {name} is not the partitioned topic.")
     if call.body < current:
         raise AdminError(UNPROCESSABLE, f"Expect partitions {call.body} can't less than current partitions {current}.")
-    await policies.update_partitions(str(name), call.body)
-    await _subscribe_new_partitions(call.service, name, current, call.body)
+    if not call["force"]:
+        # As Pulsar: a stored topic named as a partition past the current count (created by
+        # name before, or left from an earlier partitioned topic) would silently become one.
+        beyond = [p for p in partition_names(name, policies.max_partition_index(str(name)) + 1)[current:]
+                  if service.topic_exists(p)]
+        if beyond:
+            raise AdminError(CONFLICT, f"Exist unexpected topic partition (partition index greater than current "
+                                       f"metadata maximum index {current - 1}): {', '.join(beyond)}; "
+                                       f"POST with force=true to take them as partitions")
+    if call.body != current:
+        await policies.update_partitions(str(name), call.body)
+    await _copy_subscriptions_of_partition_0(service, name, call.body)
 
 
-async def _subscribe_new_partitions(service: BrokerService, name: TopicName, old: int, new: int) -> None:
-    """As Pulsar's update of a partitioned topic: the subscriptions of partition 0 are created on
-    the partitions added, so what is published there before a consumer comes is kept for them."""
+async def _copy_subscriptions_of_partition_0(service: BrokerService, name: TopicName, partitions: int) -> None:
+    """As Pulsar's update of a partitioned topic: the durable subscriptions of partition 0 are
+    created, at the earliest position, on every partition that lacks them, so what is
+    published on an added partition before a consumer comes is kept for them."""
     first = str(name.partition(0))
     if not service.topic_exists(first):
         return                              # nothing subscribed yet
-    subscriptions = [s for s in (await service.get_topic(first, create=False)).subscriptions
-                     if s != COMPACTION_SUBSCRIPTION]
-    for index in range(old, new):
-        if subscriptions:
-            partition = await service.get_topic(str(name.partition(index)))
-            for subscription in subscriptions:
-                await partition.open_subscription(subscription, "latest")
+    subscriptions = [n for n, s in (await service.get_topic(first, create=False)).subscriptions.items()
+                     if n != COMPACTION_SUBSCRIPTION and s.durable]
+    if not subscriptions:
+        return
+    for index in range(1, partitions):
+        partition = await service.get_topic(str(name.partition(index)))
+        for subscription in subscriptions:
+            await partition.open_subscription(subscription, "earliest")
 
 
 CHECK_ALLOW_AUTO_CREATION = Param(

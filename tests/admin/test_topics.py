@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pyengine.client.message import MessageId
 from pyengine.errors import TopicTerminatedError
 
 P = "/admin/v2/persistent/public/default"
@@ -91,6 +92,48 @@ async def test_added_partitions_get_the_subscriptions_of_partition_0(api, servic
     assert (await api.put(f"{P}/fresh/partitions", raw="1")).status == 204       # nothing subscribed: nothing made
     assert (await api.post(f"{P}/fresh/partitions", 2)).status == 204
     assert not service.topic_exists("persistent://public/default/fresh-partition-1")
+
+
+async def test_adding_partitions_refuses_stored_partitions_beyond_the_count_unless_forced(api, service, client):
+    """As Pulsar's internalUpdatePartitionedTopicAsync: a stored topic named as a partition past
+    the current count would silently become a partition: 409, unless force=true; then, as for
+    every partition, partition 0's durable subscriptions are created on it at the earliest
+    position (its messages are kept for them)."""
+    assert (await api.put(f"{P}/lo/partitions", raw="2")).status == 204
+    consumer = await client.subscribe("persistent://public/default/lo-partition-0", "audit")
+    await consumer.close()
+    leftover = await service.get_topic("persistent://public/default/lo-partition-3")     # as left by an older broker
+    producer = await client.create_producer("persistent://public/default/lo-partition-3")
+    await producer.send(b"stored before the partition count covered it")
+    await producer.close()
+    assert leftover.name in service.topics
+    reply = await api.post(f"{P}/lo/partitions", 4)
+    assert reply.status == 409 and "lo-partition-3" in reply.body["reason"]
+    assert service.policies.partitions("persistent://public/default/lo") == 2          # nothing changed
+    assert "audit" not in leftover.subscriptions
+    assert (await api.call("POST", f"{P}/lo/partitions?force=maybe", 4)).status == 400
+    assert (await api.call("POST", f"{P}/lo/partitions?force=true", 4)).status == 204
+    assert service.policies.partitions("persistent://public/default/lo") == 4
+    stats = (await api.get(f"{P}/lo-partition-3/stats")).body
+    assert stats["subscriptions"]["audit"]["msgBacklog"] == 1
+
+
+async def test_adding_partitions_copies_subscriptions_to_every_partition_lacking_them(api, service, client):
+    """Pulsar creates partition 0's durable subscriptions on every partition (conflicts
+    ignored), also an existing one that lacks them, and also when the count stays the same;
+    a reader's (non-durable) subscription is not copied."""
+    assert (await api.put(f"{P}/wide/partitions", raw="2")).status == 204
+    producer = await client.create_producer("persistent://public/default/wide-partition-1")
+    await producer.send(b"on partition 1 before it had the subscription")
+    consumer = await client.subscribe("persistent://public/default/wide-partition-0", "audit")
+    reader = await client.create_reader("persistent://public/default/wide-partition-0", MessageId.earliest)
+    assert (await api.post(f"{P}/wide/partitions", 2)).status == 204          # same count: still copied
+    assert service.policies.partitions("persistent://public/default/wide") == 2
+    stats = (await api.get(f"{P}/wide-partition-1/stats")).body
+    assert list(stats["subscriptions"]) == ["audit"] and stats["subscriptions"]["audit"]["msgBacklog"] == 1
+    await reader.close()
+    await consumer.close()
+    assert (await api.post(f"{P}/wide-partition-0/partitions", 3)).status == 412    # a partition's name
 
 
 async def test_partitioned_topic_errors(api):
