@@ -1125,6 +1125,15 @@ class Consumer:
         return None
 
     def _take(self) -> Message | None:
+        taken = self._take_untracked()
+        if taken is None:
+            return None
+        self._track(*taken)
+        return taken[1]
+
+    def _take_untracked(self) -> tuple[PartitionConsumer, Message] | None:
+        """The next message and its partition's handler, not yet given to the ack-timeout
+        tracker (`_track`)."""
         while self._queue:
             handler, generation, message = self._queue.popleft()
             if generation != handler.generation:
@@ -1133,10 +1142,20 @@ class Consumer:
             handler.queued_bytes -= len(message.data)
             handler.credit(1)
             handler.last_dequeued = message.message_id
-            if self._unacked is not None:
-                self._unacked.add(handler, message.message_id)
-            return message
+            return handler, message
         return None
+
+    def _track(self, handler: PartitionConsumer, message: Message) -> None:
+        """The application has `message`: its ack timeout starts."""
+        if self._unacked is not None:
+            self._unacked.add(handler, message.message_id)
+
+    async def _receive_for_parent(self) -> tuple[PartitionConsumer, Message]:
+        """receive() for a MultiTopicsConsumer: the message is tracked for its ack timeout only
+        when the application receives it from the parent (`_track`), as the Java client's
+        ConsumerImpl leaves tracking to its parent consumer."""
+        self._check_open()
+        return await receive_queued(self._take_untracked, self._waiters, self._check_open, None)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyengine.client.backoff import Backoff
 from pyengine.client.consumer import (
-    ConsumerBatchReceivePolicy, check_batch_receive_policy, receive_batch, receive_queued, wake_all, wake_one,
+    ConsumerBatchReceivePolicy, PartitionConsumer, check_batch_receive_policy, receive_batch, receive_queued, wake_all,
+    wake_one,
 )
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
@@ -166,7 +167,7 @@ class MultiTopicsConsumer:
         self._pumps: dict[str, asyncio.Task[None]] = {}
         # Messages taken from the topics' consumers, for receive(); at most about this many
         # (each topic's consumer keeps its own receiver queue behind).
-        self._buffer: deque[tuple[Consumer, Message]] = deque()
+        self._buffer: deque[tuple[Consumer, PartitionConsumer, Message]] = deque()
         self._buffer_size = max(receiver_queue_size, 1)
         self._buffer_bytes = 0                  # payload bytes in the buffer (batch receive)
         self._room = asyncio.Event()
@@ -247,7 +248,7 @@ class MultiTopicsConsumer:
     def _drop_buffered(self, consumer: Consumer | None = None) -> None:
         """Forget the buffered messages of `consumer` (None: of every topic)."""
         self._buffer = deque() if consumer is None else deque(item for item in self._buffer if item[0] is not consumer)
-        self._buffer_bytes = sum(len(message.data) for _, message in self._buffer)
+        self._buffer_bytes = sum(len(message.data) for _, _, message in self._buffer)
         self._room.set()
 
     async def _discover_periodically(self) -> None:
@@ -281,8 +282,9 @@ class MultiTopicsConsumer:
                 while len(self._buffer) >= self._buffer_size:
                     self._room.clear()
                     await self._room.wait()
-                message = await consumer.receive()
-                self._buffer.append((consumer, message))
+                # tracked for its ack timeout once the application receives it (`_take`)
+                handler, message = await consumer._receive_for_parent()
+                self._buffer.append((consumer, handler, message))
                 self._buffer_bytes += len(message.data)
                 wake_one(self._waiters)
                 wake_all(self._batch_waiters)
@@ -336,7 +338,8 @@ class MultiTopicsConsumer:
     def _take(self) -> Message | None:
         if not self._buffer:
             return None
-        _, message = self._buffer.popleft()
+        consumer, handler, message = self._buffer.popleft()
+        consumer._track(handler, message)
         self._buffer_bytes -= len(message.data)
         self._room.set()
         return message
@@ -349,7 +352,7 @@ class MultiTopicsConsumer:
                                    self._check_open, self._batch_receive_policy)
 
     def _peek(self) -> Message | None:
-        return self._buffer[0][1] if self._buffer else None
+        return self._buffer[0][2] if self._buffer else None
 
     def _enough_for_batch(self) -> bool:
         # A full buffer gets no more messages: enough too (as Consumer.batch_receive).

@@ -10,6 +10,8 @@ from pyengine.client import consumer as consumer_module
 from pyengine.client.consumer import ConsumerOptions
 from pyengine.client.unacked import UnackedMessageTracker
 
+from .conftest import drain
+
 TOPIC = "persistent://public/default/dlq-src"
 
 
@@ -47,6 +49,29 @@ async def test_unacked_messages_are_redelivered_after_the_timeout_on_shared(clie
     await consumer.acknowledge(again)
     with pytest.raises(TimeoutError):
         await consumer.receive(timeout=0.8)            # acknowledged: no more timeouts
+
+
+async def test_a_multi_topic_consumer_times_out_only_what_the_application_received(client, short_ack_timeouts):
+    """As the Java client (a ConsumerImpl with a parent consumer leaves tracking to it): the
+    messages waiting in a MultiTopicsConsumer's buffer are not timed out; before, the clock of
+    each started when the parent took it from its topic's queue, so messages the application
+    had not received yet came again (twice, once received)."""
+    topics = [TOPIC + "-mt-a", TOPIC + "-mt-b"]
+    for topic in topics:
+        producer = await client.create_producer(topic)
+        for i in range(3):
+            await producer.send(f"{topic[-1]}{i}".encode())
+    consumer = await client.subscribe(topics, "mt-at", consumer_type="shared", initial_position="earliest",
+                                      unacked_messages_timeout_ms=300)
+    for each in consumer._consumers.values():
+        each._unacked.tick_ms = 100            # not part of the API: C++'s tickDurationInMs
+    first = await consumer.receive(timeout=5)
+    await asyncio.sleep(0.1)
+    assert len(consumer._buffer) == 5          # the others wait in the parent's buffer
+    await asyncio.sleep(0.7)                   # past the first one's timeout (and a tick)
+    rest = await drain(consumer)
+    assert sorted((m.data, m.redelivery_count) for m in rest) == sorted(
+        [(first.data, 1)] + [(f"{t}{i}".encode(), 0) for t in "ab" for i in range(3) if f"{t}{i}".encode() != first.data])
 
 
 async def test_ack_timeout_on_exclusive_redelivers_everything_unacked(client, short_ack_timeouts):
