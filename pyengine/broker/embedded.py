@@ -684,6 +684,15 @@ class EmbeddedConsumer:
         """A reader's next message (`receive`), as `pyengine.client.Reader.read_next`."""
         return await self.receive(timeout)
 
+    # What a MultiTopicsConsumer asks of the consumer of each of its topics (see
+    # `pyengine.client.Consumer._receive_for_parent`); the embedded client has no ack timeout
+    # whose clock the parent would start.
+    async def _receive_for_parent(self) -> tuple[None, Message]:
+        return None, await self.receive()
+
+    def _track(self, handler: None, message: Message) -> None:
+        pass
+
     async def batch_receive(self) -> list[Message]:
         """The messages queued once the `batch_receive_policy` given to subscribe has enough
         (`max_num_message` or `max_num_bytes`), or when its `timeout_ms` has passed: then

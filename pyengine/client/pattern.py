@@ -167,7 +167,7 @@ class MultiTopicsConsumer:
         self._pumps: dict[str, asyncio.Task[None]] = {}
         # Messages taken from the topics' consumers, for receive(); at most about this many
         # (each topic's consumer keeps its own receiver queue behind).
-        self._buffer: deque[tuple[Consumer, PartitionConsumer, Message]] = deque()
+        self._buffer: deque[tuple[Consumer, PartitionConsumer | None, Message]] = deque()
         self._buffer_size = max(receiver_queue_size, 1)
         self._buffer_bytes = 0                  # payload bytes in the buffer (batch receive)
         self._room = asyncio.Event()
