@@ -39,7 +39,7 @@ from pyengine.client.consumer import (
 )
 from pyengine.client.backoff import Backoff
 from pyengine.client.errors import AlreadyClosedError
-from pyengine.client.message import Message, MessageId, decode_entry
+from pyengine.client.message import Message, MessageId, decode_entry, seek_ack_set
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.producer import check_delivery, check_ordering_key
@@ -866,8 +866,11 @@ class EmbeddedConsumer:
         # (a start-inclusive reader reads the id's message again). Set first: the new
         # position's deliveries may come before the seek returns.
         previous, self._seek_start = self._seek_start, target if isinstance(target, MessageId) else None
+        ack_set = None
+        if isinstance(target, MessageId) and position == Position(target.ledger_id, target.entry_id):
+            ack_set = seek_ack_set(target)      # into a batch: its earlier indexes acknowledged
         try:
-            await subscription.seek(position, earliest=earliest)
+            await subscription.seek(position, earliest=earliest, ack_set=ack_set)
         except BaseException:
             self._seek_start = previous
             raise

@@ -393,11 +393,21 @@ class Subscription:
             positions = [position for position in positions if position in consumer.pending]
         self.dispatcher.redeliver(positions, consumer)
 
-    async def seek(self, position: Position, *, earliest: bool | None = None) -> None:
+    async def seek(self, position: Position, *, earliest: bool | None = None,
+                   ack_set: list[int] | None = None) -> None:
         """Reset the cursor to `position`. `earliest`: whether this is a seek to
         MessageId.earliest (None: when `position` is the first stored entry); for
-        read-compacted consumers it goes to the start of the compacted view."""
-        await self.cursor.seek(position)
+        read-compacted consumers it goes to the start of the compacted view. `ack_set`: a
+        seek to a message inside the batch at `position` (its earlier indexes acknowledged)."""
+        if ack_set:
+            # Checked against the entry: when the set acknowledges every message of it, the
+            # seek goes past it (never a batch left unacknowledged with nothing to deliver).
+            entry = self.topic.ledger.read_entry(position)
+            if entry is None:
+                ack_set = None
+            elif ackset_is_fully_acked(ack_set, max(entry.num_messages, 1)):
+                position, ack_set = self.topic.ledger.next_position(position), None
+        await self.cursor.seek(position, ack_set)
         if any(getattr(c, "read_compacted", False) for c in self.consumers):
             # Into the compacted view, whose entries may be in ledgers trimmed since: at its
             # start for the earliest position (the first stored entry), else at its first

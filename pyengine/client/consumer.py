@@ -33,7 +33,9 @@ from pyengine.client.connection import ClientConnection
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender, check_dead_letter_policy
 from pyengine.client.errors import AlreadyClosedError, CumulativeAcknowledgementNotAllowedError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
-from pyengine.client.message import DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry
+from pyengine.client.message import (
+    DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry, seek_ack_set, unacked_from,
+)
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.unacked import UnackedMessageTracker
 from pyengine.client.validation import (
@@ -316,11 +318,19 @@ def _cumulative_target_with_ack_set(message_id: MessageId) -> pb.MessageIdData:
     data = pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=message_id.entry_id & _MASK64)
     size, index = message_id.batch_size, message_id.batch_index
     if 0 <= index < size - 1:
-        words = [0] * ((size + 63) // 64)
-        for later in range(index + 1, size):
-            words[later // 64] |= 1 << (later % 64)
-        data.ack_set.extend(_signed(w) for w in words)
+        data.ack_set.extend(unacked_from(index + 1, size))
         data.batch_size = size
+    return data
+
+
+def _seek_target(message_id: MessageId) -> pb.MessageIdData:
+    """What a seek to `message_id` sends: its entry (a chunked message's first chunk, as C++)
+    and, inside a batch, `seek_ack_set` (as the Java client), so the broker's cursor holds the
+    batch's earlier indexes acknowledged: not delivered again, to any consumer, nor after a
+    reconnect."""
+    first = chunk_entries(message_id)[0]
+    data = pb.MessageIdData(ledgerId=first.ledger_id & _MASK64, entryId=first.entry_id & _MASK64)
+    data.ack_set.extend(seek_ack_set(message_id) or ())
     return data
 
 
@@ -789,9 +799,7 @@ class PartitionConsumer(ConnectionHandler):
         connection = await self._connected()
         cmd = base_command(T.SEEK, consumer_id=self.consumer_id, request_id=connection.new_request_id())
         if isinstance(target, MessageId):
-            first = chunk_entries(target)[0]        # a chunked message: from its first chunk (as C++)
-            cmd.seek.message_id.CopyFrom(pb.MessageIdData(ledgerId=first.ledger_id & _MASK64,
-                                                          entryId=first.entry_id & _MASK64))
+            cmd.seek.message_id.CopyFrom(_seek_target(target))
         else:
             cmd.seek.message_publish_time = target
         await connection.request(cmd, self._core.config.operation_timeout)

@@ -126,6 +126,24 @@ class Message:
         return self.partition_key
 
 
+def unacked_from(first: int, size: int) -> list[int]:
+    """An ack set (Pulsar's long[] words) with the indexes `first .. size - 1` of a batch of
+    `size` unacknowledged (bits set) and those before them acknowledged."""
+    words = [0] * ((size + 63) // 64)
+    for index in range(first, size):
+        words[index // 64] |= 1 << (index % 64)
+    return [_from_u64(w) for w in words]
+
+
+def seek_ack_set(message_id: MessageId) -> list[int] | None:
+    """What a seek to `message_id` tells the broker besides its entry (as the Java client):
+    for a message inside a batch, the ack set of its index and those after it, so the
+    subscription holds the earlier indexes acknowledged. None outside a batch (or when the
+    batch's size is not known)."""
+    size, index = message_id.batch_size, message_id.batch_index
+    return unacked_from(index, size) if 0 < index < size else None
+
+
 class DecodeError(ValueError):
     """An entry's bytes are not a valid Pulsar message."""
 

@@ -895,9 +895,13 @@ class ServerConnection(asyncio.Protocol):
         consumer = self._consumer(body.consumer_id)
         subscription, topic = consumer.subscription, consumer.topic
         assert subscription is not None
+        ack_set = None
         if body.HasField("message_id"):
             position = _start_position(topic, body.message_id)
             earliest = _signed(body.message_id.ledgerId) < 0
+            if body.message_id.ack_set and position == Position(_signed(body.message_id.ledgerId),
+                                                                _signed(body.message_id.entryId)):
+                ack_set = list(body.message_id.ack_set)     # into a batch (the Java client's seek)
         elif body.HasField("message_publish_time"):
             position = topic.ledger.find_by_publish_time(body.message_publish_time)
             earliest = False
@@ -912,7 +916,7 @@ class ServerConnection(asyncio.Protocol):
         for broker_consumer in subscription.consumers:
             broker_consumer.permits = 0
         async with self.server.seeking(topic.name, consumer.subscription_name):
-            await subscription.seek(position, earliest=earliest)
+            await subscription.seek(position, earliest=earliest, ack_set=ack_set)
         self.write(replies.success(body.request_id))
 
     def _on_get_last_message_id(self, body: pb.CommandGetLastMessageId, frame: Any) -> None:

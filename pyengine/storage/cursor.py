@@ -168,15 +168,19 @@ class ManagedCursor:
 
     # --- positioning ----------------------------------------------------------------------
 
-    def seek(self, position: Position) -> asyncio.Future[None]:
+    def seek(self, position: Position, ack_set: list[int] | None = None) -> asyncio.Future[None]:
         """Reset the cursor so that `position` is the next entry read; everything before it
         counts as acknowledged and everything from it on as not (Pulsar's resetCursor). A
         reset forward past whole ledgers lets them be trimmed, as any other move of the
-        mark-delete position does (Pulsar resets through its mark-delete path)."""
+        mark-delete position does (Pulsar resets through its mark-delete path). `ack_set`
+        (set bit = unacknowledged): the batch at `position` has its other indexes acknowledged
+        (a seek to a message inside a batch, as Pulsar's cursor takes the reset position's)."""
         before = self.mark_delete
         self.mark_delete = self.ledger.previous_position(position) if position.entry_id >= 0 else position
         self._acked.clear()
         self._batch_acks.clear()
+        if ack_set and position.entry_id >= 0 and not ackset_is_fully_acked(ack_set):
+            self._batch_acks[position] = list(ack_set)
         self.read_position = self.ledger.next_position(self.mark_delete)
         if self.mark_delete > before:
             return self._persist_moved(before)

@@ -38,3 +38,23 @@ async def test_a_seek_into_a_batch_still_drops_the_batch_before_the_id(client):
     assert await received(consumer) == [b"4", b"5"]
     await producer.send(b"after")
     assert await received(consumer) == [b"after"]
+
+
+async def test_a_seek_into_a_batch_acknowledges_the_batch_before_the_id_on_the_broker(client, broker):
+    """As the Java client: the SEEK carries the ack set of the id's index and those after it,
+    and the broker's cursor holds the batch's earlier indexes acknowledged. Before, only the
+    seeking consumer dropped them: another consumer of the subscription (or this one after a
+    reconnect) got them again."""
+    producer = await client.create_producer(T, batching_enabled=True, batching_max_publish_delay_ms=50)
+    ids = await asyncio.gather(*(producer.send(b"%d" % i) for i in range(6)))
+    assert ids[3].batch_size == 6
+    consumer = await client.subscribe(T, "s", initial_position="earliest")
+    await consumer.seek(ids[3])
+    subscription = broker.service.topics[T].subscriptions["s"]
+    assert subscription.cursor.batch_ack_set(subscription.cursor.read_position) == [0b111000]
+    await consumer.close()
+    other = await client.subscribe(T, "s")
+    assert await received(other) == [b"3", b"4", b"5"]        # no local filter: the broker's
+    await other.seek(ids[5])
+    await other.close()
+    assert await received(await client.subscribe(T, "s")) == [b"5"]
