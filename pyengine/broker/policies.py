@@ -291,15 +291,26 @@ class BrokerPolicies:
 
     async def _put(self, key: str, value: Any) -> None:
         raw, db = json.dumps(value, sort_keys=True).encode(), self._db
-        await self.env.submit(lambda txn: txn.put(key.encode(), raw, db=db), key=("policies", key))
-        self._cache[key] = value
-        self.version += 1
+        await self._write(key, value, lambda txn: txn.put(key.encode(), raw, db=db))
 
     async def _delete(self, key: str) -> None:
         db = self._db
-        await self.env.submit(lambda txn: txn.delete(key.encode(), db=db), key=("policies", key))
-        self._cache[key] = None
+        await self._write(key, None, lambda txn: txn.delete(key.encode(), db=db))
+
+    async def _write(self, key: str, value: Any, write: Callable[[Any], Any]) -> None:
+        """Store `value` under `key`. The cache holds it from now on, before the write is
+        durable: a change made meanwhile (read, change, write, all in one event-loop turn, as
+        every setter here does) starts from it instead of overwriting it with the state before
+        (two policy changes at once both kept, as Pulsar's versioned read-modify-write). The
+        writes of one key coalesce in order; a failed one leaves the cache to the store again."""
+        self._cache[key] = value
         self.version += 1
+        try:
+            await self.env.submit(write, key=("policies", key))
+        except Exception:
+            if key in self._cache and self._cache[key] is value:
+                del self._cache[key]          # not written: read what is stored
+            raise
 
     def _children(self, prefix: str) -> list[str]:
         names = []
