@@ -49,6 +49,8 @@ import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from google.protobuf.message import DecodeError
+
 from core_ext.records import decompress
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import parse_message_metadata
@@ -97,6 +99,10 @@ class _Message:
         self.payload = payload
 
 
+# What splitting a batch raises on bytes that are not one (a malformed or foreign payload).
+_UNSPLITTABLE = (ValueError, struct.error, DecodeError)
+
+
 def _split_batch(payload: bytes, count: int) -> list[tuple[bytes, pb.SingleMessageMetadata, bytes]]:
     out = []
     view = memoryview(payload)
@@ -127,14 +133,22 @@ def entry_messages(entry: Entry) -> tuple[pb.MessageMetadata, list[_Message]] | 
         return None
     if md.HasField("marker_type") and md.marker_type != 0:
         return None                                     # server-only markers (Markers.isServerOnlyMarker)
-    if not md.HasField("num_messages_in_batch"):
+    if not md.HasField("num_messages_in_batch") or md.encryption_keys:
+        # A message alone, or an encrypted batch, which the broker cannot split (Pulsar's
+        # RawBatchConverter.isReadableBatch): one message, by its metadata's key, kept whole.
         key = md.partition_key if md.HasField("partition_key") else None
         size = md.uncompressed_size if md.compression != pb.NONE else len(payload)
         return md, [_Message(-1, key, size <= 0 or md.null_value, None, payload)]
-    if md.compression != pb.NONE:
-        payload = decompress(md.compression, payload, md.uncompressed_size)
+    try:
+        if md.compression != pb.NONE:
+            payload = decompress(md.compression, payload, md.uncompressed_size)
+        batch = _split_batch(payload, md.num_messages_in_batch)
+    except _UNSPLITTABLE as exc:
+        # Left out, as an undecodable entry: failing would stop every later compaction here.
+        log.warning("compaction: the batch of entry %s does not decode (%s): left out", entry.position, exc)
+        return None
     messages = []
-    for index, (smd_raw, smd, body) in enumerate(_split_batch(payload, md.num_messages_in_batch)):
+    for index, (smd_raw, smd, body) in enumerate(batch):
         if smd.compacted_out:
             continue
         key = smd.partition_key if smd.HasField("partition_key") else None
@@ -187,8 +201,8 @@ def _compacted_entry(entry: Entry, md: pb.MessageMetadata, kept: list[_Message])
     """`entry` with only the messages in `kept` (a batch keeps its size: the others are
     compacted out, with an empty payload). Transaction fields are cleared: what is in the
     view is committed."""
-    if not md.HasField("num_messages_in_batch"):
-        data = entry.data
+    if not md.HasField("num_messages_in_batch") or any(m.index < 0 for m in kept):
+        data = entry.data                   # a message alone, or a batch kept whole (encrypted)
     else:
         kept_by_index = {m.index: m for m in kept}
         empty = pb.SingleMessageMetadata(payload_size=0, compacted_out=True).SerializeToString()
@@ -432,7 +446,7 @@ class TopicCompaction:
         mask: list[int] = []
         try:
             md = parse_message_metadata(split_headers_and_payload(entry.data)[0])
-            if md.HasField("num_messages_in_batch") and md.compression == pb.NONE:
+            if md.HasField("num_messages_in_batch") and md.compression == pb.NONE and not md.encryption_keys:
                 _, payload = split_headers_and_payload(entry.data)
                 out = [i for i, (_, smd, _) in enumerate(_split_batch(payload, md.num_messages_in_batch))
                        if smd.compacted_out]
@@ -441,7 +455,7 @@ class TopicCompaction:
                     for index in out:
                         word = (mask[index // 64] & ~(1 << (index % 64))) & 0xFFFF_FFFF_FFFF_FFFF
                         mask[index // 64] = word - (1 << 64) if word >= 1 << 63 else word
-        except ValueError:
+        except _UNSPLITTABLE:
             mask = []
         if len(self._masks) > 10_000:
             self._masks.clear()
