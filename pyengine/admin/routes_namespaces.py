@@ -55,13 +55,15 @@ def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
             "properties": policies.properties}
 
 
-_LIMIT = {"type": "integer", "nullable": True, "minimum": 0, "description": "null: not set; 0: no limit"}
-# The Policies reply: NAMESPACE_POLICIES with the limits and backlog quotas of the namespace.
+_LIMIT = {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**31 - 1,
+          "description": "null: not set; 0: no limit"}
+_LIMIT_FIELDS = ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
+                 "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription")
+# Pulsar's Policies as created and read: NAMESPACE_POLICIES with the namespace's limits and
+# backlog quotas (the body GET answers creates a copy of the namespace).
 POLICIES_REPLY = {**NAMESPACE_POLICIES, "properties": {
-    **NAMESPACE_POLICIES["properties"],
-    **{name: _LIMIT for name in ("max_producers_per_topic", "max_consumers_per_topic", "max_consumers_per_subscription",
-                                 "max_unacked_messages_per_consumer", "max_unacked_messages_per_subscription")},
-    "backlog_quota_map": BACKLOG_QUOTA_MAP}}
+    **NAMESPACE_POLICIES["properties"], **{name: _LIMIT for name in _LIMIT_FIELDS},
+    "backlog_quota_map": {**BACKLOG_QUOTA_MAP, "nullable": True}}}
 
 
 def _delayed_delivery(body: Any) -> dict[str, Any] | None:
@@ -96,10 +98,17 @@ async def list_namespaces(call: Call) -> list[str]:
 
 
 @routes.add("PUT", NAMESPACE_PATH, summary="Create a namespace, optionally with policies.",
-            params=(TENANT, NAMESPACE), body=NAMESPACE_POLICIES, replies={204: DONE, **errors(400, 404, 409, 412)})
+            params=(TENANT, NAMESPACE), body=POLICIES_REPLY, replies={204: DONE, **errors(400, 404, 409, 412)})
 async def create_namespace(call: Call) -> None:
     body = call.body or {}
     strategy = _strategy_field(body.get("schema_compatibility_strategy"))
+    retention = _retention_fields(body.get("retention_policies"))
+    quotas = {name: BacklogQuota.from_json(quota).to_json()
+              for name, quota in (body.get("backlog_quota_map") or {}).items()}
+    storage_quota = quotas.get("destination_storage")
+    if storage_quota is not None and retention["retention_time_minutes"] is not None and not _fits_retention(
+            BacklogQuota.from_json(storage_quota), Retention.from_json(body["retention_policies"])):
+        raise AdminError(PRECONDITION_FAILED, _RETENTION_UNDER_QUOTA)     # as the quota's own POST
     policies = NamespacePolicies(deduplication_enabled=body.get("deduplicationEnabled"),
                                  schema_compatibility_strategy=strategy,
                                  is_allow_auto_update_schema=body.get("is_allow_auto_update_schema"),
@@ -107,7 +116,8 @@ async def create_namespace(call: Call) -> None:
                                  properties=body.get("properties", {}),
                                  delayed_delivery=_delayed_delivery(body.get("delayed_delivery_policies")),
                                  message_ttl_seconds=body.get("message_ttl_in_seconds"),
-                                 **_retention_fields(body.get("retention_policies")))
+                                 backlog_quota_map=quotas or None,
+                                 **{name: body.get(name) for name in _LIMIT_FIELDS}, **retention)
     await call.service.policies.create_namespace(_namespace(call), policies)
 
 

@@ -4,6 +4,8 @@ namespace, PUT creates again for another."""
 
 from __future__ import annotations
 
+import pytest
+
 NS = "/admin/v2/namespaces"
 
 
@@ -27,6 +29,35 @@ async def test_the_policies_of_one_namespace_create_a_copy_of_it(api):
 
     assert (await api.put(f"{NS}/public/copy", original)).status == 204
     assert (await api.get(f"{NS}/public/copy")).body == original
+
+
+async def test_a_copy_keeps_the_limits_and_backlog_quotas(api):
+    """Found by an audit: the limits and backlog quotas of the body were accepted and dropped
+    (Pulsar's createNamespace stores the whole Policies)."""
+    assert (await api.put(f"{NS}/public/limited")).status == 204
+    assert (await api.post(f"{NS}/public/limited/maxProducersPerTopic", 3)).status == 204
+    assert (await api.post(f"{NS}/public/limited/maxUnackedMessagesPerConsumer", 7)).status == 204
+    assert (await api.post(f"{NS}/public/limited/backlogQuota",
+                           {"limitSize": 1000, "limitTime": -1, "policy": "producer_exception"})).status == 204
+    original = (await api.get(f"{NS}/public/limited")).body
+    assert original["max_producers_per_topic"] == 3 and original["backlog_quota_map"]
+    assert (await api.put(f"{NS}/public/limited-copy", original)).status == 204
+    assert (await api.get(f"{NS}/public/limited-copy")).body == original
+
+
+@pytest.mark.parametrize("body, status", [
+    ({"max_producers_per_topic": -1}, 400),
+    ({"max_consumers_per_topic": 2**31}, 400),
+    ({"max_unacked_messages_per_consumer": "7"}, 400),
+    ({"backlog_quota_map": {"destination_storage": {"limitSize": 10, "policy": "no_such_policy"}}}, 400),
+    ({"backlog_quota_map": {"other_type": {"limitSize": 10}}}, 400),
+    ({"backlog_quota_map": {"destination_storage": {"limitSize": 10, "extra": 1}}}, 400),
+    ({"backlog_quota_map": {"destination_storage": {"limitSize": 2 << 20, "policy": "producer_exception"}},
+      "retention_policies": {"retentionTimeInMinutes": -1, "retentionSizeInMB": 1}}, 412),
+])
+async def test_bad_limits_and_quotas_in_the_body_are_refused(api, body, status):
+    assert (await api.put(f"{NS}/public/refused", body)).status == status
+    assert (await api.get(f"{NS}/public/refused")).status == 404           # not created
 
 
 async def test_the_schema_compatibility_strategy_of_the_body_applies(api, client):
