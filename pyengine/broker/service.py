@@ -9,6 +9,7 @@ subscriptions' pending acks) — direct calls, since everything lives in this pr
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -227,8 +228,15 @@ class BrokerService:
                                                _update_rates)
         self._started = False
         self._closed = False
+        self._producer_name_instance = 0
+        self._generated_producer_names = itertools.count()
 
     async def start(self) -> None:
+        # Generated producer names never repeat, across restarts too (Pulsar's
+        # DistributedIdGenerator takes a new instance id at every start): a name handed out
+        # again would inherit a de-duplication state (last sequence id) of another producer.
+        self._producer_name_instance = self.env.next_id("producer-name-instance")
+        await self.env.barrier()
         await self.policies.ensure_defaults()
         await self.coordinator_v4.start()
         await self._start_v5()
@@ -238,6 +246,12 @@ class BrokerService:
         self.message_expiry.start()
         self.backlog_quotas.start()
         self.stats_update.start()
+
+    def generate_producer_name(self) -> str:
+        """A name for a producer that gave none: `cluster-broker-instance-n`, unique for this
+        data dir's life (the instance is a stored counter taken at every start)."""
+        return (f"{self.config.cluster_name}-{self.broker_id}-{self._producer_name_instance}-"
+                f"{next(self._generated_producer_names)}")
 
     # --- topics ---------------------------------------------------------------------------
 

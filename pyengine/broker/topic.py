@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -71,7 +70,6 @@ class Topic:
         self._opening_subscriptions: dict[str, asyncio.Future[Subscription]] = {}
         self.producers: dict[str, Producer] = {}
         self._readers: list[Subscription] = []
-        self._producer_ids = itertools.count()
         self._closed = False
         # Published since the topic was loaded (Pulsar's msgInCounter / bytesInCounter).
         self.rate_in = RateCounter()
@@ -168,9 +166,9 @@ class Topic:
     def add_producer(self, name: str | None = None) -> Producer:
         self._check_producer_allowed(name)
         if name is None:
-            name = f"{self.service.config.cluster_name}-{self.service.broker_id}-{next(self._producer_ids)}"
+            name = self.service.generate_producer_name()
             while name in self.producers:
-                name = f"{self.service.config.cluster_name}-{self.service.broker_id}-{next(self._producer_ids)}"
+                name = self.service.generate_producer_name()
         elif name in self.producers:
             raise ProducerBusyError(f"producer {name!r} is already connected to {self.name}")
         producer = Producer(self, name, len(self.producers))
