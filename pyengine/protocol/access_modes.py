@@ -73,8 +73,15 @@ class ProducerAccessModes:
             others = ([state.exclusive_holder] if state.exclusive_holder is not None else []) + list(state.shared)
             state.exclusive_holder = None
             state.shared.clear()
+            # As Pulsar's incrementTopicEpochIfNeeded: the producers waiting for the topic are
+            # fenced out too, or the next of them would take it once this one leaves.
+            waiting, state.waiting = state.waiting, deque()
             for other in others:
                 fence(other)
+            for _, waiter in waiting:
+                if not waiter.done():
+                    waiter.set_exception(ProducerFencedError(f"Fenced out: topic {topic} was taken by an "
+                                                             "ExclusiveWithFencing producer"))
             return self._grant(state, key, None)
         if mode == WAIT_FOR_EXCLUSIVE:
             if not busy and not state.waiting:

@@ -115,6 +115,8 @@ class ServerConnection(asyncio.Protocol):
         self.connected = False          # CONNECT handled
         self.closed = False
         self.producers: dict[int, NetworkProducer] = {}
+        # WaitForExclusive producers queued for the topic: not producers of this connection yet.
+        self._waiting_producers: dict[int, NetworkProducer] = {}
         self.consumers: dict[int, NetworkConsumer] = {}
         self.txn = TransactionCommands(self)
         self.scalable = ScalableTopicCommands(self)
@@ -287,7 +289,7 @@ class ServerConnection(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_exception(ConnectionError("connection closed"))
         self._liveness_waiters.clear()
-        for producer in list(self.producers.values()):
+        for producer in [*self.producers.values(), *self._waiting_producers.values()]:
             self._release_producer(producer)
         self.producers.clear()
         for consumer in list(self.consumers.values()):
@@ -511,18 +513,31 @@ class ServerConnection(asyncio.Protocol):
             if self.closed:
                 self.server.detach_producer(network)
                 return
-            if self._closed_before_created(key, number):
+            if network.closed or self._closed_before_created(key, number):
+                # Closed by the client, disconnected by the broker, or fenced by an
+                # ExclusiveWithFencing producer meanwhile.
                 self.server.detach_producer(network)
                 raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
+            if isinstance(grant, asyncio.Future):
+                # WaitForExclusive: not a producer of this connection until granted, as in
+                # Pulsar: a SEND before then closes the connection, a PRODUCER again is
+                # ServiceNotReady (it is being created), a CLOSE_PRODUCER stops the wait.
+                self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id, ready=False,
+                                                    schema_version=schema_version))
+                self._waiting_producers[producer_id] = network
+                try:
+                    grant = await grant
+                except BaseException:
+                    self.server.detach_producer(network)
+                    raise
+                finally:
+                    self._waiting_producers.pop(producer_id, None)
+                if network.closed or self.closed:
+                    self.server.detach_producer(network)
+                    return
             self.producers[producer_id] = network
             self.server.producer_attached(network)
             self._recently_closed_producers.discard(producer_id)
-            if isinstance(grant, asyncio.Future):
-                self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id, ready=False,
-                                                    schema_version=schema_version))
-                grant = await grant
-                if network.closed:
-                    return
             self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id,
                                                 topic_epoch=grant, schema_version=schema_version))
         finally:
@@ -546,7 +561,8 @@ class ServerConnection(asyncio.Protocol):
         self.server.detach_producer(producer)
 
     def fence_producer(self, producer: NetworkProducer) -> None:
-        """Another producer took the topic exclusively: tell the client and forget this one."""
+        """Another producer took the topic exclusively: tell the client and forget this one
+        (one still being created is closed: its creation fails)."""
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
             self._recently_closed_producers.add(producer.producer_id)
@@ -567,6 +583,8 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_close_producer(self, body: pb.CommandCloseProducer, frame: Any) -> None:
         producer = self.producers.pop(body.producer_id, None)
+        if producer is None:
+            producer = self._waiting_producers.get(body.producer_id)     # leaves the queue
         if producer is not None:
             self._release_producer(producer)
         else:
