@@ -326,6 +326,11 @@ class ServerConnection(asyncio.Protocol):
         if self._heard:
             self._heard = False
             self._ping_outstanding = False
+        elif self._paused:
+            # Its reads are paused by the broker (sends piling up on storage): its answer to a
+            # PING cannot be seen, so silence proves nothing (as Pulsar's handleKeepAliveTimeout,
+            # which closes only a channel that reads).
+            pass
         elif self._ping_outstanding or not self.connected:
             log.info("%s: closing the connection after %.1f s of silence", self.peer, self.server.keepalive_interval)
             self.close()
