@@ -70,6 +70,7 @@ class Topic:
         self._opening_subscriptions: dict[str, asyncio.Future[Subscription]] = {}
         self.producers: dict[str, Producer] = {}
         self._readers: list[Subscription] = []
+        self._named_readers: dict[str, Subscription] = {}    # the non-durable subscriptions, by name
         self._closed = False
         # Published since the topic was loaded (Pulsar's msgInCounter / bytesInCounter).
         self.rate_in = RateCounter()
@@ -286,14 +287,24 @@ class Topic:
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
         # Before the subscription is created, as Pulsar's internalSubscribe.
         self._check_consumers_per_topic(self.connection_limits())
+        # A name is one subscription, durable or not (Pulsar's getDurableSubscription /
+        # getNonDurableSubscription, word for word): consumers of one name share it.
+        if durable and subscription_name in self._named_readers:
+            raise NotAllowedError("NonDurable subscription with the same name already exists.")
+        if not durable and subscription_name in self.subscriptions:
+            raise NotAllowedError("Durable subscription with the same name already exists.")
+        joined = None if durable else self._named_readers.get(subscription_name)
         if durable:
             new = subscription_name not in self.subscriptions
             subscription = await self.open_subscription(subscription_name, initial_position)
             from_start = new and initial_position == "earliest"
+        elif joined is not None:
+            subscription, from_start = joined, False
         else:
             cursor = self.ledger.new_non_durable_cursor(start if start is not None else self.ledger.lac.next())
             subscription = await self._attach_subscription(cursor, sub_type)
             self._readers = [*self._readers, subscription]
+            self._named_readers[subscription_name] = subscription
             first = self.ledger.first_position()
             from_start = start is not None and start == first
             if read_compacted and start is not None and start < first:
@@ -310,12 +321,17 @@ class Topic:
         # Again with no await before the consumer is added: concurrent subscribes waited for
         # their subscriptions above, each having seen the consumers before any was added.
         limits = self.connection_limits()
-        self._check_consumers_per_topic(limits)
-        if (0 < limits.consumers_per_subscription <= len(subscription.consumers) and sub_type != "exclusive"
-                and subscription.sub_type == sub_type):
-            # Pulsar's dispatchers check this after the subscription's type and Exclusive rules.
-            raise ConsumerBusyError("Subscription reached max consumers limit")
-        subscription.add_consumer(consumer, sub_type)
+        try:
+            self._check_consumers_per_topic(limits)
+            if (0 < limits.consumers_per_subscription <= len(subscription.consumers) and sub_type != "exclusive"
+                    and subscription.sub_type == sub_type):
+                # Pulsar's dispatchers check this after the subscription's type and Exclusive rules.
+                raise ConsumerBusyError("Subscription reached max consumers limit")
+            subscription.add_consumer(consumer, sub_type)
+        except BaseException:
+            if not durable and joined is None and not subscription.consumers:
+                self.unsubscribe_reader(subscription)       # a reader's, made for this consumer
+            raise
         return subscription
 
     def connection_limits(self) -> ConnectionLimits:
@@ -352,6 +368,8 @@ class Topic:
 
     def unsubscribe_reader(self, subscription: Subscription) -> None:
         self._readers = [r for r in self._readers if r is not subscription]
+        for name in [n for n, r in self._named_readers.items() if r is subscription]:
+            del self._named_readers[name]
 
     async def unsubscribe(self, subscription_name: str, *, force: bool = False) -> None:
         subscription = self.subscriptions.get(subscription_name)
