@@ -825,15 +825,27 @@ class EmbeddedConsumer:
             self._nacks.add(self, message_id)
 
     def _redeliver(self, _owner: object, message_ids: list[MessageId]) -> None:
-        if not self._closed and self._subscription is not None and self._consumer is not None:
+        if self._closed or self._subscription is None or self._consumer is None:
+            return
+        if self._subscription.sub_type in ("shared", "key_shared"):
             self._subscription.redeliver_unacknowledged(self._consumer, [m.position for m in message_ids])
+        else:
+            # As pulsar-client (and the wire server): on Exclusive and Failover, asking for
+            # some messages again asks for everything unacknowledged, so they come in order.
+            self._redeliver_all()
 
     async def redeliver_unacknowledged_messages(self) -> None:
         self._check_open()
+        self._redeliver_all()
+
+    def _redeliver_all(self) -> None:
         assert self._subscription is not None and self._consumer is not None
+        # The queued messages are dropped (they come again): their permits go back to the
+        # broker with the consumed ones, as the Java client's increaseAvailablePermits.
+        dropped = len(self._queue)
         self._drop_queued()
         self._subscription.redeliver_unacknowledged(self._consumer)
-        self._subscription.flow(self._consumer, self._consumed_since_flow)
+        self._subscription.flow(self._consumer, self._consumed_since_flow + dropped)
         self._consumed_since_flow = 0
 
     async def seek(self, target: MessageId | int) -> None:

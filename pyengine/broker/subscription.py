@@ -391,6 +391,9 @@ class Subscription:
             positions = list(consumer.pending)
         else:
             positions = [position for position in positions if position in consumer.pending]
+        # As Pulsar's Consumer.redeliverUnacknowledgedMessages: the consumer is no longer
+        # blocked on its unacked limit (a consumer at its limit that nacks gets them back).
+        consumer.blocked_on_unacked = False
         self.dispatcher.redeliver(positions, consumer)
 
     async def seek(self, position: Position, *, earliest: bool | None = None,
