@@ -49,6 +49,7 @@ dispatchers do:
 from __future__ import annotations
 
 import asyncio
+import base64
 import bisect
 import heapq
 from collections.abc import Callable, Iterable, Iterator
@@ -72,15 +73,27 @@ DELAYING_TYPES = ("shared", "key_shared")   # the subscription types that honour
 LIMITED_TYPES = ("shared", "key_shared")    # the subscription types whose unacked messages are limited
 
 
+NONE_KEY = b"NONE_KEY"       # what an entry without a key is routed by (Pulsar's Commands.NONE_KEY)
+
+
 def entry_key(entry: Entry) -> bytes:
-    """The key an entry is routed by: ordering key, else partition key, else none (b"")."""
+    """The key an entry is routed by, as Pulsar's Commands.peekStickyKey: the ordering key,
+    else the partition key (base64-decoded when `partition_key_b64_encoded`, as the Java client
+    sends keyBytes()), else NONE_KEY (also for metadata that does not parse)."""
     try:
         md = parse_message_metadata(split_headers_and_payload(entry.data)[0])
     except ValueError:
-        return b""
+        return NONE_KEY
     if md.HasField("ordering_key"):
         return md.ordering_key
-    return md.partition_key.encode() if md.HasField("partition_key") else b""
+    if not md.HasField("partition_key"):
+        return NONE_KEY
+    if md.partition_key_b64_encoded:
+        try:
+            return base64.b64decode(md.partition_key, validate=True)
+        except ValueError:
+            return NONE_KEY             # Pulsar's decoder throws there: peekStickyKey's fallback
+    return md.partition_key.encode()
 
 
 class ReplayQueue:
