@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pyengine.broker.consumer import Consumer, Delivery
 from pyengine.broker.delayed import DelayedDeliveryTracker, deliver_at_time
-from pyengine.broker.hash_ring import HashRing, ring_key_hash, sticky_key_hash
+from pyengine.broker.hash_ring import HashRing, murmur_hash, ring_key_hash, sticky_key_hash
 from pyengine.broker.policies import DelayedDelivery, UnackedLimits
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import Entry, split_headers_and_payload
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 
 READ_BATCH = 200            # entries read from storage per step
 RING_POINTS = 100           # points per consumer on the Key_Shared hash ring (Pulsar's default)
+FAILOVER_RING_POINTS = 100  # points per consumer on a Failover topic's ring (CONSUMER_CONSISTENT_HASH_REPLICAS)
 DELAYING_TYPES = ("shared", "key_shared")   # the subscription types that honour deliver_at_time
 LIMITED_TYPES = ("shared", "key_shared")    # the subscription types whose unacked messages are limited
 
@@ -274,6 +275,9 @@ class Dispatcher:
         self.redelivery_counts: dict[Position, int] = {}
         self._scheduled = False
         self._next_shared = 0
+        self._next_by_priority: dict[int, int] = {}    # Shared, consumers of several priorities
+        # A non-partitioned Failover topic's hash ring: (consumer names, sorted hashes, hash -> index).
+        self._failover_ring: tuple[tuple[str, ...], list[int], dict[int, int]] | None = None
         self._ring: HashRing[Consumer] = HashRing(RING_POINTS)    # Key_Shared AUTO_SPLIT consumers
         self._sticky = False                # Key_Shared: the key hashes are STICKY slots (else the ring's)
         # Key_Shared (PIP-379): the key hashes whose consumer changed while the previous one
@@ -341,15 +345,30 @@ class Dispatcher:
                     self.redeliver(list(consumer.pending), consumer, count=False)
 
     def active_consumer(self) -> Consumer | None:
-        """Exclusive/Failover: the consumer that receives (highest priority, then name order;
-        for a partition, Pulsar spreads partitions over the consumers by partition index)."""
+        """Exclusive/Failover: the consumer that receives, as Pulsar's
+        pickAndScheduleActiveConsumer: among the consumers of the highest priority (the lowest
+        priority level) in name order, a partition's by its index (partitions spread over
+        them), a non-partitioned topic's on a consistent-hash ring of their names by the hash
+        of the topic's name (Pulsar >= 3.0: each topic of a subscription gets its own)."""
         if not self.consumers:
             return None
         ordered = sorted(self.consumers, key=lambda c: (c.priority, c.name))
+        top = [c for c in ordered if c.priority == ordered[0].priority]
+        if len(top) == 1:
+            return top[0]
         partition = self.subscription.topic.partition_index
-        if self.subscription.sub_type == "failover" and partition >= 0:
-            return ordered[partition % len(ordered)]
-        return ordered[0]
+        if partition >= 0:
+            return top[partition % len(top)]
+        names = tuple(c.name for c in top)
+        if self._failover_ring is None or self._failover_ring[0] != names:
+            points: dict[int, int] = {}
+            for index, name in enumerate(names):
+                for replica in range(FAILOVER_RING_POINTS):
+                    points[murmur_hash(f"{name}{replica}".encode())] = index     # later ones win, as a TreeMap's put
+            self._failover_ring = (names, sorted(points), points)
+        _, hashes, points = self._failover_ring
+        at = bisect.bisect_left(hashes, murmur_hash(self.subscription.topic.name.encode()))
+        return top[points[hashes[at % len(hashes)]]]
 
     def _rebuild_ring(self) -> None:
         keyed = self.subscription.sub_type == "key_shared"
@@ -791,7 +810,21 @@ class Dispatcher:
         return self._select_round_robin
 
     def _select_round_robin(self, entry: Entry) -> Consumer | None:
+        """Shared: round-robin over the consumers of the highest priority (the lowest priority
+        level) that can take an entry, as Pulsar's getNextConsumer goes to a lower level only
+        when no consumer of a higher one has permits."""
         consumers = self.consumers
+        first = consumers[0].priority if consumers else 0
+        if any(c.priority != first for c in consumers):
+            for level in sorted({c.priority for c in consumers}):
+                members = [c for c in consumers if c.priority == level]
+                start = self._next_by_priority.get(level, 0)
+                for step in range(len(members)):
+                    consumer = members[(start + step) % len(members)]
+                    if self._can_take(consumer):
+                        self._next_by_priority[level] = (start + step + 1) % len(members)
+                        return consumer
+            return None
         for step in range(len(consumers)):
             consumer = consumers[(self._next_shared + step) % len(consumers)]
             if self._can_take(consumer):

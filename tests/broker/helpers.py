@@ -129,3 +129,33 @@ class EmbeddedBrokerMachine(RuleBasedStateMachine):
         # The coordinator keeps open transactions across the restart: rebind their handles.
         for label, handle in self.handles.items():
             self.handles[label] = handle._rebound(self.broker.service)
+
+
+def pulsar_failover_pick(topic: str, names: list[str]) -> str:
+    """The consumer Pulsar (>= 3.0) makes active on a non-partitioned Failover topic, all of one
+    priority: on a ring of `name + j` (j < 100) hashed with Murmur3_32Hash (non-negative), the
+    first point at or after the topic name's hash (pickAndScheduleActiveConsumer). Written
+    here apart from the dispatcher's, as the tests' oracle."""
+    import bisect
+
+    import mmh3
+
+    def murmur(text: str) -> int:
+        return mmh3.hash(text.encode(), signed=True) & 0x7FFFFFFF
+
+    ordered = sorted(names)
+    ring = {}
+    for index, name in enumerate(ordered):
+        for replica in range(100):
+            ring[murmur(f"{name}{replica}")] = index
+    points = sorted(ring)
+    at = bisect.bisect_left(points, murmur(topic))
+    return ordered[ring[points[at % len(points)]]]
+
+
+def failover_names(topic: str) -> tuple[str, str]:
+    """Two consumer names of which Pulsar makes the first the active one on `topic`."""
+    for second in "bcdefghijk":
+        if pulsar_failover_pick(topic, ["a", second]) == "a":
+            return "a", second
+    raise AssertionError(f"no pair of names for {topic}")

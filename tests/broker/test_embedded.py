@@ -18,7 +18,7 @@ from pyengine.errors import (
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine_kernels import Position
-from tests.broker.helpers import GatedWriter, drain, publish_batch
+from tests.broker.helpers import GatedWriter, drain, failover_names, publish_batch
 
 T = "persistent://public/default/t"
 
@@ -157,8 +157,9 @@ async def test_shared_subscription_spreads_messages(tmp_path):
 async def test_failover_delivers_to_the_active_consumer_then_fails_over(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)
-        first = await broker.subscribe(T, "s", consumer_type="failover", consumer_name="a")
-        second = await broker.subscribe(T, "s", consumer_type="failover", consumer_name="b")
+        active, standby = failover_names(T)            # Pulsar's pick for this topic: the first
+        first = await broker.subscribe(T, "s", consumer_type="failover", consumer_name=active)
+        second = await broker.subscribe(T, "s", consumer_type="failover", consumer_name=standby)
         await producer.send(b"1")
         assert [m.data for m in await drain(first)] == [b"1"] and await drain(second) == []
         assert first.active and not second.active

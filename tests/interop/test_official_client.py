@@ -14,6 +14,7 @@ import urllib.error
 import pulsar
 import pytest
 
+from tests.broker.helpers import failover_names
 from tests.interop.conftest import QUIET
 from pyengine.testing import ServeProcess
 
@@ -166,8 +167,9 @@ def test_shared_subscription_spreads_messages_over_its_consumers(official: pulsa
 def test_failover_subscription_moves_to_the_standby_when_the_active_consumer_leaves(
         official: pulsar.Client) -> None:
     topic = f"{NS}/failover"
-    active = official.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
-    standby = official.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+    first, second = failover_names(topic)              # Pulsar's pick for this topic: the first
+    active = official.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name=first)
+    standby = official.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Failover, consumer_name=second)
     producer = official.create_producer(topic, batching_enabled=False)
     for i in range(5):
         producer.send(b"first-%d" % i)

@@ -9,6 +9,7 @@ from core_ext.batch import build_batch
 from pyengine.broker.service import BrokerService
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.server import ProtocolServer
+from tests.broker.helpers import failover_names
 from tests.protocol.wire_driver import U64, BaseCommand, WireClient, metadata
 
 Connect = Callable[..., Awaitable[WireClient]]
@@ -178,14 +179,15 @@ async def test_a_consumer_id_in_use_for_another_subscription_is_busy(client: Wir
 
 async def test_failover_consumers_hear_which_one_is_active(server: ProtocolServer, client: WireClient,
                                                            connect: Connect) -> None:
+    active, standby = failover_names(TOPIC)            # Pulsar's pick for this topic: the first
     client.send("SUBSCRIBE", topic=TOPIC, subscription="fo", subType=Sub.Failover, consumer_id=0, request_id=0,
-                consumer_name="a")
+                consumer_name=active)
     change = await client.expect("ACTIVE_CONSUMER_CHANGE")
     assert (change.consumer_id, change.is_active) == (0, True)
     await client.expect("SUCCESS")
     other = await connect(server.port)
     other.send("SUBSCRIBE", topic=TOPIC, subscription="fo", subType=Sub.Failover, consumer_id=0, request_id=0,
-               consumer_name="b")
+               consumer_name=standby)
     change = await other.expect("ACTIVE_CONSUMER_CHANGE")
     assert change.is_active is False
     await other.expect("SUCCESS")
