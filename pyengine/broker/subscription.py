@@ -228,10 +228,14 @@ class Subscription:
         if self.sub_type in ("shared", "key_shared"):
             raise NotAllowedError(f"cumulative acknowledgement is not allowed on {self.sub_type} subscriptions")
         future = self.cursor.ack_cumulative(position)
+        # Everything up to `position` is done with: held, to deliver again, and its redelivery
+        # count (kept for ever otherwise: one per message ever redelivered).
+        dispatcher = self.dispatcher
+        covered = {p for p in dispatcher.redelivery_counts if p <= position}
+        covered.update(p for p in dispatcher.redeliveries if p <= position)
         if consumer is not None:
-            for pos in [p for p in consumer.pending if p <= position]:
-                del consumer.pending[pos]
-        self.dispatcher.acked([p for p in list(self.dispatcher.redeliveries) if p <= position])
+            covered.update(p for p in consumer.pending if p <= position)
+        dispatcher.acked(sorted(covered))
         return future
 
     async def ack_with_transaction(self, consumer: Consumer | None, txn: TxnId,

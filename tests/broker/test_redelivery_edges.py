@@ -59,3 +59,22 @@ async def test_an_exclusive_negative_ack_redelivers_everything_unacknowledged_in
         first = [await consumer.receive(timeout=2) for _ in range(3)]
         await consumer.negative_acknowledge(first[0])
         assert [m.data for m in await drain(consumer)] == [b"m0", b"m1", b"m2"]
+
+
+async def test_a_cumulative_ack_forgets_the_redelivery_counts_it_covers(tmp_path):
+    """Found by an audit: the counts of messages acknowledged cumulatively were kept for ever
+    (one per message ever redelivered on the subscription)."""
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest", negative_ack_redelivery_delay_ms=0)
+        for i in range(5):
+            await producer.send(b"m%d" % i)
+        received = [await consumer.receive(timeout=2) for _ in range(5)]
+        await consumer.negative_acknowledge(received[0])       # all five come again
+        again = [await consumer.receive(timeout=2) for _ in range(5)]
+        dispatcher = broker.service.topics[T].subscriptions["s"].dispatcher
+        assert len(dispatcher.redelivery_counts) == 5
+        await consumer.acknowledge_cumulative(again[2])
+        assert sorted(p.entry_id for p in dispatcher.redelivery_counts) == [3, 4]
+        await consumer.acknowledge_cumulative(again[4])
+        assert dispatcher.redelivery_counts == {}
