@@ -76,6 +76,7 @@ from spark_udfs.state import PreparedState, TxnState, open_snapshot
 
 _MIN_CHUNK, _MAX_CHUNK, _FIRST_CHUNK = 16, 65536, 1024
 _LOOK_BACK_ENTRIES = 64             # entries read at a time looking back for first chunks (up to MBs each)
+_READ_BYTES = 64 << 20              # and about this many bytes of stored entries (large messages, chunks)
 _MESSAGE_ROWS_BYTES = 64 << 20      # chunked messages decoded together, by stored size
 _INT64_MAX = (1 << 63) - 1
 
@@ -310,7 +311,7 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
     with StoreReader(options.path) as store, store.view() as view:
         position = start
         while position <= end:
-            raw = next(view.iter_raw(partition.topic_id, position, end, chunk), None)
+            raw = next(view.iter_raw(partition.topic_id, position, end, chunk, _READ_BYTES), None)
             if raw is None:
                 break
             ledgers, entries, values = raw
@@ -355,7 +356,8 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
             floor = Position(*partition.floor)
 
             def look_back(uuids: set[str]) -> dict:
-                return earlier_chunks(view.iter_raw_before(partition.topic_id, start, floor, _LOOK_BACK_ENTRIES),
+                return earlier_chunks(view.iter_raw_before(partition.topic_id, start, floor, _LOOK_BACK_ENTRIES,
+                                                           _READ_BYTES),
                                       lambda lids, eids, vals: visible(np.array(lids, dtype=np.int64),
                                                                        np.array(eids, dtype=np.int64),
                                                                        entry_headers(vals)),

@@ -155,11 +155,12 @@ class ReadView:
 
     # --- entries --------------------------------------------------------------------------
 
-    def iter_raw(self, topic_id: int, start: Position, end: Position,
-                 chunk_entries: int = 1024) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
+    def iter_raw(self, topic_id: int, start: Position, end: Position, chunk_entries: int = 1024,
+                 chunk_bytes: int | None = None) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
         """The stored entries of `topic_id` from `start` to `end` (both inclusive), in chunks
-        of up to `chunk_entries`: (ledger ids, entry ids, stored values). A value is the
-        32-byte entry header followed by the message as the producer sent it."""
+        of up to `chunk_entries` (and, with `chunk_bytes`, ending with the entry that reaches
+        that many bytes): (ledger ids, entry ids, stored values). A value is the 32-byte
+        entry header followed by the message as the producer sent it."""
         if chunk_entries < 1:
             raise ValueError("chunk_entries must be >= 1")
         prefix = pack_i64(topic_id)
@@ -167,13 +168,13 @@ class ReadView:
         cursor = self._txn.cursor(db=self._reader.env.db("entries"))
         if start > end or not cursor.set_range(prefix + pack_position(start.ledger_id, start.entry_id)):
             return
-        yield from _in_chunks(topic_id, cursor, lambda key: key > end_key, chunk_entries)
+        yield from _in_chunks(topic_id, cursor, lambda key: key > end_key, chunk_entries, chunk_bytes)
 
-    def iter_raw_before(self, topic_id: int, before: Position, floor: Position,
-                        chunk_entries: int = 1024) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
+    def iter_raw_before(self, topic_id: int, before: Position, floor: Position, chunk_entries: int = 1024,
+                        chunk_bytes: int | None = None) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
         """`iter_raw` backwards: the stored entries of `topic_id` before `before` (exclusive)
-        down to `floor` (inclusive), newest first, in chunks of up to `chunk_entries` (each
-        chunk newest first too)."""
+        down to `floor` (inclusive), newest first, in chunks as `iter_raw`'s (each chunk
+        newest first too)."""
         if chunk_entries < 1:
             raise ValueError("chunk_entries must be >= 1")
         prefix = pack_i64(topic_id)
@@ -183,7 +184,7 @@ class ReadView:
         if not (cursor.prev() if at_or_after else cursor.last()):
             return
         # (keys of other topics sort below the floor, or above `before`)
-        yield from _in_chunks(topic_id, cursor.iterprev(), lambda key: key < floor_key, chunk_entries)
+        yield from _in_chunks(topic_id, cursor.iterprev(), lambda key: key < floor_key, chunk_entries, chunk_bytes)
 
     def iter_entries(self, topic_id: int, start: Position, end: Position,
                      chunk_entries: int = 1024) -> Iterator[list[Entry]]:
@@ -230,12 +231,15 @@ class ReadView:
 
 
 def _in_chunks(topic_id: int, items: Iterator[tuple[bytes, bytes]], past: Callable[[bytes], bool],
-               chunk_entries: int) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
+               chunk_entries: int, chunk_bytes: int | None = None) -> Iterator[tuple[list[int], list[int], list[bytes]]]:
     """The entries of a cursor's `items` until a key is `past` the range, in chunks of up to
-    `chunk_entries`: (ledger ids, entry ids, stored values)."""
+    `chunk_entries` entries (and about `chunk_bytes` bytes): (ledger ids, entry ids, values)."""
+    if chunk_bytes is not None and chunk_bytes < 1:
+        raise ValueError("chunk_bytes must be >= 1")
     ledgers: list[int] = []
     entry_ids: list[int] = []
     values: list[bytes] = []
+    size = 0
     for key, value in items:
         if past(key):
             break
@@ -245,9 +249,11 @@ def _in_chunks(topic_id: int, items: Iterator[tuple[bytes, bytes]], past: Callab
         ledgers.append(ledger_id)
         entry_ids.append(entry_id)
         values.append(value)
-        if len(values) >= chunk_entries:
+        size += len(value)
+        if len(values) >= chunk_entries or (chunk_bytes is not None and size >= chunk_bytes):
             yield ledgers, entry_ids, values
             ledgers, entry_ids, values = [], [], []
+            size = 0
     if values:
         yield ledgers, entry_ids, values
 

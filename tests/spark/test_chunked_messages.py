@@ -14,6 +14,7 @@ duplicate is ignored, a gap drops it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import zlib
 from dataclasses import dataclass
@@ -284,3 +285,33 @@ def test_a_start_inside_a_chunked_message_leaves_it_out_as_a_reader_started_ther
     second_chunk = written["sent"]["plain"].chunk_ids[1]
     table = read_directly(data_dir, topics=T, startPosition=f"{second_chunk.ledger_id}:{second_chunk.entry_id}")
     assert table.column("value").to_pylist() == [written["big"][::-1], b"small"]
+
+
+def test_reads_are_bounded_by_bytes_as_well_as_entries(client_data, monkeypatch):
+    """A worker reads stored entries about _READ_BYTES at a time (64 MiB; chunks and large
+    messages would otherwise be read 1024 entries at once), looking back as well: the rows are
+    the same at any bound."""
+    import spark_udfs.source as source
+
+    data_dir, written = client_data
+    whole = rows_of(read_directly(data_dir, topics=T))
+    sizes = []
+    real = source.StoreReader
+
+    class Counting(real):
+        @contextlib.contextmanager
+        def view(self):
+            with real.view(self) as view:
+                original = view.iter_raw
+
+                def iter_raw(*args, **kwargs):
+                    for raw in original(*args, **kwargs):
+                        sizes.append(sum(len(v) for v in raw[2]))
+                        yield raw
+                view.iter_raw = iter_raw
+                yield view
+
+    monkeypatch.setattr(source, "StoreReader", Counting)
+    monkeypatch.setattr(source, "_READ_BYTES", LIMIT)
+    assert rows_of(read_directly(data_dir, topics=T)) == whole
+    assert len(whole) == 3 and sizes and max(sizes) < 2 * LIMIT + 1024

@@ -130,6 +130,22 @@ async def test_entries_backwards_from_a_position_down_to_a_floor(tmp_path):
             list(view.iter_raw_before(a.topic_id, Position.LATEST, Position.EARLIEST, 0))
 
 
+async def test_entries_in_chunks_bounded_by_bytes(tmp_path):
+    """`chunk_bytes`: a chunk ends with the entry that reaches that many bytes (the Spark
+    source reads large messages and chunks without holding gigabytes at once)."""
+    expected = await _fill(tmp_path)
+    with StoreReader(tmp_path) as reader, reader.view() as view:
+        a = view.topic(A)
+        entry_size = len(next(view.iter_raw(a.topic_id, Position.EARLIEST, Position.LATEST, 1))[2][0])
+        chunks = list(view.iter_raw(a.topic_id, Position.EARLIEST, Position.LATEST, 100, 2 * entry_size))
+        assert [len(c[2]) for c in chunks] == [2, 2, 2, 2]
+        assert [Position(l, e) for c in chunks for l, e in zip(c[0], c[1])] == [e.position for e in expected[A]]
+        backwards = list(view.iter_raw_before(a.topic_id, Position.LATEST, Position.EARLIEST, 100, 3 * entry_size))
+        assert [len(c[2]) for c in backwards] == [3, 3, 2]
+        with pytest.raises(ValueError, match="chunk_bytes must be >= 1"):
+            list(view.iter_raw(a.topic_id, Position.EARLIEST, Position.LATEST, 100, 0))
+
+
 async def test_previous_position_is_the_managed_ledgers(tmp_path):
     await _fill(tmp_path)
     env = StorageEnvironment(tmp_path, sync=False)
