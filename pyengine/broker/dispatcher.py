@@ -276,6 +276,7 @@ class Dispatcher:
         self._scheduled = False
         self._next_shared = 0
         self._next_by_priority: dict[int, int] = {}    # Shared, consumers of several priorities
+        self._priority_levels: list[int] | None = None   # their levels, highest first (None: one level)
         # A non-partitioned Failover topic's hash ring: (consumer names, sorted hashes, hash -> index).
         self._failover_ring: tuple[tuple[str, ...], list[int], dict[int, int]] | None = None
         self._ring: HashRing[Consumer] = HashRing(RING_POINTS)    # Key_Shared AUTO_SPLIT consumers
@@ -309,6 +310,7 @@ class Dispatcher:
         if consumer.sticky_ranges is None:
             self._ring.add(consumer, consumer.name)
         self._rebuild_ring()
+        self._update_priority_levels()
         self._update_active()
         self.notify()
 
@@ -323,8 +325,14 @@ class Dispatcher:
         self.redeliver(list(consumer.pending), consumer, count=False)   # its draining hashes go
         self._draining_cleared.pop(consumer, None)
         self._rebuild_ring()
+        self._update_priority_levels()
         self._update_active()
         self.notify()
+
+    def _update_priority_levels(self) -> None:
+        """Taken when consumers come and go, not for every entry a Shared pass selects for."""
+        levels = sorted({c.priority for c in self.consumers})
+        self._priority_levels = levels if len(levels) > 1 else None
 
     def _update_active(self) -> None:
         if self.subscription.sub_type not in ("exclusive", "failover"):
@@ -814,9 +822,8 @@ class Dispatcher:
         level) that can take an entry, as Pulsar's getNextConsumer goes to a lower level only
         when no consumer of a higher one has permits."""
         consumers = self.consumers
-        first = consumers[0].priority if consumers else 0
-        if any(c.priority != first for c in consumers):
-            for level in sorted({c.priority for c in consumers}):
+        if self._priority_levels is not None:
+            for level in self._priority_levels:
                 members = [c for c in consumers if c.priority == level]
                 start = self._next_by_priority.get(level, 0)
                 for step in range(len(members)):
