@@ -56,7 +56,10 @@ cdef crc32c_fn _crc32c = <crc32c_fn>PyCapsule_GetPointer(
 
 
 class FrameError(ValueError):
-    """The bytes are not a valid sequence of Pulsar frames."""
+    """The bytes are not a valid sequence of Pulsar frames. Raised by ``FrameDecoder.feed``,
+    ``frames`` holds the complete frames that the same call decoded before the broken one."""
+
+    frames = ()
 
 
 class FrameTooLarge(FrameError):
@@ -252,7 +255,8 @@ cdef class FrameDecoder:
         return self._pending_len
 
     def feed(self, data):
-        """Add bytes from the stream; return the frames they complete, in stream order."""
+        """Add bytes from the stream; return the frames they complete, in stream order. On a
+        broken frame, the FrameError raised carries the frames completed before it (``frames``)."""
         cdef Py_buffer view
         cdef const unsigned char* start
         cdef Py_ssize_t used = 0
@@ -268,9 +272,13 @@ cdef class FrameDecoder:
             if not self._pending_len:
                 used += self._split(start + used, view.len - used, frames)
                 self._append(start + used, view.len - used)
-        except BaseException:
+        except BaseException as exc:
             self._failed = True
             self._drop_pending()
+            if isinstance(exc, FrameError):
+                # The frames before the broken one are valid: as Netty's decoders hand on what
+                # they decoded before failing, the caller handles them before closing.
+                exc.frames = frames
             raise
         finally:
             PyBuffer_Release(&view)

@@ -199,13 +199,18 @@ class ClientConnection(asyncio.Protocol):
     # --- reading --------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        broken = None
         try:
             frames = self._decoder.feed(data)
         except FrameError as exc:
-            log.warning("closing %s: unreadable frame from the broker: %s", self.address.logical, exc)
-            self.close(ConnectError(f"unreadable frame from {self.address.logical}: {exc}"))
-            return
+            frames, broken = exc.frames, exc      # the frames before the broken one still count
         self._heard = True
+        self._handle_frames(frames)
+        if broken is not None and self._close_reason is None:
+            log.warning("closing %s: unreadable frame from the broker: %s", self.address.logical, broken)
+            self.close(ConnectError(f"unreadable frame from {self.address.logical}: {broken}"))
+
+    def _handle_frames(self, frames: list[Frame]) -> None:
         for frame in frames:
             try:
                 cmd = parse_command(frame.command)

@@ -158,12 +158,11 @@ class ServerConnection(asyncio.Protocol):
                 if not waiter.done():
                     waiter.set_result(None)
             self._liveness_waiters.clear()
+        broken = None
         try:
             frames = self._decoder.feed(data)
         except FrameError as exc:
-            log.warning("%s: closing the connection, broken frame: %s", self.peer, exc)
-            self.close()
-            return
+            frames, broken = exc.frames, exc      # the frames before the broken one still count
         self._reading = True
         try:
             for frame in frames:
@@ -173,6 +172,9 @@ class ServerConnection(asyncio.Protocol):
         finally:
             self._reading = False
             self._flush()
+        if broken is not None and not self.closed:
+            log.warning("%s: closing the connection, broken frame: %s", self.peer, broken)
+            self.close()
 
     def eof_received(self) -> bool:
         return False                    # close our side too

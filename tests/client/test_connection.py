@@ -162,6 +162,23 @@ async def test_garbage_or_unexpected_commands_close_the_connection():
     await asyncio.wait_for(connection.closed, 1)
 
 
+async def test_answers_before_a_broken_frame_are_taken_then_the_connection_closes():
+    """A response in the same read as a broken frame, ahead of it, is not lost."""
+    connection, _ = await connected()
+    answered = asyncio.ensure_future(connection.request(base_command(T.PARTITIONED_METADATA, topic="t",
+                                                                     request_id=3), 5))
+    unanswered = asyncio.ensure_future(connection.request(base_command(T.PARTITIONED_METADATA, topic="u",
+                                                                       request_id=4), 5))
+    await asyncio.sleep(0)
+    connection.data_received(frame(base_command(T.PARTITIONED_METADATA_RESPONSE, request_id=3, partitions=2,
+                                                response=pb.CommandPartitionedTopicMetadataResponse.Success))
+                             + b"\x00\x00\x00\x05\x00\x00\x00\x09z")
+    assert (await answered).partitions == 2
+    with pytest.raises(ConnectError, match="unreadable frame"):
+        await unanswered
+    await asyncio.wait_for(connection.closed, 1)
+
+
 async def test_messages_and_receipts_are_routed_by_id():
     connection, _ = await connected()
     seen = []

@@ -438,6 +438,56 @@ MALFORMED = {
 }
 
 
+BROKEN = {**MALFORMED, "too large": struct.pack(">I", 1 << 20) + b"x" * 8,
+          "bad checksum": encode_payload_frame(b"send", b"meta", b"payload")[:-1] + b"?"}
+
+
+def frames_until_error(decoder, chunks) -> tuple[list, str | None]:
+    """Every frame a decoder hands over, including those an error carries, and the error."""
+    frames = []
+    for chunk in chunks:
+        try:
+            frames += decoder.feed(chunk)
+        except (FrameError, ref.FrameError) as error:
+            return frames + list(error.frames), type(error).__name__
+    return frames, None
+
+
+@st.composite
+def stream_with_a_broken_frame(draw):
+    before = draw(st.lists(encoded_frames(), max_size=6))
+    broken = draw(st.sampled_from(sorted(BROKEN)))
+    after = draw(st.lists(encoded_frames(), max_size=2))
+    stream = b"".join(wire for wire, _ in before) + BROKEN[broken] + b"".join(wire for wire, _ in after)
+    return [content for _, content in before], broken, draw(chunked(stream))
+
+
+@given(stream_with_a_broken_frame())
+@PROPERTY
+def test_the_frames_before_a_broken_one_are_handed_over(case):
+    """However the stream is cut, the frames before a broken one reach the caller (returned
+    by earlier feeds, or carried by the error of the feed that met it), and nothing after it;
+    as Netty's decoders in a Pulsar broker pass on what they decoded before failing."""
+    expected, broken, chunks = case
+    error = "ChecksumMismatch" if broken == "bad checksum" else "FrameTooLarge" if broken == "too large" \
+        else "MalformedFrame"
+    for decoder in (FrameDecoder(max_frame_size=64 * 1024), ref.PyFrameDecoder(max_frame_size=64 * 1024)):
+        frames, raised = frames_until_error(decoder, chunks)
+        assert raised == error
+        assert [as_tuple(frame) for frame in frames] == expected
+
+
+def test_a_failed_feed_carries_no_frames_of_earlier_feeds():
+    decoder = FrameDecoder()
+    assert len(decoder.feed(PING)) == 1
+    with pytest.raises(MalformedFrame) as raised:
+        decoder.feed(PING + MALFORMED["command overruns"] + PING)
+    assert [as_tuple(frame) for frame in raised.value.frames] == [as_tuple(decode_frame(PING))]
+    with pytest.raises(FrameError) as again:
+        decoder.feed(PING)              # poisoned: nothing decoded any more
+    assert list(again.value.frames) == []
+
+
 @pytest.mark.parametrize("wire", MALFORMED.values(), ids=MALFORMED.keys())
 def test_malformed_frames(wire):
     with pytest.raises(MalformedFrame):

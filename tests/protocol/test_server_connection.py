@@ -140,6 +140,29 @@ async def test_malformed_input_closes_only_that_connection(connect: Connect, ser
     assert receipt.type == BaseCommand.SEND_RECEIPT
 
 
+BROKEN_AFTER_SENDS = [
+    ("frame larger than the limit", struct.pack(">I", 64 * 1024 * 1024) + b"\x00" * 16),
+    ("command size overruns the frame", struct.pack(">II", 8, 200) + b"\x08\x12\x92\x01"),
+]
+
+
+@pytest.mark.parametrize("name, broken", BROKEN_AFTER_SENDS, ids=[name for name, _ in BROKEN_AFTER_SENDS])
+async def test_sends_before_a_broken_frame_in_the_same_read_are_stored(connect: Connect, server: ProtocolServer,
+                                                                       name: str, broken: bytes) -> None:
+    """As a Pulsar broker (Netty hands on the frames decoded before the one that failed), the
+    commands ahead of a broken frame are carried out; then the connection is closed."""
+    topic = "persistent://public/default/before-broken"
+    producer = await connect(server.port)
+    await producer.create_producer(topic)
+    sends = b"".join(encode_payload_frame(serialize_command(base_command("SEND", producer_id=0, sequence_id=n)),
+                                          metadata("p", n), f"m{n}".encode()) for n in range(2))
+    producer.send_raw(sends + broken)
+    assert await producer.closed(), name
+    reader = await connect(server.port)
+    await reader.subscribe(topic, "check", permits=10)
+    assert [(await reader.message())[1] for _ in range(2)] == [b"m0", b"m1"]
+
+
 async def test_a_frame_split_into_single_bytes_is_reassembled(client: WireClient) -> None:
     for byte in frame("PING"):
         client.send_raw(bytes([byte]))

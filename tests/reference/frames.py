@@ -126,8 +126,9 @@ class PyFrameDecoder:
                     break
                 frames.append(_decode_body(bytes(buffer[pos + 4:end]), self._verify))
                 pos = end
-        except FrameError:
+        except FrameError as exc:
             self._failed = True
+            exc.frames = frames
             raise
         del buffer[:pos]
         return frames
