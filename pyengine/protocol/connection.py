@@ -33,8 +33,8 @@ from pyengine.broker.transactions import append_condition
 from pyengine.errors import (
     ChecksumError,
     ConsumerBusyError,
-    ConsumerNotFoundError,
     IncompatibleSchemaError,
+    MetadataError,
     NotAllowedError,
     ProducerBusyError,
     PulsarError,
@@ -785,9 +785,12 @@ class ServerConnection(asyncio.Protocol):
             consumer.topic.unsubscribe_reader(consumer.subscription)
 
     def _consumer(self, consumer_id: int) -> NetworkConsumer:
+        """The consumer a SEEK, UNSUBSCRIBE or GET_LAST_MESSAGE_ID names. An unknown one is
+        answered as Apache answers them: MetadataError "Consumer not found" (ConsumerNotFound
+        is for CONSUMER_STATS)."""
         consumer = self.consumers.get(consumer_id)
         if consumer is None:
-            raise ConsumerNotFoundError(f"consumer {consumer_id} is not connected")
+            raise MetadataError(f"Consumer not found: consumer {consumer_id} is not connected")
         return consumer
 
     def _on_flow(self, body: pb.CommandFlow, frame: Any) -> None:
