@@ -42,7 +42,7 @@ from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.cli.gc_tuning import settled_garbage_collector
 from pyengine.cli.malloc_tuning import keep_freed_heap
 from pyengine.metadata import MetadataStoreError
-from pyengine.protocol.server import ProtocolServer
+from pyengine.protocol.server import DEFAULT_PUBLISH_BUFFER_BYTES, ProtocolServer
 from pyengine.storage.errors import StorageError
 
 log = logging.getLogger("pyengine.serve")
@@ -87,6 +87,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--message-expiry-check-interval-seconds", type=positive_seconds, default=300.0,
                    help="how often topics expire their subscriptions' messages older than their TTL "
                         "(Pulsar's messageExpiryCheckIntervalInMinutes: 5 minutes)")
+    p.add_argument("--max-message-publish-buffer-size-mb", type=publish_buffer_mb,
+                   default=DEFAULT_PUBLISH_BUFFER_BYTES // (1024 * 1024),
+                   help="sends being stored over all connections, in MB, at which connections with producers "
+                        "stop being read until half of it is left (Pulsar's maxMessagePublishBufferSizeInMB; "
+                        "-1: no limit)")
     p.add_argument("--max-unacked-messages-per-consumer", type=unacked_limit, default=50_000,
                    help="Shared and Key_Shared: a consumer holding this many unacknowledged messages gets no more "
                         "until it acknowledges half of them, where no policy says (Pulsar's "
@@ -163,6 +168,14 @@ message_ttl = whole_number(0, 2**31 - 1, unit=" seconds")
 retention_limit = whole_number(-1, meaning=" (-1: no limit)")
 unacked_limit = whole_number(0, 2**31 - 1, meaning=" (0: no limit)", unit=" messages")
 look_ahead_threshold = whole_number(0, 2**31 - 1, unit=" messages")
+
+
+def publish_buffer_mb(text: str) -> int:
+    """A size in MB of at least 1, or -1 (no limit)."""
+    value = whole_number(-1, 2**31 - 1, meaning=" (-1: no limit)", unit=" MB")(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is not a buffer size: at least 1 MB, or -1 for no limit")
+    return value
 
 
 def positive_seconds(text: str) -> float:
@@ -336,7 +349,9 @@ async def start_service(args: argparse.Namespace, components: contextlib.AsyncEx
 
 async def start_protocol_server(args: argparse.Namespace, service: BrokerService,
                                 components: contextlib.AsyncExitStack, endpoints: dict[str, str]) -> ProtocolServer:
-    server = ProtocolServer(service, args.host, args.port)
+    buffer_mb = args.max_message_publish_buffer_size_mb
+    server = ProtocolServer(service, args.host, args.port,
+                            max_publish_buffer_bytes=-1 if buffer_mb == -1 else buffer_mb * 1024 * 1024)
     await server.start()
     components.push_async_callback(server.stop)
     host = f"[{args.host}]" if ":" in args.host else args.host      # an IPv6 address, as in a URL

@@ -134,7 +134,12 @@ class ServerConnection(asyncio.Protocol):
         self._reading = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending_sends = 0
+        # Reads are paused (`_paused`) for any of three reasons: this connection's sends in
+        # flight, the broker's publish buffer, a shutdown.
         self._paused = False
+        self._over_pending_sends = False
+        self._over_publish_buffer = False
+        self._shutting_down = False
         self._heard = True
         self._ping_outstanding = False
         self._keepalive: asyncio.TimerHandle | None = None
@@ -305,9 +310,8 @@ class ServerConnection(asyncio.Protocol):
         """Stop reading, let the sends in flight be stored and answered, then close."""
         if self.closed:
             return
-        if self.transport is not None and not self._paused:
-            self.transport.pause_reading()
-            self._paused = True
+        self._shutting_down = True
+        self._update_reading()
         pending = [producer.wait_idle() for producer in self.producers.values()]
         if pending:
             await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), timeout)
@@ -357,18 +361,34 @@ class ServerConnection(asyncio.Protocol):
 
     # --- flow control of sends ------------------------------------------------------------
 
-    def sends_started(self, count: int) -> None:
+    def sends_started(self, count: int, size: int) -> None:
+        """`count` sends of `size` bytes in all are being stored."""
         self._pending_sends += count
-        if self._pending_sends >= MAX_PENDING_SENDS and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
+        if self._pending_sends >= MAX_PENDING_SENDS and not self._over_pending_sends:
+            self._over_pending_sends = True
+            self._update_reading()
+        self.server.publish_buffer_grew(size)
 
-    def sends_finished(self, count: int) -> None:
+    def sends_finished(self, count: int, size: int) -> None:
         self._pending_sends -= count
-        if self._paused and self._pending_sends <= MAX_PENDING_SENDS // 2 and not self.closed \
-                and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
+        if self._over_pending_sends and self._pending_sends <= MAX_PENDING_SENDS // 2:
+            self._over_pending_sends = False
+            self._update_reading()
+        self.server.publish_buffer_shrank(size)
+
+    def throttle_for_publish_buffer(self, over: bool) -> None:
+        """The broker's publish buffer is full (`over`), or below its resume mark again."""
+        self._over_publish_buffer = over
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        paused = self._over_pending_sends or self._over_publish_buffer or self._shutting_down
+        if paused != self._paused and self.transport is not None and not self.closed:
+            self._paused = paused
+            if paused:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     # --- connection commands --------------------------------------------------------------
 
@@ -645,7 +665,7 @@ class ServerConnection(asyncio.Protocol):
             error = to_pulsar_error(exc)
             producer.reject(sequence_id, error.server_error, str(error))
             return
-        producer.track(sequence_id, highest, outcome)
+        producer.track(sequence_id, highest, outcome, len(data))
 
     def _publish_in_txn(self, producer: NetworkProducer, txn: TxnId, data: bytes, sequence_id: int,
                         num_messages: int, publish_time: int, highest: int,

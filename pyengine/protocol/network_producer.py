@@ -25,14 +25,15 @@ log = logging.getLogger(__name__)
 
 
 class _PendingSend:
-    __slots__ = ("sequence_id", "highest_sequence_id", "outcome", "error")
+    __slots__ = ("sequence_id", "highest_sequence_id", "outcome", "error", "size")
 
     def __init__(self, sequence_id: int, highest_sequence_id: int,
-                 outcome: asyncio.Future[Position | None] | None, error: bytes | None) -> None:
+                 outcome: asyncio.Future[Position | None] | None, error: bytes | None, size: int = 0) -> None:
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
         self.outcome = outcome          # the engine's future (None when `error` answers it)
         self.error = error              # a ready SEND_ERROR frame
+        self.size = size                # its bytes in the broker's publish buffer
 
 
 class NetworkProducer:
@@ -56,11 +57,12 @@ class NetworkProducer:
     def in_flight(self) -> int:
         return len(self._pending)
 
-    def track(self, sequence_id: int, highest_sequence_id: int, outcome: asyncio.Future[Position | None]) -> None:
-        """Queue the answer to a send the engine is storing."""
-        pending = _PendingSend(sequence_id, highest_sequence_id, outcome, None)
+    def track(self, sequence_id: int, highest_sequence_id: int, outcome: asyncio.Future[Position | None],
+              size: int) -> None:
+        """Queue the answer to a send of `size` bytes that the engine is storing."""
+        pending = _PendingSend(sequence_id, highest_sequence_id, outcome, None, size)
         self._pending.append(pending)
-        self.connection.sends_started(1)
+        self.connection.sends_started(1, size)
         if outcome.done():
             self._drain()
         else:
@@ -80,7 +82,7 @@ class NetworkProducer:
     def _drain(self) -> None:
         pending = self._pending
         frames: list[bytes] = []
-        finished = 0
+        finished = finished_size = 0
         while pending:
             head = pending[0]
             outcome = head.outcome
@@ -88,12 +90,13 @@ class NetworkProducer:
                 if not outcome.done():
                     break
                 finished += 1
+                finished_size += head.size
                 frames.append(self._answer(head, outcome))
             else:
                 frames.append(head.error)       # type: ignore[arg-type]
             pending.popleft()
         if finished:
-            self.connection.sends_finished(finished)
+            self.connection.sends_finished(finished, finished_size)
         if frames and not self.closed:
             self.connection.write_many(frames)
 

@@ -29,20 +29,31 @@ from pyengine.protocol.network_producer import NetworkProducer
 log = logging.getLogger(__name__)
 
 FRAME_PADDING = 10 * 1024        # Apache accepts frames up to max message size + 10 KiB
+# Apache's maxMessagePublishBufferSizeInMB (there half the direct memory): the bytes of sends
+# being stored, over every connection, above which the connections with producers stop being
+# read until it is back under half.
+DEFAULT_PUBLISH_BUFFER_BYTES = 512 * 1024 * 1024
 
 
 class ProtocolServer:
     def __init__(self, service: BrokerService, host: str = "127.0.0.1", port: int = 6650, *,
                  advertised_url: str | None = None, keepalive_interval: float = 30.0,
-                 liveness_timeout: float = 5.0, reader_grace: float = 60.0) -> None:
+                 liveness_timeout: float = 5.0, reader_grace: float = 60.0,
+                 max_publish_buffer_bytes: int = DEFAULT_PUBLISH_BUFFER_BYTES) -> None:
         """`advertised_url`: what LOOKUP answers (default: the address each client reached,
         `pulsar://<local address>:<port>`). `keepalive_interval`: seconds of silence before a
         PING; a second silent interval closes the connection (Pulsar: 30). `liveness_timeout`:
         how long a producer name held by another connection waits for that connection to
         prove alive before taking the name over. `reader_grace`: how long a reader's moved
-        subscription waits for the reader to come back after a seek."""
+        subscription waits for the reader to come back after a seek. `max_publish_buffer_bytes`:
+        the bytes of sends being stored, over all connections, at which the connections with
+        producers stop being read, until half of it is left (-1: no limit)."""
         if keepalive_interval <= 0 or liveness_timeout <= 0 or reader_grace <= 0:
             raise ValueError("keepalive_interval, liveness_timeout and reader_grace must be > 0")
+        if isinstance(max_publish_buffer_bytes, bool) or not isinstance(max_publish_buffer_bytes, int) \
+                or not (max_publish_buffer_bytes > 0 or max_publish_buffer_bytes == -1):
+            raise ValueError(f"max_publish_buffer_bytes must be a positive int or -1 (no limit), "
+                             f"not {max_publish_buffer_bytes!r}")
         self.service = service
         self.host = host
         self._requested_port = port
@@ -55,6 +66,9 @@ class ProtocolServer:
         self.server_version = f"pyengine-{pyengine.__version__}"
         self.access = ProducerAccessModes()
         self.connections: set[ServerConnection] = set()
+        self.max_publish_buffer_bytes = max_publish_buffer_bytes
+        self.publish_buffer_bytes = 0           # of the sends being stored
+        self._publish_buffer_full = False
         self._server: asyncio.AbstractServer | None = None
         self._producer_owners: dict[tuple[str, str], NetworkProducer] = {}
         self._seeks: dict[tuple[str, str], asyncio.Future[None]] = {}
@@ -101,6 +115,25 @@ class ProtocolServer:
 
     def connection_opened(self, connection: ServerConnection) -> None:
         self.connections.add(connection)
+
+    # --- the publish buffer, over all connections ----------------------------------------
+
+    def publish_buffer_grew(self, size: int) -> None:
+        self.publish_buffer_bytes += size
+        if not self._publish_buffer_full and 0 < self.max_publish_buffer_bytes <= self.publish_buffer_bytes:
+            self._publish_buffer_full = True
+            log.info("publish buffer full (%d bytes of sends being stored): not reading from producers",
+                     self.publish_buffer_bytes)
+            for connection in self.connections:
+                if connection.producers:
+                    connection.throttle_for_publish_buffer(True)
+
+    def publish_buffer_shrank(self, size: int) -> None:
+        self.publish_buffer_bytes -= size
+        if self._publish_buffer_full and self.publish_buffer_bytes < self.max_publish_buffer_bytes // 2:
+            self._publish_buffer_full = False
+            for connection in self.connections:
+                connection.throttle_for_publish_buffer(False)
 
     def connection_closed(self, connection: ServerConnection) -> None:
         self.connections.discard(connection)

@@ -5,6 +5,7 @@ across a SIGTERM restart and exits 0; bad flags and taken ports are clear errors
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -135,6 +136,9 @@ async def test_brokers_on_one_etcd_metadata_store_share_it(tmp_path: Path) -> No
     (["--retention-size-mb", "lots"], "--retention-size-mb: 'lots' is not a whole number"),
     (["--retention-time-minutes", "10", "--retention-size-mb", "0"], "only valid with the other also 0"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--max-message-publish-buffer-size-mb", "0"], "0 is not a buffer size"),
+    (["--max-message-publish-buffer-size-mb", "-2"], "-2 is below -1 (-1: no limit)"),
+    (["--max-message-publish-buffer-size-mb", "1e3"], "'1e3' is not a whole number"),
 ])
 def test_bad_flags_are_refused_before_anything_starts(tmp_path: Path, capsys, argv: list[str],
                                                       complaint: str) -> None:
@@ -156,6 +160,20 @@ def test_the_retention_flags_are_the_brokers_default_policy(tmp_path: Path) -> N
     assert serve.broker_config(args).retention == Retention(30, -1)
     default = serve.broker_config(serve_args("--data-dir", str(tmp_path)))
     assert default.retention == Retention(-1, -1)          # ours keeps consumed ledgers unless asked
+
+
+@pytest.mark.parametrize(("flags", "limit"), [((), 512 * 1024 * 1024),
+                                              (("--max-message-publish-buffer-size-mb", "64"), 64 * 1024 * 1024),
+                                              (("--max-message-publish-buffer-size-mb", "-1"), -1)])
+async def test_the_publish_buffer_flag_sets_the_protocol_servers_limit(tmp_path: Path, flags: tuple[str, ...],
+                                                                       limit: int) -> None:
+    args = serve_args("--data-dir", str(tmp_path), "--port", "0", *flags)
+    async with contextlib.AsyncExitStack() as components:
+        service = BrokerService(serve.broker_config(args))
+        components.push_async_callback(service.close)
+        await service.start()
+        server = await serve.start_protocol_server(args, service, components, {})
+        assert server.max_publish_buffer_bytes == limit
 
 
 @pytest.mark.parametrize(("flags", "synced"), [((), True), (("--no-fsync",), False)])

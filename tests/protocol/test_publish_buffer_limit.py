@@ -1,0 +1,99 @@
+"""The broker's publish buffer (Apache's maxMessagePublishBufferSizeInMB): when the bytes of the
+sends being stored, over every connection, reach the limit, the connections with producers are
+no longer read until half of it is left. Before, only the count of sends per connection was
+bounded (1000), so a few connections sending 5 MB messages could hold gigabytes."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyengine.protocol.server import ProtocolServer
+from tests.protocol.wire_driver import WireClient, metadata
+
+STALLED = "persistent://public/default/buffer-stalled"
+OTHER = "persistent://public/default/buffer-other"
+
+
+async def test_a_full_publish_buffer_stops_reading_producers_until_half_is_left(service, monkeypatch) -> None:
+    server = ProtocolServer(service, "127.0.0.1", 0, max_publish_buffer_bytes=4000)
+    await server.start()
+    stalled: list[tuple[asyncio.Future, asyncio.Future]] = []
+    heavy = await WireClient.connect(server.port)
+    light = await WireClient.connect(server.port)
+    bystander = await WireClient.connect(server.port)
+    try:
+        await heavy.create_producer(STALLED)
+        await light.create_producer(OTHER)
+        topic = await service.get_topic(STALLED)
+        real_publish = topic.publish
+
+        def slow_publish(*args, **kwargs):      # storage that takes a while
+            inner = real_publish(*args, **kwargs)
+            outer = asyncio.get_running_loop().create_future()
+            stalled.append((inner, outer))
+            return outer
+        monkeypatch.setattr(topic, "publish", slow_publish)
+
+        for seq in range(4):                    # ~4 KiB being stored: the buffer is full
+            heavy.send_payload("SEND", metadata("p", seq), b"x" * 1024, producer_id=0, sequence_id=seq)
+        await heavy.writer.drain()
+        for _ in range(100):
+            if len(stalled) == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert len(stalled) == 4 and server.publish_buffer_bytes >= 4000
+
+        # Another producer's connection is not read meanwhile (its topic is not slow) ...
+        light.send_payload("SEND", metadata("q", 0), b"small", producer_id=0, sequence_id=0)
+        await light.writer.drain()
+        with pytest.raises(TimeoutError):
+            await light.receive(0.3)
+        # ... a connection without producers is.
+        assert (await bystander.request("LOOKUP", topic=OTHER, request_id=1)).request_id == 1
+
+        async def release(count: int) -> None:
+            for inner, outer in stalled[:count]:
+                outer.set_result(await inner)
+            del stalled[:count]
+
+        await release(1)                        # ~3 KiB left: still more than half
+        assert (await heavy.expect("SEND_RECEIPT")).sequence_id == 0
+        with pytest.raises(TimeoutError):
+            await light.receive(0.3)
+        await release(2)                        # ~1 KiB left: reading again
+        assert [(await heavy.expect("SEND_RECEIPT")).sequence_id for _ in range(2)] == [1, 2]
+        receipt = await light.expect("SEND_RECEIPT")
+        assert (receipt.producer_id, receipt.sequence_id) == (0, 0)
+        await release(1)
+        assert (await heavy.expect("SEND_RECEIPT")).sequence_id == 3
+        assert server.publish_buffer_bytes == 0
+    finally:
+        for inner, outer in stalled:
+            if not outer.done():
+                try:
+                    outer.set_result(await inner)
+                except Exception as exc:
+                    outer.set_exception(exc)
+        for client in (heavy, light, bystander):
+            await client.close()
+        await server.stop()
+
+
+@pytest.mark.parametrize("limit", [0, -2, 1.5, True, "1"])
+def test_the_limit_must_be_positive_or_minus_one(service, limit) -> None:
+    with pytest.raises(ValueError, match="max_publish_buffer_bytes"):
+        ProtocolServer(service, "127.0.0.1", 0, max_publish_buffer_bytes=limit)
+
+
+async def test_no_limit(service) -> None:
+    server = ProtocolServer(service, "127.0.0.1", 0, max_publish_buffer_bytes=-1)
+    await server.start()
+    client = await WireClient.connect(server.port)
+    try:
+        await client.create_producer(OTHER)
+        assert (await client.publish(0, 0, b"x" * 100_000)).send_receipt.sequence_id == 0
+        assert server.publish_buffer_bytes == 0
+    finally:
+        await client.close()
+        await server.stop()
