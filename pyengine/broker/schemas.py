@@ -58,8 +58,9 @@ class TopicSchemas:
         return self.default_allow_auto_update if value is None else value
 
     def validation_enforced(self, topic: str) -> bool:
-        value = self._namespace_policies(topic).schema_validation_enforced
-        return self.default_validation_enforced if value is None else value
+        """As Apache's ServerCnx: the broker's setting OR the namespace's, so a namespace can
+        turn the check on but not off where the broker enforces it."""
+        return self.default_validation_enforced or bool(self._namespace_policies(topic).schema_validation_enforced)
 
     # --- producers and consumers ----------------------------------------------------------
 

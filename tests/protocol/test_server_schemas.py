@@ -9,8 +9,9 @@ import json
 import pytest
 
 from core_ext.frames import encode_command
-from pyengine.broker.service import BrokerService
+from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.server import ProtocolServer
 from pyengine.schema import encode_version
 from tests.protocol.wire_driver import WireClient
 
@@ -168,3 +169,27 @@ async def test_a_schema_of_a_type_this_broker_does_not_know_closes_only_that_con
     client.send_raw(encode_command(raw.replace(b"\x20\x01", b"\x20\x63")))
     assert await client.closed()
     assert isinstance(await other.create_producer(TOPIC, producer_id=2, request_id=2), pb.CommandProducerSuccess)
+
+
+@pytest.mark.parametrize("namespace_value", [None, False, True])
+async def test_a_namespace_cannot_turn_off_the_brokers_schema_validation(tmp_path, namespace_value) -> None:
+    """Apache refuses a schema-less producer on a topic with a schema when the broker's
+    schemaValidationEnforced OR the namespace's is set: a namespace's `false` does not lift
+    the broker's `true` (it did here)."""
+    service = BrokerService(BrokerConfig(data_dir=tmp_path, sync=False, num_coordinators=1,
+                                         schema_validation_enforced=True))
+    await service.start()
+    server = ProtocolServer(service, "127.0.0.1", 0)
+    await server.start()
+    client = await WireClient.connect(server.port)
+    try:
+        policies = service.policies.policies("public/default")
+        await service.policies.set_policies("public/default", dataclasses.replace(
+            policies, schema_validation_enforced=namespace_value))
+        await client.create_producer(TOPIC, producer_id=1, request_id=1, schema=schema(Rec))
+        reply = await client.create_producer(TOPIC, producer_id=2, request_id=2)
+        assert reply.error == pb.IncompatibleSchema and "without a schema" in reply.message
+    finally:
+        await client.close()
+        await server.stop()
+        await service.close()
