@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from aiohttp import web
+
 from pyengine.admin.errors import NOT_ACCEPTABLE, NOT_FOUND, UNPROCESSABLE, AdminError
 from pyengine.admin.names import topic_name
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
@@ -141,10 +143,8 @@ async def get_schema_version(call: Call) -> dict[str, Any]:
             replies={200: Reply("The schemas", {"type": "object", "properties": {
                 "getSchemaResponses": {"type": "array", "items": GET_SCHEMA_RESPONSE}}}), **errors(404, 412)})
 async def get_all_schemas(call: Call) -> dict[str, Any]:
-    sid = schema_id(_topic(call))
-    live = call.service.schemas.registry.live(sid)
-    if not live:
-        raise _not_found(call, sid)
+    # As Apache (trimDeletedSchemaAndGetList): none since the last deletion is an empty list.
+    live = call.service.schemas.registry.live(schema_id(_topic(call)))
     return {"getSchemaResponses": [_schema_json(stored) for stored in live]}
 
 
@@ -168,13 +168,14 @@ async def delete_schema(call: Call) -> dict[str, int]:
 
 @routes.add("POST", BASE + "/compatibility", summary="Test whether a schema could be uploaded.", params=TOPIC_PATH,
             body=POST_SCHEMA_PAYLOAD, body_required=True,
-            replies={200: Reply("Compatible", COMPATIBILITY), **errors(400, 412), **_SCHEMA_ERRORS})
-async def test_compatibility(call: Call) -> dict[str, Any]:
+            replies={202: Reply("Compatible", COMPATIBILITY), **errors(400, 412), **_SCHEMA_ERRORS})
+async def test_compatibility(call: Call) -> web.Response:
     topic = _topic(call)
     schemas = call.service.schemas
     strategy = schemas.strategy(topic)
     schemas.registry.check_compatible(schema_id(topic), _posted_schema(call.body), strategy)
-    return {"compatibility": True, "schemaCompatibilityStrategy": strategy.value}
+    # 202 Accepted, as Apache's SchemasResource.testCompatibility answers.
+    return web.json_response({"compatibility": True, "schemaCompatibilityStrategy": strategy.value}, status=202)
 
 
 @routes.add("POST", BASE + "/version", summary="The version of an identical schema of the topic (-1: none).",

@@ -110,10 +110,10 @@ class LmdbSchemaRegistry(SchemaRegistry):
                 if versions:
                     await self._store(schema_id, [])
                 return None
-            if not versions or versions[-1].deleted:
-                return None
-            tombstone = StoredSchema(versions[-1].version + 1, SchemaData(SchemaType.NONE), self._clock_ms(),
-                                     deleted=True)
+            # As Apache's SchemaRegistryServiceImpl.deleteSchema: a deletion is a version of its
+            # own, stored whatever comes before it (none, or another deletion).
+            tombstone = StoredSchema(versions[-1].version + 1 if versions else 0, SchemaData(SchemaType.NONE),
+                                     self._clock_ms(), deleted=True)
             await self._store(schema_id, [*versions, tombstone])
             return tombstone.version
 
