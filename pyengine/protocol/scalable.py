@@ -112,7 +112,7 @@ class ScalableTopicCommands:
             self.consumers[consumer_id] = (controller, body.subscription, body.consumer_name, push)
             try:
                 assignment = await controller.register_consumer(body.subscription, body.consumer_name,
-                                                                consumer_id, push)
+                                                                consumer_id, push, self._alive)
             except BaseException:
                 self.consumers.pop(consumer_id, None)
                 raise
@@ -127,6 +127,16 @@ class ScalableTopicCommands:
             controller.consumer_disconnected(body.subscription, body.consumer_name, push)
             return
         self.connection.write(consumer_assignment(consumer_id, assignment, request_id=request_id))
+
+    async def _alive(self) -> bool:
+        """Whether this connection still answers a PING; if not it is closed (another
+        connection takes its consumer names over, as a producer name is taken over)."""
+        connection = self.connection
+        if await connection.check_liveness(connection.server.liveness_timeout):
+            return True
+        log.info("%s: closing a silent connection whose consumer name another connection registers", connection.peer)
+        connection.close()
+        return False
 
     async def unregister_consumer(self, body: pb.CommandScalableConsumerUnregister) -> None:
         registered = self.consumers.pop(body.consumer_id, None)

@@ -50,7 +50,8 @@ from typing import AsyncIterator
 from pyengine.errors import NotAllowedError, PulsarError, SubscriptionNotFoundError
 from pyengine.metadata import BadVersionError, LeaderState, Session
 from pyengine.naming import TopicName
-from pyengine.scalable.coordinator import AssignmentListener, ConsumerAssignment, SubscriptionCoordinator
+from pyengine.scalable.coordinator import (AssignmentListener, ConsumerAssignment, LivenessCheck,
+                                           SubscriptionCoordinator)
 from pyengine.scalable.layout import LayoutError, SegmentLayout
 from pyengine.scalable.resources import (
     ROLLING_BACK,
@@ -471,8 +472,10 @@ class ScalableTopicController:
             await self.resources.delete_subscription(self.topic, subscription)
 
     async def register_consumer(self, subscription: str, consumer_name: str, consumer_id: int = -1,
-                                on_assignment: AssignmentListener | None = None) -> ConsumerAssignment:
-        """Register (or resume) a StreamConsumer/CheckpointConsumer; its assignment."""
+                                on_assignment: AssignmentListener | None = None,
+                                alive: LivenessCheck | None = None) -> ConsumerAssignment:
+        """Register (or resume) a StreamConsumer/CheckpointConsumer; its assignment. `alive`:
+        whether its connection still answers (see SubscriptionCoordinator.add_consumer)."""
         _check_subscription(subscription)
         if not isinstance(consumer_name, str) or not consumer_name:
             raise NotAllowedError("a consumer name is a non-empty string")
@@ -482,7 +485,7 @@ class ScalableTopicController:
                 await self._recover_operation()
                 await self._create_subscription(subscription)
             coordinator = self.subscriptions[subscription]
-        return await coordinator.add_consumer(consumer_name, consumer_id, on_assignment)
+        return await coordinator.add_consumer(consumer_name, consumer_id, on_assignment, alive)
 
     async def unregister_consumer(self, subscription: str, consumer_name: str,
                                   on_assignment: AssignmentListener | None = None) -> None:

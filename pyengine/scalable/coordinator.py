@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pyengine.errors import PulsarError
+from pyengine.errors import ConsumerBusyError, PulsarError
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import HashRange, SegmentLayout
 from pyengine.scalable.resources import ConsumerRecord, ScalableTopicResources
@@ -64,6 +64,8 @@ class ConsumerAssignment:
 # registration: SubscriptionNotFoundError (the subscription was deleted: the consumer stops
 # reading) or NotLeaderError (leadership moved: the consumer registers with the new leader).
 AssignmentListener = Callable[[ConsumerAssignment | PulsarError], None]
+# Whether a registration's connection still answers (a PING); one that does not is closed.
+LivenessCheck = Callable[[], Awaitable[bool]]
 
 
 @dataclass
@@ -74,6 +76,7 @@ class ConsumerRegistration:
     record: ConsumerRecord = field(default_factory=lambda: ConsumerRecord(""))
     connected: bool = False
     grace_timer: asyncio.TimerHandle | None = None
+    alive: LivenessCheck | None = None          # of the connection it is connected on
 
 
 def _superseded(registration: ConsumerRegistration, on_assignment: AssignmentListener | None) -> bool:
@@ -127,17 +130,29 @@ class SubscriptionCoordinator:
         return ConsumerAssignment(record.layout_epoch, tuple(segments))
 
     async def add_consumer(self, consumer_name: str, consumer_id: int = -1,
-                           on_assignment: AssignmentListener | None = None) -> ConsumerAssignment:
+                           on_assignment: AssignmentListener | None = None,
+                           alive: LivenessCheck | None = None) -> ConsumerAssignment:
+        """Register the consumer, or resume its session. While the session is connected on
+        another connection that still answers, the name is taken (ConsumerBusy, as Apache's
+        exclusive consumers); a connection that stays silent is closed and the session moves
+        here, as a restarted process's reconnect finds it. `alive`: the check of this
+        registration's own connection, for whoever comes next."""
+        await self._refuse_while_held(consumer_name, on_assignment)
         async with self._lock:
             registration = self.consumers.get(consumer_name)
             if registration is not None:            # a reconnect: same session, same segments
+                if registration.connected and registration.on_assignment is not on_assignment \
+                        and registration.alive is not None:
+                    raise ConsumerBusyError(f"consumer {consumer_name!r} of subscription {self.subscription!r} "
+                                            f"registered again meanwhile")
                 self._cancel_grace(registration)
                 registration.connected = True
                 registration.consumer_id = consumer_id
                 registration.on_assignment = on_assignment
+                registration.alive = alive
                 return self.assignment_of(consumer_name)
             registration = ConsumerRegistration(consumer_name, consumer_id, on_assignment,
-                                                ConsumerRecord(consumer_name), connected=True)
+                                                ConsumerRecord(consumer_name), connected=True, alive=alive)
             self.consumers[consumer_name] = registration
             try:
                 await self._rebalance(quiet={consumer_name})
@@ -147,6 +162,21 @@ class SubscriptionCoordinator:
                 await self._withdraw(registration)
                 raise
             return self.assignment_of(consumer_name)
+
+    async def _refuse_while_held(self, consumer_name: str, on_assignment: AssignmentListener | None) -> None:
+        """ConsumerBusy while another connection holds `consumer_name` and answers; a silent
+        one is closed by its check (its disconnect then starts the session's grace period).
+        Before, a second registration took the session over at once: refused by the segments
+        its first holder still read, it then unregistered the session, and the first holder,
+        never told, stopped following the layout."""
+        registration = self.consumers.get(consumer_name)
+        if registration is None or not registration.connected or registration.alive is None \
+                or registration.on_assignment is on_assignment:
+            return
+        if await registration.alive():
+            raise ConsumerBusyError(f"consumer {consumer_name!r} of subscription {self.subscription!r} is "
+                                    f"connected on another connection")
+        registration.alive = None               # closed: the session may move
 
     async def _withdraw(self, registration: ConsumerRegistration) -> None:
         """Undo a registration whose first rebalance failed (best effort: what cannot be undone
@@ -176,6 +206,7 @@ class SubscriptionCoordinator:
                 and not _superseded(registration, on_assignment):
             registration.connected = False
             registration.on_assignment = None
+            registration.alive = None
             self._start_grace(registration)
 
     async def remove_consumer(self, consumer_name: str, on_assignment: AssignmentListener | None = None) -> None:
