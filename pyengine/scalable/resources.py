@@ -54,6 +54,10 @@ ROOT = "/topics"
 
 
 def _enc(part: str) -> str:
+    """A name as one path segment. "." and ".." are names like any other (a subscription or a
+    consumer may be called so), not the path's relative segments: their dots are escaped."""
+    if part in (".", ".."):
+        return "%2E" * len(part)
     return quote(part, safe="-_.=:")
 
 
