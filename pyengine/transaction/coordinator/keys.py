@@ -244,6 +244,11 @@ class TransactionKeys:
                                   f"not {coordinator_id} (CRC-32 of 'owner&key' modulo the coordinators)")
         state = self._keys.get(key_id(owner, key))
         if state is None:
+            if presented != NO_EPOCH:
+                # Refused before any state is made: refused connects of unknown keys must not
+                # fill the coordinator's memory.
+                raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was never given (the key has "
+                                      f"none yet); only a new task (epoch -1) may connect")
             now = self._clock()
             state = self._keys[key_id(owner, key)] = KeyState(owner, key, coordinator_id, created_ms=now, epoch_ms=now)
         previous_holder = previous_close = None

@@ -57,6 +57,17 @@ async def connect(service, key: str, presented: int = -1, holder: Holder | None 
     return await service.keys.connect(ANONYMOUS, key, tc(key), presented, holder=holder, on_fenced=holder.close)
 
 
+async def test_a_refused_connect_of_an_unknown_key_leaves_nothing_behind(harness):
+    """An epoch presented for a key that never had one is refused (as any fenced epoch), and
+    no state is kept for it: before, each such connect left an entry in memory."""
+    service = harness.service
+    for n in range(50):
+        with pytest.raises(NotAllowedError, match="was never given"):
+            await connect(service, f"unknown-{n}", presented=3)
+    assert list(service.keys.keys()) == []
+    assert await connect(service, "unknown-0") == 0           # a new task still connects
+
+
 async def test_epochs_count_up_from_zero_and_fence_the_previous_holder(harness):
     service = harness.service
     first, second = Holder(), Holder()
