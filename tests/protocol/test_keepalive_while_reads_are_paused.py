@@ -11,6 +11,7 @@ import pytest
 
 from pyengine.protocol import connection as connection_module
 from pyengine.protocol.server import ProtocolServer
+from tests.protocol.stalled_storage import StalledPublishes
 from tests.protocol.wire_driver import WireClient, metadata
 
 TOPIC = "persistent://public/default/keepalive-paused"
@@ -20,19 +21,11 @@ async def test_paused_connection_is_not_closed_by_keepalive(service, monkeypatch
     monkeypatch.setattr(connection_module, "MAX_PENDING_SENDS", 4)
     server = ProtocolServer(service, "127.0.0.1", 0, keepalive_interval=0.2)
     await server.start()
-    stalled: list[asyncio.Future] = []
+    stalled = None
     client = await WireClient.connect(server.port)
     try:
         await client.create_producer(TOPIC)
-        topic = await service.get_topic(TOPIC)
-        real_publish = topic.publish
-
-        def slow_publish(*args, **kwargs):      # storage that takes a while
-            inner = real_publish(*args, **kwargs)
-            outer = asyncio.get_running_loop().create_future()
-            stalled.append((inner, outer))
-            return outer
-        monkeypatch.setattr(topic, "publish", slow_publish)
+        stalled = StalledPublishes(await service.get_topic(TOPIC), monkeypatch)    # storage that takes a while
         for seq in range(6):
             client.send_payload("SEND", metadata("p", seq), b"x", producer_id=0, sequence_id=seq)
         await client.writer.drain()
@@ -48,11 +41,7 @@ async def test_paused_connection_is_not_closed_by_keepalive(service, monkeypatch
             pytest.fail(f"broker closed a live connection whose reads it had paused itself: {exc!r}")
         assert not conn.closed, "keep-alive closed a connection whose reads the broker paused"
     finally:
-        for inner, outer in stalled:
-            if not outer.done():
-                try:
-                    outer.set_result(await inner)
-                except Exception as exc:
-                    outer.set_exception(exc)
+        if stalled is not None:
+            await stalled.release()
         await client.close()
         await server.stop()

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from pyengine.protocol.server import ProtocolServer
+from tests.protocol.stalled_storage import StalledPublishes
 from tests.protocol.wire_driver import WireClient, metadata
 
 STALLED = "persistent://public/default/buffer-stalled"
@@ -18,22 +19,14 @@ OTHER = "persistent://public/default/buffer-other"
 async def test_a_full_publish_buffer_stops_reading_producers_until_half_is_left(service, monkeypatch) -> None:
     server = ProtocolServer(service, "127.0.0.1", 0, max_publish_buffer_bytes=4000)
     await server.start()
-    stalled: list[tuple[asyncio.Future, asyncio.Future]] = []
+    stalled = None
     heavy = await WireClient.connect(server.port)
     light = await WireClient.connect(server.port)
     bystander = await WireClient.connect(server.port)
     try:
         await heavy.create_producer(STALLED)
         await light.create_producer(OTHER)
-        topic = await service.get_topic(STALLED)
-        real_publish = topic.publish
-
-        def slow_publish(*args, **kwargs):      # storage that takes a while
-            inner = real_publish(*args, **kwargs)
-            outer = asyncio.get_running_loop().create_future()
-            stalled.append((inner, outer))
-            return outer
-        monkeypatch.setattr(topic, "publish", slow_publish)
+        stalled = StalledPublishes(await service.get_topic(STALLED), monkeypatch)
 
         for seq in range(4):                    # ~4 KiB being stored: the buffer is full
             heavy.send_payload("SEND", metadata("p", seq), b"x" * 1024, producer_id=0, sequence_id=seq)
@@ -52,29 +45,20 @@ async def test_a_full_publish_buffer_stops_reading_producers_until_half_is_left(
         # ... a connection without producers is.
         assert (await bystander.request("LOOKUP", topic=OTHER, request_id=1)).request_id == 1
 
-        async def release(count: int) -> None:
-            for inner, outer in stalled[:count]:
-                outer.set_result(await inner)
-            del stalled[:count]
-
-        await release(1)                        # ~3 KiB left: still more than half
+        await stalled.release(1)                # ~3 KiB left: still more than half
         assert (await heavy.expect("SEND_RECEIPT")).sequence_id == 0
         with pytest.raises(TimeoutError):
             await light.receive(0.3)
-        await release(2)                        # ~1 KiB left: reading again
+        await stalled.release(2)                # ~1 KiB left: reading again
         assert [(await heavy.expect("SEND_RECEIPT")).sequence_id for _ in range(2)] == [1, 2]
         receipt = await light.expect("SEND_RECEIPT")
         assert (receipt.producer_id, receipt.sequence_id) == (0, 0)
-        await release(1)
+        await stalled.release(1)
         assert (await heavy.expect("SEND_RECEIPT")).sequence_id == 3
         assert server.publish_buffer_bytes == 0
     finally:
-        for inner, outer in stalled:
-            if not outer.done():
-                try:
-                    outer.set_result(await inner)
-                except Exception as exc:
-                    outer.set_exception(exc)
+        if stalled is not None:
+            await stalled.release()
         for client in (heavy, light, bystander):
             await client.close()
         await server.stop()
