@@ -71,6 +71,11 @@ LAZY_WRITE_DELAY_S = 0.01      # a lazy write waits at most this long for a comm
 _COUNTER = struct.Struct(">q")
 
 
+def _observed(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class StorageEnvironment:
     """Owns the LMDB environment of a data dir: named databases, reads, and group commit."""
 
@@ -125,6 +130,10 @@ class StorageEnvironment:
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._counters: dict[bytes, int] = {}
+        # Counters whose high-water mark waits for the next batch (`_queued_counters`), or
+        # whose write failed with a batch and goes again with the next one (`_unsaved_counters`).
+        self._queued_counters: set[bytes] = set()
+        self._unsaved_counters: set[bytes] = set()
 
     # --- databases and reads --------------------------------------------------------------
 
@@ -236,10 +245,15 @@ class StorageEnvironment:
             value = _COUNTER.unpack(raw)[0] if raw else 0
         value += 1
         self._counters[key] = value
-        packed = _COUNTER.pack(value)
-        meta = self._dbs["meta"]
-        self.submit(lambda txn: txn.put(key, packed, db=meta), key=("counter", key))
+        future = self.submit(self._counter_write(key), key=("counter", key))
+        future.add_done_callback(_observed)     # a failure is the batch's, told to its writers
+        self._queued_counters.add(key)
         return value
+
+    def _counter_write(self, key: bytes) -> WriteFn:
+        packed = _COUNTER.pack(self._counters[key])
+        meta = self._dbs["meta"]
+        return lambda txn: txn.put(key, packed, db=meta)
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
@@ -262,6 +276,7 @@ class StorageEnvironment:
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()
             self._lazy_timer = None
+        counters = self._seal_counters()
         batch = list(self._pending.values())
         self._pending = {}
         for queued in batch:
@@ -275,7 +290,20 @@ class StorageEnvironment:
         loop = self._loop
         assert loop is not None
         done = self._executor.submit(self._write_batch, [queued.write for queued in batch])
-        done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._flushed, batch, f))
+        done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._flushed, batch, f, counters))
+
+    def _seal_counters(self) -> set[bytes]:
+        """The counters written by the batch being sealed: those queued since the last one,
+        and those whose write failed with an earlier batch (added to it now). A write using an
+        id allocated since a failed batch (a ledger's record) is then never durable without
+        the id's high-water mark, and a restart cannot give the id again."""
+        counters, self._queued_counters = self._queued_counters, set()
+        if self._unsaved_counters:
+            for key in self._unsaved_counters - counters:
+                self._pending[("counter", key)] = _QueuedWrite(self._counter_write(key), [], None)
+            counters |= self._unsaved_counters
+            self._unsaved_counters = set()
+        return counters
 
     @staticmethod
     def _without_refused(batch: list[_QueuedWrite]) -> list[_QueuedWrite]:
@@ -312,13 +340,14 @@ class StorageEnvironment:
         with self._env.begin(write=True) as txn:
             return [write(txn) if write is not None else None for write in writes]
 
-    def _flushed(self, batch: list[_QueuedWrite], done: concurrent.futures.Future) -> None:
+    def _flushed(self, batch: list[_QueuedWrite], done: concurrent.futures.Future, counters: set[bytes]) -> None:
         self._flushing = False
         if done.cancelled():
             error: BaseException | None = LedgerClosedError("the storage environment was closed")
         else:
             error = done.exception()
         if error is not None:
+            self._unsaved_counters |= counters
             failure = _storage_error(error)
             for queued in batch:
                 for future in queued.futures:
