@@ -72,7 +72,7 @@ from pyengine.transaction.coordinator.metadata_records import (
 from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId, visibility_mask
 
 _MAGIC = b"PETS"
-_VERSION = 2
+_VERSION = 3
 _HEAD = struct.Struct("<4sBI")
 
 
@@ -101,20 +101,27 @@ class TxnState:
     data_dir: str
     topics: dict[str, TopicState] = field(default_factory=dict)
     # The highest ledger id the data dir had allocated: a ledger above it is newer than the
-    # capture (invisible), a ledger at or below it that no captured topic owns is an error.
+    # capture (invisible). One at or below it that no captured topic owns is a stored topic's
+    # left out of the capture (`other_ledgers`: an error, its rows cannot be judged), else a
+    # ledger gone by then (trimmed by retention, or its topic deleted): no consumer can
+    # receive its rows, they are not visible.
     max_ledger_id: int = -1
+    other_ledgers: tuple[int, ...] = ()
 
     def __getitem__(self, topic: str) -> TopicState:
         return self.topics[topic]
 
     def select(self, topics: Iterable[str]) -> TxnState:
-        return TxnState(self.data_dir, {name: self.topics[name] for name in topics}, self.max_ledger_id)
+        kept = {name: self.topics[name] for name in topics}
+        dropped = [ledger for name, state in self.topics.items() if name not in kept for ledger in state.ledgers]
+        return TxnState(self.data_dir, kept, self.max_ledger_id, tuple(sorted({*self.other_ledgers, *dropped})))
 
     # --- bytes ----------------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
         """A self-contained encoding (what is broadcast): a JSON head and the aborted sets."""
-        head: dict[str, Any] = {"data_dir": self.data_dir, "max_ledger_id": self.max_ledger_id, "topics": []}
+        head: dict[str, Any] = {"data_dir": self.data_dir, "max_ledger_id": self.max_ledger_id,
+                                "other_ledgers": list(self.other_ledgers), "topics": []}
         blobs = []
         for state in self.topics.values():
             head["topics"].append({
@@ -149,7 +156,7 @@ class TxnState:
                 raise ValueError(f"{len(data) - offset} bytes follow the transaction state")
         except (struct.error, KeyError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a pyengine transaction state: {exc}") from exc
-        return cls(head["data_dir"], topics, head["max_ledger_id"])
+        return cls(head["data_dir"], topics, head["max_ledger_id"], tuple(head["other_ledgers"]))
 
     @property
     def fingerprint(self) -> str:
@@ -292,8 +299,13 @@ class Snapshot:
         return False
 
     def state(self, names: Iterable[str]) -> TxnState:
+        names = list(names)
+        captured = set(names)
+        others = [ledger.ledger_id for name in self.topic_names() if name not in captured
+                  for ledger in self.view.topic(name).ledgers]
         return TxnState(str(self.store.path.resolve()), {name: self.topic_state(self.view.topic(name))
-                                                         for name in names}, self.view.counter("ledger"))
+                                                         for name in names}, self.view.counter("ledger"),
+                        tuple(sorted(others)))
 
 
 @contextmanager
@@ -314,6 +326,7 @@ def capture_state(data_dir: str | Path, topics: Iterable[str] | None = None) -> 
 
 _PREPARED: dict[str, PreparedState] = {}
 _PREPARED_LIMIT = 16
+_OTHER_TOPIC = -2
 
 
 class PreparedState:
@@ -335,8 +348,12 @@ class PreparedState:
         ledgers = [(ledger, index) for index, name in enumerate(self.names) for ledger in state.topics[name].ledgers]
         top = max([state.max_ledger_id, *(ledger for ledger, _ in ledgers)], default=-1)
         self.max_ledger_id = top
-        # Dense: ledger ids are small counters. -1: no captured topic owns the ledger.
+        # Dense: ledger ids are small counters. -1: no captured topic owns the ledger (gone by
+        # the capture, or newer); OTHER_TOPIC: a stored topic left out of the capture owns it.
         self.topic_of_ledger = np.full(top + 2, -1, dtype=np.int32)
+        for ledger in state.other_ledgers:
+            if ledger <= top:
+                self.topic_of_ledger[ledger] = _OTHER_TOPIC
         for ledger, index in ledgers:
             self.topic_of_ledger[ledger] = index
         self.index = {name: i for i, name in enumerate(self.names)}
@@ -375,19 +392,19 @@ class PreparedState:
         return hidden
 
     def _owners(self, ledger_id) -> np.ndarray:
-        """Index of the captured topic of each row's ledger; -1 for ledgers newer than the
-        capture (not visible yet). Raises for a ledger the capture knows no owner of."""
+        """Index of the captured topic of each row's ledger; -1 for ledgers no captured topic
+        holds: newer than the capture (not visible yet) or gone by then (trimmed by retention,
+        or of a deleted topic: not visible). Raises for a ledger of a stored topic the capture
+        left out (its rows cannot be judged)."""
         ledgers = _int64_numpy(ledger_id)
         top = self.max_ledger_id
         owner = self.topic_of_ledger[np.clip(ledgers, -1, top + 1)]   # -1 wraps to the "none" slot
-        unknown = owner < 0
-        if unknown.any():
-            stray = ledgers[unknown & (ledgers <= self.state.max_ledger_id)]
+        if self.state.other_ledgers:
+            stray = ledgers[owner == _OTHER_TOPIC]
             if stray.size:
                 raise ValueError(
-                    f"rows of ledger {int(stray[0])}, which no topic of the captured state holds: capture "
-                    "the state of every topic the DataFrame holds (ledgers newer than the capture are "
-                    "simply not visible yet)")
+                    f"rows of ledger {int(stray[0])}, which a stored topic the captured state leaves out "
+                    "holds: capture the state of every topic the DataFrame holds")
         return owner
 
     def mask(self, ledger_id: pa.Array, entry_id: pa.Array, txnid_most: pa.Array, txnid_least: pa.Array,
@@ -411,9 +428,10 @@ class PreparedState:
         """Visibility of the rows, and why the others are not visible: counts of `marker`
         rows, `aborted` rows (of aborted transactions, and v5 late writes refused to their
         sender) and `uncommitted` rows (of open transactions, or behind the read horizon, or
-        newer than the capture)."""
+        newer than the capture, or of ledgers gone by then). A row whose marker flag is null counts as a marker, as the
+        kernel takes it: one that may be a marker is not visible."""
         visible = _bool_numpy(self.mask(ledger_id, entry_id, txnid_most, txnid_least, is_marker))
-        markers = _bool_numpy(is_marker)
+        markers = flags_numpy(is_marker)
         aborted = np.zeros(len(visible), dtype=np.bool_)
         if len(visible):
             owner = self._owners(ledger_id)
@@ -440,6 +458,15 @@ def _int64_numpy(array) -> np.ndarray:
 
 def _bool_numpy(array) -> np.ndarray:
     return array if isinstance(array, np.ndarray) else array.to_numpy(zero_copy_only=False)
+
+
+def flags_numpy(array) -> np.ndarray:
+    """Row flags as NumPy bools, a null (Arrow) taken as set."""
+    if isinstance(array, np.ndarray):
+        return array
+    if array.null_count:
+        array = array.fill_null(True)
+    return array.to_numpy(zero_copy_only=False)
 
 
 __all__ = ["MetadataBackendError", "PreparedState", "Snapshot", "TopicState", "TxnState", "capture_state",

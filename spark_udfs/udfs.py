@@ -25,11 +25,14 @@ from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.functions import arrow_udf
-from pyspark.sql.types import BooleanType
+from pyspark.sql.types import BooleanType, DataType, LongType
 
 from spark_udfs.schema import VISIBILITY_COLUMNS
 from spark_udfs.source import _prepared
-from spark_udfs.state import TxnState
+from spark_udfs.state import TxnState, flags_numpy
+
+# The Spark types of the five visibility columns, in their order (the data source's schema).
+_VISIBILITY_TYPES: tuple[DataType, ...] = (LongType(), LongType(), LongType(), LongType(), BooleanType())
 
 
 class _Payload:
@@ -98,10 +101,23 @@ def committed_filter(df: DataFrame, state: TxnState, columns: tuple[str, ...] = 
     """The rows of `df` a READ_COMMITTED consumer receives. `df` holds rows of the data
     source's schema (read with `isolation=read_uncommitted`, or exported from it), or at
     least the five `columns` (ledger_id, entry_id, txnid_most, txnid_least, is_marker)."""
+    _check_columns(df, columns, "committed_filter")
+    return df.filter(committed_column(state, columns, df.sparkSession))
+
+
+def _check_columns(df: DataFrame, columns: tuple[str, ...], caller: str) -> None:
+    """The five visibility columns are there with the source's types: a clear error now
+    rather than a failure inside a Python worker later."""
+    if len(columns) != len(VISIBILITY_COLUMNS):
+        raise ValueError(f"columns names the {len(VISIBILITY_COLUMNS)} visibility columns {VISIBILITY_COLUMNS}")
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ValueError(f"the DataFrame has no column(s) {missing}; committed_filter reads {list(columns)}")
-    return df.filter(committed_column(state, columns, df.sparkSession))
+        raise ValueError(f"the DataFrame has no column(s) {missing}; {caller} reads {list(columns)}")
+    for column, wanted in zip(columns, _VISIBILITY_TYPES):
+        actual = df.schema[column].dataType
+        if actual != wanted:
+            raise TypeError(f"column {column!r} is {actual.simpleString()}, {caller} reads it as "
+                            f"{wanted.simpleString()} (the data source's type): cast it first")
 
 
 COUNTS = ("visible", "marker", "aborted", "uncommitted")
@@ -124,7 +140,7 @@ def committed_batches(state: TxnState | None, spark: SparkSession | None = None,
             if prepared is not None:
                 visible, tally = prepared.classify(*columns)
             else:
-                visible = ~columns[-1].to_numpy(zero_copy_only=False)
+                visible = ~flags_numpy(columns[-1])       # a null marker flag may be one
                 tally = {"visible": int(visible.sum()), "marker": len(visible) - int(visible.sum())}
             for name, accumulator in (counts or {}).items():
                 accumulator.add(tally.get(name, 0))
@@ -141,9 +157,7 @@ def committed_rows(df: DataFrame, state: TxnState | None, counts: dict[str, Accu
     """`df`'s READ_COMMITTED rows (every non-marker row when `state` is None) in one
     `mapInArrow` pass, counting into `counts` (see `committed_batches`). `df` needs the
     five VISIBILITY_COLUMNS under their own names; its schema is kept."""
-    missing = [c for c in VISIBILITY_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"the DataFrame has no column(s) {missing}; committed_rows reads {list(VISIBILITY_COLUMNS)}")
+    _check_columns(df, VISIBILITY_COLUMNS, "committed_rows")
     return df.mapInArrow(committed_batches(state, df.sparkSession, counts), df.schema)
 
 

@@ -281,13 +281,14 @@ pub enum Flags<'a> {
 }
 
 impl<'a> BoolView<'a> {
-    /// Null counts as false. Copies only strided NumPy views and nullable Arrow arrays
-    /// (n/8 bytes); call it with the GIL released.
+    /// Null counts as true: an unknown flag is taken as set (a row that may be a marker is
+    /// never visible). Copies only strided NumPy views and nullable Arrow arrays (n/8
+    /// bytes); call it with the GIL released.
     pub fn flags(&self) -> Flags<'a> {
         match &self.0 {
             BoolValues::NumPy(values) => Flags::Bytes(values.to_cow()),
             BoolValues::Arrow(array) => Flags::Bits(BitWords::new(&match array.nulls() {
-                Some(nulls) if nulls.null_count() > 0 => array.values() & nulls.inner(),
+                Some(nulls) if nulls.null_count() > 0 => array.values() | &!nulls.inner(),
                 _ => array.values().clone(),
             })),
         }

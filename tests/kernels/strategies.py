@@ -54,9 +54,10 @@ def int64_column(values: Sequence[int | None], layout: Layout, null_as: int = -1
 
 
 def bool_column(values: Sequence[bool | None], layout: Layout) -> object:
+    """NumPy layouts have no nulls: they stand for True there (an unknown flag is set)."""
     if layout == "arrow":
         return pa.array(values, type=pa.bool_())
-    filled = np.array([bool(v) for v in values], dtype=np.bool_)
+    filled = np.array([True if v is None else bool(v) for v in values], dtype=np.bool_)
     return strided(filled) if layout == "strided" else filled
 
 

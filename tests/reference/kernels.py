@@ -177,14 +177,15 @@ def visibility_mask(
     max_read_position: Pos,
     aborted: AbortedTxnSet,
 ) -> list[bool]:
-    """READ_COMMITTED: not a marker, at or before max read, not in an aborted txn."""
+    """READ_COMMITTED: not a marker (a null marker flag may be one), at or before max read,
+    not in an aborted txn."""
     mask = []
     for ledger, entry, most, least, marker in zip(
         ledger_id, entry_id, txnid_most, txnid_least, is_marker, strict=True
     ):
         transactional = most is not None and least is not None and most >= 0 and least >= 0
         mask.append(
-            not marker
+            marker is not None and not marker
             and (ledger, entry) <= max_read_position
             and not (transactional and aborted.contains(most, least))
         )

@@ -115,12 +115,37 @@ def test_committed_filter_on_raw_rows_equals_the_read_committed_source(spark, wo
 def test_committed_filter_rejects_rows_of_topics_it_has_no_state_for(spark, workload):
     raw = spark.read.format("pyengine").option("isolation", "read_uncommitted").load(str(workload.data_dir))
     state = spark_udfs.capture_state(workload.data_dir, [TOPICS[0]])
-    with pytest.raises(PySparkException, match="no topic of the captured state holds"):
+    with pytest.raises(PySparkException, match="a stored topic the captured state leaves out holds"):
         spark_udfs.committed_filter(raw, state).count()
     with pytest.raises(ValueError, match="no column"):
         spark_udfs.committed_filter(raw.select("ledger_id"), state)
     with pytest.raises(TypeError, match="TxnState"):
         spark_udfs.committed_filter(raw, {"not": "a state"})
+
+
+def test_visibility_columns_of_another_type_are_refused_when_the_filter_is_built(spark, workload):
+    """Found by an audit: int columns failed inside a Python worker, strings deep in NumPy."""
+    raw = spark.read.format("pyengine").option("isolation", "read_uncommitted").load(str(workload.data_dir))
+    state = spark_udfs.capture_state(workload.data_dir)
+    for column, cast in (("ledger_id", "int"), ("txnid_least", "string"), ("txnid_most", "decimal(20,0)"),
+                         ("is_marker", "int")):
+        other = raw.withColumn(column, F.col(column).cast(cast))
+        for build in (spark_udfs.committed_filter, spark_udfs.committed_rows):
+            with pytest.raises(TypeError, match=f"column '{column}' is .*cast it first"):
+                build(other, state)
+
+
+def test_a_null_marker_flag_is_never_visible(spark, workload):
+    """A row whose is_marker is null (an exported DataFrame) may be a marker: every filter
+    drops it. Before, the UDF kept it, committed_rows failed and committed_filter dropped it
+    (found by an audit)."""
+    raw = spark.read.format("pyengine").option("isolation", "read_uncommitted").load(str(workload.data_dir))
+    state = spark_udfs.capture_state(workload.data_dir)
+    rows = raw.limit(1).withColumn("is_marker", F.lit(None).cast("boolean"))
+    assert spark_udfs.committed_filter(rows, state).count() == 0
+    assert spark_udfs.committed_rows(rows, state).count() == 0
+    assert spark_udfs.committed_rows(rows, None).count() == 0
+    assert rows.select(spark_udfs.committed_udf(state)(*spark_udfs.VISIBILITY_COLUMNS)).first()[0] is False
 
 
 def test_topics_positions_and_pushed_filters(spark, workload):

@@ -254,7 +254,8 @@ def visibility_mask(
 
     A row is visible iff it is not a marker, ``(ledger_id, entry_id) <= max_read_position``,
     and it is not in an aborted txn. A row is transactional when both txn ids are non-null
-    and ``>= 0``; Arrow nulls in ``is_marker`` mean ``False``; position columns must not
+    and ``>= 0``; Arrow nulls in ``is_marker`` mean ``True`` (a row that may be a marker is
+    not visible); position columns must not
     hold nulls. All columns must have the same length (``ValueError``).
 
     Returns a NumPy bool array when every column is a NumPy array, otherwise a
