@@ -215,9 +215,13 @@ def _exact_topic(pattern: str, stored: list[str]) -> list[str]:
     return [stored_name for stored_name in stored if _partition_of(stored_name) == name]
 
 
-def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[str]:
+def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str], *, patterns_may_match_none: bool = False
+                   ) -> list[str]:
     """The stored topics the patterns name, in stored (name) order. Without patterns: every
-    topic except system ones (local name starting with `__`)."""
+    topic except system ones (local name starting with `__`). A pattern (glob, namespace,
+    scalable topic) that matches nothing is an error, unless `patterns_may_match_none` (a
+    stream: its topics may come later, or all be deleted, as with Kafka's subscribePattern);
+    a topic named exactly that is not stored always is."""
     def is_system(name: str) -> bool:
         return name.rpartition("/")[2].startswith("__")
 
@@ -233,18 +237,18 @@ def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str]) -> list[
         elif any(ch in pattern for ch in "*?["):
             full = pattern if "://" in pattern else f"persistent://{pattern}"
             matched = [name for name in stored if fnmatch.fnmatchcase(name, full) and not is_system(name)]
-            if not matched:
+            if not matched and not patterns_may_match_none:
                 raise OptionError(f"no stored topic matches {pattern!r}")
         elif "://" not in pattern and pattern.count("/") == 1:
             matched = [name for name in stored
                        if TopicName.parse(name).namespace_name == pattern and not is_system(name)]
-            if not matched:
+            if not matched and not patterns_may_match_none:
                 raise OptionError(f"namespace {pattern!r} has no stored topic")
         elif pattern.startswith("topic://"):
             scalable = _normalize(pattern, "topics")
             matched = [name for name in stored if name.startswith("segment://")
                        and str(TopicName.parse(name).scalable_topic) == scalable]
-            if not matched:
+            if not matched and not patterns_may_match_none:
                 raise OptionError(f"scalable topic {scalable!r} has no stored segment:// topic in this data dir")
         else:                                   # a topic name matching nothing stored (see above)
             raise OptionError(f"unknown topic {_normalize(pattern, 'topics')!r}: it is not stored in this data dir")

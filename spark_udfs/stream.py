@@ -20,7 +20,8 @@ only and refused here):
   Spark's Kafka source starts a read_committed query at the last stable offset).
 * Topics matched by a pattern (`topics` a namespace or glob) that appear later are read from
   their beginning, as Spark's Kafka source reads new partitions; a topic deleted while the
-  query runs is no longer planned.
+  query runs is no longer planned. A pattern may match nothing, at the start or once its
+  topics are deleted: its micro-batches are then empty (Kafka's subscribePattern).
 * `maxEntriesPerTrigger` (as Kafka's maxOffsetsPerTrigger): at most about that many entries per
   micro-batch (a batched entry holds several messages), shared among the topics in proportion
   to what each has to read, each topic with something to read getting at least one. With
@@ -131,7 +132,7 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def _topics(self, snapshot: Snapshot, check_start: bool = False) -> list[str]:
-        names = resolve_topics(self.options.topics, snapshot.topic_names())
+        names = resolve_topics(self.options.topics, snapshot.topic_names(), patterns_may_match_none=True)
         stray = sorted(set(self.options.start.per_topic) - set(names)) if check_start else []
         if stray:
             raise OptionError(f"startPosition names {', '.join(map(repr, stray))}, which is not among the topics "

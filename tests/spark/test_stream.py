@@ -116,6 +116,21 @@ async def test_topics_of_a_pattern_created_later_are_read_from_their_beginning(s
     assert batches.next() == [b"other"]
 
 
+async def test_a_pattern_matching_nothing_gives_empty_micro_batches(served, broker, topic):
+    """At the start, or once every topic it matched is deleted (found by an audit: the query
+    failed then, and so did every restart from its checkpoint), as Kafka's subscribePattern."""
+    batches = MicroBatches(stream_reader(served, topics=topic + "-*"))
+    assert batches.next() == []
+    producer = await broker.create_producer(topic + "-a")
+    await producer.send(b"first")
+    assert batches.next() == [b"first"]
+    await producer.close()
+    served.admin("DELETE", "/admin/v2/persistent/public/default/" + topic.rpartition("/")[2] + "-a?force=true")
+    assert batches.next() == []
+    with pytest.raises(OptionError, match="no stored topic matches"):       # a batch read still refuses it
+        PyengineDataSource({"path": str(served.data_dir), "topics": topic + "-*"}).reader(SCHEMA).partitions()
+
+
 async def test_partitions_of_a_micro_batch_split_large_ledgers(served, broker, topic):
     producer = await broker.create_producer(topic)
     for i in range(7):
