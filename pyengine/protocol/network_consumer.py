@@ -45,11 +45,13 @@ class NetworkConsumer:
             return
         head = replies.message_head
         consumer_id = self.consumer_id
+        partition = self.topic.partition_index
         buffers: list[bytes] = []
         for delivery in deliveries:
             entry = delivery.entry
             data = entry.data
-            buffers.append(head(consumer_id, entry.position, delivery.redelivery_count, delivery.ack_set, len(data)))
+            buffers.append(head(consumer_id, entry.position, delivery.redelivery_count, delivery.ack_set, len(data),
+                                partition))
             buffers.append(data)
         self.connection.write_many(buffers)
 

@@ -157,15 +157,20 @@ def send_error(producer_id: int, sequence_id: int, code: int, message: str) -> b
 
 
 def message_head(consumer_id: int, position: Position, redelivery_count: int,
-                 ack_set: Sequence[int] | None, payload_size: int) -> bytes:
+                 ack_set: Sequence[int] | None, payload_size: int, partition: int = -1) -> bytes:
     """The start of a MESSAGE frame: sizes and command; the stored entry (checksum, metadata
-    and payload as the producer sent them) follows as a separate buffer, never copied."""
+    and payload as the producer sent them) follows as a separate buffer, never copied.
+    `partition`: the topic's partition index (-1: not a partition), in the message id as
+    Apache's broker sets it; clients compare ids with it (the C++ client's
+    hasMessageAvailable against GET_LAST_MESSAGE_ID's id)."""
     cmd = BaseCommand(type=BaseCommand.MESSAGE)
     body = cmd.message
     body.consumer_id = consumer_id
     message_id = body.message_id
     message_id.ledgerId = position.ledger_id
     message_id.entryId = position.entry_id
+    if partition >= 0:
+        message_id.partition = partition
     if redelivery_count:
         body.redelivery_count = redelivery_count
     if ack_set:

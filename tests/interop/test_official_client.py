@@ -290,6 +290,27 @@ def test_partitioned_topic_created_through_the_admin_api(broker: ServeProcess, o
     assert stats["msgInCounter"] == 30
 
 
+def test_a_reader_of_a_partitioned_topic_sees_the_end(broker: ServeProcess, official: pulsar.Client) -> None:
+    """MESSAGE carries the partition index in its message id, as Apache's broker sets it: the
+    C++ client compares the ids it read with GET_LAST_MESSAGE_ID's (which has it), and without
+    it has_message_available() stayed true after everything was read (found by an audit)."""
+    broker.admin("PUT", "/admin/v2/persistent/public/default/read-to-end/partitions", 3)
+    topic = f"{NS}/read-to-end"
+    producer = official.create_producer(topic, batching_enabled=False,
+                                        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for i in range(9):
+        producer.send(b"%d" % i)
+    for reader in (official.create_reader(topic, pulsar.MessageId.earliest),
+                   official.create_reader(f"{topic}-partition-1", pulsar.MessageId.earliest)):
+        read = []
+        while reader.has_message_available():
+            read.append(reader.read_next(5000))
+        assert len(read) == (9 if "partition" not in reader.topic() else 3)
+        assert {m.message_id().partition() for m in read} == ({0, 1, 2} if "partition" not in reader.topic()
+                                                               else {1})
+        reader.close()
+
+
 def test_admin_errors_reach_the_caller(broker: ServeProcess) -> None:
     with pytest.raises(urllib.error.HTTPError) as error:
         broker.admin("PUT", "/admin/v2/persistent/public/default/bad-p/partitions", "three")
