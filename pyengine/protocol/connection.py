@@ -1003,7 +1003,9 @@ class ServerConnection(asyncio.Protocol):
         subscription = consumer.subscription
         assert subscription is not None
         if any(c is not consumer.broker_consumer for c in subscription.consumers):
-            raise NotAllowedError(f"subscription {consumer.subscription_name} has other consumers")
+            # Apache's answer (PersistentSubscription.doUnsubscribe): a MetadataError.
+            raise MetadataError(f"Unconnected or shared consumer attempting to unsubscribe: subscription "
+                                f"{consumer.subscription_name} has other consumers")
         del self.consumers[body.consumer_id]
         self._release_consumer(consumer)
         if consumer.durable:

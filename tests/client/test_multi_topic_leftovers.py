@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from pyengine.client import Client
-from pyengine.errors import ConsumerBusyError, NotAllowedError
+from pyengine.errors import ConsumerBusyError, MetadataError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
 
@@ -37,7 +37,7 @@ async def test_an_unsubscribe_failing_on_one_topic_keeps_the_consumer_open_on_it
     topics = [f"{NS}/leftover-unsub-a", f"{NS}/leftover-unsub-b"]
     consumer = await client.subscribe(topics, "s", consumer_type="shared")
     other = await client.subscribe(topics[1], "s", consumer_type="shared")    # b cannot be unsubscribed now
-    with pytest.raises(NotAllowedError):
+    with pytest.raises(MetadataError, match="shared consumer attempting to unsubscribe"):
         await consumer.unsubscribe()
     assert consumer.topics == [topics[1]]          # a is unsubscribed (and dropped), b is still on
     await other.close()

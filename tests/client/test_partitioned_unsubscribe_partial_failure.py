@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pyengine.client.handler import CLOSED
-from pyengine.errors import NotAllowedError
+from pyengine.errors import MetadataError
 
 TOPIC = "persistent://public/default/parted-unsub"
 
@@ -27,10 +27,10 @@ def _subscriptions(broker, partition: int) -> set[str]:
 async def test_an_unsubscribe_refused_on_one_partition_keeps_the_consumer_open_for_a_retry(
         broker, client, partitioned):
     consumer = await client.subscribe(partitioned, "s", consumer_type="shared")
-    # Another consumer of the Shared subscription on partition 1: the broker refuses (NotAllowed)
-    # to delete the subscription there while it is connected.
+    # Another consumer of the Shared subscription on partition 1: the broker refuses (as Apache,
+    # a MetadataError) to delete the subscription there while it is connected.
     other = await client.subscribe(f"{TOPIC}-partition-1", "s", consumer_type="shared")
-    with pytest.raises(NotAllowedError):
+    with pytest.raises(MetadataError, match="shared consumer attempting to unsubscribe"):
         await consumer.unsubscribe()
     assert [_subscriptions(broker, i) for i in range(3)] == [set(), {"s"}, set()]   # the others went
     consumer._check_open()                      # still open: not closed, no failure kept
