@@ -165,7 +165,8 @@ class SubscriptionCoordinator:
 
     async def _refuse_while_held(self, consumer_name: str, on_assignment: AssignmentListener | None) -> None:
         """ConsumerBusy while another connection holds `consumer_name` and answers; a silent
-        one is closed by its check (its disconnect then starts the session's grace period).
+        one is closed by its check and the session moves to the caller (the closed
+        connection's late disconnect is then superseded, see `disconnect`).
         Before, a second registration took the session over at once: refused by the segments
         its first holder still read, it then unregistered the session, and the first holder,
         never told, stopped following the layout."""
