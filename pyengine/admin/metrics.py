@@ -148,9 +148,10 @@ class BrokerCollector(Collector):
             values = {
                 "pulsar_storage_size": ledger.total_size,
                 "pulsar_msg_backlog": sum(backlogs.values()),
-                "pulsar_subscriptions_count": len(topic.subscriptions),
+                # readers' (non-durable) subscriptions and consumers count, as in Pulsar
+                "pulsar_subscriptions_count": len(topic.subscriptions) + len(topic.non_durable_subscriptions()),
                 "pulsar_producers_count": len(topic.producers),
-                "pulsar_consumers_count": sum(len(sub.consumers) for sub in topic.subscriptions.values()),
+                "pulsar_consumers_count": topic.number_of_consumers(),
                 "pulsar_txn_tb_active_total": buffer_stats["ongoing_txn_count"],
                 "pyengine_txn_read_horizon_lag_entries": ledger.entries_between(buffer.max_read_position(), ledger.lac),
                 "pulsar_in_messages_total": topic.msg_in_counter,

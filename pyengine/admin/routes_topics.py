@@ -66,7 +66,8 @@ async def existing_topic(service: BrokerService, name: TopicName) -> Topic:
 
 
 def has_clients(topic: Topic) -> bool:
-    return bool(topic.producers) or any(sub.consumers for sub in topic.subscriptions.values())
+    """Producers or consumers, readers' included (Pulsar's currentUsageCount)."""
+    return bool(topic.producers) or topic.number_of_consumers() > 0
 
 
 def partition_names(name: TopicName, partitions: int) -> list[str]:

@@ -39,13 +39,17 @@ def pulsar_state(state: str) -> str:
 
 def topic_stats(topic: Topic) -> dict[str, Any]:
     subscriptions = {name: subscription_stats(sub) for name, sub in topic.subscriptions.items()}
+    backlog = sum(sub["msgBacklog"] for sub in subscriptions.values())
+    # Readers' (non-durable) subscriptions are listed too, `isDurable` false, as Pulsar lists
+    # them; the topic's backlog is its durable subscriptions'.
+    subscriptions.update((name, subscription_stats(sub)) for name, sub in topic.non_durable_subscriptions().items())
     return {
         "msgInCounter": topic.msg_in_counter,
         "bytesInCounter": topic.bytes_in_counter,
         "msgRateIn": topic.rate_in.msg_rate, "msgThroughputIn": topic.rate_in.byte_rate,
         **_out(topic.rate_out),
         "storageSize": topic.ledger.total_size,
-        "msgBacklog": sum(sub["msgBacklog"] for sub in subscriptions.values()),
+        "msgBacklog": backlog,
         "publishers": [{"producerName": p.name, "producerId": p.producer_id, "msgInCounter": p.rate_in.msgs,
                         "bytesInCounter": p.rate_in.bytes, "msgRateIn": p.rate_in.msg_rate,
                         "msgThroughputIn": p.rate_in.byte_rate} for p in topic.producers.values()],

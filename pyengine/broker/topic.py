@@ -445,6 +445,11 @@ class Topic:
             "transactionBuffer": self.buffer.stats(),
         }
 
+    def non_durable_subscriptions(self) -> dict[str, Subscription]:
+        """The readers' subscriptions, by name (Pulsar keeps them in the topic's subscriptions
+        with the durable ones; here they stay apart, so that nothing stores or restores them)."""
+        return dict(self._named_readers)
+
     def consumers(self) -> list[Consumer]:
         """Every consumer attached to the topic, of its subscriptions and its readers."""
         return [c for subscription in [*self.subscriptions.values(), *self._readers] for c in subscription.consumers]
