@@ -38,18 +38,20 @@ from pyengine.client.consumer import (
     check_key_shared_policy, receive_batch, receive_queued, wake_all, wake_one,
 )
 from pyengine.client.backoff import Backoff
-from pyengine.client.errors import AlreadyClosedError
+from pyengine.client.errors import AlreadyClosedError, CumulativeAcknowledgementNotAllowedError
 from pyengine.client.message import Message, MessageId, decode_entry, seek_ack_set
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.producer import check_delivery, check_ordering_key
 from pyengine.client.reader import has_more, position_before_last
 from pyengine.client.validation import (
-    check_consumer_type, check_initial_position, check_int, check_name, check_timeout, check_topic,
+    check_consumer_type, check_initial_position, check_int, check_name, check_properties, check_timeout,
+    check_topic,
 )
 from pyengine.naming import TopicName
 from pyengine.errors import (
-    InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, to_pulsar_error,
+    InvalidTxnStatusError, MetadataError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError,
+    to_pulsar_error,
 )
 from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
@@ -66,6 +68,7 @@ def _now_ms() -> int:
 
 
 _T = TypeVar("_T")
+_DEFAULT_NEGATIVE_ACK_DELAY_MS = 60_000       # pulsar-client's negative_ack_redelivery_delay_ms
 
 
 async def _retried_while_held(attach: Callable[[], _T], timeout_ms: int) -> _T:
@@ -180,7 +183,7 @@ class EmbeddedClient:
                         consumer_type: str = "exclusive",
                         initial_position: str = "latest", receiver_queue_size: int = 1000,
                         consumer_name: str | None = None, priority: int = 0,
-                        negative_ack_redelivery_delay_ms: int = 60_000,
+                        negative_ack_redelivery_delay_ms: int = _DEFAULT_NEGATIVE_ACK_DELAY_MS,
                         read_compacted: bool = False, pattern_auto_discovery_period: float = 60,
                         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
                         key_shared_policy: ConsumerKeySharedPolicy | None = None,
@@ -261,8 +264,10 @@ class EmbeddedClient:
         check_name("reader_name", reader_name, optional=True)
         _check_read_compacted(read_compacted)
         loaded = await self._attachable_topic(topic)
+        # negative acks of a reader wait the default delay too (60 s), as the network client's
         consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True,
-                                    start_inclusive=start_message_id_inclusive)
+                                    start_inclusive=start_message_id_inclusive,
+                                    negative_ack_delay_ms=_DEFAULT_NEGATIVE_ACK_DELAY_MS)
         consumer._start = consumer._seek_start = start_message_id
         broker_side = Consumer(consumer, name=reader_name)
         if start_message_id == MessageId.latest:
@@ -289,13 +294,13 @@ class EmbeddedClient:
             version = 5
         if version == 5:
             txn_id = await self.service.coordinator.new_transaction(V5_COORDINATOR_ID, timeout_ms)
-            return EmbeddedTransaction(self.service, txn_id)
+            return EmbeddedTransaction(self.service, txn_id, timeout_ms)
         if version != 4:
             raise ValueError(f"version must be 4 or 5, not {version!r}")
         coordinators = self.service.coordinator.coordinator_ids
         coordinator = coordinators[next(self._next_coordinator) % len(coordinators)]
         txn_id = await self.service.coordinator.new_transaction(coordinator, timeout_ms)
-        return EmbeddedTransaction(self.service, txn_id)
+        return EmbeddedTransaction(self.service, txn_id, timeout_ms)
 
     async def close(self) -> None:
         for consumer in list(self._consumers):
@@ -305,10 +310,24 @@ class EmbeddedClient:
 
 
 class EmbeddedTransaction:
-    def __init__(self, service: BrokerService, txn_id: TxnId) -> None:
+    def __init__(self, service: BrokerService, txn_id: TxnId, timeout_ms: int | None = None,
+                 deadline: float | None = None) -> None:
         self.service = service
         self.txn_id = txn_id
         self.state = "open"
+        # As pyengine.client's Transaction (and Java's TransactionImpl): past its timeout the
+        # transaction is "timed_out" here too (the coordinator aborts it at the same time), and
+        # every operation is refused at once. `deadline`: time.monotonic() seconds.
+        self._deadline = deadline if deadline is not None else (
+            time.monotonic() + timeout_ms / 1000 if timeout_ms is not None else None)
+        self._timer: asyncio.TimerHandle | None = None
+        if self._deadline is not None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:            # rebound outside the loop (tests): the coordinator still times it out
+                loop = None
+            if loop is not None:
+                self._timer = loop.call_later(max(0.0, self._deadline - time.monotonic()), self._timed_out)
         self._partitions: dict[str, asyncio.Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], asyncio.Future[None]] = {}
         # Sends and acks under way, and the first of them that failed: the commit waits until
@@ -325,9 +344,25 @@ class EmbeddedTransaction:
         self._metadata_fields = MessageMetadata(
             txnid_most_bits=txn_id.most_bits, txnid_least_bits=txn_id.least_bits).SerializePartialToString()
 
+    def _timed_out(self) -> None:
+        if self.state == "open":
+            self.state = "timed_out"
+
     def _check_open(self) -> None:
         if self.state != "open":
-            raise InvalidTxnStatusError(f"transaction {self.txn_id} is {self.state}")
+            raise InvalidTxnStatusError(f"transaction {self.txn_id} is {self.state.replace('_', ' ')}")
+
+    def _fail(self, error: BaseException) -> None:
+        """A send or ack of this open transaction failed before it was under way (a closed
+        producer): the commit aborts and raises it, as the network client's does."""
+        if self.state == "open" and self._failure is None:
+            self._failure = error
+
+    def _ending(self, state: str) -> None:
+        self._check_open()
+        self.state = state
+        if self._timer is not None:
+            self._timer.cancel()
 
     def _rebound(self, service: BrokerService) -> EmbeddedTransaction:
         """This transaction on `service` (a restarted broker, whose coordinator kept it open):
@@ -335,7 +370,7 @@ class EmbeddedTransaction:
         under open transactions)."""
         if self._in_flight:
             raise InvalidTxnStatusError(f"transaction {self.txn_id} has operations under way")
-        rebound = EmbeddedTransaction(service, self.txn_id)
+        rebound = EmbeddedTransaction(service, self.txn_id, deadline=self._deadline if self.state == "open" else None)
         rebound.state = self.state
         rebound._partitions = dict(self._partitions)
         rebound._subscriptions = dict(self._subscriptions)
@@ -356,11 +391,12 @@ class EmbeddedTransaction:
         return registration
 
     def _register_subscription(self, topic: str, subscription: str) -> asyncio.Future[None]:
-        key = (topic, subscription)
-        registration = self._subscriptions.get(key)
-        if registration is None or (registration.done() and registration.exception() is not None):
-            registration = self.service.coordinator.register_acked_subscriptions(self.txn_id, [key])
-            self._subscriptions[key] = registration
+        """The subscription's registration with the coordinator, asked for every ack as the
+        wire broker asks for every transactional ACK: a transaction that ended meanwhile (its
+        timeout) refuses it, and the ack with it. (Taken once, a later ack of an aborted
+        transaction was reserved and its message never came back.)"""
+        registration = self.service.coordinator.register_acked_subscriptions(self.txn_id, [(topic, subscription)])
+        self._subscriptions[(topic, subscription)] = registration
         return registration
 
     def _track(self, *operations: asyncio.Future[Any]) -> None:
@@ -396,8 +432,7 @@ class EmbeddedTransaction:
     async def commit(self) -> None:
         """Commit once every send and ack of the transaction is done; if one of them failed,
         abort instead and raise its error (as Pulsar's clients do)."""
-        self._check_open()
-        self.state = "committing"
+        self._ending("committing")
         failure = await self._operations_settled()
         if failure is not None:
             self.state = "aborting"
@@ -412,14 +447,29 @@ class EmbeddedTransaction:
         self.state = "committed"
 
     async def abort(self) -> None:
-        self._check_open()
-        self.state = "aborting"
+        """Abort: what the transaction sent is dropped, its acks are released. One past its
+        timeout was aborted by the coordinator already (as the network client's abort)."""
+        if self.state == "timed_out":
+            self.state = "aborted"
+            return
+        self._ending("aborting")
         await self._operations_settled()
         await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
         self.state = "aborted"
 
     def __repr__(self) -> str:
         return f"EmbeddedTransaction({self.txn_id}, {self.state})"
+
+
+def _check_fields(key: Any, properties: Any, event_time: Any, sequence_id: Any) -> None:
+    """A send's fields, checked as the network client checks them (pyengine.client.producer)."""
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a string, not {type(key).__name__}")
+    check_properties(properties)
+    if event_time is not None:
+        check_int("event_time", event_time, 0)
+    if sequence_id is not None:
+        check_int("sequence_id", sequence_id, 0, (1 << 63) - 1)
 
 
 class EmbeddedProducer:
@@ -459,13 +509,16 @@ class EmbeddedProducer:
         Shared and Key_Shared subscriptions receive the message no sooner. `ordering_key`, as
         pulsar-client's: what a Key_Shared subscription routes the message by, before `key`."""
         if self._closed:
-            raise ClosedError("the producer is closed")
+            error = ClosedError("the producer is closed")
+            if txn is not None:
+                txn._fail(error)
+            raise error
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        if key is not None or properties is not None or event_time is not None or sequence_id is not None:
+            _check_fields(key, properties, event_time, sequence_id)      # before the producer changes
         if sequence_id is None:
             sequence_id = self._next_sequence
-        elif sequence_id < 0:
-            raise ValueError("sequence_id must be >= 0")
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
@@ -775,8 +828,12 @@ class EmbeddedConsumer:
         indexes up to it are acknowledged too (batch-index acknowledgement, as for `acknowledge`
         and as the network path takes a cumulative ack with an ack set): in a transaction, the
         messages before it in its batch must not come back once it commits."""
-        self._check_open()
         subscription = self._subscription
+        if subscription is not None and subscription.sub_type in ("shared", "key_shared"):
+            # first of all, as the network client
+            raise CumulativeAcknowledgementNotAllowedError(
+                f"cumulative acknowledgement is not allowed on a {subscription.sub_type} subscription")
+        self._check_open()
         assert subscription is not None
         message_id = self._message_id(message)
         in_batch = 0 <= message_id.batch_index < message_id.batch_size - 1
@@ -929,11 +986,17 @@ class EmbeddedConsumer:
         return MessageId(position.ledger_id, position.entry_id, batch_index, self._topic.partition_index)
 
     async def unsubscribe(self) -> None:
+        """Delete the subscription and close. Refused while it has other consumers (as Apache:
+        MetadataError), and the consumer stays open then, as the network client's."""
         self._check_open()
-        assert self._subscription is not None
+        subscription = self._subscription
+        assert subscription is not None
+        if not self._reader and any(c is not self._consumer for c in subscription.consumers):
+            raise MetadataError(f"Unconnected or shared consumer attempting to unsubscribe: subscription "
+                                f"{subscription.name} has other consumers")
         await self.close()
         if not self._reader:
-            await self._topic.unsubscribe(self._subscription.name)
+            await self._topic.unsubscribe(subscription.name)
 
     async def close(self) -> None:
         if self._closed:
