@@ -263,7 +263,9 @@ class PartitionProducer(ConnectionHandler):
         self._epoch = 0
         self._connected_once = False
         self._next_sequence = (options.initial_sequence_id + 1 if options.initial_sequence_id is not None else 0)
-        self.last_sequence_id_published = -1
+        # As Java's ProducerImpl (lastSequenceIdPublished = initialSequenceId) and the C++ client
+        self.last_sequence_id_published = (options.initial_sequence_id if options.initial_sequence_id is not None
+                                           else -1)
         self._pending: deque[_SendOp] = deque()
         self._pending_messages = 0
         # Sends blocked on a full queue, in send order (FIFO): each freed slot wakes the first

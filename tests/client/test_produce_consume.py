@@ -80,6 +80,16 @@ async def test_a_reopened_producer_continues_its_sequence(broker, client):
     assert again.last_sequence_id == 3
 
 
+async def test_last_sequence_id_starts_at_the_initial_sequence_id(client):
+    """As Java's ProducerImpl (lastSequenceIdPublished = initialSequenceId) and the embedded
+    API: before, it was -1 until the first receipt (found by a differential audit)."""
+    producer = await client.create_producer(TOPIC, initial_sequence_id=10)
+    assert producer.last_sequence_id == 10
+    await producer.send(b"x")
+    assert producer.last_sequence_id == 11
+    assert (await client.create_producer(TOPIC)).last_sequence_id == -1
+
+
 async def test_two_clients_share_a_broker(broker):
     async with Client(broker.url) as first, Client(broker.url) as second:
         producer = await first.create_producer(TOPIC)
