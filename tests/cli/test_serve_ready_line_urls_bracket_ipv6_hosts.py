@@ -16,7 +16,7 @@ from pyengine.client.url import parse_service_url
 
 
 class StandInServer:
-    def __init__(self, service: Any, host: str, port: int) -> None:
+    def __init__(self, service: Any, host: str, port: int, **options: Any) -> None:
         self.port = port or 6650
 
     async def start(self) -> None:
@@ -37,7 +37,8 @@ async def test_the_pulsar_url_of_the_ready_line_is_one_a_client_can_parse(monkey
     service = StandInService()
     endpoints: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as components:
-        await serve.start_protocol_server(argparse.Namespace(host=host, port=0), service, components, endpoints)
+        args = argparse.Namespace(host=host, port=0, max_message_publish_buffer_size_mb=-1)
+        await serve.start_protocol_server(args, service, components, endpoints)
     assert endpoints["pulsar"] == url
     assert service.service_url == url
     assert [(a.host, a.port) for a in parse_service_url(endpoints["pulsar"])] == [(host, 6650)]
