@@ -45,13 +45,16 @@ TIMESTAMP = Param("timestamp", {"type": "integer", "minimum": 0, "maximum": INT6
                   "publish time (ms since the epoch) to reset to", "path", required=True)
 
 
-async def topics_of(call: Call, *, create_partitions: bool = False) -> list[Topic]:
+async def topics_of(call: Call, *, create_partitions: bool = False, create_topic: bool = False) -> list[Topic]:
     """The topic of the path, or the partitions of a partitioned topic (those that exist, or
-    all of them, created, when `create_partitions`)."""
+    all of them, created, when `create_partitions`). A topic that does not exist is 404,
+    or created when `create_topic` (as Apache's broker auto-creates it)."""
     name = requested_topic(call)
     service = call.service
     partitions = service.policies.partitions(str(name))
     if not partitions:
+        if create_topic:
+            return [await service.get_topic(str(name))]
         return [await existing_topic(service, name)]
     return [await service.get_topic(p) for p in partition_names(name, partitions)
             if create_partitions or service.topic_exists(p)]
@@ -105,9 +108,12 @@ async def create_subscription(call: Call) -> None:
     if isinstance(start, Position) and partitions > 1:
         raise AdminError(METHOD_NOT_ALLOWED, "a message id names one partition: create the subscription "
                                              "on the partition, or at earliest / latest")
-    if any(name in topic.subscriptions for topic in await topics_of(call)):
+    # As Apache (internalCreateSubscription with auto topic creation, this broker's rule for
+    # producers and consumers too): a topic that does not exist yet is created with it.
+    exists = partitions > 0 or call.service.topic_exists(str(requested_topic(call)))
+    if exists and any(name in topic.subscriptions for topic in await topics_of(call)):
         raise AdminError(CONFLICT, f"Subscription {name} already exists for topic {requested_topic(call)}")
-    topics = await topics_of(call, create_partitions=True)
+    topics = await topics_of(call, create_partitions=True, create_topic=True)
     for topic in topics:
         if isinstance(start, Position):
             subscription = await topic.open_subscription(name, "latest")

@@ -57,8 +57,11 @@ async def test_subscription_errors(api, client):
     await published(client, "t", 1)
     assert (await api.put(f"{P}/t/subscription/s")).status == 204
     assert (await api.put(f"{P}/t/subscription/s")).status == 409
-    assert (await api.put(f"{P}/none/subscription/s")).status == 404
     assert (await api.get(f"{P}/none/subscriptions")).status == 404
+    # As Apache with auto topic creation: creating a subscription creates its topic.
+    assert (await api.put(f"{P}/none/subscription/s")).status == 204
+    assert (await api.get(f"{P}/none/subscriptions")).body == ["s"]
+    assert (await api.put(f"{P}/none2/subscription/s", {"ledgerId": 5, "entryId": 0})).status == 204
     assert (await api.put(f"{P}/t/subscription/x", {"ledgerId": "a", "entryId": 0})).status == 400
     assert (await api.put(f"{P}/t/subscription/x", {"ledgerId": -2, "entryId": 0})).status == 400
     assert (await api.put(f"{P}/t/subscription/x", {"entryId": 0})).status == 400
