@@ -22,7 +22,7 @@ import logging
 import random
 import re
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from pyengine.client.config import ClientConfig
 from pyengine.client.consumer import Consumer, ConsumerBatchReceivePolicy, ConsumerKeySharedPolicy, ConsumerOptions
@@ -50,6 +50,7 @@ from pyengine.schema import SchemaData, SchemaInfo, decode_version, encode_versi
 from pyengine.transaction.coordinator.keys import check_transaction_key
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # the create_producer options a scalable producer passes on to each segment's producer
 _SCALABLE_PRODUCER_OPTIONS = frozenset({
@@ -137,6 +138,17 @@ class Client:
         if self._closed:
             raise AlreadyClosedError("the client is closed")
 
+    async def _opened(self, obj: _T) -> _T:
+        """Keep `obj` (a producer, consumer, reader just made) among the client's open objects;
+        if the client was closed while it was being made, close it and raise AlreadyClosed, as
+        the Java and C++ clients fail creations under way at close (found by an audit: the
+        object came back "ready" on a dead connection, its sends never settled)."""
+        if self._closed:
+            await obj.close()  # type: ignore[attr-defined]
+            raise AlreadyClosedError("the client was closed while the producer or consumer was being created")
+        self._core.open_objects.append(obj)  # type: ignore[arg-type]
+        return obj
+
     async def get_topic_partitions(self, topic: str) -> list[str]:
         """The partitions of `topic` (the topic itself when it is not partitioned)."""
         self._check_open()
@@ -214,8 +226,7 @@ class Client:
             await asyncio.gather(*(h.close() for h in handlers))
             raise errors[0]
         producer = Producer(self._core, name, handlers, options, partitioned=partitions > 0)
-        self._core.open_objects.append(producer)
-        return producer
+        return await self._opened(producer)
 
     async def watch_scalable_topic(self, topic: str) -> DagWatch:
         """A DAG watch of a `topic://` scalable topic (its `layout` stays current)."""
@@ -241,8 +252,7 @@ class Client:
         ProducerOptions(**producer_options)          # the values are checked now, not at the first send
         watch = await self.watch_scalable_topic(topic)
         producer = ScalableProducer(self, watch, producer_options)
-        self._core.open_objects.append(producer)  # type: ignore[arg-type]
-        return producer
+        return await self._opened(producer)
 
     async def subscribe_queue(self, topic: str, subscription_name: str, *, receiver_queue_size: int = 1000,
                               consumer_name: str | None = None) -> QueueConsumer:
@@ -256,8 +266,7 @@ class Client:
         except BaseException:
             await consumer.close()
             raise
-        self._core.open_objects.append(consumer)  # type: ignore[arg-type]
-        return consumer
+        return await self._opened(consumer)
 
     async def subscribe_stream(self, topic: str, subscription_name: str, consumer_name: str, *,
                                receiver_queue_size: int = 1000) -> StreamConsumer:
@@ -274,8 +283,7 @@ class Client:
         except BaseException:
             await consumer.close()
             raise
-        self._core.open_objects.append(consumer)  # type: ignore[arg-type]
-        return consumer
+        return await self._opened(consumer)
 
     async def subscribe_checkpoint(self, topic: str, subscription_name: str, consumer_name: str, *,
                                    checkpoint: dict[int, MessageId] | None = None) -> CheckpointConsumer:
@@ -292,8 +300,7 @@ class Client:
         except BaseException:
             await watch.close()
             raise
-        self._core.open_objects.append(consumer)  # type: ignore[arg-type]
-        return consumer
+        return await self._opened(consumer)
 
     async def subscribe(self, topic: str | list[str] | re.Pattern[str], subscription_name: str, *,
                         consumer_type: str = "exclusive",
@@ -364,12 +371,10 @@ class Client:
                                         target.pattern, target.period,
                                         batch_receive_policy=options.batch_receive_policy)
             await multi._start(target.topics)
-            self._core.open_objects.append(multi)  # type: ignore[arg-type]
-            return multi
+            return await self._opened(multi)
         assert target.name is not None
         consumer = await self._subscribe_one(target.name, options, schema)
-        self._core.open_objects.append(consumer)
-        return consumer
+        return await self._opened(consumer)
 
     async def _subscribe_one(self, name: str, options: ConsumerOptions, schema: SchemaData | None) -> Consumer:
         """A started consumer of topic `name` (of each partition of a partitioned topic)."""
@@ -399,8 +404,7 @@ class Client:
                                   read_compacted=read_compacted)
         reader = Reader(self._core, name, options, partitions)
         await reader._start()
-        self._core.open_objects.append(reader)
-        return reader
+        return await self._opened(reader)
 
     async def get_schema_info(self, topic: str, version: int | None = None) -> SchemaInfo:
         """The topic's latest schema, or its `version` (TopicNotFoundError when there is none)."""

@@ -31,7 +31,7 @@ from pyengine.client.backoff import every
 from pyengine.client.chunks import NUM_CHUNKS_TAG, ChunkAssembler, ChunkMessageId, chunk_entries
 from pyengine.client.connection import ClientConnection
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender, check_dead_letter_policy
-from pyengine.client.errors import AlreadyClosedError, CumulativeAcknowledgementNotAllowedError
+from pyengine.client.errors import AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
 from pyengine.client.message import (
     DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry, seek_ack_set, unacked_from,
@@ -411,6 +411,9 @@ class PartitionConsumer(ConnectionHandler):
             raise
         if self.state in (CLOSING, CLOSED):
             return
+        if not connection.usable:
+            # It closed while the answer was on its way (see the producer's): not ready on it.
+            raise ConnectError(f"{self}: the connection closed as the consumer was subscribed")
         # What was queued before is redelivered by the broker: drop it here.
         self.generation += 1
         self.queued = 0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pyengine.client.backoff import Backoff
 from pyengine.client.connection import ClientConnection
+from pyengine.client.errors import AlreadyClosedError
 from pyengine.errors import (
     ConsumerAssignError, ConsumerBusyError, IncompatibleSchemaError, InvalidTopicNameError, NotAllowedError,
     ProducerBlockedQuotaExceededException, ProducerBusyError, ProducerFencedError, SubscriptionNotFoundError,
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 # a backlog quota's producer_request_hold is retried, its producer_exception is not).
 FATAL_ERRORS = (ConsumerBusyError, ConsumerAssignError, ProducerBusyError, ProducerFencedError, TopicNotFoundError, TopicTerminatedError,
                 NotAllowedError, InvalidTopicNameError, SubscriptionNotFoundError, IncompatibleSchemaError,
-                ProducerBlockedQuotaExceededException, TypeError, ValueError)
+                ProducerBlockedQuotaExceededException, TypeError, ValueError,
+                AlreadyClosedError)      # the client was closed: no connection will come
 
 CONNECTING, READY, CLOSING, CLOSED, FAILED = "connecting", "ready", "closing", "closed", "failed"
 

@@ -314,6 +314,10 @@ class PartitionProducer(ConnectionHandler):
             raise
         if self.state in (CLOSING, CLOSED):
             return
+        if not connection.usable:
+            # It closed while the answer was on its way: its close found no producer of its own
+            # to tell, so this one would be "ready" on a dead connection, its sends never settled.
+            raise ConnectError(f"{self}: the connection closed as the producer was created")
         self.producer_name = response.producer_name
         self.schema_version = response.schema_version
         last = response.last_sequence_id if response.HasField("last_sequence_id") else -1
