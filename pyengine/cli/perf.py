@@ -193,6 +193,17 @@ positive_float = _number(float, 1e-9, "a number > 0")
 message_size = _number(int, 1, "a whole number >= 1", MAX_MESSAGE_SIZE,
                        " bytes (the largest message a Pulsar broker can take)")
 batch_delay_ms = _number(int, 0, "a whole number >= 0", MAX_BATCH_DELAY_MS, " ms (an hour)")
+# Upper bounds that keep a run a run (found by an audit: a rate past the float resolution of
+# the pacer's clock spun for ever, a queue of 10^20 pending sends never let the loop tick, and
+# protobuf refused the largest integers with a traceback).
+MAX_RATE = 1e9                      # messages per second
+MAX_PENDING = 1_000_000             # messages in flight per producer
+MAX_SECONDS = 31 * 24 * 3600.0      # a month of --duration or --warmup
+rate = _number(float, 0, "a number >= 0", MAX_RATE, " messages per second")
+max_pending = _number(int, 1, "a whole number >= 1", MAX_PENDING, " messages")
+seconds = _number(float, 0, "a number >= 0", MAX_SECONDS, " seconds (a month)")
+receiver_queue_size = _number(int, 1, "a whole number >= 1", 2**31 - 1, " messages")
+txn_timeout_ms = _number(int, 1, "a whole number >= 1", 2**63 - 1, " ms")
 
 
 def _url(text: str) -> str:
@@ -219,12 +230,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_argument("topic", nargs="?", type=_topic, default=DEFAULT_TOPIC,
                         help=f"the topic (default {DEFAULT_TOPIC})")
     common.add_argument("--url", type=_url, default=DEFAULT_URL, help=f"broker service URL (default {DEFAULT_URL})")
-    common.add_argument("--duration", type=non_negative_float, default=10.0,
+    common.add_argument("--duration", type=seconds, default=10.0,
                         help="seconds to run after the warm-up (0: until --messages or Ctrl-C)")
     common.add_argument("--messages", type=non_negative_int, default=0,
                         help="send this many messages after the warm-up, then stop (0: no limit; txn mode "
                              "rounds up to whole transactions)")
-    common.add_argument("--warmup", type=non_negative_float, default=0.0,
+    common.add_argument("--warmup", type=seconds, default=0.0,
                         help="seconds run before measuring starts (not in the figures)")
     common.add_argument("--operation-timeout", type=positive_float, default=30.0,
                         help="seconds for connecting, lookups and each request")
@@ -233,7 +244,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--quiet", action="store_true", help="no progress line on stderr")
 
     sending = argparse.ArgumentParser(add_help=False)
-    sending.add_argument("--rate", type=non_negative_float, default=0.0,
+    sending.add_argument("--rate", type=rate, default=0.0,
                          help="messages per second over all producers (0: as fast as possible)")
     sending.add_argument("--size", type=message_size, default=1024,
                          help=f"message size in bytes (at most {MAX_MESSAGE_SIZE})")
@@ -243,7 +254,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sending.add_argument("--batch-delay-ms", type=batch_delay_ms, default=1,
                          help="longest wait of an open batch (pulsar-perf's -b, default 1 ms, at most an hour)")
     sending.add_argument("--batch-max-messages", type=positive_int, default=1000, help="messages per batch at most")
-    sending.add_argument("--max-pending", type=positive_int, default=1000,
+    sending.add_argument("--max-pending", type=max_pending, default=1000,
                          help="messages in flight per producer at most")
 
     produce = modes.add_parser("produce", parents=[common, sending], help="publish and measure publish latency")
@@ -254,18 +265,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     consume.add_argument("--consumers", type=positive_int, default=1,
                          help="consumers on the subscription (more than one: a Shared subscription)")
     consume.add_argument("--initial-position", choices=("latest", "earliest"), default="latest")
-    consume.add_argument("--receiver-queue-size", type=positive_int, default=1000)
+    consume.add_argument("--receiver-queue-size", type=receiver_queue_size, default=1000)
     consume.add_argument("--txn", action="store_true",
                          help="acknowledge in transactions (pulsar-perf consume's -txn) and measure end-txn")
     consume.add_argument("--messages-per-txn", type=positive_int, default=50,
                          help="with --txn: acknowledgements per transaction")
-    consume.add_argument("--txn-timeout-ms", type=positive_int, default=60_000, help="with --txn: transaction timeout")
+    consume.add_argument("--txn-timeout-ms", type=txn_timeout_ms, default=60_000, help="with --txn: transaction timeout")
     consume.set_defaults(measure=measure_consume)
 
     txn = modes.add_parser("txn", parents=[common, sending],
                            help="publish in transactions and measure end-txn and commit-to-visible latency")
     txn.add_argument("--messages-per-txn", type=positive_int, default=100, help="messages per transaction")
-    txn.add_argument("--txn-timeout-ms", type=positive_int, default=60_000, help="transaction timeout")
+    txn.add_argument("--txn-timeout-ms", type=txn_timeout_ms, default=60_000, help="transaction timeout")
     txn.add_argument("--no-visibility", dest="visibility", action="store_false",
                      help="do not run the consumer that measures commit-to-visible")
     txn.set_defaults(measure=measure_txn)
@@ -299,9 +310,12 @@ class Run:
     _interval_messages: int = 0
     _interval_bytes: int = 0
 
-    def count(self, messages: int, size: int) -> None:
+    def count(self, messages: int, size: int, measured: bool = True) -> None:
+        """`messages` settled; `measured`: sent after the warm-up (`may_send` said so while
+        measuring). A send of the warm-up is never measured, whenever it settles (found by an
+        audit: with --warmup they were counted, and --messages overshot)."""
         self.all_messages += messages
-        if self.measuring:
+        if self.measuring and measured:
             self.messages += messages
             self.bytes += messages * size
             self._interval_messages += messages
@@ -429,12 +443,17 @@ class Pacer:
             due -= 1
         return due
 
-    async def wait(self, messages: int = 1) -> None:
-        """Count `messages` sends, sleeping first until the last of them is due."""
+    async def wait(self, messages: int = 1, stop: asyncio.Event | None = None) -> None:
+        """Count `messages` sends, sleeping first until the last of them is due, or until
+        `stop` is set (a slow rate must not hold a run past its end: the caller checks it)."""
         if self.rate:
             delay = self.start + (self.sent + messages - 1) / self.rate - self._time()
             if delay > 0.001:
-                await asyncio.sleep(delay)
+                if stop is None:
+                    await asyncio.sleep(delay)
+                else:
+                    with _suppress_timeout():
+                        await asyncio.wait_for(stop.wait(), delay)
         self.sent += messages
 
 
@@ -472,6 +491,10 @@ def _producer_options(args: argparse.Namespace) -> dict[str, Any]:
             "max_pending_messages": args.max_pending, "block_if_queue_full": True}
 
 
+# A sender lets the event loop run after this many sends in a row (the clock, the receipts).
+_YIELD_EVERY = 1000
+
+
 async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, window: Window) -> None:
     """Send `payload` until the run stops; record each message's publish latency (when its
     own receipt arrives: for a partitioned topic, whose partitions answer independently)."""
@@ -480,7 +503,7 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
     clock = time.perf_counter
     pacer = Pacer(rate)
 
-    def settled(sent: float, future: asyncio.Future[Any]) -> None:
+    def settled(sent: float, measured: bool, future: asyncio.Future[Any]) -> None:
         # Runs once per message: everything inline (the window, the latency, the counters).
         window.in_flight -= 1
         room = window.room
@@ -489,16 +512,25 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
         if future.cancelled() or future.exception() is not None:
             run.failed(future.exception() or asyncio.CancelledError())
             return
-        record(clock() - sent)
-        run.count(1, size)
+        if measured:
+            record(clock() - sent)
+        run.count(1, size, measured)
 
     record = publish.record
     stop = run.stop
     limit = window.limit
+    burst = 0
     while run.may_send():
+        measured = run.measuring
         # Awaited only when they have to wait: a coroutine per message costs more than the send.
         if rate and not pacer.take():
-            await pacer.wait()
+            await pacer.wait(stop=stop)
+            if stop.is_set():
+                break
+        burst += 1
+        if burst >= _YIELD_EVERY:
+            burst = 0
+            await asyncio.sleep(0)          # a large window must not keep the clock from ticking
         if window.in_flight >= limit:
             await window.acquire()
         else:
@@ -510,7 +542,7 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
             run.failed(exc)
             stop.set()
             break
-        future.add_done_callback(functools.partial(settled, clock()))
+        future.add_done_callback(functools.partial(settled, clock(), measured))
     await window.drained()
 
 
@@ -525,7 +557,7 @@ async def _publish_in_order(run: Run, producer: Any, payload: bytes, rate: float
     clock = time.perf_counter
     pacer = Pacer(rate)
     loop = asyncio.get_running_loop()
-    pending: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
+    pending: collections.deque[tuple[asyncio.Future[Any], float, bool]] = collections.deque()
     stop = run.stop
     sending = True
     room: asyncio.Future[None] | None = None         # the sender waits for the reaper
@@ -542,23 +574,36 @@ async def _publish_in_order(run: Run, producer: Any, payload: bytes, rate: float
             if not head.done():
                 await asyncio.wait((head,))
             now = clock()
-            settled = 0
+            settled = warm = 0
             while pending and pending[0][0].done():
-                future, sent = pending.popleft()
+                future, sent, measured = pending.popleft()
                 if future.cancelled() or future.exception() is not None:
                     run.failed(future.exception() or asyncio.CancelledError())
                     continue
-                record(now - sent)
-                settled += 1
+                if measured:
+                    record(now - sent)
+                    settled += 1
+                else:
+                    warm += 1
             run.count(settled, size)
+            if warm:
+                run.count(warm, size, measured=False)
             if room is not None and not room.done():
                 room.set_result(None)
 
     reaper = asyncio.ensure_future(reap())
+    burst = 0
     try:
         while run.may_send():
+            measured = run.measuring
             if rate and not pacer.take():
-                await pacer.wait()
+                await pacer.wait(stop=stop)
+                if stop.is_set():
+                    break
+            burst += 1
+            if burst >= _YIELD_EVERY:
+                burst = 0
+                await asyncio.sleep(0)      # a large window must not keep the clock from ticking
             while len(pending) >= limit:
                 room = loop.create_future()
                 await room
@@ -568,7 +613,7 @@ async def _publish_in_order(run: Run, producer: Any, payload: bytes, rate: float
                 run.failed(exc)
                 stop.set()
                 break
-            pending.append((future, clock()))
+            pending.append((future, clock(), measured))
             if more is not None and not more.done():
                 more.set_result(None)
     finally:
@@ -733,7 +778,8 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
             publish.record(clock() - sent)
 
     async def finish(txn: Any, number: int, futures: list[asyncio.Future[Any]], sent: float | None,
-                     size: int, window: Window) -> None:
+                     size: int, window: Window, measured: bool) -> None:
+        # `measured`: the transaction was begun after the warm-up (else nothing of it counts)
         nonlocal transactions
         try:
             # One producer's sends are acknowledged in order: wait for each unsettled one. A
@@ -745,7 +791,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                     if not future.done():
                         await asyncio.wait((future,))
                         now = clock()
-                    if sent is not None and not future.cancelled() and future.exception() is None:
+                    if sent is not None and measured and not future.cancelled() and future.exception() is None:
                         publish.record(now - sent)
             finally:
                 window.release(len(futures))     # the sends are settled: no longer pending
@@ -757,12 +803,13 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
             run.failed(exc)
             run.stop.set()
             return
-        end_txn.record(done - asked)
+        if measured:
+            end_txn.record(done - asked)
         if visibility is not None:
             visibility.on_commit(number, acknowledged)
         if run.measuring:
-            transactions += 1
-        run.count(len(futures), size)
+            transactions += measured
+        run.count(len(futures), size, measured)
 
     async def transact(producer: Any, index: int) -> None:
         """Transactions one after another, as pulsar-perf runs them: a transaction's commit
@@ -781,6 +828,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
         committing: set[asyncio.Future[None]] = set()
         try:
             while run.may_send(per_txn):
+                measured = run.measuring
                 number = next(txn_numbers)
                 payload = (TXN_TAG.pack(number) + filler)[:args.size]
                 try:
@@ -794,14 +842,15 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                     sent, futures = None, []
                     for _ in range(per_txn):
                         if not pacer.take():
-                            await pacer.wait()
+                            await pacer.wait(stop=run.stop)
                         future = producer.send_async(payload, txn=txn)
-                        future.add_done_callback(functools.partial(settled, clock()))
+                        if measured:
+                            future.add_done_callback(functools.partial(settled, clock()))
                         futures.append(future)
                 else:
                     sent = clock()
                     futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]
-                ending = asyncio.ensure_future(finish(txn, number, futures, sent, len(payload), window))
+                ending = asyncio.ensure_future(finish(txn, number, futures, sent, len(payload), window, measured))
                 committing.add(ending)
                 ending.add_done_callback(committing.discard)
             if committing:
@@ -889,14 +938,22 @@ def print_summary(result: dict[str, Any]) -> None:
         print(f"  first error: {result['first_error']}")
 
 
+def _usage_error(message: str) -> SystemExit:
+    """A flag refused after parsing: said as argparse says it, with its exit status 2."""
+    print(f"pyengine perf: error: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.plot is not None and args.plot.suffix.lower() != ".png":
-        raise SystemExit(f"pyengine perf: --plot takes a .png file name, not {str(args.plot)!r}")
+        raise _usage_error(f"--plot takes a .png file name, not {str(args.plot)!r}")
     if args.plot is not None and not args.plot.resolve().parent.is_dir():
-        raise SystemExit(f"pyengine perf: --plot: no directory {str(args.plot.resolve().parent)!r}")
+        raise _usage_error(f"--plot: no directory {str(args.plot.resolve().parent)!r}")
+    if args.plot is not None and args.plot.exists() and not args.plot.is_file():
+        raise _usage_error(f"--plot: {str(args.plot)!r} exists and is not a file")
     if args.mode == "txn" and args.size < TXN_TAG.size and args.visibility:
-        raise SystemExit(f"pyengine perf txn: --size must be at least {TXN_TAG.size} bytes "
-                         "(each message carries its transaction's number) or use --no-visibility")
+        raise _usage_error(f"txn --size must be at least {TXN_TAG.size} bytes "
+                           "(each message carries its transaction's number) or use --no-visibility")
     keep_freed_heap()
     try:
         result = uvloop.run(perf(args))
@@ -908,12 +965,16 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     print_summary(result)
-    if args.plot is not None:
-        curves = {name: latency["curve"] for name, latency in result["latency_ms"].items()}
-        plot_percentiles(curves, args.plot, f"pyengine perf {args.mode}: {result['msgs_per_s']:.0f} msg/s")
-    if args.json:
+    if args.json:                  # first: a plot that cannot be written must not lose it
         sys.stdout.flush()
         print(json.dumps(result, sort_keys=True))
+    if args.plot is not None:
+        curves = {name: latency["curve"] for name, latency in result["latency_ms"].items()}
+        try:
+            plot_percentiles(curves, args.plot, f"pyengine perf {args.mode}: {result['msgs_per_s']:.0f} msg/s")
+        except OSError as exc:
+            print(f"pyengine perf: --plot: cannot write {str(args.plot)!r}: {exc}", file=sys.stderr)
+            return 1
     if result["errors"]:
         print(f"pyengine perf: {result['errors']} operations failed; first: {result.get('first_error')}",
               file=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 import random
 import urllib.request
 from collections.abc import Iterator
@@ -72,6 +73,31 @@ def test_produce_to_a_partitioned_topic(broker, capsys):
                              "--messages", "3000", "--duration", "0", "--producers", "2", "--quiet")
     assert code == 0, err
     assert result["messages"] == 3000 and result["latency_ms"]["publish"]["count"] == result["messages"]
+
+
+@pytest.mark.parametrize("mode, extra", [("produce", ()), ("txn", ("--messages-per-txn", "100", "--no-visibility"))])
+def test_messages_after_a_warmup_counts_only_what_was_sent_after_it(broker, capsys, mode, extra):
+    """Found by an audit: sends of the warm-up that settled after it were counted (and their
+    latencies recorded), so `--messages 1000 --warmup 1` reported 1025, or 13 transactions."""
+    code, result, err = perf(capsys, mode, f"persistent://public/default/perf-warm-{mode}", "--url", broker.url,
+                             "--messages", "1000", "--warmup", "0.5", "--duration", "0", "--quiet", *extra)
+    assert code == 0, err
+    assert result["messages"] == 1000
+    if mode == "produce":
+        assert result["latency_ms"]["publish"]["count"] == 1000
+    else:
+        assert result["transactions"] == 10
+
+
+def test_a_slow_rate_stops_at_the_end_of_the_duration(broker, capsys):
+    """Found by an audit: the pacer slept through the end of the run (--rate 0.2 --duration 1
+    took 6 s) and the send after it was counted."""
+    started = time.monotonic()
+    code, result, err = perf(capsys, "produce", "persistent://public/default/perf-slow", "--url", broker.url,
+                             "--rate", "0.2", "--duration", "1", "--quiet")
+    assert code == 0, err
+    assert time.monotonic() - started < 4
+    assert result["messages"] == 1
 
 
 def test_produce_at_a_fixed_rate_sends_that_many(broker, capsys):
@@ -215,6 +241,12 @@ def test_a_visibility_watcher_that_fails_is_a_clear_failure(broker, capsys, monk
     (["produce", "--txn"], "unrecognized arguments: --txn"),
     (["fly"], "invalid choice: 'fly'"),
     ([], "required: MODE"),
+    # bounds that keep a run a run (found by an audit: these hung, or crashed with a traceback)
+    (["produce", "--rate", "1e20"], "--rate: expected at most"),
+    (["produce", "--max-pending", "100000000000000000000"], "--max-pending: expected at most"),
+    (["produce", "--duration", "1e300"], "--duration: expected at most"),
+    (["txn", "--txn-timeout-ms", str(2**64)], "--txn-timeout-ms: expected at most"),
+    (["consume", "--receiver-queue-size", str(2**40)], "--receiver-queue-size: expected at most"),
 ])
 def test_malformed_flags_exit_2_with_the_reason(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -226,12 +258,21 @@ def test_malformed_flags_exit_2_with_the_reason(capsys, argv, message):
 @pytest.mark.parametrize("argv, message", [
     (["produce", "--plot", "latency.svg"], "--plot takes a .png file"),
     (["produce", "--plot", "/no/such/dir/latency.png"], "--plot: no directory"),
+    (["produce", "--plot", "/tmp"], "--plot takes a .png file"),
     (["txn", "--size", "4"], "--size must be at least 8 bytes"),
 ])
-def test_unusable_values_are_refused_before_connecting(argv, message):
+def test_unusable_values_are_refused_before_connecting(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["perf", *argv, "--url", "pulsar://127.0.0.1:1"])
-    assert message in str(exit_info.value.code)
+    assert exit_info.value.code == 2                  # as argparse refuses a flag
+    assert message in capsys.readouterr().err
+
+
+def test_a_plot_path_that_is_a_directory_is_refused(capsys, tmp_path):
+    (tmp_path / "latency.png").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perf", "produce", "--plot", str(tmp_path / "latency.png"), "--url", "pulsar://127.0.0.1:1"])
+    assert exit_info.value.code == 2 and "exists and is not a file" in capsys.readouterr().err
 
 
 def test_serve_refuses_an_unknown_event_loop(monkeypatch, tmp_path):
