@@ -45,13 +45,12 @@ from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.producer import check_delivery, check_ordering_key
 from pyengine.client.reader import has_more, position_before_last
 from pyengine.client.validation import (
-    check_consumer_type, check_initial_position, check_int, check_name, check_properties, check_timeout,
+    check_consumer_type, check_initial_position, check_int, check_name, check_send_fields, check_timeout,
     check_topic,
 )
 from pyengine.naming import TopicName
 from pyengine.errors import (
-    InvalidTxnStatusError, MetadataError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError,
-    to_pulsar_error,
+    InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, to_pulsar_error,
 )
 from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
@@ -329,7 +328,6 @@ class EmbeddedTransaction:
             if loop is not None:
                 self._timer = loop.call_later(max(0.0, self._deadline - time.monotonic()), self._timed_out)
         self._partitions: dict[str, asyncio.Future[None]] = {}
-        self._subscriptions: dict[tuple[str, str], asyncio.Future[None]] = {}
         # Sends and acks under way, and the first of them that failed: the commit waits until
         # none is under way, and aborts if one failed. (A count rather than a list of their
         # futures: a send that succeeded leaves nothing behind for the commit to look at.)
@@ -373,7 +371,6 @@ class EmbeddedTransaction:
         rebound = EmbeddedTransaction(service, self.txn_id, deadline=self._deadline if self.state == "open" else None)
         rebound.state = self.state
         rebound._partitions = dict(self._partitions)
-        rebound._subscriptions = dict(self._subscriptions)
         rebound._registered = set(self._registered)
         rebound._failure = self._failure
         return rebound
@@ -395,9 +392,7 @@ class EmbeddedTransaction:
         wire broker asks for every transactional ACK: a transaction that ended meanwhile (its
         timeout) refuses it, and the ack with it. (Taken once, a later ack of an aborted
         transaction was reserved and its message never came back.)"""
-        registration = self.service.coordinator.register_acked_subscriptions(self.txn_id, [(topic, subscription)])
-        self._subscriptions[(topic, subscription)] = registration
-        return registration
+        return self.service.coordinator.register_acked_subscriptions(self.txn_id, [(topic, subscription)])
 
     def _track(self, *operations: asyncio.Future[Any]) -> None:
         """Operations the commit waits for until they are settled, whatever happens to the
@@ -461,17 +456,6 @@ class EmbeddedTransaction:
         return f"EmbeddedTransaction({self.txn_id}, {self.state})"
 
 
-def _check_fields(key: Any, properties: Any, event_time: Any, sequence_id: Any) -> None:
-    """A send's fields, checked as the network client checks them (pyengine.client.producer)."""
-    if key is not None and not isinstance(key, str):
-        raise TypeError(f"key must be a string, not {type(key).__name__}")
-    check_properties(properties)
-    if event_time is not None:
-        check_int("event_time", event_time, 0)
-    if sequence_id is not None:
-        check_int("sequence_id", sequence_id, 0, (1 << 63) - 1)
-
-
 class EmbeddedProducer:
     def __init__(self, client: EmbeddedClient, topic: Topic, producer: Producer,
                  initial_sequence_id: int | None = None, send_timeout_ms: int = 30_000) -> None:
@@ -516,7 +500,7 @@ class EmbeddedProducer:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         if key is not None or properties is not None or event_time is not None or sequence_id is not None:
-            _check_fields(key, properties, event_time, sequence_id)      # before the producer changes
+            check_send_fields(key, properties, event_time, sequence_id)      # before the producer changes
         if sequence_id is None:
             sequence_id = self._next_sequence
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
@@ -991,9 +975,8 @@ class EmbeddedConsumer:
         self._check_open()
         subscription = self._subscription
         assert subscription is not None
-        if not self._reader and any(c is not self._consumer for c in subscription.consumers):
-            raise MetadataError(f"Unconnected or shared consumer attempting to unsubscribe: subscription "
-                                f"{subscription.name} has other consumers")
+        if not self._reader:
+            subscription.check_unsubscribe_by(self._consumer)
         await self.close()
         if not self._reader:
             await self._topic.unsubscribe(subscription.name)

@@ -16,7 +16,8 @@ from pyengine.broker.delayed import wall_clock_ms
 from pyengine.broker.dispatcher import Dispatcher
 from pyengine.broker.rates import RateCounter
 from pyengine.broker.transactions import check_txn_design
-from pyengine.errors import ConsumerAssignError, ConsumerBusyError, NotAllowedError, TransactionConflictError
+from pyengine.errors import (ConsumerAssignError, ConsumerBusyError, MetadataError, NotAllowedError,
+                             TransactionConflictError)
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedCursor
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
@@ -136,6 +137,13 @@ class Subscription:
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self.dispatcher.remove_consumer(consumer)
+
+    def check_unsubscribe_by(self, consumer: Consumer | None) -> None:
+        """A consumer may delete its subscription only as its one consumer: else Apache's
+        answer (PersistentSubscription.doUnsubscribe), a MetadataError."""
+        if any(c is not consumer for c in self.consumers):
+            raise MetadataError(f"Unconnected or shared consumer attempting to unsubscribe: subscription "
+                                f"{self.name} has other consumers")
 
     def flow(self, consumer: Consumer, permits: int) -> None:
         if permits < 0:

@@ -35,7 +35,7 @@ from pyengine.client.message import MessageId
 from pyengine.client.router import PartitionRouter, check_hashing_scheme
 from pyengine.client.transaction import COMMITTING, OPEN, Transaction
 from pyengine.client.validation import (
-    check_int, check_name, check_payload, check_properties, check_schema, option_name,
+    check_int, check_name, check_payload, check_schema, check_send_fields, option_name,
 )
 from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
 from pyengine.naming import TopicName
@@ -182,13 +182,7 @@ def _check_message(data: Any, key: Any, properties: Any, event_time: Any, sequen
             and sequence_id is None and (txn is None or type(txn) is Transaction):
         return data, {}                          # the common case, checked in one step (hot path)
     payload = check_payload(data)
-    if key is not None and not isinstance(key, str):
-        raise TypeError(f"key must be a string, not {type(key).__name__}")
-    props = check_properties(properties)
-    if event_time is not None:
-        check_int("event_time", event_time, 0)
-    if sequence_id is not None:
-        check_int("sequence_id", sequence_id, 0, (1 << 63) - 1)
+    props = check_send_fields(key, properties, event_time, sequence_id)
     if txn is not None and not isinstance(txn, Transaction):
         raise TypeError(f"txn must be a Transaction of pyengine.client, not {type(txn).__name__}")
     return payload, props

@@ -105,6 +105,19 @@ def check_properties(properties: Any) -> dict[str, str]:
     return dict(properties)
 
 
+def check_send_fields(key: Any, properties: Any, event_time: Any, sequence_id: Any) -> dict[str, str]:
+    """A send's optional fields (the properties returned as a dict): what both the network
+    client and the embedded API refuse before a producer changes."""
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"key must be a string, not {type(key).__name__}")
+    props = check_properties(properties)
+    if event_time is not None:
+        check_int("event_time", event_time, 0)
+    if sequence_id is not None:
+        check_int("sequence_id", sequence_id, 0, (1 << 63) - 1)
+    return props
+
+
 def check_schema(schema: object) -> None:
     """A producer's or consumer's schema: a pyengine.schema.SchemaData, or None (bytes)."""
     if schema is not None and not isinstance(schema, SchemaData):

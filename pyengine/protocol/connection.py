@@ -1002,10 +1002,7 @@ class ServerConnection(asyncio.Protocol):
         consumer = self._consumer(body.consumer_id)
         subscription = consumer.subscription
         assert subscription is not None
-        if any(c is not consumer.broker_consumer for c in subscription.consumers):
-            # Apache's answer (PersistentSubscription.doUnsubscribe): a MetadataError.
-            raise MetadataError(f"Unconnected or shared consumer attempting to unsubscribe: subscription "
-                                f"{consumer.subscription_name} has other consumers")
+        subscription.check_unsubscribe_by(consumer.broker_consumer)
         del self.consumers[body.consumer_id]
         self._release_consumer(consumer)
         if consumer.durable:
