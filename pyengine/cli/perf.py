@@ -409,6 +409,10 @@ class _suppress_timeout:
         return exc_type is TimeoutError
 
 
+# A sender lets the event loop run after this many sends in a row (the clock, the receipts).
+_YIELD_EVERY = 1000
+
+
 class Pacer:
     """Spaces sends at `rate` per second (0: no spacing); sleeps in steps of >= 1 ms and lets
     the sends that fell behind go out at once, as pulsar-perf's rate limiter does."""
@@ -419,6 +423,28 @@ class Pacer:
         self.start = self._time() + delay
         self.sent = 0
         self._due = 0       # how many sends were due at the last reading of the clock
+        self._burst = 0     # sends in a row without a turn of the event loop
+
+    def free_turn(self) -> bool:
+        """Whether the next send of a sender loop goes at once (no await: this runs for every
+        message): it is due, and it is not the sender's _YIELD_EVERY-th in a row. Else the
+        sender awaits `turn`."""
+        self._burst += 1
+        if self._burst >= _YIELD_EVERY:
+            return False
+        return not self.rate or self.take()
+
+    async def turn(self, stop: asyncio.Event) -> bool:
+        """Wait for the next send's turn after `free_turn` said no: the event loop gets a turn
+        (a large window must not keep the clock from ticking), then the send is due. False
+        when the run stopped meanwhile."""
+        if self._burst >= _YIELD_EVERY:
+            self._burst = 0
+            await asyncio.sleep(0)
+            if not self.rate or self.take():
+                return not stop.is_set()
+        await self.wait(stop=stop)
+        return not stop.is_set()
 
     def take(self) -> bool:
         """Count one send if it is due now (within 1 ms), without sleeping. The clock is read
@@ -491,10 +517,6 @@ def _producer_options(args: argparse.Namespace) -> dict[str, Any]:
             "max_pending_messages": args.max_pending, "block_if_queue_full": True}
 
 
-# A sender lets the event loop run after this many sends in a row (the clock, the receipts).
-_YIELD_EVERY = 1000
-
-
 async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, window: Window) -> None:
     """Send `payload` until the run stops; record each message's publish latency (when its
     own receipt arrives: for a partitioned topic, whose partitions answer independently)."""
@@ -519,18 +541,11 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
     record = publish.record
     stop = run.stop
     limit = window.limit
-    burst = 0
     while run.may_send():
         measured = run.measuring
         # Awaited only when they have to wait: a coroutine per message costs more than the send.
-        if rate and not pacer.take():
-            await pacer.wait(stop=stop)
-            if stop.is_set():
-                break
-        burst += 1
-        if burst >= _YIELD_EVERY:
-            burst = 0
-            await asyncio.sleep(0)          # a large window must not keep the clock from ticking
+        if not pacer.free_turn() and not await pacer.turn(stop):
+            break
         if window.in_flight >= limit:
             await window.acquire()
         else:
@@ -592,18 +607,11 @@ async def _publish_in_order(run: Run, producer: Any, payload: bytes, rate: float
                 room.set_result(None)
 
     reaper = asyncio.ensure_future(reap())
-    burst = 0
     try:
         while run.may_send():
             measured = run.measuring
-            if rate and not pacer.take():
-                await pacer.wait(stop=stop)
-                if stop.is_set():
-                    break
-            burst += 1
-            if burst >= _YIELD_EVERY:
-                burst = 0
-                await asyncio.sleep(0)      # a large window must not keep the clock from ticking
+            if not pacer.free_turn() and not await pacer.turn(stop):
+                break
             while len(pending) >= limit:
                 room = loop.create_future()
                 await room
