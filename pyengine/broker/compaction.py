@@ -55,6 +55,7 @@ from core_ext.records import decompress
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.compacted import LEGACY, CompactedView
+from pyengine.storage.environment import WriteFn
 from pyengine.storage.entry import NO_TXN, Entry, headers_and_payload, split_headers_and_payload
 from pyengine_kernels import Position, ackset_new
 
@@ -559,7 +560,15 @@ class TopicCompaction:
         return self.view.iter_entries()
 
     async def delete(self) -> None:
-        await self.topic.ledger.env.submit(self.view.delete_write())
+        await self.topic.ledger.env.submit(self.delete_write())
+        self.forget()
+
+    def delete_write(self) -> WriteFn:
+        """The write removing the compacted view, for a deletion that removes more with it."""
+        return self.view.delete_write()
+
+    def forget(self) -> None:
+        """The view was deleted: nothing is compacted any more."""
         self.view.use(0)
         self.horizon = None
         self._masks.clear()

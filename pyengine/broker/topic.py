@@ -27,6 +27,7 @@ from pyengine.errors import (ConsumerBusyError, NotAllowedError, ProducerBusyErr
 from pyengine.naming import TopicName
 from pyengine.storage import ManagedCursor, ManagedLedger
 from pyengine.storage.entry import Entry
+from pyengine.storage.environment import all_of
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import TransactionBuffer
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
@@ -385,11 +386,20 @@ class Topic:
                 raise SubscriptionNotFoundError(f"no subscription {subscription_name!r} on {self.name}")
         del self.subscriptions[subscription_name]
         await subscription.close()
+        # What the subscription keeps in LMDB goes with its cursor, in one write: a crash in
+        # between would leave the subscription without its pending acks (a later commit of
+        # their txn then loses them) or without its compacted view.
+        with_cursor = []
         if subscription_name == COMPACTION_SUBSCRIPTION:
-            await self.compaction.delete()      # the horizon goes with its cursor
-        if subscription.pending_ack is not None:
-            await subscription.pending_ack.store.delete()
-        await self.ledger.delete_cursor(subscription_name)
+            with_cursor.append(self.compaction.delete_write())     # the horizon goes with its cursor
+        store = subscription.pending_ack.store if subscription.pending_ack is not None else None
+        if store is not None and store.deletes_with_cursor:
+            with_cursor.append(store.delete_write())
+        await self.ledger.delete_cursor(subscription_name, also=with_cursor)
+        if subscription_name == COMPACTION_SUBSCRIPTION:
+            self.compaction.forget()
+        if store is not None and not store.deletes_with_cursor:
+            await store.delete()                # kept in the metadata store (v5)
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -466,12 +476,18 @@ class Topic:
 
     async def delete(self) -> None:
         await self.close()
-        for subscription in self.subscriptions.values():
-            if subscription.pending_ack is not None:
-                await subscription.pending_ack.store.delete()
-        await self.compaction.delete()
+        # Everything the topic keeps in LMDB goes in one write: a crash during the deletion
+        # leaves the whole topic or none of it (a subscription left without its pending acks
+        # would let a later commit of their txn lose them).
+        stores = [s.pending_ack.store for s in self.subscriptions.values() if s.pending_ack is not None]
+        writes = [store.delete_write() for store in stores if store.deletes_with_cursor]
+        writes += [self.compaction.delete_write(), self.ledger.delete_write()]
+        await self.ledger.env.submit(all_of(writes))
+        self.compaction.forget()
+        for store in stores:
+            if not store.deletes_with_cursor:
+                await store.delete()            # kept in the metadata store (v5)
         await self.buffer.delete()
-        await self.ledger.delete()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
 from pyengine.storage.entry import Entry, read_entry_range
-from pyengine.storage.environment import StorageEnvironment, WriteFn
+from pyengine.storage.environment import StorageEnvironment, WriteFn, delete_prefix
 from pyengine_kernels import Position
 
 DB_NAME = "compacted"
@@ -161,7 +161,7 @@ class CompactedView:
         that records it): a legacy view is removed there, as its rows would be taken for the
         current view after a restart."""
         db, prefix = self._db, self._legacy_prefix
-        return lambda txn: _delete_prefix(txn, db, prefix)
+        return lambda txn: delete_prefix(txn, db, prefix)
 
     def delete_others_write(self, keep: int, limit: int = DEFAULT_DELETE_CHUNK) -> WriteFn:
         """A write removing up to `limit` rows of the generations other than `keep`; it returns
@@ -191,7 +191,7 @@ class CompactedView:
 
         def write(txn) -> None:
             for prefix in prefixes:
-                _delete_prefix(txn, db, prefix)
+                delete_prefix(txn, db, prefix)
         return write
 
 
@@ -201,14 +201,6 @@ def _successor(prefix: bytes) -> bytes:
     if not stripped:
         raise ValueError("a prefix of 0xff bytes only has no successor")
     return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _delete_prefix(txn, db, prefix: bytes) -> None:
-    cursor = txn.cursor(db=db)
-    if cursor.set_range(prefix):
-        while cursor.key() and cursor.key().startswith(prefix):
-            if not cursor.delete():
-                break
 
 
 __all__ = ["CompactedView", "DB_NAME", "LEGACY"]

@@ -11,11 +11,12 @@ a non-durable cursor (a reader's) keeps it in memory only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from pyroaring import BitMap
 
+from pyengine.storage.environment import WriteFn, all_of
 from pyengine.storage.errors import CorruptRecordError
 from pyengine.storage.records_pb2 import BatchAcks, CursorRecord, LedgerAcks, PositionRecord
 from pyengine_kernels import Position, ackset_and, ackset_is_fully_acked, ackset_new
@@ -235,10 +236,15 @@ class ManagedCursor:
         if self.durable:
             await self.persist()
 
-    async def delete(self) -> None:
+    async def delete(self, also: Sequence[WriteFn] = ()) -> None:
+        """Delete the cursor's record, and do `also` (what the subscription keeps beside it) in
+        the same LMDB transaction."""
+        env = self.ledger.env
         if self.durable:
-            db, key = self.ledger.env.db("cursors"), self._key
-            await self.ledger.env.submit(lambda txn: txn.delete(key, db=db), key=("cursor", key))
+            db, key = env.db("cursors"), self._key
+            await env.submit(all_of([*also, lambda txn: txn.delete(key, db=db)]), key=("cursor", key))
+        elif also:
+            await env.submit(all_of(list(also)))
 
     def __repr__(self) -> str:
         return f"ManagedCursor({self.name!r}, mark_delete={self.mark_delete}, read={self.read_position})"

@@ -56,6 +56,23 @@ DEFAULT_MAP_SIZE = 64 << 30     # address space only: the file grows as data is 
 WriteFn = Callable[[lmdb.Transaction], Any]
 
 
+def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
+    """Delete every key of `db` that starts with `prefix`, inside the write transaction `txn`."""
+    cursor = txn.cursor(db=db)
+    if cursor.set_range(prefix):
+        while cursor.key().startswith(prefix):
+            if not cursor.delete():         # the last key went: the cursor is past the end
+                break
+
+
+def all_of(writes: list[WriteFn]) -> WriteFn:
+    """One write doing `writes` in order, so that they land in one LMDB transaction."""
+    def write(txn: lmdb.Transaction) -> None:
+        for each in writes:
+            each(txn)
+    return write
+
+
 @dataclass(slots=True)
 class _QueuedWrite:
     """A write waiting for the next group commit (one per key: later submissions coalesce)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
 from pyengine.concurrency import single_flight
 from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry, read_entry_range
-from pyengine.storage.environment import StorageEnvironment, WriteFn
+from pyengine.storage.environment import StorageEnvironment, WriteFn, delete_prefix
 from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
 from pyengine.storage.records_pb2 import CursorRecord, LedgerRecord, PositionRecord, TopicRecord
 from pyengine_kernels import Position
@@ -787,12 +787,13 @@ class ManagedLedger:
         self._check_open()
         return ManagedCursor.non_durable(self, self.previous_position(start) if start.entry_id >= 0 else start)
 
-    async def delete_cursor(self, name: str) -> None:
+    async def delete_cursor(self, name: str, also: Sequence[WriteFn] = ()) -> None:
+        """Delete the cursor `name`; `also`: writes to do in the same LMDB transaction."""
         cursor = self.cursors.pop(name, None)
         if cursor is None:
             from pyengine.storage.errors import CursorNotFoundError
             raise CursorNotFoundError(f"no cursor {name!r} on {self.name}")
-        await cursor.delete()
+        await cursor.delete(also)
         if cursor.durable:          # it may have been the slowest: what it held may go now
             self.trim_soon()
 
@@ -812,19 +813,22 @@ class ManagedLedger:
     async def delete(self) -> None:
         """Delete the managed ledger with all its entries, ledgers and cursors."""
         await self.close()
+        await self.env.submit(self.delete_write())
+
+    def delete_write(self) -> WriteFn:
+        """The write that deletes the closed ledger's entries, ledgers, cursors and topic record
+        (for a caller that deletes more in the same LMDB transaction)."""
+        if not self._closed:
+            raise LedgerClosedError(f"managed ledger {self.name} must be closed before it is deleted")
         prefix, name = self._prefix, self.name.encode()
         dbs = [self.env.db(n) for n in ("entries", "ledgers", "cursors", "dedup", "tb_snapshots")]
         topics = self.env.db("topics")
 
         def delete(txn) -> None:
             for db in dbs:
-                cursor = txn.cursor(db=db)
-                if cursor.set_range(prefix):
-                    while cursor.key() and cursor.key().startswith(prefix):
-                        cursor.delete()
+                delete_prefix(txn, db, prefix)
             txn.delete(name, db=topics)
-
-        await self.env.submit(delete)
+        return delete
 
     def _check_open(self) -> None:
         if self._closed:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import lmdb
 
 from core_ext.poskeys import pack_i64, unpack_i64
-from pyengine.storage.environment import StorageEnvironment
+from pyengine.storage.environment import StorageEnvironment, WriteFn, delete_prefix
 from pyengine.storage.errors import CorruptRecordError
 from pyengine.transaction.pendingack import IndividualAck, PendingAckReplayError
 from pyengine.transaction.pendingack.records_pb2 import (
@@ -108,17 +108,15 @@ class LogPendingAckStore:
 
     async def delete(self) -> None:
         """Remove every record of the subscription (it is being deleted)."""
+        await self.env.submit(self.delete_write())
+
+    def delete_write(self) -> WriteFn:
+        """The write removing every record of the subscription, for the caller to submit with
+        the rest of the subscription's deletion (one LMDB transaction: a crash never leaves the
+        subscription without its pending acks)."""
         prefix, db = self._prefix, self._db
-
-        def write(txn: lmdb.Transaction) -> None:
-            cursor = txn.cursor(db=db)
-            if cursor.set_range(prefix):
-                while cursor.key().startswith(prefix):
-                    if not cursor.delete():
-                        break
-
-        await self.env.submit(write)
         self._next_seq = 0
+        return lambda txn: delete_prefix(txn, db, prefix)
 
     def _append(self, record: PendingAckRecord,
                 after: asyncio.Future[Any] | None) -> tuple[int, asyncio.Future[None]]:
