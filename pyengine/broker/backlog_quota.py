@@ -158,12 +158,14 @@ async def evict_for_size(topic: Topic, quota: BacklogQuota) -> None:
             log.info("[%s] backlog eviction: subscription %s does not progress (size %d, target %d)",
                      topic.name, slowest.name, size, target)
             return
-        # Rounded up (Pulsar rounds down, and may stop short of the target).
+        # Rounded up (Pulsar rounds down, and may stop short of the target). Whole stored
+        # entries, as Pulsar's skipEntries: the backlog counts markers and aborted entries,
+        # so a skip of messages only would take more messages than the share over the target.
         to_skip = math.ceil((size - target) / size * slowest.backlog())
         if to_skip <= 0:
             return
         previous = (slowest, slowest.cursor.mark_delete)
-        await slowest.skip_messages(to_skip)
+        await slowest.skip_entries(to_skip)
         size = backlog_size(topic)
 
 

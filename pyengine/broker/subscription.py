@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
@@ -19,7 +20,7 @@ from pyengine.broker.transactions import check_txn_design
 from pyengine.errors import (ConsumerAssignError, ConsumerBusyError, MetadataError, NotAllowedError,
                              TransactionConflictError)
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
-from pyengine.storage import ManagedCursor
+from pyengine.storage import Entry, ManagedCursor
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
 from pyengine_kernels import (Position, TxnId, ackset_acked_indexes, ackset_and, ackset_andnot,
                               ackset_is_fully_acked, ackset_new, ackset_or)
@@ -456,23 +457,39 @@ class Subscription:
         entry acknowledged, its abort gives nothing back."""
         if count <= 0:
             raise ValueError(f"the number of messages to skip must be > 0, not {count}")
-        cursor, ledger, buffer = self.cursor, self.topic.ledger, self.topic.buffer
-        horizon = buffer.max_read_position()
-        last = cursor.mark_delete
+        cursor, buffer = self.cursor, self.topic.buffer
+
+        def visible(entry: Entry) -> bool:
+            return not (entry.is_marker or cursor.is_acked(entry.position)
+                        or (entry.txn_most >= 0 and buffer.hides(entry)))
+        await self._skip(count, visible)
+
+    async def skip_entries(self, count: int) -> None:
+        """Acknowledge the next `count` stored entries, whatever they hold (markers, aborted
+        entries, entries already acknowledged: Pulsar's skipEntries with
+        IndividualDeletedEntries.Include, as its backlog eviction skips), never beyond the read
+        horizon."""
+        if count <= 0:
+            raise ValueError(f"the number of entries to skip must be > 0, not {count}")
+        await self._skip(count, lambda entry: True)
+
+    async def _skip(self, count: int, counted: Callable[[Entry], bool]) -> None:
+        """Acknowledge up to the `count`-th entry from the mark-delete position for which
+        `counted` is true (the entries not counted before it go with it)."""
+        ledger = self.topic.ledger
+        horizon = self.topic.buffer.max_read_position()
+        last = self.cursor.mark_delete
         start = ledger.next_position(last)
         while count > 0 and start <= horizon:
             entries = ledger.read_entries(start, min(count, 1000) + 16, horizon)
             if not entries:
                 break
             for entry in entries:
-                at = entry.position
-                visible = not (entry.is_marker or cursor.is_acked(at)
-                               or (entry.txn_most >= 0 and buffer.hides(entry)))
-                if visible:
+                if counted(entry):
                     if count == 0:
                         break
                     count -= 1
-                last = at
+                last = entry.position
             else:
                 start = ledger.next_position(entries[-1].position)
                 continue
@@ -505,8 +522,9 @@ class Subscription:
         PersistentSubscription.expireMessages: the mark-delete position moves to the newest
         expired entry). The entries are taken in order from the mark-delete position and the
         first one not expired ends the search (publish times need not be monotonic: nothing
-        younger than the TTL is ever expired). Markers, aborted entries and entries already
-        acknowledged are passed over. Never past the read horizon: an open transaction's
+        younger than the TTL is ever expired). Entries already acknowledged are passed over;
+        markers and aborted entries are tested as messages are (Pulsar's expiry reads raw
+        entries), or a backlog of them would outlive every TTL. Never past the read horizon: an open transaction's
         entries, and all after them, are not expired however old, as they are not readable
         yet. A transaction's pending acks on an expired entry stay its own (as for skip: its
         commit finds the entry acknowledged, its abort gives nothing back), as in Pulsar, whose
@@ -546,9 +564,9 @@ class Subscription:
         self.total_msg_expired += await self._acknowledge_up_to(last)
 
     async def _newest_expired(self, cutoff_ms: int) -> Position | None:
-        """The newest entry, up to the read horizon, such that every message a consumer would
-        still be given from the mark-delete position to it was published at or before
-        `cutoff_ms`; None when the oldest such message is younger."""
+        """The newest entry, up to the read horizon, such that every entry not acknowledged
+        from the mark-delete position to it was published at or before `cutoff_ms`; None when
+        the oldest such entry is younger."""
         cursor, ledger, buffer = self.cursor, self.topic.ledger, self.topic.buffer
         horizon = buffer.max_read_position()
         found = None
@@ -559,8 +577,10 @@ class Subscription:
                 break
             for entry in entries:
                 at = entry.position
-                if entry.is_marker or cursor.is_acked(at) or (entry.txn_most >= 0 and buffer.hides(entry)):
+                if cursor.is_acked(at):
                     continue
+                # Markers and aborted entries expire by their publish time too, as in Pulsar
+                # (its search reads raw entries): left, they would stay in the backlog for good.
                 if entry.publish_time > cutoff_ms:
                     return found
                 found = at

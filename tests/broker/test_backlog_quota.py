@@ -136,6 +136,30 @@ async def test_eviction_never_passes_an_open_transactions_entries(tmp_path):
         assert backlog_size(topic) <= 90
 
 
+async def test_eviction_counts_an_aborted_transactions_entries_as_pulsar_skips_them(tmp_path):
+    """The backlog the skip is computed from counts the aborted entries and their marker, so
+    the skip counts them too (Pulsar's skipEntries): it used to skip that many messages, and
+    took every message queued behind a large aborted transaction."""
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        topic = await broker.service.get_topic(T)
+        await topic.open_subscription("slow")
+        producer = await broker.create_producer(T)
+        txn = await broker.new_transaction()
+        for _ in range(20):
+            await producer.send(b"x" * 1000, txn=txn)
+        await txn.abort()
+        for i in range(10):
+            await producer.send(b"small-%d" % i)
+        slow = topic.subscriptions["slow"]
+        assert slow.backlog() == 31 and backlog_size(topic) > 20_000
+        await _set_namespace_quota(broker, "destination_storage",
+                                   BacklogQuota(5000, policy="consumer_backlog_eviction"))
+        await broker.service.backlog_quotas.check_now()
+        # 25 entries of 31 over the target: the 20 aborted, the marker and 4 messages.
+        consumer = await broker.subscribe(T, "slow")
+        assert [m.data for m in await drain(consumer)] == [b"small-%d" % i for i in range(4, 10)]
+
+
 async def test_message_age_quota_refuses_producers_and_evicts(tmp_path):
     offset = [0]
     async with Broker.embedded(tmp_path, sync=False, clock=lambda: wall_clock_ms() + offset[0]) as broker:
