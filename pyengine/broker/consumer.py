@@ -117,12 +117,13 @@ class PendingAcks(dict[Position, int]):
 
 
 _ids = itertools.count()
+NO_CONSUMER_EPOCH = -1          # the client gave none (Pulsar's DEFAULT_CONSUMER_EPOCH)
 
 
 class Consumer:
     def __init__(self, sink: ConsumerSink, *, name: str | None = None, consumer_id: int | None = None,
                  priority: int = 0, sticky_ranges: list[tuple[int, int]] | None = None,
-                 allow_out_of_order_delivery: bool = False) -> None:
+                 allow_out_of_order_delivery: bool = False, consumer_epoch: int = NO_CONSUMER_EPOCH) -> None:
         self.consumer_id = next(_ids) if consumer_id is None else consumer_id
         self.name = name or f"consumer-{self.consumer_id}"
         self.sink = sink
@@ -140,9 +141,18 @@ class Consumer:
         self.connected = True
         self.auto_consume_schema = False            # subscribed with AUTO_CONSUME: takes the topic's schema
         self.rate_out = RateCounter()               # delivered to it (Pulsar's msgRateOut, msgOutCounter)
+        # PIP-84: the client's epoch, from its SUBSCRIBE and raised by its redelivery requests;
+        # stamped on Exclusive/Failover messages, so that the client drops those it receives
+        # from before its last redelivery request.
+        self.consumer_epoch = consumer_epoch
 
     def __repr__(self) -> str:
         return f"Consumer({self.name!r}, permits={self.permits}, pending={len(self.pending)})"
+
+    def advance_epoch(self, epoch: int) -> None:
+        """A redelivery request's epoch: kept when newer (Pulsar's single-active dispatcher)."""
+        if epoch > self.consumer_epoch:
+            self.consumer_epoch = epoch
 
     @property
     def unacked_messages(self) -> int:

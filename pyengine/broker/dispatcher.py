@@ -20,6 +20,11 @@ dispatchers do:
   (Exclusive, Failover), round robin (Shared), or the key's consumer (Key_Shared: the
   consistent-hash ring of Pulsar 4.0's default selector, or the consumers' STICKY ranges, over
   the same 2^16 key hashes as Pulsar: hash_ring.py);
+* Exclusive and Failover: count no redeliveries (Pulsar's RedeliveryTrackerDisabled); when
+  another Failover consumer becomes the active one, deliver nothing for the broker's
+  active_consumer_failover_delay_time_ms, then give it what the previous one left
+  unacknowledged (Pulsar's delayed cursor rewind), so that acknowledgements still on their
+  way are not delivered twice;
 * Key_Shared, per-key order while consumers come and go (Pulsar 4.0's draining hashes,
   PIP-379): a key hash is delivered to one consumer at a time. When the consumers change, a
   hash whose previous consumer still holds unacknowledged entries of it "drains" there: the
@@ -72,9 +77,17 @@ RING_POINTS = 100           # points per consumer on the Key_Shared hash ring (P
 FAILOVER_RING_POINTS = 100  # points per consumer on a Failover topic's ring (CONSUMER_CONSISTENT_HASH_REPLICAS)
 DELAYING_TYPES = ("shared", "key_shared")   # the subscription types that honour deliver_at_time
 LIMITED_TYPES = ("shared", "key_shared")    # the subscription types whose unacked messages are limited
+SINGLE_ACTIVE_TYPES = ("exclusive", "failover")     # one consumer receives (Pulsar's single-active dispatcher)
 
 
 NONE_KEY = b"NONE_KEY"       # what an entry without a key is routed by (Pulsar's Commands.NONE_KEY)
+
+
+def java_string_order(name: str) -> bytes:
+    """A sort key that orders names as Java's String.compareTo does: by UTF-16 code units (a
+    character outside the BMP, a surrogate pair, sorts before U+E000..U+FFFF), not by code
+    points."""
+    return name.encode("utf-16-be", "surrogatepass")
 
 
 def entry_key(entry: Entry) -> bytes:
@@ -288,6 +301,10 @@ class Dispatcher:
         self._draining_cleared: dict[Consumer, int] = {}
         self._replaying = False             # during a pass: offering entries put back for redelivery
         self._closed = False
+        # Exclusive/Failover: the consumer picked as the active one, and the handover to it
+        # while a Failover switch waits (activeConsumerFailoverDelayTimeMillis).
+        self._active: Consumer | None = None
+        self._handover: asyncio.TimerHandle | None = None
         # Delayed delivery (Shared, Key_Shared): created with the first message held back.
         self.delayed: DelayedDeliveryTracker | None = None
         self._delay_policy: DelayedDelivery | None = None    # during a pass: looked up once
@@ -302,10 +319,13 @@ class Dispatcher:
 
     def add_consumer(self, consumer: Consumer) -> None:
         consumer.pending.on_released = lambda hash_value: self._hash_released(consumer, hash_value)
-        if self.delayed is not None and self.subscription.sub_type not in DELAYING_TYPES:
-            # The subscription became Exclusive/Failover (its earlier consumers all left): what
-            # was held back is delivered now, as that type does not delay.
-            self.redeliveries.update(self.delayed.clear())
+        if self.subscription.sub_type in SINGLE_ACTIVE_TYPES:
+            # The subscription may have become Exclusive/Failover (its earlier consumers all
+            # left): what was held back is delivered now, as that type does not delay, and
+            # without the counts of its Shared days (that type counts no redeliveries).
+            if self.delayed is not None:
+                self.redeliveries.update(self.delayed.clear())
+            self.redelivery_counts.clear()
         self.consumers.append(consumer)
         if consumer.sticky_ranges is None:
             self._ring.add(consumer, consumer.name)
@@ -335,22 +355,54 @@ class Dispatcher:
         self._priority_levels = levels if len(levels) > 1 else None
 
     def _update_active(self) -> None:
-        if self.subscription.sub_type not in ("exclusive", "failover"):
+        """Exclusive/Failover: pick the active consumer again. When another one is picked while
+        one was active, a Failover subscription hands over after the broker's
+        active_consumer_failover_delay_time_ms (Pulsar's scheduleReadOnActiveConsumer): until
+        then nothing is delivered, and acknowledgements the previous consumer makes meanwhile
+        keep those messages from being delivered again. A handover already waiting is not
+        restarted. The first consumer of a subscription (nothing to hand over) starts at once,
+        where Pulsar makes it wait the delay too."""
+        if self.subscription.sub_type not in SINGLE_ACTIVE_TYPES:
+            self._cancel_handover()
+            self._active = None
             return
-        previous = next((c for c in self.consumers if c.active), None)
-        active = self.active_consumer()
+        previous, active = self._active, self.active_consumer()
+        self._active = active
+        if active is previous or active is None or self._handover is not None:
+            return
+        delay_ms = self._failover_delay_ms()
+        if previous is not None and delay_ms > 0:
+            self._handover = asyncio.get_running_loop().call_later(delay_ms / 1000, self._hand_over)
+        else:
+            self._hand_over()
+
+    def _failover_delay_ms(self) -> int:
+        """How long a Failover switch waits (Pulsar's activeConsumerFailoverDelayTimeMillis;
+        Exclusive: never)."""
+        if self.subscription.sub_type != "failover":
+            return 0
+        return self.subscription.topic.service.config.active_consumer_failover_delay_time_ms
+
+    def _hand_over(self) -> None:
+        """The picked consumer becomes the active one: the consumers hear whether they are, and
+        what the others hold unacknowledged goes to it, in order (Pulsar's cursor rewind; a
+        consumer that left has given its messages back already)."""
+        self._handover = None
+        active = self._active
         for consumer in self.consumers:
             now_active = consumer is active
             if now_active != consumer.active:
                 consumer.active = now_active
                 consumer.sink.active_changed(now_active)
-        if previous is not None and active is not previous:
-            # Pulsar rewinds the cursor when another Failover consumer becomes the active one:
-            # what the previous one has not acknowledged goes to the new one, in order (a
-            # consumer that left has given its messages back already).
-            for consumer in self.consumers:
-                if consumer is not active and consumer.pending:
-                    self.redeliver(list(consumer.pending), consumer, count=False)
+        for consumer in self.consumers:
+            if consumer is not active and consumer.pending:
+                self.redeliver(list(consumer.pending), consumer, count=False)
+        self.notify()
+
+    def _cancel_handover(self) -> None:
+        if self._handover is not None:
+            self._handover.cancel()
+            self._handover = None
 
     def active_consumer(self) -> Consumer | None:
         """Exclusive/Failover: the consumer that receives, as Pulsar's
@@ -360,7 +412,7 @@ class Dispatcher:
         of the topic's name (Pulsar >= 3.0: each topic of a subscription gets its own)."""
         if not self.consumers:
             return None
-        ordered = sorted(self.consumers, key=lambda c: (c.priority, c.name))
+        ordered = sorted(self.consumers, key=lambda c: (c.priority, java_string_order(c.name)))
         top = [c for c in ordered if c.priority == ordered[0].priority]
         if len(top) == 1:
             return top[0]
@@ -452,7 +504,12 @@ class Dispatcher:
         """Put entries back to be delivered again (negative acks, a consumer gone, an aborted
         transaction's acknowledgements). An entry the cursor has not read yet is left to the
         normal read: put back as well, it would be delivered twice (an aborted transaction may
-        have acknowledged it before its delivery, or before a restart moved the read back)."""
+        have acknowledged it before its delivery, or before a restart moved the read back).
+        `count`: raise their redelivery counts; never on Exclusive/Failover, whose messages
+        always carry 0 (Pulsar's single-active dispatcher has RedeliveryTrackerDisabled), so a
+        client's dead-letter policy never strands a message there."""
+        if self.subscription.sub_type in SINGLE_ACTIVE_TYPES:
+            count = False
         cursor = self.subscription.cursor
         for position in positions:
             hash_value = None
@@ -533,6 +590,7 @@ class Dispatcher:
 
     def close(self) -> None:
         self._closed = True
+        self._cancel_handover()
         if self.delayed is not None:
             self.delayed.close()
         for consumer in list(self.consumers):
@@ -544,8 +602,8 @@ class Dispatcher:
 
     def _run(self) -> None:
         self._scheduled = False
-        if self._closed or not self.consumers:
-            return
+        if self._closed or not self.consumers or self._handover is not None:
+            return                          # a Failover handover waiting: nothing is read meanwhile
         self._dispatch()
 
     def _dispatch(self) -> None:

@@ -119,6 +119,11 @@ class BrokerConfig:
     # subscription's; 0 leaves one out; both 0: the unacked-messages limits above stand in.
     key_shared_look_ahead_msg_in_replay_threshold_per_consumer: int = 2000
     key_shared_look_ahead_msg_in_replay_threshold_per_subscription: int = 20_000
+    # Failover: when another consumer becomes the active one, how long nothing is delivered
+    # before it gets what the previous one left unacknowledged, so that the acknowledgements
+    # still on their way are not delivered twice (Pulsar's activeConsumerFailoverDelayTimeMillis,
+    # with its default; 0: at once).
+    active_consumer_failover_delay_time_ms: int = 1000
     # How many producers a topic, and consumers a topic and a subscription, may have where no
     # policy says (Pulsar's maxProducersPerTopic, maxConsumersPerTopic and
     # maxConsumersPerSubscription; 0, their default: no limit).
@@ -171,7 +176,8 @@ class BrokerConfig:
                 raise TypeError(f"{flag} must be a bool, not {getattr(self, flag)!r}")
         for name in ("delayed_delivery_tick_time_ms", "delayed_delivery_max_delay_ms",
                      "key_shared_look_ahead_msg_in_replay_threshold_per_consumer",
-                     "key_shared_look_ahead_msg_in_replay_threshold_per_subscription"):
+                     "key_shared_look_ahead_msg_in_replay_threshold_per_subscription",
+                     "active_consumer_failover_delay_time_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, not {value!r}")

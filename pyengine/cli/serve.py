@@ -109,6 +109,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the same for the whole subscription, at most (Pulsar's "
                         "keySharedLookAheadMsgInReplayThresholdPerSubscription, 20000; both 0: the unacked-messages "
                         "limits instead)")
+    p.add_argument("--active-consumer-failover-delay-time-ms", type=non_negative_int, default=1000,
+                   help="Failover: when another consumer becomes the active one, deliver nothing for this long "
+                        "before it gets what the previous one left unacknowledged (Pulsar's "
+                        "activeConsumerFailoverDelayTimeMillis, 1000; 0: at once)")
     p.add_argument("--backlog-quota-default-limit-bytes", type=whole_number(-1, 2**63 - 1, meaning=" (-1: no quota)"),
                    default=-1, help="a topic's backlog may hold this many bytes where no policy says (Pulsar's "
                                     "backlogQuotaDefaultLimitBytes; -1, the default: no quota)")
@@ -312,6 +316,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                             args.key_shared_look_ahead_msg_in_replay_threshold_per_consumer),
                         key_shared_look_ahead_msg_in_replay_threshold_per_subscription=(
                             args.key_shared_look_ahead_msg_in_replay_threshold_per_subscription),
+                        active_consumer_failover_delay_time_ms=args.active_consumer_failover_delay_time_ms,
                         backlog_quota_default_limit_bytes=args.backlog_quota_default_limit_bytes,
                         backlog_quota_default_limit_seconds=args.backlog_quota_default_limit_second,
                         backlog_quota_default_retention_policy=args.backlog_quota_default_retention_policy,

@@ -26,7 +26,8 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from core_ext.frames import FrameDecoder, FrameError
-from pyengine.broker.consumer import Consumer
+from pyengine.broker.consumer import NO_CONSUMER_EPOCH, Consumer
+from pyengine.broker.dispatcher import SINGLE_ACTIVE_TYPES
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
 from pyengine.broker.transactions import append_condition
@@ -729,8 +730,10 @@ class ServerConnection(asyncio.Protocol):
                 sticky = [(r.start, r.end) for r in body.keySharedMeta.hashRanges]
             out_of_order = (sub_type == "key_shared" and body.HasField("keySharedMeta")
                             and body.keySharedMeta.allowOutOfOrderDelivery)
+            epoch = body.consumer_epoch if body.HasField("consumer_epoch") else NO_CONSUMER_EPOCH
             broker_consumer = Consumer(consumer, name=body.consumer_name or None, priority=body.priority_level,
-                                       sticky_ranges=sticky, allow_out_of_order_delivery=out_of_order)
+                                       sticky_ranges=sticky, allow_out_of_order_delivery=out_of_order,
+                                       consumer_epoch=epoch)
             broker_consumer.auto_consume_schema = auto_consume
             subscription = await self._attach(topic, body, sub_type, broker_consumer)
             consumer.attach(subscription, broker_consumer)
@@ -934,6 +937,8 @@ class ServerConnection(asyncio.Protocol):
             consumer.subscription.redeliver_unacknowledged(consumer.broker_consumer, positions)
         else:
             # Exclusive/Failover (and the id-less form): everything unacknowledged, as Apache.
+            if body.HasField("consumer_epoch") and consumer.sub_type in SINGLE_ACTIVE_TYPES:
+                consumer.broker_consumer.advance_epoch(body.consumer_epoch)     # PIP-84
             consumer.subscription.redeliver_unacknowledged(consumer.broker_consumer)
 
     def _on_seek(self, body: pb.CommandSeek, frame: Any) -> None:

@@ -8,9 +8,11 @@ never copied in Python on their way out.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
-from pyengine.broker.consumer import Consumer, Delivery
+from pyengine.broker.consumer import NO_CONSUMER_EPOCH, Consumer, Delivery
+from pyengine.broker.dispatcher import SINGLE_ACTIVE_TYPES
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
 from pyengine.protocol import replies
@@ -44,6 +46,9 @@ class NetworkConsumer:
         if self.closed:
             return
         head = replies.message_head
+        epoch = self._stamped_epoch()
+        if epoch != NO_CONSUMER_EPOCH:
+            head = functools.partial(head, consumer_epoch=epoch)
         consumer_id = self.consumer_id
         partition = self.topic.partition_index
         buffers: list[bytes] = []
@@ -54,6 +59,15 @@ class NetworkConsumer:
                                 partition))
             buffers.append(data)
         self.connection.write_many(buffers)
+
+    def _stamped_epoch(self) -> int:
+        """The PIP-84 epoch to put on MESSAGEs now (NO_CONSUMER_EPOCH: none): only Exclusive and
+        Failover messages carry it, as Pulsar's single-active dispatcher sends them (its others
+        send none), and only when the client gave one."""
+        consumer = self.broker_consumer
+        if consumer is None or self.sub_type not in SINGLE_ACTIVE_TYPES:
+            return NO_CONSUMER_EPOCH
+        return consumer.consumer_epoch
 
     def active_changed(self, active: bool) -> None:
         # Apache notifies Failover consumers only; the client uses it for its listener.

@@ -157,12 +157,14 @@ def send_error(producer_id: int, sequence_id: int, code: int, message: str) -> b
 
 
 def message_head(consumer_id: int, position: Position, redelivery_count: int,
-                 ack_set: Sequence[int] | None, payload_size: int, partition: int = -1) -> bytes:
+                 ack_set: Sequence[int] | None, payload_size: int, partition: int = -1,
+                 consumer_epoch: int = -1) -> bytes:
     """The start of a MESSAGE frame: sizes and command; the stored entry (checksum, metadata
     and payload as the producer sent them) follows as a separate buffer, never copied.
     `partition`: the topic's partition index (-1: not a partition), in the message id as
     Apache's broker sets it; clients compare ids with it (the C++ client's
-    hasMessageAvailable against GET_LAST_MESSAGE_ID's id)."""
+    hasMessageAvailable against GET_LAST_MESSAGE_ID's id). `consumer_epoch`: the consumer's
+    PIP-84 epoch (-1: none, not sent)."""
     cmd = BaseCommand(type=BaseCommand.MESSAGE)
     body = cmd.message
     body.consumer_id = consumer_id
@@ -175,6 +177,8 @@ def message_head(consumer_id: int, position: Position, redelivery_count: int,
         body.redelivery_count = redelivery_count
     if ack_set:
         body.ack_set.extend(ack_set)
+    if consumer_epoch >= 0:
+        body.consumer_epoch = consumer_epoch
     raw = cmd.SerializeToString()
     return _FRAME_HEAD.pack(4 + len(raw) + payload_size, len(raw)) + raw
 

@@ -143,7 +143,7 @@ def pulsar_failover_pick(topic: str, names: list[str]) -> str:
     def murmur(text: str) -> int:
         return mmh3.hash(text.encode(), signed=True) & 0x7FFFFFFF
 
-    ordered = sorted(names)
+    ordered = sorted(names, key=lambda name: name.encode("utf-16-be"))     # Java's String.compareTo
     ring = {}
     for index, name in enumerate(ordered):
         for replica in range(100):

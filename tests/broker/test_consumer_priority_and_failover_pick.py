@@ -52,7 +52,8 @@ async def test_a_partition_goes_to_a_consumer_of_the_highest_priority(tmp_path):
 async def test_a_non_partitioned_topic_goes_to_pulsars_pick_on_the_ring(tmp_path, suffix):
     topic = f"{T}-ring-{suffix}"
     names = ["a", "b", "c"]
-    async with Broker.embedded(tmp_path, sync=False) as broker:
+    # The pick is under test, not the handover delay (test_failover_handover_delay.py): none.
+    async with Broker.embedded(tmp_path, sync=False, active_consumer_failover_delay_time_ms=0) as broker:
         consumers = {name: await broker.subscribe(topic, "s", consumer_type="failover", consumer_name=name)
                      for name in names}
         assert {name for name, c in consumers.items() if c.active} == {pulsar_failover_pick(topic, names)}

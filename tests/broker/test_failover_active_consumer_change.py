@@ -1,5 +1,7 @@
 """Failover: when another consumer becomes the active one, Pulsar rewinds the cursor, so what
-the previous active consumer has not acknowledged is delivered to the new one, in order."""
+the previous active consumer has not acknowledged is delivered to the new one, in order. The
+broker waits before that (activeConsumerFailoverDelayTimeMillis): not here, where the handover
+itself is under test (the delay: test_failover_handover_delay.py)."""
 
 from pyengine.broker import Broker
 from tests.broker.helpers import drain
@@ -8,7 +10,7 @@ T = "persistent://public/default/failover-active-change"
 
 
 async def test_a_consumer_that_becomes_active_gets_the_previous_ones_unacked_messages(tmp_path):
-    async with Broker.embedded(tmp_path) as broker:
+    async with Broker.embedded(tmp_path, active_consumer_failover_delay_time_ms=0) as broker:
         producer = await broker.create_producer(T)
         for i in range(5):
             await producer.send(b"m%d" % i)
@@ -30,7 +32,7 @@ async def test_a_consumer_that_becomes_active_gets_the_previous_ones_unacked_mes
 
 
 async def test_a_higher_priority_consumer_takes_over_the_unacked_messages(tmp_path):
-    async with Broker.embedded(tmp_path) as broker:
+    async with Broker.embedded(tmp_path, active_consumer_failover_delay_time_ms=0) as broker:
         producer = await broker.create_producer(T)
         low = await broker.subscribe(T, "s", consumer_type="failover", initial_position="earliest",
                                      consumer_name="a", priority=5)

@@ -13,11 +13,15 @@ from pyengine.testing import ServeProcess, serving
 # The C++ client logs every connection at INFO; only its errors are worth reading in a test.
 QUIET = logging.getLogger("pulsar-client")
 QUIET.setLevel(logging.ERROR)
+# A Failover switch waits this long before the new active consumer is served (Pulsar's default,
+# 1000 ms, would slow every test that switches).
+FAILOVER_DELAY_MS = 400
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    with serving(tmp_path_factory.mktemp("interop") / "data", "--num-coordinators", "2") as process:
+    with serving(tmp_path_factory.mktemp("interop") / "data", "--num-coordinators", "2",
+                 "--active-consumer-failover-delay-time-ms", str(FAILOVER_DELAY_MS)) as process:
         yield process
 
 
