@@ -16,7 +16,6 @@ written against one runs against the other.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import random
@@ -29,6 +28,7 @@ from pyengine.client.consumer import Consumer, ConsumerBatchReceivePolicy, Consu
 from pyengine.client.coordinator import TransactionCoordinatorClient
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender
 from pyengine.client.errors import AlreadyClosedError
+from pyengine.client.handler import close_all, start_all
 from pyengine.client.key_batching import BatchingType
 from pyengine.client.lookup import LookupService
 from pyengine.client.message import MessageId
@@ -220,11 +220,12 @@ class Client:
         parsed = TopicName.parse(name)
         handlers = ([PartitionProducer(self._core, str(parsed.partition(i)), i, options) for i in range(partitions)]
                     if partitions > 0 else [PartitionProducer(self._core, name, -1, options)])
-        results = await asyncio.gather(*(h._start() for h in handlers), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await asyncio.gather(*(h.close() for h in handlers))
-            raise errors[0]
+        try:
+            await start_all(handlers)
+        except BaseException:
+            # Failed or cancelled: the partitions the broker already created are closed too.
+            await close_all(handlers)
+            raise
         producer = Producer(self._core, name, handlers, options, partitioned=partitions > 0)
         return await self._opened(producer)
 

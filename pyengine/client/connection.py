@@ -188,7 +188,10 @@ class ClientConnection(asyncio.Protocol):
         """The response body of `cmd`, sent by `send_request` as `future` (errors raised)."""
         request_id = command_body(cmd).request_id
         try:
-            return await asyncio.wait_for(future, timeout)
+            # Not wait_for: Python 3.11's returns an answer that came as the caller was cancelled,
+            # and the caller then goes on (a consumer READY) though it was cancelled.
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             raise TimeoutError(f"{T.Type.Name(cmd.type)} (request {request_id}) to {self.address.logical} "
                                f"got no answer within {timeout}s") from None

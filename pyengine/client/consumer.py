@@ -32,16 +32,16 @@ from pyengine.client.chunks import NUM_CHUNKS_TAG, ChunkAssembler, ChunkMessageI
 from pyengine.client.connection import ClientConnection
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender, check_dead_letter_policy
 from pyengine.client.errors import AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError
-from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
+from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler, close_all, start_all
 from pyengine.client.message import (
     DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry, seek_ack_set, unacked_from,
 )
 from pyengine.client.negative_acks import NegativeAckTracker
+from pyengine.client.once import RunOnce
 from pyengine.client.unacked import UnackedMessageTracker
 from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_schema, check_timeout, option_name,
 )
-from pyengine.errors import PulsarError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command, parse_message_metadata
 from pyengine.protocol.schema_codec import fill_schema
@@ -345,6 +345,11 @@ class PartitionConsumer(ConnectionHandler):
         self.consumer_name = (options.consumer_name if options.consumer_name is not None
                               else "" if not options.durable else f"{random.getrandbits(40):010x}")
         self.generation = 0
+        # PIP-84, as the Java client: raised by each redeliver-all of an Exclusive or Failover
+        # consumer; a MESSAGE the broker stamped with a lower one was read before that
+        # redelivery (the cursor rewound since) and is dropped, so the redelivered messages
+        # come first and in order.
+        self.epoch = 0
         self.queued = 0
         self.queued_bytes = 0             # payload bytes of the queued messages (batch receive)
         self._consumed_since_flow = 0
@@ -389,6 +394,7 @@ class PartitionConsumer(ConnectionHandler):
             subType=_SUB_TYPES[options.consumer_type], consumer_id=self.consumer_id,
             request_id=connection.new_request_id(), consumer_name=self.consumer_name,
             priority_level=options.priority, durable=options.durable, read_compacted=options.read_compacted,
+            consumer_epoch=self.epoch,
             initialPosition=(pb.CommandSubscribe.Earliest if options.initial_position == "earliest"
                              else pb.CommandSubscribe.Latest),
             replicate_subscription_state=False)
@@ -461,6 +467,11 @@ class PartitionConsumer(ConnectionHandler):
 
     def on_message(self, command: pb.CommandMessage, frame: Frame) -> None:
         if self.state != READY:
+            return
+        if command.HasField("consumer_epoch") and command.consumer_epoch < self.epoch:
+            # Sent before the last redeliver-all: it comes again. Its permits come back, as the
+            # Java client gives them back (the broker took one per message of the entry).
+            self.credit(_messages_in(frame.headers_and_payload))
             return
         ledger_id, entry_id = command.message_id.ledgerId, command.message_id.entryId
         if frame.checksum_valid is False or frame.headers_and_payload is None:
@@ -741,7 +752,8 @@ class PartitionConsumer(ConnectionHandler):
             self._check_usable()
             timeout = self._core.config.operation_timeout
             try:
-                await asyncio.wait_for(self._ready.wait(), timeout)
+                async with asyncio.timeout(timeout):        # not wait_for: 3.11's ignores a late cancel
+                    await self._ready.wait()
             except TimeoutError:
                 raise TimeoutError(f"{self}: not connected to the broker within the operation timeout "
                                    f"({timeout} s)") from None
@@ -781,8 +793,10 @@ class PartitionConsumer(ConnectionHandler):
         if self.state != READY or self.connection is None:
             return                        # a reconnect redelivers everything unacked anyway
         if message_ids is None:
+            if self.options.consumer_type in ("exclusive", "failover"):
+                self.epoch += 1
             self.connection.send_command(base_command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
-                                                      consumer_id=self.consumer_id))
+                                                      consumer_id=self.consumer_id, consumer_epoch=self.epoch))
             self.drop_queued(give_back_permits=True)
             if self._chunks is not None:
                 self._chunks.clear()
@@ -853,14 +867,11 @@ class PartitionConsumer(ConnectionHandler):
         self._flush_acks()
         self.state = CLOSING
         self._stop_reconnecting()
-        connection = self.connection
-        if connection is not None and connection.usable:
-            cmd = base_command(T.CLOSE_CONSUMER, consumer_id=self.consumer_id, request_id=connection.new_request_id())
-            try:
-                await connection.request(cmd, self._core.config.operation_timeout)
-            except (PulsarError, TimeoutError) as exc:
-                log.info("%s: close not confirmed by the broker: %s", self, exc)
-        self._closed_locally()
+        try:
+            await self._close_on_broker(self.connection, T.CLOSE_CONSUMER, consumer_id=self.consumer_id)
+        finally:
+            # Cancelled too: CLOSE_CONSUMER is out, and a CLOSING handler would stay so for good.
+            self._closed_locally()
 
     def _closed_locally(self) -> None:
         self.state = CLOSED
@@ -942,11 +953,11 @@ def wake_one(waiters: deque[asyncio.Future[None]]) -> None:
 
 
 async def _until(waiter: asyncio.Future[None], deadline: float | None) -> None:
-    """Wait for `waiter` until the loop time `deadline` (None: no limit); TimeoutError after it."""
-    if deadline is None:
+    """Wait for `waiter` until the loop time `deadline` (None: no limit); TimeoutError after it.
+    A cancel always raises, even once `waiter` is done (Python 3.11's wait_for would swallow it
+    and let a cancelled receive take a message that nobody gets)."""
+    async with asyncio.timeout_at(deadline):
         await waiter
-    else:
-        await asyncio.wait_for(waiter, max(deadline - asyncio.get_running_loop().time(), 0))
 
 
 async def receive_queued(take: Callable[[], _Item | None], waiters: deque[asyncio.Future[None]],
@@ -1053,15 +1064,20 @@ class Consumer:
         self._dead_letter = dead_letter
         self._dead_candidates: dict[tuple[PartitionConsumer, int, int], dict[int, Message]] = {}
         self._dead_in_flight: set[tuple[PartitionConsumer, int, int]] = set()
+        # Entries whose dead-lettering failed: handed to the application when they come again,
+        # as the Java client does (dead-lettered at once on arrival, they would loop).
+        self._dead_letter_failed: set[tuple[PartitionConsumer, int, int]] = set()
         self._dead_tasks: set[asyncio.Task[None]] = set()
         self._partitions_update: asyncio.Task[None] | None = None
+        self._closing = RunOnce(self._close)
 
     async def _start(self) -> None:
-        results = await asyncio.gather(*(h._start() for h in self._handlers.values()), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
+        try:
+            await start_all(self._handlers.values())
+        except BaseException:
+            # Failed or cancelled: the partitions the broker already subscribed are closed too.
             await self.close()
-            raise errors[0]
+            raise
         interval = self._core.partitions_update_interval
         if self._partitioned and interval > 0:
             # As Pulsar's clients (autoUpdatePartitions): the partitions added later are taken up.
@@ -1099,7 +1115,7 @@ class Consumer:
     async def _drop_handlers(self, handlers: list[PartitionConsumer]) -> None:
         for handler in handlers:
             self._handlers.pop(handler.partition, None)
-        await asyncio.gather(*(h.close() for h in handlers), return_exceptions=True)
+        await close_all(handlers)
 
     @property
     def topic(self) -> str:
@@ -1125,6 +1141,27 @@ class Consumer:
         handler.queued_bytes += len(message.data)
         wake_one(self._waiters)
         wake_all(self._batch_waiters)
+
+    def _drop_queued_entries(self, handler: PartitionConsumer, entries: set[tuple[int, int]]) -> None:
+        """Take out of the queue `handler`'s messages of `entries` not handed out yet, giving
+        back their permits: the broker sends those entries again (a nack or an ack timeout of
+        one message of a batch), and they would come twice (the Java client's
+        removeExpiredMessagesFromQueue)."""
+        kept: list[tuple[PartitionConsumer, int, Message]] = []
+        dropped = 0
+        for queued in self._queue:
+            owner, generation, message = queued
+            at = message.message_id
+            if owner is handler and generation == handler.generation and (at.ledger_id, at.entry_id) in entries:
+                handler.queued -= 1
+                handler.queued_bytes -= len(message.data)
+                dropped += 1
+            else:
+                kept.append(queued)
+        if dropped:
+            self._queue.clear()
+            self._queue.extend(kept)
+            handler.credit(dropped)
 
     def _peek(self) -> Message | None:
         """The message `_take` would return, left in the queue (stale ones are dropped)."""
@@ -1257,7 +1294,8 @@ class Consumer:
         operation: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         txn._track(operation)          # commit waits for this ack, whatever happens below
         try:
-            await txn._register_subscription(handler.topic, self.subscription_name)
+            # Shielded: the registration is shared with the transaction's other acks here.
+            await asyncio.shield(txn._register_subscription(handler.topic, self.subscription_name))
             # As the Java client: the message stops being tracked (ack timeout, DLQ) when its
             # ACK goes out, not before: an ended transaction or a failed registration leaves
             # it unacknowledged, to time out and be redelivered.
@@ -1344,6 +1382,8 @@ class Consumer:
         if not message_ids or self._closed:
             return
         if self.options.consumer_type in ("shared", "key_shared"):
+            self._drop_queued_entries(handler, {(c.ledger_id, c.entry_id) for m in message_ids
+                                                for c in chunk_entries(m)})
             handler.redeliver(message_ids)
         else:
             # One consumer owns the subscription's order: as Pulsar's clients, redeliver
@@ -1372,6 +1412,7 @@ class Consumer:
                         self._acknowledged(handler, message.message_id, False)
                         handler.ack(message.message_id)
                 if entry_failed:
+                    self._dead_letter_failed.add(key)
                     # A chunked message by its own id, so that every chunk comes again (the
                     # last chunk's entry alone could not be put back together).
                     chunked = [m.message_id for m in messages if type(m.message_id) is ChunkMessageId]
@@ -1394,6 +1435,9 @@ class Consumer:
         if redelivery_count < sender.max_redeliver_count:
             return messages
         self._dead_candidates[key] = {m.message_id.batch_index: m for m in messages}
+        if key in self._dead_letter_failed:
+            self._dead_letter_failed.discard(key)
+            return messages           # its next nack or ack timeout tries the DLQ again
         if redelivery_count > sender.max_redeliver_count:
             self._redeliver(handler, [MessageId(first.ledger_id, first.entry_id, -1, handler.partition)])
             return []
@@ -1401,7 +1445,9 @@ class Consumer:
 
     async def redeliver_unacknowledged_messages(self) -> None:
         """Have the broker send again every message it sent to this consumer that is not
-        acknowledged (the local queue is dropped: its messages come again)."""
+        acknowledged (the local queue is dropped: its messages come again). On an Exclusive or
+        Failover subscription the consumer epoch goes up (PIP-84): what the broker sent before
+        and is still on its way is dropped as it arrives."""
         self._check_open()
         for handler in self._handlers.values():
             handler.redeliver(None)
@@ -1456,29 +1502,28 @@ class Consumer:
                             self.subscription_name, handler.topic, result)
         if errors:
             raise errors[0]
-        await self._close_locally()
+        await self.close()
 
     async def close(self) -> None:
-        if self._closed:
-            return
+        """Close every partition's consumer; a cancelled close still finishes (see RunOnce)."""
+        await self._closing()
+
+    async def _close(self) -> None:
+        # First, as the C++ client: what waits to receive ends now (AlreadyClosedError).
+        self._closed = True
+        self._queue.clear()
+        self._wake_all()
         if self._partitions_update is not None:
             self._partitions_update.cancel()
         await asyncio.gather(*(h.close() for h in self._handlers.values()))
-        await self._close_locally()
-
-    async def _close_locally(self) -> None:
-        self._closed = True
-        if self._partitions_update is not None:
-            self._partitions_update.cancel()
         self._nacks.close()
         if self._unacked is not None:
             self._unacked.close()
         for task in list(self._dead_tasks):
             task.cancel()
         self._dead_candidates.clear()
+        self._dead_letter_failed.clear()
         if self._dead_letter is not None:
             await self._dead_letter.close()
-        self._queue.clear()
-        self._wake_all()
         self._core.forget(self)
 

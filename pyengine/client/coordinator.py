@@ -135,9 +135,10 @@ class CoordinatorHandler(ConnectionHandler):
             if sent is None:
                 if self.state in (CLOSING, CLOSED):
                     raise AlreadyClosedError(f"{self} is closed")
-                if not self._ready.is_set():            # (wait_for costs ~10 us even when it is set)
+                if not self._ready.is_set():            # (a timeout costs ~10 us even when it is set)
                     try:
-                        await asyncio.wait_for(self._ready.wait(), remaining)
+                        async with asyncio.timeout(remaining):    # a late cancel still raises
+                            await self._ready.wait()
                     except TimeoutError:
                         raise TimeoutError(f"{self} not connected within the operation timeout") from None
                 if self._failure is not None:

@@ -108,12 +108,13 @@ class DeadLetterSender:
             raise
 
     async def _open(self, topic: str) -> Producer:
-        # As the C++ client's dead letter producer: no batching, never blocks on a full queue,
+        # As the Java client's dead letter producer: no batching, never blocks on a full queue,
+        # chunking (a chunked message, larger than the broker's limit, can be dead-lettered),
         # and the initial subscription created by the broker with the producer
         # (CommandProducer.initial_subscription_name), before the first dead letter is sent.
         return await self._client.create_producer(
-            topic, batching_enabled=False, block_if_queue_full=False, schema=self._schema,
-            initial_subscription_name=self.policy.initial_subscription_name)
+            topic, batching_enabled=False, block_if_queue_full=False, chunking_enabled=True,
+            schema=self._schema, initial_subscription_name=self.policy.initial_subscription_name)
 
     async def send(self, consumer_topic: str, message: Message) -> None:
         """Publish `message` to the dead letter topic; raises if it could not be."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pyengine.client.backoff import Backoff
@@ -19,7 +20,7 @@ from pyengine.client.connection import ClientConnection
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.errors import (
     ConsumerAssignError, ConsumerBusyError, IncompatibleSchemaError, InvalidTopicNameError, NotAllowedError,
-    ProducerBlockedQuotaExceededException, ProducerBusyError, ProducerFencedError, SubscriptionNotFoundError,
+    ProducerBlockedQuotaExceededException, ProducerBusyError, ProducerFencedError, PulsarError, SubscriptionNotFoundError,
     TopicNotFoundError, TopicTerminatedError,
 )
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -55,6 +56,10 @@ class ConnectionHandler(abc.ABC):
         and the READY state on success."""
 
     @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the broker-side object (if any) and stop reconnecting."""
+
+    @abc.abstractmethod
     def _failed(self, error: BaseException) -> None:
         """Reconnecting met an error it cannot get past: fail what waits on this handler."""
 
@@ -69,7 +74,8 @@ class ConnectionHandler(abc.ABC):
         deadline = loop.time() + self._core.config.operation_timeout
         while True:
             try:
-                await asyncio.wait_for(self._connect_once(), max(deadline - loop.time(), 0.001))
+                async with asyncio.timeout_at(deadline):   # not wait_for: 3.11's ignores a late cancel
+                    await self._connect_once()
                 self._backoff.reset()
                 return
             except FATAL_ERRORS:
@@ -108,7 +114,8 @@ class ConnectionHandler(abc.ABC):
             if self.state != CONNECTING:
                 return
             try:
-                await asyncio.wait_for(self._connect_once(), self._core.config.operation_timeout)
+                async with asyncio.timeout(self._core.config.operation_timeout):
+                    await self._connect_once()
             except ProducerBlockedQuotaExceededException as exc:
                 # Fatal to a creation, not to a producer already created (the broker closed it
                 # past a backlog quota): as the C++ client, its pending sends fail and it keeps
@@ -145,6 +152,34 @@ class ConnectionHandler(abc.ABC):
                                  request_id=connection.new_request_id())
         connection.send_command(close)          # its SUCCESS answers no pending request: ignored
 
+    async def _close_on_broker(self, connection: ClientConnection | None, command_type: int, **ids: int) -> None:
+        """Send CLOSE_PRODUCER / CLOSE_CONSUMER (`command_type`, with the object's id) on
+        `connection` if it is usable, and wait for the answer: a refusal or no answer is only
+        logged, as the object is closed here whatever the broker says."""
+        if connection is None or not connection.usable:
+            return
+        cmd = base_command(command_type, request_id=connection.new_request_id(), **ids)
+        try:
+            await connection.request(cmd, self._core.config.operation_timeout)
+        except (PulsarError, TimeoutError) as exc:
+            log.info("%s: close not confirmed by the broker: %s", self, exc)
+
     def _stop_reconnecting(self) -> None:
         if self._reconnect_task is not None and not self._reconnect_task.done():
             self._reconnect_task.cancel()
+
+
+async def start_all(handlers: Iterable[ConnectionHandler]) -> None:
+    """Start `handlers` together (each as `_start`); once all are done, raise the first failure.
+    The caller closes them all when this raises (a failure, or its cancel): those the broker
+    created already would otherwise hold their subscription or producer name for nobody."""
+    results = await asyncio.gather(*(h._start() for h in handlers), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def close_all(handlers: Iterable[ConnectionHandler]) -> None:
+    """Close `handlers` together, to the end even if the caller is cancelled meanwhile: the
+    clean-up after a failed or cancelled start (a close that fails does not stop the others)."""
+    await asyncio.shield(asyncio.gather(*(h.close() for h in handlers), return_exceptions=True))

@@ -26,6 +26,7 @@ from pyengine.client.consumer import (
 )
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
+from pyengine.client.once import RunOnce
 from pyengine.client.validation import check_timeout, check_topic
 from pyengine.errors import InvalidTopicNameError
 from pyengine.naming import TopicName
@@ -178,6 +179,7 @@ class MultiTopicsConsumer:
         # Topics whose consumer failed for good, being subscribed again in the background.
         self._resubscribing: dict[str, asyncio.Task[None]] = {}
         self._closed = False
+        self._closing = RunOnce(self._close)
 
     def __repr__(self) -> str:
         return f"consumer of {self._subscription_name!r} on {len(self._consumers)} topics"
@@ -216,16 +218,24 @@ class MultiTopicsConsumer:
 
     async def _add(self, topics: list[str], *, raise_errors: bool) -> None:
         new = [topic for topic in topics if topic not in self._consumers and topic not in self._resubscribing]
-        results = await asyncio.gather(*(self._subscribe_one(topic) for topic in new), return_exceptions=True)
-        errors = []
-        for topic, result in zip(new, results):
-            if isinstance(result, BaseException):
-                errors.append(result)
-                log.warning("%s: subscribing %s failed: %s", self, topic, result)
-            elif self._closed:
-                await result.close()
+        subscribing = [asyncio.ensure_future(self._subscribe_one(topic)) for topic in new]
+        try:
+            outcomes = await asyncio.gather(*subscribing, return_exceptions=True)
+        finally:
+            # Cancelled too (every one is done by then): the consumers made are kept, for
+            # close() to close them; or closed now, if this consumer is closed already.
+            made = [(topic, task.result()) for topic, task in zip(new, subscribing)
+                    if not task.cancelled() and task.exception() is None]
+            if self._closed:
+                await asyncio.gather(*(consumer.close() for _, consumer in made))
             else:
-                self._keep(topic, result)
+                for topic, consumer in made:
+                    self._keep(topic, consumer)
+        errors = []
+        for topic, outcome in zip(new, outcomes):
+            if isinstance(outcome, BaseException):
+                errors.append(outcome)
+                log.warning("%s: subscribing %s failed: %s", self, topic, outcome)
         if errors and raise_errors:
             raise errors[0]
 
@@ -445,8 +455,10 @@ class MultiTopicsConsumer:
         await self.close()
 
     async def close(self) -> None:
-        if self._closed:
-            return
+        """Close every topic's consumer; a cancelled close still finishes (see RunOnce)."""
+        await self._closing()
+
+    async def _close(self) -> None:
         self._closed = True
         if self._discovery is not None:
             self._discovery.cancel()

@@ -29,9 +29,10 @@ from pyengine.client.backoff import every
 from pyengine.client.chunks import ChunkMessageId
 from pyengine.client.connection import DEFAULT_MAX_MESSAGE_SIZE, ClientConnection
 from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooBigError, ProducerQueueIsFullError
-from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler
+from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler, close_all
 from pyengine.client.key_batching import BatchingType, KeyBasedBatches, check_batching_type
 from pyengine.client.message import MessageId
+from pyengine.client.once import RunOnce
 from pyengine.client.router import PartitionRouter, check_hashing_scheme
 from pyengine.client.transaction import COMMITTING, OPEN, Transaction
 from pyengine.client.validation import (
@@ -922,18 +923,17 @@ class PartitionProducer(ConnectionHandler):
         self.state = CLOSING
         self._stop_reconnecting()
         connection, self.connection = self.connection, None
-        if connection is not None and connection.usable:
-            cmd = base_command(T.CLOSE_PRODUCER, producer_id=self.producer_id, request_id=connection.new_request_id())
-            try:
-                await connection.request(cmd, self._core.config.operation_timeout)
-            except (PulsarError, TimeoutError) as exc:
-                log.info("%s: close not confirmed by the broker: %s", self, exc)
-            connection.producers.pop(self.producer_id, None)
-        self.state = CLOSED
-        for timer in (self._batch_timer, self._timeout_timer):
-            if timer is not None:
-                timer.cancel()
-        self._fail_pending(AlreadyClosedError(f"{self} was closed"))
+        try:
+            await self._close_on_broker(connection, T.CLOSE_PRODUCER, producer_id=self.producer_id)
+        finally:
+            # Cancelled too: CLOSE_PRODUCER is out, and a CLOSING producer would stay so for good.
+            if connection is not None:
+                connection.producers.pop(self.producer_id, None)
+            self.state = CLOSED
+            for timer in (self._batch_timer, self._timeout_timer):
+                if timer is not None:
+                    timer.cancel()
+            self._fail_pending(AlreadyClosedError(f"{self} was closed"))
 
 
 class Producer:
@@ -949,6 +949,7 @@ class Producer:
         turn = options.batching_max_messages if options.batching_enabled else 1
         self._router = PartitionRouter(len(partitions), turn, options.hashing_scheme)
         self._closed = False
+        self._closing = RunOnce(self._close)
         self._partitions_update: asyncio.Task[None] | None = None
         if partitioned and core.partitions_update_interval > 0:
             # As Pulsar's clients (autoUpdatePartitions): the partitions added later are taken up.
@@ -989,11 +990,11 @@ class Producer:
         try:
             results = await asyncio.gather(*(h._start() for h in added), return_exceptions=True)
         except BaseException:                   # cancelled (closing): none of them is kept
-            await asyncio.gather(*(h.close() for h in added), return_exceptions=True)
+            await close_all(added)
             raise
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors or self._closed:
-            await asyncio.gather(*(h.close() for h in added), return_exceptions=True)
+            await close_all(added)
             if errors:
                 raise errors[0]
             return
@@ -1129,8 +1130,11 @@ class Producer:
         await asyncio.gather(*(p.flush() for p in self._partitions))
 
     async def close(self) -> None:
-        if self._closed:
-            return
+        """Flush, then close every partition's producer; a cancelled close still finishes (see
+        RunOnce), and a second close() waits for it."""
+        await self._closing()
+
+    async def _close(self) -> None:
         self._closed = True
         if self._partitions_update is not None:
             self._partitions_update.cancel()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from pyengine.client.errors import ConnectError, TransactionHasOperationFailedError
+from pyengine.client.errors import AlreadyClosedError, ConnectError, TransactionHasOperationFailedError
 from pyengine.errors import (
     InvalidTxnStatusError, ServiceNotReadyError, TransactionCoordinatorNotFoundError, TransactionNotFoundError,
 )
@@ -42,9 +42,10 @@ def _failed_op(op: asyncio.Future[object]) -> bool:
 
 def _in_doubt(error: BaseException) -> bool:
     """Whether an END_TXN that failed with `error` may have been decided all the same (or
-    not sent at all): no answer came from the coordinator, so asking again is how to know."""
+    not sent at all): no answer came from the coordinator, so asking again is how to know. The
+    client closing under it (AlreadyClosedError) is one of those: END_TXN may have been applied."""
     return isinstance(error, (TimeoutError, ConnectError, TransactionCoordinatorNotFoundError, ServiceNotReadyError,
-                              asyncio.CancelledError))
+                              AlreadyClosedError, asyncio.CancelledError))
 
 
 class Transaction:

@@ -4,8 +4,9 @@ process, on a temp dir and a free loopback port; `restart()` brings it back on t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,43 @@ def record_sends(connection, monkeypatch) -> list[bytes]:
         write(frame)
     monkeypatch.setattr(connection, "write", recording)
     return written
+
+
+def answer_late(monkeypatch, seconds: float, late: Callable[[Any], bool]) -> None:
+    """The client takes the broker's answer to each request `late(cmd)` selects `seconds` after
+    it came (a slow broker or network): the request stays pending on the client meanwhile."""
+    from pyengine.client.connection import ClientConnection
+    from pyengine.protocol.commands import command_body
+
+    late_ids: set[int] = set()
+    send_request, settle = ClientConnection.send_request, ClientConnection._settle
+
+    def sending(connection, cmd):
+        if late(cmd):
+            late_ids.add(command_body(cmd).request_id)
+        return send_request(connection, cmd)
+
+    def settling(connection, cmd) -> None:
+        if command_body(cmd).request_id in late_ids:
+            asyncio.get_running_loop().call_later(seconds, settle, connection, cmd)
+        else:
+            settle(connection, cmd)
+    monkeypatch.setattr(ClientConnection, "send_request", sending)
+    monkeypatch.setattr(ClientConnection, "_settle", settling)
+
+
+def consumers_on_broker(broker: NetworkBroker, topic: str, subscription: str = "s") -> int:
+    """How many consumers `subscription` of `topic` has on the broker (0: no such topic or subscription)."""
+    from pyengine.naming import TopicName
+
+    found = broker.service.topics.get(str(TopicName.parse(topic)))
+    if found is None or subscription not in found.subscriptions:
+        return 0
+    return len(found.subscriptions[subscription].consumers)
+
+
+def producers_on_broker(broker: NetworkBroker, topic: str) -> int:
+    from pyengine.naming import TopicName
+
+    found = broker.service.topics.get(str(TopicName.parse(topic)))
+    return 0 if found is None else len(found.producers)

@@ -56,11 +56,14 @@ async def test_a_chunked_message_the_dlq_refused_comes_again_whole(small_client)
     last_chance = await consumer.receive(5)              # redelivery_count == max_redeliver_count
     assert last_chance.data == payload and last_chance.redelivery_count == 1
     await consumer.negative_acknowledge(last_chance)     # to the DLQ: refused, so asked for again
+    again = await consumer.receive(5)                    # every chunk came again, to the application
+    assert again.data == payload and again.redelivery_count == 2
+    await consumer.negative_acknowledge(again)           # to the DLQ again: taken this time
     for _ in range(300):
         if len(dead_lettered) == 2:
             break
         await asyncio.sleep(0.01)
-    # every chunk came again: the message was put together and dead-lettered whole
+    # the message was put together and dead-lettered whole
     assert dead_lettered == [b"", payload]
     for _ in range(100):
         if await _subscription_backlog(consumer, 5) == 0:

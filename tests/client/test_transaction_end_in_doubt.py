@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from pyengine.client import Client
-from pyengine.client import TransactionHasOperationFailedError
+from pyengine.client import AlreadyClosedError, TransactionHasOperationFailedError
 from pyengine.client.transaction import ABORTED, ABORTING, COMMITTED, COMMITTING
 from pyengine.errors import InvalidTxnStatusError
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -144,3 +144,18 @@ async def test_a_cancelled_ack_makes_commit_abort_and_raise_an_error_not_a_cance
     assert txn.state == ABORTED
     await consumer.redeliver_unacknowledged_messages()       # the ack was not taken
     assert (await consumer.receive(timeout=5)).data == b"input"
+
+
+async def test_a_commit_cut_short_by_client_close_stays_in_doubt(broker, monkeypatch):
+    """END_TXN was written, then the client closed before its answer: the commit may have been
+    applied, so the transaction stays COMMITTING, not ERROR (as the Java client, which goes to
+    ERROR only on the coordinator's refusal)."""
+    client = Client(broker.url, operation_timeout_seconds=5)
+    txn = await client.new_transaction()
+    lose_end_txn_answers(client, txn, monkeypatch)
+    committing = asyncio.ensure_future(txn.commit())
+    await asyncio.sleep(0.1)
+    await client.close()
+    with pytest.raises(AlreadyClosedError):
+        await asyncio.wait_for(committing, 2)
+    assert txn.state == COMMITTING
