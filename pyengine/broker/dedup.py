@@ -184,13 +184,17 @@ class MessageDeduplication:
             return -1
         return self._persisted.get(producer_name, -1)
 
-    def duplicate_of(self, producer_name: str, sequence_id: int) -> asyncio.Future[Position | None] | None:
-        """None if the send is new; else a future with the original's position (None when the
-        original's position is no longer known: it was stored before, answer it as stored),
-        or failed with MessageDupUnknownError when that cannot be told yet."""
+    def duplicate_of(self, producer_name: str, sequence_id: int,
+                     highest_sequence_id: int) -> asyncio.Future[Position | None] | None:
+        """None if the send (a batch: `sequence_id` to `highest_sequence_id`) is new; else a
+        future with the original's position (None when the original's position is no longer
+        known: it was stored before, answer it as stored), or failed with
+        MessageDupUnknownError when that cannot be told yet. As Apache's isDuplicateNormal, a
+        send is new only when its first sequence id is above every one pushed: a batch that
+        starts at or below them is not stored again, whatever its highest id."""
         if not self.enabled or sequence_id > self._pushed.get(producer_name, -1):
             return None
-        original = self._in_flight.get((producer_name, sequence_id))
+        original = self._in_flight.get((producer_name, highest_sequence_id))
         if original is not None:
             return original       # type: ignore[return-value]
         done: asyncio.Future[Position | None] = asyncio.get_running_loop().create_future()

@@ -235,7 +235,7 @@ class Topic:
             self._delayed_published(deliver_at, publish_time)   # type: ignore[arg-type]
         highest = sequence_id if highest_sequence_id is None else highest_sequence_id
         if deduplicate:
-            duplicate = self.dedup.duplicate_of(producer.name, highest)
+            duplicate = self.dedup.duplicate_of(producer.name, sequence_id, highest)
             if duplicate is not None:
                 return duplicate
         self.rate_in.add(num_messages, len(data))

@@ -257,6 +257,10 @@ class PartitionProducer(ConnectionHandler):
         self.schema_version = b""           # of the producer's schema, from PRODUCER_SUCCESS (empty: none)
         self._epoch = 0
         self._connected_once = False
+        # The broker's limit as its last CONNECTED said, kept while reconnecting (as the C++
+        # client's ClientConnection::getMaxMessageSize): a send meanwhile is checked and chunked
+        # by it, not by the default (an oversized frame made the broker close every reconnect).
+        self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self._next_sequence = (options.initial_sequence_id + 1 if options.initial_sequence_id is not None else 0)
         # As Java's ProducerImpl (lastSequenceIdPublished = initialSequenceId) and the C++ client
         self.last_sequence_id_published = (options.initial_sequence_id if options.initial_sequence_id is not None
@@ -323,6 +327,7 @@ class PartitionProducer(ConnectionHandler):
                 self._next_sequence = last + 1
             self.last_sequence_id_published = max(self.last_sequence_id_published, last)
         self.connection = connection
+        self.max_message_size = connection.max_message_size
         self.state = READY
         # Written at once, before any later send of this turn: receipts come back in this order.
         for op in self._pending:
@@ -419,13 +424,13 @@ class PartitionProducer(ConnectionHandler):
             # as it is: the C++ client cannot inflate an empty ZLIB stream into 0 bytes.
             uncompressed_size = len(payload)
             payload = compress(payload)
-        connection = self.connection
         chunking = self.options.chunking_enabled
-        if connection is not None and len(payload) > connection.max_message_size and not chunking:
+        max_size = self.max_message_size
+        if len(payload) > max_size and not chunking:
             if compress is None or unbatched:
                 raise MessageTooBigError(f"a message of {len(payload)} bytes"
                                          + (f" compressed ({uncompressed_size} uncompressed)" if compress else "")
-                                         + f" is larger than the broker's maximum of {connection.max_message_size}")
+                                         + f" is larger than the broker's maximum of {max_size}")
             # Batched and compressed: it goes in a batch of its own, whose compressed size is
             # checked when it is closed (Pulsar checks a batch's size once it is compressed).
             alone = True
@@ -442,7 +447,6 @@ class PartitionProducer(ConnectionHandler):
                 fields["deliver_at_time"] = deliver_at
                 if self._batch is not None:
                     self._flush_batch()     # sequence order is wire order: the batch goes first
-            max_size = connection.max_message_size if connection is not None else DEFAULT_MAX_MESSAGE_SIZE
             if chunking and len(payload) >= max_size // 2:
                 self._send_chunks(payload, fields, sequence_id, txn, future, gate, uncompressed_size, max_size)
             else:
@@ -699,12 +703,11 @@ class PartitionProducer(ConnectionHandler):
             metadata.compression = self._codec
             metadata.uncompressed_size = len(payload)
             payload = self._compress(payload)
-            connection = self.connection
-            if connection is not None and len(payload) > connection.max_message_size:
+            if len(payload) > self.max_message_size:
                 # As Pulsar's clients: a batch too large once compressed fails as a whole.
                 error = MessageTooBigError(f"a batch of {count} messages of {len(payload)} bytes compressed "
                                            f"({metadata.uncompressed_size} uncompressed) is larger than the "
-                                           f"broker's maximum of {connection.max_message_size}")
+                                           f"broker's maximum of {self.max_message_size}")
                 for future in batch.futures:
                     if not future.done():
                         future.set_exception(error)

@@ -112,3 +112,20 @@ async def test_over_the_wire_a_retry_inside_a_batch_in_flight_is_a_persistence_s
         await client.close()
         await server.stop()
         await service.close()
+
+
+async def test_a_batch_starting_at_or_below_the_stored_ids_is_a_duplicate(tmp_path):
+    """As Apache's isDuplicateNormal: a send is new only when its FIRST sequence id is above
+    every one pushed. A batch 3..8 after 0..5 was stored again (3, 4 and 5 twice): only its
+    highest id was compared."""
+    async with Broker.embedded(tmp_path, deduplication_enabled=True) as broker:
+        producer = await broker.create_producer(T, producer_name="p")
+        topic = broker.service.topics[T]
+        await topic.publish(producer._producer, _batch("p", 0, 6), sequence_id=0, num_messages=6,
+                            highest_sequence_id=5)
+        assert await topic.publish(producer._producer, _batch("p", 3, 6), sequence_id=3, num_messages=6,
+                                   highest_sequence_id=8) is None              # answered as stored
+        assert topic.ledger.number_of_entries == 1
+        await topic.publish(producer._producer, _batch("p", 6, 3), sequence_id=6, num_messages=3,
+                            highest_sequence_id=8)
+        assert topic.ledger.number_of_entries == 2
