@@ -8,7 +8,10 @@
   first, then a second one when it gets the topic).
 
 Each exclusive grant bumps the topic's epoch; a reconnecting exclusive producer presents the
-epoch it was granted (CommandProducer.topic_epoch) and is fenced if a newer grant exists.
+epoch it was granted (CommandProducer.topic_epoch) and is fenced if a newer grant exists. The
+epoch is kept with the topic (its ledger's TOPIC_EPOCH_PROPERTY, as Pulsar's
+`pulsar.topic.epoch`): the caller stores each grant before answering, and passes the stored one
+when the topic's state is created, so that a restart cannot let an older producer back in.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ SHARED = ProducerAccessMode.Shared
 EXCLUSIVE = ProducerAccessMode.Exclusive
 WAIT_FOR_EXCLUSIVE = ProducerAccessMode.WaitForExclusive
 EXCLUSIVE_WITH_FENCING = ProducerAccessMode.ExclusiveWithFencing
+TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"      # the managed-ledger property Pulsar keeps it in
 
 
 @dataclass
@@ -41,19 +45,16 @@ class ProducerAccessModes:
     def __init__(self) -> None:
         self._topics: dict[str, _TopicAccess] = {}
 
-    def _state(self, topic: str) -> _TopicAccess:
-        state = self._topics.get(topic)
-        if state is None:
-            state = self._topics[topic] = _TopicAccess()
-        return state
-
     def acquire(self, topic: str, key: object, mode: int, topic_epoch: int | None,
-                fence: Callable[[object], None]) -> int | asyncio.Future[int] | None:
+                fence: Callable[[object], None], stored_epoch: int = 0) -> int | asyncio.Future[int] | None:
         """Grant `key` access: None for a shared producer, the topic epoch for an exclusive
         one, or a future of it when the producer must wait (WaitForExclusive). `fence(key)` is
-        called for each producer an ExclusiveWithFencing grant pushes out. Raises
+        called for each producer an ExclusiveWithFencing grant pushes out. `stored_epoch`: the
+        topic's stored epoch (used when no producer is on the topic). Raises
         ProducerBusyError / ProducerFencedError."""
-        state = self._state(topic)
+        state = self._topics.get(topic)
+        if state is None:
+            state = self._topics[topic] = _TopicAccess(epoch=stored_epoch)
         if topic_epoch is not None and topic_epoch < state.epoch:
             raise ProducerFencedError(f"topic {topic} was taken by a newer exclusive producer "
                                       f"(epoch {state.epoch} > {topic_epoch})")
@@ -93,9 +94,10 @@ class ProducerAccessModes:
 
     @staticmethod
     def _grant(state: _TopicAccess, key: object, topic_epoch: int | None) -> int:
+        # As Pulsar: a producer presenting an epoch (never below the topic's: it would have
+        # been fenced) takes it; any other grant is a new one.
         state.exclusive_holder = key
-        if topic_epoch is None or topic_epoch != state.epoch:
-            state.epoch += 1
+        state.epoch = topic_epoch if topic_epoch is not None else state.epoch + 1
         return state.epoch
 
     def release(self, topic: str, key: object) -> None:
@@ -123,5 +125,5 @@ class ProducerAccessModes:
                 if not waiter.done():
                     waiter.set_result(self._grant(state, waiting_key, None))
                     break
-        if state.exclusive_holder is None and not state.shared and not state.waiting and state.epoch == 0:
-            del self._topics[topic]
+        if state.exclusive_holder is None and not state.shared and not state.waiting:
+            del self._topics[topic]             # its epoch is stored with the topic

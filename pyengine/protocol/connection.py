@@ -44,7 +44,7 @@ from pyengine.errors import (
 )
 from pyengine.protocol import lookup, replies
 from pyengine.protocol import pulsar_api_pb2 as pb
-from pyengine.protocol.access_modes import SHARED
+from pyengine.protocol.access_modes import SHARED, TOPIC_EPOCH_PROPERTY
 from pyengine.protocol.commands import BODY_FIELD, ProtocolError, parse_command
 from pyengine.protocol.network_consumer import NetworkConsumer
 from pyengine.protocol.network_producer import NetworkProducer
@@ -532,7 +532,8 @@ class ServerConnection(asyncio.Protocol):
             try:
                 grant = self.server.access.acquire(
                     topic.name, network, body.producer_access_mode,
-                    body.topic_epoch if body.HasField("topic_epoch") else None, self.server.fence_producer)
+                    body.topic_epoch if body.HasField("topic_epoch") else None, self.server.fence_producer,
+                    int(topic.ledger.properties.get(TOPIC_EPOCH_PROPERTY, 0)))
             except Exception:
                 self.server.detach_producer(network)
                 raise
@@ -563,6 +564,19 @@ class ServerConnection(asyncio.Protocol):
                 if network.closed or self.closed:
                     self.server.detach_producer(network)
                     return
+            if grant is not None:
+                # Durable before the producer hears it, as Pulsar stores the epoch: a restart
+                # must not let a producer of an older grant back in.
+                try:
+                    await topic.ledger.set_property(TOPIC_EPOCH_PROPERTY, str(grant))
+                except BaseException:
+                    self.server.detach_producer(network)
+                    raise
+                if network.closed or self.closed:           # fenced or gone meanwhile
+                    self.server.detach_producer(network)
+                    if self.closed:
+                        return
+                    raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
             self.producers[producer_id] = network
             self.server.producer_attached(network)
             self._recently_closed_producers.discard(producer_id)

@@ -80,3 +80,33 @@ async def test_a_producer_fenced_while_being_created_is_not_created(server, serv
     answer = await shared.receive(3)
     assert answer.type == BaseCommand.ERROR and answer.error.error == pb.ServiceNotReady
     assert (await fencer.publish(0, 0, b"the fencer's")).type == BaseCommand.SEND_RECEIPT
+
+
+async def test_the_topic_epoch_survives_a_restart(tmp_path):
+    """The epoch of the last exclusive grant is stored with the topic (Pulsar's
+    `pulsar.topic.epoch` ledger property): after a restart a producer of an older grant is
+    fenced. It was kept in memory only, so the older producer got the topic back and the newer
+    one was then fenced."""
+    from tests.client.conftest import NetworkBroker
+    from tests.protocol.wire_driver import WireClient
+
+    broker = NetworkBroker(tmp_path / "data")
+    await broker.start()
+    try:
+        for expected_epoch in (1, 2):                   # A's grant, then B's after A left
+            producer = await WireClient.connect(broker.port)
+            granted = await producer.create_producer(TOPIC, producer_access_mode=pb.Exclusive)
+            assert granted.topic_epoch == expected_epoch
+            await producer.close()
+            await asyncio.sleep(0.1)
+        await broker.restart()
+        old = await WireClient.connect(broker.port)
+        refused = await old.create_producer(TOPIC, producer_access_mode=pb.Exclusive, topic_epoch=1)
+        assert isinstance(refused, pb.CommandError) and refused.error == pb.ProducerFenced
+        await old.close()
+        newer = await WireClient.connect(broker.port)
+        granted = await newer.create_producer(TOPIC, producer_access_mode=pb.Exclusive, topic_epoch=2)
+        assert isinstance(granted, pb.CommandProducerSuccess) and granted.topic_epoch == 2
+        await newer.close()
+    finally:
+        await broker.stop()
