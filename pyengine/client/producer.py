@@ -949,8 +949,10 @@ class Producer:
         self._partitions = partitions
         self._partitioned = partitioned
         self._options = options
-        turn = options.batching_max_messages if options.batching_enabled else 1
-        self._router = PartitionRouter(len(partitions), turn, options.hashing_scheme)
+        batching = options.batching_enabled
+        self._router = PartitionRouter(len(partitions), options.batching_max_messages if batching else 1,
+                                       options.hashing_scheme,
+                                       options.batching_max_publish_delay_ms if batching else None)
         self._closed = False
         self._closing = RunOnce(self._close)
         self._partitions_update: asyncio.Task[None] | None = None

@@ -6,13 +6,15 @@ A keyed message goes to its key's hash modulo the partition count. The hash is t
 `java_string` (JavaStringHash, Java's `String.hashCode() & 0x7fffffff`, the Java client's
 default). Producers of a topic agree on a key's partition only when they use the same scheme;
 the C++ and Python clients default to BoostHash, which depends on the Boost version and is not
-offered. Keyless messages go round robin; with batching a partition takes a whole batch before
-the next one is used, so round robin does not cut batches short (as the C++ client's
-round-robin router does).
+offered. Keyless messages go round robin; with batching a partition takes a whole batch, or
+what comes within one batching delay, before the next one is used, so round robin does not cut
+batches short and a slow producer still spreads its messages (as the C++ client's round-robin
+router switches on a full batch or when the batching delay has passed).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import mmh3
@@ -53,19 +55,33 @@ def key_partition(key: str, partitions: int, hashing_scheme: str = "murmur3_32")
 
 
 class PartitionRouter:
-    def __init__(self, partitions: int, messages_per_turn: int = 1, hashing_scheme: str = "murmur3_32") -> None:
+    def __init__(self, partitions: int, messages_per_turn: int = 1, hashing_scheme: str = "murmur3_32",
+                 turn_ms: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """`messages_per_turn` keyless messages go to a partition before the next one is used,
+        or those that come within `turn_ms` of the turn's first (None: no time limit)."""
         self.partitions = partitions
         self._hash = HASHING_SCHEMES[hashing_scheme]
         self._messages_per_turn = messages_per_turn
+        self._turn_s = turn_ms / 1000 if turn_ms is not None else None
+        self._clock = clock
         self._turn = 0
         self._sent_this_turn = 0
+        self._turn_started = 0.0
 
     def choose(self, key: str | None) -> int:
         if key is not None:
             return self._hash(key) % self.partitions
+        if self._turn_s is not None and self._sent_this_turn:
+            if self._clock() - self._turn_started >= self._turn_s:
+                self._next_turn()
+        if self._sent_this_turn == 0 and self._turn_s is not None:
+            self._turn_started = self._clock()
         partition = self._turn % self.partitions
         self._sent_this_turn += 1
         if self._sent_this_turn >= self._messages_per_turn:
-            self._sent_this_turn = 0
-            self._turn += 1
+            self._next_turn()
         return partition
+
+    def _next_turn(self) -> None:
+        self._sent_this_turn = 0
+        self._turn += 1

@@ -34,6 +34,20 @@ def test_with_batching_a_partition_takes_a_batch_at_a_time():
     assert spread[0] == spread[1] == 300
 
 
+def test_with_batching_a_slow_producer_moves_on_after_the_batching_delay():
+    """As the C++ client's round-robin router: a turn also ends when the batching delay has
+    passed, so messages sent slowly spread (they all went to one partition until a whole
+    batch's count of them had been sent)."""
+    now = [0.0]
+    router = PartitionRouter(3, messages_per_turn=1000, turn_ms=10, clock=lambda: now[0])
+    chosen = []
+    for _ in range(6):
+        chosen.append(router.choose(None))
+        now[0] += 0.004                       # a message every 4 ms: 3 per 10 ms turn
+    assert chosen == [0, 0, 0, 1, 1, 1]
+    assert router.choose("k") == router.choose("k")       # keyed messages are not routed by turns
+
+
 def test_java_string_hash_is_javas_string_hashcode():
     # String.hashCode() figures from the JDK: "hello" 99162322; "polygenelubricants" hashes to
     # Integer.MIN_VALUE (sign bit cleared: 0); a character outside the BMP counts as its two
