@@ -5,8 +5,11 @@ takes: every name ends up in an LMDB key, and LMDB keys are at most 511 bytes.
 
 from __future__ import annotations
 
+import re
+
 from pyengine.admin.errors import PRECONDITION_FAILED, AdminError
 from pyengine.admin.validation import INVALID_STATUS
+from pyengine.broker.expiry import SYSTEM_NAMESPACE
 from pyengine.broker.policies import check_name
 from pyengine.naming import TopicName
 
@@ -57,3 +60,27 @@ def _check_length(kind: str, name: str, limit: int) -> None:
         raise AdminError(PRECONDITION_FAILED, f"{kind} name is not valid UTF-8") from None
     if size > limit:
         raise AdminError(PRECONDITION_FAILED, f"{kind} name longer than {limit} bytes")
+
+
+# Pulsar's system topics (BrokerService.isSystemTopic): every topic of a system service namespace
+# (pulsar/system, a broker's heartbeat namespace pulsar/<host>:<port>), the topic policies and
+# transaction buffer snapshot topics of any namespace (SystemTopicNames.EVENTS_TOPIC_NAMES) and
+# the pending ack stores (`<topic>-<subscription>__transaction_pending_ack`).
+_HEARTBEAT_NAMESPACE = re.compile(r"pulsar/[^:]+:\d+")
+EVENTS_TOPIC_NAMES = frozenset({"__change_events", "__transaction_buffer_snapshot",
+                                "__transaction_buffer_snapshot_segments", "__transaction_buffer_snapshot_indexes"})
+PENDING_ACK_STORE_SUFFIX = "__transaction_pending_ack"
+
+
+def is_system_topic(topic: str) -> bool:
+    name = TopicName.parse(topic)
+    namespace = name.namespace_name
+    partitioned = name.partitioned_topic
+    return (namespace == SYSTEM_NAMESPACE or _HEARTBEAT_NAMESPACE.fullmatch(namespace) is not None
+            or partitioned.local_name in EVENTS_TOPIC_NAMES or str(partitioned).endswith(PENDING_ACK_STORE_SUFFIX))
+
+
+def without_system_topics(topics: list[str], include_system_topics: bool) -> list[str]:
+    """A topic list as Pulsar's admin answers it (filterSystemTopic): without system topics
+    unless the caller asked for them (includeSystemTopic=true)."""
+    return topics if include_system_topics else [topic for topic in topics if not is_system_topic(topic)]

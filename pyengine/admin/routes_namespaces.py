@@ -9,21 +9,23 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from pyengine.admin.errors import PRECONDITION_FAILED, AdminError
-from pyengine.admin.names import namespace_name, tenant_name
+from pyengine.admin.errors import METHOD_NOT_ALLOWED, PRECONDITION_FAILED, AdminError
+from pyengine.admin.names import namespace_name, tenant_name, without_system_topics
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routes_backlog_quota import BACKLOG_QUOTA_MAP, _fits_retention
-from pyengine.admin.routing import Call, Reply, RouteTable
+from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
     DELAYED_DELIVERY_POLICIES,
     DONE,
+    INCLUDE_SYSTEM_TOPIC,
     MESSAGE_TTL,
     NAMESPACE,
     NAMESPACE_POLICIES,
     RETENTION_POLICIES,
     STRING_LIST,
     TENANT,
+    error,
     errors,
 )
 from pyengine.broker.policies import BacklogQuota, DelayedDelivery, NamespacePolicies, Retention, check_message_ttl
@@ -127,21 +129,30 @@ async def get_policies(call: Call) -> dict[str, Any]:
     return _policies_json(call.service.policies.policies(_namespace(call)))
 
 
-@routes.add("DELETE", NAMESPACE_PATH, summary="Delete an empty namespace.", params=(TENANT, NAMESPACE),
-            replies={204: DONE, **errors(404, 405, 409, 412)})
+FORCED_DELETION_REFUSED = "Broker doesn't allow forced deletion of namespaces"       # Pulsar's words
+FORCE_DELETE = Param("force", BOOLEAN, "also delete its topics: refused (405), as by a Pulsar broker with its "
+                     "default forceDeleteNamespaceAllowed=false", default=False)
+
+
+@routes.add("DELETE", NAMESPACE_PATH, summary="Delete an empty namespace.", params=(TENANT, NAMESPACE, FORCE_DELETE),
+            replies={204: DONE, **errors(404, 409, 412), 405: error(
+                f"{FORCED_DELETION_REFUSED} (force=true), or the namespace is one the broker needs")})
 async def delete_namespace(call: Call) -> None:
     namespace = _namespace(call)
+    if call["force"]:                               # checked first, as Pulsar does
+        raise AdminError(METHOD_NOT_ALLOWED, FORCED_DELETION_REFUSED)
     service = call.service
     has_topics = bool(service.list_topics(namespace) or service.policies.partitioned_topics(namespace))
     await service.policies.delete_namespace(namespace, has_topics=has_topics)
 
 
 @routes.add("GET", NAMESPACE_PATH + "/topics", summary="List every topic of a namespace.",
-            params=(TENANT, NAMESPACE), replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
+            params=(TENANT, NAMESPACE, INCLUDE_SYSTEM_TOPIC),
+            replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
 async def list_namespace_topics(call: Call) -> list[str]:
     namespace = _namespace(call)
     call.service.policies.policies(namespace)          # 404 for an unknown namespace
-    return call.service.list_topics(namespace)
+    return without_system_topics(call.service.list_topics(namespace), call["includeSystemTopic"])
 
 
 async def _change_policies(call: Call, **changes: Any) -> None:

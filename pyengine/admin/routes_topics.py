@@ -3,8 +3,10 @@ PersistentTopics resource): listing, creating and deleting plain and partitioned
 stats, the topic-level de-duplication, retention, delayed delivery and message TTL policies, and
 termination.
 
-Partitions of a partitioned topic are created when first used (by a producer, a consumer or
-a subscription made here), as the broker loads any topic; a partitioned topic is its metadata.
+A partitioned topic is its metadata (its number of partitions) and its partitions, plain
+topics named `<topic>-partition-<n>`: as Pulsar's tryCreatePartitionsAsync, they are created
+(and loaded) as soon as the metadata is stored or the number grows, so that the topic lists and
+the partitioned stats show every one of them before any client used it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from pyengine.admin import stats
 from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, UNPROCESSABLE, AdminError
-from pyengine.admin.names import namespace_name, topic_name
+from pyengine.admin.names import namespace_name, topic_name, without_system_topics
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routes_backlog_quota import _fits_retention
 from pyengine.admin.routes_namespaces import message_ttl_of
@@ -25,9 +27,12 @@ from pyengine.admin.schemas import (
     DELAYED_DELIVERY_POLICIES,
     DONE,
     FORCE,
+    INCLUDE_SYSTEM_TOPIC,
     INTERNAL_STATS,
+    MAX_PARTITIONS,
     MESSAGE_TTL,
     NAMESPACE,
+    NEW_PARTITIONS,
     PARTITIONED_METADATA,
     PARTITIONED_TOPIC_STATS,
     PARTITIONS,
@@ -77,20 +82,24 @@ def partition_names(name: TopicName, partitions: int) -> list[str]:
 # --- listing --------------------------------------------------------------------------------
 
 @routes.add("GET", BASE, summary="List the persistent topics of a namespace (plain topics and partitions).",
-            params=(TENANT, NAMESPACE), replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
+            params=(TENANT, NAMESPACE, INCLUDE_SYSTEM_TOPIC),
+            replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
 async def list_topics(call: Call) -> list[str]:
     namespace = namespace_name(call["tenant"], call["namespace"])
     call.service.policies.policies(namespace)
-    return [name for name in call.service.list_topics(namespace) if name.startswith("persistent://")]
+    return without_system_topics([name for name in call.service.list_topics(namespace)
+                                  if name.startswith("persistent://")], call["includeSystemTopic"])
 
 
 @routes.add("GET", BASE + "/partitioned", summary="List the partitioned topics of a namespace.",
-            params=(TENANT, NAMESPACE), replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
+            params=(TENANT, NAMESPACE, INCLUDE_SYSTEM_TOPIC),
+            replies={200: Reply("Full topic names", STRING_LIST), **errors(404, 412)})
 async def list_partitioned_topics(call: Call) -> list[str]:
     namespace = namespace_name(call["tenant"], call["namespace"])
     policies = call.service.policies
     policies.policies(namespace)
-    return [name for name in policies.partitioned_topics(namespace) if name.startswith("persistent://")]
+    return without_system_topics([name for name in policies.partitioned_topics(namespace)
+                                  if name.startswith("persistent://")], call["includeSystemTopic"])
 
 
 # --- non-partitioned topics ------------------------------------------------------------------
@@ -167,6 +176,15 @@ async def create_partitioned_topic(call: Call) -> None:
     if service.topic_exists(str(name)):
         raise AdminError(CONFLICT, f"a non-partitioned topic {name} already exists")
     await service.policies.create_partitioned_topic(str(name), call.body)
+    await _create_missing_partitions(service, name, call.body)
+
+
+async def _create_missing_partitions(service: BrokerService, name: TopicName, partitions: int) -> None:
+    """As Pulsar's tryCreatePartitionsAsync, once the metadata says `partitions`: every partition
+    that does not exist yet is created (the existing ones are left as they are, not loaded)."""
+    for partition in partition_names(name, partitions):
+        if not service.topic_exists(partition):
+            await service.get_topic(partition)
 
 
 UPDATE_FORCE = Param("force", BOOLEAN, "also when topics named as partitions beyond the current count exist "
@@ -174,7 +192,7 @@ UPDATE_FORCE = Param("force", BOOLEAN, "also when topics named as partitions bey
 
 
 @routes.add("POST", TOPIC_URL + "/partitions", summary="Increase the number of partitions of a partitioned topic.",
-            params=(*TOPIC_PATH, UPDATE_FORCE), body=PARTITIONS, body_required=True,
+            params=(*TOPIC_PATH, UPDATE_FORCE), body=NEW_PARTITIONS, body_required=True,
             replies={204: DONE, **errors(400, 406, 409, 412, 422)})
 async def update_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
@@ -186,6 +204,9 @@ async def update_partitioned_topic(call: Call) -> None:
         raise AdminError(CONFLICT, f"Topic {name} is not the partitioned topic.")
     if call.body < current:
         raise AdminError(UNPROCESSABLE, f"Expect partitions {call.body} can't less than current partitions {current}.")
+    if call.body > MAX_PARTITIONS:
+        raise AdminError(UNPROCESSABLE, f"Expect partitions {call.body} grater than maximum partitions per topic "
+                                        f"{MAX_PARTITIONS}")                                   # Pulsar's words
     if not call["force"]:
         # As Pulsar: a stored topic named as a partition past the current count (created by
         # name before, or left from an earlier partitioned topic) would silently become one.
@@ -197,6 +218,7 @@ async def update_partitioned_topic(call: Call) -> None:
                                        f"POST with force=true to take them as partitions")
     if call.body != current:
         await policies.update_partitions(str(name), call.body)
+    await _create_missing_partitions(service, name, call.body)       # also when the count is the same, as Pulsar
     await _copy_subscriptions_of_partition_0(service, name, call.body)
 
 

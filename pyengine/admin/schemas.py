@@ -12,8 +12,8 @@ from pyengine.admin.validation import INVALID_STATUS
 from pyengine.schema import CompatibilityStrategy
 
 INT64_MAX = 2**63 - 1
-# Refused above this (406, as Pulsar's maxNumPartitionsPerPartitionedTopic does): every
-# partition is a topic of its own.
+# Refused above this, as by Pulsar's maxNumPartitionsPerPartitionedTopic (406 on create, 422
+# on update): every partition is a topic of its own, created and loaded with the partitioned topic.
 MAX_PARTITIONS = 10_000
 
 ERROR_REF = {"$ref": "#/components/schemas/ErrorData"}
@@ -29,8 +29,9 @@ COUNT = {"type": "integer", "minimum": 0}
 
 TENANT_INFO = {
     "type": "object",
+    "description": "Pulsar's TenantInfo: allowedClusters is required (412 when missing, null, empty or blank)",
     "properties": {"adminRoles": {**STRING_LIST, "maxItems": 100},
-                   "allowedClusters": {**STRING_LIST, "maxItems": 100}},
+                   "allowedClusters": {**STRING_LIST, "maxItems": 100, "nullable": True}},
 }
 RETENTION_LIMIT = {"type": "integer", "minimum": -1, "maximum": 2**31 - 1}
 RETENTION_POLICIES = {
@@ -75,8 +76,10 @@ NAMESPACE_POLICIES = {
         "properties": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
-PARTITIONS = {"type": "integer", "minimum": 1, "maximum": MAX_PARTITIONS, INVALID_STATUS: 406,
-              "description": "number of partitions"}
+_PARTITION_COUNT = {"type": "integer", "minimum": 1, INVALID_STATUS: 406}
+PARTITIONS = {**_PARTITION_COUNT, "maximum": MAX_PARTITIONS, "description": "number of partitions"}
+# POST .../partitions: above MAX_PARTITIONS is 422 with Pulsar's reason (its handler checks it).
+NEW_PARTITIONS = {**_PARTITION_COUNT, "description": f"number of partitions (above {MAX_PARTITIONS}: 422)"}
 PARTITIONED_METADATA = {"type": "object", "properties": {"partitions": COUNT}, "required": ["partitions"]}
 MESSAGE_ID = {
     "type": "object",
@@ -260,6 +263,8 @@ MOST_BITS = Param("mostSigBits", {"type": "integer", "minimum": 0, "maximum": IN
 LEAST_BITS = Param("leastSigBits", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
                    "txn id least significant bits", "path", required=True)
 FORCE = Param("force", BOOLEAN, "also when clients are connected (they are disconnected)", default=False)
+INCLUDE_SYSTEM_TOPIC = Param("includeSystemTopic", BOOLEAN, "also list system topics (those of pulsar/system, "
+                             "topic policies, transaction buffer snapshots and pending acks)", default=False)
 
 TOPIC_PATH = (TENANT, NAMESPACE, TOPIC)
 
@@ -273,10 +278,15 @@ _ERRORS = {
     406: "Number of partitions out of range",
     409: "Already exists, still in use, or in another state",
     412: "Name is not valid, or a precondition failed",
-    422: "Fewer partitions than the topic has",
+    422: "Fewer partitions than the topic has, or more than the maximum",
     503: "Service not ready",
 }
 
 
 def errors(*statuses: int) -> dict[int, Reply]:
-    return {status: Reply(_ERRORS[status], ERROR_REF) for status in statuses}
+    return {status: error(_ERRORS[status]) for status in statuses}
+
+
+def error(description: str) -> Reply:
+    """An error reply a route describes in its own words."""
+    return Reply(description, ERROR_REF)

@@ -186,6 +186,8 @@ TOPIC = (("topic",), {"help": "topic name, e.g. persistent://public/default/t"})
 NAMESPACE = (("namespace",), {"help": "tenant/namespace"})
 SUBSCRIPTION = (("-s", "--subscription"), {"required": True, "help": "subscription name"})
 FORCE = (("-f", "--force"), {"action": "store_true", "help": "also when clients are connected"})
+FORCE_DELETE = (("-f", "--force"), {"action": "store_true",
+                                    "help": "delete what it holds too (if the broker allows forced deletion)"})
 PARTITIONS = (("-p", "--partitions"), {"type": int, "required": True, "help": "number of partitions"})
 MOST = (("most_bits",), {"type": int, "help": "txn id most significant bits (coordinator id)"})
 LEAST = (("least_bits",), {"type": int, "help": "txn id least significant bits"})
@@ -210,6 +212,13 @@ def _expire(a: argparse.Namespace) -> Request:
     if a.expire_time is not None:
         return "POST", f"{_sub(a)}/expireMessages/{a.expire_time}", None
     return "POST", f"{_sub(a)}/expireMessages", {**a.messageId, "isExcluded": a.exclude}
+
+
+def _tenant_info(a: argparse.Namespace) -> dict[str, Any]:
+    """The TenantInfo of `tenants create`: without -c, as pulsar-admin, every cluster the broker
+    lists (the REST API requires allowedClusters)."""
+    clusters = a.allowed_clusters.split(",") if a.allowed_clusters else call(a.url, "GET", f"{V2}/clusters")
+    return {"adminRoles": [role for role in a.admin_roles.split(",") if role], "allowedClusters": clusters}
 
 
 def _retention(a: argparse.Namespace) -> dict[str, int]:
@@ -263,19 +272,17 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("GET", f"{V2}/tenants/{_quote(a.tenant)}", None)),
     ("tenants", "create", (), "create a tenant",
      ((("tenant",), {}), (("-r", "--admin-roles"), {"default": "", "help": "comma-separated roles"}),
-      (("-c", "--allowed-clusters"), {"help": "comma-separated clusters (default: this broker's)"})),
-     lambda a: ("PUT", f"{V2}/tenants/{_quote(a.tenant)}",
-                {"adminRoles": [r for r in a.admin_roles.split(",") if r],
-                 **({"allowedClusters": a.allowed_clusters.split(",")} if a.allowed_clusters else {})})),
-    ("tenants", "delete", (), "delete a tenant", ((("tenant",), {}),),
-     lambda a: ("DELETE", f"{V2}/tenants/{_quote(a.tenant)}", None)),
+      (("-c", "--allowed-clusters"), {"help": "comma-separated clusters (default: every cluster of the broker)"})),
+     lambda a: ("PUT", f"{V2}/tenants/{_quote(a.tenant)}", _tenant_info(a))),
+    ("tenants", "delete", (), "delete a tenant", ((("tenant",), {}), FORCE_DELETE),
+     lambda a: ("DELETE", f"{V2}/tenants/{_quote(a.tenant)}" + _query(force=a.force or None), None)),
 
     ("namespaces", "list", (), "list the namespaces of a tenant", ((("tenant",), {}),),
      lambda a: ("GET", f"{V2}/namespaces/{_quote(a.tenant)}", None)),
     ("namespaces", "create", (), "create a namespace", (NAMESPACE,),
      lambda a: ("PUT", f"{V2}/namespaces/{namespace_path(a.namespace)}", None)),
-    ("namespaces", "delete", (), "delete an empty namespace", (NAMESPACE,),
-     lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}", None)),
+    ("namespaces", "delete", (), "delete an empty namespace", (NAMESPACE, FORCE_DELETE),
+     lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}" + _query(force=a.force or None), None)),
     ("namespaces", "policies", (), "show a namespace's policies", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}", None)),
     ("namespaces", "topics", (), "list every topic of a namespace", (NAMESPACE,),

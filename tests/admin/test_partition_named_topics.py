@@ -26,13 +26,17 @@ async def test_a_topic_named_as_a_partition_must_be_a_slot_of_a_partitioned_topi
     assert "not a partitioned topic" in (await api.put(f"{P}/q-partition-0")).body["reason"]
     assert (await api.get(f"{P}/p/partitioned-stats")).body["metadata"] == {"partitions": 5}
 
+    # p's partitions exist from its creation on (Pulsar's tryCreatePartitionsAsync): one deleted
+    # by itself leaves its slot, which a PUT of its name fills again.
+    assert (await api.put(f"{P}/p-partition-4")).status == 409
+    assert (await api.delete(f"{P}/p-partition-4")).status == 204
     assert (await api.put(f"{P}/p-partition-4")).status == 204          # a slot of p: Pulsar creates it
     assert (await api.put(f"{P}/p-partition-4")).status == 409
     assert (await api.put(f"{P}/a-partition-x")).status == 204          # no number after it: no partition's name
     assert (await api.put(f"{P}/a-partition-1-partition-2")).status == 204   # (Pulsar reads from the first one)
     assert (await api.put(f"{P}/a-partition-{'9' * 150}")).status == 204     # past a Java long: not a number
     assert sorted((await api.get(P)).body) == [f"{NS}/a-partition-1-partition-2", f"{NS}/a-partition-{'9' * 150}",
-                                              f"{NS}/a-partition-x", f"{NS}/p-partition-4"]
+                                              f"{NS}/a-partition-x", *(f"{NS}/p-partition-{i}" for i in range(5))]
 
     assert (await api.delete(f"{P}/p/partitions")).status == 204
     assert f"{NS}/p-partition-4" not in (await api.get(P)).body

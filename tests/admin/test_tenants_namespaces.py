@@ -4,6 +4,7 @@ from __future__ import annotations
 
 T = "/admin/v2/tenants"
 NS = "/admin/v2/namespaces"
+TENANT_INFO = {"allowedClusters": ["standalone"]}
 
 
 async def test_tenant_lifecycle(api):
@@ -17,28 +18,30 @@ async def test_tenant_lifecycle(api):
     assert "acme" not in (await api.get(T)).body
 
 
-async def test_tenant_without_body_gets_this_cluster(api):
-    assert (await api.put(f"{T}/bare")).status == 204
+async def test_tenant_without_admin_roles_has_none(api):
+    # (A tenant without a body or allowedClusters is refused, as by Pulsar: see
+    # test_tenant_info_and_its_clusters_are_required.py.)
+    assert (await api.put(f"{T}/bare", TENANT_INFO)).status == 204
     assert (await api.get(f"{T}/bare")).body == {"adminRoles": [], "allowedClusters": ["standalone"]}
 
 
 async def test_tenant_errors(api):
-    assert (await api.put(f"{T}/public")).status == 409
+    assert (await api.put(f"{T}/public", TENANT_INFO)).status == 409
     assert (await api.delete(f"{T}/nobody")).status == 404
     assert (await api.get(f"{T}/nobody")).body == {"reason": "tenant nobody does not exist"}
     reply = await api.delete(f"{T}/public")                     # still has namespaces
     assert reply.status == 409 and "namespaces" in reply.body["reason"]
     assert (await api.put(f"{T}/x", {"allowedClusters": []})).status == 412
     assert (await api.put(f"{T}/x", {"allowedClusters": ["elsewhere"]})).status == 412
-    assert (await api.put(f"{T}/bad%20name")).status == 412
-    assert (await api.put(f"{T}/" + "t" * 101)).status == 412  # longer than storage keys allow
+    assert (await api.put(f"{T}/bad%20name", TENANT_INFO)).status == 412
+    assert (await api.put(f"{T}/" + "t" * 101, TENANT_INFO)).status == 412  # longer than storage keys allow
     assert (await api.put(f"{T}/x", {"adminRoles": "ops"})).status == 400
     assert (await api.put(f"{T}/x", raw="{not json")).status == 400
     assert (await api.get(f"{T}/x")).status == 404              # nothing was created by the failures
 
 
 async def test_namespace_lifecycle(api):
-    await api.put(f"{T}/acme")
+    await api.put(f"{T}/acme", TENANT_INFO)
     assert (await api.get(f"{NS}/acme")).body == []
     assert (await api.put(f"{NS}/acme/orders", {"deduplicationEnabled": True})).status == 204
     assert (await api.get(f"{NS}/acme")).body == ["acme/orders"]
