@@ -8,8 +8,13 @@ The consumer remembers each message that arrives with `redelivery_count >= max_r
 is not redelivered but sent to the dead letter topic, with its payload, partition and ordering
 keys and properties plus `REAL_TOPIC` (the topic, or partition, it was read from) and
 `ORIGIN_MESSAGE_ID` (its id, in the C++ client's "(ledger,entry,partition,batch index)" form),
-and acknowledged once the send succeeded. A send that fails leaves it to be redelivered. Each
-message of a batch is sent and acknowledged by itself.
+and acknowledged once the send succeeded. A send that fails leaves it to be redelivered, to the
+application (as the Java client). Each message of a batch is sent and acknowledged by itself.
+The dead letter producer chunks (as Java's), so a chunked message too large for one frame goes
+there whole.
+
+As in Pulsar, it works on Shared and Key_Shared subscriptions: Pulsar's brokers (and this one)
+count no redeliveries on Exclusive and Failover ones, whose messages always come with count 0.
 
 The dead letter topic defaults to `<topic>-<subscription>-DLQ`, where `<topic>` is the consumer's
 topic, or for a partitioned topic the partition's (the C++ client's ConsumerImpl is per
