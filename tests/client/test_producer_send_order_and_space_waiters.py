@@ -356,7 +356,7 @@ async def test_a_plain_send_cancelled_while_waiting_for_room_is_not_sent():
 
 async def test_a_chunked_txn_send_cancelled_while_its_registration_is_unanswered_sends_no_chunk():
     producer, part, connection, _ = stub_producer(max_pending=10, chunking_enabled=True)
-    connection.max_message_size = 200
+    connection.max_message_size = part.max_message_size = 200        # as the broker's CONNECTED said
     registration = asyncio.get_running_loop().create_future()
     given_up = part.submit_in_txn(registration, b"x" * 500, None, {}, None, None, STUB_TXN)
     assert len(part._blocked) >= 3                                          # one per chunk
