@@ -71,11 +71,12 @@ class PartitionRouter:
     def choose(self, key: str | None) -> int:
         if key is not None:
             return self._hash(key) % self.partitions
-        if self._turn_s is not None and self._sent_this_turn:
-            if self._clock() - self._turn_started >= self._turn_s:
+        if self._turn_s is not None:
+            now = self._clock()
+            if self._sent_this_turn and now - self._turn_started >= self._turn_s:
                 self._next_turn()
-        if self._sent_this_turn == 0 and self._turn_s is not None:
-            self._turn_started = self._clock()
+            if not self._sent_this_turn:
+                self._turn_started = now
         partition = self._turn % self.partitions
         self._sent_this_turn += 1
         if self._sent_this_turn >= self._messages_per_turn:
