@@ -9,11 +9,16 @@ Pulsar's names, with Pulsar's labels (`cluster`, and `namespace` / `topic` / `su
   Pulsar), `pulsar_txn_timeout_total` — broker-wide, without `coordinator_id`, v4 and v5
   transactions together (PIP-473: the existing metrics remain); the active count is v4's
   coordinators' (v5's OPEN transactions are the metadata store's, every broker's);
-* per topic (Pulsar's topic-level metrics): `pulsar_in_messages_total`, `pulsar_in_bytes_total`
-  (since the topic was loaded), `pulsar_storage_size`, `pulsar_msg_backlog`,
-  `pulsar_subscriptions_count`, `pulsar_producers_count`, `pulsar_consumers_count`,
-  `pulsar_subscription_back_log`, and the transaction buffer's `pulsar_txn_tb_active_total`,
-  `pulsar_txn_tb_committed_total`, `pulsar_txn_tb_aborted_total`.
+* per topic (Pulsar's topic-level metrics): `pulsar_in_messages_total`, `pulsar_in_bytes_total`,
+  `pulsar_out_messages_total`, `pulsar_out_bytes_total` (since the topic was loaded),
+  `pulsar_rate_in`, `pulsar_rate_out`, `pulsar_throughput_in`, `pulsar_throughput_out` (last
+  stats interval), `pulsar_storage_size`, `pulsar_msg_backlog`, `pulsar_subscriptions_count`,
+  `pulsar_producers_count`, `pulsar_consumers_count`, and the transaction buffer's
+  `pulsar_txn_tb_active_total`, `pulsar_txn_tb_committed_total`, `pulsar_txn_tb_aborted_total`;
+* per subscription, readers' too (as Pulsar's aggregator): `pulsar_subscription_back_log`,
+  `pulsar_subscription_delayed`, `pulsar_subscription_unacked_messages`,
+  `pulsar_subscription_blocked_on_unacked_messages`, `pulsar_subscription_msg_rate_out`,
+  `pulsar_subscription_msg_throughput_out`, `pulsar_subscription_msg_rate_redeliver`.
 
 Ours (`pyengine_` prefix), for what Pulsar does not export:
 
@@ -48,6 +53,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from pyengine.admin.routes_transaction_keys import transaction_key_metrics
+from pyengine.admin.stats import subscription_stats
 from pyengine.admin.routing import Call, Reply, RouteTable
 from pyengine.broker.service import BrokerService
 from pyengine.transaction import TxnStatus
@@ -122,21 +128,33 @@ class BrokerCollector(Collector):
         cluster = self.service.config.cluster_name
         gauges = {name: GaugeMetricFamily(name, documentation, labels=_TOPIC) for name, documentation in (
             ("pulsar_storage_size", "Bytes stored by the topic's ledgers"),
-            ("pulsar_msg_backlog", "Entries not yet acknowledged, summed over the subscriptions"),
-            ("pulsar_subscriptions_count", "Durable subscriptions"),
+            ("pulsar_msg_backlog", "Entries not yet acknowledged, summed over the subscriptions (readers' too)"),
+            ("pulsar_subscriptions_count", "Subscriptions (readers' too)"),
             ("pulsar_producers_count", "Connected producers"),
             ("pulsar_consumers_count", "Connected consumers"),
+            ("pulsar_rate_in", "Messages published per second (last stats interval)"),
+            ("pulsar_rate_out", "Messages delivered per second (last stats interval)"),
+            ("pulsar_throughput_in", "Bytes published per second (last stats interval)"),
+            ("pulsar_throughput_out", "Bytes delivered per second (last stats interval)"),
             ("pulsar_txn_tb_active_total", "Open transactions with entries on the topic"),
             ("pyengine_txn_read_horizon_lag_entries", "Entries between the max read position and the last "
                                                       "confirmed entry (held back by open transactions)"))}
         counters = {name: CounterMetricFamily(name, documentation, labels=_TOPIC) for name, documentation in (
             ("pulsar_in_messages_total", "Messages published since the topic was loaded"),
             ("pulsar_in_bytes_total", "Bytes published since the topic was loaded"),
+            ("pulsar_out_messages_total", "Messages delivered since the topic was loaded"),
+            ("pulsar_out_bytes_total", "Bytes delivered since the topic was loaded"),
             ("pulsar_txn_tb_committed_total", "Transactions committed on the topic since it was loaded"),
             ("pulsar_txn_tb_aborted_total", "Transactions aborted on the topic since it was loaded"))}
         per_subscription = {name: GaugeMetricFamily(name, documentation, labels=_SUBSCRIPTION)
                             for name, documentation in (
             ("pulsar_subscription_back_log", "Entries not yet acknowledged"),
+            ("pulsar_subscription_delayed", "Messages held back for delayed delivery"),
+            ("pulsar_subscription_unacked_messages", "Messages delivered and not acknowledged (Shared, Key_Shared)"),
+            ("pulsar_subscription_blocked_on_unacked_messages", "1 while held back by its unacked-messages limit"),
+            ("pulsar_subscription_msg_rate_out", "Messages delivered per second (last stats interval)"),
+            ("pulsar_subscription_msg_throughput_out", "Bytes delivered per second (last stats interval)"),
+            ("pulsar_subscription_msg_rate_redeliver", "Messages asked for again per second (last stats interval)"),
             ("pyengine_pending_ack_positions", "Entries reserved by open transactions' acknowledgements"),
             ("pyengine_pending_ack_transactions", "Open transactions holding acknowledgements"))}
 
@@ -144,31 +162,45 @@ class BrokerCollector(Collector):
             labels = [cluster, topic.topic_name.namespace_name, topic.name]
             ledger, buffer = topic.ledger, topic.buffer
             buffer_stats = buffer.stats()
-            backlogs = {name: sub.backlog() for name, sub in topic.subscriptions.items()}
+            # Every subscription, readers' (non-durable) ones too, as Pulsar's aggregator
+            subscriptions = [*topic.subscriptions.items(), *topic.non_durable_subscriptions().items()]
+            backlogs = {name: sub.backlog() for name, sub in subscriptions}
             values = {
                 "pulsar_storage_size": ledger.total_size,
                 "pulsar_msg_backlog": sum(backlogs.values()),
-                # readers' (non-durable) subscriptions and consumers count, as in Pulsar
-                "pulsar_subscriptions_count": len(topic.subscriptions) + len(topic.non_durable_subscriptions()),
+                "pulsar_subscriptions_count": len(subscriptions),
                 "pulsar_producers_count": len(topic.producers),
                 "pulsar_consumers_count": topic.number_of_consumers(),
+                "pulsar_rate_in": topic.rate_in.msg_rate,
+                "pulsar_rate_out": topic.rate_out.msg_rate,
+                "pulsar_throughput_in": topic.rate_in.byte_rate,
+                "pulsar_throughput_out": topic.rate_out.byte_rate,
                 "pulsar_txn_tb_active_total": buffer_stats["ongoing_txn_count"],
                 "pyengine_txn_read_horizon_lag_entries": ledger.entries_between(buffer.max_read_position(), ledger.lac),
                 "pulsar_in_messages_total": topic.msg_in_counter,
                 "pulsar_in_bytes_total": topic.bytes_in_counter,
+                "pulsar_out_messages_total": topic.rate_out.msgs,
+                "pulsar_out_bytes_total": topic.rate_out.bytes,
                 "pulsar_txn_tb_committed_total": buffer_stats["committed_total"],
                 "pulsar_txn_tb_aborted_total": buffer_stats["aborted_total"],
             }
             for name, value in values.items():
                 (gauges.get(name) or counters[name]).add_metric(labels, value)
-            for name, subscription in topic.subscriptions.items():
+            for name, subscription in subscriptions:
+                stats = subscription_stats(subscription)
                 pending = subscription.pending_ack.stats() if subscription.pending_ack is not None else None
-                sub_labels = [*labels, name]
-                per_subscription["pulsar_subscription_back_log"].add_metric(sub_labels, backlogs[name])
-                per_subscription["pyengine_pending_ack_positions"].add_metric(
-                    sub_labels, pending["pending_individual_positions"] if pending else 0)
-                per_subscription["pyengine_pending_ack_transactions"].add_metric(
-                    sub_labels, len(pending["transactions"]) if pending else 0)
+                for metric, value in (
+                        ("pulsar_subscription_back_log", backlogs[name]),
+                        ("pulsar_subscription_delayed", stats["msgDelayed"]),
+                        ("pulsar_subscription_unacked_messages", stats["unackedMessages"]),
+                        ("pulsar_subscription_blocked_on_unacked_messages",
+                         int(stats["blockedSubscriptionOnUnackedMsgs"])),
+                        ("pulsar_subscription_msg_rate_out", stats["msgRateOut"]),
+                        ("pulsar_subscription_msg_throughput_out", stats["msgThroughputOut"]),
+                        ("pulsar_subscription_msg_rate_redeliver", stats["msgRateRedeliver"]),
+                        ("pyengine_pending_ack_positions", pending["pending_individual_positions"] if pending else 0),
+                        ("pyengine_pending_ack_transactions", len(pending["transactions"]) if pending else 0)):
+                    per_subscription[metric].add_metric([*labels, name], value)
         yield from gauges.values()
         yield from counters.values()
         yield from per_subscription.values()

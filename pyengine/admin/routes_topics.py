@@ -283,8 +283,11 @@ async def get_stats(call: Call) -> dict[str, Any]:
     return stats.topic_stats(await existing_topic(call.service, requested_topic(call)))
 
 
+PER_PARTITION = Param("perPartition", BOOLEAN, "also each partition's stats, under `partitions`", default=True)
+
+
 @routes.add("GET", TOPIC_URL + "/partitioned-stats", summary="Get the stats of a partitioned topic, per partition.",
-            params=TOPIC_PATH, replies={200: Reply("PartitionedTopicStats", PARTITIONED_TOPIC_STATS),
+            params=(*TOPIC_PATH, PER_PARTITION), replies={200: Reply("PartitionedTopicStats", PARTITIONED_TOPIC_STATS),
                                         **errors(404, 412)})
 async def get_partitioned_stats(call: Call) -> dict[str, Any]:
     name = requested_topic(call)
@@ -294,7 +297,7 @@ async def get_partitioned_stats(call: Call) -> dict[str, Any]:
         raise AdminError(NOT_FOUND, f"partitioned topic {name} does not exist")
     loaded = {p: await service.get_topic(p, create=False)
               for p in partition_names(name, partitions) if service.topic_exists(p)}
-    return stats.partitioned_topic_stats(partitions, loaded)
+    return stats.partitioned_topic_stats(partitions, loaded, call["perPartition"])
 
 
 @routes.add("GET", TOPIC_URL + "/internalStats", summary="Get the internal stats of a topic (ledgers and cursors).",

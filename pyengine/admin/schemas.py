@@ -116,6 +116,8 @@ OUT_STATS = {"msgOutCounter": {**COUNT, "description": "messages delivered"},
 CONSUMER_STATS = {
     "type": "object",
     "properties": {"consumerName": {"type": "string"}, "availablePermits": {"type": "integer"}, **OUT_STATS,
+                   "msgRateRedeliver": {**RATE, "description": "messages it asked to have redelivered, per second "
+                                                               "over the last stats interval"},
                    "unackedMessages": COUNT,
                    "blockedConsumerOnUnackedMsgs": {"type": "boolean", "description": "Shared, Key_Shared: held "
                                                     "back by maxUnackedMessagesPerConsumer"},
@@ -135,6 +137,11 @@ CONSUMER_STATS = {
 SUBSCRIPTION_STATS = {
     "type": "object",
     "properties": {"msgBacklog": COUNT, **OUT_STATS,
+                   "unackedMessages": {**COUNT, "description": "its consumers' (Shared and Key_Shared)"},
+                   "msgRateRedeliver": {**RATE, "description": "its consumers' redelivery requests, messages per "
+                                                               "second over the last stats interval"},
+                   "msgRateExpired": {**RATE, "description": "entries expired per second over the last stats "
+                                                             "interval"},
                    "msgDelayed": {**COUNT, "description": "held back for delayed delivery"},
                    "totalMsgExpired": {**COUNT, "description": "entries expired (message TTL, expireMessages) "
                                                                "since the topic was loaded"},
@@ -143,6 +150,8 @@ SUBSCRIPTION_STATS = {
                    "isDurable": BOOLEAN, "consumers": {"type": "array", "items": CONSUMER_STATS},
                    "blockedSubscriptionOnUnackedMsgs": {**BOOLEAN, "description": "Shared, Key_Shared: held back "
                                                         "by maxUnackedMessagesPerSubscription"},
+                   "keySharedMode": {"type": "string", "enum": ["AUTO_SPLIT", "STICKY"],
+                                     "description": "Key_Shared only: its consumers' mode"},
                    "allowOutOfOrderDelivery": {**BOOLEAN, "description": "Key_Shared: its consumers allow out of "
                                                                           "order delivery (no draining hashes)"},
                    "drainingHashesCount": {**COUNT, "description": "Key_Shared: its consumers' draining hashes"},
@@ -177,9 +186,10 @@ PARTITIONED_TOPIC_STATS = {
         "msgRateIn": RATE, "msgThroughputIn": RATE, **OUT_STATS,
         "publishers": TOPIC_STATS["properties"]["publishers"],
         "subscriptions": TOPIC_STATS["properties"]["subscriptions"],
-        "partitions": {"type": "object", "additionalProperties": TOPIC_STATS},
+        "partitions": {"type": "object", "additionalProperties": TOPIC_STATS,
+                       "description": "each partition's stats (left out with perPartition=false)"},
     },
-    "required": ["metadata", "publishers", "subscriptions", "partitions"],
+    "required": ["metadata", "publishers", "subscriptions"],
 }
 INTERNAL_STATS = {
     "type": "object",
@@ -190,8 +200,15 @@ INTERNAL_STATS = {
         "lastConfirmedEntry": POSITION, "state": {"type": "string"},
         "ledgers": {"type": "array", "items": {"type": "object", "properties": {
             "ledgerId": {"type": "integer"}, "entries": COUNT, "size": COUNT, "offloaded": BOOLEAN}}},
-        "cursors": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "markDeletePosition": POSITION, "readPosition": POSITION, "state": {"type": "string"}}}},
+        "cursors": {"type": "object", "description": "every cursor, readers' (non-durable) ones too",
+                    "additionalProperties": {"type": "object", "properties": {
+            "markDeletePosition": POSITION, "readPosition": POSITION, "state": {"type": "string"},
+            "active": {**BOOLEAN, "description": "it has consumers"},
+            "individuallyDeletedMessages": {"type": "string", "description": "entries acknowledged after the "
+                                            "mark-delete position: open-closed ranges, [(1:0..1:1],(1:2..1:3]]"},
+            "totalNonContiguousDeletedMessagesRange": COUNT,
+            "numberOfEntriesSinceFirstNotAckedMessage": COUNT,
+            "properties": {"type": "object", "additionalProperties": {"type": "integer"}}}}},
     },
     "required": ["numberOfEntries", "totalSize", "lastConfirmedEntry", "ledgers", "cursors"],
 }
@@ -214,9 +231,15 @@ TRANSACTION_METADATA = {
     "description": "Pulsar's TransactionMetadata",
     "properties": {
         "txnId": {"type": "string"}, "status": {"type": "string"},
-        "openTimestamp": {"type": "integer"}, "timeoutAt": {"type": "integer"},
-        "producedPartitions": {"type": "object", "additionalProperties": {**IN_BUFFER_STATS, "nullable": True}},
-        "ackedPartitions": {"type": "object", "additionalProperties": {
+        "openTimestamp": {"type": "integer"},
+        "timeoutAt": {"type": "integer", "description": "as Pulsar fills it: the transaction's timeout in ms "
+                                                        "(a duration, not an instant)"},
+        "producedPartitions": {"type": "object", "nullable": True,
+                               "description": "null once the transaction has ended (its participants are not "
+                                              "kept) and for v5 transactions (their coordinator knows none)",
+                               "additionalProperties": {**IN_BUFFER_STATS, "nullable": True}},
+        "ackedPartitions": {"type": "object", "nullable": True, "description": "null as producedPartitions",
+                            "additionalProperties": {
             "type": "object", "additionalProperties": {**IN_PENDING_ACK_STATS, "nullable": True}}},
     },
     "required": ["txnId", "status", "openTimestamp", "timeoutAt", "producedPartitions", "ackedPartitions"],

@@ -2,10 +2,10 @@
 
 Field names are those of Pulsar's admin data classes (TopicStats, PersistentTopicInternalStats,
 TransactionCoordinatorStats, TransactionMetadata, TransactionBufferStats, ...). Only what this
-broker measures is filled. Message rates (msgRateIn, msgThroughputIn, msgRateOut,
-msgThroughputOut) are Pulsar's: per second over the last stats interval (pyengine.broker.rates);
-the others (msgRateExpired, msgRateRedeliver, ...) are not tracked, so they are absent rather
-than zero.
+broker measures is filled: what it does not track (a consumer's address, a topic's
+averageMsgSize, ...) is absent rather than zero. Message rates (msgRateIn, msgThroughputIn,
+msgRateOut, msgThroughputOut, msgRateRedeliver, msgRateExpired) are Pulsar's: per second over
+the last stats interval (pyengine.broker.rates).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pyengine.errors import TopicNotFoundError
 from pyengine.transaction import TxnStatus
 from pyengine.transaction.coordinator import TxnMeta
 from pyengine.transaction.coordinator.log_store import LogTransactionMetadataStore
+from pyengine.transaction.coordinator.metadata_records import is_v5
 from pyengine_kernels import TxnId
 
 # Pulsar's spelling of subscription types and component states.
@@ -38,11 +39,11 @@ def pulsar_state(state: str) -> str:
 # --- topics -------------------------------------------------------------------------------
 
 def topic_stats(topic: Topic) -> dict[str, Any]:
-    subscriptions = {name: subscription_stats(sub) for name, sub in topic.subscriptions.items()}
-    backlog = sum(sub["msgBacklog"] for sub in subscriptions.values())
     # Readers' (non-durable) subscriptions are listed too, `isDurable` false, as Pulsar lists
-    # them; the topic's backlog is its durable subscriptions'.
-    subscriptions.update((name, subscription_stats(sub)) for name, sub in topic.non_durable_subscriptions().items())
+    # them; the topic's backlog sums every subscription's, as Pulsar's pulsar_msg_backlog.
+    subscriptions = {name: subscription_stats(sub) for name, sub in
+                     [*topic.subscriptions.items(), *topic.non_durable_subscriptions().items()]}
+    backlog = sum(sub["msgBacklog"] for sub in subscriptions.values())
     return {
         "msgInCounter": topic.msg_in_counter,
         "bytesInCounter": topic.bytes_in_counter,
@@ -63,9 +64,13 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
     return {
         "msgBacklog": subscription.backlog(),
         **_out(subscription.rate_out),
+        # Its consumers' (as Pulsar sums them: Shared and Key_Shared only count).
+        "unackedMessages": sum(c["unackedMessages"] for c in consumers),
+        "msgRateRedeliver": sum(c["msgRateRedeliver"] for c in consumers),
+        "msgRateExpired": subscription.rate_expired.msg_rate,
         # Held back for delayed delivery now (Pulsar's msgDelayed; 0 on Exclusive and Failover).
         "msgDelayed": subscription.dispatcher.number_of_delayed_messages(),
-        # Message expiry (Pulsar's totalMsgExpired and lastExpireTimestamp; no msgRateExpired).
+        # Message expiry (Pulsar's totalMsgExpired and lastExpireTimestamp).
         "totalMsgExpired": subscription.total_msg_expired,
         "lastExpireTimestamp": subscription.last_expire_timestamp,
         "type": _SUB_TYPES.get(subscription.sub_type or "", None),
@@ -74,6 +79,7 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
         "blockedSubscriptionOnUnackedMsgs": subscription.dispatcher.blocked_on_unacked,
         # Key_Shared: the KeySharedMeta setting of its consumers (false on other types, as Pulsar).
         "allowOutOfOrderDelivery": subscription.sub_type == "key_shared" and subscription.allow_out_of_order_delivery,
+        **({"keySharedMode": subscription.key_shared_mode} if subscription.sub_type == "key_shared" else {}),
         # Key_Shared draining hashes (PIP-379), as Pulsar 4.0: its consumers' summed.
         **{field: sum(c[field] for c in consumers) for field in _DRAINING_TOTALS},
     }
@@ -99,6 +105,7 @@ def _consumer_stats(subscription: Subscription, consumer: Consumer) -> dict[str,
     return {
         "consumerName": consumer.name, "availablePermits": consumer.permits,
         **_out(consumer.rate_out),
+        "msgRateRedeliver": consumer.rate_redeliver.msg_rate,
         # As Pulsar, unackedMessages counts on Shared and Key_Shared only (individual-ack mode):
         # Exclusive and Failover consumers show 0.
         "unackedMessages": (consumer.unacked_messages if subscription.sub_type in ("shared", "key_shared")
@@ -115,34 +122,68 @@ def _consumer_stats(subscription: Subscription, consumer: Consumer) -> dict[str,
     }
 
 
-def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic]) -> dict[str, Any]:
-    """Pulsar's PartitionedTopicStats: the TopicStats of the whole topic (counters, publishers
-    and subscriptions summed over its partitions) and, under `partitions`, each partition's."""
-    per_partition = {name: topic_stats(topic) for name, topic in loaded.items()}
-    totals = {key: sum(stats[key] for stats in per_partition.values())
+def partitioned_topic_stats(partitions: int, loaded: dict[str, Topic], per_partition: bool = True) -> dict[str, Any]:
+    """Pulsar's PartitionedTopicStats: the TopicStats of the whole topic (counters summed over
+    its partitions, each partitioned producer or consumer merged into one) and, under
+    `partitions` unless `per_partition` is false, each partition's."""
+    each = {name: topic_stats(topic) for name, topic in loaded.items()}
+    totals = {key: sum(stats[key] for stats in each.values())
               for key in ("msgInCounter", "bytesInCounter", "storageSize", "msgBacklog", *_RATE_TOTALS)}
+    publishers: list[dict[str, Any]] = []
     subscriptions: dict[str, dict[str, Any]] = {}
-    for stats in per_partition.values():
+    for stats in each.values():
+        _merge_by_name(publishers, stats["publishers"], "producerName")
         for name, sub in stats["subscriptions"].items():
-            whole = subscriptions.setdefault(name, {"msgBacklog": 0, "msgDelayed": 0, "totalMsgExpired": 0,
-                                                    "lastExpireTimestamp": 0, "type": None,
-                                                    "isDurable": sub["isDurable"], "consumers": [],
-                                                    "blockedSubscriptionOnUnackedMsgs": False,
-                                                    "allowOutOfOrderDelivery": False,
-                                                    **dict.fromkeys(_DRAINING_TOTALS + _OUT_FIELDS, 0)})
-            for field in _DRAINING_TOTALS + _OUT_FIELDS:
-                whole[field] += sub[field]
-            whole["msgBacklog"] += sub["msgBacklog"]
-            whole["msgDelayed"] += sub["msgDelayed"]
-            whole["totalMsgExpired"] += sub["totalMsgExpired"]
-            whole["lastExpireTimestamp"] = max(whole["lastExpireTimestamp"], sub["lastExpireTimestamp"])
-            whole["type"] = whole["type"] or sub["type"]
-            whole["consumers"].extend(sub["consumers"])
-            whole["blockedSubscriptionOnUnackedMsgs"] |= sub["blockedSubscriptionOnUnackedMsgs"]
-            whole["allowOutOfOrderDelivery"] |= sub["allowOutOfOrderDelivery"]
-    return {"metadata": {"partitions": partitions}, **totals,
-            "publishers": [p for stats in per_partition.values() for p in stats["publishers"]],
-            "subscriptions": subscriptions, "partitions": per_partition}
+            whole = subscriptions.get(name)
+            if whole is None:
+                subscriptions[name] = {**sub, "consumers": [dict(c) for c in sub["consumers"]]}
+                continue
+            consumers = whole["consumers"]
+            _add_into(whole, {key: value for key, value in sub.items() if key != "consumers"})
+            _merge_by_name(consumers, sub["consumers"], "consumerName")
+    whole_topic = {"metadata": {"partitions": partitions}, **totals, "publishers": publishers,
+                   "subscriptions": subscriptions}
+    if per_partition:
+        whole_topic["partitions"] = each
+    return whole_topic
+
+
+def _merge_by_name(into: list[dict[str, Any]], items: list[dict[str, Any]], name_field: str) -> None:
+    """A partitioned producer or consumer has one per partition, under one name: those are
+    summed into one entry, as Pulsar merges a partial producer's by name (TopicStatsImpl.add).
+    Clients of different names stay apart (Pulsar's other merge, by position in the list, can
+    take two clients for one); so do two of one name on the same partition."""
+    taken: set[int] = set()
+    for item in items:
+        match = next((i for i, whole in enumerate(into)
+                      if i not in taken and whole[name_field] == item[name_field]), None)
+        if match is None:
+            into.append(dict(item))
+            taken.add(len(into) - 1)
+        else:
+            _add_into(into[match], item)
+            taken.add(match)
+
+
+def _add_into(whole: dict[str, Any], part: dict[str, Any]) -> None:
+    """Counters and rates summed, flags or-ed, draining hashes listed together, the latest
+    expiry kept; names, ids, types and hash ranges stay the first partition's that has them."""
+    for key, value in part.items():
+        if whole.get(key) is None:            # (a type shows once a partition has consumers)
+            whole[key] = value
+        elif key in _FIRST_PARTITION_KEEPS:
+            continue
+        elif key == "lastExpireTimestamp":
+            whole[key] = max(whole[key], value)
+        elif isinstance(value, bool):
+            whole[key] = whole[key] or value
+        elif isinstance(value, (int, float)):
+            whole[key] += value
+        elif key == "drainingHashes":
+            whole[key] = [*whole[key], *value]
+
+
+_FIRST_PARTITION_KEEPS = frozenset({"producerId", "producerName", "consumerName", "type", "keyHashRangeArrays"})
 
 
 def internal_stats(topic: Topic) -> dict[str, Any]:
@@ -159,9 +200,28 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
         "state": "Terminated" if ledger.terminated_at is not None else "LedgerOpened",
         "ledgers": [{"ledgerId": info.ledger_id, "entries": info.entries, "size": info.size, "offloaded": False}
                     for info in ledgers],
-        "cursors": {name: {"markDeletePosition": str(sub.cursor.mark_delete),
-                           "readPosition": str(sub.cursor.read_position), "state": "Open"}
-                    for name, sub in topic.subscriptions.items()},
+        # Every cursor, readers' (non-durable) ones too, as Pulsar's managed ledger lists them.
+        "cursors": {name: _cursor_stats(sub) for name, sub in
+                    [*topic.subscriptions.items(), *topic.non_durable_subscriptions().items()]},
+    }
+
+
+def _cursor_stats(subscription: Subscription) -> dict[str, Any]:
+    """Pulsar's CursorStats, for what this cursor has."""
+    cursor = subscription.cursor
+    ledger = cursor.ledger
+    holes = cursor.individually_deleted_ranges()
+    return {
+        "markDeletePosition": str(cursor.mark_delete),
+        "readPosition": str(cursor.read_position),
+        "state": "Open",
+        "active": bool(subscription.consumers),
+        # Acknowledged after the mark-delete position, in Pulsar's form: [(1:0..1:1],(1:2..1:3]]
+        "individuallyDeletedMessages": "[" + ",".join(f"({start}..{end}]" for start, end in holes) + "]",
+        "totalNonContiguousDeletedMessagesRange": len(holes),
+        "numberOfEntriesSinceFirstNotAckedMessage":
+            ledger.entries_between(cursor.mark_delete, min(cursor.read_position, ledger.lac)),
+        "properties": dict(cursor.properties),
     }
 
 
@@ -189,22 +249,28 @@ def in_pending_ack_stats(subscription: Subscription, txn: TxnId) -> dict[str, An
 
 async def transaction_metadata(service: BrokerService, meta: TxnMeta) -> dict[str, Any]:
     """Pulsar's TransactionMetadata, with the txn's state on each participant (null for a
-    participant that no longer exists)."""
-    produced = {}
-    for name in meta.partitions:
-        topic = await _existing_topic(service, name)
-        produced[name] = in_buffer_stats(topic, meta.txn_id) if topic is not None else None
-    acked: dict[str, dict[str, Any]] = {}
-    for name, subscription_name in meta.subscriptions:
-        topic = await _existing_topic(service, name)
-        subscription = topic.subscriptions.get(subscription_name) if topic is not None else None
-        acked.setdefault(name, {})[subscription_name] = (
-            in_pending_ack_stats(subscription, meta.txn_id) if subscription is not None else None)
+    participant that no longer exists). `timeoutAt` is what Pulsar puts there: the timeout
+    (ms), not an instant. An ended transaction's participants are null, not empty: they are not
+    kept once it has ended (Pulsar forgets the whole transaction then: 404), and v5's
+    coordinator never knows them."""
+    if meta.status in _LIVE and not is_v5(meta.txn_id):
+        produced: dict[str, Any] | None = {}
+        for name in meta.partitions:
+            topic = await _existing_topic(service, name)
+            produced[name] = in_buffer_stats(topic, meta.txn_id) if topic is not None else None
+        acked: dict[str, dict[str, Any]] | None = {}
+        for name, subscription_name in meta.subscriptions:
+            topic = await _existing_topic(service, name)
+            subscription = topic.subscriptions.get(subscription_name) if topic is not None else None
+            acked.setdefault(name, {})[subscription_name] = (
+                in_pending_ack_stats(subscription, meta.txn_id) if subscription is not None else None)
+    else:
+        produced = acked = None
     return {
         "txnId": str(meta.txn_id),
         "status": meta.status.name,
         "openTimestamp": meta.start_ms,
-        "timeoutAt": meta.start_ms + meta.timeout_ms,
+        "timeoutAt": meta.timeout_ms,
         "producedPartitions": produced,
         "ackedPartitions": acked,
     }

@@ -71,6 +71,10 @@ class PendingAcks(dict[Position, int]):
             self._hashes[position] = hash_value
             self.hash_counts[hash_value] = self.hash_counts.get(hash_value, 0) + 1
 
+    def unacked_of(self, position: Position) -> int:
+        """The messages of a pending entry not yet acknowledged (0: not pending)."""
+        return self._unacked.get(position, 0)
+
     def hash_of(self, position: Position) -> int | None:
         """The key hash of a pending Key_Shared entry (None: not pending, or not Key_Shared)."""
         return self._hashes.get(position)
@@ -141,6 +145,7 @@ class Consumer:
         self.connected = True
         self.auto_consume_schema = False            # subscribed with AUTO_CONSUME: takes the topic's schema
         self.rate_out = RateCounter()               # delivered to it (Pulsar's msgRateOut, msgOutCounter)
+        self.rate_redeliver = RateCounter()         # messages it asked to have again (msgRateRedeliver)
         # PIP-84: the client's epoch, from its SUBSCRIBE and raised by its redelivery requests;
         # stamped on Exclusive/Failover messages, so that the client drops those it receives
         # from before its last redelivery request.

@@ -51,6 +51,11 @@ def normalize_sub_type(sub_type: str) -> str:
     return value
 
 
+def key_shared_mode(consumer: Consumer) -> str:
+    """A Key_Shared consumer's KeySharedMode: STICKY when it asked for hash ranges."""
+    return "AUTO_SPLIT" if consumer.sticky_ranges is None else "STICKY"
+
+
 class Subscription:
     def __init__(self, topic: Topic, name: str, cursor: ManagedCursor, *,
                  pending_ack: PendingAckHandle | None, sub_type: str | None = None) -> None:
@@ -62,6 +67,7 @@ class Subscription:
         self.rate_out = RateCounter()          # delivered to its consumers, past and present
         # Key_Shared: no per-key order kept while consumers change (allowOutOfOrderDelivery)
         self.allow_out_of_order_delivery = False
+        self.key_shared_mode: str | None = None        # Key_Shared: AUTO_SPLIT or STICKY
         self.dispatcher = Dispatcher(self)
         # Entries taken out of their consumer's pending set because a txn's ack reserved them:
         # an abort must deliver them again, also when that consumer is gone by then.
@@ -70,6 +76,7 @@ class Subscription:
         # the topic was loaded, and when an expiry last moved the cursor (ms, 0: never).
         self.total_msg_expired = 0
         self.last_expire_timestamp = 0
+        self.rate_expired = RateCounter()      # entries expired, for Pulsar's msgRateExpired
 
     @property
     def durable(self) -> bool:
@@ -97,6 +104,8 @@ class Subscription:
             self.allow_out_of_order_delivery = sub_type == "key_shared" and consumer.allow_out_of_order_delivery
         if sub_type == "key_shared" and consumer.sticky_ranges is not None:
             self._check_sticky_ranges(consumer)
+        if sub_type == "key_shared":      # kept once they leave, as Pulsar keeps its dispatcher
+            self.key_shared_mode = key_shared_mode(consumer)
         self.sub_type = sub_type
         if self.pending_ack is not None:
             self.pending_ack.subscription_type = wire_sub_type(sub_type)
@@ -106,9 +115,7 @@ class Subscription:
         """As Pulsar's checkForConsumerCompatibilityErrorWithDispatcher: while a Key_Shared
         subscription has consumers, its mode (AutoSplit or Sticky) and its
         allowOutOfOrderDelivery are theirs; a consumer asking for others is refused."""
-        def mode(c: Consumer) -> str:
-            return "AUTO_SPLIT" if c.sticky_ranges is None else "STICKY"
-        active, joining = mode(self.consumers[0]), mode(consumer)
+        active, joining = key_shared_mode(self.consumers[0]), key_shared_mode(consumer)
         where = f"Key_Shared subscription {self.name} on {self.topic.name}"
         if active != joining:
             raise ConsumerBusyError(f"{where}: its key_shared mode {active!r} is different than the "
@@ -407,6 +414,8 @@ class Subscription:
         # As Pulsar's Consumer.redeliverUnacknowledgedMessages: the consumer is no longer
         # blocked on its unacked limit (a consumer at its limit that nacks gets them back).
         consumer.blocked_on_unacked = False
+        # Pulsar's msgRateRedeliver counts the messages asked for again (a batch's unacked ones).
+        consumer.rate_redeliver.add(sum(map(consumer.pending.unacked_of, positions)), 0)
         self.dispatcher.redeliver(positions, consumer)
 
     async def seek(self, position: Position, *, earliest: bool | None = None,
@@ -561,7 +570,9 @@ class Subscription:
     async def _expire_up_to(self, last: Position) -> None:
         # As Pulsar counts them: the entries the move took out of the backlog (the backlog
         # just before the mark-delete, not before the search: acks during it are not expiry).
-        self.total_msg_expired += await self._acknowledge_up_to(last)
+        expired = await self._acknowledge_up_to(last)
+        self.total_msg_expired += expired
+        self.rate_expired.add(expired, 0)
 
     async def _newest_expired(self, cutoff_ms: int) -> Position | None:
         """The newest entry, up to the read horizon, such that every entry not acknowledged

@@ -154,8 +154,10 @@ class Topic:
             producer.rate_in.update(now)
         for subscription in [*self.subscriptions.values(), *self._readers]:
             subscription.rate_out.update(now)
+            subscription.rate_expired.update(now)
             for consumer in subscription.consumers:
                 consumer.rate_out.update(now)
+                consumer.rate_redeliver.update(now)
 
     def _entries_added(self) -> None:
         for subscription in self.subscriptions.values():

@@ -136,6 +136,23 @@ class ManagedCursor:
         bitmap = self._acked.get(position.ledger_id)
         return bitmap is not None and position.entry_id in bitmap
 
+    def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
+        """The entries acknowledged after the mark-delete position, as Pulsar's
+        individuallyDeletedMessages: open-closed ranges (before the first, the last], in order."""
+        ranges = []
+        for ledger_id in sorted(self._acked):
+            first = last = None
+            for entry_id in self._acked[ledger_id]:          # in ascending order
+                if last is not None and entry_id == last + 1:
+                    last = entry_id
+                    continue
+                if first is not None:
+                    ranges.append((Position(ledger_id, first - 1), Position(ledger_id, last)))
+                first = last = entry_id
+            if first is not None:
+                ranges.append((Position(ledger_id, first - 1), Position(ledger_id, last)))
+        return ranges
+
     def batch_ack_set(self, position: Position) -> list[int] | None:
         """The ack set of a partly acknowledged batch entry (set bit = still unacknowledged)."""
         return self._batch_acks.get(position)

@@ -19,7 +19,7 @@ async def test_open_v5_transactions_older_than_the_timeout_are_listed(api, clien
     assert sorted(slow) == sorted([str(v5.txn_id), str(v4.txn_id)])
     entry = slow[str(v5.txn_id)]
     assert entry == (await api.get(f"{TX}/transactionMetadata/{v5.txn_id.most_bits}/{v5.txn_id.least_bits}")).body
-    assert entry["status"] == "OPEN" and entry["timeoutAt"] - entry["openTimestamp"] == 600_000
+    assert entry["status"] == "OPEN" and entry["timeoutAt"] == 600_000
     assert set(entry) == set(slow[str(v4.txn_id)])                     # the same format
     assert (await api.get(f"{TX}/slowTransactions/60000")).body == {}
 

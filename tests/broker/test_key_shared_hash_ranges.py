@@ -26,6 +26,7 @@ async def test_auto_split_ranges_cover_every_hash_once_and_route_the_keys(tmp_pa
         producer = await broker.create_producer(T)
         consumers = {name: await join(broker, name) for name in ("c0", "c1", "c2")}
         ranges = ranges_by_consumer(broker)
+        assert subscription_stats(subscription(broker))["keySharedMode"] == "AUTO_SPLIT"
         spans = sorted(span for spans in ranges.values() for span in spans)
         assert spans[0][0] == 1 and spans[-1][1] == 65535
         assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:]))
@@ -45,6 +46,8 @@ async def test_sticky_ranges_are_reported_and_route_by_the_sticky_hash(tmp_path)
         high = await join(broker, "high", key_shared_policy=sticky((100, 32767)))
         ranges = ranges_by_consumer(broker)
         assert ranges == {"low": [[0, 99], [32768, 65535]], "high": [[100, 32767]]}
+        # the mode is reported as Pulsar's SubscriptionStats.keySharedMode (found by an audit)
+        assert subscription_stats(subscription(broker))["keySharedMode"] == "STICKY"
         keys = [f"key-{i}" for i in range(40)]
         for key in keys:
             await producer.send(key.encode(), key=key)
@@ -56,8 +59,9 @@ async def test_sticky_ranges_are_reported_and_route_by_the_sticky_hash(tmp_path)
 async def test_other_subscription_types_report_no_hash_ranges(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
         await broker.subscribe(T, "s", consumer_type="shared", consumer_name="c0")
-        [consumer] = subscription_stats(subscription(broker))["consumers"]
-        assert "keyHashRangeArrays" not in consumer
+        stats = subscription_stats(subscription(broker))
+        [consumer] = stats["consumers"]
+        assert "keyHashRangeArrays" not in consumer and "keySharedMode" not in stats
 
 
 async def test_messages_given_back_under_auto_split_reach_the_sticky_consumer_that_follows(tmp_path):

@@ -18,7 +18,7 @@ async def test_v5_transaction_metadata_and_force_abort(api, client, service):
     most, least = txn.txn_id.most_bits, txn.txn_id.least_bits
     reply = await api.get(f"{BASE}/transactionMetadata/{most}/{least}")
     assert reply.status == 200, reply
-    assert reply.body["status"] == "OPEN" and reply.body["timeoutAt"] - reply.body["openTimestamp"] == 30_000
+    assert reply.body["status"] == "OPEN" and reply.body["timeoutAt"] == 30_000
     assert (await api.post(f"{BASE}/abortTransaction/{most}/{least}")).status in (200, 204)
     reply = await api.get(f"{BASE}/transactionMetadata/{most}/{least}")
     assert reply.body["status"] == "ABORTED"
