@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
@@ -165,6 +165,7 @@ class Subscription:
         """Acknowledge messages (whole entries or batch indexes); the future resolves when the
         cursor state is durable. A message reserved by an open transaction belongs to that
         transaction: a plain acknowledgement of it is ignored."""
+        self._check_ackable(ack.position for ack in acks)
         whole: list[Position] = []
         future: asyncio.Future[None] | None = None
         if self.topic.compaction.horizon is not None and self._reads_compacted(consumer):
@@ -184,6 +185,16 @@ class Subscription:
         self.dispatcher.acked(acked)
         self.dispatcher.recount([a.position for a in acks if a.ack_set is not None])
         return future if future is not None else self.cursor.persist()
+
+    def _check_ackable(self, positions: Iterable[Position]) -> None:
+        """As Pulsar's ManagedCursor, an acknowledgement past the topic's last entry is
+        refused: it names no message yet, and the one written there later would be taken as
+        acknowledged (an id of another topic, say, acknowledged on this one)."""
+        lac = self.topic.ledger.lac
+        for position in positions:
+            if position > lac:
+                raise NotAllowedError(f"Invalid mark deleted position {position}: after the last entry ({lac}) "
+                                      f"of {self.topic.name}")
 
     def _reads_compacted(self, consumer: Consumer | None) -> bool:
         """Whether acks of `consumer` (None: the subscription's) are of messages it was given
@@ -243,6 +254,7 @@ class Subscription:
     def ack_cumulative(self, consumer: Consumer | None, position: Position) -> asyncio.Future[None]:
         if self.sub_type in ("shared", "key_shared"):
             raise NotAllowedError(f"cumulative acknowledgement is not allowed on {self.sub_type} subscriptions")
+        self._check_ackable((position,))
         future = self.cursor.ack_cumulative(position)
         # Everything up to `position` is done with: held, to deliver again, and its redelivery
         # count (kept for ever otherwise: one per message ever redelivered).
@@ -264,6 +276,7 @@ class Subscription:
             raise NotAllowedError(f"subscription {self.name} cannot acknowledge in a transaction "
                                   "(a reader's subscription is not durable)")
         check_txn_design(self.topic.buffer, txn, self.topic.name)
+        self._check_ackable([cumulative] if cumulative is not None else [ack.position for ack in acks or ()])
         if cumulative is not None:
             if self.sub_type in ("shared", "key_shared"):
                 raise NotAllowedError(
@@ -304,6 +317,7 @@ class Subscription:
         if pending is None:
             raise NotAllowedError(f"subscription {self.name} cannot acknowledge in a transaction "
                                   "(a reader's subscription is not durable)")
+        self._check_ackable((ack.position,))
         size = ack.batch_size
         requested = ackset_acked_indexes(list(ack.ack_set), size)
         if not requested:
