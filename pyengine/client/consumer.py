@@ -32,6 +32,7 @@ from pyengine.client.chunks import NUM_CHUNKS_TAG, ChunkAssembler, ChunkMessageI
 from pyengine.client.connection import ClientConnection
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender, check_dead_letter_policy
 from pyengine.client.errors import AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError
+from pyengine.errors import NotAllowedError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler, close_all, start_all
 from pyengine.client.message import (
     DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry, seek_ack_set, unacked_from,
@@ -1052,9 +1053,18 @@ class Consumer:
         from pyengine.naming import TopicName
 
         name = TopicName.parse(topic)
+        if options.consumer_name is None and options.durable:
+            # One name on every partition, as pulsar-client-cpp and Java name a partitioned
+            # consumer: Failover ranks its consumers by name on each partition, and names drawn
+            # per partition would rank them at random (several partitions to one consumer).
+            options = dataclasses.replace(options, consumer_name=f"{random.getrandbits(40):010x}")
+            self.options = options
+        # A consumer of one partition, named as such, gives ids of that partition (pulsar-client-cpp's
+        # setPartitionIndex), so that a consumer of the whole topic takes them.
         self._handlers: dict[int, PartitionConsumer] = (
             {i: PartitionConsumer(core, self, str(name.partition(i)), i, options) for i in range(partitions)}
-            if partitions > 0 else {-1: PartitionConsumer(core, self, topic, -1, options)})
+            if partitions > 0 else
+            {name.partition_index: PartitionConsumer(core, self, topic, name.partition_index, options)})
         self._nacks = NegativeAckTracker(options.negative_ack_redelivery_delay_ms, self._redeliver)
         self._unacked = (UnackedMessageTracker(options.unacked_messages_timeout_ms, options.tick_duration_ms,
                                                self._redeliver)
@@ -1258,10 +1268,16 @@ class Consumer:
         else:
             raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
         if not self._partitioned:
-            return self._handlers[-1], message_id
-        handler = self._handlers.get(message_id.partition)
-        if handler is None:
-            raise ValueError(f"message id {message_id} is not of a partition of {self._topic}")
+            handler = next(iter(self._handlers.values()))
+        else:
+            handler = self._handlers.get(message_id.partition)
+            if handler is None:
+                raise ValueError(f"message id {message_id} is not of a partition of {self._topic}")
+        # A received message's id names its topic: one of another topic, acknowledged here,
+        # would acknowledge whatever sits at its position on this one (as pulsar-client-cpp,
+        # which looks the consumer up by the id's topic, it is refused).
+        if message_id.topic_name and message_id.topic_name != handler.topic:
+            raise ValueError(f"message id {message_id} is of {message_id.topic_name}, not of {handler.topic}")
         return handler, message_id
 
     async def acknowledge(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
@@ -1479,11 +1495,21 @@ class Consumer:
             self._handler_reset(handler)
 
     async def get_last_message_id(self) -> MessageId:
-        """The id of the last message stored on the topic (on a partitioned topic: the greatest
-        of the partitions' last ids)."""
+        """The id of the last message stored on the topic. Not on a partitioned topic, where
+        no one id is the last (ledger ids do not order partitions): `get_last_message_ids`
+        gives each partition's; pulsar-client-cpp answers OperationNotSupported."""
         self._check_open()
-        ids = await asyncio.gather(*(h.get_last_message_id() for h in self._handlers.values()))
-        return max(ids)
+        if self._partitioned:
+            raise NotAllowedError(f"{self._topic} is partitioned: it has no one last message id "
+                                  "(get_last_message_ids() gives each partition's)")
+        return await next(iter(self._handlers.values())).get_last_message_id()
+
+    async def get_last_message_ids(self) -> list[MessageId]:
+        """The id of the last message stored on each partition (one id on a topic that is not
+        partitioned), in partition order, as the Java client's getLastMessageIds."""
+        self._check_open()
+        handlers = [self._handlers[i] for i in sorted(self._handlers)]
+        return list(await asyncio.gather(*(h.get_last_message_id() for h in handlers)))
 
     async def unsubscribe(self) -> None:
         """Delete the subscription (on a partitioned topic: on every partition), then close. As

@@ -14,6 +14,7 @@ router switches on a full batch or when the batching delay has passed).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 
@@ -56,15 +57,19 @@ def key_partition(key: str, partitions: int, hashing_scheme: str = "murmur3_32")
 
 class PartitionRouter:
     def __init__(self, partitions: int, messages_per_turn: int = 1, hashing_scheme: str = "murmur3_32",
-                 turn_ms: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 turn_ms: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 start: int | None = None) -> None:
         """`messages_per_turn` keyless messages go to a partition before the next one is used,
-        or those that come within `turn_ms` of the turn's first (None: no time limit)."""
+        or those that come within `turn_ms` of the turn's first (None: no time limit). The
+        first turn is partition `start` (None: a random one)."""
         self.partitions = partitions
         self._hash = HASHING_SCHEMES[hashing_scheme]
         self._messages_per_turn = messages_per_turn
         self._turn_s = turn_ms / 1000 if turn_ms is not None else None
         self._clock = clock
-        self._turn = 0
+        # A random first partition, as pulsar-client-cpp and Java start round robin: producers
+        # that send a few messages each would all fill partition 0 otherwise.
+        self._turn = start if start is not None else random.randrange(partitions) if partitions > 0 else 0
         self._sent_this_turn = 0
         self._turn_started = 0.0
 
