@@ -21,6 +21,7 @@ and dropped on abort. Where we differ from Pulsar, on purpose:
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Callable
 from enum import Enum
@@ -58,6 +59,33 @@ CUMULATIVE_ACK_SUBSCRIPTIONS = frozenset({CommandSubscribe.Exclusive, CommandSub
 DEFAULT_REPLAY_CHUNK = 1000
 
 
+class TxnsByCoordinator:
+    """The transactions that acknowledged here, per coordinator, oldest (lowest sequence)
+    first: a low watermark takes those at or under it without looking at the others (Pulsar's
+    handleLowWaterMark looks at the oldest only). Entries of ended transactions are dropped when
+    the watermark passes them."""
+
+    def __init__(self) -> None:
+        self._heaps: dict[int, list[int]] = {}
+        self._known: set[TxnId] = set()
+
+    def add(self, txn: TxnId) -> None:
+        if txn not in self._known:
+            self._known.add(txn)
+            heapq.heappush(self._heaps.setdefault(txn.most_bits, []), txn.least_bits)
+
+    def take_up_to(self, coordinator: int, low_watermark: int) -> list[TxnId]:
+        """The transactions of `coordinator` at or under `low_watermark`, oldest first, taken
+        out of the index (`add` puts back one still to be looked at)."""
+        heap = self._heaps.get(coordinator)
+        taken = []
+        while heap and heap[0] <= low_watermark:
+            txn = TxnId(coordinator, heapq.heappop(heap))
+            self._known.discard(txn)
+            taken.append(txn)
+        return taken
+
+
 class HandleState(Enum):
     NONE = "none"              # created; replay() not called yet
     REPLAYING = "replaying"
@@ -91,6 +119,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         self._name = store.subscription
         self._acks = PendingAckState()
         self._records: dict[TxnId, list[int]] = {}                      # txn -> its log records
+        self._txns = TxnsByCoordinator()                                # for the low watermarks
         self._in_flight: dict[TxnId, set[Outcome[None]]] = {}    # requests being logged
         self._ending: dict[TxnId, tuple[TxnAction, asyncio.Task[list[Position]]]] = {}
         self._low_watermarks: dict[int, int] = {}                       # coordinator id -> lwm
@@ -136,6 +165,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         self.state = HandleState.REPLAYING
         self._acks = PendingAckState()
         self._records = {}
+        self._txns = TxnsByCoordinator()
         try:
             for chunk in self.store.scan(self._replay_chunk):
                 for logged in chunk:
@@ -157,6 +187,7 @@ class PendingAckHandleImpl(PendingAckHandle):
     def _replay_one(self, logged: LoggedAck) -> None:
         txn = logged.txn
         self._records.setdefault(txn, []).append(logged.seq)
+        self._txns.add(txn)
         if logged.cumulative is not None:
             position = logged.cumulative
             holder = self._acks.cumulative_ack_of_txn
@@ -174,6 +205,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         logger.error("%s", error)
         self._acks = PendingAckState()
         self._records = {}
+        self._txns = TxnsByCoordinator()
         self._replay_error = error
         self.state = HandleState.ERROR
 
@@ -192,6 +224,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         self._check_may_ack(txn)
         for ack in acks:
             self._check_written(ack.position)
+        self._txns.add(txn)
         taken: list[tuple[Position, Reservation]] = []
 
         def undo() -> None:
@@ -228,6 +261,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         if reason is not None:
             raise TransactionConflictError(f"[{self._name}] Transaction:{txn} try to {reason}")
         self._acks.reserve_cumulative(txn, position)
+        self._txns.add(txn)
         await self._log(txn, lambda: self.store.append_cumulative(txn, position, after=after),
                         lambda: self._acks.release_cumulative(txn, position))
 
@@ -373,15 +407,21 @@ class PendingAckHandleImpl(PendingAckHandle):
         if low_watermark < 0:
             return
         self._low_watermarks[coordinator] = low_watermark
-        stale = sorted(txn for txn in self._acks.txns() | set(self._records)
-                       if txn.most_bits == coordinator and txn.least_bits <= low_watermark
-                       and txn != ended and txn not in self._ending and not self._in_flight.get(txn))
+        stale = []
+        for txn in self._txns.take_up_to(coordinator, low_watermark):
+            if not (txn in self._records or self._acks.holds(txn)):
+                continue                                # ended: nothing left of it here
+            if txn == ended or txn in self._ending or self._in_flight.get(txn):
+                self._txns.add(txn)                     # being written or ended: looked at again later
+            else:
+                stale.append(txn)
         for txn in stale:
             try:
                 released = await self._end(txn, TxnAction.ABORT)
             except PersistenceError as exc:
                 logger.warning("[%s] aborting Transaction:%s below the low watermark %d failed: %s",
                                self._name, txn, low_watermark, exc)
+                self._txns.add(txn)
                 continue
             logger.warning("[%s] aborted Transaction:%s below the low watermark %d",
                            self._name, txn, low_watermark)

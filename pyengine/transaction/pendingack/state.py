@@ -87,6 +87,10 @@ class PendingAckState:
             return None
         return self._cumulative_txn, self._cumulative_positions[-1]
 
+    def holds(self, txn: TxnId) -> bool:
+        """Whether `txn` holds anything."""
+        return txn in self.individual_ack_of_txn or txn == self._cumulative_txn
+
     def txns(self) -> set[TxnId]:
         """Every transaction holding something."""
         held = set(self.individual_ack_of_txn)

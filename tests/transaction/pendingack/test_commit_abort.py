@@ -274,3 +274,39 @@ async def test_env_failure_at_submit_is_a_persistence_error(env):
         await h.individual_ack(T1, [IndividualAck(p[0])])
     assert h.individual_ack_positions == {}
     del env.submit
+
+
+async def test_an_end_looks_only_at_the_txns_under_the_low_watermark(env, monkeypatch):
+    """Found by an audit: each commit or abort sorted every transaction holding acks on the
+    subscription (1000 commits took 7.4 s with 20,000 others open). As Pulsar's
+    handleLowWaterMark, an end now looks at the oldest transactions only: those at or under
+    the low watermark."""
+    from pyengine.transaction.pendingack.state import PendingAckState
+
+    sub = await open_subscription(env, 1200, per_ledger=10_000)
+    h, p = sub.handle, sub.positions
+    await asyncio.gather(*(h.individual_ack(TxnId(1, 1000 + i), [IndividualAck(p[i])]) for i in range(1000)))
+    mine = [TxnId(1, i + 1) for i in range(100)]
+    await asyncio.gather(*(h.individual_ack(t, [IndividualAck(p[1000 + i])]) for i, t in enumerate(mine)))
+    looked_at = []                       # every transaction an end examines, however it does
+    holds, txns = PendingAckState.holds, PendingAckState.txns
+    monkeypatch.setattr(PendingAckState, "holds", lambda state, txn: looked_at.append(txn) or holds(state, txn))
+    monkeypatch.setattr(PendingAckState, "txns", lambda state: looked_at.extend(txns(state)) or txns(state))
+    for txn in mine:                     # each end moves the low watermark to itself
+        await h.commit(txn, txn.least_bits)
+    assert len(looked_at) <= len(mine)   # each one once (the 1000 open above it: never)
+    assert all(sub.cursor.is_acked(p[1000 + i]) for i in range(100))
+    assert len(h.individual_ack_of_txn) == 1000
+
+
+async def test_the_low_watermark_aborts_replayed_txns_too(env):
+    sub = await open_subscription(env, 3)
+    await sub.handle.individual_ack(TxnId(1, 2), [IndividualAck(sub.positions[1])])
+    await sub.handle.individual_ack(TxnId(1, 9), [IndividualAck(sub.positions[2])])
+    await sub.ledger.close()
+    released = []
+    after = await open_subscription(env, on_release=released.append)
+    await after.handle.individual_ack(TxnId(1, 3), [IndividualAck(after.positions[0])])
+    await after.handle.commit(TxnId(1, 3), 3)
+    assert released == [[after.positions[1]]]
+    assert set(after.handle.individual_ack_of_txn) == {TxnId(1, 9)}
