@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
 from pyengine.broker.delayed import wall_clock_ms
-from pyengine.broker.dispatcher import Dispatcher
+from pyengine.broker.dispatcher import SINGLE_ACTIVE_TYPES, Dispatcher
 from pyengine.broker.rates import RateCounter
 from pyengine.broker.transactions import check_txn_design
 from pyengine.errors import (ConsumerAssignError, ConsumerBusyError, MetadataError, NotAllowedError,
@@ -373,7 +373,7 @@ class Subscription:
                 # pending at the consumer when it acked: the dispatcher skipped the others
                 # while the ack held them (after a restart, all of them).
                 again.update(self._passed_over_up_to(holder[1]))
-            self.dispatcher.redeliver(sorted(again))
+            self._give_back(again)
 
     def released_by_pending_ack(self, positions: list[Position]) -> None:
         """The pending-ack handle ended transactions on its own (a v5 decision it watched, a
@@ -393,6 +393,17 @@ class Subscription:
         if positions and self.sub_type not in ("shared", "key_shared"):
             # The last position may be a cumulative ack's (Exclusive/Failover only).
             again.update(self._passed_over_up_to(max(positions)))
+        self._give_back(again)
+
+    def _give_back(self, again: set[Position]) -> None:
+        """Deliver again what an ended transaction's acks held. On Exclusive and Failover, with
+        every message the consumers hold unacknowledged, as Pulsar's single-active dispatcher
+        rewinds the cursor rather than redeliver single messages: the stream comes again in
+        order (messages after them, delivered already, come again too), not the released
+        messages after later ones."""
+        if again and self.sub_type in SINGLE_ACTIVE_TYPES:
+            for consumer in self.consumers:
+                again.update(consumer.pending)
         self.dispatcher.redeliver(sorted(again))
 
     def _passed_over_up_to(self, position: Position) -> list[Position]:
