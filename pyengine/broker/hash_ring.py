@@ -45,14 +45,20 @@ def sticky_key_hash(key: bytes) -> int:
 
 
 class HashRing(Generic[C]):
-    """The AUTO_SPLIT selector: consumers by join order, their points, who owns each slot."""
+    """The AUTO_SPLIT selector: consumers by join order, their points, who owns each slot.
+
+    A join or a leave touches that consumer's points only, and the ranges (stats) are computed
+    once per change, as Pulsar's ConsistentHashingStickyKeyConsumerSelector: recomputed from
+    every consumer's points each time, 600 consumers took seconds of the event loop."""
 
     def __init__(self, points: int) -> None:
         if points < 1:
             raise ValueError(f"a consumer needs at least one point on the ring, not {points}")
         self.points = points
-        self._members: dict[C, tuple[str, int]] = {}     # in join order: (name, name index)
-        self._ring: list[tuple[int, C]] = []              # (slot, owner), one per distinct slot
+        self._members: dict[C, tuple[str, int, list[int]]] = {}   # in join order: name, index, slots
+        self._slots: list[int] = []                    # the distinct slots of every point, sorted
+        self._claims: dict[int, list[C]] = {}          # slot -> its consumers in join order (owner first)
+        self._ranges: dict[C, list[tuple[int, int]]] | None = None     # by consumer, when computed
 
     def __len__(self) -> int:
         return len(self._members)
@@ -63,44 +69,56 @@ class HashRing(Generic[C]):
     def add(self, consumer: C, name: str) -> None:
         if consumer in self._members:
             return
-        taken = {index for other_name, index in self._members.values() if other_name == name}
+        taken = {index for other_name, index, _ in self._members.values() if other_name == name}
         index = next(i for i in range(len(taken) + 1) if i not in taken)
-        self._members[consumer] = (name, index)
-        self._rebuild()
+        slots = sorted({ring_key_hash(f"{name}\0{index}\0{point}".encode()) for point in range(self.points)})
+        self._members[consumer] = (name, index, slots)
+        for slot in slots:
+            claims = self._claims.get(slot)
+            if claims is None:
+                self._claims[slot] = [consumer]
+                bisect.insort(self._slots, slot)
+            else:
+                claims.append(consumer)          # joined last: owns it once those before it leave
+        self._ranges = None
 
     def remove(self, consumer: C) -> None:
-        if self._members.pop(consumer, None) is not None:
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        owners: dict[int, C] = {}
-        for consumer, (name, index) in self._members.items():     # join order: the first keeps a slot
-            for point in range(self.points):
-                owners.setdefault(ring_key_hash(f"{name}\0{index}\0{point}".encode()), consumer)
-        self._ring = sorted(owners.items(), key=lambda item: item[0])
+        member = self._members.pop(consumer, None)
+        if member is None:
+            return
+        for slot in member[2]:
+            claims = self._claims[slot]
+            claims.remove(consumer)
+            if not claims:
+                del self._claims[slot]
+                del self._slots[bisect.bisect_left(self._slots, slot)]
+        self._ranges = None
 
     def select(self, hash_value: int) -> C | None:
         """The consumer of slot `hash_value` (None: no consumer)."""
-        if not self._ring:
+        slots = self._slots
+        if not slots:
             return None
-        index = bisect.bisect_left(self._ring, hash_value, key=lambda point: point[0])
-        return self._ring[index % len(self._ring)][1]
+        index = bisect.bisect_left(slots, hash_value)
+        return self._claims[slots[index % len(slots)]][0]
 
     def assignments(self) -> list[tuple[int, int, C]]:
         """Every slot of 1..65535 once: (start, end, consumer), in slot order, adjacent
         ranges of one consumer joined (Pulsar's ConsumerHashAssignmentsSnapshot)."""
-        if not self._ring:
+        if not self._slots:
             return []
+        claims = self._claims
         ranges: list[tuple[int, int, C]] = []
         start = RING_RANGE[0]
-        for slot, consumer in self._ring:
+        for slot in self._slots:
+            consumer = claims[slot][0]
             if ranges and ranges[-1][2] == consumer:
                 ranges[-1] = (ranges[-1][0], slot, consumer)
             else:
                 ranges.append((start, slot, consumer))
             start = slot + 1
         if start <= RING_RANGE[1]:                       # past the last point: the first point's
-            first = self._ring[0][1]
+            first = claims[self._slots[0]][0]
             if ranges[-1][2] == first:
                 ranges[-1] = (ranges[-1][0], RING_RANGE[1], first)
             else:
@@ -109,7 +127,13 @@ class HashRing(Generic[C]):
 
     def points_owned(self, consumer: C) -> int:
         """The points `consumer` holds (fewer than `points` where an earlier consumer's collide)."""
-        return sum(1 for _, owner in self._ring if owner == consumer)
+        member = self._members.get(consumer)
+        return 0 if member is None else sum(1 for slot in member[2] if self._claims[slot][0] == consumer)
 
     def ranges_of(self, consumer: C) -> list[tuple[int, int]]:
-        return [(start, end) for start, end, owner in self.assignments() if owner == consumer]
+        if self._ranges is None:
+            by_consumer: dict[C, list[tuple[int, int]]] = {}
+            for start, end, owner in self.assignments():
+                by_consumer.setdefault(owner, []).append((start, end))
+            self._ranges = by_consumer
+        return list(self._ranges.get(consumer, ()))

@@ -3,6 +3,8 @@ reference model of consistent hashing."""
 
 from __future__ import annotations
 
+import bisect
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -101,3 +103,68 @@ def test_a_change_moves_only_the_keys_of_the_consumer_that_came_or_went(operatio
                 assert now == owner                      # only the leaver's keys move
         if len(ring):
             covered(ring)
+
+
+def reference_owners(members: list[tuple[int, str, int]], points: int) -> dict[int, int]:
+    """The ring rebuilt from scratch (what each change did before it became incremental):
+    members in join order, the first to claim a slot owns it."""
+    owners: dict[int, int] = {}
+    for consumer, name, index in members:
+        for point in range(points):
+            owners.setdefault(ring_key_hash(f"{name}\0{index}\0{point}".encode()), consumer)
+    return owners
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 9)), min_size=1, max_size=40),
+       st.lists(st.integers(1, 65535), min_size=30, max_size=30))
+def test_the_incremental_ring_owns_what_a_rebuilt_one_owns(operations, probes):
+    points = 3                                   # few points: collisions between consumers happen
+    ring: HashRing[int] = HashRing(points)
+    names = {i: f"c{i % 2}" if i < 6 else f"k{i}" for i in range(10)}
+    members: list[tuple[int, str, int]] = []     # the reference: join order, name, name index
+    for add, consumer in operations:
+        if add and consumer not in ring:
+            taken = {index for _, name, index in members if name == names[consumer]}
+            members.append((consumer, names[consumer], next(i for i in range(len(taken) + 1) if i not in taken)))
+            ring.add(consumer, names[consumer])
+        elif not add and consumer in ring:
+            members = [m for m in members if m[0] != consumer]
+            ring.remove(consumer)
+        owners = reference_owners(members, points)
+        slots = sorted(owners)
+        for probe in [*probes, *slots]:
+            expected = owners[slots[bisect.bisect_left(slots, probe) % len(slots)]] if slots else None
+            assert ring.select(probe) == expected
+        for consumer, _, _ in members:
+            assert ring.points_owned(consumer) == sum(1 for owner in owners.values() if owner == consumer)
+            assert ring.ranges_of(consumer) == [(s, e) for s, e, o in ring.assignments() if o == consumer]
+        if members:
+            covered(ring)
+
+
+def test_joins_and_leaves_of_many_consumers_stay_cheap():
+    """Found by an audit: every join or leave hashed every consumer's points again, and each
+    consumer's ranges walked the whole ring (600 consumers: 25 s to join, a stats call 6 s).
+    Counted, not timed: a change hashes only its consumer's points."""
+    import pyengine.broker.hash_ring as module
+
+    calls = [0]
+    original = module.ring_key_hash
+
+    def counting(key: bytes) -> int:
+        calls[0] += 1
+        return original(key)
+
+    ring: HashRing[int] = HashRing(100)
+    module.ring_key_hash, saved = counting, module.ring_key_hash
+    try:
+        for consumer in range(300):
+            ring.add(consumer, f"c{consumer}")
+        for consumer in range(0, 300, 2):
+            ring.remove(consumer)
+    finally:
+        module.ring_key_hash = saved
+    assert calls[0] == 300 * 100
+    assigned = ring.assignments()
+    assert sum(len(ring.ranges_of(c)) for c in range(1, 300, 2)) == len(assigned)
