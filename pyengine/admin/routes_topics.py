@@ -29,10 +29,12 @@ from pyengine.admin.schemas import (
     FORCE,
     INCLUDE_SYSTEM_TOPIC,
     INTERNAL_STATS,
+    LAST_MESSAGE_ID,
     MAX_PARTITIONS,
     MESSAGE_TTL,
     NAMESPACE,
     NEW_PARTITIONS,
+    PARTITIONED_INTERNAL_STATS,
     PARTITIONED_METADATA,
     PARTITIONED_TOPIC_STATS,
     PARTITIONS,
@@ -305,6 +307,37 @@ async def get_partitioned_stats(call: Call) -> dict[str, Any]:
                                         **errors(404, 412)})
 async def get_internal_stats(call: Call) -> dict[str, Any]:
     return stats.internal_stats(await existing_topic(call.service, requested_topic(call)))
+
+
+@routes.add("GET", TOPIC_URL + "/partitioned-internalStats",
+            summary="Get the internal stats of each partition of a partitioned topic.",
+            params=TOPIC_PATH, replies={200: Reply("PartitionedTopicInternalStats", PARTITIONED_INTERNAL_STATS),
+                                        **errors(404, 412)})
+async def get_partitioned_internal_stats(call: Call) -> dict[str, Any]:
+    name = requested_topic(call)
+    service = call.service
+    partitions = service.policies.partitions(str(name))
+    if not partitions:
+        raise AdminError(NOT_FOUND, f"partitioned topic {name} does not exist")
+    return {"metadata": {"partitions": partitions},
+            "partitions": {p: stats.internal_stats(await service.get_topic(p, create=False))
+                           for p in partition_names(name, partitions) if service.topic_exists(p)}}
+
+
+@routes.add("GET", TOPIC_URL + "/lastMessageId",
+            summary="Get the id of the last message readers can see (the read horizon: never one of an open "
+                    "transaction, nor a marker).",
+            params=TOPIC_PATH, replies={200: Reply("MessageId", LAST_MESSAGE_ID), **errors(404, 405, 412)})
+async def get_last_message_id(call: Call) -> dict[str, Any]:
+    name = requested_topic(call)
+    if call.service.policies.partitions(str(name)):
+        raise AdminError(METHOD_NOT_ALLOWED, "GetLastMessageId on a partitioned topic is not allowed")
+    topic = await existing_topic(call.service, name)
+    position, batch_size = topic.last_message_position()          # what GET_LAST_MESSAGE_ID answers
+    last = {"ledgerId": position.ledger_id, "entryId": position.entry_id, "partitionIndex": topic.partition_index}
+    if batch_size > 1:
+        last.update(batchIndex=batch_size - 1, batchSize=batch_size)
+    return last
 
 
 # --- topic-level de-duplication -------------------------------------------------------------

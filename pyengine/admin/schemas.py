@@ -94,6 +94,16 @@ MESSAGE_ID = {
     },
     "required": ["ledgerId", "entryId"],
 }
+LAST_MESSAGE_ID = {
+    "type": "object",
+    "description": "Pulsar's MessageIdImpl (BatchMessageIdImpl for a batch): the last message readers can "
+                   "see, never one of an open transaction (the read horizon)",
+    "properties": {"ledgerId": {"type": "integer"}, "entryId": {"type": "integer"},
+                   "partitionIndex": {"type": "integer"},
+                   "batchIndex": {"type": "integer", "description": "the last message of a batch entry"},
+                   "batchSize": COUNT},
+    "required": ["ledgerId", "entryId", "partitionIndex"],
+}
 TERMINATED_AT = {
     "type": "object",
     "properties": {"ledgerId": {"type": "integer"}, "entryId": {"type": "integer"},
@@ -211,6 +221,13 @@ INTERNAL_STATS = {
             "properties": {"type": "object", "additionalProperties": {"type": "integer"}}}}},
     },
     "required": ["numberOfEntries", "totalSize", "lastConfirmedEntry", "ledgers", "cursors"],
+}
+PARTITIONED_INTERNAL_STATS = {
+    "type": "object",
+    "description": "Pulsar's PartitionedTopicInternalStats: the internal stats of each partition stored",
+    "properties": {"metadata": PARTITIONED_METADATA,
+                   "partitions": {"type": "object", "additionalProperties": INTERNAL_STATS}},
+    "required": ["metadata", "partitions"],
 }
 
 COORDINATOR_STATS = {

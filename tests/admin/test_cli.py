@@ -37,6 +37,9 @@ async def test_topics(admin, client):
     assert stats["msgInCounter"] == 1
     assert (await admin("topics", "partitioned-stats", topic))[1]["msgInCounter"] == 1
     assert (await admin("topics", "stats-internal", f"{topic}-partition-0"))[1]["numberOfEntries"] == 1
+    internal = (await admin("topics", "partitioned-stats-internal", topic))[1]
+    assert internal["partitions"][f"{topic}-partition-0"]["numberOfEntries"] == 1
+    assert (await admin("topics", "last-message-id", f"{topic}-partition-0"))[1]["entryId"] == 0
     assert (await admin("topics", "create-subscription", topic, "-s", "s", "-m", "earliest"))[0] == 0
     assert (await admin("topics", "subscriptions", topic))[1] == ["s"]
     assert (await admin("topics", "reset-cursor", f"{topic}-partition-0", "-s", "s", "-m", "latest"))[0] == 0

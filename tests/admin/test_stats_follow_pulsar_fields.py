@@ -100,3 +100,29 @@ async def test_an_ended_transaction_shows_no_participants_rather_than_none(api, 
     ended = (await api.get(path)).body
     assert ended["status"] == "COMMITTED"
     assert ended["producedPartitions"] is None and ended["ackedPartitions"] is None
+
+
+async def test_last_message_id_is_the_read_horizon(api, client):
+    producer = await client.create_producer("persistent://public/default/horizon")
+    sent = await producer.send(b"visible")
+    txn = await client.new_transaction()
+    await producer.send(b"open", txn=txn)
+    last = (await api.get(f"{P}/horizon/lastMessageId")).body
+    assert last == {"ledgerId": sent.ledger_id, "entryId": sent.entry_id, "partitionIndex": -1}
+    await txn.commit()                       # its message and then its marker: the message is last
+    last = (await api.get(f"{P}/horizon/lastMessageId")).body
+    assert (last["ledgerId"], last["entryId"]) == (sent.ledger_id, sent.entry_id + 1)
+    assert (await api.get(f"{P}/nowhere/lastMessageId")).status == 404
+    assert (await api.put(f"{P}/parts/partitions", 2)).status == 204
+    reply = await api.get(f"{P}/parts/lastMessageId")
+    assert reply.status == 405 and "partitioned" in str(reply.body)
+
+
+async def test_partitioned_internal_stats(api, client):
+    assert (await api.put(f"{P}/pi/partitions", 2)).status == 204
+    producer = await client.create_producer("persistent://public/default/pi-partition-1")
+    await producer.send(b"x")
+    body = (await api.get(f"{P}/pi/partitioned-internalStats")).body
+    assert body["metadata"] == {"partitions": 2}
+    assert body["partitions"]["persistent://public/default/pi-partition-1"]["numberOfEntries"] == 1
+    assert (await api.get(f"{P}/plain-one/partitioned-internalStats")).status == 404
