@@ -317,6 +317,7 @@ class Client:
                         pattern_auto_discovery_period: float = 60,
                         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
                         key_shared_policy: ConsumerKeySharedPolicy | None = None,
+                        max_total_receiver_queue_size_across_partitions: int = 50_000,
                         ) -> Consumer | MultiTopicsConsumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
@@ -346,6 +347,10 @@ class Client:
         pulsar-client): AutoSplit or Sticky mode (with its hash ranges), and whether the broker
         may deliver a key out of order while the consumers change (allow_out_of_order_delivery).
 
+        On a partitioned topic each partition is given min(`receiver_queue_size`,
+        `max_total_receiver_queue_size_across_partitions` / partitions) permits, as
+        pulsar-client-cpp: many partitions do not buffer that many times the queue.
+
         As pulsar-client, `topic` may also be a list of topics or a compiled regex
         (`re.compile("persistent://public/default/orders-.*")`: the topics of that one namespace
         whose name matches it in full): then the consumer is a MultiTopicsConsumer, one consumer
@@ -365,7 +370,9 @@ class Client:
                                   expire_time_of_incomplete_chunked_message_ms=(
                                       expire_time_of_incomplete_chunked_message_ms),
                                   batch_receive_policy=batch_receive_policy,
-                                  key_shared_policy=key_shared_policy)
+                                  key_shared_policy=key_shared_policy,
+                                  max_total_receiver_queue_size_across_partitions=(
+                                      max_total_receiver_queue_size_across_partitions))
         if target.several:
             multi = MultiTopicsConsumer(self._core, subscription_name,
                                         lambda one: self._subscribe_one(one, options, schema), receiver_queue_size,

@@ -247,6 +247,9 @@ class ConsumerOptions:
     expire_time_of_incomplete_chunked_message_ms: int = 60_000
     batch_receive_policy: ConsumerBatchReceivePolicy | None = None
     key_shared_policy: ConsumerKeySharedPolicy | None = None
+    # A partitioned topic's partitions share it (pulsar-client-cpp's default): each gets
+    # min(receiver_queue_size, this / partitions), so many partitions do not buffer N times.
+    max_total_receiver_queue_size_across_partitions: int = 50_000
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
@@ -271,6 +274,8 @@ class ConsumerOptions:
         object.__setattr__(self, "consumer_type", check_consumer_type(self.consumer_type))
         object.__setattr__(self, "initial_position", check_initial_position(self.initial_position))
         check_int("receiver_queue_size", self.receiver_queue_size, 1)
+        check_int("max_total_receiver_queue_size_across_partitions",
+                  self.max_total_receiver_queue_size_across_partitions, 1)
         check_name("consumer_name", self.consumer_name, optional=True)
         check_int("priority", self.priority, 0)
         check_int("negative_ack_redelivery_delay_ms", self.negative_ack_redelivery_delay_ms, 0)
@@ -283,6 +288,16 @@ class ConsumerOptions:
                      "auto_ack_oldest_chunked_message_on_queue_full"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, not {type(getattr(self, flag)).__name__}")
+
+
+def _partition_options(options: ConsumerOptions, partitions: int) -> ConsumerOptions:
+    """The options of each partition's consumer: the receiver queue shared out as
+    pulsar-client-cpp's MultiTopicsConsumerImpl does (at least 1 message each)."""
+    if partitions <= 0:
+        return options
+    size = max(1, min(options.receiver_queue_size,
+                      options.max_total_receiver_queue_size_across_partitions // partitions))
+    return options if size == options.receiver_queue_size else dataclasses.replace(options, receiver_queue_size=size)
 
 
 def _signed(word: int) -> int:
@@ -1061,8 +1076,9 @@ class Consumer:
             self.options = options
         # A consumer of one partition, named as such, gives ids of that partition (pulsar-client-cpp's
         # setPartitionIndex), so that a consumer of the whole topic takes them.
+        per_partition = _partition_options(options, partitions)
         self._handlers: dict[int, PartitionConsumer] = (
-            {i: PartitionConsumer(core, self, str(name.partition(i)), i, options) for i in range(partitions)}
+            {i: PartitionConsumer(core, self, str(name.partition(i)), i, per_partition) for i in range(partitions)}
             if partitions > 0 else
             {name.partition_index: PartitionConsumer(core, self, topic, name.partition_index, options)})
         self._nacks = NegativeAckTracker(options.negative_ack_redelivery_delay_ms, self._redeliver)
@@ -1106,7 +1122,7 @@ class Consumer:
         missing = [i for i in range(count) if i not in self._handlers]
         if not missing or self._closed:
             return
-        options = dataclasses.replace(self.options, initial_position="earliest",
+        options = dataclasses.replace(_partition_options(self.options, count), initial_position="earliest",
                                       start_message_id=None if self.options.durable else MessageId.earliest)
         name = TopicName.parse(self._topic)
         added = [PartitionConsumer(self._core, self, str(name.partition(i)), i, options) for i in missing]

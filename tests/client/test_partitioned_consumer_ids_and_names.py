@@ -82,3 +82,23 @@ async def test_no_single_last_message_id_across_partitions(broker, client):
     assert second.entry_id == -1 and second.partition == 1
     plain = await client.subscribe(B, "s")
     assert (await plain.get_last_message_ids()) == [await plain.get_last_message_id()]
+
+
+async def test_partitions_share_the_receiver_queue(broker, client):
+    """As pulsar-client-cpp (maxTotalReceiverQueueSizeAcrossPartitions, 50,000 by default):
+    each partition asks for min(receiver_queue_size, total / partitions) messages, so a topic
+    of many partitions does not buffer that many full queues (an audit's finding)."""
+    await broker.service.policies.create_partitioned_topic(A, 3)
+    await client.subscribe(A, "few", max_total_receiver_queue_size_across_partitions=30)
+    await client.subscribe(A, "default", receiver_queue_size=100)
+    for subscription, permits in (("few", 10), ("default", 100)):
+        for i in range(3):
+            [consumer] = broker.service.topics[f"{A}-partition-{i}"].subscriptions[subscription].consumers
+            for _ in range(100):
+                if consumer.permits == permits:
+                    break
+                await asyncio.sleep(0.01)
+            assert consumer.permits == permits
+    for bad in (0, -1, "many"):
+        with pytest.raises((ValueError, TypeError)):
+            await client.subscribe(A, "bad", max_total_receiver_queue_size_across_partitions=bad)
