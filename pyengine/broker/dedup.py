@@ -179,10 +179,14 @@ class MessageDeduplication:
         self.ledger.env.submit(delete, key=("dedup-forget", prefix), lazy=True).add_done_callback(mark_retrieved)
 
     def last_sequence_id(self, producer_name: str) -> int:
-        """What a re-attaching producer continues after (-1 when unknown or disabled)."""
+        """What a re-attaching producer continues after (-1 when unknown or disabled): the
+        highest sequence id accepted, also while it is being written, as Pulsar's
+        getLastPublishedSequenceId (highestSequencedPushed). The stored one could be lower: a
+        client continuing after it gives its next message a sequence id still being written,
+        and that message is dropped as a duplicate."""
         if not self.enabled:
             return -1
-        return self._persisted.get(producer_name, -1)
+        return self._pushed.get(producer_name, -1)
 
     def duplicate_of(self, producer_name: str, sequence_id: int,
                      highest_sequence_id: int) -> asyncio.Future[Position | None] | None:

@@ -118,6 +118,7 @@ class ServerConnection(asyncio.Protocol):
         self.producers: dict[int, NetworkProducer] = {}
         # WaitForExclusive producers queued for the topic: not producers of this connection yet.
         self._waiting_producers: dict[int, NetworkProducer] = {}
+        self._closing_producers: dict[int, NetworkProducer] = {}     # closed, their sends being stored
         self.consumers: dict[int, NetworkConsumer] = {}
         self.txn = TransactionCommands(self)
         self.scalable = ScalableTopicCommands(self)
@@ -297,9 +298,11 @@ class ServerConnection(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_exception(ConnectionError("connection closed"))
         self._liveness_waiters.clear()
-        for producer in [*self.producers.values(), *self._waiting_producers.values()]:
+        for producer in [*self.producers.values(), *self._waiting_producers.values(),
+                         *self._closing_producers.values()]:
             self._release_producer(producer)
         self.producers.clear()
+        self._closing_producers.clear()
         for consumer in list(self.consumers.values()):
             self._release_consumer(consumer)
         self.consumers.clear()
@@ -524,35 +527,21 @@ class ServerConnection(asyncio.Protocol):
             topic = await self.service.get_topic(str(topic_name))
             schema = schema_from_proto(body.schema) if body.HasField("schema") else None
             schema_version = encode_version(await self.service.schemas.for_producer(topic.name, schema))
-            name = body.producer_name or None
-            producer = await self.server.attach_producer(self, topic, name)
-            network = NetworkProducer(self, producer_id, topic, producer, epoch=body.epoch,
+            name = body.producer_name or self.service.generate_producer_name()
+            # The access mode first, then the name, as Pulsar's AbstractTopic.addProducer: an
+            # ExclusiveWithFencing producer fences one of its own name (a restarted task), a
+            # WaitForExclusive one waits for it to leave, an Exclusive one is ProducerFenced.
+            network = NetworkProducer(self, producer_id, topic, None, name=name, epoch=body.epoch,
                                       exclusive=body.producer_access_mode != SHARED, schema_version=schema_version)
-            producer.on_disconnect = lambda: self.disconnect_producer(network)
-            try:
-                grant = self.server.access.acquire(
-                    topic.name, network, body.producer_access_mode,
-                    body.topic_epoch if body.HasField("topic_epoch") else None, self.server.fence_producer,
-                    int(topic.ledger.properties.get(TOPIC_EPOCH_PROPERTY, 0)))
-            except Exception:
-                self.server.detach_producer(network)
-                raise
-            if body.initial_subscription_name:
-                await self._create_initial_subscription(topic, network, body.initial_subscription_name)
-            if self.closed:
-                self.server.detach_producer(network)
-                return
-            if network.closed or self._closed_before_created(key, number):
-                # Closed by the client, disconnected by the broker, or fenced by an
-                # ExclusiveWithFencing producer meanwhile.
-                self.server.detach_producer(network)
-                raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
+            grant = self.server.access.acquire(
+                topic.name, network, body.producer_access_mode,
+                body.topic_epoch if body.HasField("topic_epoch") else None, self.server.fence_producer,
+                int(topic.ledger.properties.get(TOPIC_EPOCH_PROPERTY, 0)))
             if isinstance(grant, asyncio.Future):
                 # WaitForExclusive: not a producer of this connection until granted, as in
                 # Pulsar: a SEND before then closes the connection, a PRODUCER again is
                 # ServiceNotReady (it is being created), a CLOSE_PRODUCER stops the wait.
-                self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id, ready=False,
-                                                    schema_version=schema_version))
+                self.write(replies.producer_success(request_id, name, -1, ready=False, schema_version=schema_version))
                 self._waiting_producers[producer_id] = network
                 try:
                     grant = await grant
@@ -564,6 +553,26 @@ class ServerConnection(asyncio.Protocol):
                 if network.closed or self.closed:
                     self.server.detach_producer(network)
                     return
+            try:
+                producer = await self.server.attach_producer(self, topic, name)
+            except BaseException:
+                self.server.detach_producer(network)
+                raise
+            if network.closed:                      # fenced while the name was being taken
+                topic.remove_producer(producer)
+                raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
+            network.attach(producer)
+            producer.on_disconnect = lambda: self.disconnect_producer(network)
+            if body.initial_subscription_name:
+                await self._create_initial_subscription(topic, network, body.initial_subscription_name)
+            if self.closed:
+                self.server.detach_producer(network)
+                return
+            if network.closed or self._closed_before_created(key, number):
+                # Closed by the client, disconnected by the broker, or fenced by an
+                # ExclusiveWithFencing producer meanwhile.
+                self.server.detach_producer(network)
+                raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
             if grant is not None:
                 # Durable before the producer hears it, as Pulsar stores the epoch: a restart
                 # must not let a producer of an older grant back in.
@@ -625,6 +634,10 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_close_producer(self, body: pb.CommandCloseProducer, frame: Any) -> None:
         producer = self.producers.pop(body.producer_id, None)
+        if producer is not None and producer.in_flight:
+            self._closing_producers[body.producer_id] = producer
+            self._spawn(self._close_after_sends(producer, body.request_id))
+            return
         if producer is None:
             producer = self._waiting_producers.get(body.producer_id)     # leaves the queue
         if producer is not None:
@@ -632,6 +645,19 @@ class ServerConnection(asyncio.Protocol):
         else:
             self._close_while_creating(("producer", body.producer_id))
         self.write(replies.success(body.request_id))       # also for an unknown id, as Apache
+
+    async def _close_after_sends(self, producer: NetworkProducer, request_id: int) -> None:
+        """As Pulsar's Producer.close: answered, and the name given up, once the producer's
+        sends are stored and answered. A producer of the same name created next then continues
+        after their sequence ids (freed at once, it was told an older last sequence id, and its
+        next message, taken for a duplicate of one still being written, was lost)."""
+        try:
+            await producer.wait_idle()
+        finally:
+            if self._closing_producers.get(producer.producer_id) is producer:
+                del self._closing_producers[producer.producer_id]
+            self._release_producer(producer)
+        self.write(replies.success(request_id))
 
     def _on_send(self, body: pb.CommandSend, frame: Any) -> None:
         producer = self.producers.get(body.producer_id)

@@ -37,13 +37,16 @@ class _PendingSend:
 
 
 class NetworkProducer:
-    def __init__(self, connection: ServerConnection, producer_id: int, topic: Topic, producer: Producer,
-                 *, epoch: int, exclusive: bool, schema_version: bytes = b"") -> None:
+    def __init__(self, connection: ServerConnection, producer_id: int, topic: Topic, producer: Producer | None,
+                 *, epoch: int, exclusive: bool, schema_version: bytes = b"", name: str = "") -> None:
+        """`producer`: the topic's producer, or None until it is attached (`attach`: the access
+        mode is granted first, then the name is taken, as in Pulsar)."""
         self.connection = connection
         self.schema_version = schema_version    # of its schema (PRODUCER_SUCCESS; empty: none)
         self.producer_id = producer_id
         self.topic = topic
-        self.producer = producer
+        self.producer: Producer = producer      # type: ignore[assignment]
+        self._name = name
         self.epoch = epoch              # the client's reconnect counter (CommandProducer.epoch)
         self.exclusive = exclusive      # holds the topic's exclusive access
         self.closed = False
@@ -51,7 +54,10 @@ class NetworkProducer:
 
     @property
     def name(self) -> str:
-        return self.producer.name
+        return self.producer.name if self.producer is not None else self._name
+
+    def attach(self, producer: Producer) -> None:
+        self.producer = producer
 
     @property
     def in_flight(self) -> int:
@@ -120,7 +126,8 @@ class NetworkProducer:
         if self.closed:
             return
         self.closed = True
-        self.topic.remove_producer(self.producer)
+        if self.producer is not None:
+            self.topic.remove_producer(self.producer)
 
     async def wait_idle(self) -> None:
         """Wait until every queued send is stored (or failed)."""
