@@ -156,8 +156,18 @@ class MetadataPendingAckStore:
                 raise PendingAckReplayError(f"pending acks of {self.subscription}: op record {record.path} "
                                             f"cannot be decoded: {exc}") from exc
             self._paths[seq] = [record.path]
+            self._revisions[seq] = record.create_revision
             loaded.append(logged)
         self._loaded = loaded
+
+    @property
+    def loaded(self) -> list[LoggedAck]:
+        """What `load` read and `scan` has not returned yet."""
+        return self._loaded
+
+    def drop_loaded(self, seqs: set[int]) -> None:
+        """Leave these loaded requests out of the scan."""
+        self._loaded = [logged for logged in self._loaded if logged.seq not in seqs]
 
     def scan(self, chunk_size: int) -> Iterator[list[LoggedAck]]:
         loaded, self._loaded = self._loaded, []
@@ -187,6 +197,7 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
     async def replay(self) -> None:
         try:
             await self.metadata.load()
+            await self._drop_late_records()
         except PendingAckReplayError as exc:
             self._fail_replay(exc)
             raise
@@ -205,6 +216,37 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
                 self._on_decided(txn, None)
                 continue
             self._watch(txn)
+
+    async def _drop_late_records(self) -> None:
+        """Op records written after their transaction's decision: the late-ack race, whose
+        request was refused (TxnConflict) but whose records a crash, or a failed delete, left
+        behind. Refused then, they are not applied now (PIP-473: the decision is the
+        linearization point, and a restart reaches the same one); they are deleted."""
+        decided_at: dict[TxnId, int | None] = {}
+        late: set[int] = set()
+        for logged in self.metadata.loaded:
+            txn = logged.txn
+            if txn not in decided_at:
+                try:
+                    record = await self.metadata.store.get(header_path(txn))
+                    header = None if record is None else TxnHeader.decode(record.value, record.path)
+                except (MetadataStoreError, CorruptTxnRecordError) as exc:
+                    raise PendingAckReplayError(f"pending acks of {self._name}: cannot read the header of "
+                                                f"{txn}: {exc}") from exc
+                decided_at[txn] = record.mod_revision if header is not None and header.state.final else None
+            decision = decided_at[txn]
+            if decision is not None and self.metadata.revision_of(logged.seq) > decision:
+                late.add(logged.seq)
+        if not late:
+            return
+        self.metadata.drop_loaded(late)
+        self.late_acks_rejected += len(late)
+        log.warning("pending acks of %s: %d op record(s) written after their transaction's decision are "
+                    "dropped (refused acks left by a crash)", self._name, len(late))
+        try:
+            await self.metadata.delete_records(late)
+        except MetadataStoreError as exc:       # left in the store: dropped again by the next replay
+            log.warning("pending acks of %s: deleting late op records failed: %s", self._name, exc)
 
     # --- acks -----------------------------------------------------------------------------
 

@@ -119,6 +119,33 @@ async def test_late_ack_race_reserves_nothing(v5):
     await handle.close()
 
 
+async def test_a_refused_late_ack_left_by_a_crash_is_not_applied_at_replay(v5, monkeypatch):
+    """Found by an audit: the late ack's record is written, then refused and deleted; killed
+    in between (or the delete failing), the replay applied it as part of the commit and the
+    message it was told was not acknowledged was never delivered again (PIP-473: a restart
+    reaches the same decision)."""
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 2)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(txn, [IndividualAck(positions[0])])
+    v5.headers._on_notification = lambda notification: None         # the commit is not seen yet
+    await v5.coordinator.end_transaction(txn, COMMIT)
+
+    async def crashed_before_the_delete(seqs):
+        raise MetadataStoreError("the broker died here")
+    monkeypatch.setattr(handle.metadata, "delete_records", crashed_before_the_delete)
+    with pytest.raises(MetadataStoreError):
+        await handle.individual_ack(txn, [IndividualAck(positions[1])])
+    assert len(await ack_records(v5)) == 2                    # the refused one is still stored
+    await handle.close()
+    await v5.restart()
+    ledger, cursor, handle, _, seen = await open_sub(v5)
+    await eventually(lambda: cursor.is_acked(positions[0]))
+    await handle.wait_materialised()
+    assert not cursor.is_acked(positions[1]) and not handle.is_fully_pending(positions[1])
+    assert handle.late_acks_rejected == 1 and await ack_records(v5) == []
+    await handle.close()
+
+
 async def test_replay_and_restart_mid_materialisation(v5):
     ledger, cursor, handle, positions, seen = await open_sub(v5, 3)
     open_txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
