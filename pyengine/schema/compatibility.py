@@ -2,10 +2,12 @@
 the rules of Apache Pulsar's `SchemaDataValidator` and its compatibility checks per type.
 
 * Different types are never compatible (unless the strategy is ALWAYS_COMPATIBLE).
-* AVRO and PROTOBUF (Avro-defined) follow Avro's rules: BACKWARD = the new schema can read data
-  written with the existing one, FORWARD = the existing schema can read data written with the
-  new one, FULL = both. JSON too, when both are Avro definitions; a schema in the old
-  (Jackson JsonSchema) format is accepted next to an Avro one, two old ones need the same id.
+* AVRO follows Avro's rules: BACKWARD = the new schema can read data written with the existing
+  one, FORWARD = the existing schema can read data written with the new one, FULL = both. JSON
+  too, when both are Avro definitions; a schema in the old (Jackson JsonSchema) format is
+  accepted next to an Avro one, two old ones need the same id. PROTOBUF (Avro-defined) must be
+  a valid definition, but, as in Pulsar, is checked as the other types below.
+* Names are Avro's Java parser's (Pulsar's): Unicode letters, digits and `_`.
 * PROTOBUF_NATIVE keeps its root message type. KEY_VALUE checks its key and value schemas each
   with their own type's rules, and their types must not change.
 * Every other type (STRING, INT64, ...) is compatible with itself under any strategy but
@@ -36,12 +38,61 @@ _BYTES = "BYTES"            # a key/value sub-schema of raw bytes (no wire type 
 
 # --- validation ---------------------------------------------------------------------------
 
+def _check_not_union(parsed: avro.schema.Schema) -> None:
+    """As Pulsar's StructSchemaDataValidator: a struct schema is not a bare union."""
+    if isinstance(parsed, avro.schema.UnionSchema):
+        raise InvalidSchemaDataError("Avro schema typed [UNION] is not supported")
+
+
 def parse_avro(data: bytes) -> avro.schema.Schema:
-    """The Avro schema `data` defines (InvalidSchemaDataError if it does not)."""
+    """The Avro schema `data` defines (InvalidSchemaDataError if it does not). Names are
+    checked as Avro's Java parser (Pulsar's) checks them, not as the Python library does: any
+    Unicode letter or `_`, then letters, digits or `_` (`Größe` is a name); namespaces are not
+    checked (`com.example.App$`, as Java's reflection names a nested class, is one)."""
     try:
-        return avro.schema.parse(data.decode())
+        text = data.decode()
+        parsed = avro.schema.parse(text, validate_enum_symbols=False, validate_names=False)
+        _check_names(json.loads(text))
     except (UnicodeDecodeError, ValueError, TypeError, avro.errors.AvroException) as exc:
         raise InvalidSchemaDataError(f"invalid Avro schema definition: {exc}") from None
+    return parsed
+
+
+_NAMED_TYPES = ("record", "error", "enum", "fixed")
+
+
+def _check_names(node: Any) -> None:
+    """Avro Java's name rule (NameValidator.UTF_VALIDATOR) on every name of a schema's JSON:
+    named types (the last part of a dotted name), record fields and enum symbols."""
+    if isinstance(node, list):                  # a union
+        for branch in node:
+            _check_names(branch)
+        return
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    if kind in _NAMED_TYPES and isinstance(node.get("name"), str):
+        _check_name(node["name"].rpartition(".")[2])
+    if kind == "enum":
+        for symbol in node.get("symbols") or ():
+            _check_name(symbol)
+    if kind in ("record", "error"):
+        for field in node.get("fields") or ():
+            if isinstance(field, dict):
+                _check_name(field.get("name"))
+                _check_names(field.get("type"))
+    for key in ("items", "values"):
+        _check_names(node.get(key))
+    if isinstance(kind, (dict, list)):
+        _check_names(kind)
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise avro.errors.SchemaParseException(f"invalid name: {name!r}")
+    if not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c == "_" for c in name[1:]):
+        raise avro.errors.SchemaParseException(f"Illegal character in name: {name!r} (letters, digits and _, "
+                                               "not starting with a digit)")
 
 
 _NOT_COMPARED = ("doc", "aliases")      # attributes Avro's (Java) Schema.equals ignores
@@ -84,13 +135,18 @@ def identity_form(data: bytes) -> avro.schema.Schema | None:
         return None
 
 
+# The types of a Jackson JsonSchema (JsonFormatTypes): an old-format JSON schema is one of
+# them; an Avro definition that is not valid (a record named "1bad") is not.
+_JSON_SCHEMA_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null", "any"})
+
+
 def _legacy_json_schema(data: bytes) -> dict[str, Any] | None:
     """An old-format JSON schema (a Jackson JsonSchema object), else None."""
     try:
         value = json.loads(data)
     except (UnicodeDecodeError, ValueError):
         return None
-    return value if isinstance(value, dict) and "type" in value else None
+    return value if isinstance(value, dict) and value.get("type") in _JSON_SCHEMA_TYPES else None
 
 
 def validate(schema: SchemaData) -> None:
@@ -99,14 +155,16 @@ def validate(schema: SchemaData) -> None:
     if kind == SchemaType.AUTO_CONSUME:
         raise InvalidSchemaDataError("Schema AUTO_CONSUME is a client-side schema type")
     if kind in (SchemaType.AVRO, SchemaType.PROTOBUF):
-        parse_avro(schema.data)
+        _check_not_union(parse_avro(schema.data))
     elif kind == SchemaType.JSON:
         try:
-            parse_avro(schema.data)
+            parsed = parse_avro(schema.data)
         except InvalidSchemaDataError:
             if _legacy_json_schema(schema.data) is None:
                 raise InvalidSchemaDataError("invalid JSON schema: neither an Avro definition nor a JSON schema "
                                              "object") from None
+        else:
+            _check_not_union(parsed)
     elif kind == SchemaType.STRING:
         if schema.data not in (b"", b"null"):
             raise InvalidSchemaDataError("a STRING schema carries no definition (empty or \"null\")")

@@ -220,3 +220,48 @@ def test_full_is_backward_and_forward_and_backward_is_forward_reversed(old: list
     backward, forward = compatible([a], b, S.BACKWARD), compatible([a], b, S.FORWARD)
     assert compatible([a], b, S.FULL) == (backward and forward)
     assert forward == compatible([b], a, S.BACKWARD)
+
+
+# --- names as Avro's Java parser (Pulsar's) takes them (found by an audit) -------------------
+
+def json_record(*fields: dict, name: str) -> SchemaData:
+    return avro(json.dumps({"type": "record", "name": name, "fields": list(fields)}), SchemaType.JSON)
+
+
+@pytest.mark.parametrize("kind", [SchemaType.AVRO, SchemaType.JSON])
+def test_names_of_any_unicode_letter_are_avro_names_and_are_checked(kind: SchemaType) -> None:
+    """A JSON schema of a record named `Größe` passed for an old-format JSON schema (the Python
+    Avro library allows ASCII names only), and then every change was "compatible", even under
+    ALWAYS_INCOMPATIBLE; an AVRO one was refused."""
+    first = avro(json.dumps({"type": "record", "name": "Größe", "fields": [{"name": "wert", "type": "int"}]}), kind)
+    changed = avro(json.dumps({"type": "record", "name": "Größe", "fields": [{"name": "wert", "type": "string"}]}),
+                   kind)
+    validate(first)
+    for strategy in (S.FULL, S.BACKWARD, S.ALWAYS_INCOMPATIBLE):
+        assert not compatible([first], changed, strategy)
+    assert compatible([first], first, S.FULL)
+
+
+def test_namespaces_of_nested_java_classes_and_unicode_field_names_are_valid() -> None:
+    validate(avro(json.dumps({"type": "record", "name": "Inner", "namespace": "com.example.App$",
+                              "fields": [{"name": "größe", "type": "int"}, {"name": "_x1", "type": "long"}]})))
+    validate(avro(json.dumps({"type": "enum", "name": "Farbe", "symbols": ["GRÜN", "_1"]})))
+
+
+@pytest.mark.parametrize("bad", [
+    {"type": "record", "name": "1bad", "fields": []},
+    {"type": "record", "name": "ok", "fields": [{"name": "with-dash", "type": "int"}]},
+    {"type": "enum", "name": "E", "symbols": ["9"]},
+    ["null", {"type": "record", "name": "R", "fields": []}],          # a bare union (Pulsar refuses it)
+])
+@pytest.mark.parametrize("kind", [SchemaType.AVRO, SchemaType.JSON])
+def test_invalid_avro_definitions_are_refused_also_as_json(bad, kind: SchemaType) -> None:
+    with pytest.raises(InvalidSchemaDataError):
+        validate(avro(json.dumps(bad), kind))
+
+
+def test_an_old_format_json_schema_is_still_taken() -> None:
+    legacy = avro(json.dumps({"type": "object", "id": "urn:jsonschema:com:example:Pojo",
+                              "properties": {"a": {"type": "integer"}}}), SchemaType.JSON)
+    validate(legacy)
+    assert compatible([legacy], legacy, S.FULL)
