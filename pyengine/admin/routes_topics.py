@@ -450,17 +450,30 @@ _topic_policy("/messageTTL", "message_ttl", "messageTTLInSeconds", MESSAGE_TTL, 
 
 # --- topic-level schema compatibility strategy ---------------------------------------------
 
-STRATEGY = {"type": "string", "enum": [s.value for s in CompatibilityStrategy if s != CompatibilityStrategy.UNDEFINED],
-            "description": "SchemaCompatibilityStrategy"}
+STRATEGY = {"type": "string", "enum": [s.value for s in CompatibilityStrategy],
+            "description": "SchemaCompatibilityStrategy (UNDEFINED, as in Pulsar: not set on the topic)"}
+
+
+def _topic_strategy(body: Any) -> str | None:
+    strategy = CompatibilityStrategy.parse(body)
+    return None if strategy == CompatibilityStrategy.UNDEFINED else strategy.value
 
 
 _topic_policy("/schemaCompatibilityStrategy", "schema_compatibility_strategy", "schemaCompatibilityStrategy",
               STRATEGY, "The strategy", (
     "Get the topic's schema compatibility strategy.",
-    "Set how new schemas of the topic are checked (over the namespace's strategy).",
+    "Set how new schemas of the topic are checked (over the namespace's strategy; UNDEFINED removes it).",
     "Remove the topic's schema compatibility strategy (the namespace's applies)."),
-    lambda service, topic: service.schemas.strategy(topic).value,
-    validate=lambda body: CompatibilityStrategy.parse(body).value, set_method="PUT")
+    lambda service, topic: service.schemas.strategy(topic).value, validate=_topic_strategy, set_method="PUT")
+
+
+_topic_policy("/schemaValidationEnforced", "schema_validation_enforced", "schemaValidationEnforced", BOOLEAN,
+              "Enforced or not", (
+    "Get whether producers without a schema are refused on the topic.",
+    "Refuse (true) or allow (false) producers without a schema on a topic that has one, over the "
+    "namespace's and the broker's setting.",
+    "Remove the topic's setting (the namespace's and the broker's apply)."),
+    lambda service, topic: service.schemas.validation_enforced(topic))
 
 
 # --- termination ----------------------------------------------------------------------------

@@ -58,8 +58,12 @@ class TopicSchemas:
         return self.default_allow_auto_update if value is None else value
 
     def validation_enforced(self, topic: str) -> bool:
-        """As Apache's ServerCnx: the broker's setting OR the namespace's, so a namespace can
-        turn the check on but not off where the broker enforces it."""
+        """The topic's setting if it has one (Pulsar's topic policy), else as Apache's
+        ServerCnx: the broker's setting OR the namespace's, so a namespace can turn the check
+        on but not off where the broker enforces it."""
+        topic_value = self.policies.topic_policies(topic).get("schemaValidationEnforced")
+        if topic_value is not None:
+            return bool(topic_value)
         return self.default_validation_enforced or bool(self._namespace_policies(topic).schema_validation_enforced)
 
     # --- producers and consumers ----------------------------------------------------------
