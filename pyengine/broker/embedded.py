@@ -508,7 +508,16 @@ class EmbeddedProducer:
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
         if self._held_sends is not None or self._producer.disconnected:
             # no await after this one before the message is handed to the topic (send order)
-            await self._attached_again()
+            if txn is not None:
+                txn._in_flight += 1         # a commit meanwhile waits for it, and fails with it
+            try:
+                await self._attached_again()
+            except BaseException as exc:    # refused again (say, a terminated topic)
+                if txn is not None:
+                    txn._operation_ended(exc)
+                raise
+            if txn is not None:
+                txn._operation_ended()      # counted again, with no await between, once it is sent
         publish_time = _now_ms()
         fields: dict[str, Any] = {}
         if key is not None:

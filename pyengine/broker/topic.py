@@ -441,8 +441,15 @@ class Topic:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def terminate(self) -> Position:
+    async def terminate(self, *, disconnect_producers: bool = True) -> Position:
+        """Seal the topic. As Pulsar's PersistentTopic.terminate, its producers are
+        disconnected (reconnecting, they are refused with TopicTerminated). A scalable topic's
+        segment, sealed by a split or a merge, keeps them: their next send is refused
+        (TopicTerminated, not stored) and goes to the children, where a disconnect would leave
+        the sends in flight of unknown outcome."""
         last = await self.ledger.terminate()
+        if disconnect_producers:
+            self.disconnect_producers()
         return last
 
     def stats(self) -> dict:

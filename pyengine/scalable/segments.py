@@ -219,7 +219,7 @@ class LocalSegments:
 
     async def terminate(self, segment: str) -> None:
         topic = await self.broker.get_topic(_check_segment(segment), create=False)
-        await topic.terminate()
+        await topic.terminate(disconnect_producers=False)
 
     async def is_terminated(self, segment: str) -> bool:
         segment = _check_segment(segment)
