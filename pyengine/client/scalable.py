@@ -193,8 +193,14 @@ class DagWatch:
             connection.dag_sessions.pop(session_id, None)
             if not first.done():
                 first.set_exception(error)
-            else:
+            elif isinstance(error, TopicNotFoundError):
                 log.warning("DAG watch of %s ended: %s", self.topic, update.message)
+            elif not self._closed and connection is self._connection:
+                # The broker's session failed (a metadata-store error): a new one is opened, or
+                # every later change of the DAG would be missed (PIP-468: every change is pushed).
+                log.warning("DAG watch of %s failed (%s): opening it again", self.topic, update.message)
+                self._connection = None
+                self._reopen = asyncio.get_running_loop().create_task(self._reopen_loop())
             return
         layout, controller, brokers = dag_to_layout(update.dag)
         if self.layout is None or layout.epoch >= self.layout.epoch:
@@ -217,7 +223,11 @@ class DagWatch:
         self._reopen = asyncio.get_running_loop().create_task(self._reopen_loop())
 
     async def _reopen_loop(self) -> None:
-        await retry(self.core, self._open, lambda: self._closed, f"re-opening the DAG watch of {self.topic}")
+        try:
+            await retry(self.core, self._open, lambda: self._closed, f"re-opening the DAG watch of {self.topic}",
+                        final=(TopicNotFoundError,))
+        except TopicNotFoundError as exc:               # deleted meanwhile: nothing to follow
+            log.warning("DAG watch of %s ended: %s", self.topic, exc)
 
     async def wait_changed(self, timeout: float) -> None:
         """Until the next update (TimeoutError after `timeout` s)."""
