@@ -125,6 +125,7 @@ class ManagedLedger:
         self._listeners: list[Callable[[], None]] = []
         self._trim_listeners: list[Callable[[Position], None]] = []
         self._trim_writers: list[Callable[[Position], WriteFn | None]] = []
+        self._trim_bounds: list[Callable[[], Position]] = []
         self._trim_lock = asyncio.Lock()
         self._trimming: asyncio.Task[None] | None = None
         self._trim_again = False
@@ -629,6 +630,12 @@ class ManagedLedger:
         StorageError refuses the trim (nothing is deleted; a later trim tries again)."""
         self._trim_writers.append(writer)
 
+    def add_trim_bound(self, bound: Callable[[], Position]) -> None:
+        """Trims keep every ledger holding an entry after `bound()`, as they keep what a durable
+        cursor has not consumed (a transaction buffer's read horizon: an open transaction's
+        entries are not trimmed, or its commit would leave it torn and a restart forget it)."""
+        self._trim_bounds.append(bound)
+
     def add_failure_listener(self, listener: Callable[[Position], None]) -> None:
         """`listener(first_failed)` runs when appends fail: no entry assigned a position at or
         after `first_failed` so far is durable (later appends go to a new ledger)."""
@@ -667,6 +674,8 @@ class ManagedLedger:
         mark_deletes = [c.mark_delete for c in self.cursors.values() if c.durable]
         mark_deletes += self._stored_mark_deletes(exclude=self.cursors)
         slowest = min(mark_deletes, default=self.lac)
+        for bound in self._trim_bounds:
+            slowest = min(slowest, bound())
         # A terminated ledger keeps the ledger of its last entry (and any after it), as Pulsar
         # never trims its current ledger: its LAC must still be the terminated position after
         # a restart, which recomputes the LAC from the ledgers left.

@@ -101,6 +101,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         ledger.add_listener(self._notify)
         ledger.add_failure_listener(self._on_append_failed)
         ledger.add_trim_listener(self._on_trimmed)
+        ledger.add_trim_bound(self.max_read_position)     # an open transaction's entries stay
         self._trimming: asyncio.Task | None = None
         self._first_kept: Position | None = None     # the ledger's first entry after a trim
         self._decided_while_recovering: dict[TxnId, TxnHeader | None] = {}

@@ -112,6 +112,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         ledger.add_listener(self._on_lac_moved)
         ledger.add_trim_writer(self._snapshot_for_trim)
         ledger.add_trim_listener(self._on_trimmed)
+        ledger.add_trim_bound(self.max_read_position)     # an open transaction's entries stay
         ledger.add_failure_listener(self._on_append_failed)
 
     # --- reads ----------------------------------------------------------------------------
