@@ -6,6 +6,8 @@ last positions and, for READ_COMMITTED, each topic's transaction state), closes 
 plans one input partition per ledger (a ledger larger than `maxPartitionEntries` is split into
 entry ranges). Everything a task reads is bounded by that snapshot's positions, so the result
 is the data dir as it was when the query was planned, even while a broker keeps appending.
+Entries planned and deleted before a task reads them (a retention trim, a topic deleted) fail
+the task (DataDirChangedError) rather than leave rows out.
 
 Reading (`read`, in a Python worker per task) opens the data dir read-only again in the
 worker's own process, reads the partition's entries in chunks, and for READ_COMMITTED decides
@@ -285,6 +287,10 @@ class PyengineReader(DataSourceReader):
         yield from read_partition(self.options, self.state, partition, entry_set)
 
 
+class DataDirChangedError(RuntimeError):
+    """Entries a query planned were deleted before a task read them."""
+
+
 def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerPartition,
                    entry_set: np.ndarray | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of `partition` (in a worker): READ_COMMITTED decided per entry with `state`
@@ -312,8 +318,14 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
         position = start
         while position <= end:
             raw = next(view.iter_raw(partition.topic_id, position, end, chunk, _READ_BYTES), None)
-            if raw is None:
-                break
+            if raw is None or raw[0][0] != position.ledger_id or raw[1][0] != position.entry_id:
+                # Entries of a ledger are contiguous, and the plan saw these: they were deleted
+                # since (a retention trim, the topic deleted). Read without them, the result
+                # would silently be the data dir as it never was.
+                raise DataDirChangedError(
+                    f"entries {position}..{end} of {partition.topic} were planned but are gone (trimmed by "
+                    "retention, or the topic deleted, since the query was planned): plan it again (a new "
+                    "DataFrame)")
             ledgers, entries, values = raw
             ledger_ids = np.array(ledgers, dtype=np.int64)
             entry_ids = np.array(entries, dtype=np.int64)
