@@ -355,6 +355,18 @@ class ScalableTopicResources:
             return incarnation is _CURRENT or marked in (_ANY, incarnation)
         return marked in (_ANY, layout.incarnation) and incarnation in (_CURRENT, layout.incarnation)
 
+    async def move_owner(self, segment: TopicName, old_url: str, new_url: str) -> bool:
+        """Record `new_url` as the segment's owner if the record still names `old_url`
+        (compare-and-set: a record changed meanwhile is left as it is)."""
+        record = await self.store.get(self.owner_path(segment))
+        if record is None or record.value.decode() != old_url:
+            return False
+        try:
+            await self.store.put(self.owner_path(segment), new_url.encode(), record.version)
+        except (NotFoundError, BadVersionError):
+            return False
+        return True
+
     async def forget_owner(self, segment: TopicName) -> None:
         try:
             await self.store.delete(self.owner_path(segment))

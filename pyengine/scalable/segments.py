@@ -303,6 +303,7 @@ class RoutedSegments:
                       incarnation: str | None = None) -> Any:
         web = await self.resources.web_service_url(owner)
         if web is None:
+            self._owners.pop(segment, None)     # read again next time: the owner may be back elsewhere
             raise ServiceNotReadyError(f"segment {segment} is owned by broker {owner}, which is not running")
         import aiohttp       # only brokers sharing a metadata store need it: embedding stays light
 
@@ -317,6 +318,7 @@ class RoutedSegments:
                 text = await reply.text()
                 status = reply.status
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            self._owners.pop(segment, None)
             raise ServiceNotReadyError(f"segment {segment}: broker {owner} ({web}) is unreachable: {error}") from None
         if status >= 300:
             reason = json.loads(text).get("reason", text) if text.startswith("{") else text

@@ -58,11 +58,37 @@ class ScalableTopicService:
         self._creating: dict[str, asyncio.Future[ScalableTopicController]] = {}
         self._session: Session | None = None
         self._session_lock = asyncio.Lock()
+        self._reclaiming: asyncio.Future[None] | None = None
         self._closed = False
 
     async def start(self) -> ScalableTopicService:
         await self._ensure_session()
+        if self._reclaiming is None:
+            self._reclaiming = asyncio.ensure_future(self._reclaim_local_segments())
+        await asyncio.shield(self._reclaiming)
         return self
+
+    async def _reclaim_local_segments(self) -> None:
+        """Segments stored in this broker's data dir whose owner record names a broker that is
+        not running (this broker before a restart on other ports: its URL changed) are owned
+        by this broker's URL again. A segment lives in one data dir; left naming the old URL,
+        lookups and segment operations would go to a dead address for good."""
+        local = getattr(self.segments, "local", self.segments)
+        broker = getattr(local, "broker", None)
+        if broker is None or not self.broker_url:
+            return
+        for name in broker.list_topics():
+            segment = TopicName.parse(name)
+            if not segment.is_segment:
+                continue
+            owner = await self.resources.owner(segment)
+            if owner is None or owner == self.broker_url:
+                continue
+            if await self.resources.web_service_url(owner) is not None:
+                continue                        # a running broker's (registered): not ours to take
+            if await self.resources.move_owner(segment, owner, self.broker_url):
+                log.info("scalable topics: segment %s, stored here, was owned by %s (not running): now by %s",
+                         name, owner, self.broker_url)
 
     async def _ensure_session(self) -> Session:
         async with self._session_lock:
