@@ -292,14 +292,20 @@ PER_PARTITION = Param("perPartition", BOOLEAN, "also each partition's stats, und
             params=(*TOPIC_PATH, PER_PARTITION), replies={200: Reply("PartitionedTopicStats", PARTITIONED_TOPIC_STATS),
                                         **errors(404, 412)})
 async def get_partitioned_stats(call: Call) -> dict[str, Any]:
+    partitions, stored = await _stored_partitions(call)
+    return stats.partitioned_topic_stats(partitions, stored, call["perPartition"])
+
+
+async def _stored_partitions(call: Call) -> tuple[int, dict[str, Topic]]:
+    """The requested partitioned topic's partition count, and its partitions stored so far
+    (404 if it is not a partitioned topic)."""
     name = requested_topic(call)
     service = call.service
     partitions = service.policies.partitions(str(name))
     if not partitions:
         raise AdminError(NOT_FOUND, f"partitioned topic {name} does not exist")
-    loaded = {p: await service.get_topic(p, create=False)
-              for p in partition_names(name, partitions) if service.topic_exists(p)}
-    return stats.partitioned_topic_stats(partitions, loaded, call["perPartition"])
+    return partitions, {p: await service.get_topic(p, create=False)
+                        for p in partition_names(name, partitions) if service.topic_exists(p)}
 
 
 @routes.add("GET", TOPIC_URL + "/internalStats", summary="Get the internal stats of a topic (ledgers and cursors).",
@@ -314,14 +320,9 @@ async def get_internal_stats(call: Call) -> dict[str, Any]:
             params=TOPIC_PATH, replies={200: Reply("PartitionedTopicInternalStats", PARTITIONED_INTERNAL_STATS),
                                         **errors(404, 412)})
 async def get_partitioned_internal_stats(call: Call) -> dict[str, Any]:
-    name = requested_topic(call)
-    service = call.service
-    partitions = service.policies.partitions(str(name))
-    if not partitions:
-        raise AdminError(NOT_FOUND, f"partitioned topic {name} does not exist")
+    partitions, stored = await _stored_partitions(call)
     return {"metadata": {"partitions": partitions},
-            "partitions": {p: stats.internal_stats(await service.get_topic(p, create=False))
-                           for p in partition_names(name, partitions) if service.topic_exists(p)}}
+            "partitions": {name: stats.internal_stats(topic) for name, topic in stored.items()}}
 
 
 @routes.add("GET", TOPIC_URL + "/lastMessageId",
