@@ -22,7 +22,7 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from ._endian cimport load_be16, load_be32, load_be64
 
@@ -373,12 +373,15 @@ cdef class _Columns:
                         bint complete) except -1:
         """Append every KeyValue of field `wanted` of the message at data[:size]. `complete`: a
         KeyValue without its key or value is an error (MessageMetadata, which the broker parsed
-        whole); otherwise the missing side is empty, as the consumer's batch decoder has it."""
+        whole); otherwise the missing side is empty, as the consumer's batch decoder has it. A
+        key given twice keeps its last value, as the clients' property maps do (a Spark map
+        with a key twice is invalid)."""
         cdef Py_ssize_t pos = 0, start, length, kv_pos, kv_end, key_start, key_length
         cdef Py_ssize_t value_start, value_length
         cdef uint64_t field, kv_field
         cdef int wire_type, kv_wire
         cdef bint has_key_field, has_value_field
+        cdef list pairs = None          # (key, value) spans, when the row has more than one
         while pos < size:
             pos = _tag(data, size, pos, &field, &wire_type)
             if field != wanted or wire_type != WIRE_LENGTH_DELIMITED:
@@ -400,10 +403,29 @@ cdef class _Columns:
                     kv_pos = _skip(data, kv_end, kv_pos, kv_wire, kv_field, MAX_NESTING - 1)
             if complete and not (has_key_field and has_value_field):
                 raise RecordFormatError("a KeyValue property misses its key or value")
-            self.property_keys.append(data + key_start, key_length)
-            self.property_values.append(data + value_start, value_length)
-            self.property_count += 1
+            if pairs is None:
+                pairs = []
+            pairs.append((key_start, key_length, value_start, value_length))
+        if pairs is not None:
+            self._put_last_of_each_key(data, pairs)
         self.property_offsets.put_i32(self.property_count)
+        return 0
+
+    cdef int _put_last_of_each_key(self, const unsigned char* data, list pairs) except -1:
+        cdef Py_ssize_t i, j, n = len(pairs), key_start, key_length, value_start, value_length
+        cdef bint later
+        for i in range(n):
+            key_start, key_length, value_start, value_length = pairs[i]
+            later = False
+            for j in range(i + 1, n):
+                if pairs[j][1] == key_length and memcmp(data + <Py_ssize_t>pairs[j][0], data + key_start,
+                                                        key_length) == 0:
+                    later = True
+                    break
+            if not later:
+                self.property_keys.append(data + key_start, key_length)
+                self.property_values.append(data + value_start, value_length)
+                self.property_count += 1
         return 0
 
     cdef int row(self, int64_t ledger, int64_t entry, int32_t batch_index, uint64_t publish_ms,

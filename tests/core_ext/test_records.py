@@ -257,3 +257,23 @@ def test_corrupted_entries_never_crash(value, data):
         decode_entries([1], [0], [bytes(corrupt)])
     except RecordFormatError:
         pass
+
+
+def test_a_property_key_given_twice_keeps_its_last_value():
+    """As the clients' property maps (the consumer keeps the last): Spark got both pairs, a map
+    with a key twice, where `map_concat` fails with DUPLICATED_MAP_KEY (an audit's finding)."""
+    def pairs(columns, row=0):
+        first, last = columns["property_offsets"][row], columns["property_offsets"][row + 1]
+        keys, values = columns["property_keys"], columns["property_values"]
+        return [(bytes(keys[1][keys[0][j]:keys[0][j + 1]]).decode(),
+                 bytes(values[1][values[0][j]:values[0][j + 1]]).decode()) for j in range(first, last)]
+
+    twice = [KeyValue(key="k", value="first"), KeyValue(key="x", value="1"), KeyValue(key="k", value="second")]
+    md = message_metadata("p", 1, 5, properties=twice).SerializeToString()
+    columns = decode_entries([1], [0], [encode_entry(headers_and_payload(md, b"v"))])
+    assert pairs(columns) == [("x", "1"), ("k", "second")]
+    single = SingleMessageMetadata(payload_size=1, properties=twice).SerializeToString()
+    md = message_metadata("p", 1, 5, num_messages_in_batch=1).SerializeToString()
+    columns = decode_entries([1], [0], [encode_entry(headers_and_payload(md, build_batch([(single, b"x")])),
+                                                     num_messages=1)])
+    assert pairs(columns) == [("x", "1"), ("k", "second")]
