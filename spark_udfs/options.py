@@ -98,10 +98,12 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     patterns = tuple(_list("topics", topics)) if topics is not None else None
     if patterns is not None and not patterns:
         raise OptionError("topics is empty: name topics, a namespace (tenant/ns) or a pattern, or leave it out")
+    start = parse_position_spec("startPosition", given.get("startposition", "earliest"))
+    end = parse_position_spec("endPosition", given.get("endposition", "latest"))
+    _check_start_before_end(start, end)
     return ReadOptions(
         path=str(path), topics=patterns, isolation=isolation, include_markers=include_markers,
-        start=parse_position_spec("startPosition", given.get("startposition", "earliest")),
-        end=parse_position_spec("endPosition", given.get("endposition", "latest")),
+        start=start, end=end,
         max_batch_rows=_positive("maxBatchRows", given.get("maxbatchrows", 65536)),
         max_partition_entries=_positive("maxPartitionEntries", given.get("maxpartitionentries", 100_000)),
         filter_pushdown=_bool("filterPushdown", given.get("filterpushdown", "false")),
@@ -175,6 +177,17 @@ def parse_position_spec(name: str, text) -> PositionSpec:
         per_topic[_normalize(topic, name)] = _bound(f"{name}[{topic}]", parse_position(f"{name}[{topic}]", position))
     default = "earliest" if name == "startPosition" else "latest"
     return PositionSpec(default, per_topic)
+
+
+def _check_start_before_end(start: PositionSpec, end: PositionSpec) -> None:
+    """Both given as positions, the start may not come after the end (as Spark's Kafka source
+    refuses a starting offset past the ending one): such a read would silently be empty."""
+    for topic in {None, *start.per_topic, *end.per_topic}:
+        first = start.for_topic(topic) if topic is not None else start.default
+        last = end.for_topic(topic) if topic is not None else end.default
+        if isinstance(first, Position) and isinstance(last, Position) and first > last:
+            where = f" for {topic}" if topic is not None else ""
+            raise OptionError(f"startPosition {first} is after endPosition {last}{where}: nothing would be read")
 
 
 def _bound(name: str, position: Position | str) -> Position | str:

@@ -94,6 +94,11 @@ def test_a_partitioned_topic_with_no_stored_partition_is_still_unknown(partition
      f"startPosition names '{PARTITIONED}', which is not among the topics read"),
     ({"topics": PARTITIONS[0], "endPosition": f'{{"{PARTITIONS[1]}": "latest"}}'},
      "endPosition names .*partition-1', which is not among the topics read"),
+    # A start after the end, both given (an audit's finding: silently empty; Spark's Kafka
+    # source refuses it too).
+    ({"startPosition": "5:3", "endPosition": "5:2"}, "startPosition 5:3 is after endPosition 5:2"),
+    ({"startPosition": f'{{"{PARTITIONS[0]}": "9:0"}}', "endPosition": "3:7"},
+     f"after endPosition 3:7 for {PARTITIONS[0]}"),
 ])
 def test_positions_that_would_select_nothing_they_name_are_refused(partitioned, options, message):
     data_dir, _ = partitioned
