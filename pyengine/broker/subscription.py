@@ -171,10 +171,12 @@ class Subscription:
         if self.topic.compaction.horizon is not None and self._reads_compacted(consumer):
             acks = [self._compacted_out_acked(ack) for ack in acks]
         for ack in acks:
-            if self.pending_ack is not None and self.pending_ack.is_fully_pending(
-                    ack.position, ack.batch_size if ack.ack_set is not None else self._batch_size(ack.position)):
-                log.debug("ignoring plain ack of %s reserved by a transaction", ack.position)
-                continue
+            if self.pending_ack is not None:
+                if self.pending_ack.is_fully_pending(
+                        ack.position, ack.batch_size if ack.ack_set is not None else self._batch_size(ack.position)):
+                    log.debug("ignoring plain ack of %s reserved by a transaction", ack.position)
+                    continue
+                ack = self._without_reserved_indexes(ack)
             if ack.ack_set is None or ackset_is_fully_acked(list(ack.ack_set), ack.batch_size):
                 whole.append(ack.position)
             else:
@@ -185,6 +187,20 @@ class Subscription:
         self.dispatcher.acked(acked)
         self.dispatcher.recount([a.position for a in acks if a.ack_set is not None])
         return future if future is not None else self.cursor.persist()
+
+    def _without_reserved_indexes(self, ack: IndividualAck) -> IndividualAck:
+        """A plain ack of a batch some indexes of which an open transaction holds: those stay
+        unacknowledged (PIP-31: a message in PENDING_ACK is not deleted by a normal ack, which
+        is dropped for it), the others are acknowledged. Taken whole, the entry was acked and
+        the transaction's abort gave nothing back."""
+        assert self.pending_ack is not None
+        held = self.pending_ack.individual_ack_positions.get(ack.position)
+        if held is None or held.ack_set is None:
+            return ack
+        size = held.batch_size
+        reserved = ackset_andnot(ackset_new(size), list(held.ack_set))     # set bit: held by a txn
+        stays = reserved if ack.ack_set is None else ackset_or(list(ack.ack_set), reserved)
+        return IndividualAck(ack.position, size, tuple(stays))
 
     def _check_ackable(self, positions: Iterable[Position]) -> None:
         """As Pulsar's ManagedCursor, an acknowledgement past the topic's last entry is
