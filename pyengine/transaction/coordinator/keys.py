@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_KEY_LENGTH = 256
+MAX_KEY_BYTES = 256
 ANONYMOUS = "anonymous"
 NO_EPOCH = -1
 HISTORY = 32                    # bindings of earlier transactions kept per key
@@ -91,8 +91,13 @@ def check_transaction_key(key: Any) -> str:
         raise TypeError(f"a transaction key must be a str, not {type(key).__name__}")
     if not key:
         raise InvalidTransactionKeyError("a transaction key must not be empty")
-    if len(key) > MAX_KEY_LENGTH:
-        raise InvalidTransactionKeyError(f"a transaction key has at most {MAX_KEY_LENGTH} characters, not {len(key)}")
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError:
+        raise InvalidTransactionKeyError(f"a transaction key must be valid text (UTF-8): {key!r}") from None
+    # Counted in bytes: the key is stored in an LMDB key (at most 511 bytes) with its owner.
+    if size > MAX_KEY_BYTES:
+        raise InvalidTransactionKeyError(f"a transaction key has at most {MAX_KEY_BYTES} bytes (UTF-8), not {size}")
     if "&" in key:
         raise InvalidTransactionKeyError(f"a transaction key must not contain '&' (it separates owner and key): {key!r}")
     return key
@@ -257,6 +262,7 @@ class TransactionKeys:
                 if presented != NO_EPOCH and (presented != state.epoch or state.deleted):
                     raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was fenced (the key is at "
                                           f"epoch {state.epoch}); only a new task (epoch -1) may connect")
+                before = self._snapshot(state)
                 if state.deleted:
                     state.deleted = False
                     state.created_ms = self._clock()
@@ -271,7 +277,14 @@ class TransactionKeys:
                     self._bindings[state.txn] = (state, epoch)
                 previous_holder, previous_close = state.holder, state.on_fenced
                 state.holder, state.on_fenced = holder, on_fenced
-                await self._persist(state)         # 2. durable before it is answered,
+                try:
+                    await self._persist(state)     # 2. durable before it is answered,
+                except BaseException:
+                    # Not fenced after all: nothing of this connect stays (the holder keeps its
+                    # connection and transaction; a restart would not know this epoch either).
+                    self._restore(state, before)
+                    previous_holder = previous_close = None
+                    raise
                 fenced, ending = state.txn, await self._abort_open(state)   # and so is the abort's decision
             await self._wait_for_participants(state, fenced, ending)       # 3. bounded
         finally:
@@ -340,14 +353,19 @@ class TransactionKeys:
         async with state.lock:
             if state.deleted:
                 raise KeyNotFoundError(f"transaction key {key!r} of {owner!r} does not exist")
+            before = self._snapshot(state)
             state.epoch += 1
             state.epoch_ms = self._clock()
             state.deleted = True
             previous_close = state.on_fenced
             state.holder, state.on_fenced = None, None
+            try:
+                await self._persist(state)
+            except BaseException:
+                self._restore(state, before)       # not deleted: its holder keeps it
+                raise
             if previous_close is not None:
                 previous_close()
-            await self._persist(state)
             fenced, ending = state.txn, await self._abort_open(state)
         await self._wait_for_participants(state, fenced, ending)
 
@@ -393,6 +411,18 @@ class TransactionKeys:
             log.warning("transaction key %s: the ending of fenced transaction %s stopped (its decision is "
                         "durable: a restart, or the key's next fence, resumes it): %r",
                         state.id, txn, ending.exception())
+
+    def _snapshot(self, state: KeyState) -> tuple:
+        binding = self._bindings.get(state.txn) if state.txn is not None else None
+        return (state.epoch, state.epoch_ms, state.deleted, state.created_ms, state.txn_epoch, state.holder,
+                state.on_fenced, binding)
+
+    def _restore(self, state: KeyState, snapshot: tuple) -> None:
+        """Undo a change of `state` whose record could not be written."""
+        (state.epoch, state.epoch_ms, state.deleted, state.created_ms, state.txn_epoch, state.holder,
+         state.on_fenced, binding) = snapshot
+        if state.txn is not None and binding is not None:
+            self._bindings[state.txn] = binding
 
     async def _persist(self, state: KeyState) -> None:
         db = self.env.db("meta")
