@@ -31,6 +31,21 @@ PARTITION_SUFFIX = "-partition-"
 # Pulsar allows these in tenant / namespace names; topic local names are freer.
 _NAME_PART = re.compile(r"^[-=:.\w]+$")
 _MAX_NAME = 1024
+# A stored name is an LMDB key (at most 511 bytes), some with a suffix: topic, subscription and
+# producer names are limited to this many UTF-8 bytes, so that none fails a group commit that
+# other clients' writes share.
+MAX_NAME_BYTES = 384
+
+
+def stored_name_problem(kind: str, name: str) -> str | None:
+    """Why `name` (a subscription's or a producer's) cannot be stored, or None."""
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        return f"a {kind} name must be valid text (UTF-8): {name!r}"
+    if size > MAX_NAME_BYTES:
+        return f"a {kind} name has at most {MAX_NAME_BYTES} bytes (UTF-8), not {size}"
+    return None
 HASH_MIN, HASH_MAX = 0x0000, 0xFFFF
 _DESCRIPTOR = re.compile(r"^([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-(0|[1-9][0-9]{0,18})$")
 _PARTITION_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")        # as Pulsar reads it: ASCII, no sign, no leading 0
@@ -105,7 +120,15 @@ class TopicName:
             raise InvalidTopicNameError(
                 f"invalid topic name {name!r}: V1 topic names ({domain}://tenant/cluster/namespace/topic) "
                 f"are not supported, use {domain}://tenant/namespace/topic (no '/' in the topic part)")
-        return cls(domain, tenant, namespace, local)
+        parsed = cls(domain, tenant, namespace, local)
+        try:
+            size = len(str(parsed).encode())
+        except UnicodeEncodeError:
+            raise InvalidTopicNameError(f"invalid topic name {name!r}: not encodable as UTF-8") from None
+        if size > MAX_NAME_BYTES:
+            raise InvalidTopicNameError(f"invalid topic name {name!r}: longer than {MAX_NAME_BYTES} bytes (UTF-8) "
+                                        "in full; names are keys of the broker's storage")
+        return parsed
 
     @classmethod
     def segment(cls, parent: TopicName | str, start: int, end: int, segment_id: int) -> TopicName:

@@ -22,9 +22,9 @@ from pyengine.broker.rates import RateCounter
 from pyengine.broker.subscription import Subscription, normalize_sub_type
 from pyengine.broker.transactions import check_txn_design
 from pyengine.concurrency import single_flight
-from pyengine.errors import (ConsumerBusyError, NotAllowedError, ProducerBusyError, SubscriptionNotFoundError,
-                             TopicTerminatedError)
-from pyengine.naming import TopicName
+from pyengine.errors import (ConsumerBusyError, InvalidSubscriptionNameError, NotAllowedError, ProducerBusyError,
+                             SubscriptionNotFoundError, TopicTerminatedError)
+from pyengine.naming import TopicName, stored_name_problem
 from pyengine.storage import ManagedCursor, ManagedLedger
 from pyengine.storage.entry import Entry
 from pyengine.storage.environment import all_of
@@ -168,6 +168,9 @@ class Topic:
     # --- producing ------------------------------------------------------------------------
 
     def add_producer(self, name: str | None = None) -> Producer:
+        problem = stored_name_problem("producer", name) if name is not None else None
+        if problem is not None:
+            raise NotAllowedError(problem)
         self._check_producer_allowed(name)
         if name is None:
             name = self.service.generate_producer_name()
@@ -281,6 +284,9 @@ class Topic:
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("a subscription name must be a non-empty string")
+        problem = stored_name_problem("subscription", subscription_name)
+        if problem is not None:
+            raise InvalidSubscriptionNameError(problem)
         sub_type = normalize_sub_type(sub_type)
         if read_compacted and sub_type not in ("exclusive", "failover"):
             # Pulsar's PersistentTopic.internalSubscribe, word for word.
@@ -357,6 +363,9 @@ class Topic:
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("a subscription name must be a non-empty string")
+        problem = stored_name_problem("subscription", subscription_name)
+        if problem is not None:
+            raise InvalidSubscriptionNameError(problem)
         subscription = self.subscriptions.get(subscription_name)
         if subscription is not None:
             return subscription
