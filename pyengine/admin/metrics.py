@@ -163,11 +163,11 @@ class BrokerCollector(Collector):
             ledger, buffer = topic.ledger, topic.buffer
             buffer_stats = buffer.stats()
             # Every subscription, readers' (non-durable) ones too, as Pulsar's aggregator
-            subscriptions = [*topic.subscriptions.items(), *topic.non_durable_subscriptions().items()]
-            backlogs = {name: sub.backlog() for name, sub in subscriptions}
+            subscriptions = [(name, sub, subscription_stats(sub)) for name, sub in
+                             [*topic.subscriptions.items(), *topic.non_durable_subscriptions().items()]]
             values = {
                 "pulsar_storage_size": ledger.total_size,
-                "pulsar_msg_backlog": sum(backlogs.values()),
+                "pulsar_msg_backlog": sum(stats["msgBacklog"] for _, _, stats in subscriptions),
                 "pulsar_subscriptions_count": len(subscriptions),
                 "pulsar_producers_count": len(topic.producers),
                 "pulsar_consumers_count": topic.number_of_consumers(),
@@ -186,11 +186,10 @@ class BrokerCollector(Collector):
             }
             for name, value in values.items():
                 (gauges.get(name) or counters[name]).add_metric(labels, value)
-            for name, subscription in subscriptions:
-                stats = subscription_stats(subscription)
+            for name, subscription, stats in subscriptions:
                 pending = subscription.pending_ack.stats() if subscription.pending_ack is not None else None
                 for metric, value in (
-                        ("pulsar_subscription_back_log", backlogs[name]),
+                        ("pulsar_subscription_back_log", stats["msgBacklog"]),
                         ("pulsar_subscription_delayed", stats["msgDelayed"]),
                         ("pulsar_subscription_unacked_messages", stats["unackedMessages"]),
                         ("pulsar_subscription_blocked_on_unacked_messages",

@@ -296,6 +296,14 @@ async def get_partitioned_stats(call: Call) -> dict[str, Any]:
     return stats.partitioned_topic_stats(partitions, stored, call["perPartition"])
 
 
+async def _not_partitioned(call: Call, refusal: str) -> Topic:
+    """The requested stored topic; a partitioned topic's name is 405 with Pulsar's `refusal`."""
+    name = requested_topic(call)
+    if call.service.policies.partitions(str(name)):
+        raise AdminError(METHOD_NOT_ALLOWED, refusal)
+    return await existing_topic(call.service, name)
+
+
 async def _stored_partitions(call: Call) -> tuple[int, dict[str, Topic]]:
     """The requested partitioned topic's partition count, and its partitions stored so far
     (404 if it is not a partitioned topic)."""
@@ -330,10 +338,7 @@ async def get_partitioned_internal_stats(call: Call) -> dict[str, Any]:
                     "transaction, nor a marker).",
             params=TOPIC_PATH, replies={200: Reply("MessageId", LAST_MESSAGE_ID), **errors(404, 405, 412)})
 async def get_last_message_id(call: Call) -> dict[str, Any]:
-    name = requested_topic(call)
-    if call.service.policies.partitions(str(name)):
-        raise AdminError(METHOD_NOT_ALLOWED, "GetLastMessageId on a partitioned topic is not allowed")
-    topic = await existing_topic(call.service, name)
+    topic = await _not_partitioned(call, "GetLastMessageId on a partitioned topic is not allowed")
     position, batch_size = topic.last_message_position()          # what GET_LAST_MESSAGE_ID answers
     last = {"ledgerId": position.ledger_id, "entryId": position.entry_id, "partitionIndex": topic.partition_index}
     if batch_size > 1:
@@ -483,9 +488,6 @@ _topic_policy("/schemaValidationEnforced", "schema_validation_enforced", "schema
             summary="Terminate a topic: no more messages are accepted; consumers drain what is there.",
             params=TOPIC_PATH, replies={200: Reply("The last message id", TERMINATED_AT), **errors(404, 405, 412)})
 async def terminate_topic(call: Call) -> dict[str, Any]:
-    name = requested_topic(call)
-    if call.service.policies.partitions(str(name)):
-        raise AdminError(METHOD_NOT_ALLOWED, "Termination of a partitioned topic is not allowed")
-    topic = await existing_topic(call.service, name)
+    topic = await _not_partitioned(call, "Termination of a partitioned topic is not allowed")
     last = await topic.terminate()
     return {"ledgerId": last.ledger_id, "entryId": last.entry_id, "partitionIndex": topic.partition_index}

@@ -57,6 +57,14 @@ class Producer:
         self.rate_in = RateCounter()            # what it published (Pulsar's publisher msgRateIn)
 
 
+def _check_subscription_name(name: object) -> None:
+    if not name or not isinstance(name, str):
+        raise ValueError("a subscription name must be a non-empty string")
+    problem = stored_name_problem("subscription", name)
+    if problem is not None:
+        raise InvalidSubscriptionNameError(problem)
+
+
 class Topic:
     def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger,
                  buffer: TransactionBuffer) -> None:
@@ -282,11 +290,7 @@ class Topic:
         reads the compacted view up to the compaction horizon, then the topic after it
         (Exclusive and Failover subscriptions and readers only, as in Pulsar)."""
         self._check_open()
-        if not subscription_name or not isinstance(subscription_name, str):
-            raise ValueError("a subscription name must be a non-empty string")
-        problem = stored_name_problem("subscription", subscription_name)
-        if problem is not None:
-            raise InvalidSubscriptionNameError(problem)
+        _check_subscription_name(subscription_name)
         sub_type = normalize_sub_type(sub_type)
         if read_compacted and sub_type not in ("exclusive", "failover"):
             # Pulsar's PersistentTopic.internalSubscribe, word for word.
@@ -361,11 +365,7 @@ class Topic:
         """The durable subscription `subscription_name`, created at `initial_position` if new,
         with no consumer (the admin API creates subscriptions ahead of their consumers)."""
         self._check_open()
-        if not subscription_name or not isinstance(subscription_name, str):
-            raise ValueError("a subscription name must be a non-empty string")
-        problem = stored_name_problem("subscription", subscription_name)
-        if problem is not None:
-            raise InvalidSubscriptionNameError(problem)
+        _check_subscription_name(subscription_name)
         subscription = self.subscriptions.get(subscription_name)
         if subscription is not None:
             return subscription
