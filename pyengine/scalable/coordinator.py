@@ -112,13 +112,22 @@ class SubscriptionCoordinator:
 
     async def restore(self) -> None:
         """Load the persisted registrations (a new leader): all disconnected, fresh timers.
-        Assignments computed against an older layout are recomputed now."""
+        Always recomputed (unchanged records are not rewritten): records of one layout epoch
+        may still disagree — a rebalance the old leader stored half of, or a parent held back
+        for children whose drain only a rebalance re-checks — so a matching epoch proves nothing."""
         for record in await self.resources.consumers(self.topic, self.subscription):
             registration = ConsumerRegistration(record.consumer_name, record=record)
             self.consumers[record.consumer_name] = registration
             self._start_grace(registration)
-        if any(r.record.layout_epoch != self.layout.epoch for r in self.consumers.values()):
-            await self._rebalance()
+        if self.consumers:
+            try:
+                await self._rebalance()
+            except Exception as error:
+                # e.g. a segment's broker is down: the stored assignments stand meanwhile, and
+                # the take-over must not fail for it (the drain watch retries)
+                log.warning("recomputing the assignments of %s/%s failed (retrying): %s",
+                            self.topic, self.subscription, error)
+                self._watch_drain_soon()
 
     def assignment_of(self, consumer_name: str) -> ConsumerAssignment:
         record = self.consumers[consumer_name].record
@@ -295,17 +304,26 @@ class SubscriptionCoordinator:
                         gated[name].append(ancestor)
         return gated, held
 
+    def _watch_drain_soon(self) -> None:
+        if self._drain_task is None and not self._closed:
+            self._drain_task = asyncio.get_running_loop().create_task(self._watch_drain())
+
     async def _watch_drain(self) -> None:
+        """Rebalance every DRAIN_POLL s while children are held back. A failure (a segment's
+        broker down) is retried, backing off: given up, the children would stay held back."""
+        delay = DRAIN_POLL
         try:
             while not self._closed:
-                await asyncio.sleep(DRAIN_POLL)
-                async with self._lock:
-                    if not await self._rebalance():
-                        return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("watching the drain of %s/%s failed", self.topic, self.subscription)
+                await asyncio.sleep(delay)
+                try:
+                    async with self._lock:
+                        if not await self._rebalance():
+                            return
+                    delay = DRAIN_POLL
+                except Exception as error:
+                    delay = min(delay * 2, 5.0)
+                    log.warning("watching the drain of %s/%s failed (again in %.1f s): %s",
+                                self.topic, self.subscription, delay, error)
         finally:
             if self._drain_task is asyncio.current_task():
                 self._drain_task = None
@@ -318,8 +336,8 @@ class SubscriptionCoordinator:
         held = False
         if self.segments is not None and plan:
             plan, held = await self._gate(plan)
-        if held and self._drain_task is None and not self._closed:
-            self._drain_task = asyncio.get_running_loop().create_task(self._watch_drain())
+        if held:
+            self._watch_drain_soon()
         for name, segment_ids in plan.items():
             registration = self.consumers[name]
             record = registration.record

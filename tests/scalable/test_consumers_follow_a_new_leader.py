@@ -55,3 +55,39 @@ async def test_consumers_register_again_when_the_leadership_moves(tmp_path):
     finally:
         await server.stop()
         await service.close()
+
+
+async def test_a_stream_consumer_leaves_a_sealed_parent_drained_under_a_new_leader(tmp_path):
+    """The parent held back for a split's children and the children share the layout epoch:
+    the new leader took the stored assignment as up to date and never re-checked the drain,
+    so the consumer kept reading the sealed parent and the children were never read."""
+    service = BrokerService(BrokerConfig(data_dir=tmp_path / "data", sync=False, num_coordinators=1,
+                                         scalable_session_ttl=0.5, scalable_grace_period=5.0))
+    await service.start()
+    server = ProtocolServer(service, "127.0.0.1", 0, liveness_timeout=0.5)
+    await server.start()
+    service.service_url = f"pulsar://127.0.0.1:{server.port}"
+    try:
+        async with Client(service.service_url, operation_timeout_seconds=10) as client:
+            scalable = await service.scalable_topics()
+            await scalable.create_topic(T, 1)
+            stream = await client.subscribe_stream(T, "s", "c1")
+            producer = await client.create_producer(T)
+            await producer.send(b"before", key="k")
+            await scalable.split_segment(T, 0)            # the parent keeps a backlog: held back
+            await until(lambda: stream.assigned == [0] and stream.layout_epoch == 1)
+            scalable._session.abandon()
+            await until(lambda: scalable._session is None or not scalable._session.alive)
+            controller = await scalable.leader(T, timeout=5)
+            await controller.wait_leading(5)
+            message = await stream.receive(timeout=5)
+            assert message.data == b"before"
+            await stream.acknowledge(message)
+            await until(lambda: sorted(stream.assigned) == [1, 2])
+            await producer.send(b"after", key="k")
+            assert (await stream.receive(timeout=5)).data == b"after"
+            await producer.close()
+            await stream.close()
+    finally:
+        await server.stop()
+        await service.close()

@@ -297,3 +297,119 @@ async def test_children_wait_until_their_parent_is_drained(broker, services):
     await asyncio.sleep(0.4)                                    # the coordinator polls the backlog
     assert pushed["c1"][-1].segment_ids == [1] and pushed["c2"][-1].segment_ids == [2]
     await consumer.close()
+
+
+async def test_a_new_leader_hands_out_children_the_old_one_held_back(broker, services):
+    """The parent held back in place of its children and the children themselves are assigned
+    at the same layout epoch: a new leader must still re-check the parent's backlog. Before, it
+    rebalanced only on an epoch mismatch, so the consumer kept the sealed parent for good."""
+    a = await services("a", grace_period=5)
+    b = await services("b", grace_period=5)
+    await a.create_topic(TOPIC, 1)
+    controller = await a.controller(TOPIC)
+    await b.controller(TOPIC)
+    await controller.register_consumer("s", "c1")
+    parent = "segment://public/default/orders/0000-ffff-0"
+    producer = await broker.create_producer(parent)
+    await producer.send(b"m", key="k")
+    await controller.split_segment(0)
+    a.crash()
+    new_leader = await b.leader(TOPIC, timeout=3)
+    await new_leader.wait_leading(3)
+    pushed = []
+    resumed = await new_leader.register_consumer("s", "c1", 1, pushed.append)
+    assert resumed.segment_ids == [0] and resumed.layout_epoch == 1        # still held back
+    consumer = await broker.subscribe(parent, "s", initial_position="earliest")
+    for message in await drain(consumer):
+        await consumer.acknowledge(message)
+    await consumer.close()
+    for _ in range(40):
+        if pushed and pushed[-1].segment_ids == [1, 2]:
+            break
+        await asyncio.sleep(0.05)
+    assert pushed and pushed[-1].segment_ids == [1, 2] and pushed[-1].layout_epoch == 1
+
+
+async def test_a_new_leader_completes_a_rebalance_the_old_one_left_half_stored(services):
+    """A leader killed between storing two consumers' records of one rebalance (same epoch)
+    leaves both holding segments 0 and 2: the new leader recomputes rather than trusting them."""
+    a = await services("a", grace_period=5)
+    b = await services("b", grace_period=5)
+    await a.create_topic(TOPIC, 4)
+    controller = await a.controller(TOPIC)
+    await b.controller(TOPIC)
+    assert (await controller.register_consumer("s", "c1")).segment_ids == [0, 1, 2, 3]
+    stored, killed, dead = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    save, delete = a.resources.save_consumer, a.resources.delete_consumer
+
+    async def save_then_die(topic, subscription, record):
+        if record.consumer_name == "c1" or dead.is_set():    # the second write of the rebalance
+            killed.set()
+            await dead.wait()
+            raise ConnectionError("the broker is dead")
+        await save(topic, subscription, record)
+        stored.set()
+
+    async def delete_unless_dead(*args):
+        if dead.is_set():
+            raise ConnectionError("the broker is dead")
+        await delete(*args)
+
+    a.resources.save_consumer, a.resources.delete_consumer = save_then_die, delete_unless_dead
+    joining = asyncio.ensure_future(controller.register_consumer("s", "a0"))
+    await asyncio.wait_for(killed.wait(), 3)
+    assert stored.is_set()
+    a.crash()
+    dead.set()                  # nothing of `a` reaches the store any more
+    with pytest.raises(ConnectionError):
+        await joining
+    new_leader = await b.leader(TOPIC, timeout=3)
+    await new_leader.wait_leading(3)
+    first = await new_leader.register_consumer("s", "a0")
+    second = await new_leader.register_consumer("s", "c1")
+    assert sorted(first.segment_ids + second.segment_ids) == [0, 1, 2, 3]
+    assert (first.segment_ids, second.segment_ids) == ([0, 2], [1, 3])
+
+
+async def test_a_new_leader_takes_over_while_a_segment_broker_is_down(broker, services):
+    """The recompute on take-over asks the segments' brokers for backlogs: one that is down
+    neither fails the take-over nor stops the drain watch, and the children go out once it is
+    back. Before, the take-over failed, and a failing drain check ended the watch for good."""
+    from pyengine.errors import ServiceNotReadyError
+    a = await services("a", grace_period=5)
+    b = await services("b", grace_period=5)
+    await a.create_topic(TOPIC, 1)
+    controller = await a.controller(TOPIC)
+    await b.controller(TOPIC)
+    await controller.register_consumer("s", "c1")
+    parent = "segment://public/default/orders/0000-ffff-0"
+    producer = await broker.create_producer(parent)
+    await producer.send(b"m", key="k")
+    await controller.split_segment(0)
+    down, failed = True, asyncio.Event()
+    stats = b.segments.stats
+
+    async def stats_unless_down(segment):
+        if down:
+            failed.set()
+            raise ServiceNotReadyError("the segment's broker is down")
+        return await stats(segment)
+
+    b.segments.stats = stats_unless_down
+    a.crash()
+    new_leader = await b.leader(TOPIC, timeout=3)
+    await new_leader.wait_leading(3)
+    pushed = []
+    resumed = await new_leader.register_consumer("s", "c1", 1, pushed.append)
+    assert failed.is_set() and resumed.segment_ids == [0]          # the stored assignment
+    await asyncio.sleep(0.5)                                      # the watch fails a few times
+    down = False
+    consumer = await broker.subscribe(parent, "s", initial_position="earliest")
+    for message in await drain(consumer):
+        await consumer.acknowledge(message)
+    await consumer.close()
+    for _ in range(100):
+        if pushed and pushed[-1].segment_ids == [1, 2]:
+            break
+        await asyncio.sleep(0.05)
+    assert pushed and pushed[-1].segment_ids == [1, 2]
