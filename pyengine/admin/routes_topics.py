@@ -273,8 +273,10 @@ async def delete_partitioned_topic(call: Call) -> None:
     for partition in names:
         if service.topic_exists(partition):
             await service.delete_topic(partition)
-    await service.policies.delete_partitioned_topic(str(name))
-    await service.schemas.registry.delete(schema_id(name), force=True)
+    # Its metadata, topic-level policies and schemas in one LMDB write, once every partition
+    # is gone (as Pulsar, which deletes the metadata last): a crash leaves it to a retry.
+    async with service.schemas.registry.deleting(schema_id(name)) as schemas:
+        await service.policies.delete_partitioned_topic(str(name), also=[schemas])
 
 
 # --- stats ----------------------------------------------------------------------------------

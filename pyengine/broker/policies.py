@@ -11,16 +11,18 @@ the start, as in a Pulsar standalone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pyengine.errors import InvalidTopicNameError, NotAllowedError, PulsarError
 from pyengine.naming import PARTITION_SUFFIX, TopicName
 from pyengine.storage import StorageEnvironment
+from pyengine.storage.environment import WriteFn, all_of
 
 log = logging.getLogger(__name__)
 
@@ -453,14 +455,18 @@ class BrokerPolicies:
             raise ValueError(f"partitions can only grow (from {current}), not become {partitions!r}")
         await self._put(f"/admin/partitioned/{TopicName.parse(topic)}", partitions)
 
-    async def delete_partitioned_topic(self, topic: str) -> None:
+    async def delete_partitioned_topic(self, topic: str, also: Sequence[WriteFn] = ()) -> None:
         """Forget the partitioned topic `topic` and its topic-level policies (its partitions are
-        the broker's to delete)."""
+        the broker's to delete, before). `also`: writes of the same LMDB transaction (its
+        schemas'): a crash leaves all of it, which a retry deletes, or none of it."""
         if not self.partitions(topic):
             raise NotFoundError(f"partitioned topic {topic} does not exist")
         name = TopicName.parse(topic)
-        await self._delete(f"/admin/partitioned/{name}")
-        await self.delete_topic_policies(str(name))
+        key, db = f"/admin/partitioned/{name}", self._db
+        async with self.deleting_topic_policies(str(name)) as policies:
+            await self.env.submit(all_of([lambda txn: txn.delete(key.encode(), db=db), policies, *also]))
+            self._cache[key] = None
+            self.version += 1
 
     # --- policies that topics read --------------------------------------------------------
 
@@ -482,12 +488,25 @@ class BrokerPolicies:
         being deleted, as Pulsar does: a topic created again under its name starts without them.
         A partition has none of its own (it reads its partitioned topic's, which outlive it):
         nothing is removed for one."""
+        async with self.deleting_topic_policies(topic) as write:
+            await self.env.submit(write)
+
+    @contextlib.asynccontextmanager
+    async def deleting_topic_policies(self, topic: str) -> AsyncIterator[WriteFn]:
+        """`delete_topic_policies` as a write for the caller to put in the LMDB transaction
+        that deletes the topic (in a commit of their own after it, a crash left them to a topic
+        created again under its name). Forgotten here once the block ends without an error."""
         name = TopicName.parse(topic)
-        key = f"/admin/topic-policies/{name}"
-        if name.partition_index >= 0 or self._get(key) is None:
+        key, db = f"/admin/topic-policies/{name}", self._db
+        if name.partition_index >= 0:
+            yield lambda txn: None
             return
-        await self._delete(key)
-        self._policies_changed()
+        had = self._get(key) is not None
+        yield lambda txn: txn.delete(key.encode(), db=db)
+        self._cache[key] = None
+        self.version += 1
+        if had:
+            self._policies_changed()
 
     def deduplication_enabled(self, topic: str) -> bool:
         """Topic policy, else namespace policy, else the broker's default (Pulsar's order)."""

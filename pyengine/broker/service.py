@@ -9,6 +9,7 @@ subscriptions' pending acks) — direct calls, since everything lives in this pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -332,16 +333,18 @@ class BrokerService:
 
     async def delete_topic(self, name: str) -> None:
         topic = await self.get_topic(name, create=False)
-        await topic.delete()
-        self.topics.pop(topic.name, None)
-        # Its schemas go with it, as in Pulsar; a partition's stay with its partitioned topic,
-        # and a segment's with its scalable topic.
+        # Its schemas and topic-level policies go with it, as in Pulsar (which deletes them
+        # before the ledger), here in the topic's own LMDB write: kept by name, left by a crash
+        # they would be a topic's created again under it. A partition's stay with its
+        # partitioned topic (deleted with that), a segment's schemas with its scalable topic.
         parsed = TopicName.parse(topic.name)
-        if parsed.partition_index < 0 and not parsed.is_segment:
-            await self.schemas.registry.delete(schema_id(parsed), force=True)
-        # Its topic-level policies go too, as in Pulsar; a partition's
-        # are its partitioned topic's, which go when that is deleted (delete_partitioned_topic).
-        await self.policies.delete_topic_policies(topic.name)
+        await topic.close()             # first: the schema's lock is held for the write only
+        async with contextlib.AsyncExitStack() as stack:
+            also = [await stack.enter_async_context(self.policies.deleting_topic_policies(topic.name))]
+            if parsed.partition_index < 0 and not parsed.is_segment:
+                also.append(await stack.enter_async_context(self.schemas.registry.deleting(schema_id(parsed))))
+            await topic.delete(also)
+        self.topics.pop(topic.name, None)
 
     # --- components for topics -------------------------------------------------------------
 

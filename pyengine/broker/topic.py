@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.backlog_quota import check_new_producer
@@ -27,7 +27,7 @@ from pyengine.errors import (ConsumerBusyError, InvalidSubscriptionNameError, No
 from pyengine.naming import TopicName, stored_name_problem
 from pyengine.storage import ManagedCursor, ManagedLedger
 from pyengine.storage.entry import Entry
-from pyengine.storage.environment import all_of
+from pyengine.storage.environment import WriteFn, all_of
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import TransactionBuffer
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
@@ -492,13 +492,15 @@ class Topic:
         await self.buffer.close()
         await self.ledger.close()
 
-    async def delete(self) -> None:
+    async def delete(self, also: Sequence[WriteFn] = ()) -> None:
+        """`also`: writes of the same LMDB transaction (what is kept by the topic's name: its
+        schemas, its topic-level policies)."""
         await self.close()
         # Everything the topic keeps in LMDB goes in one write: a crash during the deletion
         # leaves the whole topic or none of it (a subscription left without its pending acks
         # would let a later commit of their txn lose them).
         stores = [s.pending_ack.store for s in self.subscriptions.values() if s.pending_ack is not None]
-        writes = [store.delete_write() for store in stores if store.deletes_with_cursor]
+        writes = [*also, *(store.delete_write() for store in stores if store.deletes_with_cursor)]
         writes += [self.compaction.delete_write(), self.ledger.delete_write()]
         await self.ledger.env.submit(all_of(writes))
         self.compaction.forget()

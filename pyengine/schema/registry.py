@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pyengine.schema import (
@@ -22,6 +23,7 @@ from pyengine.schema import (
 )
 from pyengine.schema import compatibility as rules
 from pyengine.storage import StorageEnvironment
+from pyengine.storage.environment import WriteFn
 
 S = CompatibilityStrategy
 _CONSUMER_CHECKED_WITH_LATEST = frozenset({S.BACKWARD, S.FORWARD, S.FORWARD_TRANSITIVE, S.FULL})
@@ -116,6 +118,16 @@ class LmdbSchemaRegistry(SchemaRegistry):
                                      self._clock_ms(), deleted=True)
             await self._store(schema_id, [*versions, tombstone])
             return tombstone.version
+
+    @contextlib.asynccontextmanager
+    async def deleting(self, schema_id: str) -> AsyncIterator[WriteFn]:
+        """A forced delete of `schema_id` for the caller to put in the LMDB write that deletes
+        its topic: a crash leaves both or neither (the schema, left alone, would be a topic's
+        created again under the name). Forgotten here once the block ends without an error."""
+        key, db = self._key(schema_id), self._db
+        async with self._locks[schema_id]:
+            yield lambda txn: txn.delete(key, db=db)
+            self._cache[schema_id] = []
 
     def check_compatible(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> None:
         rules.validate(schema)
