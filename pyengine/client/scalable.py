@@ -582,8 +582,10 @@ class ScalableProducer:
 
     def _layout_changed(self, layout: SegmentLayout) -> None:
         """A new layout (DAG watch): a segment it seals with sends in flight drains (a later
-        send of its keys to a child waits for their outcome); drains may end."""
-        for sid in self._inflight:
+        send of its keys to a child waits for their outcome); drains may end. The producer of
+        a sealed segment with nothing in flight is closed at once (kept, it stayed attached to
+        the sealed segment, and reconnected to it after every broker restart, for good)."""
+        for sid in {*self._inflight, *self._producers}:
             if sid not in self._draining and not _is_active(layout.all_segments.get(sid)):
                 self._terminated(sid)
         if self._draining or self._waiting:

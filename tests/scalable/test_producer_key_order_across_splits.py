@@ -374,3 +374,24 @@ async def test_the_normal_path_creates_no_task_per_send(client, service):
         loop.set_task_factory(factory)
     assert created == []
     await producer.close()
+
+
+async def test_the_producer_of_a_sealed_segment_with_nothing_in_flight_is_closed(client, service):
+    """Only segments with sends in flight were drained and closed on a new layout: an idle
+    parent's producer stayed attached to it for the producer's life (and reconnected to the
+    sealed segment after every broker restart, a warning each time)."""
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    producer = await client.create_producer(T)
+    await producer.send(b"0", key="k")
+    parent = service.topics[(await scalable.get_layout(T)).all_segments[0].topic_name(T)]
+    assert len(parent.producers) == 1
+    layout = await scalable.split_segment(T, 0)
+    await producer.watch.wait_newer_than(layout.epoch - 1, 5)
+
+    async def closed() -> None:
+        while parent.producers or 0 in producer._producers:
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(closed(), 5)
+    assert (await producer.send(b"1", key="k"))[0] in (1, 2)
+    await producer.close()
