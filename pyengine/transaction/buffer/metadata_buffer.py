@@ -7,8 +7,8 @@ Nothing transactional is ever written into the segment's stream: no markers, no 
   be OPEN (cache first) — else TransactionConflictError. After the op record lands, the header
   is read again: if its decision has a lower store revision than the op record, the write came
   after the decision (the late-write race): the sender gets TransactionConflictError and the
-  entry is never visible (aborted: by the abort; committed: its position is hidden, durably in
-  a ledger property).
+  entry is never visible (aborted: by the abort, its op record kept until the abort is saved;
+  committed: its position is hidden, durably in a ledger property).
 * the read horizon is the LAC, or just before the first entry of the oldest txn still OPEN here.
 * decisions arrive through the broker's `TxnHeaderCache` (a metadata-store watch, with the
   deadline re-read as a backstop). Materialising them writes nothing to the segment, so a
@@ -148,6 +148,11 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 self._ops[txn] = paths[txn]
                 for _revision, position in writes[txn]:
                     self._held(txn, position)
+                if not self._same_commit and len(writes[txn]) == 1:
+                    # Only the reservation: a lower bound, maybe in an earlier ledger than the
+                    # entry. An abort put there would be forgotten by a trim of that ledger
+                    # while the entry stays; the LAC is at or after the entry.
+                    self._last[txn] = max(self._last[txn], self.ledger.lac)
                 if state.header is not None and state.header.state is HeaderState.OPEN:
                     self._subscribe(txn)
                     continue
@@ -318,6 +323,11 @@ class MetadataTransactionBuffer(TransactionBuffer):
         if position is not None and header is not None and header.state is HeaderState.COMMITTED:
             self._hidden.add(position)
             await self.ledger.set_property(HIDDEN_PROPERTY, _format_positions(self._hidden))
+        elif position is not None and header is not None:
+            # Aborted: the abort hides the entry, and the op record is what ties it to the
+            # txn (and puts the abort at or after it, else a trim forgets it) until the abort
+            # is saved here: `_materialise` deletes it then, with the others.
+            return
         try:
             await self.store.delete(op_path)
             self.metrics.ops_deleted(1)
@@ -383,11 +393,15 @@ class MetadataTransactionBuffer(TransactionBuffer):
             if committed:
                 self._committed_total += 1
             elif txn not in self._aborted:
+                self._aborted_total += 1
                 last = self._last.get(txn)
                 if last is not None:
                     self._aborted.add(txn, last)
                     await self._save_aborted()
-                self._aborted_total += 1
+            elif txn in self._ops:
+                # Added by a try whose save failed: saved before the op records go (the
+                # abort must outlive them, or a restart finds neither).
+                await self._save_aborted()
             self._ongoing.remove(txn)
             self._last.pop(txn, None)
             self._notify()

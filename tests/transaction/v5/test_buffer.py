@@ -368,3 +368,140 @@ async def test_a_late_write_whose_hiding_was_never_saved_is_hidden_by_recovery(v
     await v5.restart()                                    # and it stays hidden for good
     ledger, buffer = await v5.buffer()
     assert visible(ledger, buffer) == [b"in-time"]
+
+
+async def test_a_late_write_after_an_abort_is_not_forgotten_by_a_trim(v5):
+    """A write lands after its txn's abort (the cached header still said OPEN): refused, hidden
+    by the abort. Its op record must stay until the abort is saved at a position covering it:
+    deleted at once, a stop before the abort was materialised left the abort known only at the
+    txn's earlier entry, and trimming that entry's ledger forgot the abort while the late entry
+    (in a later ledger) was still there: it became visible."""
+    from pyengine.storage import ManagedLedgerConfig
+
+    config = ManagedLedgerConfig(max_entries_per_ledger=2)
+    ledger, buffer = await v5.buffer(config=config)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    first = await buffer.append(txn, b"in-time")
+    await ledger.append(b"p0")                            # the next entry opens a new ledger
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, ABORT)
+    with pytest.raises(TransactionConflictError):
+        await buffer.append(txn, b"late")
+    late = ledger.lac
+    assert late.ledger_id != first.ledger_id
+    await v5.restart()                                    # before the abort was materialised
+    ledger, buffer = await v5.buffer(config=config)
+    await buffer.wait_materialised()
+    await ledger.append(b"p1")
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == [b"p0", b"p1"]
+    cursor = await ledger.open_cursor("all", "earliest")
+    await cursor.ack_cumulative(Position(first.ledger_id, first.entry_id + 1))
+    ledger.set_retention(0, -1)
+    await ledger.trim(now_ms=1 << 62)                     # the first ledger only
+    assert first.ledger_id not in ledger.ledgers and late.ledger_id in ledger.ledgers
+    await asyncio.sleep(0.05)                             # (a trimmed aborted set is saved in the background)
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == [b"p1"]
+    await v5.restart()
+    ledger, buffer = await v5.buffer(config=config)
+    assert visible(ledger, buffer) == [b"p1"]
+
+
+async def test_a_late_write_after_an_abort_on_a_segment_the_txn_never_wrote_to_stays_hidden(v5):
+    """The late write is the txn's only entry on this segment: its op record is all that ties
+    the entry to the txn until the abort is saved here. Deleted at once, a stop before the
+    abort was materialised left an entry of a txn the segment did not know: visible."""
+    other, other_buffer = await v5.buffer("segment://public/default/v5/other-0")
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await other_buffer.append(txn, b"elsewhere")          # caches the header (OPEN) on this broker
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, ABORT)
+    with pytest.raises(TransactionConflictError):
+        await buffer.append(txn, b"late")
+    data_dir, store = v5.data_dir, v5.store
+    await v5.stop()
+    if v5.backend.name == "lmdb":                         # the Spark source reads the same records
+        from spark_udfs.state import capture_state
+
+        assert txn in capture_state(data_dir, [SEGMENT])[SEGMENT].aborted_set()
+    await v5.start(data_dir=data_dir, store=store)
+    ledger, buffer = await v5.buffer()
+    await buffer.wait_materialised()
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == []
+
+
+async def test_a_late_write_after_an_abort_is_hidden_after_the_garbage_collection(v5, clock):
+    """The segment's broker stops before it materialised the abort, and the collector gets
+    there first: it records the abort from the op records left, the late write's included."""
+    other, other_buffer = await v5.buffer("segment://public/default/v5/other-0")
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await other_buffer.append(txn, b"elsewhere")
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, ABORT)
+    with pytest.raises(TransactionConflictError):
+        await buffer.append(txn, b"late")
+    await v5.restart()
+    clock.now += 10_000
+    assert await v5.coordinator.collect_garbage() == 1
+    ledger, buffer = await v5.buffer()
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == []
+
+
+async def test_an_abort_whose_saving_failed_once_is_still_saved(v5):
+    """Saving the aborted set fails once: the retry must save it before the op records go,
+    or a restart finds neither and shows the aborted entry."""
+    from pyengine.metadata import MetadataStoreError
+
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"aborted")
+    put, failures = v5.store.put, []
+
+    async def failing_once(path, *args, **kwargs):
+        if path == buffer_path(SEGMENT) and not failures:
+            failures.append(path)
+            raise MetadataStoreError("the store is unreachable for a moment")
+        return await put(path, *args, **kwargs)
+
+    v5.store.put = failing_once
+    await v5.coordinator.end_transaction(txn, ABORT)
+    await eventually(lambda: failures and not buffer._materialising and not buffer._ops)
+    v5.store.put = put
+    await v5.restart()
+    ledger, buffer = await v5.buffer()
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == []
+
+
+async def test_an_abort_recovered_from_a_reservation_is_not_forgotten_by_a_trim(v5):
+    """A separate store records a txn's first entry on a segment before appending it, at a
+    lower bound of its position: after a reopen, in the previous ledger. An abort recovery
+    materialised at that bound was dropped by the trim of that ledger, and the aborted entry
+    (in the next one) became visible."""
+    from pyengine.storage import ManagedLedgerConfig
+
+    if v5.backend.name == "lmdb":
+        pytest.skip("entry and op record are one write transaction there")
+    config = ManagedLedgerConfig(max_entries_per_ledger=100)
+    ledger, buffer = await v5.buffer(config=config)
+    plain = await ledger.append(b"p0")
+    await v5.restart()                          # the reopened segment appends to a new ledger
+    ledger, buffer = await v5.buffer(config=config)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    aborted = await buffer.append(txn, b"aborted")
+    await ledger.append(b"p1")
+    assert aborted.ledger_id != plain.ledger_id
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, ABORT)
+    await v5.restart()                          # before the abort was materialised
+    ledger, buffer = await v5.buffer(config=config)
+    await buffer.wait_materialised()
+    cursor = await ledger.open_cursor("all", "earliest")
+    await cursor.ack_cumulative(plain)
+    ledger.set_retention(0, -1)
+    assert await ledger.trim(now_ms=1 << 62) == [plain.ledger_id]
+    await asyncio.sleep(0.05)                   # (a trimmed aborted set is saved in the background)
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == [b"p1"]
+    await v5.restart()
+    ledger, buffer = await v5.buffer(config=config)
+    assert visible(ledger, buffer) == [b"p1"]
