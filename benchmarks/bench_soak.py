@@ -223,10 +223,12 @@ class Soak:
     drain_now: asyncio.Event = field(default_factory=asyncio.Event)   # every txn has ended: drain
     errors: dict[str, int] = field(default_factory=dict)
     drains: dict[str, Any] = field(default_factory=dict)   # reader topic -> (last message id, reads in the drain)
+    error_examples: dict[str, str] = field(default_factory=dict)   # the first message of each kind of error
 
     def error(self, where: str, exc: BaseException) -> None:
         key = f"{where}: {type(exc).__name__}"
         self.errors[key] = self.errors.get(key, 0) + 1
+        self.error_examples.setdefault(key, str(exc)[:300])
 
     async def nemesis(self, pause: tuple[float, float]) -> None:
         while not self.stop.is_set():
