@@ -288,35 +288,52 @@ class Subscription:
                                    after: asyncio.Future[Any] | None = None) -> None:
         """`after`: the txn's registration of this subscription while it is being written
         (`pyengine.broker.transactions.append_condition`)."""
+        pending = self._txn_pending_ack(txn)
+        self._check_ackable([cumulative] if cumulative is not None else [ack.position for ack in acks or ()])
+        if cumulative is not None:
+            self._check_cumulative_txn_ack()
+            await pending.cumulative_ack(txn, cumulative, after=after)
+            self._taken_by_txn(consumer, txn, cumulative=cumulative)
+        else:
+            # Computed and reserved in one event-loop turn: no other request runs between.
+            acks = [self._compacted_out_taken_by_txn(ack) for ack in acks] if self._txn_view_compacted(consumer) \
+                else list(acks or [])
+            await pending.individual_ack(txn, acks, after=after)
+            self._taken_by_txn(consumer, txn, acks=acks)
+
+    def _txn_pending_ack(self, txn: TxnId) -> PendingAckHandle:
         if self.pending_ack is None:
             raise NotAllowedError(f"subscription {self.name} cannot acknowledge in a transaction "
                                   "(a reader's subscription is not durable)")
         check_txn_design(self.topic.buffer, txn, self.topic.name)
-        self._check_ackable([cumulative] if cumulative is not None else [ack.position for ack in acks or ()])
+        return self.pending_ack
+
+    def _check_cumulative_txn_ack(self) -> None:
+        if self.sub_type in ("shared", "key_shared"):
+            raise NotAllowedError(f"cumulative acknowledgement is not allowed on {self.sub_type} subscriptions")
+
+    def _txn_view_compacted(self, consumer: Consumer | None) -> bool:
+        return self.topic.compaction.horizon is not None and self._reads_compacted(consumer)
+
+    def _taken_by_txn(self, consumer: Consumer | None, txn: TxnId, cumulative: Position | None = None,
+                      acks: list[IndividualAck] | None = None) -> None:
+        """`txn` now holds everything up to `cumulative` and `acks`: the consumers no longer
+        hold those messages (nor count them unacknowledged)."""
+        assert self.pending_ack is not None
+        own = [consumer] if consumer is not None else []
+        taken: list[tuple[Position, list[Consumer]]] = []
         if cumulative is not None:
-            if self.sub_type in ("shared", "key_shared"):
-                raise NotAllowedError(
-                    f"cumulative acknowledgement is not allowed on {self.sub_type} subscriptions")
-            await self.pending_ack.cumulative_ack(txn, cumulative, after=after)
-            reserved = [p for p in (consumer.pending if consumer else {}) if p <= cumulative]
-        else:
-            acks = acks or []
-            if self.topic.compaction.horizon is not None and self._reads_compacted(consumer):
-                # Computed and reserved in one event-loop turn: no other request runs between.
-                acks = [self._compacted_out_taken_by_txn(ack) for ack in acks]
-            await self.pending_ack.individual_ack(txn, acks, after=after)
-            reserved = [a.position for a in acks or []
-                        if self.pending_ack.is_fully_pending(a.position, a.batch_size)]
-            # As Pulsar: a transaction's batch-index acks lower the consumer's unacked count now.
-            self.dispatcher.recount([a.position for a in acks if a.ack_set is not None])
-        holders = [consumer] if consumer is not None else []
-        if cumulative is None:
+            taken += [(p, own) for p in (consumer.pending if consumer else {}) if p <= cumulative]
+        if acks:
             # Any consumer may acknowledge a message individually: as Pulsar's ack owner, the
             # one it was given to no longer holds it (nor counts it unacknowledged).
-            holders += [c for c in self.consumers if c is not consumer]
-        for position in reserved:
-            taken = [holder for holder in holders if holder.pending.pop(position, None) is not None]
-            if taken:
+            everyone = own + [c for c in self.consumers if c is not consumer]
+            taken += [(a.position, everyone) for a in acks
+                      if self.pending_ack.is_fully_pending(a.position, a.batch_size)]
+            # As Pulsar: a transaction's batch-index acks lower the consumer's unacked count now.
+            self.dispatcher.recount([a.position for a in acks if a.ack_set is not None])
+        for position, holders in taken:
+            if [holder for holder in holders if holder.pending.pop(position, None) is not None]:
                 self._reserved_by_txn.setdefault(txn, set()).add(position)
 
     async def ack_cumulative_in_batch_with_transaction(self, consumer: Consumer | None, txn: TxnId,
@@ -325,15 +342,14 @@ class Subscription:
         """A transactional cumulative ack of a message inside a batch, as the Java client sends
         it: the batch's entry with the ack set of its later indexes (set bits, still free).
         It covers every entry before the batch, cumulatively, and the batch's indexes up to the
-        message, individually. What the cursor or this transaction already acknowledged is
-        left out, so consecutive transactions can each take a slice of one batch (acking the
-        whole entry would lose the slices after the message)."""
+        message, individually: one request to the pending acks, both or neither (Pulsar holds
+        it as one cumulative position with an ack set). What the cursor or this transaction
+        already acknowledged is left out, so consecutive transactions can each take a slice of
+        one batch (acking the whole entry would lose the slices after the message)."""
         assert ack.ack_set is not None
-        pending = self.pending_ack
-        if pending is None:
-            raise NotAllowedError(f"subscription {self.name} cannot acknowledge in a transaction "
-                                  "(a reader's subscription is not durable)")
+        pending = self._txn_pending_ack(txn)
         self._check_ackable((ack.position,))
+        self._check_cumulative_txn_ack()
         size = ack.batch_size
         requested = ackset_acked_indexes(list(ack.ack_set), size)
         if not requested:
@@ -351,8 +367,6 @@ class Subscription:
         if holder is not None and holder[0] == txn and holder[1] > covered:
             covered = holder[1]
         before = self.topic.ledger.previous_position(ack.position)
-        if before > covered:
-            await self.ack_with_transaction(consumer, txn, cumulative=before, after=after)
         all_indexes = ackset_new(size)
         free = list(ack.ack_set)              # in Pulsar's convention: a set bit is not acked
         cursor_free = self.cursor.batch_ack_set(ack.position)
@@ -360,8 +374,15 @@ class Subscription:
             free = ackset_or(free, ackset_andnot(all_indexes, cursor_free))
         if mine is not None and mine.ack_set is not None:
             free = ackset_or(free, ackset_andnot(all_indexes, list(mine.ack_set)))
-        await self.ack_with_transaction(consumer, txn, acks=[IndividualAck(ack.position, size, tuple(free))],
-                                        after=after)
+        indexes = IndividualAck(ack.position, size, tuple(free))
+        if self._txn_view_compacted(consumer):
+            indexes = self._compacted_out_taken_by_txn(indexes)
+        if before > covered:
+            await pending.cumulative_ack_in_batch(txn, before, indexes, after=after)
+            self._taken_by_txn(consumer, txn, cumulative=before, acks=[indexes])
+        else:
+            await pending.individual_ack(txn, [indexes], after=after)
+            self._taken_by_txn(consumer, txn, acks=[indexes])
 
     def auto_ack(self, positions: list[Position]) -> None:
         """Markers and aborted entries: acknowledged so they never count as backlog."""

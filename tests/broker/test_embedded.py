@@ -17,6 +17,8 @@ from pyengine.errors import (
 )
 from pyengine.protocol.commands import parse_message_metadata
 from pyengine.storage.entry import split_headers_and_payload
+from pyengine.transaction import TxnAction
+from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position
 from tests.broker.helpers import GatedWriter, drain, failover_names, publish_batch
 
@@ -134,6 +136,34 @@ async def test_a_cumulative_ack_inside_a_batch_covers_the_batch_up_to_the_messag
         again = [(await consumer.receive(timeout=5)).data for _ in range(5)]
         assert again + [m.data for m in await drain(consumer)] == [b"b66", b"b67", b"b68", b"b69", b"last"]
 
+
+async def test_a_refused_txn_cumulative_ack_inside_a_batch_holds_nothing(tmp_path):
+    """Found by an audit: it was two requests (the entries before the batch, then the batch's
+    indexes); when the second conflicted the first stayed, logged, and a client committing
+    after the failed ack (a raw EndTxn) acknowledged messages it was told were not. Several
+    ids of one individual ack are one request too: a conflict of one reserves none."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        await producer.send(b"first")
+        await publish_batch(broker, producer, [b"b0", b"b1", b"b2", b"b3"])
+        got = await drain(consumer)
+        assert [m.data for m in got] == [b"first", b"b0", b"b1", b"b2", b"b3"]
+        holder = await broker.new_transaction()
+        await consumer.acknowledge(got[2], txn=holder)                    # b1
+        refused = await broker.new_transaction()
+        with pytest.raises(TransactionConflictError):
+            await consumer.acknowledge_cumulative(got[3], txn=refused)    # up to b2: b1 is taken
+        subscription = broker.service.topics[T].subscriptions["s"]
+        with pytest.raises(TransactionConflictError):
+            await subscription.ack_with_transaction(None, refused.txn_id, acks=[
+                IndividualAck(got[0].message_id.position), IndividualAck(got[2].message_id.position, 4)])
+        assert str(refused.txn_id) not in subscription.pending_ack.stats()["transactions"]
+        await broker.service.coordinator.end_transaction(refused.txn_id, TxnAction.COMMIT)
+        await holder.abort()
+    async with Broker.embedded(tmp_path) as broker:
+        consumer = await broker.subscribe(T, "s")
+        assert [m.data for m in await drain(consumer)] == [b"first", b"b0", b"b1", b"b2", b"b3"]
 
 async def test_exclusive_subscription_refuses_a_second_consumer(tmp_path):
     async with Broker.embedded(tmp_path) as broker:

@@ -58,6 +58,13 @@ class PendingAckHandle(ABC):
         `after` as for `individual_ack`."""
 
     @abstractmethod
+    async def cumulative_ack_in_batch(self, txn: TxnId, before: Position, ack: IndividualAck, *,
+                                      after: asyncio.Future[Any] | None = None) -> None:
+        """A cumulative ack up to a message inside a batch: everything up to `before`
+        cumulatively and `ack`'s batch indexes individually, as one request (both reserved
+        or neither, as Pulsar's single cumulative position with an ack set)."""
+
+    @abstractmethod
     async def commit(self, txn: TxnId, low_watermark: int) -> list[Position]:
         """Apply `txn`'s acknowledgements to the cursor (idempotent); returns the positions acked."""
 

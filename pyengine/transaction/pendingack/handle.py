@@ -251,10 +251,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         self._check_ready()
         txn = check_txn(txn)
         position = check_entry_position(position)
-        if self._subscription_type not in CUMULATIVE_ACK_SUBSCRIPTIONS:
-            kind = CommandSubscribe.SubType.Name(self._subscription_type)
-            raise NotAllowedError(f"[{self._name}] Transaction:{txn} cumulative ack is not allowed "
-                                  f"on a {kind} subscription")
+        self._check_cumulative_allowed(txn)
         self._check_may_ack(txn)
         self._check_written(position)
         reason = self._acks.cumulative_conflict(txn, position, self.cursor.mark_delete)
@@ -265,13 +262,53 @@ class PendingAckHandleImpl(PendingAckHandle):
         await self._log(txn, lambda: self.store.append_cumulative(txn, position, after=after),
                         lambda: self._acks.release_cumulative(txn, position))
 
-    async def _log(self, txn: TxnId, append: Callable[[], tuple[int, asyncio.Future[None]]],
+    async def cumulative_ack_in_batch(self, txn: TxnId, before: Position, ack: IndividualAck, *,
+                                      after: asyncio.Future[Any] | None = None) -> None:
+        """A cumulative ack up to a message inside a batch, as one request: everything up to
+        `before` (an entry before the batch's) cumulatively and the indexes of `ack`
+        individually. Both are checked before either is reserved, and logged in one write: a
+        conflict or a failed write leaves neither. `after` as for `individual_ack`."""
+        self._check_ready()
+        txn = check_txn(txn)
+        before = check_entry_position(before, "before")
+        (ack,) = check_individual_acks([ack])
+        if before >= ack.position:
+            raise ValueError(f"before {before} must precede the batch's entry {ack.position}")
+        self._check_cumulative_allowed(txn)
+        self._check_may_ack(txn)
+        self._check_written(ack.position)
+        reason = self._acks.cumulative_conflict(txn, before, self.cursor.mark_delete)
+        if reason is not None:
+            raise TransactionConflictError(f"[{self._name}] Transaction:{txn} try to {reason}")
+        wanted = Reservation(ack.ack_set, ack.batch_size)
+        # Reserving `before` changes nothing this check reads (other txns' holds only).
+        reason = self._acks.individual_conflict(txn, ack.position, wanted, self.cursor)
+        if reason is not None:
+            raise TransactionConflictError(f"[{self._name}] Transaction:{txn} try to ack {reason}")
+        self._acks.reserve_cumulative(txn, before)
+        self._acks.reserve(txn, ack.position, wanted)
+        self._txns.add(txn)
+
+        def undo() -> None:
+            self._acks.release(txn, ack.position, wanted)
+            self._acks.release_cumulative(txn, before)
+
+        await self._log(txn, lambda: self.store.append_cumulative_in_batch(txn, before, ack, after=after), undo)
+
+    def _check_cumulative_allowed(self, txn: TxnId) -> None:
+        if self._subscription_type not in CUMULATIVE_ACK_SUBSCRIPTIONS:
+            kind = CommandSubscribe.SubType.Name(self._subscription_type)
+            raise NotAllowedError(f"[{self._name}] Transaction:{txn} cumulative ack is not allowed "
+                                  f"on a {kind} subscription")
+
+    async def _log(self, txn: TxnId, append: Callable[[], tuple[int | list[int], asyncio.Future[None]]],
                    undo: Callable[[], None]) -> None:
         """Write the record of a request already reserved in memory; undo the reservation if
         the write fails. The outcome is settled by a callback, so a caller that is cancelled
         meanwhile cannot leave a reservation without its record."""
         try:
             seq, written = append()
+            seqs = [seq] if isinstance(seq, int) else list(seq)     # a request may be several records
         except Exception as exc:          # could not even queue the write (closed environment...)
             undo()
             raise PersistenceError(f"[{self._name}] cannot log the ack of Transaction:{txn}: {exc}") from exc
@@ -282,7 +319,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         def settle(done: asyncio.Future[None]) -> None:
             error = asyncio.CancelledError("write cancelled") if done.cancelled() else done.exception()
             if error is None:
-                self._records.setdefault(txn, []).append(seq)
+                self._records.setdefault(txn, []).extend(seqs)
                 outcome.set_result(None)
             else:
                 undo()

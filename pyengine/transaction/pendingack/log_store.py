@@ -94,6 +94,17 @@ class LogPendingAckStore:
                                                                       entry_id=position.entry_id)])
         return self._append(record, after)
 
+    def append_cumulative_in_batch(self, txn: TxnId, before: Position, ack: IndividualAck, *,
+                                   after: asyncio.Future[Any] | None = None) -> tuple[list[int], asyncio.Future[None]]:
+        """Queue the records of a cumulative ack inside a batch (a cumulative record up to
+        `before`, an individual one of `ack`) as one write: both are durable or neither."""
+        cumulative = PendingAckRecord(txn_most=txn.most_bits, txn_least=txn.least_bits, kind=CUMULATIVE,
+                                      positions=[PendingAckPositionRecord(ledger_id=before.ledger_id,
+                                                                          entry_id=before.entry_id)])
+        individual = PendingAckRecord(txn_most=txn.most_bits, txn_least=txn.least_bits, kind=INDIVIDUAL,
+                                      positions=[_position_record(ack)])
+        return self._append_all([cumulative, individual], after)
+
     def delete_records(self, seqs: Collection[int]) -> asyncio.Future[None]:
         """Queue the deletion of records (of a transaction that ended). Submitted in the same
         event-loop turn as other writes, it lands in the same LMDB write transaction."""
@@ -120,13 +131,26 @@ class LogPendingAckStore:
 
     def _append(self, record: PendingAckRecord,
                 after: asyncio.Future[Any] | None) -> tuple[int, asyncio.Future[None]]:
+        seqs, future = self._append_all([record], after)
+        return seqs[0], future
+
+    def _append_all(self, records: list[PendingAckRecord],
+                    after: asyncio.Future[Any] | None) -> tuple[list[int], asyncio.Future[None]]:
+        """Queue `records` under consecutive sequences, in one write."""
         if self._next_seq is None:
             self._next_seq = self._last_seq() + 1
-        seq = self._next_seq
-        key, value, db = self._key(seq), record.SerializeToString(), self._db
-        future = self.env.submit(lambda txn: txn.put(key, value, db=db), after=after)
-        self._next_seq = seq + 1
-        return seq, future
+        first = self._next_seq
+        seqs = list(range(first, first + len(records)))
+        rows = [(self._key(seq), record.SerializeToString()) for seq, record in zip(seqs, records)]
+        db = self._db
+
+        def write(txn: lmdb.Transaction) -> None:
+            for key, value in rows:
+                txn.put(key, value, db=db)
+
+        future = self.env.submit(write, after=after)
+        self._next_seq = first + len(records)
+        return seqs, future
 
     # --- reads ----------------------------------------------------------------------------
 

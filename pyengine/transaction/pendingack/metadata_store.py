@@ -88,6 +88,15 @@ class MetadataPendingAckStore:
                           after: asyncio.Future[Any] | None = None) -> tuple[int, asyncio.Future[None]]:
         return self._append(txn, [OpRecord("ack", self.segment, position, self.subscription_name, True)], after)
 
+    def append_cumulative_in_batch(self, txn: TxnId, before: Position, ack: IndividualAck, *,
+                                   after: asyncio.Future[Any] | None = None) -> tuple[int, asyncio.Future[None]]:
+        """A cumulative ack up to `before` and the batch indexes of `ack`: one request, whose
+        op records are all written or none."""
+        ops = [OpRecord("ack", self.segment, before, self.subscription_name, True),
+               OpRecord("ack", self.segment, ack.position, self.subscription_name, False, ack.batch_size,
+                        ack.ack_set)]
+        return self._append(txn, ops, after)
+
     def _append(self, txn: TxnId, ops: list[OpRecord],
                 after: asyncio.Future[Any] | None) -> tuple[int, asyncio.Future[None]]:
         seq = next(self._seqs)
@@ -270,6 +279,18 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
             seq = self._written.pop(asyncio.current_task(), None)
             if seq is not None and await self._late(txn, seq):
                 self._acks.release_cumulative(txn, position)
+                await self._forget_request(txn, seq)
+
+    async def cumulative_ack_in_batch(self, txn: TxnId, before: Position, ack: IndividualAck, *,
+                                      after: asyncio.Future[Any] | None = None) -> None:
+        await self._check_open(txn)
+        (checked,) = check_individual_acks([ack])
+        async with self._acking(txn):
+            await super().cumulative_ack_in_batch(txn, before, checked, after=after)
+            seq = self._written.pop(asyncio.current_task(), None)
+            if seq is not None and await self._late(txn, seq):
+                self._acks.release(txn, checked.position, Reservation(checked.ack_set, checked.batch_size))
+                self._acks.release_cumulative(txn, before)
                 await self._forget_request(txn, seq)
 
     async def _log(self, txn: TxnId, append, undo) -> None:

@@ -124,6 +124,8 @@ async def test_a_failed_log_write_leaves_no_trace(env):
         await h.individual_ack(T1, [IndividualAck(p[0]), batch(p[1], 4, 1)])
     with pytest.raises(PersistenceError):
         await h.cumulative_ack(T2, p[2])
+    with pytest.raises(PersistenceError):
+        await h.cumulative_ack_in_batch(T3, p[0], batch(p[1], 4, 0))
     assert h.individual_ack_positions == {} and h.cumulative_ack_of_txn is None
     assert h.stats()["transactions"] == {}
     env._write_batch = original

@@ -166,3 +166,30 @@ async def test_own_individual_acks_do_not_block_own_cumulative_ack(env):
     await h.cumulative_ack(T1, p[3])
     assert await h.commit(T1, -1) == [p[1], p[5], p[3]]
     assert sub.cursor.mark_delete == p[3] and sub.cursor.is_acked(p[5])
+
+
+async def test_a_cumulative_ack_inside_a_batch_is_one_request(env, reopen):
+    """The entries before the batch (cumulatively) and the batch's indexes: a conflict of
+    either part reserves and logs nothing of the other (Pulsar holds it as one position)."""
+    sub = await open_subscription(env, 4)
+    h, p = sub.handle, sub.positions
+    await h.individual_ack(T1, [batch(p[2], 4, 1)])
+    with pytest.raises(TransactionConflictError, match="batch message"):       # the indexes conflict
+        await h.cumulative_ack_in_batch(T2, p[1], batch(p[2], 4, 0, 1, 2))
+    await h.individual_ack(T1, [IndividualAck(p[0])])
+    with pytest.raises(TransactionConflictError, match="covering message"):    # the entries before do
+        await h.cumulative_ack_in_batch(T2, p[1], batch(p[2], 4, 0))
+    assert h.cumulative_ack_of_txn is None and T2 not in h.individual_ack_of_txn
+    assert log_records(sub) == 2
+    env = reopen(env)
+    sub = await open_subscription(env)
+    h = sub.handle
+    assert h.cumulative_ack_of_txn is None and T2 not in h.individual_ack_of_txn
+    await h.abort(T1, -1)
+    await h.cumulative_ack_in_batch(T2, p[1], batch(p[2], 4, 0, 1))
+    assert log_records(sub) == 2                                # both parts, in one write
+    sub = await open_subscription(reopen(env))
+    h = sub.handle
+    assert h.cumulative_ack_of_txn == (T2, p[1]) and h.pending_ack_set(p[2]) == acking(4, 0, 1)
+    assert await h.commit(T2, -1) == [p[2], p[1]]
+    assert sub.cursor.mark_delete == p[1] and sub.cursor.batch_ack_set(p[2]) == acking(4, 0, 1)

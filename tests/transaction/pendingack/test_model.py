@@ -2,10 +2,10 @@
 
 The model knows, for every message (entry, batch index), whether it is free, acknowledged on
 the cursor, or reserved by an open transaction (individually, or under the one pending
-cumulative ack). Random individual / batch / cumulative transactional acks by several
-transactions, plain cursor acks, commits, aborts and restarts (close the environment, reopen
-it, a new cursor and handle, replay) run against both; after every step the handle's answers
-and the cursor's state must be the model's.
+cumulative ack). Random individual / batch / cumulative transactional acks (cumulative ones
+also up to a message inside a batch) by several transactions, plain cursor acks, commits,
+aborts and restarts (close the environment, reopen it, a new cursor and handle, replay) run
+against both; after every step the handle's answers and the cursor's state must be the model's.
 """
 
 from __future__ import annotations
@@ -185,6 +185,27 @@ class PendingAckMachine(RuleBasedStateMachine):
             return
         assert not expect_conflict, f"missed conflict for {txn} up to {entry}"
         self.model.cumulative = (txn, entry)
+
+    @rule(data=st.data(), slot=st.integers(0, SLOTS - 1))
+    def cumulative_ack_in_batch(self, data: st.DataObject, slot: int) -> None:
+        """Up to a message inside a batch: the entries before it cumulatively, and indexes of
+        the batch individually; one request, applied whole or not at all."""
+        txn = self.txns[slot]
+        entry = data.draw(st.integers(1, len(self.positions) - 1))
+        size = self.model.sizes[entry]
+        indexes = data.draw(st.sets(st.integers(0, size - 1), min_size=1))
+        expect_conflict = (self.model.cumulative_conflict(txn, entry - 1)
+                           or self.model.individual_conflict(txn, [(entry, indexes)]))
+        ack = IndividualAck(self.positions[entry], size, tuple(acking(size, *indexes)))
+        try:
+            self.run(self.sub.handle.cumulative_ack_in_batch(txn, self.positions[entry - 1], ack))
+        except TransactionConflictError:
+            assert expect_conflict, f"unexpected conflict for {txn} up to {entry}:{sorted(indexes)}"
+            return
+        assert not expect_conflict, f"missed conflict for {txn} up to {entry}:{sorted(indexes)}"
+        self.model.cumulative = (txn, entry - 1)
+        for index in indexes:
+            self.model.reserved[entry][index] = txn
 
     # --- ends -----------------------------------------------------------------------------
 

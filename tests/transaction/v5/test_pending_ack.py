@@ -85,6 +85,29 @@ async def test_conflicts_are_the_v4_rules(v5):
     await handle.close()
 
 
+async def test_a_cumulative_ack_inside_a_batch_is_one_request(v5):
+    """Its two parts (the entries before the batch, the batch's indexes) are op records of
+    one request: a conflict of either writes neither; accepted, both come back at replay."""
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 3, CommandSubscribe.Exclusive)
+    t1 = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    t2 = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(t1, [IndividualAck(positions[2], 4, (0b1101,))])         # index 1
+    with pytest.raises(TransactionConflictError):
+        await handle.cumulative_ack_in_batch(t2, positions[1], IndividualAck(positions[2], 4, (0b1000,)))
+    assert len(await ack_records(v5)) == 1 and handle.cumulative_ack_of_txn is None
+    await handle.cumulative_ack_in_batch(t2, positions[1], IndividualAck(positions[2], 4, (0b1110,)))
+    assert len(await ack_records(v5)) == 3
+    await handle.close()
+    await v5.restart()
+    ledger, cursor, handle, _, seen = await open_sub(v5, 0, CommandSubscribe.Exclusive)
+    assert handle.cumulative_ack_of_txn == (t2, positions[1])
+    assert handle.pending_ack_set(positions[2]) == [0b1100]
+    await v5.coordinator.end_transaction(t2, COMMIT)
+    await eventually(lambda: cursor.mark_delete == positions[1])
+    await handle.wait_materialised()
+    assert cursor.batch_ack_set(positions[2]) == [0b1110]
+    await handle.close()
+
 async def test_ack_in_an_ended_or_unknown_txn_is_a_conflict(v5):
     ledger, cursor, handle, positions, seen = await open_sub(v5, 2)
     txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
