@@ -38,6 +38,7 @@ from typing import Any
 
 from benchmarks.figures import Figure, Target
 from benchmarks.history import ABORT, COMMIT, FAIL, INFO, OK, SEND, History, Result, check
+from benchmarks.transfer import Transfer, TransferResult, finish
 from pyengine.client import Client, MessageId
 from pyengine.client import transaction as txn_states
 from pyengine.client.url import BrokerAddress
@@ -62,12 +63,15 @@ def measured(name: str, description: str, unit: str = "", op: str | None = None,
 
 FIGURES = [
     measured("anomalies", "anomalies the history checker found (aborted/precommitted reads, lost writes, torn "
-             "transactions, duplicates, order disagreements, non-contiguous transactions)", "", "<=", 0),
+             "transactions, duplicates, order disagreements, non-contiguous transactions) and the exactly-once "
+             "check of consume-transform-produce (outputs duplicated, aborted, lost)", "", "<=", 0),
     measured("txns_committed", "transactions whose commit was acknowledged"),
     measured("txns_aborted", "transactions aborted (abort, commit refused, or commit never sent)"),
     measured("txns_unknown", "transactions whose commit had an unknown outcome (timeout, crash)"),
     measured("kills", "kill -9 + restart of the broker during the run"),
     measured("values_read", "distinct values the readers received"),
+    measured("transfer_txns_committed", "consume-transform-produce transactions committed (each acknowledges "
+             "what it consumed and sends its outputs)"),
 ]
 
 NOTES = """
@@ -79,6 +83,13 @@ Nemesis: SIGKILL + restart every 3-8 s (full run 4-10 s); the proxy holds 50% of
 worker's 2 s transaction timeout, and past the 5 s operation timeout: an unknown outcome that
 commits when its timeout is 10 s). Full run: 180 s of load;
 `--quick`: 40 s. The checker's classes are documented in `benchmarks/history.py`.
+
+Exactly-once processing (`benchmarks/transfer.py`), in the same run and under the same
+nemesis: a feeder sends unique values to a source topic; 2 processors consume it on one Shared
+subscription and, in transactions of 1-5 messages, acknowledge each message and send
+`value|txn` to a sink topic, then commit (80%) or abort. At the end the sink, read
+READ_COMMITTED, must hold every value the source acknowledged exactly once, from a transaction
+that did not abort, and every output of every committed transaction.
 
 The readers drain the topics only once every transaction has ended (the proxy closed, then
 the longest transaction timeout passed): a READ_COMMITTED reader rightly stops before an open
@@ -401,9 +412,14 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
     run = f"{seed:08x}"
     topics = [f"persistent://public/default/soak-{run}-{i}" for i in range(TOPICS)]
     s = Soak(broker, History(), topics, rnd)
+    sink = f"persistent://public/default/transfer-{run}-out"
+    transfer = Transfer(broker.url, f"persistent://public/default/transfer-{run}-in", sink, scalable=False,
+                        rnd=rnd, stop=s.stop, drain_now=s.drain_now, error=s.error)
+    transferred = None
     try:
         readers = [asyncio.ensure_future(s.reader(name, broker.url, topic, name == "c1"))
                    for name in ("r1", "r2", "c1") for topic in topics]
+        transfer_tasks = transfer.tasks()
         workers = [asyncio.ensure_future(s.worker(f"w{i}", broker.url, (TXN_TIMEOUT_MS,))) for i in range(WORKERS)]
         workers.append(asyncio.ensure_future(
             s.worker("wp", f"pulsar://127.0.0.1:{proxy.port}", PROXY_TXN_TIMEOUTS_MS, proxy)))
@@ -425,6 +441,7 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
         for r in results:
             if isinstance(r, BaseException):
                 s.error("reader task", r)
+        transferred = await finish(transfer, transfer_tasks, lambda: _just(sink))
     finally:
         await proxy.close()
         if broker.process is not None:
@@ -432,8 +449,9 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
     result = check(s.history)
     info = {"seed": seed, "kills": s.kills, "ops": len(s.history), "end_txn_delayed": proxy.delayed,
             "end_txn_dropped": proxy.dropped, "seconds": round(time.monotonic() - started, 1),
-            "errors": dict(sorted(s.errors.items())), "drains": s.drains, "history": s.history}
-    if not result.valid:
+            "errors": dict(sorted(s.errors.items())), "drains": s.drains, "history": s.history,
+            "transfer": transferred}
+    if not result.valid or transferred.count:
         # keep what a reproduction needs: the history (pickled Ops) and the broker's log
         keep = Path(tempfile.gettempdir()) / f"pyengine-soak-{seed}"
         keep.mkdir(exist_ok=True)
@@ -445,6 +463,7 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
         if "kept" in info:
             print(f"soak: history and broker log kept in {info['kept']}", file=sys.stderr)
         print(f"soak seed={seed}: {result.summary()}", file=sys.stderr)
+        print(f"soak: {transferred.summary()}", file=sys.stderr)
         print(f"soak: kills={s.kills} ops={len(s.history)} END_TXN delayed={proxy.delayed} "
               f"dropped={proxy.dropped} in {info['seconds']} s; client errors: {info['errors']}", file=sys.stderr)
         if not result.valid:
@@ -452,8 +471,14 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
     return result, info
 
 
+async def _just(topic: str) -> list[str]:
+    return [topic]
+
+
 def figures_of(result: Result, info: dict[str, Any]) -> dict[str, float]:
-    return {"anomalies": result.count, "txns_committed": result.stats["txns_committed"],
+    transferred: TransferResult = info["transfer"]
+    return {"anomalies": result.count + transferred.count, "txns_committed": result.stats["txns_committed"],
+            "transfer_txns_committed": transferred.stats["transfer_txns_committed"],
             "txns_aborted": result.stats["txns_aborted"], "txns_unknown": result.stats["txns_unknown"],
             "kills": info["kills"], "values_read": result.stats["values_read"]}
 

@@ -37,6 +37,7 @@ from benchmarks.bench_soak import (
     INFO, OK, OPERATION_TIMEOUT_S, PROXY_TXN_TIMEOUTS_MS, SHORT_TIMEOUT_MS, TXN_TIMEOUT_MS, EndTxnDelayProxy,
     FIGURES as SOAK_FIGURES, Soak, acknowledged_id, figures_of, measured, through_proxy)
 from benchmarks.history import ABORT, SEND, History, Op, Result, check
+from benchmarks.transfer import Transfer, finish
 from pyengine.client import Client
 from pyengine.testing import ServeProcess
 
@@ -57,7 +58,9 @@ of the broker (as `soak`), and a split of a random active segment or a merge of 
 ones every 1-4 s (merges once a topic has 6 active segments). Transactions time out after 4 s
 (the proxied worker's after 2 or 10 s). Full run: 180 s of load; `--quick`: 40 s. Each segment
 is a topic of the history (`benchmarks/history.py`); a value's topic is the segment its
-receipt names.
+receipt names. Exactly-once processing as in `soak` (`benchmarks/transfer.py`), on two more
+scalable topics, split and merged as well: the processors consume with a QueueConsumer and
+send keyed outputs, in v5 transactions.
 """
 
 
@@ -80,6 +83,7 @@ class ScalableSoak(Soak):
         self.segments: dict[str, set[str]] = {t: set() for t in topics}
         self.readers: dict[str, asyncio.Task[None]] = {}
         self.layout_changes = 0
+        self.layout_topics = list(topics)          # split and merged: these and the transfer's
 
     def admin_path(self, topic: str) -> str:
         return "/admin/v2/scalable/" + topic.removeprefix("topic://")
@@ -91,7 +95,7 @@ class ScalableSoak(Soak):
             return 0, repr(exc)
 
     async def create_topics(self) -> None:
-        for topic in self.topics:
+        for topic in self.layout_topics:
             status, body = await self.admin("PUT", f"{self.admin_path(topic)}?numInitialSegments={INITIAL_SEGMENTS}")
             if status != 204:
                 raise RuntimeError(f"creating {topic}: HTTP {status} {body}")
@@ -129,7 +133,7 @@ class ScalableSoak(Soak):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), rnd.uniform(*LAYOUT_PAUSE_S))
                 return
-            topic = rnd.choice(self.topics)
+            topic = rnd.choice(self.layout_topics)
             layout = await self.layout(topic)
             if layout is None:
                 continue
@@ -205,6 +209,12 @@ class ScalableSoak(Soak):
         finally:
             await client.close()
 
+    async def segment_topics(self, topic: str) -> list[str]:
+        layout = await self.layout(topic)
+        if layout is None:
+            raise RuntimeError(f"no layout of {topic}")
+        return [self.segment_topic(topic, segment) for segment in layout["segments"].values()]
+
     def segment_name(self, topic: str, segment_id: int) -> str:
         """The segment:// topic of `segment_id`: the watcher names every segment it has seen (a
         receipt's segment was created before the send, so it is known by the drain at the latest)."""
@@ -238,9 +248,15 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
     proxy = await EndTxnDelayProxy(broker.port, rnd).start()
     topics = [f"topic://public/default/soak-{seed:08x}-{i}" for i in range(TOPICS)]
     s = ScalableSoak(broker, History(), topics, rnd)
+    source, sink = (f"topic://public/default/transfer-{seed:08x}-{end}" for end in ("in", "out"))
+    s.layout_topics += [source, sink]
+    transfer = Transfer(broker.url, source, sink, scalable=True, rnd=rnd, stop=s.stop, drain_now=s.drain_now,
+                        error=s.error)
+    transferred = None
     try:
         await s.create_topics()
         watcher = asyncio.ensure_future(s.watch_segments(broker.url))
+        transfer_tasks = transfer.tasks()
         workers = [asyncio.ensure_future(s.worker(f"w{i}", broker.url, (TXN_TIMEOUT_MS,))) for i in range(WORKERS)]
         workers.append(asyncio.ensure_future(
             s.worker("wp", f"pulsar://127.0.0.1:{proxy.port}", PROXY_TXN_TIMEOUTS_MS, proxy)))
@@ -263,6 +279,7 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
         for r in results:
             if isinstance(r, BaseException):
                 s.error("reader task", r)
+        transferred = await finish(transfer, transfer_tasks, lambda: s.segment_topics(sink))
     finally:
         await proxy.close()
         if broker.process is not None:
@@ -271,9 +288,10 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
     result = check(ops)
     info = {"seed": seed, "kills": s.kills, "ops": len(ops), "layout_changes": s.layout_changes,
             "segments": sum(len(v) for v in s.segments.values()), "seconds": round(time.monotonic() - started, 1),
-            "errors": dict(sorted(s.errors.items())), "history": ops}
+            "errors": dict(sorted(s.errors.items())), "history": ops, "transfer": transferred}
     if verbose:
         print(f"soak_scalable seed={seed}: {result.summary()}", file=sys.stderr)
+        print(f"soak_scalable: {transferred.summary()}", file=sys.stderr)
         print(f"soak_scalable: kills={s.kills} layout changes={s.layout_changes} segments={info['segments']} "
               f"ops={len(ops)} in {info['seconds']} s; errors: {info['errors']}", file=sys.stderr)
         for key, example in sorted(s.error_examples.items()):

@@ -16,7 +16,7 @@ from pyengine.testing import ServeProcess
 
 def test_figures_are_the_issues():
     assert [f.name for f in bench_soak.FIGURES] == [
-        "anomalies", "txns_committed", "txns_aborted", "txns_unknown", "kills", "values_read"]
+        "anomalies", "txns_committed", "txns_aborted", "txns_unknown", "kills", "values_read", "transfer_txns_committed"]
     anomalies = bench_soak.FIGURES[0]
     assert anomalies.target is not None and anomalies.target.met(0) and not anomalies.target.met(1)
 
@@ -46,6 +46,8 @@ async def test_a_short_soak_finds_no_anomaly(tmp_path):
     figures = bench_soak.figures_of(result, info)
     assert figures["kills"] >= 1 and figures["txns_committed"] > 0 and figures["txns_aborted"] > 0
     assert figures["values_read"] > 0
+    assert figures["transfer_txns_committed"] > 0 and info["transfer"].count == 0, info["transfer"].summary()
+    assert info["transfer"].stats["outputs"] > 0
     # the checker is not vacuous on a real history: one committed value's read dropped is found
     history = info["history"].ops
     committed = {op.txn for op in history if op.f == "commit" and op.type == "ok"}

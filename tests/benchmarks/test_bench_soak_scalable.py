@@ -13,7 +13,7 @@ from benchmarks.history import check
 def test_figures_are_the_soaks_and_the_layout_changes():
     names = [f.name for f in bench_soak_scalable.FIGURES]
     assert names == ["anomalies", "txns_committed", "txns_aborted", "txns_unknown", "kills", "values_read",
-                     "layout_changes"]
+                     "transfer_txns_committed", "layout_changes"]
 
 
 async def test_a_short_scalable_soak_finds_no_anomaly(tmp_path):
@@ -22,6 +22,8 @@ async def test_a_short_scalable_soak_finds_no_anomaly(tmp_path):
     assert result.valid, f"seed {seed}: {result.summary()}"
     assert info["kills"] >= 1 and info["layout_changes"] >= 1, info
     assert result.stats["txns_committed"] > 0 and result.stats["txns_aborted"] > 0 and result.stats["values_read"] > 0
+    transferred = info["transfer"]
+    assert transferred.count == 0 and transferred.stats["transfer_txns_committed"] > 0, transferred.summary()
     history = info["history"]
     # each stored value's topic is the segment its receipt named: the checks run per segment log
     stored = [op for op in history if op.f == "send" and op.type == "ok" and op.msg_id is not None]

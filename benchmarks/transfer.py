@@ -1,0 +1,255 @@
+"""Exactly-once processing under a soak's nemesis: consume-transform-produce in transactions.
+
+A feeder sends unique values to a source topic (plain sends, de-duplicated by the broker).
+Processors consume the source on one Shared subscription and, in a transaction, acknowledge
+each message they take and send `value|txn` to a sink topic; then they commit (most) or abort.
+An abort gives the acknowledged messages back (Pulsar redelivers them), a commit makes the
+outputs visible and the acknowledgements final, all or nothing. At the end, once every
+transaction has ended and the processors have emptied the source, the sink is read
+(READ_COMMITTED, from the earliest message) and checked:
+
+- `duplicate_output`: a value output twice (processed by two transactions that both committed,
+  or one stored twice): exactly-once broken;
+- `aborted_output`: an output of a transaction that aborted (or whose commit failed) is visible;
+- `lost_input`: a value the source acknowledged never reached the sink (its message was
+  acknowledged by a committed transaction whose output is missing, or never processed: stuck
+  unacknowledged, or its acknowledgement kept by an aborted transaction);
+- `lost_output`: an output of a committed transaction is missing;
+- `phantom_output`: an output of a value never fed, or of a transaction never seen.
+
+Pulsar's exactly-once contract (PIP-31) is exactly these four. The soak's nemesis (broker kills,
+delayed END_TXN frames, splits and merges on scalable topics) runs meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from pyengine.client import Client, MessageId
+from pyengine.client import transaction as txn_states
+from pyengine.errors import InvalidTxnStatusError
+
+TRANSFER_CLASSES = ("duplicate_output", "aborted_output", "lost_input", "lost_output", "phantom_output")
+PROCESSORS = 2
+TXN_TIMEOUT_MS = 4000
+QUIET_S = 4.0                  # the processors' drain ends after this long without a message
+SUBSCRIPTION = "transfer"
+
+
+@dataclass
+class TransferResult:
+    anomalies: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {c: [] for c in TRANSFER_CLASSES})
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.anomalies.values())
+
+    def found(self) -> set[str]:
+        return {c for c, v in self.anomalies.items() if v}
+
+    def summary(self, per_class: int = 3) -> str:
+        lines = [f"{self.count} transfer anomalies; {self.stats}"]
+        for kind, found in self.anomalies.items():
+            if found:
+                lines.append(f"  {kind}: {len(found)}")
+                lines.extend(f"    {d}" for d in found[:per_class])
+        return "\n".join(lines)
+
+
+COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
+
+
+def check_transfer(fed: dict[str, bool], txns: dict[str, tuple[list[str], str]],
+                   outputs: list[str]) -> TransferResult:
+    """`fed`: value -> True when its send was acknowledged (False: unknown outcome); `txns`:
+    txn -> (values it output, outcome); `outputs`: the sink's messages as read (`value|txn`)."""
+    result = TransferResult()
+    add = lambda kind, **details: result.anomalies[kind].append(details)   # noqa: E731
+    seen: Counter[str] = Counter()
+    by_txn: dict[str, set[str]] = {}
+    for output in outputs:
+        value, _, txn = output.partition("|")
+        seen[value] += 1
+        by_txn.setdefault(txn, set()).add(value)
+        if value not in fed or txn not in txns:
+            add("phantom_output", output=output)
+        elif txns[txn][1] == ABORTED:
+            add("aborted_output", output=output)
+    for value, count in seen.items():
+        if count > 1:
+            add("duplicate_output", value=value, count=count,
+                by=sorted(t for t, values in by_txn.items() if value in values))
+    for value, acknowledged in fed.items():
+        if acknowledged and value not in seen:
+            add("lost_input", value=value)
+    for txn, (values, outcome) in txns.items():
+        if outcome == COMMITTED:
+            missing = [v for v in values if v not in by_txn.get(txn, ())]
+            if missing:
+                add("lost_output", txn=txn, missing=missing)
+    result.stats = {
+        "fed": len(fed), "outputs": len(outputs),
+        "transfer_txns_committed": sum(1 for _, o in txns.values() if o == COMMITTED),
+        "transfer_txns_aborted": sum(1 for _, o in txns.values() if o == ABORTED),
+        "transfer_txns_unknown": sum(1 for _, o in txns.values() if o == UNKNOWN),
+    }
+    return result
+
+
+class Transfer:
+    """The feeder and processors of one run. `scalable`: `topic://` source and sink (v5
+    transactions, a QueueConsumer, keyed sends); else `persistent://` topics (v4). `stop`: the
+    load ends (the feeder stops, the processors go on); `drain_now`: every transaction of the
+    soak has ended: the processors empty the source, then stop. `sink_topics()`: the topics
+    (segments) to read the sink from."""
+
+    def __init__(self, url: str, source: str, sink: str, *, scalable: bool, rnd: random.Random,
+                 stop: asyncio.Event, drain_now: asyncio.Event, error: Callable[[str, BaseException], None]) -> None:
+        self.url, self.source, self.sink, self.scalable, self.rnd = url, source, sink, scalable, rnd
+        self.stop, self.drain_now, self.error = stop, drain_now, error
+        self.fed: dict[str, bool] = {}
+        self.txns: dict[str, tuple[list[str], str]] = {}
+        self.done = asyncio.Event()
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [asyncio.ensure_future(self.feeder()),
+                *(asyncio.ensure_future(self.processor(f"p{i}")) for i in range(PROCESSORS))]
+
+    async def feeder(self) -> None:
+        client = Client(self.url, operation_timeout_seconds=5.0)
+        producer = None
+        n = 0
+        try:
+            while not self.stop.is_set():
+                await asyncio.sleep(self.rnd.uniform(0.005, 0.03))
+                try:
+                    if producer is None:
+                        producer = await client.create_producer(self.source, send_timeout_ms=5000)
+                except Exception as exc:
+                    self.error("feeder producer", exc)
+                    await asyncio.sleep(0.2)
+                    continue
+                n += 1
+                value = f"x{n}"
+                self.fed[value] = False
+                try:
+                    if self.scalable:
+                        await producer.send(value.encode(), key=value)
+                    else:
+                        await producer.send(value.encode())
+                except Exception as exc:
+                    self.error("feeder send", exc)
+                else:
+                    self.fed[value] = True
+        finally:
+            await client.close()
+
+    async def _consumer(self, client: Client) -> Any:
+        if self.scalable:
+            return await client.subscribe_queue(self.source, SUBSCRIPTION)
+        return await client.subscribe(self.source, SUBSCRIPTION, consumer_type="shared", initial_position="earliest")
+
+    async def processor(self, name: str) -> None:
+        rnd = self.rnd
+        client = Client(self.url, operation_timeout_seconds=5.0)
+        consumer = producer = None
+        quiet_since = time.monotonic()
+        try:
+            while True:
+                if self.drain_now.is_set() and time.monotonic() - quiet_since > QUIET_S:
+                    return
+                try:
+                    if consumer is None:
+                        consumer = await self._consumer(client)
+                    if producer is None:
+                        producer = await client.create_producer(self.sink, send_timeout_ms=5000)
+                    txn = await client.new_transaction(TXN_TIMEOUT_MS, scalable=self.scalable)
+                except Exception as exc:
+                    self.error(f"{name} start", exc)
+                    await asyncio.sleep(0.2)
+                    continue
+                t = f"{name}:{txn.txn_id}"
+                values: list[str] = []
+                self.txns[t] = (values, ABORTED)          # until its commit is known
+                ok = True
+                for _ in range(rnd.randint(1, 5)):
+                    try:
+                        message = await consumer.receive(0.2)
+                    except TimeoutError:
+                        break
+                    except Exception as exc:
+                        self.error(f"{name} receive", exc)
+                        ok = False
+                        break
+                    quiet_since = time.monotonic()
+                    value = message.data.decode()
+                    try:
+                        await consumer.acknowledge(message, txn=txn)
+                        values.append(value)
+                        output = f"{value}|{t}".encode()
+                        if self.scalable:
+                            await producer.send(output, key=value, txn=txn)
+                        else:
+                            await producer.send(output, txn=txn)
+                    except Exception as exc:
+                        self.error(f"{name} ack/send", exc)
+                        ok = False
+                        break
+                if ok and values and rnd.random() < 0.8:
+                    self.txns[t] = (values, await self._commit(name, txn))
+                else:
+                    with contextlib.suppress(Exception):
+                        await txn.abort()
+                    if not ok:
+                        # what this consumer holds unacknowledged comes back on a new one
+                        with contextlib.suppress(Exception):
+                            await consumer.close()
+                        consumer = None
+        finally:
+            await client.close()
+
+    async def _commit(self, name: str, txn: Any) -> str:
+        try:
+            await txn.commit()
+        except Exception as exc:
+            self.error(f"{name} commit", exc)
+            if txn.state in (txn_states.ABORTED, txn_states.TIMED_OUT) or (
+                    isinstance(exc, InvalidTxnStatusError) and "timed out" in str(exc)):
+                return ABORTED          # never sent, or refused as timed out: it can never commit
+            return UNKNOWN              # a crash, a timeout, a refusal of a commit sent twice...
+        return COMMITTED
+
+    async def read_sink(self, topics: list[str]) -> list[str]:
+        """Every committed output, read from the earliest message of each of `topics`."""
+        outputs: list[str] = []
+        async with Client(self.url, operation_timeout_seconds=10.0) as client:
+            for topic in topics:
+                reader = await client.create_reader(topic, MessageId.earliest, start_message_id_inclusive=True)
+                while await reader.has_message_available():
+                    try:
+                        outputs.append((await reader.receive(10)).data.decode())
+                    except TimeoutError as exc:     # more stored, nothing comes: counted, not hidden
+                        self.error(f"reading the sink {topic} stopped early", exc)
+                        break
+                await reader.close()
+        return outputs
+
+
+async def finish(transfer: Transfer, tasks: list[asyncio.Task[None]],
+                 sink_topics: Callable[[], Awaitable[list[str]]]) -> TransferResult:
+    """Once the soak has set `drain_now`: wait for the processors to empty the source and for
+    their last transactions to end (a commit of unknown outcome: its timeout), then read the
+    sink and check the run."""
+    for result in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(result, BaseException):
+            transfer.error("transfer task", result)
+    await asyncio.sleep(TXN_TIMEOUT_MS / 1000 + 1)
+    outputs = await transfer.read_sink(await sink_topics())
+    return check_transfer(transfer.fed, transfer.txns, outputs)
