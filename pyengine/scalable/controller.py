@@ -36,6 +36,13 @@ refused once the new leader claimed the operation or began the next one. A creat
 the incarnation of the operation's layout (layout.py): refused for good once the topic is
 deleted, even when a topic of the same name (and segment ids) is created again.
 
+Consumer records are fenced the same way (coordinator.py): each write is a compare-and-set, and
+a take-over rewrites every record it restores. A leader whose write is refused (deposed, or a
+deposed one wrote before its claim) steps down: it drops its leader state — its consumers
+register again — and takes over anew, which goes on only while the store still holds its
+election record (its local view of the election may lag: a paused process). A take-over is
+all or nothing: the coordinators of one that fails part-way are closed.
+
 `fault` (tests): an async callable run after each step with the step's name, to inject crashes.
 """
 
@@ -102,6 +109,7 @@ class ScalableTopicController:
         self._takeover: asyncio.Task | None = None
         self._settling: asyncio.Task | None = None      # retrying a split or merge left pending
         self._closed = False
+        self._store_leader: str | None = None     # the leader the store named when a take-over gave up
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -168,19 +176,62 @@ class ScalableTopicController:
             log.exception("controller of %s: take-over failed", self.topic)
 
     async def _take_over(self) -> None:
-        if self._leading or not self.election.is_leader:
+        if self._leading or not self.is_leader:
+            return
+        if not await self._holds_election():
             return
         # a pending operation that cannot complete yet does not keep the new leader from
         # serving its consumers: it is retried in the background
         await self._settle(required=False)
         self.layout, self.version = await self.resources.load(self.topic)
-        for name in await self.resources.subscriptions(self.topic):
-            coordinator = SubscriptionCoordinator(self.topic, name, self.resources, self.layout, self.grace_period,
-                                                  self.segments)
-            await coordinator.restore()
-            self.subscriptions[name] = coordinator
+        restored: dict[str, SubscriptionCoordinator] = {}
+        try:
+            for name in await self.resources.subscriptions(self.topic):
+                restored[name] = self._coordinator(name)
+                await restored[name].restore()
+        except BaseException:
+            # all or nothing: a retry restores them anew, and the grace timers of these must
+            # not evict sessions the retry's coordinators serve
+            for coordinator in restored.values():
+                coordinator.close()
+            raise
+        if not self.is_leader:                  # lost meanwhile
+            for coordinator in restored.values():
+                coordinator.close()
+            return
+        self.subscriptions.update(restored)
         self._leading = True
         log.info("controller of %s: leading at epoch %d", self.topic, self.layout.epoch)
+
+    async def _holds_election(self) -> bool:
+        """Whether the store's election record is ours. The local view can lag the store: a
+        process paused past its session's expiry still believes it leads while another does."""
+        record = await self.resources.store.get(self.election.path)
+        if record is not None and record.session_id == self.election.session.id:
+            self._store_leader = None
+            return True
+        self._store_leader = record.value.decode(errors="replace") if record is not None else None
+        log.info("controller of %s: the election record is not ours (leader: %s): not taking over",
+                 self.topic, self._store_leader)
+        return False
+
+    def _coordinator(self, subscription: str) -> SubscriptionCoordinator:
+        assert self.layout is not None
+        return SubscriptionCoordinator(self.topic, subscription, self.resources, self.layout, self.grace_period,
+                                       self.segments, on_conflict=self._consumer_write_refused)
+
+    def _consumer_write_refused(self) -> NotLeaderError:
+        """A coordinator's write was refused: a consumer record changed since it read it (a
+        newer leader claimed it, or a deposed one wrote it before our claim). Step down rather
+        than retry on a stale view, and take over anew: that re-reads the records, and goes on
+        only while the store's election record is still ours. The error its caller raises."""
+        log.warning("controller of %s: a consumer record was written by another leader: stepping down",
+                    self.topic)
+        error = NotLeaderError(self.topic, None)
+        self._drop_leader_state(error)
+        if not self._closed:
+            self._takeover = asyncio.get_running_loop().create_task(self._take_over_locked())
+        return error
 
     def _drop_leader_state(self, tell: PulsarError | None = None) -> None:
         """Forget the sessions (kept in the store for the next leader); `tell`: the error the
@@ -205,7 +256,9 @@ class ScalableTopicController:
         async with self._lock:
             await self._take_over()
             if not (self.is_leader and self._leading):
-                raise NotLeaderError(self.topic, self.election.leader)
+                # elected in our own view but not in the store's: name the store's leader
+                raise NotLeaderError(self.topic, self._store_leader if self.election.is_leader
+                                     else self.election.leader)
             await self._settle(required=settle)
             yield
 
@@ -449,9 +502,12 @@ class ScalableTopicController:
         for segment in self.layout.active_segments:
             await self.segments.create_subscription(segment.topic_name(self.topic), subscription)
         if subscription not in self.subscriptions:
-            coordinator = SubscriptionCoordinator(self.topic, subscription, self.resources, self.layout,
-                                                  self.grace_period, self.segments)
-            await coordinator.restore()
+            coordinator = self._coordinator(subscription)
+            try:
+                await coordinator.restore()
+            except BaseException:
+                coordinator.close()             # its grace timers must not outlive it
+                raise
             self.subscriptions[subscription] = coordinator
         return created
 

@@ -16,6 +16,13 @@ its grace-period timer live only in the leader's memory. A consumer that disconn
 segments for `grace_period` seconds; reconnecting under the same name within it resumes the
 same assignment without a rebalance; when the timer fires it is evicted and the others take its
 segments. A new leader loads the registrations and gives every consumer a fresh grace period.
+
+Fencing. Every write of a record is a compare-and-set on the version (and mod revision) this
+coordinator read or wrote, and a new leader's restore rewrites every record it loads (a claim).
+A deposed leader that has not noticed yet (a paused process: its grace timers and rebalances
+still run) then has its writes refused instead of evicting the new leader's sessions or pushing
+an assignment of the same layout epoch as the new leader's. A refused write closes the
+coordinator and calls `on_conflict` (the controller steps down); the error it returns is raised.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pyengine.errors import ConsumerBusyError, PulsarError
+from pyengine.metadata import BadVersionError
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import HashRange, SegmentLayout
 from pyengine.scalable.resources import ConsumerRecord, ScalableTopicResources
@@ -66,6 +74,9 @@ class ConsumerAssignment:
 AssignmentListener = Callable[[ConsumerAssignment | PulsarError], None]
 # Whether a registration's connection still answers (a PING); one that does not is closed.
 LivenessCheck = Callable[[], Awaitable[bool]]
+# A write of a consumer record was refused (another leader wrote it): the coordinator's owner
+# stops acting on its records; returns the error to raise.
+ConflictHandler = Callable[[], BaseException]
 
 
 @dataclass
@@ -97,8 +108,10 @@ def round_robin(layout: SegmentLayout, consumer_names: list[str]) -> dict[str, l
 
 class SubscriptionCoordinator:
     def __init__(self, topic: TopicName, subscription: str, resources: ScalableTopicResources,
-                 layout: SegmentLayout, grace_period: float, segments: SegmentOperations | None = None) -> None:
+                 layout: SegmentLayout, grace_period: float, segments: SegmentOperations | None = None,
+                 on_conflict: ConflictHandler | None = None) -> None:
         self.topic = topic
+        self.on_conflict = on_conflict
         self.segments = segments
         self._drain_task: asyncio.Task | None = None
         self.subscription = subscription
@@ -119,10 +132,16 @@ class SubscriptionCoordinator:
             registration = ConsumerRegistration(record.consumer_name, record=record)
             self.consumers[record.consumer_name] = registration
             self._start_grace(registration)
+        # the claim: each record rewritten as read, so that the previous leader's writes, held
+        # at the versions it knew, are refused from now on (raises once one changed since read)
+        for registration in list(self.consumers.values()):
+            await self._save(registration.record)
         if self.consumers:
             try:
                 await self._rebalance()
             except Exception as error:
+                if self._closed:
+                    raise                       # a refused write: not ours to recompute
                 # e.g. a segment's broker is down: the stored assignments stand meanwhile, and
                 # the take-over must not fail for it (the drain watch retries)
                 log.warning("recomputing the assignments of %s/%s failed (retrying): %s",
@@ -194,13 +213,14 @@ class SubscriptionCoordinator:
         if self.consumers.get(registration.consumer_name) is registration:
             del self.consumers[registration.consumer_name]
         try:
-            if registration.record.version is not None:
-                await self.resources.delete_consumer(self.topic, self.subscription, registration.consumer_name)
-            await self._rebalance()             # the others take its segments back
+            await self._delete(registration)
+            if not self._closed:
+                await self._rebalance()         # the others take its segments back
         except Exception:
             log.exception("undoing the registration of consumer %s of %s/%s failed", registration.consumer_name,
                           self.topic, self.subscription)
-            if registration.record.version is not None and registration.consumer_name not in self.consumers:
+            if registration.record.version is not None and registration.consumer_name not in self.consumers \
+                    and not self._closed:
                 # its record stayed: keep it as a disconnected session, evicted after the grace period
                 registration.connected, registration.on_assignment = False, None
                 self.consumers[registration.consumer_name] = registration
@@ -232,7 +252,7 @@ class SubscriptionCoordinator:
         if registration is None:
             return
         self._cancel_grace(registration)
-        await self.resources.delete_consumer(self.topic, self.subscription, consumer_name)
+        await self._delete(registration)
         await self._rebalance()
 
     async def on_layout_change(self, layout: SegmentLayout) -> None:
@@ -347,7 +367,7 @@ class SubscriptionCoordinator:
             previous = record.segment_ids, record.layout_epoch
             record.segment_ids, record.layout_epoch = segment_ids, self.layout.epoch
             try:
-                await self.resources.save_consumer(self.topic, self.subscription, record)
+                await self._save(record)
             except BaseException:
                 # not stored: the next rebalance must see the difference and store it
                 record.segment_ids, record.layout_epoch = previous
@@ -358,6 +378,28 @@ class SubscriptionCoordinator:
                 except Exception:
                     log.exception("pushing an assignment to consumer %s failed", name)
         return held
+
+    async def _save(self, record: ConsumerRecord) -> None:
+        try:
+            await self.resources.save_consumer(self.topic, self.subscription, record)
+        except BadVersionError as error:
+            raise self._refused(record.consumer_name, error) from error
+
+    async def _delete(self, registration: ConsumerRegistration) -> None:
+        try:
+            await self.resources.delete_consumer(self.topic, self.subscription, registration.record)
+        except BadVersionError as error:
+            raise self._refused(registration.consumer_name, error) from error
+
+    def _refused(self, consumer_name: str, error: BadVersionError) -> BaseException:
+        """Another leader wrote the record since we read or wrote it: this coordinator stops
+        (no more writes, timers or pushes) and its owner steps down; the error to raise."""
+        if self._closed:
+            return error
+        log.warning("the record of consumer %s of %s/%s was written by another leader: stopping (%s)",
+                    consumer_name, self.topic, self.subscription, error)
+        self.close()
+        return self.on_conflict() if self.on_conflict is not None else error
 
     def _start_grace(self, registration: ConsumerRegistration) -> None:
         self._cancel_grace(registration)

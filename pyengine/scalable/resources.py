@@ -142,15 +142,17 @@ class ConsumerRecord:
     layout_epoch: int = 0
     segment_ids: list[int] = field(default_factory=list)
     version: int | None = None            # of the store record (None: not stored yet)
+    revision: int | None = None           # its mod revision (never reused, unlike a version)
 
     def to_json(self) -> bytes:
         return json.dumps({"consumerName": self.consumer_name, "layoutEpoch": self.layout_epoch,
                            "assignedSegments": self.segment_ids}).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, version: int) -> ConsumerRecord:
+    def from_json(cls, data: bytes, version: int, revision: int | None = None) -> ConsumerRecord:
         raw = json.loads(data)
-        return cls(raw["consumerName"], raw.get("layoutEpoch", 0), list(raw.get("assignedSegments", [])), version)
+        return cls(raw["consumerName"], raw.get("layoutEpoch", 0), list(raw.get("assignedSegments", [])), version,
+                   revision)
 
 
 class ScalableTopicResources:
@@ -469,15 +471,28 @@ class ScalableTopicResources:
             page = await self.store.list_prefix(f"{self.subscription_path(topic, subscription)}/consumers/",
                                                 after=page.last_path)
             records.extend(page)
-        return [ConsumerRecord.from_json(r.value, r.version) for r in records]
+        return [ConsumerRecord.from_json(r.value, r.version, r.mod_revision) for r in records]
 
     async def save_consumer(self, topic: TopicName, subscription: str, consumer: ConsumerRecord) -> None:
-        record = await self.store.put(self.consumer_path(topic, subscription, consumer.consumer_name),
-                                      consumer.to_json())
-        consumer.version = record.version
+        """Write the record, compare-and-set on the version and mod revision it was read or last
+        written at (not stored yet: it must not exist). BadVersionError when another leader
+        wrote or deleted it since: a new leader's take-over rewrites every record it restores,
+        so a deposed leader's late writes are refused (as the layout's CAS refuses its splits)."""
+        path = self.consumer_path(topic, subscription, consumer.consumer_name)
+        if consumer.version is None:
+            record = await self.store.put(path, consumer.to_json(), -1)
+        else:
+            record = await self.store.put(path, consumer.to_json(), consumer.version,
+                                          expected_mod_revision=consumer.revision)
+        consumer.version, consumer.revision = record.version, record.mod_revision
 
-    async def delete_consumer(self, topic: TopicName, subscription: str, consumer_name: str) -> None:
+    async def delete_consumer(self, topic: TopicName, subscription: str, consumer: ConsumerRecord) -> None:
+        """Delete the record if it is still at the version (and mod revision) `consumer` holds:
+        BadVersionError when another leader wrote it since; nothing when it is gone already."""
+        if consumer.version is None:
+            return                              # never stored by us: not ours to delete
         try:
-            await self.store.delete(self.consumer_path(topic, subscription, consumer_name))
+            await self.store.delete(self.consumer_path(topic, subscription, consumer.consumer_name),
+                                    consumer.version, expected_mod_revision=consumer.revision)
         except NotFoundError:
             pass

@@ -413,3 +413,40 @@ async def test_a_new_leader_takes_over_while_a_segment_broker_is_down(broker, se
             break
         await asyncio.sleep(0.05)
     assert pushed and pushed[-1].segment_ids == [1, 2]
+
+
+async def test_a_take_over_that_fails_part_way_leaves_no_coordinator_behind(services):
+    """The take-over is all or nothing. Before, the coordinators restored before a failing read
+    stayed with their grace timers, and the retried take-over replaced them without closing
+    them: their timers then evicted a session the new coordinators served, connected."""
+    from pyengine.errors import PulsarError
+    from pyengine.metadata import MetadataStoreError
+    a = await services("a", grace_period=30)
+    b = await services("b", grace_period=0.3)
+    await a.create_topic(TOPIC, 2)
+    controller = await a.controller(TOPIC)
+    new_leader = await b.controller(TOPIC)
+    await controller.register_consumer("s1", "c1")
+    await controller.register_consumer("s2", "c2")
+    failed = asyncio.Event()
+    consumers = b.resources.consumers
+
+    async def read_fails_once(topic, subscription):
+        if subscription == "s2" and not failed.is_set():
+            failed.set()                                # after s1 was restored
+            raise MetadataStoreError("the metadata store is unreachable")
+        return await consumers(topic, subscription)
+
+    b.resources.consumers = read_fails_once
+    a.crash()
+    await asyncio.wait_for(failed.wait(), 3)
+    await asyncio.sleep(0.05)                           # the take-over gives up
+    assert not new_leader.subscriptions and not new_leader._leading
+    pushed = []
+    resumed = await new_leader.register_consumer("s1", "c1", 1, pushed.append)     # taken over again
+    assert resumed.segment_ids == [0, 1]
+    await asyncio.sleep(0.5)                            # past the first attempt's grace timers
+    records = await b.resources.consumers(scalable_topic_name(TOPIC), "s1")
+    assert [(r.consumer_name, r.segment_ids) for r in records] == [("c1", [0, 1])]
+    assert new_leader.subscriptions["s1"].consumers["c1"].connected
+    assert not any(isinstance(p, PulsarError) for p in pushed)

@@ -53,3 +53,57 @@ async def test_a_deposed_leader_does_not_finish_a_split_the_new_leader_rolled_ba
     # the new leader can split: the topic goes on
     assert (await b.split_segment(TOPIC, 0)).epoch == 1
     await asyncio.sleep(0)
+
+
+async def _deposed_unnoticed(store, services, num_segments):
+    """`a` leads with consumers c1 and c2 of "s"; then the store ends its session (its election
+    record goes, `b` takes over) while `a`, a paused process, has not noticed: its session still
+    looks alive, its election view still says it leads, its coordinators still run."""
+    a = await services("a", session_ttl=30, grace_period=0.2)
+    b = await services("b", grace_period=30)
+    await a.create_topic(TOPIC, num_segments)
+    old, new = await a.controller(TOPIC), await b.controller(TOPIC)
+    pushed: list = []
+    await old.register_consumer("s", "c1", 1, pushed.append)
+    await old.register_consumer("s", "c2", 2)
+    old.election._task.cancel()                     # its election watch: the deletion not seen yet
+    a._session.abandon()                            # nor a refresh that would report it
+    await store._end_session(a._session.id, expired=False)
+    await new.wait_leading(timeout=3)
+    assert old.is_leader                            # still believes it leads
+    return a, b, old, new, pushed
+
+
+async def stored(service) -> dict[str, list[int]]:
+    return {r.consumer_name: r.segment_ids for r in await service.resources.consumers(scalable_topic_name(TOPIC), "s")}
+
+
+async def test_a_deposed_leaders_grace_timer_does_not_evict_the_new_leaders_session(store, services):
+    """Before, its eviction deleted c2's record under the new leader (which still serves c2's
+    session) and pushed c1 every segment at the same layout epoch as the new leader's."""
+    a, b, old, new, pushed = await _deposed_unnoticed(store, services, 2)
+    kept = await stored(b)
+    assert kept == {"c1": [0], "c2": [1]}
+    old.consumer_disconnected("s", "c2")            # its connection to `a` drops: a grace timer there
+    await asyncio.sleep(0.5)
+    assert await stored(b) == kept                  # the delete was refused
+    assert isinstance(pushed[-1], NotLeaderError)   # c1 is sent to the leader, not given segment 1
+    assert not any(getattr(p, "segment_ids", None) == [0, 1] for p in pushed)
+    assert not old.subscriptions                    # it stepped down, and does not take over again
+    with pytest.raises(NotLeaderError, match="pulsar://b:6650"):
+        await old.register_consumer("s", "c3")
+    assert new.is_leader and (await new.register_consumer("s", "c2")).segment_ids == [1]
+
+
+async def test_a_deposed_leaders_rebalance_does_not_overwrite_the_new_leaders_records(store, services):
+    """Before, registering c3 on the deposed leader rewrote c1's record (taking segment 2 from
+    it under the new leader) and created c3's, which the new leader knew nothing of."""
+    a, b, old, new, pushed = await _deposed_unnoticed(store, services, 3)
+    kept = await stored(b)
+    assert kept == {"c1": [0, 2], "c2": [1]}
+    with pytest.raises(NotLeaderError):
+        await old.register_consumer("s", "c3", 3)
+    assert await stored(b) == kept
+    assert isinstance(pushed[-1], NotLeaderError)
+    assert not any(getattr(p, "segment_ids", None) == [0] for p in pushed)
+    assert new.is_leader and (await new.register_consumer("s", "c1")).segment_ids == [0, 2]

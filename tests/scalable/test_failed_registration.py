@@ -6,6 +6,8 @@ it), and kept segments that nobody read until a leader failover."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from pyengine.metadata import MetadataStoreError
@@ -52,3 +54,21 @@ async def test_a_refused_registration_leaves_no_phantom_consumer(services, faili
     assert c3.segment_ids == [1, 3] and coordinator.assignment_of("c1").segment_ids == [0, 2]
     assert await stored_assignments(service, controller.topic) == {"c1": [0, 2], "c3": [1, 3]}
     assert pushed[-1] == [0, 2]
+
+
+async def test_a_failed_restore_of_a_new_subscription_leaves_no_grace_timer_behind(services):
+    """A subscription the leader did not restore (its record missing, a consumer's record left)
+    is restored on first use; when that fails, its coordinator is closed. Before, it stayed
+    unreferenced with the restored session's grace timer, which evicted the session (nobody
+    had served it a grace period: it is the next restore's to give)."""
+    from pyengine.scalable.resources import ConsumerRecord
+    service = await services("a", grace_period=0.2)
+    await service.create_topic(TOPIC, 2)
+    controller = await service.controller(TOPIC)
+    await service.resources.save_consumer(controller.topic, "s", ConsumerRecord("c1", 0, [0, 1]))
+    FlakyWrites(service.resources, {1})                 # the restore's rewrite of c1's record
+    with pytest.raises(MetadataStoreError):
+        await controller.register_consumer("s", "c2", 2, lambda a: None)
+    assert "s" not in controller.subscriptions
+    await asyncio.sleep(0.4)
+    assert await stored_assignments(service, controller.topic) == {"c1": [0, 1]}
