@@ -30,7 +30,6 @@ from pyengine.naming import TopicName, parse_segment_descriptor
 from pyengine.scalable.controller import NotLeaderError
 from pyengine.scalable.segments import SEGMENT_RATES
 from pyengine.scalable.service import ScalableTopicService
-from pyengine.schema import schema_id
 
 routes = RouteTable("scalable topics")
 BASE = "/admin/v2/scalable/{tenant}/{namespace}"
@@ -154,9 +153,7 @@ async def get_scalable_topic_metadata(call: Call) -> dict[str, Any]:
                                                                           "with their subscriptions", default=False)),
             replies={204: DONE, **errors(404, 412)})
 async def delete_scalable_topic(call: Call) -> None:
-    name = requested_topic(call)
-    await (await scalable(call)).delete_topic(name)
-    await call.service.schemas.registry.delete(schema_id(name), force=True)     # its schemas go with it
+    await (await scalable(call)).delete_topic(requested_topic(call))     # its schemas go with it
 
 
 @routes.add("GET", TOPIC_URL + "/stats", summary="Aggregated stats: segment counts, per-segment counters, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from pyengine.errors import InvalidTopicNameError, NotAllowedError, TopicNotFoundError
 from pyengine.metadata import MetadataStore, Session
@@ -20,6 +21,7 @@ from pyengine.scalable.controller import Fault, NotLeaderError, ScalableTopicCon
 from pyengine.scalable.layout import SegmentLayout
 from pyengine.scalable.resources import ScalableTopicNotFoundError, ScalableTopicResources
 from pyengine.scalable.segments import LocalSegments, SegmentOperations
+from pyengine.schema import schema_id
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +75,7 @@ class ScalableTopicService:
         not running (this broker before a restart on other ports: its URL changed) are owned
         by this broker's URL again. A segment lives in one data dir; left naming the old URL,
         lookups and segment operations would go to a dead address for good."""
-        local = getattr(self.segments, "local", self.segments)
-        broker = getattr(local, "broker", None)
+        broker = self._local_broker()
         if broker is None or not self.broker_url:
             return
         for name in broker.list_topics():
@@ -193,7 +194,27 @@ class ScalableTopicService:
                 await self.segments.delete(segment.topic_name(name))
             except Exception:            # best effort, as Pulsar
                 log.exception("deleting segment %s of %s failed", segment.segment_id, name)
+        await self._delete_schemas(name, incarnation)
         await self.resources.delete(name, incarnation)
+
+    async def _delete_schemas(self, name: TopicName, incarnation: str | None) -> None:
+        """The topic's schemas go before its record, as Pulsar orders it: a crash in between
+        leaves the topic marked, and a retried delete finishes; the other order left them to a
+        topic created again under the name. Checked under the schema's lock that the marked
+        incarnation is still the topic's or its tombstone (a delete that paused while the
+        topic was deleted and created again must not take the new topic's schema)."""
+        broker = self._local_broker()
+        if broker is None:
+            return
+        async with broker.schemas.registry.deleting(schema_id(name)) as delete:
+            if not await self.resources.is_deleting(name, incarnation):
+                raise ScalableTopicNotFoundError(f"scalable topic {name} was deleted and created again")
+            await broker.env.submit(delete)
+
+    def _local_broker(self) -> Any:
+        """The BrokerService whose data dir holds this broker's segments (None: segments only
+        elsewhere, as in tests of the controller alone)."""
+        return getattr(getattr(self.segments, "local", self.segments), "broker", None)
 
     async def list_topics(self, namespace: str) -> list[str]:
         return await self.resources.list(namespace)

@@ -65,6 +65,39 @@ async def test_scalable_topic_lifecycle(api: Api, service):
     assert not [t for t in service.list_topics() if t.startswith("segment://")]
 
 
+async def test_a_crash_during_the_delete_leaves_no_schema_to_a_topic_created_again(api: Api, service):
+    """Pulsar deletes the schema before the topic's metadata: the schema went after the
+    topic's record, and a crash in between left it to a topic created again under the name."""
+    scalable = await service.scalable_topics()
+    delete = scalable.resources.delete
+    string = {"type": "STRING", "schema": "", "properties": {}}
+    json_schema = {"type": "JSON", "schema": '{"type":"record","name":"R","fields":[]}', "properties": {}}
+    schema_url = "/admin/v2/schemas/public/default/orders/schema"
+
+    async def crash_after(*args):
+        await delete(*args)
+        raise RuntimeError("the broker died here")
+
+    assert (await api.put(f"{S}/orders")).status == 204
+    assert (await api.post(schema_url, string)).status == 200
+    scalable.resources.delete = crash_after
+    assert (await api.delete(f"{S}/orders")).status == 500
+    assert (await api.get(f"{S}/orders")).status == 404
+    assert (await api.get(schema_url)).status == 404
+    assert (await api.put(f"{S}/orders")).status == 204
+    assert (await api.post(schema_url, json_schema)).status == 200     # not refused as incompatible
+
+    async def crash_before(*args):
+        raise RuntimeError("the broker died here")
+
+    scalable.resources.delete = crash_before
+    assert (await api.delete(f"{S}/orders")).status == 500
+    scalable.resources.delete = delete
+    assert (await api.delete(f"{S}/orders")).status == 204             # the retry finishes it
+    assert (await api.get(schema_url)).status == 404
+    assert (await api.get(f"{S}/orders")).status == 404
+
+
 async def test_split_and_merge_refusals(api: Api):
     await api.put(f"{S}/t?numInitialSegments=3")
     assert (await api.post(f"{S}/t/split/9")).status == 404             # no such segment

@@ -54,6 +54,7 @@ from pyengine.transaction.buffer.replay import read_horizon
 from pyengine.transaction.coordinator.metadata_headers import TxnHeaderCache
 from pyengine.transaction.coordinator.metadata_metrics import V5Metrics
 from pyengine.transaction.coordinator.metadata_records import (
+    IDX_ACKS,
     IDX_WRITES,
     CorruptTxnRecordError,
     HeaderState,
@@ -117,6 +118,12 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self.state = BufferState.INITIALIZING
         self._recover_start_ms = time.time_ns() // 1_000_000
         try:
+            if self.ledger.number_of_entries == 0:
+                # Nothing here for a record to name: what the store holds for this name is an
+                # earlier topic's of the same name (left by a crash during its deletion, or
+                # by its txns still open then). Loaded, it would hold the horizon back on
+                # their old positions, or pending acks on a new ledger's same positions.
+                await clear_segment_state(self.store, self.segment)
             # Read in the order the coordinator's GC sweep writes in reverse (it adds an abort
             # to the stored aborted set, then deletes the op records, then the header): op
             # records first, then headers, then the aborted set. A txn collected meanwhile
@@ -136,6 +143,14 @@ class MetadataTransactionBuffer(TransactionBuffer):
             stored, _version = await self._stored_aborted()
             if stored is not None:
                 self._aborted = stored
+                unplaced = [txn for txn, position in stored.items() if position == Position.LATEST]
+                for txn in unplaced:
+                    # Recorded by the GC sweep, which cannot know the entries' positions on a
+                    # separate store: the LAC is at or after them, and goes with a trim.
+                    self._aborted.remove(txn)
+                    self._aborted.add(txn, self.ledger.lac)
+                if unplaced:
+                    await self._save_aborted()      # else a trim's save merges them back
             decided = []
             late: set[Position] = set()
             for txn, state in states.items():
@@ -148,10 +163,11 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 self._ops[txn] = paths[txn]
                 for _revision, position in writes[txn]:
                     self._held(txn, position)
-                if not self._same_commit and len(writes[txn]) == 1:
-                    # Only the reservation: a lower bound, maybe in an earlier ledger than the
-                    # entry. An abort put there would be forgotten by a trim of that ledger
-                    # while the entry stays; the LAC is at or after the entry.
+                if not self._same_commit:
+                    # A reservation is a lower bound, maybe in an earlier ledger than the entry,
+                    # and not told from the other records (sends in flight at once each write
+                    # one). An abort put there would be forgotten by a trim of that ledger
+                    # while the entry stays; the LAC is at or after every entry.
                     self._last[txn] = max(self._last[txn], self.ledger.lac)
                 if state.header is not None and state.header.state is HeaderState.OPEN:
                     self._subscribe(txn)
@@ -530,12 +546,27 @@ class MetadataTransactionBuffer(TransactionBuffer):
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def delete(self) -> None:
-        """The segment is deleted: its stored aborted set goes with it (left, it outlived the
-        segment for good). Its txns' op records are the coordinator's GC's to collect."""
-        try:
-            await self.store.delete(buffer_path(self.segment))
-        except NotFoundError:
-            pass
+        """The segment is deleted (its entries are gone): its stored aborted set and every op
+        record naming it go too. Left, the GC sweep would store the abort of a txn still open
+        here again (for good), or keep a commit's header waiting for a participant that is
+        gone; and a segment created again under the name would load them."""
+        await clear_segment_state(self.store, self.segment)
+
+
+async def clear_segment_state(store: MetadataStore, segment: str) -> None:
+    """Remove the v5 state naming `segment`: op records (writes, then acks of every
+    subscription), then its stored aborted set (last: the GC sweep stores an abort from
+    the op records it finds)."""
+    for index, prefix in ((IDX_WRITES, (segment,)), (IDX_ACKS, (segment,))):
+        for record in await store.range_query(index, prefix=prefix):
+            try:
+                await store.delete(record.path)
+            except NotFoundError:
+                pass
+    try:
+        await store.delete(buffer_path(segment))
+    except NotFoundError:
+        pass
 
 
 def _not_open(txn: TxnId, header: TxnHeader | None) -> str:

@@ -320,6 +320,13 @@ class MetadataTransactionCoordinator:
         for _record, op in leftovers:
             if op.kind == "write" and (op.segment not in last_write or op.position > last_write[op.segment]):
                 last_write[op.segment] = op.position
+        if getattr(self.store, "env", None) is None:
+            # A separate store (etcd, memory): a buffer records a txn's first entry before it
+            # is appended, at a lower bound of its position (maybe in an earlier ledger), and
+            # which record is such a bound is not told. An abort put there is forgotten by a
+            # trim of that ledger while the entry stays: the end instead, which the buffer's
+            # recovery moves to its LAC (on LMDB every record is its entry's position).
+            last_write = dict.fromkeys(last_write, Position.LATEST)
         for segment, position in last_write.items():
             await self._record_abort(segment, txn, position)
         return True

@@ -22,7 +22,7 @@ from pyengine.transaction.coordinator.metadata_records import (
     op_prefix,
     txn_key,
 )
-from pyengine_kernels import Position, TxnId
+from pyengine_kernels import AbortedTxnSet, Position, TxnId
 
 from .conftest import SEGMENT, eventually
 
@@ -505,3 +505,75 @@ async def test_an_abort_recovered_from_a_reservation_is_not_forgotten_by_a_trim(
     await v5.restart()
     ledger, buffer = await v5.buffer(config=config)
     assert visible(ledger, buffer) == [b"p1"]
+
+
+async def test_an_abort_the_garbage_collection_recorded_from_a_reservation_is_not_forgotten_by_a_trim(v5, clock):
+    """The same bound, met by the GC sweep of a txn whose segment was not loaded: the abort
+    was stored at the reservation (in the previous ledger), and the trim of that ledger made
+    the aborted entry visible."""
+    from pyengine.storage import ManagedLedgerConfig
+
+    if v5.backend.name == "lmdb":
+        pytest.skip("entry and op record are one write transaction there")
+    config = ManagedLedgerConfig(max_entries_per_ledger=100)
+    ledger, buffer = await v5.buffer(config=config)
+    plain = await ledger.append(b"p0")
+    await v5.restart()                          # the reopened segment appends to a new ledger
+    ledger, buffer = await v5.buffer(config=config)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    aborted = await buffer.append(txn, b"aborted")
+    p1 = await ledger.append(b"p1")
+    assert aborted.ledger_id != plain.ledger_id
+    await v5.restart()                          # the segment is not loaded again
+    await v5.coordinator.end_transaction(txn, ABORT)
+    clock.now += 10_000
+    assert await v5.coordinator.collect_garbage() == 1
+    assert await ops_of(v5.store) == []
+    ledger, buffer = await v5.buffer(config=config)
+    cursor = await ledger.open_cursor("all", "earliest")
+    await cursor.ack_cumulative(plain)
+    ledger.set_retention(0, -1)
+    assert await ledger.trim(now_ms=1 << 62) == [plain.ledger_id]
+    await asyncio.sleep(0.05)                   # (a trimmed aborted set is saved in the background)
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == [b"p1"]
+    await v5.restart()
+    ledger, buffer = await v5.buffer(config=config)
+    assert visible(ledger, buffer) == [b"p1"]
+    # and it goes with the aborted entry's ledger (not kept for good at the end)
+    await ledger.append(b"p2")
+    cursor = await ledger.open_cursor("all")
+    await cursor.ack_cumulative(p1)
+    ledger.set_retention(0, -1)
+    assert aborted.ledger_id in await ledger.trim(now_ms=1 << 62)
+    await eventually(lambda: buffer._trimming is not None and buffer._trimming.done())
+    assert txn not in AbortedTxnSet.from_bytes((await v5.store.get(buffer_path(SEGMENT))).value)
+
+
+async def test_an_abort_recovered_from_concurrent_reservations_is_not_forgotten_by_a_trim(v5):
+    """Two sends of one txn in flight at once both found no record of it on the segment: both
+    wrote a reservation (a lower bound), and recovery took the later of the two for the
+    abort's position, in the ledger before the entries."""
+    from pyengine.storage import ManagedLedgerConfig
+
+    if v5.backend.name == "lmdb":
+        pytest.skip("entry and op record are one write transaction there")
+    config = ManagedLedgerConfig(max_entries_per_ledger=100)
+    ledger, buffer = await v5.buffer(config=config)
+    plain = await ledger.append(b"p0")
+    await v5.restart()                          # the reopened segment appends to a new ledger
+    ledger, buffer = await v5.buffer(config=config)
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    first, second = await asyncio.gather(buffer.append(txn, b"a1"), buffer.append(txn, b"a2"))
+    await ledger.append(b"p1")
+    assert first.ledger_id != plain.ledger_id
+    drop_notifications(v5)
+    await v5.coordinator.end_transaction(txn, ABORT)
+    await v5.restart()                          # before the abort was materialised
+    ledger, buffer = await v5.buffer(config=config)
+    await buffer.wait_materialised()
+    cursor = await ledger.open_cursor("all", "earliest")
+    await cursor.ack_cumulative(plain)
+    ledger.set_retention(0, -1)
+    assert await ledger.trim(now_ms=1 << 62) == [plain.ledger_id]
+    await asyncio.sleep(0.05)                   # (a trimmed aborted set is saved in the background)
+    assert buffer.is_txn_aborted(txn) and visible(ledger, buffer) == [b"p1"]
