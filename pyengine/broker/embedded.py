@@ -142,7 +142,7 @@ class EmbeddedClient:
         """The topic `name`, refused if it is a partitioned topic's base name (NotAllowedError,
         as the broker refuses it over the network): loading it would make a stray topic of
         that name. Producers, consumers and readers attach to its partitions."""
-        lookup.check_attachable(self.service, TopicName.parse(check_topic(name)))
+        lookup.check_attachable(self.service, TopicName.parse(check_topic(name)), existing_segment=False)
         return await self.service.get_topic(name)
 
     async def create_producer(self, topic: str, *, producer_name: str | None = None,

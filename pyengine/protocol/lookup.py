@@ -36,10 +36,20 @@ def resolve_topic(service: BrokerService, name: str) -> TopicName:
     return topic
 
 
-def check_attachable(service: BrokerService, topic: TopicName) -> None:
-    """Producers and consumers attach to partitions, never to a partitioned topic's base."""
+def check_attachable(service: BrokerService, topic: TopicName, *, existing_segment: bool = True) -> None:
+    """Producers and consumers attach to partitions, never to a partitioned topic's base; and
+    on the wire to segments that exist: a segment is created by its scalable topic's controller,
+    on the broker that owns it. Created on attach, a client with a stale layout (its topic
+    deleted) had its sends stored in a segment no scalable topic has, and a broker that does
+    not own the segment held a second, empty copy of it. (`existing_segment=False`: the
+    embedding API, in-process with its one broker, creates a segment on first use.)"""
     if topic.partition_index < 0 and service.policies.partitions(str(topic)):
         raise NotAllowedError(f"{topic} is a partitioned topic: attach to its partitions")
+    if topic.is_segment:
+        service.check_scalable_enabled()            # refused as such first, existing or not
+    if existing_segment and topic.is_segment and not service.topic_exists(str(topic)):
+        raise TopicNotFoundError(f"segment {topic} does not exist on this broker (segments are created by their "
+                                 "scalable topic's controller)")
 
 
 def partition_count(service: BrokerService, name: str) -> int:

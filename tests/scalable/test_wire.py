@@ -163,3 +163,21 @@ async def test_a_stale_connection_neither_disconnects_nor_unregisters_a_consumer
             break
         await asyncio.sleep(0.02)
     assert [(c["consumerName"], c["connected"]) for c in await c1()] == [("c1", False)]
+
+
+async def test_producers_and_consumers_attach_only_to_segments_that_exist(client, service):
+    """A segment is created by its scalable topic's controller. Created on attach, a producer
+    with a stale layout (its topic deleted) had its sends stored in a segment no scalable topic
+    has, and a broker that does not own a segment held a second, empty copy of it."""
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    segment = (await scalable.get_layout(T)).all_segments[0].topic_name(T)
+    assert (await client.create_producer(segment, producer_id=1, request_id=1)).producer_name
+    await client.request("CLOSE_PRODUCER", producer_id=1, request_id=2)
+    await scalable.delete_topic(T)
+    for missing in (segment, "segment://public/default/never/0000-ffff-0"):
+        reply = await client.create_producer(missing, producer_id=3, request_id=3)
+        assert reply.error == pb.TopicNotFound and "does not exist" in reply.message
+        reply = await client.subscribe(missing, "s", consumer_id=4, request_id=4)
+        assert reply.error == pb.TopicNotFound
+        assert not service.topic_exists(missing)

@@ -14,6 +14,13 @@ SEGMENT = "segment://public/default/net/0000-ffff-0"
 PERSISTENT = "persistent://public/default/net"
 
 
+@pytest.fixture(autouse=True)
+async def segment(broker):
+    """SEGMENT, created as segments are: by its scalable topic (the wire creates none)."""
+    await (await broker.service.scalable_topics()).create_topic("topic://public/default/net", 1)
+    return SEGMENT
+
+
 async def test_scalable_transactions_use_the_v5_coordinator(client, broker):
     producer = await client.create_producer(SEGMENT)
     watcher = await client.subscribe(SEGMENT, "watch", initial_position="earliest")
