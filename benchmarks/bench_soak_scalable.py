@@ -280,6 +280,9 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
             if isinstance(r, BaseException):
                 s.error("reader task", r)
         transferred = await finish(transfer, transfer_tasks, lambda: s.segment_topics(sink))
+        if transferred.count:
+            info_stats = await s.admin("GET", s.admin_path(source) + "/stats")
+            print(f"soak_scalable: the transfer's source: {info_stats}", file=sys.stderr)
     finally:
         await proxy.close()
         if broker.process is not None:

@@ -1,6 +1,7 @@
 """Exactly-once processing under a soak's nemesis: consume-transform-produce in transactions.
 
-A feeder sends unique values to a source topic (plain sends, de-duplicated by the broker).
+A feeder sends unique values to a source topic (plain sends in bursts, batched, de-duplicated
+by the broker).
 Processors consume the source on one Shared subscription and, in a transaction, acknowledge
 each message they take and send `value|txn` to a sink topic; then they commit (most) or abort.
 An abort gives the acknowledged messages back (Pulsar redelivers them), a commit makes the
@@ -115,6 +116,7 @@ class Transfer:
         self.url, self.source, self.sink, self.scalable, self.rnd = url, source, sink, scalable, rnd
         self.stop, self.drain_now, self.error = stop, drain_now, error
         self.fed: dict[str, bool] = {}
+        self.stored_at: dict[str, Any] = {}      # value -> its receipt (a lost one's, to look for it)
         self.txns: dict[str, tuple[list[str], str]] = {}
         self.done = asyncio.Event()
 
@@ -123,35 +125,42 @@ class Transfer:
                 *(asyncio.ensure_future(self.processor(f"p{i}")) for i in range(PROCESSORS))]
 
     async def feeder(self) -> None:
+        """Bursts of 1-8 concurrent sends, batched: the processors acknowledge batch indexes."""
         client = Client(self.url, operation_timeout_seconds=5.0)
         producer = None
         n = 0
+
+        async def feed(value: str) -> None:
+            self.fed[value] = False
+            try:
+                if self.scalable:
+                    self.stored_at[value] = await producer.send(value.encode(), key=value)
+                else:
+                    self.stored_at[value] = await producer.send(value.encode())
+            except Exception as exc:
+                self.error("feeder send", exc)
+            else:
+                self.fed[value] = True
+
         try:
             while not self.stop.is_set():
-                await asyncio.sleep(self.rnd.uniform(0.005, 0.03))
+                await asyncio.sleep(self.rnd.uniform(0.01, 0.05))
                 try:
                     if producer is None:
-                        producer = await client.create_producer(self.source, send_timeout_ms=5000)
+                        producer = await client.create_producer(self.source, send_timeout_ms=5000,
+                                                                batching_enabled=True, batching_max_publish_delay_ms=2)
                 except Exception as exc:
                     self.error("feeder producer", exc)
                     await asyncio.sleep(0.2)
                     continue
-                n += 1
-                value = f"x{n}"
-                self.fed[value] = False
-                try:
-                    if self.scalable:
-                        await producer.send(value.encode(), key=value)
-                    else:
-                        await producer.send(value.encode())
-                except Exception as exc:
-                    self.error("feeder send", exc)
-                else:
-                    self.fed[value] = True
+                burst = [f"x{n + i}" for i in range(1, self.rnd.randint(1, 8) + 1)]
+                n += len(burst)
+                await asyncio.gather(*(feed(value) for value in burst))
         finally:
             await client.close()
 
     async def _consumer(self, client: Client) -> Any:
+        """On one Shared subscription: a message of a batch is acknowledged alone, by its index."""
         if self.scalable:
             return await client.subscribe_queue(self.source, SUBSCRIPTION)
         return await client.subscribe(self.source, SUBSCRIPTION, consumer_type="shared", initial_position="earliest")
@@ -252,4 +261,7 @@ async def finish(transfer: Transfer, tasks: list[asyncio.Task[None]],
             transfer.error("transfer task", result)
     await asyncio.sleep(TXN_TIMEOUT_MS / 1000 + 1)
     outputs = await transfer.read_sink(await sink_topics())
-    return check_transfer(transfer.fed, transfer.txns, outputs)
+    result = check_transfer(transfer.fed, transfer.txns, outputs)
+    for lost in result.anomalies["lost_input"]:
+        lost["stored_at"] = str(transfer.stored_at.get(lost["value"]))
+    return result
