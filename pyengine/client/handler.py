@@ -47,6 +47,7 @@ class ConnectionHandler(abc.ABC):
         self.topic = topic
         self.connection: ClientConnection | None = None
         self.state = CONNECTING
+        self.failure: BaseException | None = None     # what put it in the FAILED state
         self._backoff = Backoff(core.config.initial_backoff, core.config.max_backoff)
         self._reconnect_task: asyncio.Task[None] | None = None
 
@@ -126,6 +127,7 @@ class ConnectionHandler(abc.ABC):
             except FATAL_ERRORS as exc:
                 log.warning("%s: cannot reconnect: %s", self, exc)
                 self.state = FAILED
+                self.failure = exc
                 self._failed(exc)
                 return
             except Exception as exc:

@@ -38,7 +38,7 @@ from pyengine.client.transaction import COMMITTING, OPEN, Transaction
 from pyengine.client.validation import (
     check_int, check_name, check_payload, check_schema, check_send_fields, option_name,
 )
-from pyengine.errors import ChecksumError, NotAllowedError, PulsarError
+from pyengine.errors import ChecksumError, NotAllowedError, PulsarError, TopicTerminatedError
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
@@ -345,6 +345,10 @@ class PartitionProducer(ConnectionHandler):
         if self.state in (CLOSING, CLOSED):
             raise AlreadyClosedError(f"{self} is closed")
         if self.state == FAILED:
+            if isinstance(self.failure, TopicTerminatedError):
+                # as the Java client's Terminated state: a send is refused as terminated (a
+                # scalable producer then re-routes it to the segment's children)
+                raise TopicTerminatedError(f"{self}: {self.failure}")
             raise NotAllowedError(f"{self} failed and cannot send")
 
     @property

@@ -427,11 +427,15 @@ class ScalableProducer:
                 sid = segment.segment_id
                 inflight[sid] = inflight.get(sid, 0) + 1
                 submitted: Producer | None = None
+                failed_already = False
                 try:
                     producer = self._producers.get(sid)
                     if producer is None:
                         producer = await self._producer(segment)    # TopicTerminated here: not sent
                     part = producer._partitions[0]
+                    # failed before this send (its reconnect found the segment terminated):
+                    # refused unsent, so re-routed like a send the sealed segment refused
+                    failed_already = part.state == FAILED
                     if turn is None and not _queues_at_once(part):
                         # it would wait in the segment's producer, unqueued: the key's next sends
                         # wait behind it (a turn, the key's first), rather than overtake it there
@@ -451,7 +455,7 @@ class ScalableProducer:
                     return sid, await sent
                 except TopicTerminatedError as exc:
                     self._terminated(sid)
-                    if submitted is not None and submitted._partitions[0].state == FAILED:
+                    if submitted is not None and not failed_already and submitted._partitions[0].state == FAILED:
                         # failed on reconnecting, what was pending with it: stored or not, unknown
                         raise SendOutcomeUnknownError(
                             f"a send to {segment.topic_name(self.watch.topic_name)} may or may not be stored: "

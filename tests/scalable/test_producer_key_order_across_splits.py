@@ -18,7 +18,7 @@ from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import MessageId
 from pyengine.client.producer import PartitionProducer
 from pyengine.client import SendOutcomeUnknownError
-from pyengine.errors import NotAllowedError
+from pyengine.errors import NotAllowedError, TopicTerminatedError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.scalable import key_hash
 
@@ -394,4 +394,27 @@ async def test_the_producer_of_a_sealed_segment_with_nothing_in_flight_is_closed
             await asyncio.sleep(0.01)
     await asyncio.wait_for(closed(), 5)
     assert (await producer.send(b"1", key="k"))[0] in (1, 2)
+    await producer.close()
+
+
+async def test_a_send_to_a_segment_producer_that_failed_as_terminated_goes_to_the_children(client, service):
+    """A segment producer whose reconnect (a broker restart) found its segment sealed fails
+    for good; a send through it before the new layout arrived failed with NotAllowedError
+    ("failed and cannot send") instead of going to the children. It is refused as terminated
+    now, unsent (as the Java client's Terminated producer), and re-routed."""
+    from pyengine.client.handler import FAILED
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    producer = await client.create_producer(T)
+    await producer.send(b"0", key="k")
+    part = segment_producer(producer, 0)
+    split, publish = await hold_split(scalable, 0)
+    part.state, part.failure = FAILED, TopicTerminatedError("sealed while the broker was down")
+    send = asyncio.create_task(producer.send(b"1", key="k"))
+    await asyncio.sleep(0.2)
+    assert not send.done()                      # refused unsent: waiting for the new layout
+    publish.set()
+    await split
+    sid, _ = await send
+    assert sid in (1, 2)
     await producer.close()
