@@ -38,7 +38,7 @@ from typing import Any
 
 from benchmarks.figures import Figure, Target
 from benchmarks.history import ABORT, COMMIT, FAIL, INFO, OK, SEND, History, Result, check
-from benchmarks.transfer import Transfer, TransferResult, finish
+from benchmarks.transfer import Transfer, finish
 from pyengine.client import Client, MessageId
 from pyengine.client import transaction as txn_states
 from pyengine.client.url import BrokerAddress
@@ -274,7 +274,7 @@ class Soak:
                             producers[topic] = await client.create_producer(topic, send_timeout_ms=5000)
                     let_time_out = rnd.random() < 0.1
                     timeout_ms = SHORT_TIMEOUT_MS if let_time_out else rnd.choice(timeouts_ms)
-                    txn = await client.new_transaction(timeout_ms)
+                    txn = await self.new_transaction(client, timeout_ms)
                 except Exception as exc:                         # no value sent yet: nothing to record
                     self.error(f"{name} new txn", exc)
                     await asyncio.sleep(0.2)
@@ -282,12 +282,12 @@ class Soak:
                 t = f"{name}:{txn.txn_id}"
                 sends_ok = True
                 for topic in rnd.sample(self.topics, rnd.randint(2, len(self.topics))):
-                    for _ in range(rnd.randint(1, 3)):
+                    for _ in range(rnd.randint(*self.sends_per_topic)):
                         n += 1
                         value = f"{name}-{n}"
                         h.invoke(name, SEND, txn=t, topic=topic, value=value)
                         try:
-                            message_id = await producers[topic].send(value.encode(), txn=txn)
+                            message_id = await self.send_value(producers[topic], topic, value, txn)
                         except Exception as exc:
                             self.error(f"{name} send", exc)
                             h.complete(name, SEND, INFO, txn=t, topic=topic, value=value, error=repr(exc))
@@ -310,6 +310,15 @@ class Soak:
                         h.complete(name, ABORT, INFO, txn=t, error=repr(exc))
         finally:
             await client.close()
+
+    sends_per_topic = (1, 3)         # a transaction's values to each topic it writes
+
+    async def new_transaction(self, client: Client, timeout_ms: int) -> Any:
+        return await client.new_transaction(timeout_ms)
+
+    async def send_value(self, producer: Any, topic: str, value: str, txn: Any) -> MessageId:
+        """Send `value` to `topic` in `txn`: the id its receipt gave."""
+        return await producer.send(value.encode(), txn=txn)
 
     async def commit(self, name: str, t: str, txn: Any) -> None:
         h = self.history
@@ -463,7 +472,7 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
         if "kept" in info:
             print(f"soak: history and broker log kept in {info['kept']}", file=sys.stderr)
         print(f"soak seed={seed}: {result.summary()}", file=sys.stderr)
-        print(f"soak: {transferred.summary()}", file=sys.stderr)
+        print(f"soak: exactly-once transfer: {transferred.summary()}", file=sys.stderr)
         print(f"soak: kills={s.kills} ops={len(s.history)} END_TXN delayed={proxy.delayed} "
               f"dropped={proxy.dropped} in {info['seconds']} s; client errors: {info['errors']}", file=sys.stderr)
         if not result.valid:
@@ -476,7 +485,7 @@ async def _just(topic: str) -> list[str]:
 
 
 def figures_of(result: Result, info: dict[str, Any]) -> dict[str, float]:
-    transferred: TransferResult = info["transfer"]
+    transferred: Result = info["transfer"]
     return {"anomalies": result.count + transferred.count, "txns_committed": result.stats["txns_committed"],
             "transfer_txns_committed": transferred.stats["transfer_txns_committed"],
             "txns_aborted": result.stats["txns_aborted"], "txns_unknown": result.stats["txns_unknown"],

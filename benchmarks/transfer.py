@@ -29,9 +29,9 @@ import contextlib
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from benchmarks.history import Result
 from pyengine.client import Client, MessageId
 from pyengine.client import transaction as txn_states
 from pyengine.errors import InvalidTxnStatusError
@@ -43,35 +43,19 @@ QUIET_S = 4.0                  # the processors' drain ends after this long with
 SUBSCRIPTION = "transfer"
 
 
-@dataclass
-class TransferResult:
-    anomalies: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {c: [] for c in TRANSFER_CLASSES})
-    stats: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def count(self) -> int:
-        return sum(len(v) for v in self.anomalies.values())
-
-    def found(self) -> set[str]:
-        return {c for c, v in self.anomalies.items() if v}
-
-    def summary(self, per_class: int = 3) -> str:
-        lines = [f"{self.count} transfer anomalies; {self.stats}"]
-        for kind, found in self.anomalies.items():
-            if found:
-                lines.append(f"  {kind}: {len(found)}")
-                lines.extend(f"    {d}" for d in found[:per_class])
-        return "\n".join(lines)
+def transfer_result() -> Result:
+    """The history checker's `Result`, with the exactly-once check's classes."""
+    return Result(anomalies={c: [] for c in TRANSFER_CLASSES})
 
 
 COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
 
 
 def check_transfer(fed: dict[str, bool], txns: dict[str, tuple[list[str], str]],
-                   outputs: list[str]) -> TransferResult:
+                   outputs: list[str]) -> Result:
     """`fed`: value -> True when its send was acknowledged (False: unknown outcome); `txns`:
     txn -> (values it output, outcome); `outputs`: the sink's messages as read (`value|txn`)."""
-    result = TransferResult()
+    result = transfer_result()
     add = lambda kind, **details: result.anomalies[kind].append(details)   # noqa: E731
     seen: Counter[str] = Counter()
     by_txn: dict[str, set[str]] = {}
@@ -252,7 +236,7 @@ class Transfer:
 
 
 async def finish(transfer: Transfer, tasks: list[asyncio.Task[None]],
-                 sink_topics: Callable[[], Awaitable[list[str]]]) -> TransferResult:
+                 sink_topics: Callable[[], Awaitable[list[str]]]) -> Result:
     """Once the soak has set `drain_now`: wait for the processors to empty the source and for
     their last transactions to end (a commit of unknown outcome: its timeout), then read the
     sink and check the run."""
