@@ -1,11 +1,14 @@
 """Transactions the pending-ack handle ends on its own — a v5 decision it watches, a v4
 transaction left below its coordinator's low watermark — must give back every message their
 acknowledgements held, as an abort through the coordinator's END_TXN_ON_SUBSCRIPTION does:
-for a cumulative ack, everything up to the acked message, not that message alone."""
+for a cumulative ack, everything up to the acked message, not that message alone. A commit it
+applies on its own leaves a batch it acknowledged part of in flight, as END_TXN's does."""
+
+import pytest
 
 from pyengine.broker import Broker
 from pyengine.transaction import TxnAction
-from tests.broker.helpers import drain
+from tests.broker.helpers import drain, publish_batch
 
 SEGMENT = "segment://public/default/self-abort/0000-ffff-0"
 T = "persistent://public/default/self-abort"
@@ -66,3 +69,34 @@ async def test_a_stale_cumulative_ack_aborted_by_the_low_watermark_redelivers_al
         await later.commit()          # its end here carries a low watermark past `stale`
         assert await _receive(consumer, 3) == [b"m0", b"m1", b"m2"]
         assert await drain(consumer) == []
+
+
+@pytest.mark.parametrize("topic,version", [(T, 4), (SEGMENT, 5)])
+async def test_a_commit_of_part_of_a_batch_leaves_the_rest_to_be_delivered_again(tmp_path, topic, version):
+    # Found by the scalable soak's consume-transform-produce: a v5 commit reported the entry
+    # acknowledged, its consumer no longer held it, and once that consumer left (after a
+    # conflict) nobody got the batch's other messages again.
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(topic)
+        first = await broker.subscribe(topic, "s", consumer_type="shared", initial_position="earliest")
+        await publish_batch(broker, producer, [b"m0", b"m1", b"m2"])
+        received = await drain(first)
+        assert [m.data for m in received] == [b"m0", b"m1", b"m2"]
+        second = await broker.subscribe(topic, "s", consumer_type="shared")
+        txn = await broker.new_transaction(version=version)
+        await first.acknowledge(received[0], txn=txn)
+        await txn.commit()
+        subscription = broker.service.topics[topic].subscriptions["s"]
+        if version == 5:
+            await subscription.pending_ack.wait_materialised()
+        await first.close()
+        again = await drain(second)
+        assert sorted(m.data for m in again) == [b"m1", b"m2"]
+        retry = await broker.new_transaction(version=version)
+        for message in again:
+            await second.acknowledge(message, txn=retry)
+        await retry.commit()
+        if version == 5:
+            await subscription.pending_ack.wait_materialised()
+        assert subscription.cursor.is_acked(received[0].message_id.position)
+        assert await drain(second) == []

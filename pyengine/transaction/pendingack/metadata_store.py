@@ -385,8 +385,11 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
             try:
                 if commit:
                     positions = await self.commit(txn, -1)
-                    if positions and self._on_acked is not None:
-                        self._on_acked(positions)
+                    # Only entries now acknowledged whole: a batch the txn acked some indexes
+                    # of stays in flight (as v4's end_txn), or its other messages are lost.
+                    acked = [position for position in positions if self.cursor.is_acked(position)]
+                    if acked and self._on_acked is not None:
+                        self._on_acked(acked)
                 else:
                     positions = await self.abort(txn, -1)
                     if positions and self._on_release is not None:

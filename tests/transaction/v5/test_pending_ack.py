@@ -61,6 +61,25 @@ async def test_commit_applies_the_acks_when_the_header_turns(v5):
     await handle.close()
 
 
+async def test_a_commit_of_some_indexes_of_a_batch_does_not_report_the_entry_acked(v5):
+    # on_acked takes the entries out of flight: reported after a part of a batch, the batch's
+    # other messages would never be delivered again.
+    ledger, cursor, handle, positions, seen = await open_sub(v5, 1)
+    part = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(part, [IndividualAck(positions[0], 3, (0b110,))])      # index 0
+    await v5.coordinator.end_transaction(part, COMMIT)
+    await eventually(lambda: cursor.batch_ack_set(positions[0]) is not None)
+    await handle.wait_materialised()
+    assert seen.acked == [] and not cursor.is_acked(positions[0])
+    rest = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await handle.individual_ack(rest, [IndividualAck(positions[0], 3, (0b001,))])      # indexes 1, 2
+    await v5.coordinator.end_transaction(rest, COMMIT)
+    await eventually(lambda: cursor.is_acked(positions[0]))
+    await handle.wait_materialised()
+    assert seen.acked == [positions[0]]
+    await handle.close()
+
+
 async def test_abort_drops_the_acks_and_redelivers(v5):
     ledger, cursor, handle, positions, seen = await open_sub(v5, 2, CommandSubscribe.Exclusive)
     txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
