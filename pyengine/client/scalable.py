@@ -42,7 +42,7 @@ from pyengine.client.transaction import OPEN
 from pyengine.client.url import parse_broker_url
 from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError,
                              SubscriptionNotFoundError, TooManyRequestsError, TopicNotFoundError,
-                             TopicTerminatedError)
+                             TopicTerminatedError, TransactionConflictError)
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
@@ -799,7 +799,11 @@ class QueueConsumer:
 
     async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
         """Acknowledge `message` on its segment (in `txn`, a scalable transaction, if given).
-        A message of a sealed segment let go is acknowledged already: nothing to do."""
+        A message of a sealed segment let go is acknowledged already: nothing to do, but in a
+        transaction TransactionConflictError, as the broker answers an ack of a message
+        acknowledged before (accepted, the transaction would commit the processing of a
+        message another consumer processed too: a batch entry given back by an abort can be
+        at two consumers at once)."""
         try:
             segment_id = TopicName.parse(message.topic).segment_id
         except (AttributeError, ValueError):
@@ -807,6 +811,12 @@ class QueueConsumer:
         consumer = self._consumers.get(segment_id)
         if consumer is None:
             if segment_id in self._dropped:
+                if txn is not None:
+                    error = TransactionConflictError(
+                        f"{message.message_id} of segment {segment_id} was acknowledged already (the sealed segment "
+                        f"is drained): {txn.txn_id} cannot acknowledge it")
+                    txn._track_failure(error)           # the commit fails with it too
+                    raise error
                 return
             raise ValueError(f"not a message of this consumer's segments ({message.topic})")
         await consumer.acknowledge(message, txn=txn)

@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 
+from pyengine.errors import TransactionConflictError
 from pyengine.naming import TopicName
 from pyengine.scalable import key_hash
 
@@ -67,14 +68,21 @@ async def test_a_drained_sealed_segment_is_dropped(client, service):
         await consumer.acknowledge(message)
     assert got == {b"m%d" % i for i in range(10)}
     assert await wait_for(lambda: consumer.segments == [1, 2]), consumer.segments
-    assert sealed._closed                                       # closed, not merely forgotten
+    assert await wait_for(lambda: sealed._closed)             # closed (its close under way), not merely forgotten
     for _ in range(250):                                        # its CLOSE_CONSUMER answered
         if await broker_consumers(service, 0, "q") == 0:
             break
         await asyncio.sleep(0.02)
     assert await broker_consumers(service, 0, "q") == 0
-    # acknowledging a message of the dropped segment again is harmless (it is acknowledged)
+    # acknowledging a message of the dropped segment again is harmless (it is acknowledged);
+    # in a transaction it is a conflict, as the broker's answer to an ack of an acked message
+    # (else the transaction would commit the processing of a message processed elsewhere)
     await consumer.acknowledge(message)
+    txn = await client.new_transaction(scalable=True)
+    with pytest.raises(TransactionConflictError, match="acknowledged already"):
+        await consumer.acknowledge(message, txn=txn)
+    with pytest.raises(TransactionConflictError):
+        await txn.commit()                                      # as any failed ack of it
     # the children are still read; a later layout change does not attach the drained parent again
     key = keys_of(0x8000, 0xFFFF, 1)[0]
     assert (await producer.send(b"late", key=key))[0] == 2
@@ -174,5 +182,5 @@ async def test_a_segment_pruned_from_the_layout_is_let_go(client, service):
     sealed = consumer._consumers[0]
     consumer._on_layout(layout.prune_segment(0))                # as a DAG update without it would
     assert await wait_for(lambda: consumer.segments == [1, 2]), consumer.segments
-    assert sealed._closed
+    assert await wait_for(lambda: sealed._closed)
     await consumer.close()
