@@ -412,15 +412,29 @@ class Subscription:
                 again.update(self._passed_over_up_to(holder[1]))
             self._give_back(again)
 
-    def released_by_pending_ack(self, positions: list[Position]) -> None:
+    def committed_by_pending_ack(self, positions: list[Position], txn: TxnId | None = None) -> None:
+        """The pending-ack handle committed `txn` on its own (a v5 decision it watched):
+        `positions`, the entries now acknowledged whole, leave flight, and what its acks took
+        from the consumers is no longer to be given back (as `end_txn`'s commit). Kept, the
+        next abort would take it for an ended txn's and deliver it again."""
+        if txn is not None:
+            self._reserved_by_txn.pop(txn, None)
+        self.dispatcher.acked(positions)
+
+    def released_by_pending_ack(self, positions: list[Position], txn: TxnId | None = None) -> None:
         """The pending-ack handle ended transactions on its own (a v5 decision it watched, a
         v4 transaction below a coordinator's low watermark) and gives back `positions`: the
         entries they acked individually, then a cumulative ack's position. As for an abort
         through `end_txn`, every message they held comes back: those taken from their
-        consumer's pending set, and all the dispatcher passed over up to a cumulative ack."""
+        consumer's pending set, and all the dispatcher passed over up to a cumulative ack.
+        `txn`: the one aborted txn, when the handle says (v5); else every txn it no longer
+        holds acks of is taken as aborted."""
         pending = self.pending_ack
         again = set(positions)
-        if pending is not None:
+        if txn is not None:
+            # Only its own: a txn whose commit is not reported yet is not live either.
+            again.update(self._reserved_by_txn.pop(txn, ()))
+        elif pending is not None:
             live = set(pending.individual_ack_of_txn)
             holder = pending.cumulative_ack_of_txn
             if holder is not None:

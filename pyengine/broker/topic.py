@@ -135,7 +135,7 @@ class Topic:
         if cursor.durable:
             subscription.pending_ack = self.service.new_pending_ack_handle(
                 cursor, sub_type, on_release=subscription.released_by_pending_ack,
-                on_acked=subscription.dispatcher.acked)
+                on_acked=subscription.committed_by_pending_ack)
             await subscription.pending_ack.replay()
         if cursor.durable:
             self.subscriptions[cursor.name] = subscription

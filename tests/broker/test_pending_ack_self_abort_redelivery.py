@@ -7,6 +7,7 @@ applies on its own leaves a batch it acknowledged part of in flight, as END_TXN'
 import pytest
 
 from pyengine.broker import Broker
+from pyengine.client import MessageId
 from pyengine.transaction import TxnAction
 from tests.broker.helpers import drain, publish_batch
 
@@ -100,3 +101,32 @@ async def test_a_commit_of_part_of_a_batch_leaves_the_rest_to_be_delivered_again
             await subscription.pending_ack.wait_materialised()
         assert subscription.cursor.is_acked(received[0].message_id.position)
         assert await drain(second) == []
+
+
+async def test_a_v5_commit_leaves_nothing_for_a_later_abort_to_give_back(tmp_path):
+    # A v5 commit reaches the subscription through the handle, not END_TXN: what its acks took
+    # from the consumers stayed recorded, and the next abort gave it back as an ended txn's
+    # (m0 delivered again while its consumer held it after the seek).
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(SEGMENT)
+        for i in range(3):
+            await producer.send(b"m%d" % i)
+        consumer = await broker.subscribe(SEGMENT, "s", consumer_type="shared", initial_position="earliest")
+        received = await drain(consumer)
+        assert [m.data for m in received] == [b"m0", b"m1", b"m2"]
+        subscription = broker.service.topics[SEGMENT].subscriptions["s"]
+        committed = await broker.new_transaction(version=5)
+        await consumer.acknowledge(received[0], txn=committed)
+        assert committed.txn_id in subscription._reserved_by_txn
+        await committed.commit()
+        await subscription.pending_ack.wait_materialised()
+        assert subscription._reserved_by_txn == {}          # nothing kept per committed txn
+        await consumer.seek(MessageId.earliest)
+        again = await drain(consumer)
+        assert [m.data for m in again] == [b"m0", b"m1", b"m2"]
+        aborted = await broker.new_transaction(version=5)
+        await consumer.acknowledge(again[1], txn=aborted)
+        await aborted.abort()
+        await subscription.pending_ack.wait_materialised()
+        assert [m.data for m in await drain(consumer)] == [b"m1"]
+        assert subscription._reserved_by_txn == {}

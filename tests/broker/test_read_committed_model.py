@@ -349,7 +349,12 @@ class SharedBatchTxnMachine(EmbeddedBrokerMachine):
 
         received = [int(m.data) for m in self.run(redeliver_and_drain())]
         assert sorted(received) == sorted(self.model.deliverable()), (received, self.model)
-        cursor = self.broker.service.topics[self.topic].subscriptions[SUB].cursor
+        subscription = self.broker.service.topics[self.topic].subscriptions[SUB]
+        # What an ended txn's acks took from the consumers is not kept: kept after a commit,
+        # the next abort gave it back (a committed message delivered again).
+        open_ids = {self.handles[label].txn_id for label in self.open_txns()}
+        assert set(subscription._reserved_by_txn) <= open_ids, (subscription._reserved_by_txn, self.model)
+        cursor = subscription.cursor
         for label in self.model.messages:
             message_id = self.ids[label]
             acked = cursor.is_acked(message_id.position)

@@ -187,11 +187,15 @@ class MetadataPendingAckStore:
 
 
 class MetadataPendingAckHandle(PendingAckHandleImpl):
-    """The v4 handle's rules over op records, ended by header watches instead of calls."""
+    """The v4 handle's rules over op records, ended by header watches instead of calls.
+
+    Each decision it applies is reported with its txn: `on_acked(positions, txn=txn)` for a
+    commit (the entries now acknowledged whole), `on_release(positions, txn=txn)` for an
+    abort (the entries to deliver again)."""
 
     def __init__(self, cursor: ManagedCursor, store: MetadataPendingAckStore, headers: TxnHeaderCache, *,
-                 subscription_type: int, on_release: Callable[[list[Position]], None] | None = None,
-                 on_acked: Callable[[list[Position]], None] | None = None) -> None:
+                 subscription_type: int, on_release: Callable[..., None] | None = None,
+                 on_acked: Callable[..., None] | None = None) -> None:
         super().__init__(cursor, store, subscription_type=subscription_type, on_release=on_release)
         self.metadata = store
         self.headers = headers
@@ -388,12 +392,14 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
                     # Only entries now acknowledged whole: a batch the txn acked some indexes
                     # of stays in flight (as v4's end_txn), or its other messages are lost.
                     acked = [position for position in positions if self.cursor.is_acked(position)]
-                    if acked and self._on_acked is not None:
-                        self._on_acked(acked)
+                    # Each decision is reported with its txn, also with nothing acked whole:
+                    # the subscription drops what it kept of exactly that txn.
+                    if self._on_acked is not None:
+                        self._on_acked(acked, txn=txn)
                 else:
                     positions = await self.abort(txn, -1)
-                    if positions and self._on_release is not None:
-                        self._on_release(positions)
+                    if self._on_release is not None:
+                        self._on_release(positions, txn=txn)
                 return
             except PersistenceError as exc:
                 # Given up, the acks would stay reserved (an aborted txn's messages never

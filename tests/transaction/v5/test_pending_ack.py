@@ -28,6 +28,15 @@ class Sub:
     def __init__(self):
         self.acked: list[Position] = []
         self.released: list[Position] = []
+        self.decided: list[tuple[TxnId, bool]] = []        # each decision reported, with its txn
+
+    def on_acked(self, positions: list[Position], *, txn: TxnId) -> None:
+        self.acked.extend(positions)
+        self.decided.append((txn, True))
+
+    def on_release(self, positions: list[Position], *, txn: TxnId) -> None:
+        self.released.extend(positions)
+        self.decided.append((txn, False))
 
 
 async def open_sub(v5, entries: int = 0, sub_type=CommandSubscribe.Shared):
@@ -38,7 +47,7 @@ async def open_sub(v5, entries: int = 0, sub_type=CommandSubscribe.Shared):
     seen = Sub()
     store = MetadataPendingAckStore(v5.store, SEGMENT, SUB, metrics=v5.metrics)
     handle = MetadataPendingAckHandle(cursor, store, v5.headers, subscription_type=sub_type,
-                                      on_release=seen.released.extend, on_acked=seen.acked.extend)
+                                      on_release=seen.on_release, on_acked=seen.on_acked)
     await handle.replay()
     return ledger, cursor, handle, positions, seen
 
@@ -71,6 +80,8 @@ async def test_a_commit_of_some_indexes_of_a_batch_does_not_report_the_entry_ack
     await eventually(lambda: cursor.batch_ack_set(positions[0]) is not None)
     await handle.wait_materialised()
     assert seen.acked == [] and not cursor.is_acked(positions[0])
+    # Still reported, with its txn: the subscription drops what the txn's acks reserved.
+    assert seen.decided == [(part, True)]
     rest = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
     await handle.individual_ack(rest, [IndividualAck(positions[0], 3, (0b001,))])      # indexes 1, 2
     await v5.coordinator.end_transaction(rest, COMMIT)
@@ -87,6 +98,7 @@ async def test_abort_drops_the_acks_and_redelivers(v5):
     await v5.coordinator.end_transaction(txn, ABORT)
     await eventually(lambda: seen.released == [positions[1]])
     await handle.wait_materialised()
+    assert seen.decided == [(txn, False)]
     assert not cursor.is_acked(positions[0]) and await ack_records(v5) == []
     assert not handle.is_fully_pending(positions[0])
     await handle.close()

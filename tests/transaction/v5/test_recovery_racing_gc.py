@@ -114,7 +114,8 @@ async def test_acks_of_an_abort_collected_during_replay_are_released(v5, clock):
     collected = gc_around_range_query(v5, IDX_ACKS, before=False)
     released: list[Position] = []
     handle = MetadataPendingAckHandle(cursor, MetadataPendingAckStore(v5.store, SEGMENT, SUB), v5.headers,
-                                      subscription_type=CommandSubscribe.Shared, on_release=released.extend)
+                                      subscription_type=CommandSubscribe.Shared,
+                                      on_release=lambda positions, txn: released.extend(positions))
     await handle.replay()
     assert collected == [1] and await v5.store.get(header_path(txn)) is None
     await eventually(lambda: not handle.is_fully_pending(positions[0]), timeout=2.0)
