@@ -335,6 +335,7 @@ class EmbeddedTransaction:
         self._failure: BaseException | None = None
         self._settled: asyncio.Future[None] | None = None     # what the commit waits on
         self._registered: set[str] = set()      # partitions whose registration succeeded
+        self._cumulative_consumers: list[EmbeddedConsumer] = []     # rewound by an abort (see abort)
         # The txn id fields of every message's metadata, encoded once: a serialized protobuf
         # message followed by more fields is that message with those fields set (encodings
         # merge). Setting the two fields by name on each message was a fifth of what a
@@ -446,11 +447,22 @@ class EmbeddedTransaction:
         timeout was aborted by the coordinator already (as the network client's abort)."""
         if self.state == "timed_out":
             self.state = "aborted"
+            self._rewind_cumulative_consumers()
             return
         self._ending("aborting")
         await self._operations_settled()
         await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
         self.state = "aborted"
+        self._rewind_cumulative_consumers()
+
+    def _rewind_cumulative_consumers(self) -> None:
+        """As the network client's (and Java's) abort: a consumer that acked cumulatively in
+        the transaction drops its queue and gets everything unacknowledged again, in order;
+        else its queued later messages came before the released ones."""
+        consumers, self._cumulative_consumers = self._cumulative_consumers, []
+        for consumer in consumers:
+            if not consumer._closed:
+                consumer._redeliver_all()
 
     def __repr__(self) -> str:
         return f"EmbeddedTransaction({self.txn_id}, {self.state})"
@@ -841,6 +853,10 @@ class EmbeddedConsumer:
                                          subscription.ack_individual(self._consumer, [ack]))
                 return
             txn._check_open()
+            if txn.txn_id.most_bits != V5_COORDINATOR_ID and self not in txn._cumulative_consumers:
+                # rewound by an abort (v4: applied when answered; a v5 abort reaches the
+                # segment later, which gives back then)
+                txn._cumulative_consumers.append(self)
             registration = txn._register_subscription(self._topic.name, subscription.name)
             after = append_condition(txn.txn_id, registration)
             operation = asyncio.ensure_future(

@@ -17,7 +17,7 @@ refusal (InvalidTxnStatus, TransactionNotFound, ...) puts it in ERROR.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyengine.client.errors import AlreadyClosedError, ConnectError, TransactionHasOperationFailedError
 from pyengine.errors import (
@@ -58,6 +58,9 @@ class Transaction:
         self._operations: list[asyncio.Future[object]] = []      # sends and acks: see _track
         self._prune_at = _PRUNE_AT
         self._retry: str | None = None       # COMMITTING / ABORTING: that end may be asked again
+        # consumers that acked cumulatively in this txn: an abort makes them read again from
+        # their subscription's position (see abort)
+        self._cumulative_consumers: list[Any] = []
         self._timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, self._timed_out)
 
     def __repr__(self) -> str:
@@ -181,6 +184,7 @@ class Transaction:
         failed without an answer from the coordinator may be called again."""
         if self.state == TIMED_OUT:
             self.state = ABORTED
+            await self._rewind_cumulative_consumers()
             return
         self._begin_end(ABORTING)
         try:
@@ -193,3 +197,15 @@ class Transaction:
         except TransactionNotFoundError:
             pass                                 # already ended and forgotten by the coordinator
         self.state = ABORTED
+        await self._rewind_cumulative_consumers()
+
+    async def _rewind_cumulative_consumers(self) -> None:
+        """As the Java client's abort: a consumer that acked cumulatively in the transaction
+        drops what it has queued and gets everything unacknowledged again, in order (the
+        broker rewinds its Exclusive / Failover subscription). Kept, its queue's later messages
+        came first: an application that acked one of those cumulatively acked the released
+        messages before them without having processed them."""
+        consumers, self._cumulative_consumers = self._cumulative_consumers, []
+        for consumer in consumers:
+            if not consumer._closed:
+                await consumer.redeliver_unacknowledged_messages()

@@ -527,3 +527,21 @@ async def test_an_ack_queued_behind_its_failed_registration_is_not_recorded(tmp_
         other = await broker.new_transaction()
         await consumer.acknowledge(message, txn=other)      # not reserved by the failed one
         await other.commit()
+
+
+async def test_an_abort_rewinds_a_consumer_that_acked_cumulatively_in_it(tmp_path):
+    """As the network client's (and Java's) abort: the queue is dropped and everything
+    unacknowledged comes again in order. The queued later messages came first before, and a
+    cumulative ack of one of them acked the released ones unprocessed."""
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        topic = "persistent://public/default/rewind"
+        producer = await broker.create_producer(topic)
+        consumer = await broker.subscribe(topic, "sub", consumer_type="failover", initial_position="earliest")
+        for i in range(6):
+            await producer.send(b"%d" % i)
+        txn = await broker.new_transaction()
+        first = [await consumer.receive(timeout=5) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        await consumer.acknowledge_cumulative(first[-1], txn=txn)
+        await txn.abort()
+        assert [(await consumer.receive(timeout=5)).data for _ in range(6)] == [b"%d" % i for i in range(6)]

@@ -402,3 +402,27 @@ async def test_a_registration_while_its_coordinator_is_not_connected_waits_and_g
     await asyncio.wait_for(other.send_async(b"retried", txn=txn), 5)
     assert refusals == [pb.BaseCommand.ADD_PARTITION_TO_TXN]
     await txn.commit()
+
+
+async def test_an_abort_rewinds_a_consumer_that_acked_cumulatively_in_it(client):
+    """As the Java client's abort: the consumer drops what it has queued and reads again from
+    the subscription's position. Its queue's later messages came first before: a processor
+    that then acked one of them cumulatively in its next transaction acked the released
+    messages before them without having processed them (lost to exactly-once processing)."""
+    topic = "persistent://public/default/txn-cumulative-rewind"
+    producer = await client.create_producer(topic)
+    consumer = await client.subscribe(topic, "sub", consumer_type="failover", initial_position="earliest")
+    for i in range(6):
+        await producer.send(b"%d" % i)
+    txn = await client.new_transaction()
+    first = [await consumer.receive(5) for _ in range(2)]
+    await asyncio.sleep(0.2)                          # the rest is queued at the consumer
+    await consumer.acknowledge_cumulative(first[-1], txn=txn)
+    await txn.abort()
+    again = [await consumer.receive(5) for _ in range(6)]
+    assert [m.data for m in again] == [b"%d" % i for i in range(6)]
+    retry = await client.new_transaction()
+    await consumer.acknowledge_cumulative(again[-1], txn=retry)
+    await retry.commit()
+    with pytest.raises(TimeoutError):
+        await consumer.receive(0.3)                   # nothing more: all six acknowledged
