@@ -32,7 +32,7 @@ from pyengine.client.chunks import NUM_CHUNKS_TAG, ChunkAssembler, ChunkMessageI
 from pyengine.client.connection import ClientConnection
 from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSender, check_dead_letter_policy
 from pyengine.client.errors import AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError
-from pyengine.errors import NotAllowedError
+from pyengine.errors import NotAllowedError, TransactionConflictError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler, close_all, start_all
 from pyengine.client.message import (
     DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry, seek_ack_set, unacked_from,
@@ -362,6 +362,11 @@ class PartitionConsumer(ConnectionHandler):
         self.consumer_name = (options.consumer_name if options.consumer_name is not None
                               else "" if not options.durable else f"{random.getrandbits(40):010x}")
         self.generation = 0
+        # The messages handed out and not yet covered by a cumulative ack, as (first, last)
+        # ids: since the last reconnect, and before it (their entries came again since, so a
+        # transaction may not ack them cumulatively: see `_check_not_stale`).
+        self._handed: tuple[tuple, tuple] | None = None
+        self._stale: tuple[tuple, tuple] | None = None
         # PIP-84, as the Java client: raised by each redeliver-all of an Exclusive or Failover
         # consumer; a MESSAGE the broker stamped with a lower one was read before that
         # redelivery (the cursor rewound since) and is dropped, so the redelivered messages
@@ -438,7 +443,7 @@ class PartitionConsumer(ConnectionHandler):
             # It closed while the answer was on its way (see the producer's): not ready on it.
             raise ConnectError(f"{self}: the connection closed as the consumer was subscribed")
         # What was queued before is redelivered by the broker: drop it here.
-        self.generation += 1
+        self._new_generation(reconnected=True)
         self.queued = 0
         self.queued_bytes = 0
         self._consumed_since_flow = 0
@@ -631,11 +636,50 @@ class PartitionConsumer(ConnectionHandler):
                 validation_error=validation_error))
         self.credit(permits)
 
+    def _new_generation(self, *, reconnected: bool) -> None:
+        """The queue starts over. After a reconnect what the application holds is stale: it
+        did not ask for it again (a redeliver-all or seek it asked for, it knows of)."""
+        self.generation += 1
+        if reconnected and self._handed is not None:
+            stale = self._stale
+            self._stale = self._handed if stale is None else (min(stale[0], self._handed[0]),
+                                                              max(stale[1], self._handed[1]))
+            self._handed = None
+
+    def handed_out(self, message_id: MessageId) -> None:
+        """The application has the message (of the current generation)."""
+        key = _order_key(message_id)
+        handed = self._handed
+        self._handed = (key, key) if handed is None else (min(handed[0], key), max(handed[1], key))
+
+    def _covered_up_to(self, message_id: MessageId) -> None:
+        """A cumulative ack of `message_id` settled (or refused) what was handed out up to it."""
+        key = _order_key(message_id)
+        after = (*key[:2], key[2] + 0.5)
+        for name in ("_handed", "_stale"):
+            span = getattr(self, name)
+            if span is not None:
+                setattr(self, name, None if span[1] <= key else (max(span[0], after), span[1]))
+
+    def _check_not_stale(self, message_id: MessageId) -> None:
+        """A transactional cumulative ack may not cover a message handed out before a
+        reconnect: the broker has sent it again since (acked by this ack, the next transaction
+        would take the new copy and commit it a second time; the broker cannot tell, an ack
+        naming only where it ends), and may have given back earlier messages meanwhile (an
+        ended transaction's) that this ack would take unprocessed. Refused, the transaction
+        aborts and the messages come again."""
+        stale = self._stale
+        if stale is not None and stale[0] <= _order_key(message_id):
+            self._covered_up_to(message_id)
+            raise TransactionConflictError(
+                f"{self}: cumulative ack of {message_id} covers messages received before the consumer "
+                "reconnected (they were delivered again since)")
+
     def drop_queued(self, *, give_back_permits: bool) -> None:
         """Forget the queued messages (their generation ends)."""
         if give_back_permits and self.queued:
             self.credit(self.queued)
-        self.generation += 1
+        self._new_generation(reconnected=False)
         self.queued = 0
         self.queued_bytes = 0
 
@@ -726,6 +770,7 @@ class PartitionConsumer(ConnectionHandler):
         self._schedule_ack_flush()
 
     def ack_cumulative(self, message_id: MessageId) -> None:
+        self._covered_up_to(message_id)
         if self.options.batch_index_ack_enabled:
             target = _cumulative_target_with_ack_set(message_id)
         else:
@@ -792,10 +837,14 @@ class PartitionConsumer(ConnectionHandler):
         targets = [_ack_id(m) for m in self._chunks_of(message_id)] if not cumulative and type(
             message_id) is ChunkMessageId else [target]
         connection = await self._connected()
+        if cumulative:
+            self._check_not_stale(message_id)
         cmd = base_command(T.ACK, consumer_id=self.consumer_id, ack_type=ack_type, message_id=targets,
                            txnid_most_bits=txn.txn_id.most_bits, txnid_least_bits=txn.txn_id.least_bits,
                            request_id=connection.new_request_id())
         await connection.request(cmd, self._core.config.operation_timeout)
+        if cumulative:
+            self._covered_up_to(message_id)
         if (not cumulative and not self.options.batch_index_ack_enabled and message_id.batch_index >= 0
                 and message_id.batch_size > 0):
             # The batch's plain ack must not wait for this message any more (it is sent by
@@ -948,6 +997,10 @@ def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:
         if entry_id < 0:
             return None
     return pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=entry_id & _MASK64)
+
+
+def _order_key(message_id: MessageId) -> tuple:
+    return message_id.ledger_id, message_id.entry_id, message_id.batch_index
 
 
 def _cumulative_order(target: pb.MessageIdData) -> tuple[int, int, int]:
@@ -1217,6 +1270,7 @@ class Consumer:
             handler.queued_bytes -= len(message.data)
             handler.credit(1)
             handler.last_dequeued = message.message_id
+            handler.handed_out(message.message_id)
             return handler, message
         return None
 
