@@ -38,7 +38,7 @@ from typing import Any
 
 from benchmarks.figures import Figure, Target
 from benchmarks.history import ABORT, COMMIT, FAIL, INFO, OK, SEND, History, Result, check
-from benchmarks.transfer import Transfer, finish
+from benchmarks.transfer import Transfer, finish, merged
 from pyengine.client import Client, MessageId
 from pyengine.client import transaction as txn_states
 from pyengine.client.url import BrokerAddress
@@ -423,14 +423,17 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
     run = f"{seed:08x}"
     topics = [f"persistent://public/default/soak-{run}-{i}" for i in range(TOPICS)]
     s = Soak(broker, History(), topics, rnd)
-    sink = f"persistent://public/default/transfer-{run}-out"
-    transfer = Transfer(broker.url, f"persistent://public/default/transfer-{run}-in", sink, scalable=False,
-                        rnd=rnd, stop=s.stop, drain_now=s.drain_now, error=s.error)
+    source, sink, cumulative_sink = (f"persistent://public/default/transfer-{run}-{end}"
+                                     for end in ("in", "out", "out-cumulative"))
+    transfer = Transfer(broker.url, source, sink, scalable=False, rnd=rnd, stop=s.stop, drain_now=s.drain_now,
+                        error=s.error)
+    cumulative = Transfer(broker.url, source, cumulative_sink, scalable=False, rnd=rnd, stop=s.stop,
+                          drain_now=s.drain_now, error=s.error, cumulative=True, fed_by=transfer)
     transferred = None
     try:
         readers = [asyncio.ensure_future(s.reader(name, broker.url, topic, name == "c1"))
                    for name in ("r1", "r2", "c1") for topic in topics]
-        transfer_tasks = transfer.tasks()
+        transfer_tasks = transfer.tasks() + cumulative.tasks()
         workers = [asyncio.ensure_future(s.worker(f"w{i}", broker.url, (TXN_TIMEOUT_MS,))) for i in range(WORKERS)]
         workers.append(asyncio.ensure_future(
             s.worker("wp", f"pulsar://127.0.0.1:{proxy.port}", PROXY_TXN_TIMEOUTS_MS, proxy)))
@@ -453,6 +456,7 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
             if isinstance(r, BaseException):
                 s.error("reader task", r)
         transferred = await finish(transfer, transfer_tasks, lambda: _just(sink))
+        transferred = merged(transferred, await finish(cumulative, [], lambda: _just(cumulative_sink)))
     finally:
         await proxy.close()
         if broker.process is not None:

@@ -96,17 +96,24 @@ class Transfer:
     (segments) to read the sink from."""
 
     def __init__(self, url: str, source: str, sink: str, *, scalable: bool, rnd: random.Random,
-                 stop: asyncio.Event, drain_now: asyncio.Event, error: Callable[[str, BaseException], None]) -> None:
+                 stop: asyncio.Event, drain_now: asyncio.Event, error: Callable[[str, BaseException], None],
+                 cumulative: bool = False, fed_by: Transfer | None = None) -> None:
         self.url, self.source, self.sink, self.scalable, self.rnd = url, source, sink, scalable, rnd
         self.stop, self.drain_now, self.error = stop, drain_now, error
-        self.fed: dict[str, bool] = {}
-        self.stored_at: dict[str, Any] = {}      # value -> its receipt (a lost one's, to look for it)
+        # `cumulative`: a Failover subscription of its own, each transaction's messages acked
+        # with one cumulative ack of the last (often inside a batch); `fed_by`: the transfer
+        # whose feeder fills the source (this one has none)
+        self.cumulative = cumulative
+        self.subscription = f"{SUBSCRIPTION}-cumulative" if cumulative else SUBSCRIPTION
+        self.fed_by = fed_by
+        self.fed: dict[str, bool] = fed_by.fed if fed_by is not None else {}
+        self.stored_at: dict[str, Any] = fed_by.stored_at if fed_by is not None else {}
         self.txns: dict[str, tuple[list[str], str]] = {}
-        self.done = asyncio.Event()
 
     def tasks(self) -> list[asyncio.Task[None]]:
-        return [asyncio.ensure_future(self.feeder()),
-                *(asyncio.ensure_future(self.processor(f"p{i}")) for i in range(PROCESSORS))]
+        prefix = "c" if self.cumulative else "p"
+        feeder = [asyncio.ensure_future(self.feeder())] if self.fed_by is None else []
+        return [*feeder, *(asyncio.ensure_future(self.processor(f"{prefix}{i}")) for i in range(PROCESSORS))]
 
     async def feeder(self) -> None:
         """Bursts of 1-8 concurrent sends, batched: the processors acknowledge batch indexes."""
@@ -144,10 +151,15 @@ class Transfer:
             await client.close()
 
     async def _consumer(self, client: Client) -> Any:
-        """On one Shared subscription: a message of a batch is acknowledged alone, by its index."""
+        """On one Shared subscription: a message of a batch is acknowledged alone, by its index.
+        Cumulative: a Failover subscription (one processor active at a time)."""
+        if self.cumulative:
+            return await client.subscribe(self.source, self.subscription, consumer_type="failover",
+                                          initial_position="earliest")
         if self.scalable:
-            return await client.subscribe_queue(self.source, SUBSCRIPTION)
-        return await client.subscribe(self.source, SUBSCRIPTION, consumer_type="shared", initial_position="earliest")
+            return await client.subscribe_queue(self.source, self.subscription)
+        return await client.subscribe(self.source, self.subscription, consumer_type="shared",
+                                      initial_position="earliest")
 
     async def processor(self, name: str) -> None:
         rnd = self.rnd
@@ -184,7 +196,8 @@ class Transfer:
                     quiet_since = time.monotonic()
                     value = message.data.decode()
                     try:
-                        await consumer.acknowledge(message, txn=txn)
+                        if not self.cumulative:
+                            await consumer.acknowledge(message, txn=txn)
                         values.append(value)
                         output = f"{value}|{t}".encode()
                         if self.scalable:
@@ -195,16 +208,29 @@ class Transfer:
                         self.error(f"{name} ack/send", exc)
                         ok = False
                         break
+                if ok and values and self.cumulative:
+                    try:
+                        await consumer.acknowledge_cumulative(message, txn=txn)    # the last one taken
+                    except Exception as exc:
+                        self.error(f"{name} ack", exc)
+                        ok = False
+                outcome = ABORTED
                 if ok and values and rnd.random() < 0.8:
-                    self.txns[t] = (values, await self._commit(name, txn))
+                    outcome = await self._commit(name, txn)
+                    self.txns[t] = (values, outcome)
                 else:
                     with contextlib.suppress(Exception):
-                        await txn.abort()
-                    if not ok:
-                        # what this consumer holds unacknowledged comes back on a new one
-                        with contextlib.suppress(Exception):
-                            await consumer.close()
-                        consumer = None
+                        await txn.abort()           # (a cumulative consumer is rewound by it)
+                if ok and self.cumulative and outcome != COMMITTED and txn.state != txn_states.ABORTED:
+                    # not committed, not aborted here (timed out, unknown): read again from the
+                    # subscription's position, or the queue's later messages come first
+                    with contextlib.suppress(Exception):
+                        await consumer.redeliver_unacknowledged_messages()
+                if not ok:
+                    # what this consumer holds unacknowledged comes back on a new one
+                    with contextlib.suppress(Exception):
+                        await consumer.close()
+                    consumer = None
         finally:
             await client.close()
 
@@ -235,15 +261,25 @@ class Transfer:
         return outputs
 
 
+def merged(a: Result, b: Result) -> Result:
+    """Two pipelines' results as one (their anomalies and counts added)."""
+    result = transfer_result()
+    for kind in TRANSFER_CLASSES:
+        result.anomalies[kind] = [*a.anomalies[kind], *b.anomalies[kind]]
+    result.stats = {key: a.stats.get(key, 0) + b.stats.get(key, 0) for key in a.stats} | {"fed": a.stats["fed"]}
+    return result
+
+
 async def finish(transfer: Transfer, tasks: list[asyncio.Task[None]],
                  sink_topics: Callable[[], Awaitable[list[str]]]) -> Result:
-    """Once the soak has set `drain_now`: wait for the processors to empty the source and for
-    their last transactions to end (a commit of unknown outcome: its timeout), then read the
-    sink and check the run."""
-    for result in await asyncio.gather(*tasks, return_exceptions=True):
-        if isinstance(result, BaseException):
-            transfer.error("transfer task", result)
-    await asyncio.sleep(TXN_TIMEOUT_MS / 1000 + 1)
+    """Once the soak has set `drain_now`: wait for the processors (`tasks`: none, when waited
+    for with another pipeline's) to empty the source and for their last transactions to end (a
+    commit of unknown outcome: its timeout), then read the sink and check the run."""
+    if tasks:
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, BaseException):
+                transfer.error("transfer task", result)
+        await asyncio.sleep(TXN_TIMEOUT_MS / 1000 + 1)
     outputs = await transfer.read_sink(await sink_topics())
     result = check_transfer(transfer.fed, transfer.txns, outputs)
     for lost in result.anomalies["lost_input"]:
