@@ -367,6 +367,8 @@ class PartitionConsumer(ConnectionHandler):
         # transaction may not ack them cumulatively: see `_check_not_stale`).
         self._handed: tuple[tuple, tuple] | None = None
         self._stale: tuple[tuple, tuple] | None = None
+        # Only where cumulative acks are allowed: every message taken pays for the tracking.
+        self.tracks_handed = options.consumer_type in ("exclusive", "failover")
         # PIP-84, as the Java client: raised by each redeliver-all of an Exclusive or Failover
         # consumer; a MESSAGE the broker stamped with a lower one was read before that
         # redelivery (the cursor rewound since) and is dropped, so the redelivered messages
@@ -1270,7 +1272,8 @@ class Consumer:
             handler.queued_bytes -= len(message.data)
             handler.credit(1)
             handler.last_dequeued = message.message_id
-            handler.handed_out(message.message_id)
+            if handler.tracks_handed:
+                handler.handed_out(message.message_id)
             return handler, message
         return None
 
