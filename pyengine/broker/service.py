@@ -398,8 +398,9 @@ class BrokerService:
     def new_pending_ack_handle(self, cursor: ManagedCursor, sub_type: str | None,
                                on_release: Callable[..., None],
                                on_acked: Callable[..., None] | None = None) -> PendingAckHandle:
-        """`on_release(positions)` / `on_acked(positions)`: what the handle ended on its own
-        gives back / acknowledged whole; a v5 handle adds `txn=` (the decision's transaction)."""
+        """`on_release(positions, txn=)`: what the handle aborted on its own gives back, with
+        that transaction; `on_acked(positions, txn=)` (v5): what a commit it applied on its own
+        acknowledged whole."""
         if self.v5 is not None and self._ledger_transaction_version(cursor.ledger) == 5:
             store = MetadataPendingAckStore(self.v5.store, cursor.ledger.name, cursor.name, metrics=self.v5.metrics)
             return MetadataPendingAckHandle(cursor, store, self.v5.headers, subscription_type=wire_sub_type(sub_type),

@@ -421,26 +421,16 @@ class Subscription:
             self._reserved_by_txn.pop(txn, None)
         self.dispatcher.acked(positions)
 
-    def released_by_pending_ack(self, positions: list[Position], txn: TxnId | None = None) -> None:
-        """The pending-ack handle ended transactions on its own (a v5 decision it watched, a
-        v4 transaction below a coordinator's low watermark) and gives back `positions`: the
-        entries they acked individually, then a cumulative ack's position. As for an abort
-        through `end_txn`, every message they held comes back: those taken from their
+    def released_by_pending_ack(self, positions: list[Position], *, txn: TxnId) -> None:
+        """The pending-ack handle aborted `txn` on its own (a v5 decision it watched, a v4
+        transaction below a coordinator's low watermark) and gives back `positions`: the
+        entries it acked individually, then a cumulative ack's position. As for an abort
+        through `end_txn`, every message it held comes back: those taken from their
         consumer's pending set, and all the dispatcher passed over up to a cumulative ack.
-        `txn`: the one aborted txn, when the handle says (v5); else every txn it no longer
-        holds acks of is taken as aborted."""
-        pending = self.pending_ack
+        Only `txn`'s: another transaction that no longer holds acks in the handle may be one
+        whose commit is under way (a v4 low-watermark abort runs inside a commit)."""
         again = set(positions)
-        if txn is not None:
-            # Only its own: a txn whose commit is not reported yet is not live either.
-            again.update(self._reserved_by_txn.pop(txn, ()))
-        elif pending is not None:
-            live = set(pending.individual_ack_of_txn)
-            holder = pending.cumulative_ack_of_txn
-            if holder is not None:
-                live.add(holder[0])
-            for txn in [txn for txn in self._reserved_by_txn if txn not in live]:
-                again.update(self._reserved_by_txn.pop(txn))
+        again.update(self._reserved_by_txn.pop(txn, ()))
         if positions and self.sub_type not in ("shared", "key_shared"):
             # The last position may be a cumulative ack's (Exclusive/Failover only).
             again.update(self._passed_over_up_to(max(positions)))

@@ -98,13 +98,15 @@ class PendingAckHandleImpl(PendingAckHandle):
     """Pending acks of the subscription whose durable cursor is `cursor`, logged in `store`.
 
     `subscription_type` (CommandSubscribe.SubType; settable, the type of a subscription
-    changes with its consumers) decides whether cumulative acks are allowed. `on_release`
-    receives the positions to deliver again when the handle aborts transactions by itself
-    (those at or below a coordinator's low watermark that still hold acks here).
+    changes with its consumers) decides whether cumulative acks are allowed.
+    `on_release(positions, txn=txn)` receives the positions to deliver again when the handle
+    aborts a transaction by itself (one at or below a coordinator's low watermark that still
+    holds acks here), with that transaction: the subscription gives back what it took for
+    that one only (without it, another transaction committing meanwhile looked aborted).
     """
 
     def __init__(self, cursor: ManagedCursor, store: LogPendingAckStore, *, subscription_type: int,
-                 on_release: Callable[[list[Position]], None] | None = None,
+                 on_release: Callable[..., None] | None = None,
                  replay_chunk: int = DEFAULT_REPLAY_CHUNK) -> None:
         if not cursor.durable:
             raise ValueError("pending acks need a durable cursor")
@@ -462,9 +464,9 @@ class PendingAckHandleImpl(PendingAckHandle):
                 continue
             logger.warning("[%s] aborted Transaction:%s below the low watermark %d",
                            self._name, txn, low_watermark)
-            if released and self._on_release is not None:
+            if self._on_release is not None:
                 try:
-                    self._on_release(released)
+                    self._on_release(released, txn=txn)
                 except Exception:
                     logger.exception("[%s] on_release failed for %s", self._name, released)
 

@@ -229,14 +229,16 @@ async def test_an_ack_by_a_txn_below_the_low_watermark_is_refused(env):
 
 async def test_the_low_watermark_aborts_txns_that_acked_after_their_end(env):
     released = []
-    sub = await open_subscription(env, 4, on_release=released.append)
+    sub = await open_subscription(env, 4, on_release=lambda positions, *, txn: released.append((positions, txn)))
     h, p = sub.handle, sub.positions
     await h.individual_ack(TxnId(1, 2), [IndividualAck(p[1])])   # its end never reaches us
     await h.individual_ack(TxnId(1, 7), [IndividualAck(p[2])])
     await h.individual_ack(TxnId(2, 1), [IndividualAck(p[3])])
     await h.individual_ack(TxnId(1, 3), [IndividualAck(p[0])])
     assert await h.commit(TxnId(1, 3), 3) == [p[0]]
-    assert released == [[p[1]]]
+    # With the aborted txn: only its messages are the subscription's to give back (a commit
+    # under way, whose acks the handle no longer holds, is not aborted).
+    assert released == [([p[1]], TxnId(1, 2))]
     assert set(h.individual_ack_of_txn) == {TxnId(1, 7), TxnId(2, 1)}
     assert not sub.cursor.is_acked(p[1]) and log_records(sub) == 2
 
@@ -307,8 +309,8 @@ async def test_the_low_watermark_aborts_replayed_txns_too(env):
     await sub.handle.individual_ack(TxnId(1, 9), [IndividualAck(sub.positions[2])])
     await sub.ledger.close()
     released = []
-    after = await open_subscription(env, on_release=released.append)
+    after = await open_subscription(env, on_release=lambda positions, *, txn: released.append((positions, txn)))
     await after.handle.individual_ack(TxnId(1, 3), [IndividualAck(after.positions[0])])
     await after.handle.commit(TxnId(1, 3), 3)
-    assert released == [[after.positions[1]]]
+    assert released == [([after.positions[1]], TxnId(1, 2))]
     assert set(after.handle.individual_ack_of_txn) == {TxnId(1, 9)}
