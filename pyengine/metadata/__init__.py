@@ -14,6 +14,12 @@ Modelled on Pulsar's `MetadataStore` / `MetadataStoreExtended` (module `pulsar-m
   etcd's per-key version), so a holder of an old version could overwrite the new record;
   `put(..., expected_mod_revision=r)` also requires the record's `mod_revision` to be `r`,
   which is never reused (etcd's compare on mod_revision).
+* A guard (`guard_path=`, `guard_mod_revision=` on `put`, `create`, `delete` and
+  `delete_recursive`) makes a write conditional on another record: it happens only while the
+  record at `guard_path` was last written at that mod revision, checked atomically with the
+  write (etcd: a compare in the write's transaction), else `GuardFailedError`. A leader guards
+  its writes with its election record: once deposed, it cannot write anything, not even create
+  a record (where a compare-and-set has no version to compare).
 * The key space is flat with hierarchical names, as in Pulsar's etcd, RocksDB and memory stores:
   `get_children("/a")` lists the distinct next segments of every record below `/a/`, whether or
   not `/a/b` itself holds a record; parents are never created implicitly and a record can be
@@ -61,10 +67,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "AlreadyExistsError", "BadVersionError", "CompactedError", "IndexKey", "InvalidPathError",
-    "LeaderElection", "LeaderState", "MetadataStore", "MetadataStoreError", "NotFoundError",
-    "Notification", "NotificationType", "Page", "Record", "Session", "SessionExpiredError", "Watch",
-    "open_metadata_store",
+    "AlreadyExistsError", "BadVersionError", "CompactedError", "GuardFailedError", "IndexKey",
+    "InvalidPathError", "LeaderElection", "LeaderState", "MetadataStore", "MetadataStoreError",
+    "NotFoundError", "Notification", "NotificationType", "Page", "Record", "Session",
+    "SessionExpiredError", "Watch", "open_metadata_store",
 ]
 
 DEFAULT_SESSION_TTL = 10.0       # seconds
@@ -84,6 +90,12 @@ class BadVersionError(MetadataStoreError):
 class AlreadyExistsError(BadVersionError):
     """`put(..., expected_version=-1)` / `create` found an existing record. A `BadVersionError`,
     as in Pulsar, where creating an existing node fails with `BadVersionException`."""
+
+
+class GuardFailedError(BadVersionError):
+    """A guarded write was refused: the guard record is gone, or was written after the guard's
+    mod revision. A `BadVersionError`; its own class tells a writer that lost what guards it
+    (a deposed leader) from one whose record changed."""
 
 
 class NotFoundError(MetadataStoreError):
@@ -433,13 +445,27 @@ def check_value(value: object) -> bytes:
 
 
 def check_guard(guard_path: str, guard_revision: int, found_revision: int | None) -> None:
-    """BadVersionError unless the guard record of a guarded write (`delete_recursive`) is at
-    `guard_revision` (`found_revision`: its mod revision, None when it does not exist)."""
+    """GuardFailedError unless the guard record of a guarded write is at `guard_revision`
+    (`found_revision`: its mod revision, None when it does not exist)."""
     if found_revision is None:
-        raise BadVersionError(f"{guard_path} does not exist, expected its revision {guard_revision}")
+        raise GuardFailedError(f"guard {guard_path} does not exist, expected its revision {guard_revision}")
     if found_revision != guard_revision:
-        raise BadVersionError(f"{guard_path} was last written at revision {found_revision}, "
-                              f"expected revision {guard_revision}")
+        raise GuardFailedError(f"guard {guard_path} was last written at revision {found_revision}, "
+                               f"expected revision {guard_revision}")
+
+
+def check_guard_arguments(guard_path: object, guard_mod_revision: object) -> tuple[str, int] | None:
+    """The guard of a write, `(path, mod revision)`, or None when neither is given."""
+    if (guard_path is None) != (guard_mod_revision is None):
+        raise ValueError("a guard is a path and a mod revision: give both or neither")
+    if guard_path is None:
+        return None
+    check_path(guard_path)
+    if isinstance(guard_mod_revision, bool) or not isinstance(guard_mod_revision, int):
+        raise TypeError(f"guard_mod_revision is an int, not {type(guard_mod_revision).__name__}")
+    if guard_mod_revision < 1:
+        raise ValueError(f"invalid guard_mod_revision {guard_mod_revision}: revisions are >= 1")
+    return guard_path, guard_mod_revision
 
 
 def check_mod_revision(revision: object) -> int | None:
@@ -554,7 +580,8 @@ class MetadataStore(abc.ABC):
 
     async def put(self, path: str, value: bytes, expected_version: int | None = None, *,
                   expected_mod_revision: int | None = None, session: Session | None = None,
-                  sequential: bool = False, partition_key: str | None = None) -> Record:
+                  sequential: bool = False, partition_key: str | None = None,
+                  guard_path: str | None = None, guard_mod_revision: int | None = None) -> Record:
         """Write `value` at `path` and return the new record.
 
         `expected_version`: None (any state), -1 (must not exist: else `AlreadyExistsError`)
@@ -565,7 +592,9 @@ class MetadataStore(abc.ABC):
         the session is no longer alive). `sequential`: the store appends a zero-padded number,
         unique and increasing per parent path, to `path` (which may then end with `/`); the
         returned record's `path` is the created path. Index entries of declared indexes are
-        written in the same atomic write.
+        written in the same atomic write. `guard_path` and `guard_mod_revision` (both or
+        neither): the write happens only while the record at `guard_path` was last written at
+        that mod revision (else `GuardFailedError`, checked before the other conditions).
         """
         check_path(path, sequential=bool(sequential))
         value = check_value(value)
@@ -581,6 +610,7 @@ class MetadataStore(abc.ABC):
         if expected_mod_revision is not None and (expected_version == -1 or sequential):
             raise ValueError("expected_mod_revision names an existing record: not with expected_version=-1 "
                              "or sequential")
+        guard = check_guard_arguments(guard_path, guard_mod_revision)
         self._check_open()
         if session is not None:
             if session.store is not self:
@@ -588,23 +618,28 @@ class MetadataStore(abc.ABC):
             if not session.alive:
                 raise SessionExpiredError(f"session {session.id:x} is {session.state}")
         return await self._put(path, value, expected_version, session, sequential, partition_key,
-                               expected_mod_revision)
+                               expected_mod_revision, guard)
 
     async def create(self, path: str, value: bytes, *, session: Session | None = None,
-                     sequential: bool = False, partition_key: str | None = None) -> Record:
+                     sequential: bool = False, partition_key: str | None = None,
+                     guard_path: str | None = None, guard_mod_revision: int | None = None) -> Record:
         """Create-if-absent: `put(path, value, -1, ...)`; `AlreadyExistsError` if it exists."""
         return await self.put(path, value, -1, session=session, sequential=sequential,
-                              partition_key=partition_key)
+                              partition_key=partition_key, guard_path=guard_path,
+                              guard_mod_revision=guard_mod_revision)
 
     async def delete(self, path: str, expected_version: int | None = None, *,
-                     expected_mod_revision: int | None = None) -> None:
+                     expected_mod_revision: int | None = None, guard_path: str | None = None,
+                     guard_mod_revision: int | None = None) -> None:
         """Delete the record (`NotFoundError` if missing, `BadVersionError` on a version or
-        mod revision mismatch), with its index entries. Records below it are not touched."""
+        mod revision mismatch), with its index entries. Records below it are not touched.
+        A guard as `put`'s (`GuardFailedError`, before `NotFoundError`)."""
         check_path(path)
         expected_version = check_version(expected_version, allow_create=False)
         expected_mod_revision = check_mod_revision(expected_mod_revision)
+        guard = check_guard_arguments(guard_path, guard_mod_revision)
         self._check_open()
-        await self._delete(path, expected_version, expected_mod_revision)
+        await self._delete(path, expected_version, expected_mod_revision, guard)
 
     async def delete_recursive(self, path: str, *, guard_path: str | None = None,
                                guard_mod_revision: int | None = None) -> None:
@@ -613,18 +648,14 @@ class MetadataStore(abc.ABC):
         as Pulsar's `deleteRecursive`.
 
         With a guard, each record is deleted only while the record at `guard_path` is the one
-        last written at `guard_mod_revision`; `BadVersionError` once it is not (the local
+        last written at `guard_mod_revision`; `GuardFailedError` once it is not (the local
         backends then delete nothing; on etcd what went while the guard held stays deleted).
         A mod revision is never reused, so a guard also tells a record deleted and written
         again from the one it read."""
         check_path(path)
-        if (guard_path is None) != (guard_mod_revision is None):
-            raise ValueError("a guard is a path and a mod revision: give both or neither")
-        if guard_path is not None:
-            check_path(guard_path)
-            guard_mod_revision = check_mod_revision(guard_mod_revision)
+        guard = check_guard_arguments(guard_path, guard_mod_revision)
         self._check_open()
-        await self._delete_recursive(path, None if guard_path is None else (guard_path, guard_mod_revision))
+        await self._delete_recursive(path, guard)
 
     async def get_children(self, path: str) -> list[str]:
         """Sorted names of the next path segments of the records below `path/`."""
@@ -749,12 +780,12 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def _put(self, path: str, value: bytes, expected_version: int | None, session: Session | None,
-                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None
-                   ) -> Record: ...
+                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None,
+                   guard: tuple[str, int] | None = None) -> Record: ...
 
     @abc.abstractmethod
-    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None
-                      ) -> None: ...
+    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None,
+                      guard: tuple[str, int] | None = None) -> None: ...
 
     @abc.abstractmethod
     async def _delete_recursive(self, path: str, guard: tuple[str, int] | None) -> None: ...

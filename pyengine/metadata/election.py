@@ -6,6 +6,11 @@ service URL). The store's create-if-absent makes exactly one candidate the leade
 follow it and watch the path. When the leader resigns, or its session is closed or expires (a
 crashed broker stops refreshing it), the record disappears and the followers campaign again.
 
+While leading, `leader_revision` is the mod revision of its record: with `path`, the guard of
+the leader's writes (`MetadataStore.put(..., guard_path=, guard_mod_revision=)`). The local view
+can lag the store (a paused process still believes it leads); a guarded write cannot: once
+another candidate's record replaced ours, or ours is gone, every guarded write is refused.
+
 A candidate whose own session ends leaves the election (state `NO_LEADER`): its session was
 local proof of its leadership, and the store drops its record at the same time or later, so a
 leader always knows it has lost leadership no later than another candidate can win. To
@@ -43,8 +48,10 @@ Listener = Callable[[LeaderState, "str | None"], None]
 
 class LeaderElection:
     """`campaign()` to stand; `state` / `leader` / `is_leader` for the local view (kept up to
-    date by a watch); `current_leader()` reads the store; `wait_for(state)` and listeners
-    (`add_listener(fn(state, leader))`) observe changes; `resign()` steps down and stops."""
+    date by a watch); `leader_revision` the mod revision of our record while leading (the
+    guard of the leader's writes); `current_leader()` reads the store; `wait_for(state)` and
+    listeners (`add_listener(fn(state, leader))`) observe changes; `resign()` steps down and
+    stops."""
 
     def __init__(self, store: MetadataStore, path: str, candidate_id: str, *, session: Session) -> None:
         check_path(path)
@@ -58,6 +65,7 @@ class LeaderElection:
         self.session = session
         self.state = LeaderState.NO_LEADER
         self.leader: str | None = None
+        self.leader_revision: int | None = None     # of our record, while LEADING
         self._listeners: list[Listener] = []
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -125,9 +133,10 @@ class LeaderElection:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _set(self, state: LeaderState, leader: str | None) -> None:
+    def _set(self, state: LeaderState, leader: str | None, revision: int | None = None) -> None:
         if self._first is not None and not self._first.done():
             self._first.set_result(None)
+        self.leader_revision = revision if state is LeaderState.LEADING else None
         if state is self.state and leader == self.leader:
             return
         self.state = state
@@ -142,7 +151,7 @@ class LeaderElection:
 
     def _observe(self, record: Record) -> None:
         if record.session_id == self.session.id:
-            self._set(LeaderState.LEADING, self.candidate_id)
+            self._set(LeaderState.LEADING, self.candidate_id, record.mod_revision)
         else:
             self._set(LeaderState.FOLLOWING, record.value.decode(errors="replace"))
 

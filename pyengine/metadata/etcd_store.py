@@ -10,6 +10,8 @@ Keys, under a root prefix (default `/pyengine`; several clusters or tests can sh
   creation); create/mod revisions and notification revisions are etcd's revisions.
 * CAS: one etcd transaction comparing the key's version (`expected_version + 1`), or its
   create revision with 0 for create-if-absent.
+* Guarded writes: the write's transaction also compares the guard key's mod revision, and
+  its failure branch reads the guard key, to tell a failed guard from a failed condition.
 * Records under an indexed prefix are written by read-then-transaction: read the record (its
   envelope names its current index entries), then one transaction that compares the record's
   mod revision with the one read and puts the record, deletes its stale index entries and puts
@@ -201,6 +203,18 @@ class EtcdMetadataStore(MetadataStore):
         response = await self._range(rpc.RangeRequest(key=self._rkey(path)))
         return response.kvs[0] if response.kvs else None
 
+    async def _get_guarded_kv(self, path: str, guard: tuple[str, int] | None) -> Any:
+        """`_get_kv`, and with a guard the guard record in the same snapshot: GuardFailedError
+        when it is not at the guard's mod revision (a guard fails a write before its own
+        conditions do, as on the local backends)."""
+        if guard is None:
+            return await self._get_kv(path)
+        guard_path, guard_revision = guard
+        response = await self._txn([], [_op_range(self._rkey(path)), _op_range(self._rkey(guard_path))])
+        kvs, guard_kvs = (item.response_range.kvs for item in response.responses)
+        check_guard(guard_path, guard_revision, guard_kvs[0].mod_revision if guard_kvs else None)
+        return kvs[0] if kvs else None
+
     # --- records ------------------------------------------------------------------------------
 
     async def _get(self, path: str) -> Record | None:
@@ -208,25 +222,26 @@ class EtcdMetadataStore(MetadataStore):
         return self._record(kv) if kv is not None else None
 
     async def _put(self, path: str, value: bytes, expected_version: int | None, session: Session | None,
-                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None
-                   ) -> Record:
+                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None,
+                   guard: tuple[str, int] | None = None) -> Record:
         lease = session.id if session is not None else 0
         if sequential:
-            return await self._put_sequential(path, value, lease, partition_key)
+            return await self._put_sequential(path, value, lease, partition_key, guard)
         if self._indexed(path):
             return await self._put_indexed(path, value, expected_version, lease, partition_key,
-                                           expected_mod_revision)
+                                           expected_mod_revision, guard)
         key = self._rkey(path)
         put = _op_put(key, encode_remote(partition_key, [], value), lease, prev_kv=True)
         revision_check = [] if expected_mod_revision is None else [_cmp(key, "MOD", "EQUAL", expected_mod_revision)]
         if expected_version is None:
-            response = await self._txn(revision_check, [put])
+            response = await self._guarded_txn(revision_check, [put], guard)
         elif expected_version == -1:
-            response = await self._txn([_cmp(key, "CREATE", "EQUAL", 0)], [put])
+            response = await self._guarded_txn([_cmp(key, "CREATE", "EQUAL", 0)], [put], guard)
             if not response.succeeded:
                 raise AlreadyExistsError(f"{path} already exists")
         else:
-            response = await self._txn([_cmp(key, "VERSION", "EQUAL", expected_version + 1)] + revision_check, [put])
+            response = await self._guarded_txn([_cmp(key, "VERSION", "EQUAL", expected_version + 1)] + revision_check,
+                                               [put], guard)
         if not response.succeeded:
             raise _mismatch(path, expected_version, expected_mod_revision)
         revision = response.header.revision
@@ -243,10 +258,11 @@ class EtcdMetadataStore(MetadataStore):
         return ops
 
     async def _put_indexed(self, path: str, value: bytes, expected: int | None, lease: int,
-                           partition_key: str | None, expected_mod_revision: int | None = None) -> Record:
+                           partition_key: str | None, expected_mod_revision: int | None = None,
+                           guard: tuple[str, int] | None = None) -> Record:
         key = self._rkey(path)
         while True:
-            kv = await self._get_kv(path)
+            kv = await self._get_guarded_kv(path, guard)
             if expected == -1 and kv is not None:
                 raise AlreadyExistsError(f"{path} already exists")
             if expected is not None and expected >= 0 and (kv is None or kv.version - 1 != expected):
@@ -260,13 +276,14 @@ class EtcdMetadataStore(MetadataStore):
             ops = [_op_put(key, encode_remote(partition_key, entries, value), lease)]
             ops += self._entry_ops(path, old_entries, entries, lease)
             check = _cmp(key, "MOD", "EQUAL", kv.mod_revision) if kv is not None else _cmp(key, "CREATE", "EQUAL", 0)
-            response = await self._txn([check], ops)
+            response = await self._guarded_txn([check], ops, guard)
             if response.succeeded:
                 revision = response.header.revision
                 create = kv.create_revision if kv is not None else revision
                 return Record(path, value, version, create, revision, lease or None, partition_key)
 
-    async def _put_sequential(self, path: str, value: bytes, lease: int, partition_key: str | None) -> Record:
+    async def _put_sequential(self, path: str, value: bytes, lease: int, partition_key: str | None,
+                              guard: tuple[str, int] | None = None) -> Record:
         parent = parent_of(path)
         counter = self._s + parent.encode()
         slot = self._seq_locks.get(parent)
@@ -286,8 +303,9 @@ class EtcdMetadataStore(MetadataStore):
                                              Record(full, value, 0, 0, 0, lease or None, partition_key))
                     ops = [_op_put(counter, b""), _op_put(key, encode_remote(partition_key, entries, value), lease)]
                     ops += self._entry_ops(full, [], entries, lease)
-                    response = await self._txn([_cmp(counter, "VERSION", "EQUAL", seq), _cmp(key, "CREATE", "EQUAL", 0)],
-                                               ops, [_op_range(counter)])
+                    response = await self._guarded_txn(
+                        [_cmp(counter, "VERSION", "EQUAL", seq), _cmp(key, "CREATE", "EQUAL", 0)], ops, guard,
+                        [_op_range(counter)])
                     if response.succeeded:
                         self._seq_next[parent] = seq + 1
                         if len(self._seq_next) > 4096:
@@ -303,17 +321,17 @@ class EtcdMetadataStore(MetadataStore):
             if slot.users == 0:
                 self._seq_locks.pop(parent, None)
 
-    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None
-                      ) -> None:
+    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None,
+                      guard: tuple[str, int] | None = None) -> None:
         if self._indexed(path):
-            await self._delete_indexed(path, expected_version, expected_mod_revision)
+            await self._delete_indexed(path, expected_version, expected_mod_revision, guard)
             return
         key = self._rkey(path)
         checks = [_cmp(key, "VERSION", "EQUAL", expected_version + 1) if expected_version is not None
                   else _cmp(key, "VERSION", "GREATER", 0)]
         if expected_mod_revision is not None:
             checks.append(_cmp(key, "MOD", "EQUAL", expected_mod_revision))
-        response = await self._txn(checks, [_op_delete(key)], [_op_range(key)])
+        response = await self._guarded_txn(checks, [_op_delete(key)], guard, [_op_range(key)])
         if not response.succeeded:
             if not response.responses[0].response_range.kvs:
                 raise NotFoundError(f"{path} does not exist")
@@ -323,7 +341,7 @@ class EtcdMetadataStore(MetadataStore):
                               guard: tuple[str, int] | None = None) -> None:
         key = self._rkey(path)
         while True:
-            kv = await self._get_kv(path)
+            kv = await self._get_guarded_kv(path, guard)
             if kv is None:
                 raise NotFoundError(f"{path} does not exist")
             if expected is not None and kv.version - 1 != expected:
@@ -337,17 +355,18 @@ class EtcdMetadataStore(MetadataStore):
             if response.succeeded:
                 return
 
-    async def _guarded_txn(self, compare: list, success: list, guard: tuple[str, int] | None) -> Any:
-        """`_txn` that also compares the guard record's mod revision (BadVersionError when the
-        guard is what failed it)."""
+    async def _guarded_txn(self, compare: list, success: list, guard: tuple[str, int] | None,
+                           failure: list | None = None) -> Any:
+        """`_txn` that also compares the guard record's mod revision (GuardFailedError when the
+        guard is what failed it). The responses of `failure` come first, as without a guard."""
         if guard is None:
-            return await self._txn(compare, success)
+            return await self._txn(compare, success, failure)
         guard_path, guard_revision = guard
         guard_key = self._rkey(guard_path)
         response = await self._txn(compare + [_cmp(guard_key, "MOD", "EQUAL", guard_revision)], success,
-                                   [_op_range(guard_key)])
+                                   (failure or []) + [_op_range(guard_key)])
         if not response.succeeded:
-            kvs = response.responses[0].response_range.kvs
+            kvs = response.responses[-1].response_range.kvs
             check_guard(guard_path, guard_revision, kvs[0].mod_revision if kvs else None)
         return response
 

@@ -177,9 +177,26 @@ def _index_changes(kv: KV, path: str, revision: int, old: list[tuple[str, bytes]
     return events
 
 
+def _guard_fails(kv: KV, guard: tuple[str, int] | None) -> Outcome | None:
+    """The failed outcome of a guarded write whose guard record is not at the guard's mod
+    revision; None when the write may go on (or has no guard)."""
+    if guard is None:
+        return None
+    guard_path, guard_revision = guard
+    loaded = _load(kv, guard_path)
+    try:
+        check_guard(guard_path, guard_revision, None if loaded is None else loaded[0].mod_revision)
+    except BadVersionError as mismatch:
+        return _err(mismatch)
+    return None
+
+
 def txn_put(kv: KV, specs: list[IndexSpec], path: str, value: bytes, expected: int | None,
             session_id: int | None, partition_key: str | None, sequential: bool,
-            expected_mod_revision: int | None = None) -> Outcome:
+            expected_mod_revision: int | None = None, guard: tuple[str, int] | None = None) -> Outcome:
+    refused = _guard_fails(kv, guard)
+    if refused is not None:
+        return refused
     counter_key = None
     seq = 0
     if sequential:
@@ -232,7 +249,11 @@ def _remove(kv: KV, record: Record, entries: list[tuple[str, bytes]], revision: 
     return events + _index_changes(kv, record.path, revision, entries, [], None, None)
 
 
-def txn_delete(kv: KV, path: str, expected: int | None, expected_mod_revision: int | None = None) -> Outcome:
+def txn_delete(kv: KV, path: str, expected: int | None, expected_mod_revision: int | None = None,
+               guard: tuple[str, int] | None = None) -> Outcome:
+    refused = _guard_fails(kv, guard)
+    if refused is not None:
+        return refused
     loaded = _load(kv, path)
     if loaded is None:
         return _err(NotFoundError(f"{path} does not exist"))
@@ -247,13 +268,9 @@ def txn_delete(kv: KV, path: str, expected: int | None, expected_mod_revision: i
 
 
 def txn_delete_recursive(kv: KV, path: str, guard: tuple[str, int] | None = None) -> Outcome:
-    if guard is not None:
-        guard_path, guard_revision = guard
-        loaded = _load(kv, guard_path)
-        try:
-            check_guard(guard_path, guard_revision, None if loaded is None else loaded[0].mod_revision)
-        except BadVersionError as mismatch:
-            return _err(mismatch)
+    refused = _guard_fails(kv, guard)
+    if refused is not None:
+        return refused
     victims = []
     loaded = _load(kv, path)
     if loaded is not None:
@@ -448,16 +465,16 @@ class LocalMetadataStore(MetadataStore):
             return read_record(kv, path)
 
     async def _put(self, path: str, value: bytes, expected_version: int | None, session: Session | None,
-                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None
-                   ) -> Record:
+                   sequential: bool, partition_key: str | None, expected_mod_revision: int | None = None,
+                   guard: tuple[str, int] | None = None) -> Record:
         specs = list(self._indexes.values())
         session_id = session.id if session is not None else None
         return await self._run(lambda kv: txn_put(kv, specs, path, value, expected_version, session_id,
-                                                  partition_key, sequential, expected_mod_revision))
+                                                  partition_key, sequential, expected_mod_revision, guard))
 
-    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None
-                      ) -> None:
-        await self._run(lambda kv: txn_delete(kv, path, expected_version, expected_mod_revision))
+    async def _delete(self, path: str, expected_version: int | None, expected_mod_revision: int | None = None,
+                      guard: tuple[str, int] | None = None) -> None:
+        await self._run(lambda kv: txn_delete(kv, path, expected_version, expected_mod_revision, guard))
 
     async def _delete_recursive(self, path: str, guard: tuple[str, int] | None) -> None:
         await self._run(lambda kv: txn_delete_recursive(kv, path, guard))

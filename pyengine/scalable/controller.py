@@ -37,11 +37,16 @@ the incarnation of the operation's layout (layout.py): refused for good once the
 deleted, even when a topic of the same name (and segment ids) is created again.
 
 Consumer records are fenced the same way (coordinator.py): each write is a compare-and-set, and
-a take-over rewrites every record it restores. A leader whose write is refused (deposed, or a
-deposed one wrote before its claim) steps down: it drops its leader state — its consumers
-register again — and takes over anew, which goes on only while the store still holds its
-election record (its local view of the election may lag: a paused process). A take-over is
-all or nothing: the coordinators of one that fails part-way are closed.
+a take-over rewrites every record it restores. A compare-and-set cannot refuse what has no
+version yet — a deposed leader creating the record of a consumer or subscription new to it, or
+starting an operation over the cleared record it just read — so every write of the leader is
+also guarded by its election record, as etcd's elections fence a leader: the store writes only
+while that record is still the one the leader won with (its mod revision), in the same atomic
+write. A leader whose write is refused (deposed, or a deposed one wrote before its claim) steps
+down: it drops its leader state — its consumers register again — and takes over anew, which
+goes on only while the store still holds its election record (its local view of the election
+may lag: a paused process). A take-over is all or nothing: the coordinators of one that fails
+part-way are closed.
 
 `fault` (tests): an async callable run after each step with the step's name, to inject crashes.
 """
@@ -51,11 +56,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import AsyncIterator, Iterator
 
 from pyengine.errors import NotAllowedError, PulsarError, SubscriptionNotFoundError
-from pyengine.metadata import BadVersionError, LeaderState, Session
+from pyengine.metadata import BadVersionError, GuardFailedError, LeaderState, Session
 from pyengine.naming import TopicName
 from pyengine.scalable.coordinator import (AssignmentListener, ConsumerAssignment, LivenessCheck,
                                            SubscriptionCoordinator)
@@ -63,6 +68,7 @@ from pyengine.scalable.layout import LayoutError, SegmentLayout
 from pyengine.scalable.resources import (
     ROLLING_BACK,
     SEALING,
+    LeaderGuard,
     PendingOperation,
     ScalableTopicResources,
 )
@@ -204,10 +210,12 @@ class ScalableTopicController:
         log.info("controller of %s: leading at epoch %d", self.topic, self.layout.epoch)
 
     async def _holds_election(self) -> bool:
-        """Whether the store's election record is ours. The local view can lag the store: a
-        process paused past its session's expiry still believes it leads while another does."""
+        """Whether the store's election record is ours, as we won it (the guard of our writes).
+        The local view can lag the store: a process paused past its session's expiry still
+        believes it leads while another does."""
         record = await self.resources.store.get(self.election.path)
-        if record is not None and record.session_id == self.election.session.id:
+        if record is not None and record.session_id == self.election.session.id \
+                and record.mod_revision == self.election.leader_revision:
             self._store_leader = None
             return True
         self._store_leader = record.value.decode(errors="replace") if record is not None else None
@@ -218,15 +226,34 @@ class ScalableTopicController:
     def _coordinator(self, subscription: str) -> SubscriptionCoordinator:
         assert self.layout is not None
         return SubscriptionCoordinator(self.topic, subscription, self.resources, self.layout, self.grace_period,
-                                       self.segments, on_conflict=self._consumer_write_refused)
+                                       self.segments, on_conflict=self._write_refused, leadership=self._leadership)
 
-    def _consumer_write_refused(self) -> NotLeaderError:
-        """A coordinator's write was refused: a consumer record changed since it read it (a
-        newer leader claimed it, or a deposed one wrote it before our claim). Step down rather
-        than retry on a stale view, and take over anew: that re-reads the records, and goes on
-        only while the store's election record is still ours. The error its caller raises."""
-        log.warning("controller of %s: a consumer record was written by another leader: stepping down",
-                    self.topic)
+    def _leadership(self) -> LeaderGuard:
+        """The guard of every write made as leader: our election record as we won it. Not
+        leading (in our own view): GuardFailedError, as the store would refuse the write."""
+        revision = self.election.leader_revision
+        if revision is None:
+            raise GuardFailedError(f"guard {self.election.path}: the controller of {self.topic} does not lead")
+        return self.election.path, revision
+
+    @contextmanager
+    def _fenced(self) -> Iterator[LeaderGuard]:
+        """Around a write of the controller's, given the guard: refused by the guard, we were
+        deposed: step down (NotLeaderError)."""
+        try:
+            yield self._leadership()
+        except GuardFailedError as error:
+            log.info("controller of %s: %s", self.topic, error)
+            raise self._write_refused() from None
+
+    def _write_refused(self) -> NotLeaderError:
+        """A write was refused: a consumer record changed since a coordinator read it (a newer
+        leader claimed it, or a deposed one wrote it before our claim), or our election record
+        is not the one we won with any more (deposed). Step down rather than retry on a stale
+        view, and take over anew: that re-reads the records, and goes on only while the store's
+        election record is still ours. The error its caller raises."""
+        log.warning("controller of %s: a write was refused (another leader wrote the record, or we were "
+                    "deposed): stepping down", self.topic)
         error = NotLeaderError(self.topic, None)
         self._drop_leader_state(error)
         if not self._closed:
@@ -337,7 +364,8 @@ class ScalableTopicController:
                                                       base_revision=record.mod_revision))
 
     async def _start(self, operation: PendingOperation) -> SegmentLayout:
-        operation = await self.resources.begin_operation(self.topic, operation)
+        with self._fenced() as guard:
+            operation = await self.resources.begin_operation(self.topic, operation, guard=guard)
         await self._after("operation")
         try:
             return await self._run(operation)
@@ -385,8 +413,9 @@ class ScalableTopicController:
         # deleted and created again meanwhile) the operation started from
         self._check_leading()
         try:
-            self.version = await self.resources.update(self.topic, target, operation.base_version,
-                                                       operation.base_revision)
+            with self._fenced() as guard:
+                self.version = await self.resources.update(self.topic, target, operation.base_version,
+                                                           operation.base_revision, guard=guard)
             self.layout = target
         except BadVersionError:
             current, version = await self.resources.load(self.topic)
@@ -397,18 +426,25 @@ class ScalableTopicController:
         # 5. rebalance the ordered consumers
         await self._notify(self.layout)
         await self._after("notify")
-        await self.resources.end_operation(self.topic, operation)
+        await self._end(operation)
         return self.layout
 
     async def _advance(self, operation: PendingOperation, phase: str) -> PendingOperation:
         """The operation record moved to `phase` if it is still at the version we hold;
         NotLeaderError when another leader claimed (or finished) the operation meanwhile."""
         try:
-            return await self.resources.advance_operation(self.topic, operation, phase)
+            with self._fenced() as guard:
+                return await self.resources.advance_operation(self.topic, operation, phase, guard=guard)
         except BadVersionError:
             log.info("controller of %s: the %s of %s was taken over by another leader", self.topic,
                      operation.kind, operation.parent_ids)
             raise OperationTakenOverError(self.topic, self.election.leader) from None
+
+    async def _end(self, operation: PendingOperation) -> None:
+        """Clear the operation record if it is still ours (a newer leader's claim of it, or
+        its next operation, stays)."""
+        with self._fenced() as guard:
+            await self.resources.end_operation(self.topic, operation, guard=guard)
 
     async def _check_holding(self, operation: PendingOperation) -> None:
         """OperationTakenOverError when the operation record is no longer at the version we
@@ -449,7 +485,7 @@ class ScalableTopicController:
                      self.topic, operation.kind, operation.parent_ids)
             self.layout, self.version = layout, version
             await self._notify(layout)
-            await self.resources.end_operation(self.topic, operation)
+            await self._end(operation)
             return
         parents = [target.segment(p).topic_name(self.topic) for p in operation.parent_ids]
         # sealing: a terminate may have been sent (and may land any time): only forward
@@ -478,7 +514,7 @@ class ScalableTopicController:
                 except NotAllowedError:
                     await self._check_holding(operation)
                     raise
-        await self.resources.end_operation(self.topic, operation)
+        await self._end(operation)
 
     async def _any_terminated(self, segments: list[str]) -> bool:
         for segment in segments:
@@ -497,7 +533,8 @@ class ScalableTopicController:
             return await self._create_subscription(subscription)
 
     async def _create_subscription(self, subscription: str) -> bool:
-        created = await self.resources.create_subscription(self.topic, subscription)
+        with self._fenced() as guard:
+            created = await self.resources.create_subscription(self.topic, subscription, guard=guard)
         assert self.layout is not None
         for segment in self.layout.active_segments:
             await self.segments.create_subscription(segment.topic_name(self.topic), subscription)
@@ -525,7 +562,8 @@ class ScalableTopicController:
             assert self.layout is not None
             for segment in self.layout.all_segments.values():
                 await self.segments.delete_subscription(segment.topic_name(self.topic), subscription)
-            await self.resources.delete_subscription(self.topic, subscription)
+            with self._fenced() as guard:
+                await self.resources.delete_subscription(self.topic, subscription, guard=guard)
 
     async def register_consumer(self, subscription: str, consumer_name: str, consumer_id: int = -1,
                                 on_assignment: AssignmentListener | None = None,

@@ -21,7 +21,9 @@ Fencing. Every write of a record is a compare-and-set on the version (and mod re
 coordinator read or wrote, and a new leader's restore rewrites every record it loads (a claim).
 A deposed leader that has not noticed yet (a paused process: its grace timers and rebalances
 still run) then has its writes refused instead of evicting the new leader's sessions or pushing
-an assignment of the same layout epoch as the new leader's. A refused write closes the
+an assignment of the same layout epoch as the new leader's. Every write is also guarded by the
+controller's election record (`leadership`, resources.py), which refuses what no version can: a
+deposed leader creating the record of a consumer new to it. A refused write closes the
 coordinator and calls `on_conflict` (the controller steps down); the error it returns is raised.
 """
 
@@ -36,7 +38,7 @@ from pyengine.errors import ConsumerBusyError, PulsarError
 from pyengine.metadata import BadVersionError
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import HashRange, SegmentLayout
-from pyengine.scalable.resources import ConsumerRecord, ScalableTopicResources
+from pyengine.scalable.resources import ConsumerRecord, LeaderGuard, ScalableTopicResources
 from pyengine.scalable.segments import SegmentOperations
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,9 @@ LivenessCheck = Callable[[], Awaitable[bool]]
 # A write of a consumer record was refused (another leader wrote it): the coordinator's owner
 # stops acting on its records; returns the error to raise.
 ConflictHandler = Callable[[], BaseException]
+# The guard of the coordinator's writes, asked at each write: its controller's election record
+# (GuardFailedError when the controller no longer leads).
+Leadership = Callable[[], LeaderGuard]
 
 
 @dataclass
@@ -109,9 +114,10 @@ def round_robin(layout: SegmentLayout, consumer_names: list[str]) -> dict[str, l
 class SubscriptionCoordinator:
     def __init__(self, topic: TopicName, subscription: str, resources: ScalableTopicResources,
                  layout: SegmentLayout, grace_period: float, segments: SegmentOperations | None = None,
-                 on_conflict: ConflictHandler | None = None) -> None:
+                 on_conflict: ConflictHandler | None = None, leadership: Leadership | None = None) -> None:
         self.topic = topic
         self.on_conflict = on_conflict
+        self.leadership = leadership
         self.segments = segments
         self._drain_task: asyncio.Task | None = None
         self.subscription = subscription
@@ -379,15 +385,19 @@ class SubscriptionCoordinator:
                     log.exception("pushing an assignment to consumer %s failed", name)
         return held
 
+    def _guard(self) -> LeaderGuard | None:
+        return self.leadership() if self.leadership is not None else None
+
     async def _save(self, record: ConsumerRecord) -> None:
         try:
-            await self.resources.save_consumer(self.topic, self.subscription, record)
-        except BadVersionError as error:
+            await self.resources.save_consumer(self.topic, self.subscription, record, guard=self._guard())
+        except BadVersionError as error:            # GuardFailedError too: we were deposed
             raise self._refused(record.consumer_name, error) from error
 
     async def _delete(self, registration: ConsumerRegistration) -> None:
         try:
-            await self.resources.delete_consumer(self.topic, self.subscription, registration.record)
+            await self.resources.delete_consumer(self.topic, self.subscription, registration.record,
+                                                 guard=self._guard())
         except BadVersionError as error:
             raise self._refused(registration.consumer_name, error) from error
 

@@ -35,6 +35,11 @@ starts again at 0): a create clearing it or another delete marking it in between
 write. A marker naming another incarnation than the layout's is a stale one and marks nothing;
 an empty marker (written before markers named the incarnation) marks whatever layout is there.
 
+The controller's writes (layout, operation, subscriptions, consumers) take its `guard`: the
+path and mod revision of its election record, checked by the store atomically with the write
+(`GuardFailedError` once another leader's record replaced it), so a deposed leader writes
+nothing, not even a record that did not exist.
+
 Path parts are percent-encoded (Pulsar's `encodedTopicName`), so a name never adds a level.
 """
 
@@ -46,7 +51,8 @@ from typing import Any
 
 from urllib.parse import quote, unquote
 
-from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError, Record
+from pyengine.metadata import (AlreadyExistsError, BadVersionError, GuardFailedError, MetadataStore, NotFoundError,
+                               Record)
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import LayoutError, SegmentLayout
 
@@ -78,6 +84,17 @@ IDLE = b"{}"                     # the operation record when no operation is in 
 _NOTHING = object()              # what a cleared deleting marker marks
 _ANY = object()                  # what an empty one (written before markers named it) marks
 _CURRENT = object()              # is_deleting: of the topic's current incarnation
+
+# A leader's write guard: the path and mod revision of its election record.
+LeaderGuard = tuple[str, int]
+
+
+def _guarded(guard: LeaderGuard | None) -> dict[str, Any]:
+    """The store's keyword arguments of a write made under `guard` (None: unguarded)."""
+    if guard is None:
+        return {}
+    path, revision = guard
+    return {"guard_path": path, "guard_mod_revision": revision}
 
 
 def _marked(marker: bytes) -> object:
@@ -247,11 +264,11 @@ class ScalableTopicResources:
         return layout.incarnation
 
     async def update(self, topic: TopicName, layout: SegmentLayout, expected_version: int,
-                     expected_revision: int | None = None) -> int:
+                     expected_revision: int | None = None, *, guard: LeaderGuard | None = None) -> int:
         """CAS the layout (BadVersionError when someone else changed it, or when the topic was
         deleted and created again since `expected_revision`); the new version."""
         record = await self.store.put(self.topic_path(topic), layout.to_json_bytes(), expected_version,
-                                      expected_mod_revision=expected_revision)
+                                      expected_mod_revision=expected_revision, **_guarded(guard))
         return record.version
 
     async def delete(self, topic: TopicName, incarnation: str | None) -> None:
@@ -402,7 +419,8 @@ class ScalableTopicResources:
 
     # --- the operation in progress --------------------------------------------------------
 
-    async def begin_operation(self, topic: TopicName, operation: PendingOperation) -> PendingOperation:
+    async def begin_operation(self, topic: TopicName, operation: PendingOperation, *,
+                              guard: LeaderGuard | None = None) -> PendingOperation:
         """Write the operation record over the cleared one (compare-and-set); the operation
         with the record's version. BadVersionError when another operation is in progress."""
         path = self.operation_path(topic)
@@ -410,7 +428,10 @@ class ScalableTopicResources:
         if record is not None and PendingOperation.from_json(record.value) is not None:
             raise BadVersionError(f"another split or merge of {topic} is in progress")
         try:
-            written = await self.store.put(path, operation.to_json(), record.version if record is not None else -1)
+            written = await self.store.put(path, operation.to_json(), record.version if record is not None else -1,
+                                           **_guarded(guard))
+        except GuardFailedError:
+            raise
         except BadVersionError:
             raise BadVersionError(f"another split or merge of {topic} is in progress") from None
         return replace(operation, version=written.version, revision=written.mod_revision)
@@ -422,23 +443,28 @@ class ScalableTopicResources:
             return None
         return PendingOperation.from_json(record.value, record.version, record.mod_revision)
 
-    async def advance_operation(self, topic: TopicName, operation: PendingOperation, phase: str) -> PendingOperation:
+    async def advance_operation(self, topic: TopicName, operation: PendingOperation, phase: str, *,
+                                guard: LeaderGuard | None = None) -> PendingOperation:
         """Move the operation to `phase`, compare-and-set on the version (and mod revision)
         `operation` was read or written at: BadVersionError when anyone changed or cleared the
         record since (another leader claimed the operation, or finished it; or the topic was
         deleted and created again, its record's version starting at 0 again)."""
         moved = replace(operation, phase=phase)
         written = await self.store.put(self.operation_path(topic), moved.to_json(), operation.version,
-                                       expected_mod_revision=operation.revision)
+                                       expected_mod_revision=operation.revision, **_guarded(guard))
         return replace(moved, version=written.version, revision=written.mod_revision)
 
-    async def end_operation(self, topic: TopicName, operation: PendingOperation) -> bool:
+    async def end_operation(self, topic: TopicName, operation: PendingOperation, *,
+                            guard: LeaderGuard | None = None) -> bool:
         """Clear the record if it is still `operation` at the version read or written (not a
-        newer leader's claim of it, nor another operation); whether it was cleared."""
+        newer leader's claim of it, nor another operation); whether it was cleared.
+        GuardFailedError when the writer no longer holds `guard`."""
         try:
             await self.store.put(self.operation_path(topic), IDLE, operation.version,
-                                 expected_mod_revision=operation.revision)
+                                 expected_mod_revision=operation.revision, **_guarded(guard))
             return True
+        except GuardFailedError:
+            raise
         except BadVersionError:       # includes a missing record
             return False
 
@@ -452,17 +478,19 @@ class ScalableTopicResources:
                 names.append(unquote(child))
         return sorted(names)
 
-    async def create_subscription(self, topic: TopicName, subscription: str) -> bool:
+    async def create_subscription(self, topic: TopicName, subscription: str, *,
+                                  guard: LeaderGuard | None = None) -> bool:
         """True when created, False when it existed."""
         try:
             await self.store.create(self.subscription_path(topic, subscription),
-                                    json.dumps({"subscription": subscription}).encode())
+                                    json.dumps({"subscription": subscription}).encode(), **_guarded(guard))
             return True
         except AlreadyExistsError:
             return False
 
-    async def delete_subscription(self, topic: TopicName, subscription: str) -> None:
-        await self.store.delete_recursive(self.subscription_path(topic, subscription))
+    async def delete_subscription(self, topic: TopicName, subscription: str, *,
+                                  guard: LeaderGuard | None = None) -> None:
+        await self.store.delete_recursive(self.subscription_path(topic, subscription), **_guarded(guard))
 
     async def consumers(self, topic: TopicName, subscription: str) -> list[ConsumerRecord]:
         page = await self.store.list_prefix(f"{self.subscription_path(topic, subscription)}/consumers/")
@@ -473,26 +501,30 @@ class ScalableTopicResources:
             records.extend(page)
         return [ConsumerRecord.from_json(r.value, r.version, r.mod_revision) for r in records]
 
-    async def save_consumer(self, topic: TopicName, subscription: str, consumer: ConsumerRecord) -> None:
+    async def save_consumer(self, topic: TopicName, subscription: str, consumer: ConsumerRecord, *,
+                            guard: LeaderGuard | None = None) -> None:
         """Write the record, compare-and-set on the version and mod revision it was read or last
         written at (not stored yet: it must not exist). BadVersionError when another leader
         wrote or deleted it since: a new leader's take-over rewrites every record it restores,
-        so a deposed leader's late writes are refused (as the layout's CAS refuses its splits)."""
+        so a deposed leader's late writes are refused (as the layout's CAS refuses its splits);
+        GuardFailedError when the writer no longer holds `guard` (also for a new record, which
+        has no version to compare)."""
         path = self.consumer_path(topic, subscription, consumer.consumer_name)
         if consumer.version is None:
-            record = await self.store.put(path, consumer.to_json(), -1)
+            record = await self.store.put(path, consumer.to_json(), -1, **_guarded(guard))
         else:
             record = await self.store.put(path, consumer.to_json(), consumer.version,
-                                          expected_mod_revision=consumer.revision)
+                                          expected_mod_revision=consumer.revision, **_guarded(guard))
         consumer.version, consumer.revision = record.version, record.mod_revision
 
-    async def delete_consumer(self, topic: TopicName, subscription: str, consumer: ConsumerRecord) -> None:
+    async def delete_consumer(self, topic: TopicName, subscription: str, consumer: ConsumerRecord, *,
+                              guard: LeaderGuard | None = None) -> None:
         """Delete the record if it is still at the version (and mod revision) `consumer` holds:
         BadVersionError when another leader wrote it since; nothing when it is gone already."""
         if consumer.version is None:
             return                              # never stored by us: not ours to delete
         try:
             await self.store.delete(self.consumer_path(topic, subscription, consumer.consumer_name),
-                                    consumer.version, expected_mod_revision=consumer.revision)
+                                    consumer.version, expected_mod_revision=consumer.revision, **_guarded(guard))
         except NotFoundError:
             pass

@@ -342,18 +342,18 @@ async def test_a_new_leader_completes_a_rebalance_the_old_one_left_half_stored(s
     stored, killed, dead = asyncio.Event(), asyncio.Event(), asyncio.Event()
     save, delete = a.resources.save_consumer, a.resources.delete_consumer
 
-    async def save_then_die(topic, subscription, record):
+    async def save_then_die(topic, subscription, record, **kwargs):
         if record.consumer_name == "c1" or dead.is_set():    # the second write of the rebalance
             killed.set()
             await dead.wait()
             raise ConnectionError("the broker is dead")
-        await save(topic, subscription, record)
+        await save(topic, subscription, record, **kwargs)
         stored.set()
 
-    async def delete_unless_dead(*args):
+    async def delete_unless_dead(*args, **kwargs):
         if dead.is_set():
             raise ConnectionError("the broker is dead")
-        await delete(*args)
+        await delete(*args, **kwargs)
 
     a.resources.save_consumer, a.resources.delete_consumer = save_then_die, delete_unless_dead
     joining = asyncio.ensure_future(controller.register_consumer("s", "a0"))

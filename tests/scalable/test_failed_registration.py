@@ -23,11 +23,11 @@ class FlakyWrites:
         self.calls = 0
         resources.save_consumer = self
 
-    async def __call__(self, topic, subscription, record):
+    async def __call__(self, topic, subscription, record, **kwargs):
         self.calls += 1
         if self.calls in self.failing:
             raise MetadataStoreError("the metadata store refused the write")
-        return await self.original(topic, subscription, record)
+        return await self.original(topic, subscription, record, **kwargs)
 
 
 async def stored_assignments(service, topic_name) -> dict[str, list[int]]:

@@ -60,14 +60,17 @@ async def test_a_terminate_in_flight_from_a_deposed_leader_lands_after_the_take_
     await check_consistent(broker, b)
 
 
-def pause(obj, method):
+def pause(obj, method, *, unguarded=False):
     """Hold `obj.method` before it runs: `entered` is set when called, it runs once `go` is set
-    and `done` is set when it returned or raised."""
+    and `done` is set when it returned or raised. `unguarded`: its write is not guarded by the
+    leader's election record (a broker of a version before the guard)."""
     original = getattr(obj, method)
     gate = {"entered": asyncio.Event(), "go": asyncio.Event(), "done": asyncio.Event(), "calls": 0}
 
     async def paused(*args, **kwargs):
         gate["calls"] += 1
+        if unguarded:
+            kwargs.pop("guard", None)
         if gate["calls"] > 1:
             return await original(*args, **kwargs)
         gate["entered"].set()
@@ -112,10 +115,35 @@ async def test_a_deposed_leader_paused_before_sealing_sends_no_terminate(broker,
     await check_consistent(broker, b)
 
 
-async def test_a_deposed_leader_sealing_between_the_new_leaders_read_and_claim(broker, services):
-    """b reads the record (preparing), a seals it, b's claim fails: b reads again and completes."""
+async def test_a_deposed_leader_cannot_seal_between_the_new_leaders_read_and_claim(broker, services):
+    """b reads the record (preparing), a's seal comes next: refused, its election record is b's
+    now (the guard of every leader write). b's claim goes through and b rolls back."""
     a, b, held = await started_split(broker, services)
     seal = pause(a.resources, "advance_operation")
+    split = asyncio.ensure_future(a.split_segment(TOPIC, 0))
+    await asyncio.wait_for(seal["entered"].wait(), 5)
+    claim = pause(b.resources, "advance_operation")
+    a._session.abandon()
+    follower_task = asyncio.ensure_future(b.controller(TOPIC))
+    await asyncio.wait_for(claim["entered"].wait(), 5)    # b read "preparing" and is about to claim
+    seal["go"].set()
+    await seal["done"].wait()
+    with pytest.raises(NotLeaderError):                   # a's seal was refused: it stepped down
+        await split
+    claim["go"].set()
+    follower = await follower_task
+    await follower.wait_leading(timeout=5)
+    assert not held.sent.is_set()                         # a sent no terminate
+    layout = await check_consistent(broker, b)
+    assert layout.epoch == 0 and layout.segment(0).is_active
+    assert claim["calls"] == 1                            # b's claim went through
+
+
+async def test_an_unguarded_deposed_leader_sealing_between_the_new_leaders_read_and_claim(broker, services):
+    """As a broker of a version before the guard would: b reads the record (preparing), a seals
+    it, b's claim fails: b reads again and completes."""
+    a, b, held = await started_split(broker, services)
+    seal = pause(a.resources, "advance_operation", unguarded=True)
     split = asyncio.ensure_future(a.split_segment(TOPIC, 0))
     await asyncio.wait_for(seal["entered"].wait(), 5)
     claim = pause(b.resources, "advance_operation")
@@ -164,7 +192,8 @@ async def test_a_deposed_leader_does_not_clear_a_newer_operation(broker, service
     leader = await a.controller(TOPIC)
     await b.controller(TOPIC)
     await leader.create_subscription("sub")
-    await a.split_segment(TOPIC, 0)                       # a ends with its end_operation
+    with pytest.raises(NotLeaderError):                   # a ends with its end_operation: refused,
+        await a.split_segment(TOPIC, 0)                   # b's election record guards writes now
     pending = await b.resources.pending_operation(scalable_topic_name(TOPIC))
     assert pending is not None and pending.kind == "split" and pending.parent_ids == (1,)
     b_go.set()
