@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pyengine.broker.consumer import Consumer, Delivery
+from pyengine.broker.consumer import NO_CONSUMER_EPOCH, Consumer, Delivery
 from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Producer, Topic
@@ -447,22 +447,26 @@ class EmbeddedTransaction:
         timeout was aborted by the coordinator already (as the network client's abort)."""
         if self.state == "timed_out":
             self.state = "aborted"
-            self._rewind_cumulative_consumers()
+            await self._rewind_cumulative_consumers()
             return
         self._ending("aborting")
         await self._operations_settled()
         await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
         self.state = "aborted"
-        self._rewind_cumulative_consumers()
+        await self._rewind_cumulative_consumers()
 
-    def _rewind_cumulative_consumers(self) -> None:
+    async def _rewind_cumulative_consumers(self) -> None:
         """As the network client's (and Java's) abort: a consumer that acked cumulatively in
         the transaction drops its queue and gets everything unacknowledged again, in order;
-        else its queued later messages came before the released ones."""
+        else its queued later messages came before the released ones. On a v5 (segment)
+        subscription the rewind first applies the abort there (its header watch may not have
+        yet): awaited, so the abort returns with the consumer rewound."""
         consumers, self._cumulative_consumers = self._cumulative_consumers, []
         for consumer in consumers:
             if not consumer._closed:
-                consumer._redeliver_all()
+                rewound = consumer._redeliver_all()
+                if rewound is not None:
+                    await rewound
 
     def __repr__(self) -> str:
         return f"EmbeddedTransaction({self.txn_id}, {self.state})"
@@ -668,6 +672,7 @@ class EmbeddedConsumer:
         self._batch_receive_policy = check_batch_receive_policy(batch_receive_policy)
         self._queue_size = receiver_queue_size
         self._consumed_since_flow = 0
+        self._epoch = NO_CONSUMER_EPOCH                   # PIP-84: raised by each redeliver-all
         self._last_received: MessageId | None = None     # for a reader's has_message_available
         self._start: MessageId | None = None              # a reader's start, or seek's
         self._sought_by_time = False                      # the last seek was by publish time
@@ -684,6 +689,7 @@ class EmbeddedConsumer:
     def _attach(self, subscription: Subscription, consumer: Consumer) -> None:
         self._subscription = subscription
         self._consumer = consumer
+        self._epoch = consumer.consumer_epoch
         subscription.flow(consumer, self._queue_size)
 
     @property
@@ -703,6 +709,13 @@ class EmbeddedConsumer:
     # --- ConsumerSink ---------------------------------------------------------------------
 
     def deliver(self, deliveries: list[Delivery]) -> None:
+        consumer = self._consumer
+        if consumer is not None and consumer.consumer_epoch < self._epoch:
+            # Sent before the rewind asked for (it waits for v5 decisions): it comes again.
+            # Its permits go back, as the network client gives back a stale epoch's.
+            assert self._subscription is not None
+            self._subscription.flow(consumer, sum(delivery.entry.num_messages for delivery in deliveries))
+            return
         for delivery in deliveries:
             for message in decode_entry(self._topic.name, delivery.entry.position, delivery.entry.data,
                                         partition=self._topic.partition_index,
@@ -853,10 +866,8 @@ class EmbeddedConsumer:
                                          subscription.ack_individual(self._consumer, [ack]))
                 return
             txn._check_open()
-            if txn.txn_id.most_bits != V5_COORDINATOR_ID and self not in txn._cumulative_consumers:
-                # rewound by an abort (v4: applied when answered; a v5 abort reaches the
-                # segment later, which gives back then)
-                txn._cumulative_consumers.append(self)
+            if self not in txn._cumulative_consumers:
+                txn._cumulative_consumers.append(self)      # rewound by an abort (see abort)
             registration = txn._register_subscription(self._topic.name, subscription.name)
             after = append_condition(txn.txn_id, registration)
             operation = asyncio.ensure_future(
@@ -902,17 +913,25 @@ class EmbeddedConsumer:
 
     async def redeliver_unacknowledged_messages(self) -> None:
         self._check_open()
-        self._redeliver_all()
+        rewound = self._redeliver_all()
+        if rewound is not None:
+            await rewound
 
-    def _redeliver_all(self) -> None:
+    def _redeliver_all(self) -> asyncio.Future[None] | None:
+        """Have everything unacknowledged delivered again; a future when the subscription's
+        rewind waits (a v5 one applying its transactions' decisions first), else None."""
         assert self._subscription is not None and self._consumer is not None
         # The queued messages are dropped (they come again): their permits go back to the
         # broker with the consumed ones, as the Java client's increaseAvailablePermits.
         dropped = len(self._queue)
         self._drop_queued()
-        self._subscription.redeliver_unacknowledged(self._consumer)
+        # PIP-84, as the network client: what the broker delivers before it rewinds carries
+        # the older epoch and is dropped as it arrives (see deliver).
+        self._epoch += 1
+        rewound = self._subscription.redeliver_unacknowledged(self._consumer, epoch=self._epoch)
         self._subscription.flow(self._consumer, self._consumed_since_flow + dropped)
         self._consumed_since_flow = 0
+        return rewound
 
     async def seek(self, target: MessageId | int) -> None:
         """Move the subscription to a message id, or to a publish timestamp in ms. A

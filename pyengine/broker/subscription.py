@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
@@ -22,6 +23,7 @@ from pyengine.errors import (ConsumerAssignError, ConsumerBusyError, MetadataErr
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import Entry, ManagedCursor
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
+from pyengine.transaction.pendingack.metadata_store import MetadataPendingAckHandle
 from pyengine_kernels import (Position, TxnId, ackset_acked_indexes, ackset_and, ackset_andnot,
                               ackset_is_fully_acked, ackset_new, ackset_or)
 
@@ -56,6 +58,15 @@ def key_shared_mode(consumer: Consumer) -> str:
     return "AUTO_SPLIT" if consumer.sticky_ranges is None else "STICKY"
 
 
+@dataclass(slots=True)
+class _WaitingRewind:
+    """What a consumer asked while its rewind waits for the v5 pending acks (see
+    `Subscription.redeliver_unacknowledged`): permits, and redeliveries with their futures."""
+
+    permits: int = 0
+    redeliveries: list[tuple[list[Position] | None, int | None, asyncio.Future[None]]] = field(default_factory=list)
+
+
 class Subscription:
     def __init__(self, topic: Topic, name: str, cursor: ManagedCursor, *,
                  pending_ack: PendingAckHandle | None, sub_type: str | None = None) -> None:
@@ -72,6 +83,10 @@ class Subscription:
         # Entries taken out of their consumer's pending set because a txn's ack reserved them:
         # an abort must deliver them again, also when that consumer is gone by then.
         self._reserved_by_txn: dict[TxnId, set[Position]] = {}
+        # Consumers whose rewind waits for the v5 pending acks to apply decisions, and what
+        # they asked since (see redeliver_unacknowledged); the tasks of those rewinds.
+        self._rewinding: dict[Consumer, _WaitingRewind] = {}
+        self._rewinds: set[asyncio.Task[None]] = set()
         # Message expiry (Pulsar's totalMsgExpired, lastExpireTimestamp): entries expired since
         # the topic was loaded, and when an expiry last moved the cursor (ms, 0: never).
         self.total_msg_expired = 0
@@ -156,6 +171,10 @@ class Subscription:
     def flow(self, consumer: Consumer, permits: int) -> None:
         if permits < 0:
             raise ValueError("permits must be >= 0")
+        waiting = self._rewinding.get(consumer)
+        if waiting is not None:         # given with the rewind it follows
+            waiting.permits += permits
+            return
         self.dispatcher.flow(consumer, permits)
 
     # --- acknowledgements -----------------------------------------------------------------
@@ -469,10 +488,70 @@ class Subscription:
 
     # --- positioning ----------------------------------------------------------------------
 
-    def redeliver_unacknowledged(self, consumer: Consumer, positions: list[Position] | None = None) -> None:
+    def redeliver_unacknowledged(self, consumer: Consumer, positions: list[Position] | None = None, *,
+                                 epoch: int | None = None) -> asyncio.Future[None] | None:
         """Deliver again what `consumer` holds unacknowledged: all of it, or those of
         `positions` it holds (as Pulsar: a message it no longer holds, acknowledged or out at
-        another consumer since, is not its to give back)."""
+        another consumer since, is not its to give back). `epoch`: the request's PIP-84 epoch,
+        the consumer's from the redelivery on (what it was sent before carries an older one).
+
+        A rewind (all of it) of an Exclusive/Failover consumer whose pending acks are v5 ones
+        first has them apply the decisions already taken on the txns holding acks here
+        (`MetadataPendingAckHandle.resolve_decided`): the client asks after its abort, whose
+        header watch may reach the subscription later, and the messages an aborted cumulative
+        ack held then came after later ones. Such a rewind returns a future, done once it is
+        (None: done at once); until then the consumer's epoch stays, and its flows and
+        redeliveries wait behind it, in order (one overtaking it would send the stream again
+        under the newer epoch)."""
+        waiting = self._rewinding.get(consumer)
+        if waiting is not None:
+            done = asyncio.get_running_loop().create_future()
+            waiting.redeliveries.append((positions, epoch, done))
+            return done
+        if positions is None and self.sub_type in SINGLE_ACTIVE_TYPES \
+                and isinstance(self.pending_ack, MetadataPendingAckHandle):
+            resolving = self.pending_ack.resolve_decided()
+            if resolving is not None:
+                self._rewinding[consumer] = _WaitingRewind()
+                rewind = asyncio.ensure_future(self._rewind_once_resolved(consumer, resolving, epoch))
+                self._rewinds.add(rewind)
+                rewind.add_done_callback(self._rewinds.discard)
+                return rewind
+        self._redeliver_now(consumer, positions, epoch)
+        return None
+
+    async def _rewind_once_resolved(self, consumer: Consumer, resolving: asyncio.Future[None],
+                                    epoch: int | None) -> None:
+        waiting = self._rewinding[consumer]
+        here = False
+        try:
+            try:
+                await resolving
+            except Exception as exc:        # left to the header watch, as before the rewind waited
+                log.warning("[%s][%s] applying the decided transactions before a rewind failed: %s",
+                            self.topic.name, self.name, exc)
+            here = consumer in self.consumers
+        finally:
+            del self._rewinding[consumer]
+            if not here:                    # it left, or the subscription closes: nothing to give it
+                for _positions, _epoch, done in waiting.redeliveries:
+                    _settle_after(None, done)
+        if not here:
+            return
+        self._redeliver_now(consumer, None, epoch)
+        if waiting.permits:
+            self.dispatcher.flow(consumer, waiting.permits)
+        for index, (positions, later_epoch, done) in enumerate(waiting.redeliveries):
+            again = self._rewinding.get(consumer)
+            if again is not None:           # one of them waits in turn: the others after it
+                again.redeliveries.extend(waiting.redeliveries[index:])
+                return
+            _settle_after(self.redeliver_unacknowledged(consumer, positions, epoch=later_epoch), done)
+
+    def _redeliver_now(self, consumer: Consumer, positions: list[Position] | None, epoch: int | None) -> None:
+        """The redelivery itself (see redeliver_unacknowledged), nothing left to wait for."""
+        if epoch is not None:
+            consumer.advance_epoch(epoch)
         if positions is None:
             positions = list(consumer.pending)
         else:
@@ -499,6 +578,8 @@ class Subscription:
             elif ackset_is_fully_acked(ack_set, max(entry.num_messages, 1)):
                 position, ack_set = self.topic.ledger.next_position(position), None
         await self.cursor.seek(position, ack_set)
+        for waiting in self._rewinding.values():
+            waiting.permits = 0             # the reset below takes them back, as the others
         if any(getattr(c, "read_compacted", False) for c in self.consumers):
             # Into the compacted view, whose entries may be in ledgers trimmed since: at its
             # start for the earliest position (the first stored entry), else at its first
@@ -689,10 +770,23 @@ class Subscription:
         }
 
     async def close(self) -> None:
+        for rewind in list(self._rewinds):
+            rewind.cancel()
         self.dispatcher.close()
         if self.pending_ack is not None:
             await self.pending_ack.close()
         await self.cursor.flush()
+
+
+def _settle_after(result: asyncio.Future[None] | None, done: asyncio.Future[None]) -> None:
+    """Resolve `done` once `result` (a redelivery's; None: done already) is."""
+    def settle(_: object = None) -> None:
+        if not done.done():
+            done.set_result(None)
+    if result is None:
+        settle()
+    else:
+        result.add_done_callback(settle)
 
 
 def _acked_in(ack_set: list[int] | None, index: int) -> bool:

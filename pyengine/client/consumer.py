@@ -49,7 +49,6 @@ from pyengine.protocol.schema_codec import fill_schema
 from pyengine.schema import SchemaData
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine.storage.errors import StorageError
-from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine_kernels import Position
 
 if TYPE_CHECKING:
@@ -1390,9 +1389,9 @@ class Consumer:
             # ACK goes out, not before: an ended transaction or a failed registration leaves
             # it unacknowledged, to time out and be redelivered.
             self._acknowledged(handler, message_id, cumulative)
-            if cumulative and txn.txn_id.most_bits != V5_COORDINATOR_ID and self not in txn._cumulative_consumers:
-                # rewound if the transaction aborts (v4: the abort is applied when it is
-                # answered; a v5 abort reaches the segment later, which gives back then)
+            if cumulative and self not in txn._cumulative_consumers:
+                # rewound if the transaction aborts: a v4 abort is applied when it is answered,
+                # a v5 one (segment topics) by the broker before the rewind it asks for
                 txn._cumulative_consumers.append(self)
             await handler.ack_with_transaction(message_id, txn, cumulative)
         except BaseException as exc:

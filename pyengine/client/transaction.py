@@ -204,7 +204,9 @@ class Transaction:
         drops what it has queued and gets everything unacknowledged again, in order (the
         broker rewinds its Exclusive / Failover subscription). Kept, its queue's later messages
         came first: an application that acked one of those cumulatively acked the released
-        messages before them without having processed them."""
+        messages before them without having processed them. A scalable (v5) transaction's
+        abort is one write the segment's subscription learns of later: the broker applies it
+        there before it rewinds (read-your-writes), so the released messages come in order too."""
         consumers, self._cumulative_consumers = self._cumulative_consumers, []
         for consumer in consumers:
             if not consumer._closed:

@@ -977,9 +977,11 @@ class ServerConnection(asyncio.Protocol):
             consumer.subscription.redeliver_unacknowledged(consumer.broker_consumer, positions)
         else:
             # Exclusive/Failover (and the id-less form): everything unacknowledged, as Apache.
-            if body.HasField("consumer_epoch") and consumer.sub_type in SINGLE_ACTIVE_TYPES:
-                consumer.broker_consumer.advance_epoch(body.consumer_epoch)     # PIP-84
-            consumer.subscription.redeliver_unacknowledged(consumer.broker_consumer)
+            # The PIP-84 epoch goes up with the redelivery itself: a v5 rewind may first wait
+            # for its transactions' decisions, and what is sent meanwhile is of before it.
+            epoch = body.consumer_epoch if body.HasField("consumer_epoch") \
+                and consumer.sub_type in SINGLE_ACTIVE_TYPES else None
+            consumer.subscription.redeliver_unacknowledged(consumer.broker_consumer, epoch=epoch)
 
     def _on_seek(self, body: pb.CommandSeek, frame: Any) -> None:
         self._request(body.request_id, self._seek(body))

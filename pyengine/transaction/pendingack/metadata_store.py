@@ -14,6 +14,10 @@ aborted. An ack in a txn whose header is not OPEN, or whose op record landed aft
 decision (the late-ack race), is a TransactionConflictError and reserves nothing. Replay
 is one range query on the index, grouped by txn; decided txns found there (a crash mid-way)
 are finished at once: applying acks to a cursor twice changes nothing.
+
+A consumer's rewind (its client's redelivery request, sent after an abort) must not overtake
+the watch: `resolve_decided` reads the headers of the txns holding acks and applies their
+decisions first (read-your-writes), as v4's END_TXN has released them before it answers.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from pyengine.transaction.coordinator.metadata_records import (
     txn_of_path,
 )
 from pyengine.transaction.pendingack import IndividualAck, PendingAckReplayError
-from pyengine.transaction.pendingack.handle import PendingAckHandleImpl
+from pyengine.transaction.pendingack.handle import HandleState, PendingAckHandleImpl
 from pyengine.transaction.pendingack.log_store import LoggedAck
 from pyengine.transaction.pendingack.state import Reservation
 from pyengine.transaction.pendingack.validation import check_individual_acks
@@ -411,6 +415,47 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
             except Exception as exc:      # closed, not ready: the restart finishes it
                 log.info("[%s] materialising %s stopped: %s", self._name, txn, exc)
                 return
+
+    # --- read-your-writes for a rewind ----------------------------------------------------
+
+    def resolve_decided(self) -> asyncio.Future[None] | None:
+        """Apply now the decisions already taken on the txns holding acks here, as their header
+        watch applies them, and resolve once that is done; None when no txn holds acks here
+        (nothing is read then).
+
+        For a consumer's rewind (its client's redelivery request after an abort): the abort's
+        CAS landed before the client asked, but the watch may tell this handle after the
+        request arrived, and the messages the txn's acks held came back after the later ones.
+        Each header is read from the store (the cache only when it is final there: a decision
+        is terminal); a decided txn is materialised by `_on_decided`, as the watch would do it
+        (the watch firing later finds nothing more to do), and awaited. A header that cannot be
+        read is left to the watch."""
+        if self.state is not HandleState.READY:
+            return None
+        txns = self._acks.txns() | set(self._records) | set(self._deciding)
+        if not txns:
+            return None
+        return asyncio.ensure_future(self._resolve_decided(txns))
+
+    async def _resolve_decided(self, txns: set[TxnId]) -> None:
+        async def resolve(txn: TxnId) -> None:
+            if txn not in self._deciding:
+                try:
+                    state = await self.headers.get(txn, fresh=True)     # decided: fires _on_decided
+                except (MetadataStoreError, CorruptTxnRecordError) as exc:
+                    log.warning("[%s] reading the header of %s for a rewind failed (left to its watch): %s",
+                                self._name, txn, exc)
+                    return
+                decided = state.header is None or state.header.state.final
+                if decided and txn not in self._deciding and (txn in self._records or self._acks.holds(txn)):
+                    # Known final before (its listener fired and was dropped), yet not done here.
+                    self.headers.unsubscribe(txn, self._on_decided)
+                    self._on_decided(txn, state.header)
+            task = self._deciding.get(txn)
+            if task is not None:
+                await asyncio.wait([task])          # never cancelled from here: the watch's work too
+
+        await asyncio.gather(*(resolve(txn) for txn in txns))
 
     async def wait_materialised(self) -> None:
         while self._deciding:
