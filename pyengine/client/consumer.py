@@ -368,6 +368,9 @@ class PartitionConsumer(ConnectionHandler):
         self._stale: tuple[tuple, tuple] | None = None
         # Only where cumulative acks are allowed: every message taken pays for the tracking.
         self.tracks_handed = options.consumer_type in ("exclusive", "failover")
+        # The last entry received in this generation (Exclusive/Failover): entries come in
+        # order there, so one at or before it means the broker rewound on its own.
+        self._last_entry: tuple[int, int] | None = None
         # PIP-84, as the Java client: raised by each redeliver-all of an Exclusive or Failover
         # consumer; a MESSAGE the broker stamped with a lower one was read before that
         # redelivery (the cursor rewound since) and is dropped, so the redelivered messages
@@ -497,6 +500,12 @@ class PartitionConsumer(ConnectionHandler):
             self.credit(_messages_in(frame.headers_and_payload))
             return
         ledger_id, entry_id = command.message_id.ledgerId, command.message_id.entryId
+        if self.tracks_handed:
+            entry = (ledger_id, entry_id)
+            last = self._last_entry
+            if last is not None and entry <= last:
+                self._rewound_by_broker(entry)
+            self._last_entry = entry
         if frame.checksum_valid is False or frame.headers_and_payload is None:
             self._reject(ledger_id, entry_id, pb.CommandAck.ChecksumMismatch,
                          _messages_in(frame.headers_and_payload))
@@ -641,11 +650,29 @@ class PartitionConsumer(ConnectionHandler):
         """The queue starts over. After a reconnect what the application holds is stale: it
         did not ask for it again (a redeliver-all or seek it asked for, it knows of)."""
         self.generation += 1
-        if reconnected and self._handed is not None:
+        self._last_entry = None
+        if reconnected:
+            self._handed_went_stale()
+
+    def _handed_went_stale(self) -> None:
+        """The broker sends again what the application holds, without its asking."""
+        if self._handed is not None:
             stale = self._stale
             self._stale = self._handed if stale is None else (min(stale[0], self._handed[0]),
                                                               max(stale[1], self._handed[1]))
             self._handed = None
+
+    def _rewound_by_broker(self, entry: tuple[int, int]) -> None:
+        """An Exclusive/Failover consumer got `entry` again, or one before the last it got,
+        with no redelivery or seek of its own: the broker rewound on its own (an ended
+        transaction's acks given back, say one the coordinator aborted on its timeout, which
+        the client hears of only later) and sends everything unacknowledged again, in order,
+        under the same epoch. The queued entries from `entry` on come again: dropped, as
+        after a redeliver-all (kept, they came before the given-back messages, and twice).
+        What the application holds is stale, as after a reconnect: a transaction may not ack
+        it cumulatively (the next one would take the new copies and process them again)."""
+        self._parent._drop_queued_where(self, lambda at: (at.ledger_id, at.entry_id) >= entry)
+        self._handed_went_stale()
 
     def handed_out(self, message_id: MessageId) -> None:
         """The application has the message (of the current generation)."""
@@ -1228,12 +1255,16 @@ class Consumer:
         back their permits: the broker sends those entries again (a nack or an ack timeout of
         one message of a batch), and they would come twice (the Java client's
         removeExpiredMessagesFromQueue)."""
+        self._drop_queued_where(handler, lambda at: (at.ledger_id, at.entry_id) in entries)
+
+    def _drop_queued_where(self, handler: PartitionConsumer, coming_again: Callable[[MessageId], bool]) -> None:
+        """Take out of the queue `handler`'s messages (of its generation) whose id is
+        `coming_again`, giving back their permits."""
         kept: list[tuple[PartitionConsumer, int, Message]] = []
         dropped = 0
         for queued in self._queue:
             owner, generation, message = queued
-            at = message.message_id
-            if owner is handler and generation == handler.generation and (at.ledger_id, at.entry_id) in entries:
+            if owner is handler and generation == handler.generation and coming_again(message.message_id):
                 handler.queued -= 1
                 handler.queued_bytes -= len(message.data)
                 dropped += 1
