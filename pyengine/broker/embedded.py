@@ -50,7 +50,8 @@ from pyengine.client.validation import (
 )
 from pyengine.naming import TopicName
 from pyengine.errors import (
-    InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, to_pulsar_error,
+    InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, TransactionConflictError,
+    to_pulsar_error,
 )
 from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
@@ -685,11 +686,23 @@ class EmbeddedConsumer:
         self._consumer: Consumer | None = None
         self._closed = False
         self.active = False
+        # Exclusive/Failover (and readers, whose subscription is Exclusive), as the network
+        # client's: the last entry delivered since the queue last started over (entries come
+        # in order there, so one at or before it means the subscription rewound on its own),
+        # and the messages handed out and not yet covered by a cumulative ack, as (first, last)
+        # ids: since then, and before a rewind of the subscription's (a transaction may not
+        # ack those cumulatively: see `_check_not_stale`). Set on attach: only where
+        # cumulative acks are allowed does every message pay for the tracking.
+        self._in_order = False
+        self._last_entry: Position | None = None
+        self._handed: tuple[tuple, tuple] | None = None
+        self._stale: tuple[tuple, tuple] | None = None
 
     def _attach(self, subscription: Subscription, consumer: Consumer) -> None:
         self._subscription = subscription
         self._consumer = consumer
         self._epoch = consumer.consumer_epoch
+        self._in_order = subscription.sub_type in ("exclusive", "failover")
         subscription.flow(consumer, self._queue_size)
 
     @property
@@ -716,7 +729,10 @@ class EmbeddedConsumer:
             assert self._subscription is not None
             self._subscription.flow(consumer, sum(delivery.entry.num_messages for delivery in deliveries))
             return
+        in_order = self._in_order
         for delivery in deliveries:
+            if in_order:
+                self._delivered_in_order(delivery.entry.position)
             for message in decode_entry(self._topic.name, delivery.entry.position, delivery.entry.data,
                                         partition=self._topic.partition_index,
                                         redelivery_count=delivery.redelivery_count, ack_set=delivery.ack_set):
@@ -729,6 +745,74 @@ class EmbeddedConsumer:
                 self._wake_one()
         if self._batch_waiters:
             self._wake_batch_waiters()
+
+    def _delivered_in_order(self, entry: Position) -> None:
+        """An Exclusive/Failover consumer is delivered `entry`: one at or before the last it
+        was delivered (since its queue last started over) is the subscription's rewind."""
+        last = self._last_entry
+        if last is not None and entry <= last:
+            self._rewound_by_subscription(entry)
+        self._last_entry = entry
+
+    def _rewound_by_subscription(self, entry: Position) -> None:
+        """An Exclusive/Failover consumer is delivered `entry` again, or one before the last
+        it was delivered, with no redelivery or seek of its own: the subscription rewound on
+        its own (an ended transaction's acks given back, say one the coordinator aborted on
+        its timeout, which the application hears of only when its commit fails) and delivers
+        everything unacknowledged again, in order, under the same epoch. The queued messages
+        from `entry` on come again: dropped, their permits given back, as by a redeliver-all
+        (kept, they came before the given-back messages, and twice). What the application
+        holds is stale, as the network client's after a reconnect: a transaction may not ack
+        it cumulatively (the next one would take the new copies and process them again)."""
+        queue = self._queue
+        dropped = 0
+        # The queue is in entry order (so is every delivery here): those from `entry` on are
+        # at its end.
+        while queue and queue[-1].message_id.position >= entry:
+            self._queued_bytes -= len(queue.pop().data)
+            dropped += 1
+        if dropped:
+            assert self._subscription is not None and self._consumer is not None
+            self._subscription.flow(self._consumer, self._consumed_since_flow + dropped)
+            self._consumed_since_flow = 0
+        if self._handed is not None:
+            stale, handed = self._stale, self._handed
+            self._stale = handed if stale is None else (min(stale[0], handed[0]), max(stale[1], handed[1]))
+            self._handed = None
+
+    def _handed_out(self, message_id: MessageId) -> None:
+        """The application has the message (Exclusive/Failover)."""
+        key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+        handed = self._handed
+        self._handed = (key, key) if handed is None else (min(handed[0], key), max(handed[1], key))
+
+    def _covered_up_to(self, message_id: MessageId) -> None:
+        """A cumulative ack of `message_id` settled (or was refused) what was handed out up to
+        it."""
+        key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+        after = (key[0], key[1], key[2] + 0.5)
+        handed, stale = self._handed, self._stale
+        if handed is not None:
+            self._handed = None if handed[1] <= key else (max(handed[0], after), handed[1])
+        if stale is not None:
+            self._stale = None if stale[1] <= key else (max(stale[0], after), stale[1])
+
+    def _check_not_stale(self, message_id: MessageId, txn: EmbeddedTransaction) -> None:
+        """A transactional cumulative ack may not cover a message handed out before the
+        subscription rewound on its own: it was delivered again since (acked by this ack, the
+        next transaction would take the new copy and commit it a second time; the subscription
+        cannot tell, an ack naming only where it ends), and earlier messages given back
+        meanwhile (the ended transaction's) this ack would take unprocessed. Refused as the
+        network client refuses it, and the transaction's commit aborts it (as after any failed
+        ack of it): the messages come again."""
+        stale = self._stale
+        if stale is not None and stale[0] <= (message_id.ledger_id, message_id.entry_id, message_id.batch_index):
+            self._covered_up_to(message_id)
+            error = TransactionConflictError(
+                f"cumulative ack of {message_id} on {self._topic.name} covers messages received before the "
+                "subscription delivered them again")
+            txn._fail(error)
+            raise error
 
     def active_changed(self, active: bool) -> None:
         self.active = active
@@ -783,6 +867,8 @@ class EmbeddedConsumer:
         message = self._queue.popleft()
         self._queued_bytes -= len(message.data)
         self._last_received = message.message_id
+        if self._in_order:
+            self._handed_out(message.message_id)
         self._consumed_since_flow += 1
         if self._consumed_since_flow >= max(1, self._queue_size // 2):
             assert self._subscription is not None and self._consumer is not None
@@ -794,8 +880,11 @@ class EmbeddedConsumer:
         return self._take() if self._queue else None
 
     def _drop_queued(self) -> None:
+        """The queue starts over (a redeliver-all, a seek, the consumer closed): what comes
+        next may be before what came last."""
         self._queue.clear()
         self._queued_bytes = 0
+        self._last_entry = None
 
     def _wake_one(self) -> None:
         wake_one(self._waiters)
@@ -858,6 +947,7 @@ class EmbeddedConsumer:
         ack = self._batch_prefix_ack(message_id) if in_batch else None
         try:
             if txn is None:
+                self._covered_up_to(message_id)
                 if ack is None:
                     await subscription.ack_cumulative(self._consumer, message_id.position)
                 else:               # everything before the entry, and the entry's indexes up to it
@@ -868,6 +958,7 @@ class EmbeddedConsumer:
             txn._check_open()
             if self not in txn._cumulative_consumers:
                 txn._cumulative_consumers.append(self)      # rewound by an abort (see abort)
+            self._check_not_stale(message_id, txn)
             registration = txn._register_subscription(self._topic.name, subscription.name)
             after = append_condition(txn.txn_id, registration)
             operation = asyncio.ensure_future(
@@ -878,6 +969,7 @@ class EmbeddedConsumer:
             txn._track(registration, operation)     # the commit waits for them, whatever happens here
             await registration
             await operation
+            self._covered_up_to(message_id)
         except Exception as exc:
             raise to_pulsar_error(exc) from exc
 
