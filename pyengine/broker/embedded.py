@@ -39,6 +39,7 @@ from pyengine.client.consumer import (
 )
 from pyengine.client.backoff import Backoff
 from pyengine.client.errors import AlreadyClosedError, CumulativeAcknowledgementNotAllowedError
+from pyengine.client.held import HeldMessages
 from pyengine.client.message import Message, MessageId, decode_entry, seek_ack_set
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
@@ -689,14 +690,13 @@ class EmbeddedConsumer:
         # Exclusive/Failover (and readers, whose subscription is Exclusive), as the network
         # client's: the last entry delivered since the queue last started over (entries come
         # in order there, so one at or before it means the subscription rewound on its own),
-        # and the messages handed out and not yet covered by a cumulative ack, as (first, last)
-        # ids: since then, and before a rewind of the subscription's (a transaction may not
-        # ack those cumulatively: see `_check_not_stale`). Set on attach: only where
-        # cumulative acks are allowed does every message pay for the tracking.
+        # and the messages handed out and not yet covered by a cumulative ack (a transaction
+        # may not ack cumulatively those handed out before such a rewind: see
+        # `_check_not_stale`). Set on attach: only where cumulative acks are allowed does
+        # every message pay for the tracking.
         self._in_order = False
         self._last_entry: Position | None = None
-        self._handed: tuple[tuple, tuple] | None = None
-        self._stale: tuple[tuple, tuple] | None = None
+        self._held = HeldMessages()
 
     def _attach(self, subscription: Subscription, consumer: Consumer) -> None:
         self._subscription = subscription
@@ -775,27 +775,7 @@ class EmbeddedConsumer:
             assert self._subscription is not None and self._consumer is not None
             self._subscription.flow(self._consumer, self._consumed_since_flow + dropped)
             self._consumed_since_flow = 0
-        if self._handed is not None:
-            stale, handed = self._stale, self._handed
-            self._stale = handed if stale is None else (min(stale[0], handed[0]), max(stale[1], handed[1]))
-            self._handed = None
-
-    def _handed_out(self, message_id: MessageId) -> None:
-        """The application has the message (Exclusive/Failover)."""
-        key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
-        handed = self._handed
-        self._handed = (key, key) if handed is None else (min(handed[0], key), max(handed[1], key))
-
-    def _covered_up_to(self, message_id: MessageId) -> None:
-        """A cumulative ack of `message_id` settled (or was refused) what was handed out up to
-        it."""
-        key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
-        after = (key[0], key[1], key[2] + 0.5)
-        handed, stale = self._handed, self._stale
-        if handed is not None:
-            self._handed = None if handed[1] <= key else (max(handed[0], after), handed[1])
-        if stale is not None:
-            self._stale = None if stale[1] <= key else (max(stale[0], after), stale[1])
+        self._held.sent_again()
 
     def _check_not_stale(self, message_id: MessageId, txn: EmbeddedTransaction) -> None:
         """A transactional cumulative ack may not cover a message handed out before the
@@ -805,9 +785,7 @@ class EmbeddedConsumer:
         meanwhile (the ended transaction's) this ack would take unprocessed. Refused as the
         network client refuses it, and the transaction's commit aborts it (as after any failed
         ack of it): the messages come again."""
-        stale = self._stale
-        if stale is not None and stale[0] <= (message_id.ledger_id, message_id.entry_id, message_id.batch_index):
-            self._covered_up_to(message_id)
+        if self._held.covers_stale(message_id):
             error = TransactionConflictError(
                 f"cumulative ack of {message_id} on {self._topic.name} covers messages received before the "
                 "subscription delivered them again")
@@ -868,7 +846,7 @@ class EmbeddedConsumer:
         self._queued_bytes -= len(message.data)
         self._last_received = message.message_id
         if self._in_order:
-            self._handed_out(message.message_id)
+            self._held.handed_out(message.message_id)
         self._consumed_since_flow += 1
         if self._consumed_since_flow >= max(1, self._queue_size // 2):
             assert self._subscription is not None and self._consumer is not None
@@ -947,7 +925,7 @@ class EmbeddedConsumer:
         ack = self._batch_prefix_ack(message_id) if in_batch else None
         try:
             if txn is None:
-                self._covered_up_to(message_id)
+                self._held.covered_up_to(message_id)
                 if ack is None:
                     await subscription.ack_cumulative(self._consumer, message_id.position)
                 else:               # everything before the entry, and the entry's indexes up to it
@@ -969,7 +947,7 @@ class EmbeddedConsumer:
             txn._track(registration, operation)     # the commit waits for them, whatever happens here
             await registration
             await operation
-            self._covered_up_to(message_id)
+            self._held.covered_up_to(message_id)
         except Exception as exc:
             raise to_pulsar_error(exc) from exc
 

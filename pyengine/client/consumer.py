@@ -34,6 +34,7 @@ from pyengine.client.dead_letter import ConsumerDeadLetterPolicy, DeadLetterSend
 from pyengine.client.errors import AlreadyClosedError, ConnectError, CumulativeAcknowledgementNotAllowedError
 from pyengine.errors import NotAllowedError, TransactionConflictError
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler, close_all, start_all
+from pyengine.client.held import HeldMessages
 from pyengine.client.message import (
     DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry, seek_ack_set, unacked_from,
 )
@@ -361,11 +362,10 @@ class PartitionConsumer(ConnectionHandler):
         self.consumer_name = (options.consumer_name if options.consumer_name is not None
                               else "" if not options.durable else f"{random.getrandbits(40):010x}")
         self.generation = 0
-        # The messages handed out and not yet covered by a cumulative ack, as (first, last)
-        # ids: since the last reconnect, and before it (their entries came again since, so a
-        # transaction may not ack them cumulatively: see `_check_not_stale`).
-        self._handed: tuple[tuple, tuple] | None = None
-        self._stale: tuple[tuple, tuple] | None = None
+        # The messages handed out and not yet covered by a cumulative ack: since the stream
+        # last came again (a reconnect, a rewind of the broker's) and before (a transaction
+        # may not ack those cumulatively: see `_check_not_stale`).
+        self.held = HeldMessages()
         # Only where cumulative acks are allowed: every message taken pays for the tracking.
         self.tracks_handed = options.consumer_type in ("exclusive", "failover")
         # The last entry received in this generation (Exclusive/Failover): entries come in
@@ -652,15 +652,7 @@ class PartitionConsumer(ConnectionHandler):
         self.generation += 1
         self._last_entry = None
         if reconnected:
-            self._handed_went_stale()
-
-    def _handed_went_stale(self) -> None:
-        """The broker sends again what the application holds, without its asking."""
-        if self._handed is not None:
-            stale = self._stale
-            self._stale = self._handed if stale is None else (min(stale[0], self._handed[0]),
-                                                              max(stale[1], self._handed[1]))
-            self._handed = None
+            self.held.sent_again()
 
     def _rewound_by_broker(self, entry: tuple[int, int]) -> None:
         """An Exclusive/Failover consumer got `entry` again, or one before the last it got,
@@ -672,36 +664,19 @@ class PartitionConsumer(ConnectionHandler):
         What the application holds is stale, as after a reconnect: a transaction may not ack
         it cumulatively (the next one would take the new copies and process them again)."""
         self._parent._drop_queued_where(self, lambda at: (at.ledger_id, at.entry_id) >= entry)
-        self._handed_went_stale()
-
-    def handed_out(self, message_id: MessageId) -> None:
-        """The application has the message (of the current generation)."""
-        key = _order_key(message_id)
-        handed = self._handed
-        self._handed = (key, key) if handed is None else (min(handed[0], key), max(handed[1], key))
-
-    def _covered_up_to(self, message_id: MessageId) -> None:
-        """A cumulative ack of `message_id` settled (or refused) what was handed out up to it."""
-        key = _order_key(message_id)
-        after = (*key[:2], key[2] + 0.5)
-        for name in ("_handed", "_stale"):
-            span = getattr(self, name)
-            if span is not None:
-                setattr(self, name, None if span[1] <= key else (max(span[0], after), span[1]))
+        self.held.sent_again()
 
     def _check_not_stale(self, message_id: MessageId) -> None:
         """A transactional cumulative ack may not cover a message handed out before a
-        reconnect: the broker has sent it again since (acked by this ack, the next transaction
-        would take the new copy and commit it a second time; the broker cannot tell, an ack
-        naming only where it ends), and may have given back earlier messages meanwhile (an
-        ended transaction's) that this ack would take unprocessed. Refused, the transaction
-        aborts and the messages come again."""
-        stale = self._stale
-        if stale is not None and stale[0] <= _order_key(message_id):
-            self._covered_up_to(message_id)
+        reconnect or a rewind of the broker's: the broker has sent it again since (acked by
+        this ack, the next transaction would take the new copy and commit it a second time; the
+        broker cannot tell, an ack naming only where it ends), and may have given back earlier
+        messages meanwhile (an ended transaction's) that this ack would take unprocessed.
+        Refused, the transaction aborts and the messages come again."""
+        if self.held.covers_stale(message_id):
             raise TransactionConflictError(
-                f"{self}: cumulative ack of {message_id} covers messages received before the consumer "
-                "reconnected (they were delivered again since)")
+                f"{self}: cumulative ack of {message_id} covers messages received before the broker "
+                "delivered them again (a reconnect, or its own rewind)")
 
     def drop_queued(self, *, give_back_permits: bool) -> None:
         """Forget the queued messages (their generation ends)."""
@@ -798,7 +773,7 @@ class PartitionConsumer(ConnectionHandler):
         self._schedule_ack_flush()
 
     def ack_cumulative(self, message_id: MessageId) -> None:
-        self._covered_up_to(message_id)
+        self.held.covered_up_to(message_id)
         if self.options.batch_index_ack_enabled:
             target = _cumulative_target_with_ack_set(message_id)
         else:
@@ -872,7 +847,7 @@ class PartitionConsumer(ConnectionHandler):
                            request_id=connection.new_request_id())
         await connection.request(cmd, self._core.config.operation_timeout)
         if cumulative:
-            self._covered_up_to(message_id)
+            self.held.covered_up_to(message_id)
         if (not cumulative and not self.options.batch_index_ack_enabled and message_id.batch_index >= 0
                 and message_id.batch_size > 0):
             # The batch's plain ack must not wait for this message any more (it is sent by
@@ -1025,10 +1000,6 @@ def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:
         if entry_id < 0:
             return None
     return pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=entry_id & _MASK64)
-
-
-def _order_key(message_id: MessageId) -> tuple:
-    return message_id.ledger_id, message_id.entry_id, message_id.batch_index
 
 
 def _cumulative_order(target: pb.MessageIdData) -> tuple[int, int, int]:
@@ -1303,7 +1274,7 @@ class Consumer:
             handler.credit(1)
             handler.last_dequeued = message.message_id
             if handler.tracks_handed:
-                handler.handed_out(message.message_id)
+                handler.held.handed_out(message.message_id)
             return handler, message
         return None
 

@@ -35,10 +35,10 @@ async def _given_back_and_delivered(consumer, broker, txn) -> None:
     """The coordinator aborts `txn` as on its timeout (the client is not told) and the
     subscription's stream comes again: wait until its first entry is back at the client."""
     handler = next(iter(consumer._handlers.values()))
-    before = handler._stale
+    before = handler.held.stale
     await broker.service.coordinator.end_transaction(txn.txn_id, TxnAction.ABORT)
     for _ in range(200):
-        if handler._stale is not before or handler.queued >= 10:
+        if handler.held.stale is not before or handler.queued >= 10:
             return
         await asyncio.sleep(0.01)
 
