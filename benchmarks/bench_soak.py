@@ -94,8 +94,10 @@ committed transaction. Two more processors consume the same source on a Failover
 subscription of their own, each transaction ended by one cumulative ack of the last message
 taken (often inside a batch), into a sink of their own, checked the same way. (These checks
 found that a v5 commit of some indexes of a batch took the entry out of flight, its other
-messages lost until a restart; and that a cumulative ack of a copy received before a
-reconnect let the next transaction commit the new copies again.)
+messages lost until a restart; that a cumulative ack of a copy received before a reconnect
+let the next transaction commit the new copies again; and, in 1 quick run of 8, the same
+after the broker rewound on its own: a timed-out transaction's abort gave back what it held
+and the consumer's queued copies came before the given-back stream.)
 
 The readers drain the topics only once every transaction has ended (the proxy closed, then
 the longest transaction timeout passed): a READ_COMMITTED reader rightly stops before an open
