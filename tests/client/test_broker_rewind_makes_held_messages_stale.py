@@ -17,18 +17,10 @@ import pytest
 
 from pyengine.errors import TransactionConflictError
 from pyengine.transaction import TxnAction
+from tests.broker.helpers import drain
 from tests.client.conftest import broker, client  # noqa: F401  (fixtures)
 
 TOPIC = "persistent://public/default/broker-rewind"
-
-
-async def _received(consumer, timeout: float = 0.3) -> list:
-    got = []
-    while True:
-        try:
-            got.append(await consumer.receive(timeout=timeout))
-        except TimeoutError:
-            return got
 
 
 async def _given_back_and_delivered(consumer, broker, txn) -> None:
@@ -55,7 +47,7 @@ async def test_a_rewind_of_the_broker_drops_the_queued_copies(client, broker, co
     await asyncio.sleep(0.1)                      # m3..m9 queued at the client
     await _given_back_and_delivered(consumer, broker, txn)
     # The stream once, in order: not m3..m9 (queued before the rewind), then m0..m9.
-    assert [m.data for m in await _received(consumer)] == [b"m%d" % i for i in range(10)]
+    assert [m.data for m in await drain(consumer, 0.3)] == [b"m%d" % i for i in range(10)]
 
 
 async def test_a_cumulative_ack_covering_messages_held_across_a_rewind_is_a_conflict(client, broker):
@@ -75,4 +67,4 @@ async def test_a_cumulative_ack_covering_messages_held_across_a_rewind_is_a_conf
     with pytest.raises(TransactionConflictError):
         await consumer.acknowledge_cumulative(held, txn=txn)
     await txn.abort()
-    assert [m.data for m in await _received(consumer)] == [b"m%d" % i for i in range(10)]
+    assert [m.data for m in await drain(consumer, 0.3)] == [b"m%d" % i for i in range(10)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.broker.helpers import drain
 from tests.client.conftest import broker, client  # noqa: F401  (fixtures)
 
 SEGMENT = "segment://public/default/rewind/0000-ffff-0"
@@ -22,12 +23,7 @@ async def segment(broker):
 
 
 async def _received(consumer, timeout: float = 0.3) -> list[bytes]:
-    got = []
-    while True:
-        try:
-            got.append((await consumer.receive(timeout=timeout)).data)
-        except TimeoutError:
-            return got
+    return [message.data for message in await drain(consumer, timeout)]
 
 
 @pytest.mark.parametrize("consumer_type", ["exclusive", "failover"])
