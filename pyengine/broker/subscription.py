@@ -23,7 +23,6 @@ from pyengine.errors import (ConsumerAssignError, ConsumerBusyError, MetadataErr
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import Entry, ManagedCursor
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
-from pyengine.transaction.pendingack.metadata_store import MetadataPendingAckHandle
 from pyengine_kernels import (Position, TxnId, ackset_acked_indexes, ackset_and, ackset_andnot,
                               ackset_is_fully_acked, ackset_new, ackset_or)
 
@@ -497,7 +496,7 @@ class Subscription:
 
         A rewind (all of it) of an Exclusive/Failover consumer whose pending acks are v5 ones
         first has them apply the decisions already taken on the txns holding acks here
-        (`MetadataPendingAckHandle.resolve_decided`): the client asks after its abort, whose
+        (`PendingAckHandle.resolve_decided`): the client asks after its abort, whose
         header watch may reach the subscription later, and the messages an aborted cumulative
         ack held then came after later ones. Such a rewind returns a future, done once it is
         (None: done at once); until then the consumer's epoch stays, and its flows and
@@ -508,8 +507,7 @@ class Subscription:
             done = asyncio.get_running_loop().create_future()
             waiting.redeliveries.append((positions, epoch, done))
             return done
-        if positions is None and self.sub_type in SINGLE_ACTIVE_TYPES \
-                and isinstance(self.pending_ack, MetadataPendingAckHandle):
+        if positions is None and self.sub_type in SINGLE_ACTIVE_TYPES and self.pending_ack is not None:
             resolving = self.pending_ack.resolve_decided()
             if resolving is not None:
                 self._rewinding[consumer] = _WaitingRewind()

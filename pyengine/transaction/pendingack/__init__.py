@@ -82,6 +82,13 @@ class PendingAckHandle(ABC):
         """The batch ack set of the indexes still free at `position` after pending acks (set bit
         = neither acknowledged nor reserved), or None when no transaction holds part of it."""
 
+    def resolve_decided(self) -> asyncio.Future[None] | None:
+        """Before a consumer's rewind: apply the decisions already taken on the txns holding
+        acks here that this handle may not have heard of yet; a future done once they are
+        applied, or None when there is nothing to wait for. None by default: a v4 decision
+        reaches the handle (END_TXN_ON_SUBSCRIPTION) before the client is answered."""
+        return None
+
     @abstractmethod
     def stats(self) -> dict: ...
 
