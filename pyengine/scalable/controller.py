@@ -59,7 +59,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager, contextmanager
 from typing import AsyncIterator, Iterator
 
-from pyengine.errors import NotAllowedError, PulsarError, SubscriptionNotFoundError
+from pyengine.errors import NotAllowedError, PulsarError, ServiceNotReadyError, SubscriptionNotFoundError
 from pyengine.metadata import BadVersionError, GuardFailedError, LeaderState, Session
 from pyengine.naming import TopicName
 from pyengine.scalable.coordinator import (AssignmentListener, ConsumerAssignment, LivenessCheck,
@@ -191,8 +191,9 @@ class ScalableTopicController:
         await self._settle(required=False)
         self.layout, self.version = await self.resources.load(self.topic)
         restored: dict[str, SubscriptionCoordinator] = {}
+        states = await self.resources.subscription_states(self.topic)
         try:
-            for name in await self.resources.subscriptions(self.topic):
+            for name in sorted(name for name, deleting in states.items() if not deleting):
                 restored[name] = self._coordinator(name)
                 await restored[name].restore()
         except BaseException:
@@ -208,6 +209,14 @@ class ScalableTopicController:
         self.subscriptions.update(restored)
         self._leading = True
         log.info("controller of %s: leading at epoch %d", self.topic, self.layout.epoch)
+        for name in sorted(name for name, deleting in states.items() if deleting):
+            try:
+                await self._finish_deletion(name)
+            except NotLeaderError:
+                raise
+            except Exception as error:      # the next delete or leader finishes it
+                log.warning("controller of %s: the deletion of subscription %r cannot complete yet: %s",
+                            self.topic, name, error)
 
     async def _holds_election(self) -> bool:
         """Whether the store's election record is ours, as we won it (the guard of our writes).
@@ -386,9 +395,11 @@ class ScalableTopicController:
         parents = [target.segment(p).topic_name(self.topic) for p in operation.parent_ids]
         children = [target.segment(c).topic_name(self.topic) for c in operation.child_ids]
         # 1. every subscription of the parents (their union for a merge) and of the topic
-        subscriptions = set(await self.resources.subscriptions(self.topic))
+        states = await self.resources.subscription_states(self.topic)
+        subscriptions = {name for name, deleting in states.items() if not deleting}
         for parent in parents:
             subscriptions.update(await self.segments.subscriptions(parent))
+        subscriptions.difference_update(name for name, deleting in states.items() if deleting)
         await self._after("subscriptions")
         # 2. the children, with a cursor at Earliest for each subscription
         for child in children:      # beside the first parent: the controller need not own segments
@@ -535,6 +546,12 @@ class ScalableTopicController:
     async def _create_subscription(self, subscription: str) -> bool:
         with self._fenced() as guard:
             created = await self.resources.create_subscription(self.topic, subscription, guard=guard)
+        if created is None:                     # a deletion left unfinished: a new subscription
+            await self._finish_deletion(subscription)
+            with self._fenced() as guard:
+                created = await self.resources.create_subscription(self.topic, subscription, guard=guard)
+            if created is None:
+                raise ServiceNotReadyError(f"subscription {subscription!r} of {self.topic} is being deleted")
         assert self.layout is not None
         for segment in self.layout.active_segments:
             await self.segments.create_subscription(segment.topic_name(self.topic), subscription)
@@ -549,21 +566,31 @@ class ScalableTopicController:
         return created
 
     async def delete_subscription(self, subscription: str) -> None:
+        """Mark the subscription's record first, under the leader's guard, and only then delete
+        the segments' cursors: a deposed leader that has not noticed is refused before it
+        touches a cursor. A deletion cut short (a crash, a segment unreachable) is finished by
+        the next delete, the next leader, or a consumer subscribing again."""
         _check_subscription(subscription)
         async with self._as_leader():
-            if subscription not in await self.resources.subscriptions(self.topic):
-                raise SubscriptionNotFoundError(f"no subscription {subscription!r} on {self.topic}")
-            coordinator = self.subscriptions.pop(subscription, None)
-            if coordinator is not None:
-                # the spec: "unregisters all consumers", first
-                coordinator.unregister_all(SubscriptionNotFoundError(
-                    f"subscription {subscription!r} of {self.topic} was deleted: the consumer is unregistered"))
-                coordinator.close()
-            assert self.layout is not None
-            for segment in self.layout.all_segments.values():
-                await self.segments.delete_subscription(segment.topic_name(self.topic), subscription)
             with self._fenced() as guard:
-                await self.resources.delete_subscription(self.topic, subscription, guard=guard)
+                if not await self.resources.mark_subscription_deleting(self.topic, subscription, guard=guard):
+                    raise SubscriptionNotFoundError(f"no subscription {subscription!r} on {self.topic}")
+            await self._finish_deletion(subscription)
+
+    async def _finish_deletion(self, subscription: str) -> None:
+        """The steps after the mark: its consumers, every segment's cursor, then the record."""
+        coordinator = self.subscriptions.pop(subscription, None)
+        if coordinator is not None:
+            # the spec: "unregisters all consumers", first
+            coordinator.unregister_all(SubscriptionNotFoundError(
+                f"subscription {subscription!r} of {self.topic} was deleted: the consumer is unregistered"))
+            coordinator.close()
+        assert self.layout is not None
+        for segment in self.layout.all_segments.values():
+            self._check_leading()
+            await self.segments.delete_subscription(segment.topic_name(self.topic), subscription)
+        with self._fenced() as guard:
+            await self.resources.delete_subscription(self.topic, subscription, guard=guard)
 
     async def register_consumer(self, subscription: str, consumer_name: str, consumer_id: int = -1,
                                 on_assignment: AssignmentListener | None = None,

@@ -3,6 +3,7 @@
     /topics/{tenant}/{namespace}/{topic}                                   ScalableTopicMetadata JSON
     /topics/{tenant}/{namespace}/{topic}/controller                        leader's broker URL (ephemeral)
     /topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}               SubscriptionMetadata JSON
+                                                                           (+ "deleting": true while deleted)
     /topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/consumers/{c} ConsumerRegistration JSON
     /topics/{tenant}/{namespace}/{topic}/operation                         the split/merge in progress
     /topics/{tenant}/{namespace}/{topic}/segments/{segmentId}              the broker owning the segment
@@ -95,6 +96,16 @@ def _guarded(guard: LeaderGuard | None) -> dict[str, Any]:
         return {}
     path, revision = guard
     return {"guard_path": path, "guard_mod_revision": revision}
+
+
+def _being_deleted(value: bytes) -> bool:
+    """Whether a subscription record is marked for deletion (a record that is not a JSON
+    object is an older or foreign one: a live subscription)."""
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("deleting") is True
 
 
 def _marked(marker: bytes) -> object:
@@ -471,22 +482,50 @@ class ScalableTopicResources:
     # --- subscriptions and consumer sessions ----------------------------------------------
 
     async def subscriptions(self, topic: TopicName) -> list[str]:
+        """The subscriptions of the topic, without those being deleted."""
+        return sorted(name for name, deleting in (await self.subscription_states(topic)).items() if not deleting)
+
+    async def subscription_states(self, topic: TopicName) -> dict[str, bool]:
+        """Every subscription record of the topic: its name -> whether it is being deleted."""
         base = f"{self.topic_path(topic)}/subscriptions"
-        names = []
+        states = {}
         for child in await self.store.get_children(base):
-            if await self.store.exists(f"{base}/{child}"):
-                names.append(unquote(child))
-        return sorted(names)
+            record = await self.store.get(f"{base}/{child}")
+            if record is not None:          # (a child may be only the parent of consumer records)
+                states[unquote(child)] = _being_deleted(record.value)
+        return states
 
     async def create_subscription(self, topic: TopicName, subscription: str, *,
-                                  guard: LeaderGuard | None = None) -> bool:
-        """True when created, False when it existed."""
+                                  guard: LeaderGuard | None = None) -> bool | None:
+        """True when created, False when it existed, None when it is being deleted (the
+        deletion must be finished first)."""
+        path = self.subscription_path(topic, subscription)
         try:
-            await self.store.create(self.subscription_path(topic, subscription),
-                                    json.dumps({"subscription": subscription}).encode(), **_guarded(guard))
+            await self.store.create(path, json.dumps({"subscription": subscription}).encode(), **_guarded(guard))
             return True
         except AlreadyExistsError:
+            record = await self.store.get(path)
+            return None if record is not None and _being_deleted(record.value) else False
+
+    async def mark_subscription_deleting(self, topic: TopicName, subscription: str, *,
+                                         guard: LeaderGuard | None = None) -> bool:
+        """The first step of a deletion: mark the record (False: there is none). The segments'
+        cursors go only after it, under the leader's guard, and until the record is gone the
+        subscription is listed by no one, created by no one, and its deletion is finished by
+        the next delete or leader."""
+        path = self.subscription_path(topic, subscription)
+        record = await self.store.get(path)
+        if record is None:
             return False
+        if not _being_deleted(record.value):
+            try:
+                await self.store.put(path, json.dumps({"subscription": subscription, "deleting": True}).encode(),
+                                     record.version, **_guarded(guard))
+            except GuardFailedError:
+                raise
+            except BadVersionError:          # deleted or marked meanwhile by another writer
+                return await self.mark_subscription_deleting(topic, subscription, guard=guard)
+        return True
 
     async def delete_subscription(self, topic: TopicName, subscription: str, *,
                                   guard: LeaderGuard | None = None) -> None:
