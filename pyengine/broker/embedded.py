@@ -143,8 +143,15 @@ class EmbeddedClient:
     async def _attachable_topic(self, name: str) -> Topic:
         """The topic `name`, refused if it is a partitioned topic's base name (NotAllowedError,
         as the broker refuses it over the network): loading it would make a stray topic of
-        that name. Producers, consumers and readers attach to its partitions."""
-        lookup.check_attachable(self.service, TopicName.parse(check_topic(name)), existing_segment=False)
+        that name. Producers, consumers and readers attach to its partitions.
+
+        A missing segment is created on first use only while the broker's metadata store is
+        its own (`lmdb` in its data dir, or `memory`). With a shared one (etcd, or a store the
+        caller passed) the broker is one of a cluster: as on the wire, only the scalable topic's
+        controller creates segments, and an empty copy made here would be taken at recovery for
+        a segment created again, clearing the real segment's v5 state in the shared store."""
+        private = self.service.config.metadata_store in ("lmdb", "memory")
+        lookup.check_attachable(self.service, TopicName.parse(check_topic(name)), existing_segment=not private)
         return await self.service.get_topic(name)
 
     async def create_producer(self, topic: str, *, producer_name: str | None = None,

@@ -125,6 +125,7 @@ def test_v5_topics_of_a_broker_with_an_etcd_metadata_store_are_refused(tmp_path,
     async def produce() -> None:
         url = f"etcd://{etcd_server.host}:{etcd_server.port}"
         async with Broker.embedded(data_dir, sync=False, metadata_store=url) as broker:
+            await broker.service.get_topic(SEGMENT)     # as its controller would (etcd: a cluster's)
             producer = await broker.create_producer(SEGMENT)
             txn = await broker.new_transaction(version=5)
             await producer.send(b"in-txn", txn=txn)

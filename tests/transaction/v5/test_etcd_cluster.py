@@ -44,6 +44,10 @@ async def test_three_brokers_share_v5_transactions(etcd_server, tmp_path):
                 tmp_path / f"b{i}", sync=False, broker_id=str(i), metadata_store=store, txn_v5_retention_ms=0,
                 txn_v5_sweep_interval_ms=50)))
         a, b, c = brokers
+        # a segment of a broker sharing its metadata store is made by its controller (the
+        # embedding API attaches to existing ones only): as its segment operations make it
+        await a.service.get_topic(S1)
+        await b.service.get_topic(S2)
         on_a = await a.create_producer(S1)
         on_b = await b.create_producer(S2)
         consumer = await a.subscribe(S1, "sub", consumer_type="shared", initial_position="earliest")
