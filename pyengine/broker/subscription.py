@@ -59,8 +59,9 @@ def key_shared_mode(consumer: Consumer) -> str:
 
 @dataclass(slots=True)
 class _WaitingRewind:
-    """What a consumer asked while its rewind waits for the v5 pending acks (see
-    `Subscription.redeliver_unacknowledged`): permits, and redeliveries with their futures."""
+    """A consumer's while its rewind waits for the v5 pending acks (see
+    `Subscription.redeliver_unacknowledged`): its permits, set aside (those it had and those it
+    gave since), and the redeliveries it asked for, with their futures."""
 
     permits: int = 0
     redeliveries: list[tuple[list[Position] | None, int | None, asyncio.Future[None]]] = field(default_factory=list)
@@ -501,7 +502,7 @@ class Subscription:
         ack held then came after later ones. Such a rewind returns a future, done once it is
         (None: done at once); until then the consumer's epoch stays, and its flows and
         redeliveries wait behind it, in order (one overtaking it would send the stream again
-        under the newer epoch)."""
+        under the newer epoch), and nothing is dispatched to it."""
         waiting = self._rewinding.get(consumer)
         if waiting is not None:
             done = asyncio.get_running_loop().create_future()
@@ -510,7 +511,11 @@ class Subscription:
         if positions is None and self.sub_type in SINGLE_ACTIVE_TYPES and self.pending_ack is not None:
             resolving = self.pending_ack.resolve_decided()
             if resolving is not None:
-                self._rewinding[consumer] = _WaitingRewind()
+                # Nothing goes to the consumer until the rewind: what went out meanwhile (the
+                # header watch applying the abort gives its messages back) would carry the epoch
+                # the rewind ends, dropped by the client, or received twice by one with no epoch.
+                self._rewinding[consumer] = _WaitingRewind(permits=consumer.permits)
+                consumer.permits = 0
                 rewind = asyncio.ensure_future(self._rewind_once_resolved(consumer, resolving, epoch))
                 self._rewinds.add(rewind)
                 rewind.add_done_callback(self._rewinds.discard)

@@ -103,11 +103,65 @@ async def test_flows_and_redeliveries_wait_behind_a_rewind_in_order(tmp_path):
         second = consumer._redeliver_all()
         assert first is not None and second is not None and not first.done()
         waiting = subscription._rewinding[broker_consumer]
-        # the second redelivery, and the permits of the 3 received and the 3 queued (dropped)
-        assert len(waiting.redeliveries) == 1 and waiting.permits == 6
+        # the second redelivery, and its permits set aside: those it had left, and those of the
+        # 3 received and the 3 queued (dropped) it gave back: its whole receiver queue (1000)
+        assert len(waiting.redeliveries) == 1 and waiting.permits == 1000
+        assert broker_consumer.permits == 0
         assert broker_consumer.consumer_epoch == NO_CONSUMER_EPOCH       # not before it rewinds
         await first
         await second
         assert broker_consumer.consumer_epoch == consumer._epoch == NO_CONSUMER_EPOCH + 2
         assert [m.data for m in await drain(consumer)] == [b"m%d" % i for i in range(6)]
         assert subscription._rewinding == {}
+
+
+@pytest.mark.parametrize("consumer_type", ["exclusive", "failover"])
+async def test_nothing_goes_out_while_a_rewind_waits(tmp_path, consumer_type):
+    """While the rewind waits for the store, the header watch may apply the abort: the messages
+    it releases went out at once, under the epoch the rewind is about to end, and came again
+    with the rewind. A client that drops what an older epoch carried (PIP-84) threw them away;
+    one that sends no epoch (older clients) received them twice. The consumer's permits are now
+    set aside for the wait: nothing goes to it until the rewind."""
+    import asyncio
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(SEGMENT)
+        for i in range(10):
+            await producer.send(b"m%d" % i)
+        consumer = await broker.subscribe(SEGMENT, "s", consumer_type=consumer_type, initial_position="earliest")
+        received = [await consumer.receive(timeout=5) for _ in range(5)]
+        txn = await broker.new_transaction(version=5)
+        await consumer.acknowledge_cumulative(received[4], txn=txn)
+        held = hold_header_watch(broker.service)
+        await broker.service.coordinator.end_transaction(txn.txn_id, TxnAction.ABORT)   # no client rewind
+        subscription = broker.service.topics[SEGMENT].subscriptions["s"]
+        broker_consumer = consumer._consumer
+        sent: list[bytes] = []
+        deliver = broker_consumer.sink.deliver
+
+        def recorded(deliveries):
+            sent.extend(bytes(d.entry.data) for d in deliveries)
+            deliver(deliveries)
+
+        broker_consumer.sink.deliver = recorded
+        headers = broker.service.v5.headers
+        reading, store_read = asyncio.Event(), asyncio.Event()
+        get = headers.get
+
+        async def slow_get(*args, **kwargs):
+            reading.set()
+            await store_read.wait()
+            return await get(*args, **kwargs)
+
+        headers.get = slow_get
+        rewind = consumer._redeliver_all()
+        await asyncio.wait_for(reading.wait(), 5)           # the rewind reads the header
+        release_header_watch(broker.service, held)          # the watch applies the abort meanwhile
+        await subscription.pending_ack.wait_materialised()
+        await asyncio.sleep(0.05)
+        assert not rewind.done()
+        assert sent == []                                   # nothing under the epoch being ended
+        store_read.set()
+        await rewind
+        assert [m.data for m in await drain(consumer)] == [b"m%d" % i for i in range(10)]
+        assert len(sent) == 10                              # each entry went once
