@@ -177,7 +177,15 @@ transactional message: the cost is the event loop's machinery, allocation and th
 answering a registration or a registered SEND without a task; sealing the decision's batch at
 once; the client sending its open batch as soon as the producer's queue is full (as
 pulsar-client-cpp does); perf timing paced sends with one reaper per producer instead of a
-callback each, or sending a burst in slices.
+callback each, or sending a burst in slices. Probes of 2026-11-27 (a slower spell: plain
+160-240k msg/s; the transactional run alternating with each, 100 pending per producer): a
+transaction's first sends not held for ADD_PARTITION_TO_TXN's answer (this broker registers the
+partition with a transactional SEND itself), its batch sent right after its last send instead
+of at the batching delay, and both: 113k, 87k and 98k msg/s against 114k, then 104k, 95k and
+104k against 91k (the spread, not a change); NEW_TXN answered before its record is durable:
+no change either. With 1000 pending per producer the load generator is the limit (1.0 core,
+6.3-7.5 us of CPU per transactional message against 4.1-4.9 plain), and NEW_TXN's round trip
+(5.6-9.5 ms, each producer opening its transactions one after another as pulsar-perf does).
 
 This VM slows down writes of data it has never held: after ~6-7 GB written in a broker's life,
 the writer thread's system time per message rose from ~1.0 to ~3.0 us (`perf record`: the copy
