@@ -512,20 +512,21 @@ class ScalableTopicResources:
         """The first step of a deletion: mark the record (False: there is none). The segments'
         cursors go only after it, under the leader's guard, and until the record is gone the
         subscription is listed by no one, created by no one, and its deletion is finished by
-        the next delete or leader."""
+        the next delete or leader. Written under `guard` also when it is marked already (a
+        retry): a deposed leader is refused before it touches a cursor either way."""
         path = self.subscription_path(topic, subscription)
-        record = await self.store.get(path)
-        if record is None:
-            return False
-        if not _being_deleted(record.value):
+        while True:
+            record = await self.store.get(path)
+            if record is None:
+                return False
             try:
                 await self.store.put(path, json.dumps({"subscription": subscription, "deleting": True}).encode(),
                                      record.version, **_guarded(guard))
+                return True
             except GuardFailedError:
                 raise
-            except BadVersionError:          # deleted or marked meanwhile by another writer
-                return await self.mark_subscription_deleting(topic, subscription, guard=guard)
-        return True
+            except BadVersionError:          # deleted or written meanwhile by another writer
+                continue
 
     async def delete_subscription(self, topic: TopicName, subscription: str, *,
                                   guard: LeaderGuard | None = None) -> None:

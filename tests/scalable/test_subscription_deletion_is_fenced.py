@@ -129,3 +129,22 @@ async def test_a_record_that_is_not_json_is_a_live_subscription(store, services)
     await store.put(a.resources.subscription_path(NAME, "list"), b"[1, 2]")
     assert await a.resources.subscription_states(NAME) == {"legacy": False, "list": False}
     assert await a.resources.create_subscription(NAME, "legacy") is False
+
+
+async def test_marking_again_is_a_guarded_write_too(store, services):
+    """A retried deletion finds the record marked already: the mark is written again under the
+    leader's guard, so a deposed leader's retry is refused before it touches a cursor."""
+    from pyengine.metadata import GuardFailedError
+
+    a = await services("a")
+    await a.create_topic(TOPIC, 1)
+    controller = await a.controller(TOPIC)
+    await controller.create_subscription("s")
+    guard = controller._leadership()
+    assert await a.resources.mark_subscription_deleting(NAME, "s", guard=guard) is True
+    stale = (guard[0], guard[1] + 1000)             # an election record that is not the store's
+    with pytest.raises(GuardFailedError):
+        await a.resources.mark_subscription_deleting(NAME, "s", guard=stale)
+    assert await a.resources.mark_subscription_deleting(NAME, "s", guard=guard) is True
+    assert await a.resources.mark_subscription_deleting(NAME, "gone", guard=guard) is False
+    assert await a.resources.subscription_states(NAME) == {"s": True}
