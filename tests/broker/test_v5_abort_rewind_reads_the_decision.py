@@ -8,6 +8,8 @@ v5, after its queued messages)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from pyengine.broker import Broker
@@ -26,6 +28,19 @@ def hold_header_watch(service) -> list:
     return held
 
 
+async def acked_cumulatively_in_a_txn(broker, consumer_type: str):
+    """m0..m9 stored; a consumer received m0..m4 and acked m4 cumulatively in an open v5 txn."""
+    producer = await broker.create_producer(SEGMENT)
+    for i in range(10):
+        await producer.send(b"m%d" % i)
+    consumer = await broker.subscribe(SEGMENT, "s", consumer_type=consumer_type, initial_position="earliest")
+    received = [await consumer.receive(timeout=5) for _ in range(5)]
+    assert [m.data for m in received] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    txn = await broker.new_transaction(version=5)
+    await consumer.acknowledge_cumulative(received[4], txn=txn)
+    return consumer, txn
+
+
 def release_header_watch(service, held: list) -> None:
     headers = service.v5.headers
     del headers._on_notification
@@ -36,14 +51,7 @@ def release_header_watch(service, held: list) -> None:
 @pytest.mark.parametrize("consumer_type", ["exclusive", "failover"])
 async def test_an_abort_rewinds_in_order_before_the_header_watch_fires(tmp_path, consumer_type):
     async with Broker.embedded(tmp_path) as broker:
-        producer = await broker.create_producer(SEGMENT)
-        for i in range(10):
-            await producer.send(b"m%d" % i)
-        consumer = await broker.subscribe(SEGMENT, "s", consumer_type=consumer_type, initial_position="earliest")
-        received = [await consumer.receive(timeout=5) for _ in range(5)]
-        assert [m.data for m in received] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
-        txn = await broker.new_transaction(version=5)
-        await consumer.acknowledge_cumulative(received[4], txn=txn)
+        consumer, txn = await acked_cumulatively_in_a_txn(broker, consumer_type)
         held = hold_header_watch(broker.service)
         await txn.abort()
         again = await drain(consumer)
@@ -120,18 +128,10 @@ async def test_nothing_goes_out_while_a_rewind_waits(tmp_path, consumer_type):
     """While the rewind waits for the store, the header watch may apply the abort: the messages
     it releases went out at once, under the epoch the rewind is about to end, and came again
     with the rewind. A client that drops what an older epoch carried (PIP-84) threw them away;
-    one that sends no epoch (older clients) received them twice. The consumer's permits are now
-    set aside for the wait: nothing goes to it until the rewind."""
-    import asyncio
-
+    one that sends no epoch (older clients) received them more than once. The consumer's permits
+    are now set aside for the wait: nothing goes to it until the rewind."""
     async with Broker.embedded(tmp_path) as broker:
-        producer = await broker.create_producer(SEGMENT)
-        for i in range(10):
-            await producer.send(b"m%d" % i)
-        consumer = await broker.subscribe(SEGMENT, "s", consumer_type=consumer_type, initial_position="earliest")
-        received = [await consumer.receive(timeout=5) for _ in range(5)]
-        txn = await broker.new_transaction(version=5)
-        await consumer.acknowledge_cumulative(received[4], txn=txn)
+        consumer, txn = await acked_cumulatively_in_a_txn(broker, consumer_type)
         held = hold_header_watch(broker.service)
         await broker.service.coordinator.end_transaction(txn.txn_id, TxnAction.ABORT)   # no client rewind
         subscription = broker.service.topics[SEGMENT].subscriptions["s"]
