@@ -59,9 +59,9 @@ def key_shared_mode(consumer: Consumer) -> str:
 
 @dataclass(slots=True)
 class _WaitingRewind:
-    """A consumer's while its rewind waits for the v5 pending acks (see
-    `Subscription.redeliver_unacknowledged`): its permits, set aside (those it had and those it
-    gave since), and the redeliveries it asked for, with their futures."""
+    """What a consumer's rewind holds while it waits for the v5 pending acks (see
+    `Subscription.redeliver_unacknowledged`): the consumer's permits, set aside (those it had
+    and those it gave since), and the redeliveries it asked for, with their futures."""
 
     permits: int = 0
     redeliveries: list[tuple[list[Position] | None, int | None, asyncio.Future[None]]] = field(default_factory=list)
