@@ -91,6 +91,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._last: dict[TxnId, Position] = {}          # last position of each txn held here
         self._ops: dict[TxnId, list[str]] = {}          # op records this buffer owns
         self._in_flight: dict[TxnId, set[asyncio.Future]] = {}
+        self._appending: set[asyncio.Task] = set()       # awaited by close()
         self._materialising: dict[TxnId, asyncio.Task] = {}
         self._subscribed: set[TxnId] = set()
         self._hidden: set[Position] = set()
@@ -251,7 +252,9 @@ class MetadataTransactionBuffer(TransactionBuffer):
         outcome: asyncio.Future[Position] = loop.create_future()
         self._in_flight.setdefault(txn, set()).add(outcome)
         outcome.add_done_callback(lambda _f: self._settled(txn, outcome))
-        loop.create_task(self._append(txn, bytes(data), num_messages, publish_time, outcome))
+        task = loop.create_task(self._append(txn, bytes(data), num_messages, publish_time, outcome))
+        self._appending.add(task)
+        task.add_done_callback(self._appending.discard)
         return outcome
 
     def _settled(self, txn: TxnId, outcome: asyncio.Future) -> None:
@@ -272,8 +275,15 @@ class MetadataTransactionBuffer(TransactionBuffer):
             if not isinstance(exc, Exception):
                 raise
 
+    def _check_not_closed(self) -> None:
+        """After a wait, before writing: a buffer closed meanwhile (its segment unloaded or
+        being deleted) writes nothing more for an append."""
+        if self.state is BufferState.CLOSED:
+            raise ServiceNotReadyError(f"the v5 transaction buffer of {self.segment} is closed")
+
     async def _append_now(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int) -> Position:
         state = await self.headers.get(txn)
+        self._check_not_closed()
         if state.header is None or state.header.state is not HeaderState.OPEN:
             raise TransactionConflictError(_not_open(txn, state.header))
         reserved = None
@@ -291,6 +301,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
             self._ops.setdefault(txn, []).append(reserved.path)
             self.metrics.op_written()
             state = await self.headers.get(txn)
+            self._check_not_closed()        # the record stays: a deletion (after close) clears it
             if state.header is None or state.header.state is not HeaderState.OPEN:
                 await self._reject_late(txn, None, reserved.path, state.header)
                 raise TransactionConflictError(_not_open(txn, state.header))
@@ -540,6 +551,10 @@ class MetadataTransactionBuffer(TransactionBuffer):
         for txn in list(self._subscribed):
             self.headers.unsubscribe(txn, self._on_decided)
         self._subscribed.clear()
+        # Appends under way end first (they write nothing more once they see the buffer
+        # closed): an op record one of them was writing lands before a deletion, which
+        # follows the close, clears the segment's records.
+        await asyncio.gather(*self._appending, return_exceptions=True)
         tasks = list(self._materialising.values())
         for task in tasks:
             task.cancel()
