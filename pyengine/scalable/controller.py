@@ -585,6 +585,10 @@ class ScalableTopicController:
             coordinator.unregister_all(SubscriptionNotFoundError(
                 f"subscription {subscription!r} of {self.topic} was deleted: the consumer is unregistered"))
             coordinator.close()
+            # A consumer record being written (a registration under way) lands before the
+            # records are deleted, not after: left, it would be a phantom session of a
+            # subscription created again under the name.
+            await coordinator.settled()
         assert self.layout is not None
         for segment in self.layout.all_segments.values():
             self._check_leading()

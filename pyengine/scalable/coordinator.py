@@ -34,7 +34,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pyengine.errors import ConsumerBusyError, PulsarError
+from pyengine.errors import ConsumerBusyError, PulsarError, ServiceNotReadyError
 from pyengine.metadata import BadVersionError
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import HashRange, SegmentLayout
@@ -128,6 +128,7 @@ class SubscriptionCoordinator:
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._unregistered: PulsarError | None = None      # what unregister_all told the consumers
 
     async def restore(self) -> None:
         """Load the persisted registrations (a new leader): all disconnected, fresh timers.
@@ -190,6 +191,7 @@ class SubscriptionCoordinator:
             self.consumers[consumer_name] = registration
             try:
                 await self._rebalance(quiet={consumer_name})
+                self._check_open()          # closed while its record was written: unregistered
             except BaseException:
                 # Refused: the caller forgets the consumer, so no disconnect will ever start
                 # its grace period. Left registered, it would keep segments nobody reads.
@@ -280,6 +282,7 @@ class SubscriptionCoordinator:
                 except Exception:
                     log.exception("telling consumer %s that it is unregistered failed", name)
         self.consumers.clear()
+        self._unregistered = error
 
     def close(self) -> None:
         """Drop the in-memory keep-alive state (leadership lost or topic released)."""
@@ -288,6 +291,21 @@ class SubscriptionCoordinator:
             self._drain_task.cancel()
         for registration in self.consumers.values():
             self._cancel_grace(registration)
+
+    async def settled(self) -> None:
+        """Once closed: until the work under way (a registration, an eviction, a rebalance) has
+        ended. It writes nothing more after the close, and what it was writing has landed: a
+        deletion of the records that follows is not overtaken by one of them."""
+        async with self._lock:
+            pass
+
+    def _check_open(self) -> None:
+        """After a wait, before a write: a coordinator closed meanwhile (its subscription being
+        deleted, its leadership lost) writes nothing more; its caller gets what the consumers
+        were told."""
+        if self._closed:
+            raise self._unregistered or ServiceNotReadyError(
+                f"the consumer sessions of {self.topic}/{self.subscription} are no longer served here")
 
     # --- internals ------------------------------------------------------------------------
 
@@ -365,6 +383,7 @@ class SubscriptionCoordinator:
         if held:
             self._watch_drain_soon()
         for name, segment_ids in plan.items():
+            self._check_open()
             registration = self.consumers[name]
             record = registration.record
             if record.segment_ids == segment_ids and record.layout_epoch == self.layout.epoch \
@@ -389,6 +408,7 @@ class SubscriptionCoordinator:
         return self.leadership() if self.leadership is not None else None
 
     async def _save(self, record: ConsumerRecord) -> None:
+        self._check_open()
         try:
             await self.resources.save_consumer(self.topic, self.subscription, record, guard=self._guard())
         except BadVersionError as error:            # GuardFailedError too: we were deposed
