@@ -33,7 +33,7 @@ from pyengine.errors import (
     TransactionCoordinatorNotFoundError,
     TransactionNotFoundError,
 )
-from pyengine.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
+from pyengine.metadata import AlreadyExistsError, BadVersionError, GuardFailedError, MetadataStore, NotFoundError
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator import TxnMeta
 from pyengine.transaction.coordinator.clock import Clock, wall_clock_ms
@@ -317,9 +317,11 @@ class MetadataTransactionCoordinator:
                          "(acks to apply, late writes to hide)", txn, len(waiting))
             return not waiting
         last_write: dict[str, Position] = {}
-        for _record, op in leftovers:
+        read: dict[str, Any] = {}           # an op record read of each segment: the guard of its abort
+        for record, op in leftovers:
             if op.kind == "write" and (op.segment not in last_write or op.position > last_write[op.segment]):
                 last_write[op.segment] = op.position
+                read[op.segment] = record
         if getattr(self.store, "env", None) is None:
             # A separate store (etcd, memory): a buffer records a txn's first entry before it
             # is appended, at a lower bound of its position (maybe in an earlier ledger), and
@@ -328,12 +330,16 @@ class MetadataTransactionCoordinator:
             # recovery moves to its LAC (on LMDB every record is its entry's position).
             last_write = dict.fromkeys(last_write, Position.LATEST)
         for segment, position in last_write.items():
-            await self._record_abort(segment, txn, position)
+            await self._record_abort(segment, txn, position, guard=read[segment])
         return True
 
-    async def _record_abort(self, segment: str, txn: TxnId, position: Position) -> None:
-        """Add `txn` to `segment`'s stored aborted set (compare-and-set: its buffer may save it)."""
+    async def _record_abort(self, segment: str, txn: TxnId, position: Position, *, guard: Any = None) -> None:
+        """Add `txn` to `segment`'s stored aborted set (compare-and-set: its buffer may save it).
+        `guard`: an op record of `txn` there, which the write needs unchanged: the segment's
+        deletion removes its op records before its aborted set, so an abort read before a
+        deletion and written after it would create the set again for a segment that is gone."""
         path = buffer_path(segment)
+        guarded = {} if guard is None else {"guard_path": guard.path, "guard_mod_revision": guard.mod_revision}
         while True:
             stored = await self.store.get(path)
             aborted = AbortedTxnSet.from_bytes(stored.value) if stored is not None else AbortedTxnSet()
@@ -341,9 +347,12 @@ class MetadataTransactionCoordinator:
                 return
             aborted.add(txn, position)
             try:
-                await self.store.put(path, aborted.to_bytes(), stored.version if stored is not None else -1)
+                await self.store.put(path, aborted.to_bytes(), stored.version if stored is not None else -1,
+                                     **guarded)
                 log.info("GC of v5 transaction %s: recorded its abort for %s, which had not", txn, segment)
                 return
+            except GuardFailedError:
+                return                      # its op record is gone: the segment was deleted meanwhile
             except (BadVersionError, AlreadyExistsError):
                 continue
 

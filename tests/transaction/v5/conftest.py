@@ -117,3 +117,18 @@ async def eventually(predicate, timeout: float = 5.0, interval: float = 0.005):
         if loop.time() > deadline:
             raise AssertionError(f"not true after {timeout} s: {predicate}")
         await asyncio.sleep(interval)
+
+
+class Gate:
+    """Holds the calls that go through `wrap` until released (an interleaving made certain)."""
+
+    def __init__(self) -> None:
+        self.held, self.released = asyncio.Event(), asyncio.Event()
+
+    def wrap(self, call, holds=lambda *args: True):
+        async def held(*args, **kwargs):
+            if holds(*args):
+                self.held.set()
+                await self.released.wait()
+            return await call(*args, **kwargs)
+        return held

@@ -21,22 +21,9 @@ from pyengine.errors import PulsarError
 from pyengine.metadata.memory_store import MemoryMetadataStore
 from pyengine.transaction.coordinator.metadata_records import IDX_WRITES, OP_PREFIX
 
+from .conftest import Gate
+
 SEGMENT = "segment://public/default/deleted-under-an-append/0000-ffff-0"
-
-
-class Gate:
-    """Holds the calls that go through `wrap` until released."""
-
-    def __init__(self) -> None:
-        self.held, self.released = asyncio.Event(), asyncio.Event()
-
-    def wrap(self, call, holds=lambda *args: True):
-        async def held(*args, **kwargs):
-            if holds(*args):
-                self.held.set()
-                await self.released.wait()
-            return await call(*args, **kwargs)
-        return held
 
 
 @contextlib.asynccontextmanager
