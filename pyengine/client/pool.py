@@ -28,7 +28,15 @@ class ConnectionPool:
         connection = self._connections.get(address.logical)
         if connection is not None and connection.usable:
             return connection
-        return await single_flight(self._connecting, address.logical, lambda: self._connect(address))
+        try:
+            return await single_flight(self._connecting, address.logical, lambda: self._connect(address))
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._closed and current is not None and not current.cancelling():
+                # close() cancelled the connecting, not this caller's task: its operation fails
+                # as the Java and C++ clients fail what is under way at close
+                raise AlreadyClosedError("the client is closed") from None
+            raise
 
     async def _connect(self, address: BrokerAddress) -> ClientConnection:
         loop = asyncio.get_running_loop()
@@ -41,7 +49,13 @@ class ConnectionPool:
             raise ConnectError(f"cannot connect to {address.logical} within {timeout}s") from None
         except OSError as exc:
             raise ConnectError(f"cannot connect to {address.logical}: {exc}") from exc
-        await connection.wait_connected(timeout)
+        try:
+            await connection.wait_connected(timeout)
+        except BaseException as exc:
+            # Cancelled too (close() cancels the connections being made): known to no one, an
+            # open connection would stay so, PINGing the broker once it answers.
+            connection.close(exc if isinstance(exc, Exception) else AlreadyClosedError("the client is closed"))
+            raise
         if self._closed:
             connection.close(AlreadyClosedError("the client is closed"))
             raise AlreadyClosedError("the client is closed")
