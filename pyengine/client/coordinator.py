@@ -175,17 +175,32 @@ class TransactionCoordinatorClient:
         self._next = itertools.count()
         self._v5: asyncio.Future[CoordinatorHandler] | None = None     # every broker runs it
         self._started: asyncio.Future[None] | None = None
+        self._closed = False
+
+    def _closed_under(self, error: BaseException) -> BaseException:
+        """What a caller waiting for discovery (or the v5 handler) gets when it ended with
+        `error`: close() cancels them, and a caller that was not cancelled itself fails with
+        AlreadyClosedError (as the Java client), not with a CancelledError nobody asked for."""
+        current = asyncio.current_task()
+        if self._closed and isinstance(error, asyncio.CancelledError) and current is not None \
+                and not current.cancelling():
+            return AlreadyClosedError("the client is closed")
+        return error
 
     async def start(self) -> None:
         """Discover the coordinators and connect to each (once; later calls wait for it)."""
         if self._started is None:
             self._started = asyncio.ensure_future(self._discover())
+        started = self._started               # (another waiter may reset it before this one resumes)
         try:
-            await asyncio.shield(self._started)
-        except BaseException:
-            if self._started.done():
+            await asyncio.shield(started)
+        except BaseException as exc:
+            if started.done() and self._started is started:
                 self._started = None          # the next transaction tries discovery again
-            raise
+            error = self._closed_under(exc)
+            if error is exc:
+                raise
+            raise error from None
 
     async def _discover(self) -> None:
         partitions = await self._core.lookup.partitions(TC_ASSIGN_TOPIC)
@@ -221,12 +236,16 @@ class TransactionCoordinatorClient:
                 return handler
 
             self._v5 = asyncio.ensure_future(start())
+        v5 = self._v5                          # (another waiter may reset it before this one resumes)
         try:
-            return await asyncio.shield(self._v5)
-        except BaseException:
-            if self._v5.done():
+            return await asyncio.shield(v5)
+        except BaseException as exc:
+            if v5.done() and self._v5 is v5:
                 self._v5 = None
-            raise
+            error = self._closed_under(exc)
+            if error is exc:
+                raise
+            raise error from None
 
     def _handler(self, txn_id: TxnId) -> CoordinatorHandler:
         if txn_id.most_bits == V5_COORDINATOR_ID and self._v5 is not None and self._v5.done() \
@@ -276,6 +295,7 @@ class TransactionCoordinatorClient:
             txn_action=action), txn_id)
 
     async def close(self) -> None:
+        self._closed = True
         if self._started is not None and not self._started.done():
             self._started.cancel()
         handlers = list(self._handlers.values())
