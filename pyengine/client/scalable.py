@@ -71,6 +71,10 @@ async def _forward(consumer: Consumer, closed: Callable[[], bool], put: Callable
         put(message)
 
 
+# Queued by close(): wakes the receive() calls waiting on a scalable consumer's queue, which
+# then raise AlreadyClosedError (each puts it back for the next one), as a Consumer's do.
+_CLOSED = object()
+
 # A QueueConsumer's checks of a sealed segment's backlog: at once after an ack of one of its
 # messages here, else polled, backing off from DRAIN_POLL to DRAIN_POLL_MAX seconds.
 DRAIN_POLL = 0.1
@@ -792,8 +796,14 @@ class QueueConsumer:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
+            if self._closed:
+                raise AlreadyClosedError(f"the queue consumer of {self.watch.topic} is closed")
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            sid, message = await asyncio.wait_for(self._queue.get(), remaining)
+            queued = await asyncio.wait_for(self._queue.get(), remaining)
+            if queued is _CLOSED:
+                self._queue.put_nowait(_CLOSED)            # for every other receive waiting
+                continue
+            sid, message = queued
             if sid not in self._dropped:                   # else acknowledged already (elsewhere)
                 return message
 
@@ -832,6 +842,7 @@ class QueueConsumer:
 
     async def close(self) -> None:
         self._closed = True
+        self._queue.put_nowait(_CLOSED)                    # the receives waiting end now
         if self._on_layout in self.watch.listeners:
             self.watch.listeners.remove(self._on_layout)
         for task in list(self._tasks):
@@ -1045,8 +1056,13 @@ class StreamConsumer:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
+            if self._closed and self._ended is None:     # (ended: what was queued is handed out first)
+                raise AlreadyClosedError(f"stream consumer {self.consumer_name} of {self.watch.topic} is closed")
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
             queued = await asyncio.wait_for(self._queue.get(), remaining)
+            if queued is _CLOSED:
+                self._queue.put_nowait(_CLOSED)        # for every other receive waiting
+                continue
             if queued is _ENDED:
                 self._queue.put_nowait(_ENDED)         # for every later receive too
                 assert self._ended is not None
@@ -1071,6 +1087,8 @@ class StreamConsumer:
         if self._closed:
             return
         self._closed = True
+        if self._ended is None:
+            self._queue.put_nowait(_CLOSED)             # the receives waiting end now (else _ENDED does)
         connection = self._connection
         if connection is not None and connection.scalable_consumers.pop(self.consumer_id, None) is not None \
                 and connection.usable:
