@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.consumer import Consumer
@@ -514,12 +515,13 @@ class Subscription:
                 # Nothing goes to the consumer until the rewind: what went out meanwhile (the
                 # header watch applying the abort gives its messages back) would carry the epoch
                 # the rewind ends, dropped by the client, or received twice by one with no epoch.
-                self._rewinding[consumer] = _WaitingRewind(permits=consumer.permits)
+                waiting = self._rewinding[consumer] = _WaitingRewind(permits=consumer.permits)
                 consumer.permits = 0
                 rewind = asyncio.ensure_future(self._rewind_once_resolved(consumer, resolving, epoch))
                 self._rewinds.add(rewind)
-                rewind.add_done_callback(self._rewinds.discard)
-                return rewind
+                done = asyncio.get_running_loop().create_future()
+                rewind.add_done_callback(partial(self._rewind_ended, consumer, waiting, done))
+                return done
         self._redeliver_now(consumer, positions, epoch)
         return None
 
@@ -550,6 +552,25 @@ class Subscription:
                 again.redeliveries.extend(waiting.redeliveries[index:])
                 return
             _settle_after(self.redeliver_unacknowledged(consumer, positions, epoch=later_epoch), done)
+
+    def _rewind_ended(self, consumer: Consumer, waiting: _WaitingRewind, done: asyncio.Future[None],
+                      rewind: asyncio.Task[None]) -> None:
+        """Settle the rewind's future however its task ended. Cancelled (the subscription
+        closes), also before it first ran: nothing is left to give a closed subscription's
+        consumer, so the rewind and the redeliveries queued behind it end quietly; their
+        callers' own tasks were not cancelled."""
+        self._rewinds.discard(rewind)
+        if self._rewinding.get(consumer) is waiting:
+            del self._rewinding[consumer]
+        if rewind.cancelled() or rewind.exception() is not None:
+            for _positions, _epoch, queued in waiting.redeliveries:
+                _settle_after(None, queued)
+        if done.done():
+            return
+        if not rewind.cancelled() and rewind.exception() is not None:
+            done.set_exception(rewind.exception())
+        else:
+            done.set_result(None)
 
     def _redeliver_now(self, consumer: Consumer, positions: list[Position] | None, epoch: int | None) -> None:
         """The redelivery itself (see redeliver_unacknowledged), nothing left to wait for."""
