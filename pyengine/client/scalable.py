@@ -901,33 +901,70 @@ class StreamConsumer:
         task.add_done_callback(self._tasks.discard)
 
     async def _register(self) -> None:
-        timeout = self._core.config.operation_timeout
-        deadline = asyncio.get_running_loop().time() + timeout
+        """Register with the controller leader, within the operation timeout. A connection
+        that drops (or cannot be made) before the answer is replaced at once, backing off, as a
+        Consumer's subscribe is: the connection becomes `_connection` only once registered, so
+        its close starts no second registration beside this one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._core.config.operation_timeout
+        backoff = Backoff(self._core.config.initial_backoff, self._core.config.max_backoff)
         while True:
             url = self.watch.controller_url
             # no leader yet (no broker was asked about the topic): any broker stands for election
             address = parse_broker_url(url) if url is not None else self._core.lookup.service_address()
-            connection = await self._core.pool.get(address)
-            self._connection = connection
-            connection.scalable_consumers[self.consumer_id] = self._on_assignment
-            connection.add_close_listener(self._connection_closed)
-            self._request_id = connection.new_request_id()
-            self._answer = asyncio.get_running_loop().create_future()
-            connection.send_command(base_command(
-                pb.BaseCommand.SCALABLE_CONSUMER_REGISTER, request_id=self._request_id, consumer_id=self.consumer_id,
-                topic=self.watch.topic, subscription=self.subscription, consumer_name=self.consumer_name))
-            answer = await asyncio.wait_for(self._answer, timeout)
+            try:
+                connection = await self._core.pool.get(address)
+                answer = await self._ask(connection, deadline)
+            except ConnectError as exc:
+                if self._closed:
+                    raise AlreadyClosedError(f"stream consumer {self.consumer_name} is closed") from exc
+                delay = backoff.next()
+                if loop.time() + delay >= deadline:
+                    raise TimeoutError(f"stream consumer {self.consumer_name} not registered within the "
+                                       f"operation timeout: {exc}") from exc
+                log.info("stream consumer %s: %s; registering again in %.2fs", self.consumer_name, exc, delay)
+                await asyncio.sleep(delay)
+                continue
             if not answer.HasField("error"):
+                self._connection = connection
                 await self._apply(answer, strict=True)
                 return
             error = PulsarError.from_code(answer.error, answer.message)
-            connection.scalable_consumers.pop(self.consumer_id, None)
-            if "not the controller leader" not in answer.message or asyncio.get_running_loop().time() > deadline:
+            if "not the controller leader" not in answer.message or loop.time() > deadline:
                 raise error
             try:                                   # the DAG will name the new leader
                 await self.watch.wait_changed(self._core.config.initial_backoff * 5)
             except TimeoutError:
                 pass
+
+    async def _ask(self, connection: ClientConnection, deadline: float) -> pb.CommandScalableConsumerAssignment:
+        """Send one registration on `connection`; the controller's answer. ConnectError when the
+        connection closes first (the answer is not a request the connection fails on closing)."""
+        connection.scalable_consumers[self.consumer_id] = self._on_assignment
+        connection.add_close_listener(self._connection_closed)
+        self._request_id = connection.new_request_id()
+        self._answer = answer = asyncio.get_running_loop().create_future()
+        connection.send_command(base_command(
+            pb.BaseCommand.SCALABLE_CONSUMER_REGISTER, request_id=self._request_id, consumer_id=self.consumer_id,
+            topic=self.watch.topic, subscription=self.subscription, consumer_name=self.consumer_name))
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.wait([answer, connection.closed], return_when=asyncio.FIRST_COMPLETED)
+            if not connection.usable:              # (answered too: that session is disconnected now)
+                raise ConnectError(f"the connection to {connection.address.logical} closed while registering")
+            result = answer.result()
+            if self._closed and not result.HasField("error"):
+                raise AlreadyClosedError(f"stream consumer {self.consumer_name} is closed")
+        except BaseException:
+            # Given up (or closed meanwhile): the controller may register it still, for nobody
+            # (a closed connection's registrations are disconnected by the broker).
+            if connection.scalable_consumers.pop(self.consumer_id, None) is not None and connection.usable:
+                connection.send_command(base_command(pb.BaseCommand.SCALABLE_CONSUMER_UNREGISTER,
+                                                     consumer_id=self.consumer_id))
+            raise
+        if result.HasField("error"):
+            connection.scalable_consumers.pop(self.consumer_id, None)
+        return result
 
     def _on_assignment(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
         if assignment.HasField("request_id") and assignment.request_id == self._request_id \
@@ -939,6 +976,7 @@ class StreamConsumer:
             # Pushed: that controller no longer serves the registration.
             if self._connection is not None:
                 self._connection.scalable_consumers.pop(self.consumer_id, None)
+            self._connection = None                     # (its close then starts no second registration)
             error = PulsarError.from_code(assignment.error, assignment.message)
             if isinstance(error, (SubscriptionNotFoundError, TopicNotFoundError)):
                 self._spawn(self._unregistered(error))     # the subscription (or topic) was deleted
@@ -1035,8 +1073,10 @@ class StreamConsumer:
 
 
     def _connection_closed(self, connection: ClientConnection) -> None:
+        # (a registration under way replaces its own connection: not `_connection` yet)
         if self._closed or connection is not self._connection:
             return
+        self._connection = None
         connection.scalable_consumers.pop(self.consumer_id, None)
         self._spawn(self._reregister())
 
