@@ -297,9 +297,13 @@ class Client:
         watch = await self.watch_scalable_topic(topic)
         try:
             consumer = CheckpointConsumer(self, watch, subscription_name, consumer_name, {}, checkpoint)
-            await consumer._register()
         except BaseException:
             await watch.close()
+            raise
+        try:
+            await consumer._register()
+        except BaseException:
+            await consumer.close()      # unregistered, its readers and the watch closed
             raise
         return await self._opened(consumer)
 
