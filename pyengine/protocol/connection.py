@@ -581,7 +581,8 @@ class ServerConnection(asyncio.Protocol):
                 except BaseException:
                     self.server.detach_producer(network)
                     raise
-                if network.closed or self.closed:           # fenced or gone meanwhile
+                # Fenced, gone, or closed by the client (CLOSE_PRODUCER) meanwhile.
+                if network.closed or self.closed or self._closed_before_created(key, number):
                     self.server.detach_producer(network)
                     if self.closed:
                         return

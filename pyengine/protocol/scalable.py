@@ -19,6 +19,7 @@ from pyengine.errors import (
     InvalidTopicNameError,
     NotAllowedError,
     PulsarError,
+    ServiceNotReadyError,
     TopicNotFoundError,
     to_pulsar_error,
 )
@@ -76,22 +77,41 @@ def consumer_assignment(consumer_id: int, assignment: ConsumerAssignment | None 
     return encode_command(cmd.SerializeToString())
 
 
+class _Opening:
+    """The place of a DAG watch session being opened."""
+
+
 class ScalableTopicCommands:
     """The DAG watch sessions and ordered-consumer registrations of one connection."""
 
     def __init__(self, connection: ServerConnection) -> None:
         self.connection = connection
-        self.sessions: dict[int, DagWatchSession | None] = {}     # None: opening
+        self.sessions: dict[int, DagWatchSession | _Opening] = {}
         # consumer id -> (controller, subscription, consumer name)
         # consumer id -> its controller, subscription, name and the listener it registered
         # with (which tells this registration apart from a later one of the same name)
         self.consumers: dict[int, tuple[ScalableTopicController, str, str, AssignmentListener]] = {}
+        # consumer ids being registered -> whether their UNREGISTER came meanwhile (the client
+        # gave up): such a registration is undone once made, or it would hold segments nobody
+        # reads (and, its entry gone, never be disconnected). A second REGISTER of one is refused.
+        self._registering: dict[int, bool] = {}
 
     async def register_consumer(self, body: pb.CommandScalableConsumerRegister) -> None:
+        consumer_id = body.consumer_id
+        if consumer_id in self.consumers or consumer_id in self._registering:
+            error = NotAllowedError(f"consumer {consumer_id} is already registered on this connection")
+            self.connection.write(consumer_assignment(consumer_id, request_id=body.request_id,
+                                                      error=error.server_error, message=str(error)))
+            return
+        self._registering[consumer_id] = False      # before any await: a second REGISTER sees it
+        try:
+            await self._register_consumer(body)
+        finally:
+            del self._registering[consumer_id]
+
+    async def _register_consumer(self, body: pb.CommandScalableConsumerRegister) -> None:
         consumer_id, request_id = body.consumer_id, body.request_id
         try:
-            if consumer_id in self.consumers:
-                raise NotAllowedError(f"consumer {consumer_id} is already registered on this connection")
             if "://" not in body.topic:
                 raise InvalidTopicNameError(f"a scalable topic is named topic://tenant/namespace/topic, "
                                             f"not {body.topic!r}")
@@ -126,6 +146,17 @@ class ScalableTopicCommands:
         if self.connection.closed:
             controller.consumer_disconnected(body.subscription, body.consumer_name, push)
             return
+        if self._registering[consumer_id]:          # unregistered by the client meanwhile
+            self.consumers.pop(consumer_id, None)
+            try:
+                await controller.unregister_consumer(body.subscription, body.consumer_name, push)
+            except Exception as exc:        # not the leader any more: the grace period evicts it
+                log.info("unregistering consumer %s: %s", body.consumer_name, exc)
+            error = ServiceNotReadyError(f"consumer {consumer_id} was unregistered before its registration "
+                                         "was complete")
+            self.connection.write(consumer_assignment(consumer_id, request_id=request_id, error=error.server_error,
+                                                      message=str(error)))
+            return
         self.connection.write(consumer_assignment(consumer_id, assignment, request_id=request_id))
 
     async def _alive(self) -> bool:
@@ -139,6 +170,9 @@ class ScalableTopicCommands:
         return False
 
     async def unregister_consumer(self, body: pb.CommandScalableConsumerUnregister) -> None:
+        if body.consumer_id in self._registering:
+            self._registering[body.consumer_id] = True      # undone by its registration once made
+            return
         registered = self.consumers.pop(body.consumer_id, None)
         if registered is not None:
             controller, subscription, name, listener = registered
@@ -156,7 +190,15 @@ class ScalableTopicCommands:
             self._refuse(session_id, NotAllowedError(f"at most {MAX_SESSIONS_PER_CONNECTION} DAG watch sessions "
                                                      "per connection"))
             return
-        self.sessions[session_id] = None
+        # This open's own placeholder: a CLOSE and a LOOKUP of the same id meanwhile replace it,
+        # and then neither this session nor its failure is the client's any more.
+        opening = self.sessions[session_id] = _Opening()
+        session: DagWatchSession | None = None
+
+        def current() -> bool:
+            entry = self.sessions.get(session_id)
+            return entry is opening or (entry is not None and entry is session)
+
         try:
             topic = scalable_topic_name(body.topic)
             if "://" not in body.topic:
@@ -166,23 +208,25 @@ class ScalableTopicCommands:
             segments = service.segments
 
             def push(layout: SegmentLayout, controller_url: str | None, brokers: dict[int, str]) -> None:
-                if session_id in self.sessions:         # (the first update comes while opening)
+                if current():                           # (the first update comes while opening)
                     self.connection.write(scalable_topic_update(session_id, layout, controller_url, brokers))
 
             async def resolve(layout: SegmentLayout) -> dict[int, str]:
                 return {s.segment_id: await segments.owner_url(s.topic_name(topic)) for s in layout.active_segments}
 
             def ended(error: BaseException) -> None:
-                if self.sessions.pop(session_id, None) is not None:
+                if session is not None and self.sessions.get(session_id) is session:
+                    del self.sessions[session_id]
                     self._refuse(session_id, error)
 
             session = DagWatchSession(service.resources, topic, push, ended, resolve)
             await session.start()
         except Exception as exc:
-            self.sessions.pop(session_id, None)
-            self._refuse(session_id, exc)
+            if current():
+                del self.sessions[session_id]
+                self._refuse(session_id, exc)
             return
-        if session_id in self.sessions and not self.connection.closed and not session.ended:
+        if self.sessions.get(session_id) is opening and not self.connection.closed and not session.ended:
             self.sessions[session_id] = session
         else:
             session.close()
@@ -202,7 +246,7 @@ class ScalableTopicCommands:
 
     def close_session(self, body: pb.CommandScalableTopicClose) -> None:
         session = self.sessions.pop(body.session_id, None)
-        if session is not None:
+        if isinstance(session, DagWatchSession):
             session.close()
 
     def _refuse(self, session_id: int, exc: BaseException) -> None:
@@ -213,7 +257,7 @@ class ScalableTopicCommands:
 
     def connection_closed(self) -> None:
         for session in self.sessions.values():
-            if session is not None:
+            if isinstance(session, DagWatchSession):
                 session.close()
         self.sessions.clear()
         for controller, subscription, name, listener in self.consumers.values():
