@@ -39,6 +39,9 @@ class ManagedCursor:
         self.properties: dict[str, int] = properties or {}
         self.read_position = ledger.next_position(mark_delete)
         self._key = ledger._prefix + name.encode()
+        # A save failed and none succeeded since: memory holds acks that are not durable, so an
+        # ack repeating one of them changes nothing here but must still be written.
+        self._unsaved = False
         self._advance_mark_delete()
 
     # --- opening --------------------------------------------------------------------------
@@ -91,7 +94,7 @@ class ManagedCursor:
                 changed = True
             self._batch_acks.pop(position, None)
         if not changed:
-            return _done()
+            return self._unchanged()
         self._advance_mark_delete()
         return self._persist_moved(md)
 
@@ -99,26 +102,31 @@ class ManagedCursor:
         """Acknowledge some indexes of a batch entry: `ack_set` has a set bit for every index
         that stays unacknowledged. When no index is left, the whole entry is acknowledged."""
         if self.is_acked(position):
-            return _done()
+            return self._unchanged()
         current = self._batch_acks.get(position) or ackset_new(batch_size)
         merged = ackset_and(current, ack_set)
         if ackset_is_fully_acked(merged, batch_size):
             return self.ack([position])
         if merged == current and position in self._batch_acks:
-            return _done()
+            return self._unchanged()
         self._batch_acks[position] = merged
         return self.persist()
 
     def ack_cumulative(self, position: Position) -> asyncio.Future[None]:
         """Acknowledge everything up to and including `position`."""
         if position <= self.mark_delete:
-            return _done()
+            return self._unchanged()
         before, self.mark_delete = self.mark_delete, position
         self._drop_acks_up_to(position)
         self._advance_mark_delete()
         if self.read_position <= self.mark_delete:
             self.read_position = self.ledger.next_position(self.mark_delete)
         return self._persist_moved(before)
+
+    def _unchanged(self) -> asyncio.Future[None]:
+        """The answer to an ack that changes nothing in memory: done at once, unless the state
+        it repeats may not be durable (a save failed since the last one that succeeded)."""
+        return self.persist() if self._unsaved else _done()
 
     def _persist_moved(self, before: Position) -> asyncio.Future[None]:
         """`persist`, and once the mark-delete has moved past the last entry of a ledger, let
@@ -247,7 +255,14 @@ class ManagedCursor:
         def seal() -> None:
             state["value"] = self.record().SerializeToString()
 
-        return env.submit(lambda txn: txn.put(key, state["value"], db=db), key=("cursor", key), on_seal=seal)
+        saved = env.submit(lambda txn: txn.put(key, state["value"], db=db), key=("cursor", key), on_seal=seal)
+        saved.add_done_callback(self._saved)
+        return saved
+
+    def _saved(self, saved: asyncio.Future[None]) -> None:
+        # Saves settle in commit order, and each writes the whole state as of its seal: one that
+        # succeeds after a failed one has written everything the failed one carried.
+        self._unsaved = saved.cancelled() or saved.exception() is not None
 
     async def flush(self) -> None:
         if self.durable:
