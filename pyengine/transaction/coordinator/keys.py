@@ -56,7 +56,7 @@ import json
 import logging
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyengine.errors import (
@@ -313,14 +313,16 @@ class TransactionKeys:
                 raise NotAllowedError(f"transaction key {key!r} already has an open transaction {state.txn}: "
                                       "commit or abort it first (one open transaction per key)")
             txn = await self.service.new_transaction(coordinator_id, timeout_ms)
-            if state.txn is not None:
-                state.history.append((state.txn, state.txn_epoch))
-                for dropped, _ in state.history[:-HISTORY]:
-                    self._bindings.pop(dropped, None)
-                del state.history[:-HISTORY]
+            history = [*state.history, (state.txn, state.txn_epoch)] if state.txn is not None else state.history
+            # The record first, memory once it is durable: bound in memory only, a transaction
+            # the client never got (the request failed) would hold the key as its open one
+            # until its timeout, and a restart would not know it. Unbound, it just times out.
+            await self._persist(replace(state, txn=txn, txn_epoch=epoch, history=history[-HISTORY:]))
+            for dropped, _ in history[:-HISTORY]:
+                self._bindings.pop(dropped, None)
+            state.history = history[-HISTORY:]
             state.txn, state.txn_epoch = txn, epoch
             self._bindings[txn] = (state, epoch)
-            await self._persist(state)
             return txn
 
     # --- admin ----------------------------------------------------------------------------
