@@ -104,6 +104,9 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._last_snapshot_ms = 0
         self._last_snapshot_position: Position | None = None
         self._trim_snapshot: tuple[Position, int] | None = None     # carried by a trim not settled yet
+        # Txns ended on the terminated topic (no marker) whose snapshot is not durable yet: a
+        # repeated end writes it again before it answers.
+        self._unsaved_ends: set[TxnId] = set()
         self._committed_total = 0
         self._aborted_total = 0
         self._recover_start_ms = 0
@@ -336,6 +339,8 @@ class TopicTransactionBuffer(TransactionBuffer):
                 await ending[1].waiter()        # a cancelled caller cancels nothing else
                 return
             if known is action:
+                if txn in self._unsaved_ends:
+                    await self._save_terminated_end(txn)
                 return
             if txn not in self._ongoing and self._ended.is_below_low_watermark(txn):
                 return      # ended long ago (its coordinator says so); nothing of it is here to decide
@@ -376,12 +381,19 @@ class TopicTransactionBuffer(TransactionBuffer):
         # An aborted txn's entries are hidden as if its marker were the last entry.
         self._apply_end(txn, action, self.ledger.lac if had_entries else None)
         if had_entries:
-            try:
-                await self._write_snapshot()
-            except (StorageError, PulsarError) as exc:      # the snapshot timer tries again
-                log.warning("%s: the snapshot recording %s of %s on the terminated topic failed: %s",
-                            self.ledger.name, action.name.lower(), txn, exc)
-                self._schedule_snapshot_timer()
+            self._unsaved_ends.add(txn)
+            await self._save_terminated_end(txn)
+
+    async def _save_terminated_end(self, txn: TxnId) -> None:
+        """Write the snapshot that records `txn`'s end on the terminated topic. A failure is
+        the end's: answered done, the coordinator would forget the txn while a restart found it
+        open here again (and a later low watermark aborted it, a commit included)."""
+        try:
+            await self._write_snapshot()
+        except (StorageError, PulsarError) as exc:      # the snapshot timer tries again too
+            self._schedule_snapshot_timer()
+            raise _persistence_error(exc) from exc
+        self._unsaved_ends.discard(txn)
 
     def _marker_written(self, txn: TxnId, action: TxnAction, done: Outcome[None],
                         durable: asyncio.Future[Position]) -> None:
@@ -557,15 +569,17 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._ended_since_snapshot = 0
         self._queued_snapshot_position = position
         saved = self._snapshots.save(snapshot)
-        saved.add_done_callback(partial(self._snapshot_written, position, taken_ms))
+        saved.add_done_callback(partial(self._snapshot_written, position, taken_ms, set(self._unsaved_ends)))
         return saved
 
-    def _snapshot_written(self, position: Position, taken_ms: int, saved: asyncio.Future[None]) -> None:
+    def _snapshot_written(self, position: Position, taken_ms: int, ends: set[TxnId],
+                          saved: asyncio.Future[None]) -> None:
         error = saved.exception()
         if error is not None:
             log.warning("%s: transaction-buffer snapshot failed: %s", self.ledger.name, error)
             self._queued_snapshot_position = None        # the next timer tick retries
             return
+        self._unsaved_ends -= ends              # it recorded them
         if taken_ms >= self._last_snapshot_ms:
             self._last_snapshot_ms, self._last_snapshot_position = taken_ms, position
 
