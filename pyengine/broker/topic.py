@@ -25,7 +25,7 @@ from pyengine.concurrency import single_flight
 from pyengine.errors import (ConsumerBusyError, InvalidSubscriptionNameError, NotAllowedError, ProducerBusyError,
                              SubscriptionNotFoundError, TopicTerminatedError)
 from pyengine.naming import TopicName, stored_name_problem
-from pyengine.storage import ManagedCursor, ManagedLedger
+from pyengine.storage import ManagedCursor, ManagedLedger, StorageError
 from pyengine.storage.entry import Entry
 from pyengine.storage.environment import WriteFn, all_of
 from pyengine.transaction import TxnAction
@@ -396,21 +396,39 @@ class Topic:
             if self.subscriptions.get(subscription_name) is not subscription:
                 raise SubscriptionNotFoundError(f"no subscription {subscription_name!r} on {self.name}")
         del self.subscriptions[subscription_name]
-        await subscription.close()
-        # What the subscription keeps in LMDB goes with its cursor, in one write: a crash in
-        # between would leave the subscription without its pending acks (a later commit of
-        # their txn then loses them) or without its compacted view.
-        with_cursor = []
-        if subscription_name == COMPACTION_SUBSCRIPTION:
-            with_cursor.append(self.compaction.delete_write())     # the horizon goes with its cursor
         store = subscription.pending_ack.store if subscription.pending_ack is not None else None
-        if store is not None and store.deletes_with_cursor:
-            with_cursor.append(store.delete_write())
-        await self.ledger.delete_cursor(subscription_name, also=with_cursor)
+        try:
+            await subscription.close()
+            # What the subscription keeps in LMDB goes with its cursor, in one write: a crash in
+            # between would leave the subscription without its pending acks (a later commit of
+            # their txn then loses them) or without its compacted view.
+            with_cursor = []
+            if subscription_name == COMPACTION_SUBSCRIPTION:
+                with_cursor.append(self.compaction.delete_write())     # the horizon goes with its cursor
+            if store is not None and store.deletes_with_cursor:
+                with_cursor.append(store.delete_write())
+            await self.ledger.delete_cursor(subscription_name, also=with_cursor)
+        except StorageError:
+            # Not deleted: still stored, so a restart brings it back. It goes on here as stored
+            # (as Pulsar's subscription resumes after a failed delete), and a retry deletes it,
+            # instead of answering SubscriptionNotFound for a subscription that outlives it.
+            await self._reopen_subscription(subscription_name)
+            raise
         if subscription_name == COMPACTION_SUBSCRIPTION:
             self.compaction.forget()
         if store is not None and not store.deletes_with_cursor:
             await store.delete()                # kept in the metadata store (v5)
+
+    async def _reopen_subscription(self, subscription_name: str) -> None:
+        """Attach again, from its stored cursor, a subscription whose deletion failed."""
+        if self._closed or subscription_name in self.subscriptions:
+            return
+        try:
+            cursor = await self.ledger.open_cursor(subscription_name)
+            await self._attach_subscription(cursor)
+        except Exception:           # the next load of the topic attaches it
+            log.exception("%s: subscription %s not reopened after its deletion failed", self.name,
+                          subscription_name)
 
     # --- transactions ---------------------------------------------------------------------
 
