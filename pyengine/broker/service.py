@@ -339,12 +339,17 @@ class BrokerService:
         # partitioned topic (deleted with that), a segment's schemas with its scalable topic.
         parsed = TopicName.parse(topic.name)
         await topic.close()             # first: the schema's lock is held for the write only
-        async with contextlib.AsyncExitStack() as stack:
-            also = [await stack.enter_async_context(self.policies.deleting_topic_policies(topic.name))]
-            if parsed.partition_index < 0 and not parsed.is_segment:
-                also.append(await stack.enter_async_context(self.schemas.registry.deleting(schema_id(parsed))))
-            await topic.delete(also)
-        self.topics.pop(topic.name, None)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                also = [await stack.enter_async_context(self.policies.deleting_topic_policies(topic.name))]
+                if parsed.partition_index < 0 and not parsed.is_segment:
+                    also.append(await stack.enter_async_context(self.schemas.registry.deleting(schema_id(parsed))))
+                await topic.delete(also)
+        finally:
+            # Closed either way: if its deletion failed it is still stored, and its next use
+            # loads it again (kept, the closed topic would refuse every send until a restart).
+            if self.topics.get(topic.name) is topic:
+                del self.topics[topic.name]
 
     # --- components for topics -------------------------------------------------------------
 

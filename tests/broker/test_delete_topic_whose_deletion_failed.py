@@ -1,0 +1,62 @@
+"""Deleting a topic closes it, then deletes everything it keeps in one LMDB write. When that
+write fails (a full map, a failing disk) the deletion fails and the topic is still stored: a
+restart serves it. It used to stay loaded closed all the same, so every later send or
+subscribe on it was refused ("topic ... is closed") until the broker restarted. Now its next
+use loads it again, as stored."""
+
+import pytest
+
+from pyengine.broker import Broker
+from pyengine.storage import StorageError
+
+TOPIC = "persistent://public/default/not-deleted"
+
+
+def fail_the_deletion_of(topic) -> list:
+    """The first group commit after the topic closed (its deletion) fails as a whole."""
+    env, close, failed = topic.ledger.env, topic.close, []
+
+    async def close_then_fail_the_next_commit():
+        await close()
+        real_submit = env.submit
+
+        def submit(write, *, key=None, **kwargs):
+            if not failed:
+                failed.append(key)
+
+                def write(txn):
+                    raise RuntimeError("injected: the disk is failing")
+            return real_submit(write, key=key, **kwargs)
+        env.submit = submit
+    topic.close = close_then_fail_the_next_commit
+    return failed
+
+
+async def received(broker, subscription: str) -> list[bytes]:
+    consumer = await broker.subscribe(TOPIC, subscription, initial_position="earliest")
+    got = []
+    try:
+        while True:
+            got.append((await consumer.receive(timeout=0.3)).data)
+    except TimeoutError:
+        pass
+    await consumer.close()
+    return got
+
+
+async def test_a_topic_whose_deletion_failed_is_served_again(tmp_path):
+    async with Broker.embedded(tmp_path / "data", num_coordinators=1) as broker:
+        producer = await broker.create_producer(TOPIC)
+        await producer.send(b"m0")
+        await producer.close()
+        topic = await broker.service.get_topic(TOPIC, create=False)
+        failed = fail_the_deletion_of(topic)
+        with pytest.raises(StorageError, match="injected"):
+            await broker.service.delete_topic(TOPIC)
+        assert failed
+        producer = await broker.create_producer(TOPIC)      # was refused: the topic stayed closed
+        await producer.send(b"m1")
+        await producer.close()
+        assert await received(broker, "S") == [b"m0", b"m1"]
+    async with Broker.embedded(tmp_path / "data", num_coordinators=1) as broker:
+        assert await received(broker, "S2") == [b"m0", b"m1"]
