@@ -601,19 +601,24 @@ class Subscription:
                 ack_set = None
             elif ackset_is_fully_acked(ack_set, max(entry.num_messages, 1)):
                 position, ack_set = self.topic.ledger.next_position(position), None
-        await self.cursor.seek(position, ack_set)
-        for waiting in self._rewinding.values():
-            waiting.permits = 0             # the reset below takes them back, as the others
-        if any(getattr(c, "read_compacted", False) for c in self.consumers):
-            # Into the compacted view, whose entries may be in ledgers trimmed since: at its
-            # start for the earliest position (the first stored entry), else at its first
-            # entry from `position` on.
-            if earliest is None:
-                earliest = position == self.topic.ledger.first_position()
-            target = None if earliest else position
-            self.topic.compaction.rewind_to_view(self.cursor, target)
-        self.dispatcher.reset()
-        self.dispatcher.notify()
+        saved = self.cursor.seek(position, ack_set)        # the cursor moves in memory now
+        try:
+            await saved
+        finally:
+            # The dispatcher follows the cursor also when its save failed (the caller gets
+            # the error; a retry saves it): left on its old reads, it would go on from there.
+            for waiting in self._rewinding.values():
+                waiting.permits = 0             # the reset below takes them back, as the others
+            if any(getattr(c, "read_compacted", False) for c in self.consumers):
+                # Into the compacted view, whose entries may be in ledgers trimmed since: at its
+                # start for the earliest position (the first stored entry), else at its first
+                # entry from `position` on.
+                if earliest is None:
+                    earliest = position == self.topic.ledger.first_position()
+                target = None if earliest else position
+                self.topic.compaction.rewind_to_view(self.cursor, target)
+            self.dispatcher.reset()
+            self.dispatcher.notify()
 
     async def clear_backlog(self) -> None:
         """Acknowledge everything a reader can see now (Pulsar's skip_all / clear-backlog): up
