@@ -86,10 +86,11 @@ _INT64_MAX = (1 << 63) - 1
 class LedgerPartition(InputPartition):
     """Entries `first_entry..last_entry` (inclusive) of one ledger of one topic. `floor`: the
     read's start in that topic, which a chunked message completed in this range may begin at
-    or after (see `spark_udfs.chunks`)."""
+    or after (see `spark_udfs.chunks`). `first_stored`: the first entry at or after `floor`
+    stored when planned (None: not known), which a look-back for first chunks needs still there."""
 
     def __init__(self, topic: str, topic_id: int, ledger_id: int, first_entry: int, last_entry: int,
-                 floor: Position = Position.EARLIEST) -> None:
+                 floor: Position = Position.EARLIEST, first_stored: Position | None = None) -> None:
         super().__init__((topic, ledger_id, first_entry, last_entry))
         self.topic = topic
         self.topic_id = topic_id
@@ -97,6 +98,15 @@ class LedgerPartition(InputPartition):
         self.first_entry = first_entry
         self.last_entry = last_entry
         self.floor = (floor.ledger_id, floor.entry_id)
+        self.first_stored = (first_stored.ledger_id, first_stored.entry_id) if first_stored is not None else None
+
+
+def first_stored(info: TopicInfo, floor: Position) -> Position | None:
+    """The first entry of the topic at or after `floor` (None: none is stored)."""
+    for ledger in info.ledgers:
+        if ledger.entries and ledger.last >= floor:
+            return max(ledger.first, floor)         # entries of a ledger are contiguous
+    return None
 
 
 class PyengineDataSource(DataSource):
@@ -260,6 +270,7 @@ class PyengineReader(DataSourceReader):
         step = self.options.max_partition_entries
         for info in self.topics.values():
             start, end = self._range(info)
+            stored = first_stored(info, start)
             for ledger in info.ledgers:
                 lid = ledger.ledger_id
                 if not ledger.entries or not start.ledger_id <= lid <= end.ledger_id:
@@ -273,7 +284,8 @@ class PyengineReader(DataSourceReader):
                 for chunk_first in range(first, last + 1, step):
                     chunk = self.entry_bounds.clip(chunk_first, min(last, chunk_first + step - 1))
                     if chunk is not None:
-                        parts.append(LedgerPartition(info.name, info.topic_id, lid, *chunk, floor=start))
+                        parts.append(LedgerPartition(info.name, info.topic_id, lid, *chunk, floor=start,
+                                                     first_stored=stored))
         return parts
 
     # --- reading (in the workers) -----------------------------------------------------------
@@ -368,12 +380,23 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
             floor = Position(*partition.floor)
 
             def look_back(uuids: set[str]) -> dict:
-                return earlier_chunks(view.iter_raw_before(partition.topic_id, start, floor, _LOOK_BACK_ENTRIES,
-                                                           _READ_BYTES),
-                                      lambda lids, eids, vals: visible(np.array(lids, dtype=np.int64),
-                                                                       np.array(eids, dtype=np.int64),
-                                                                       entry_headers(vals)),
-                                      uuids)
+                found = earlier_chunks(view.iter_raw_before(partition.topic_id, start, floor, _LOOK_BACK_ENTRIES,
+                                                            _READ_BYTES),
+                                       lambda lids, eids, vals: visible(np.array(lids, dtype=np.int64),
+                                                                        np.array(eids, dtype=np.int64),
+                                                                        entry_headers(vals)),
+                                       uuids)
+                if len(found) < len(uuids) and partition.first_stored is not None:
+                    # A first chunk not found may be one trimmed since planning (only whole
+                    # ledgers are, oldest first): then the planned first entry is gone too,
+                    # and leaving the message out would be the data dir as it never was.
+                    kept = Position(*partition.first_stored)
+                    if next(view.iter_raw(partition.topic_id, kept, kept, 1), None) is None:
+                        raise DataDirChangedError(
+                            f"entries of {partition.topic} from {kept} on, before {start}, were planned but are "
+                            "gone (trimmed by retention, or the topic deleted, since the query was planned), and "
+                            "a chunked message read here began in them: plan it again (a new DataFrame)")
+                return found
 
             yield from _message_rows(partition.topic, pieces.finish(look_back), entry_set)
 
