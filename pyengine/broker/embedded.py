@@ -38,7 +38,9 @@ from pyengine.client.consumer import (
     check_key_shared_policy, receive_batch, receive_queued, wake_all, wake_one,
 )
 from pyengine.client.backoff import Backoff
-from pyengine.client.errors import AlreadyClosedError, CumulativeAcknowledgementNotAllowedError
+from pyengine.client.errors import (
+    AlreadyClosedError, CumulativeAcknowledgementNotAllowedError, TransactionHasOperationFailedError,
+)
 from pyengine.client.held import HeldMessages
 from pyengine.client.message import Message, MessageId, decode_entry, seek_ack_set
 from pyengine.client.negative_acks import NegativeAckTracker
@@ -90,6 +92,21 @@ async def _retried_while_held(attach: Callable[[], _T], timeout_ms: int) -> _T:
             if remaining <= 0:
                 raise
             await asyncio.sleep(min(backoff.next(), remaining))
+
+
+def _check_txn(txn: Any, service: BrokerService) -> None:
+    """A send's or ack's `txn`: a transaction of this broker (TypeError, ValueError otherwise,
+    as pyengine.client checks it). Another broker's v4 coordinators, or its private metadata
+    store, number their transactions as this one's do: taken here, its id named an unrelated
+    transaction of this broker, committed or aborted with that one."""
+    if not isinstance(txn, EmbeddedTransaction):
+        raise TypeError(f"txn must be an EmbeddedTransaction (new_transaction), not {type(txn).__name__}")
+    if txn.service is not service:
+        private = ("lmdb", "memory")
+        shared = (txn.txn_id.most_bits == V5_COORDINATOR_ID and service.config.metadata_store not in private
+                  and txn.service.config.metadata_store not in private)      # a v5 txn of a cluster
+        if not shared:
+            raise ValueError(f"transaction {txn.txn_id} is of another broker")
 
 
 class ClosedError(AlreadyClosedError, NotAllowedError):
@@ -236,8 +253,11 @@ class EmbeddedClient:
                                         batch_receive_policy=policy)
             broker_side = Consumer(consumer, name=consumer_name, priority=priority, sticky_ranges=sticky_ranges,
                                    allow_out_of_order_delivery=out_of_order)
-            subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
-                                                  initial_position=initial_position, read_compacted=read_compacted)
+            try:
+                subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
+                                                      initial_position=initial_position, read_compacted=read_compacted)
+            except Exception as exc:        # a cursor not saved: PersistenceError, as the wire answers
+                raise to_pulsar_error(exc) from exc
             consumer._attach(subscription, broker_side)
             return consumer
 
@@ -343,6 +363,9 @@ class EmbeddedTransaction:
         self._in_flight = 0
         self._failure: BaseException | None = None
         self._settled: asyncio.Future[None] | None = None     # what the commit waits on
+        # "committing" / "aborting": that end was cancelled under way and may be asked again (as
+        # pyengine.client's; the coordinator answers a repeated decision with its outcome).
+        self._retry: str | None = None
         self._registered: set[str] = set()      # partitions whose registration succeeded
         self._cumulative_consumers: list[EmbeddedConsumer] = []     # rewound by an abort (see abort)
         # The txn id fields of every message's metadata, encoded once: a serialized protobuf
@@ -367,6 +390,9 @@ class EmbeddedTransaction:
             self._failure = error
 
     def _ending(self, state: str) -> None:
+        if self.state == state and self._retry == state:
+            self._retry = None          # an end cancelled under way, asked again
+            return
         self._check_open()
         self.state = state
         if self._timer is not None:
@@ -383,6 +409,7 @@ class EmbeddedTransaction:
         rebound._partitions = dict(self._partitions)
         rebound._registered = set(self._registered)
         rebound._failure = self._failure
+        rebound._retry = self._retry
         return rebound
 
     def _register_partition(self, topic: str) -> asyncio.Future[None]:
@@ -419,8 +446,14 @@ class EmbeddedTransaction:
         failed: what it did may or may not have been done)."""
         self._in_flight -= 1
         if failure is not None and self._failure is None:
-            self._failure = (asyncio.CancelledError("an operation of the transaction was cancelled")
-                             if isinstance(failure, asyncio.CancelledError) else failure)
+            if isinstance(failure, asyncio.CancelledError):
+                # The commit raises what pyengine.client's raises then (a PulsarError, not a
+                # CancelledError of a task nobody cancelled).
+                error = TransactionHasOperationFailedError(
+                    f"transaction {self.txn_id}: one of its operations was cancelled")
+                error.__cause__ = failure
+                failure = error
+            self._failure = failure
         if not self._in_flight and self._settled is not None and not self._settled.done():
             self._settled.set_result(None)
 
@@ -438,18 +471,29 @@ class EmbeddedTransaction:
         """Commit once every send and ack of the transaction is done; if one of them failed,
         abort instead and raise its error (as Pulsar's clients do)."""
         self._ending("committing")
-        failure = await self._operations_settled()
+        try:
+            failure = await self._operations_settled()
+        except asyncio.CancelledError:
+            self._retry = "committing"
+            raise
         if failure is not None:
             self.state = "aborting"
-            await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
+            await self._end(TxnAction.ABORT, "aborting")
             self.state = "aborted"
             raise to_pulsar_error(failure)
         try:
-            await self.service.coordinator.end_transaction(self.txn_id, TxnAction.COMMIT)
+            await self._end(TxnAction.COMMIT, "committing")
         except PulsarError:
             self.state = "error"
             raise
         self.state = "committed"
+
+    async def _end(self, action: TxnAction, state: str) -> None:
+        try:
+            await self.service.coordinator.end_transaction(self.txn_id, action)
+        except asyncio.CancelledError:
+            self._retry = state         # the decision may or may not be taken: ask again to know
+            raise
 
     async def abort(self) -> None:
         """Abort: what the transaction sent is dropped, its acks are released. One past its
@@ -459,8 +503,12 @@ class EmbeddedTransaction:
             await self._rewind_cumulative_consumers()
             return
         self._ending("aborting")
-        await self._operations_settled()
-        await self.service.coordinator.end_transaction(self.txn_id, TxnAction.ABORT)
+        try:
+            await self._operations_settled()
+        except asyncio.CancelledError:
+            self._retry = "aborting"
+            raise
+        await self._end(TxnAction.ABORT, "aborting")
         self.state = "aborted"
         await self._rewind_cumulative_consumers()
 
@@ -517,6 +565,8 @@ class EmbeddedProducer:
         `deliver_after` (a timedelta) or `deliver_at` (ms since the epoch), as pulsar-client:
         Shared and Key_Shared subscriptions receive the message no sooner. `ordering_key`, as
         pulsar-client's: what a Key_Shared subscription routes the message by, before `key`."""
+        if txn is not None and (type(txn) is not EmbeddedTransaction or txn.service is not self._client.service):
+            _check_txn(txn, self._client.service)
         if self._closed:
             error = ClosedError("the producer is closed")
             if txn is not None:
@@ -885,6 +935,10 @@ class EmbeddedConsumer:
         message_id = message.message_id if isinstance(message, Message) else message
         if not isinstance(message_id, MessageId):
             raise TypeError(f"expected a Message or MessageId, not {type(message).__name__}")
+        # A received message's id names its topic: one of another topic would (n)ack whatever
+        # sits at its position here; refused as pyengine.client (and pulsar-client-cpp) does.
+        if message_id.topic_name and message_id.topic_name != self._topic.name:
+            raise ValueError(f"message id {message_id} is of {message_id.topic_name}, not of {self._topic.name}")
         return message_id
 
     @staticmethod
@@ -900,6 +954,8 @@ class EmbeddedConsumer:
         self._check_open()
         assert self._subscription is not None
         ack = self._individual_ack(self._message_id(message))
+        if txn is not None:
+            _check_txn(txn, self._client.service)
         try:
             if txn is None:
                 await self._subscription.ack_individual(self._consumer, [ack])
@@ -928,6 +984,8 @@ class EmbeddedConsumer:
         self._check_open()
         assert subscription is not None
         message_id = self._message_id(message)
+        if txn is not None:
+            _check_txn(txn, self._client.service)
         in_batch = 0 <= message_id.batch_index < message_id.batch_size - 1
         ack = self._batch_prefix_ack(message_id) if in_batch else None
         try:
@@ -1045,8 +1103,10 @@ class EmbeddedConsumer:
             ack_set = seek_ack_set(target)      # into a batch: its earlier indexes acknowledged
         try:
             await subscription.seek(position, earliest=earliest, ack_set=ack_set)
-        except BaseException:
+        except BaseException as exc:
             self._seek_start = previous
+            if isinstance(exc, Exception):  # a save that failed: PersistenceError, as the wire answers
+                raise to_pulsar_error(exc) from exc
             raise
         self._last_received = None
         self._start = target if isinstance(target, MessageId) else None
@@ -1100,7 +1160,10 @@ class EmbeddedConsumer:
             subscription.check_unsubscribe_by(self._consumer)
         await self.close()
         if not self._reader:
-            await self._topic.unsubscribe(subscription.name)
+            try:
+                await self._topic.unsubscribe(subscription.name)
+            except Exception as exc:        # a deletion not written: PersistenceError, as the wire answers
+                raise to_pulsar_error(exc) from exc
 
     async def close(self) -> None:
         if self._closed:

@@ -4,14 +4,14 @@ The cursor moves in memory at once and is saved with the next group commit. When
 failed, the subscription's seek raised before resetting its dispatcher: the cursor stood at
 the seek's position while the dispatcher went on from its old reads, so a seek back to the
 start gave the consumer nothing again (and entries read ahead were still handed out). Now the
-dispatcher is reset whatever the save's outcome; the seek's caller gets the error, and a
-retried seek is saved."""
+dispatcher is reset whatever the save's outcome; the seek's caller gets the error
+(PersistenceError, as over the wire), and a retried seek is saved."""
 
 import pytest
 
 from pyengine.broker import Broker
 from pyengine.broker.embedded import MessageId
-from pyengine.storage import StorageError
+from pyengine.errors import PersistenceError
 from tests.broker.helpers import drain
 from tests.storage.test_repeated_ack_after_a_failed_save import fail_next_cursor_save
 
@@ -27,7 +27,7 @@ async def test_a_seek_whose_save_failed_delivers_from_its_position(tmp_path):
         assert len(await drain(consumer)) == 5
         subscription = broker.service.topics[TOPIC].subscriptions["s"]
         fail_next_cursor_save(subscription.cursor.ledger.env)
-        with pytest.raises(StorageError, match="injected"):
+        with pytest.raises(PersistenceError, match="injected"):
             await consumer.seek(MessageId.earliest)
         assert [m.data for m in await drain(consumer)] == [b"m%d" % i for i in range(5)]
         await consumer.seek(MessageId.earliest)             # the retry is saved
