@@ -8,7 +8,8 @@ Nothing transactional is ever written into the segment's stream: no markers, no 
   is read again: if its decision has a lower store revision than the op record, the write came
   after the decision (the late-write race): the sender gets TransactionConflictError and the
   entry is never visible (aborted: by the abort, its op record kept until the abort is saved;
-  committed: its position is hidden, durably in a ledger property).
+  committed: its position is hidden, durably in a ledger property). A send whose op record
+  fails is told so, and its entry, if it landed anyway, is hidden the same way.
 * the read horizon is the LAC, or just before the first entry of the oldest txn still OPEN here.
 * decisions arrive through the broker's `TxnHeaderCache` (a metadata-store watch, with the
   deadline re-read as a backstop). Materialising them writes nothing to the segment, so a
@@ -67,7 +68,6 @@ from pyengine.transaction.coordinator.metadata_records import (
     txn_key,
     txn_of_path,
 )
-from pyengine.transaction.outcome import mark_retrieved
 from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._materialising: dict[TxnId, asyncio.Task] = {}
         self._subscribed: set[TxnId] = set()
         self._hidden: set[Position] = set()
+        self._hidden_unsaved = False                   # a save of `_hidden` failed: redo it
         self._listeners: list[Callable[[], None]] = []
         self._committed_total = 0
         self._aborted_total = 0
@@ -326,7 +327,10 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 record = await self.store.put(op_prefix(txn), op.encode(), sequential=True,
                                               partition_key=txn_key(txn))
             except Exception as exc:
-                durable.add_done_callback(mark_retrieved)
+                # The entry may land without it (on LMDB a failed record does not fail the group
+                # commit), and nothing would tie it to its txn after a restart: the sender is
+                # told the send failed, so the entry is hidden for good.
+                await self._hide_unrecorded(position, durable)
                 raise PersistenceError(f"transactional append of {txn} to {self.segment}: op record: {exc}") from exc
             self._ops.setdefault(txn, []).append(record.path)
             self.metrics.op_written()
@@ -349,7 +353,13 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._late_total += 1
         if position is not None and header is not None and header.state is HeaderState.COMMITTED:
             self._hidden.add(position)
-            await self.ledger.set_property(HIDDEN_PROPERTY, _format_positions(self._hidden))
+            try:
+                await self._save_hidden()
+            except StorageError as exc:
+                # Hidden here; after a restart its op record hides it: kept until the hiding is
+                # saved (the commit's materialisation saves it before deleting the records).
+                log.warning("saving the hiding of late write %s on %s failed: %s", position, self.segment, exc)
+                return
         elif position is not None and header is not None:
             # Aborted: the abort hides the entry, and the op record is what ties it to the
             # txn (and puts the abort at or after it, else a trim forgets it) until the abort
@@ -363,6 +373,30 @@ class MetadataTransactionBuffer(TransactionBuffer):
         ops = self._ops.get(txn)
         if ops and op_path in ops:
             ops.remove(op_path)
+
+    async def _hide_unrecorded(self, position: Position, durable: asyncio.Future) -> None:
+        """`position` holds an entry whose op record failed: hidden if the entry landed."""
+        try:
+            await durable
+        except Exception:
+            return                  # the entry failed too: nothing to hide
+        self._hidden.add(position)
+        try:
+            await self._save_hidden()
+        except StorageError as exc:         # hidden here; the next materialisation saves it
+            log.warning("saving the hiding of unrecorded entry %s on %s failed: %s", position, self.segment, exc)
+
+    async def _save_hidden(self) -> None:
+        """Save the hidden positions in the ledger. One that fails leaves `_hidden_unsaved` set
+        until a save of everything hidden succeeds (the next materialisation retries it)."""
+        value = _format_positions(self._hidden)
+        try:
+            await self.ledger.set_property(HIDDEN_PROPERTY, value)
+        except BaseException:
+            self._hidden_unsaved = True
+            raise
+        if value == _format_positions(self._hidden):
+            self._hidden_unsaved = False
 
     def _on_trimmed(self, first_position: Position) -> None:
         """Entries before `first_position` are gone: so is the need to remember aborts whose
@@ -404,7 +438,12 @@ class MetadataTransactionBuffer(TransactionBuffer):
         task = asyncio.get_running_loop().create_task(self._materialise(txn, header),
                                                       name=f"v5-materialise-{txn}-{self.segment}")
         self._materialising[txn] = task
-        task.add_done_callback(lambda _t: self._materialising.pop(txn, None))
+        task.add_done_callback(lambda done: self._materialised(txn, done))
+
+    def _materialised(self, txn: TxnId, task: asyncio.Task) -> None:
+        # Only its own entry: a failed try has handed the txn to its retry's task already.
+        if self._materialising.get(txn) is task:
+            del self._materialising[txn]
 
     async def _materialise(self, txn: TxnId, header: TxnHeader | None) -> None:
         """Apply the decision on `txn` here, then delete the op records this buffer owns.
@@ -413,6 +452,10 @@ class MetadataTransactionBuffer(TransactionBuffer):
         while flights := self._in_flight.get(txn):
             await asyncio.wait(set(flights))
         try:
+            if self._hidden_unsaved:
+                # A failed save of hidden writes: saved before op records go (a late write's
+                # record is what hides it after a restart until then).
+                await self._save_hidden()
             if header is None:
                 committed = await self._collected_commit(txn)
             else:
@@ -433,7 +476,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
             self._last.pop(txn, None)
             self._notify()
             await self._delete_ops(txn)
-        except (MetadataStoreError, PersistenceError) as exc:
+        except (MetadataStoreError, PersistenceError, StorageError) as exc:
             # Stays as it is in the store: the restart (or the next decision event) redoes it.
             log.warning("materialising %s on %s failed, retrying: %s", txn, self.segment, exc)
             await asyncio.sleep(0.1)
@@ -480,12 +523,18 @@ class MetadataTransactionBuffer(TransactionBuffer):
     async def _delete_ops(self, txn: TxnId) -> None:
         paths = self._ops.pop(txn, [])
         deleted = 0
-        for path in paths:
+        for index, path in enumerate(paths):
             try:
                 await self.store.delete(path)
                 deleted += 1
             except NotFoundError:
                 pass          # the GC forced it out already
+            except BaseException:
+                # Kept for the retry: forgotten, a late write's record would keep its commit
+                # from the GC (it waits for this participant) until a restart.
+                self._ops.setdefault(txn, []).extend(paths[index:])
+                self.metrics.ops_deleted(deleted)
+                raise
         self.metrics.ops_deleted(deleted)
 
     async def wait_materialised(self) -> None:

@@ -115,12 +115,24 @@ class MetadataPendingAckStore:
                 written.append(await self.store.put(op_prefix(txn), op.encode(), sequential=True,
                                                     partition_key=txn_key(txn)))
         except BaseException:
+            left = []
             for record in written:                  # all of the request or nothing
-                await _delete_quietly(self.store, record.path)
+                try:
+                    await _delete_quietly(self.store, record.path)
+                except MetadataStoreError:
+                    left.append(record.path)
+            if left:
+                # Replayed, they would apply a refused ack: kept under the request's seq, for
+                # the handle to delete with its txn's records (`stranded`).
+                self._paths[seq] = left
             raise
         self.metrics.op_written(len(written))
         self._paths[seq] = [record.path for record in written]
         self._revisions[seq] = max(record.mod_revision for record in written)
+
+    def stranded(self, seq: int) -> bool:
+        """Whether the failed request `seq` left op records that could not be deleted."""
+        return seq in self._paths and seq not in self._revisions
 
     def revision_of(self, seq: int) -> int:
         return self._revisions.get(seq, 0)
@@ -214,11 +226,15 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
     async def replay(self) -> None:
         try:
             await self.metadata.load()
-            await self._drop_late_records()
+            undeleted = await self._drop_late_records()
         except PendingAckReplayError as exc:
             self._fail_replay(exc)
             raise
         await super().replay()
+        for txn, seqs in undeleted.items():
+            # Not applied; deleted with the txn's other records when its decision is (the
+            # header watch below), not left until another restart.
+            self._records.setdefault(txn, []).extend(seqs)
         for txn in list(self._records):
             try:
                 state = await self.headers.get(txn)
@@ -234,11 +250,12 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
                 continue
             self._watch(txn)
 
-    async def _drop_late_records(self) -> None:
+    async def _drop_late_records(self) -> dict[TxnId, list[int]]:
         """Op records written after their transaction's decision: the late-ack race, whose
         request was refused (TxnConflict) but whose records a crash, or a failed delete, left
         behind. Refused then, they are not applied now (PIP-473: the decision is the
-        linearization point, and a restart reaches the same one); they are deleted."""
+        linearization point, and a restart reaches the same one); they are deleted. Returns
+        those whose deletion failed, by txn."""
         decided_at: dict[TxnId, int | None] = {}
         late: set[int] = set()
         for logged in self.metadata.loaded:
@@ -255,15 +272,21 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
             if decision is not None and self.metadata.revision_of(logged.seq) > decision:
                 late.add(logged.seq)
         if not late:
-            return
+            return {}
+        late_of: dict[TxnId, list[int]] = {}
+        for logged in self.metadata.loaded:
+            if logged.seq in late:
+                late_of.setdefault(logged.txn, []).append(logged.seq)
         self.metadata.drop_loaded(late)
         self.late_acks_rejected += len(late)
         log.warning("pending acks of %s: %d op record(s) written after their transaction's decision are "
                     "dropped (refused acks left by a crash)", self._name, len(late))
         try:
             await self.metadata.delete_records(late)
-        except MetadataStoreError as exc:       # left in the store: dropped again by the next replay
+        except MetadataStoreError as exc:
             log.warning("pending acks of %s: deleting late op records failed: %s", self._name, exc)
+            return late_of
+        return {}
 
     # --- acks -----------------------------------------------------------------------------
 
@@ -313,7 +336,11 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
         try:
             await super()._log(txn, appending, undo)
         except BaseException:
-            self._written.pop(task, None)
+            seq = self._written.pop(task, None)
+            if seq is not None and self.metadata.stranded(seq):
+                # Refused, but records of it are left: deleted with the txn's others when it
+                # ends (its acks are released: nothing of it is applied).
+                self._records.setdefault(txn, []).append(seq)
             raise
 
     @contextlib.asynccontextmanager
@@ -356,13 +383,14 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
         return header.state.final and record.mod_revision < self.metadata.revision_of(seq)
 
     async def _forget_request(self, txn: TxnId, seq: int) -> None:
+        self.late_acks_rejected += 1
+        # Forgotten once deleted: a record whose delete failed goes with the txn's others.
+        await self.metadata.delete_records([seq])
         seqs = self._records.get(txn, [])
         if seq in seqs:
             seqs.remove(seq)
         if not seqs:
             self._records.pop(txn, None)
-        self.late_acks_rejected += 1
-        await self.metadata.delete_records([seq])
         raise TransactionConflictError(f"[{self._name}] Transaction:{txn} ended before this ack was recorded")
 
     # --- decisions ------------------------------------------------------------------------
