@@ -260,7 +260,17 @@ class SubscriptionCoordinator:
         if registration is None:
             return
         self._cancel_grace(registration)
-        await self._delete(registration)
+        try:
+            await self._delete(registration)
+        except Exception:
+            if consumer_name not in self.consumers and not self._closed:
+                # its record stayed: so does its session (disconnected), evicted again after the
+                # grace period. Forgotten here, its segments would be read by no one, and its
+                # name registering again would be refused by the record (a step-down).
+                registration.connected, registration.on_assignment, registration.alive = False, None, None
+                self.consumers[consumer_name] = registration
+                self._start_grace(registration)
+            raise
         await self._rebalance()
 
     async def on_layout_change(self, layout: SegmentLayout) -> None:
@@ -353,8 +363,9 @@ class SubscriptionCoordinator:
             self._drain_task = asyncio.get_running_loop().create_task(self._watch_drain())
 
     async def _watch_drain(self) -> None:
-        """Rebalance every DRAIN_POLL s while children are held back. A failure (a segment's
-        broker down) is retried, backing off: given up, the children would stay held back."""
+        """Rebalance every DRAIN_POLL s while children are held back, or once a rebalance
+        failed. A failure (a segment's broker down, the store unreachable) is retried, backing
+        off: given up, the children would stay held back, or segments with no consumer."""
         delay = DRAIN_POLL
         try:
             while not self._closed:
@@ -376,6 +387,15 @@ class SubscriptionCoordinator:
         """Recompute, persist the changed registrations, push to the affected consumers
         (not to `quiet` ones, which get theirs as a return value). True while children are
         held back behind undrained parents (a task re-checks them)."""
+        try:
+            return await self._apply(quiet)
+        except Exception:
+            # retried (as a drain): the changes that caused it (a consumer removed, a layout
+            # change) are already made, and nothing else may come to hand their segments out
+            self._watch_drain_soon()
+            raise
+
+    async def _apply(self, quiet: set[str]) -> bool:
         plan = round_robin(self.layout, list(self.consumers))
         held = False
         if self.segments is not None and plan:

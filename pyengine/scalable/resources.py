@@ -568,3 +568,6 @@ class ScalableTopicResources:
                                     consumer.version, expected_mod_revision=consumer.revision, **_guarded(guard))
         except NotFoundError:
             pass
+        # not stored any more: a caller keeping the registration (a withdrawal whose rebalance
+        # failed) must not take it for a stored session, nor write it as one
+        consumer.version, consumer.revision = None, None
