@@ -396,9 +396,17 @@ class ScalableTopicController:
         children = [target.segment(c).topic_name(self.topic) for c in operation.child_ids]
         # 1. every subscription of the parents (their union for a merge) and of the topic
         states = await self.resources.subscription_states(self.topic)
-        subscriptions = {name for name, deleting in states.items() if not deleting}
+        stored = {name for name, deleting in states.items() if not deleting}
+        subscriptions = set(stored)
         for parent in parents:
-            subscriptions.update(await self.segments.subscriptions(parent))
+            present = await self.segments.subscriptions(parent)
+            subscriptions.update(present)
+            # a stored subscription whose creation failed on this parent: its cursor now, while
+            # the parent is active (a creation retried later reaches active segments only, and a
+            # parent sealed without it would read as drained: its messages never delivered)
+            for missing in sorted(stored.difference(present)):
+                self._check_leading()
+                await self.segments.create_subscription(parent, missing)
         subscriptions.difference_update(name for name, deleting in states.items() if deleting)
         await self._after("subscriptions")
         # 2. the children, with a cursor at Earliest for each subscription
