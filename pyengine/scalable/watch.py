@@ -50,7 +50,11 @@ class DagWatchSession:
             raise ScalableTopicNotFoundError(f"scalable topic {self.topic} does not exist")
         # one prefix watch covers the layout record and the controller lock below it
         self._watch = await store.watch(self.resources.topic_path(self.topic), prefix=True, since=revision)
-        await self._refresh()
+        try:
+            await self._refresh()
+        except BaseException:
+            self.close()            # the caller never gets the session: nothing else would close it
+            raise
         self._task = asyncio.get_running_loop().create_task(self._follow(), name=f"dag watch {self.topic}")
 
     async def _refresh(self) -> bool:
