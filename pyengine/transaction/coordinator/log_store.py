@@ -484,6 +484,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         key = self._allocate_log_key()
         end = _FinishedTxn(status, meta.start_ms, meta.timeout_ms, now, key)
         del self._live[sequence]
+        self._compact_live_heap()
         self._remember_finished(sequence, end)
         self._finish_order.append((sequence, now))
         value = records.finished_record(self.coordinator_id, sequence, status, meta.start_ms,
@@ -551,6 +552,13 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         """A no-op request succeeds once the change it repeats is durable."""
         if state.last_write is not None and not state.last_write.done():
             await self._await_write(state.last_write)
+
+    def _compact_live_heap(self) -> None:
+        # Ended txns leave the heap lazily, from its top only (low_watermark): txns ended
+        # behind a long-lived one, or on a coordinator whose watermark nobody asks for (txns
+        # without participants), would stay in it for good.
+        if len(self._live_heap) > 2 * len(self._live) + 64:
+            self._live_heap = sorted(self._live)
 
     def _remember_finished(self, sequence: int, end: _FinishedTxn) -> None:
         self._finished[sequence] = end
