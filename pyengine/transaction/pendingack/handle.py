@@ -68,11 +68,29 @@ class TxnsByCoordinator:
     def __init__(self) -> None:
         self._heaps: dict[int, list[int]] = {}
         self._known: set[TxnId] = set()
+        self._entries = 0                   # heap entries, discarded ones included
+
+    def __len__(self) -> int:
+        return len(self._known)
 
     def add(self, txn: TxnId) -> None:
         if txn not in self._known:
             self._known.add(txn)
             heapq.heappush(self._heaps.setdefault(txn.most_bits, []), txn.least_bits)
+            self._entries += 1
+
+    def discard(self, txn: TxnId) -> None:
+        """Forget an ended txn now: v5 has no low watermark to take it out, and a v4 one
+        only comes with a later txn of its coordinator ending here. Its heap entry is left
+        to be skipped; the heaps are rebuilt when such entries outnumber the known txns."""
+        self._known.discard(txn)
+        if self._entries > 2 * len(self._known) + 64:
+            self._heaps = {}
+            for known in self._known:
+                self._heaps.setdefault(known.most_bits, []).append(known.least_bits)
+            for heap in self._heaps.values():
+                heapq.heapify(heap)
+            self._entries = len(self._known)
 
     def take_up_to(self, coordinator: int, low_watermark: int) -> list[TxnId]:
         """The transactions of `coordinator` at or under `low_watermark`, oldest first, taken
@@ -81,8 +99,10 @@ class TxnsByCoordinator:
         taken = []
         while heap and heap[0] <= low_watermark:
             txn = TxnId(coordinator, heapq.heappop(heap))
-            self._known.discard(txn)
-            taken.append(txn)
+            self._entries -= 1
+            if txn in self._known:          # else discarded (ended), or a second entry of it
+                self._known.discard(txn)
+                taken.append(txn)
         return taken
 
 
@@ -392,6 +412,7 @@ class PendingAckHandleImpl(PendingAckHandle):
         individual, cumulative = self._acks.acks_of(txn)
         seqs = list(self._records.get(txn, ()))
         if not individual and cumulative is None and not seqs:
+            self._txns.discard(txn)
             return []
         # The records go with the cursor's write where the store can (one LMDB transaction),
         # else after it: deleted first, a crash in between would lose committed acks; deleted
@@ -416,6 +437,7 @@ class PendingAckHandleImpl(PendingAckHandle):
                                        f"Transaction:{txn}: {exc}") from exc
         self._acks.drop(txn)
         self._records.pop(txn, None)
+        self._txns.discard(txn)           # nothing of it is left here
         return sorted(individual) + ([cumulative] if cumulative is not None else [])
 
     def _apply_to_cursor(self, individual: dict[Position, Reservation],
