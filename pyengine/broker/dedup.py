@@ -69,6 +69,9 @@ class MessageDeduplication:
         self._late: dict[int, Position] = {}
         self._late_ids = itertools.count()
         self._replay_start: Position | None = None      # as last submitted
+        # Producer names with no producer attached -> when a purge round first saw them so
+        # (Pulsar's inactiveProducers), for `purge_inactive`.
+        self._inactive: dict[str, int] = {}
         self._load()
 
     @property
@@ -165,6 +168,7 @@ class MessageDeduplication:
         after any record still queued, which it thus overrides)."""
         self._persisted.clear()
         self._pushed.clear()
+        self._inactive.clear()
         self._unsealed.clear()      # a record queued before is replaced, not merged, by a later one
         self._late.clear()
         self._replay_start = None   # (deleted with the records)
@@ -177,6 +181,40 @@ class MessageDeduplication:
                     if not cursor.delete():
                         break
         self.ledger.env.submit(delete, key=("dedup-forget", prefix), lazy=True).add_done_callback(mark_retrieved)
+
+    def purge_inactive(self, now_ms: int, timeout_ms: int, attached: Any) -> list[str]:
+        """Forget, in memory and stored, the producers not attached (`attached`: the names
+        attached now) for `timeout_ms` (Pulsar's purgeInactiveProducers, after
+        brokerDeduplicationProducerInactivityTimeoutMinutes): without it every producer name
+        ever seen, generated ones included, stays for the topic's life. Inactivity counts from
+        the first round that saw the producer gone. Returns the names forgotten."""
+        if not self._enabled:
+            return []
+        writing = {name for name, _ in self._in_flight}
+        purged = []
+        for name in self._pushed:
+            if name in attached or name in writing:
+                self._inactive.pop(name, None)
+            elif name not in self._inactive:
+                self._inactive[name] = now_ms
+            elif now_ms - self._inactive[name] >= timeout_ms:
+                purged.append(name)
+        for name in [n for n in self._inactive if n not in self._pushed]:
+            del self._inactive[name]
+        if not purged:
+            return []
+        prefix, db = self.ledger._prefix, self._db
+        keys = [prefix + name.encode() for name in purged]
+        for name in purged:
+            del self._inactive[name]
+            self._pushed.pop(name, None)
+            self._persisted.pop(name, None)
+
+        def delete(txn: Any) -> None:
+            for key in keys:
+                txn.delete(key, db=db)
+        self.ledger.env.submit(delete, lazy=True).add_done_callback(mark_retrieved)
+        return purged
 
     def last_sequence_id(self, producer_name: str) -> int:
         """What a re-attaching producer continues after (-1 when unknown or disabled): the

@@ -63,6 +63,11 @@ class BrokerConfig:
     broker_id: str = "0"
     num_coordinators: int = 16              # Pulsar's default transaction_coordinator_assign partitions
     deduplication_enabled: bool = False     # Pulsar's brokerDeduplicationEnabled default
+    # A producer name's de-duplication state is forgotten once no producer of that name was
+    # attached for this long (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes),
+    # checked every `deduplication_inactivity_check_interval_s`.
+    deduplication_producer_inactivity_timeout_minutes: float = 360
+    deduplication_inactivity_check_interval_s: float = 60.0
     max_message_size: int = 5 * 1024 * 1024
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
     # Milliseconds clock of the transaction coordinators (tests move time with their own).
@@ -185,10 +190,13 @@ class BrokerConfig:
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, not {value}")
         for name in ("retention_check_interval_s", "message_expiry_check_interval_s", "backlog_quota_check_interval_s",
-                     "stats_update_interval_s"):
+                     "stats_update_interval_s", "deduplication_inactivity_check_interval_s"):
             interval = getattr(self, name)
             if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
                 raise ValueError(f"{name} must be a number of seconds in (0, 86400], not {interval!r}")
+        minutes = self.deduplication_producer_inactivity_timeout_minutes
+        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
+            raise ValueError(f"deduplication_producer_inactivity_timeout_minutes must be a number > 0, not {minutes!r}")
         check_message_ttl(self.ttl_duration_default_seconds)
         self.unacked_limits()
         self.connection_limits()
@@ -233,6 +241,8 @@ class BrokerService:
                                                  enforce_backlog_quotas)
         self.stats_update = PeriodicTopicCheck(self, config.stats_update_interval_s, "stats rates update",
                                                _update_rates)
+        self.dedup_purge = PeriodicTopicCheck(self, config.deduplication_inactivity_check_interval_s,
+                                              "inactive producers' de-duplication purge", self._purge_inactive_producers)
         self._started = False
         self._closed = False
         self._producer_name_instance = 0
@@ -253,6 +263,7 @@ class BrokerService:
         self.message_expiry.start()
         self.backlog_quotas.start()
         self.stats_update.start()
+        self.dedup_purge.start()
 
     def generate_producer_name(self) -> str:
         """A name for a producer that gave none: `cluster-broker-instance-n`, unique for this
@@ -471,6 +482,7 @@ class BrokerService:
         await self.message_expiry.close()
         await self.backlog_quotas.close()
         await self.stats_update.close()
+        await self.dedup_purge.close()
         await self.coordinator_v4.close()
         if self.v5 is not None:
             await self.v5.close()
@@ -482,6 +494,11 @@ class BrokerService:
             await self.metadata.close()
         await self.env.drain()
         self.env.close()
+
+
+    async def _purge_inactive_producers(self, topic: Topic, now_ms: int) -> None:
+        timeout_ms = int(self.config.deduplication_producer_inactivity_timeout_minutes * 60_000)
+        topic.dedup.purge_inactive(now_ms, timeout_ms, topic.producers)
 
 
 async def _update_rates(topic: Topic, _now_ms: int) -> None:
