@@ -711,6 +711,10 @@ class EmbeddedProducer:
             if self._attaching is not None:
                 self._attaching.cancel()        # the sends held fail (ClosedError)
             self._topic.remove_producer(self._producer)
+            # As a closed consumer: a client kept for the process's life must not hold every
+            # producer it ever created.
+            if self in self._client._producers:
+                self._client._producers.remove(self)
 
 
 class EmbeddedConsumer:
