@@ -503,7 +503,12 @@ class BrokerPolicies:
             return
         had = self._get(key) is not None
         yield lambda txn: txn.delete(key.encode(), db=db)
-        self._cache[key] = None
+        # Deleted for good: no entry is kept for it (nor the "not partitioned" one its loads
+        # cached), or the cache would grow with every topic ever deleted.
+        self._cache.pop(key, None)
+        partitioned = f"/admin/partitioned/{name}"
+        if partitioned in self._cache and self._cache[partitioned] is None:
+            del self._cache[partitioned]
         self.version += 1
         if had:
             self._policies_changed()
