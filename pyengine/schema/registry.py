@@ -8,7 +8,6 @@ import base64
 import contextlib
 import json
 import time
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -47,8 +46,22 @@ class LmdbSchemaRegistry(SchemaRegistry):
         self.env = env
         self._db = env.db("metadata")
         self._cache: dict[str, list[StoredSchema]] = {}
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # schema id -> its lock and how many hold or wait for it: dropped when none do, so
+        # the ids of topics deleted long ago keep no lock
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, schema_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.setdefault(schema_id, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[schema_id]
 
     @staticmethod
     def _key(schema_id: str) -> bytes:
@@ -94,7 +107,7 @@ class LmdbSchemaRegistry(SchemaRegistry):
 
     async def put_if_absent(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> int:
         rules.validate(schema)
-        async with self._locks[schema_id]:
+        async with self._locked(schema_id):
             versions = self.versions(schema_id)
             live = self.live(schema_id)
             same = self._identical(live, schema)
@@ -106,7 +119,7 @@ class LmdbSchemaRegistry(SchemaRegistry):
             return version
 
     async def delete(self, schema_id: str, *, force: bool = False) -> int | None:
-        async with self._locks[schema_id]:
+        async with self._locked(schema_id):
             versions = self.versions(schema_id)
             if force:
                 if versions:
@@ -125,9 +138,9 @@ class LmdbSchemaRegistry(SchemaRegistry):
         its topic: a crash leaves both or neither (the schema, left alone, would be a topic's
         created again under the name). Forgotten here once the block ends without an error."""
         key, db = self._key(schema_id), self._db
-        async with self._locks[schema_id]:
+        async with self._locked(schema_id):
             yield lambda txn: txn.delete(key, db=db)
-            self._cache[schema_id] = []
+            self._cache.pop(schema_id, None)        # read again (empty) if asked: not kept for good
 
     def check_compatible(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> None:
         rules.validate(schema)
