@@ -8,28 +8,14 @@ import pytest
 
 from pyengine.broker import Broker
 from pyengine.storage import StorageError
+from tests.storage.helpers import fail_next_save_after_close
 
 TOPIC = "persistent://public/default/not-deleted"
 
 
 def fail_the_deletion_of(topic) -> list:
     """The first group commit after the topic closed (its deletion) fails as a whole."""
-    env, close, failed = topic.ledger.env, topic.close, []
-
-    async def close_then_fail_the_next_commit():
-        await close()
-        real_submit = env.submit
-
-        def submit(write, *, key=None, **kwargs):
-            if not failed:
-                failed.append(key)
-
-                def write(txn):
-                    raise RuntimeError("injected: the disk is failing")
-            return real_submit(write, key=key, **kwargs)
-        env.submit = submit
-    topic.close = close_then_fail_the_next_commit
-    return failed
+    return fail_next_save_after_close(topic, topic.ledger.env)
 
 
 async def received(broker, subscription: str) -> list[bytes]:

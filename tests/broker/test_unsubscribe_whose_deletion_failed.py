@@ -6,29 +6,14 @@ and the retry deletes it."""
 
 from pyengine.broker import Broker
 from pyengine.storage import StorageError
+from tests.storage.helpers import fail_next_save_after_close
 
 TOPIC = "persistent://public/default/unsubscribed"
 
 
 def fail_the_deletion_of(topic, name: str) -> list:
     """The cursor deletion that follows the subscription's close fails as a whole."""
-    subscription = topic.subscriptions[name]
-    env, close, failed = topic.ledger.env, subscription.close, []
-
-    async def close_then_fail_the_next_commit():
-        await close()
-        real_submit = env.submit
-
-        def submit(write, *, key=None, **kwargs):
-            if not failed:
-                failed.append(key)
-
-                def write(txn):
-                    raise RuntimeError("injected: the disk is failing")
-            return real_submit(write, key=key, **kwargs)
-        env.submit = submit
-    subscription.close = close_then_fail_the_next_commit
-    return failed
+    return fail_next_save_after_close(topic.subscriptions[name], topic.ledger.env)
 
 
 async def test_an_unsubscribe_whose_deletion_failed_can_be_retried(tmp_path):

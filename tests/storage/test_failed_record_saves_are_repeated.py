@@ -6,24 +6,14 @@ import pytest
 
 from pyengine.storage import ManagedLedger, StorageEnvironment, StorageError
 from pyengine.storage.errors import TopicTerminatedError
+from tests.storage.helpers import fail_next_save
 
 TOPIC = "persistent://public/default/t"
 
 
-def fail_next_topic_record_save(env: StorageEnvironment) -> list:
+def fail_next_topic_record_save(env) -> list:
     """The next group commit that writes a topic record fails as a whole."""
-    real_submit, failed = env.submit, []
-
-    def submit(write, *, key=None, **kwargs):
-        if not failed and isinstance(key, tuple) and key[0] == "topic":
-            failed.append(key)
-
-            def write(txn):
-                raise RuntimeError("injected: the disk is failing")
-        return real_submit(write, key=key, **kwargs)
-
-    env.submit = submit
-    return failed
+    return fail_next_save(env, "topic")
 
 
 async def reopened(tmp_path, env, ml):

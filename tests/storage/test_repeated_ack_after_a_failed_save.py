@@ -7,24 +7,14 @@ import pytest
 
 from pyengine.storage import ManagedLedger, StorageEnvironment, StorageError
 from pyengine_kernels import Position, ackset_new
+from tests.storage.helpers import fail_next_save
 
 TOPIC = "persistent://public/default/acks"
 
 
-def fail_next_cursor_save(env: StorageEnvironment) -> list:
-    """The next group commit that writes a cursor's state fails as a whole."""
-    real_submit, failed = env.submit, []
-
-    def submit(write, *, key=None, **kwargs):
-        if not failed and isinstance(key, tuple) and key[0] == "cursor":
-            failed.append(key)
-
-            def write(txn):
-                raise RuntimeError("injected: the disk is failing")
-        return real_submit(write, key=key, **kwargs)
-
-    env.submit = submit
-    return failed
+def fail_next_cursor_save(env) -> list:
+    """The next group commit that writes a cursor record fails as a whole."""
+    return fail_next_save(env, "cursor")
 
 
 async def crash_and_reopen(tmp_path, env):

@@ -12,6 +12,7 @@ import pytest
 from pyengine.storage import StorageError
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator.keys import ANONYMOUS, coordinator_for
+from tests.storage.helpers import fail_next_save
 from tests.transaction.coordinator.helpers import ServiceHarness
 
 N = 4
@@ -27,19 +28,8 @@ async def harness(data_dir, participants, clock):
 
 
 def fail_next_key_record(env) -> list:
-    """The next group commit that writes a transaction key's record fails as a whole."""
-    real_submit, failed = env.submit, []
-
-    def submit(write, *, key=None, **kwargs):
-        if not failed and isinstance(key, tuple) and key[0] == "txnkey":
-            failed.append(key)
-
-            def write(txn):
-                raise RuntimeError("injected: the disk is failing")
-        return real_submit(write, key=key, **kwargs)
-
-    env.submit = submit
-    return failed
+    """The next group commit that writes a txnkey record fails as a whole."""
+    return fail_next_save(env, "txnkey")
 
 
 async def test_a_new_transaction_whose_key_record_failed_leaves_the_key_as_stored(harness):
