@@ -61,3 +61,24 @@ def stored_snapshot_records(env, topic_id: int) -> tuple[TransactionBufferSnapsh
                     segments[bytes(key[len(prefix):])] = bytes(value)
     assert index is not None
     return index, segments
+
+
+def fail_next_commit(env) -> None:
+    """Make the next group commit of `env` fail (nothing of it becomes durable)."""
+    original = env._write_batch
+
+    def failing(writes):
+        env._write_batch = original
+        raise OSError("injected write failure")
+
+    env._write_batch = failing
+
+
+async def restart_without_closing(env, reopen):
+    """The process dies after its last commit: no final snapshot, nothing closed."""
+    await env.drain()
+    env = reopen(env)
+    ledger = await ManagedLedger.open(env, TOPIC)
+    buffer = TopicTransactionBuffer(ledger)
+    await buffer.recover()
+    return env, ledger, buffer

@@ -4,22 +4,10 @@ forever and the coordinator's commit or abort never returned)."""
 
 import pytest
 
-from pyengine.storage import ManagedLedger
-from pyengine.transaction.buffer.topic_buffer import TopicTransactionBuffer
 from pyengine_kernels import TxnId
-from tests.transaction.buffer.helpers import TOPIC, open_buffer, visible_positions
+from tests.transaction.buffer.helpers import TOPIC, open_buffer, restart_without_closing, visible_positions
 
 OPEN, ENDED, NEVER_WROTE = TxnId(1, 1), TxnId(1, 2), TxnId(1, 3)
-
-
-async def restart_without_closing(env, reopen):
-    """The process dies after its last commit: no final snapshot, nothing closed."""
-    await env.drain()
-    env = reopen(env)
-    ledger = await ManagedLedger.open(env, TOPIC)
-    buffer = TopicTransactionBuffer(ledger)
-    await buffer.recover()
-    return env, ledger, buffer
 
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])

@@ -7,33 +7,11 @@ entries held back the read horizon, until a low watermark aborted it, a commit i
 import pytest
 
 from pyengine.errors import PersistenceError
-from pyengine.storage import ManagedLedger
-from pyengine.transaction.buffer.topic_buffer import TopicTransactionBuffer
 from pyengine_kernels import TxnId
-from tests.transaction.buffer.helpers import TOPIC, open_buffer, visible_positions
+from tests.transaction.buffer.helpers import (TOPIC, fail_next_commit, open_buffer, restart_without_closing,
+                                             visible_positions)
 
 ENDED = TxnId(1, 2)
-
-
-def fail_next_commit(env) -> None:
-    """Make the next group commit of `env` fail (nothing of it becomes durable)."""
-    original = env._write_batch
-
-    def failing(writes):
-        env._write_batch = original
-        raise OSError("injected write failure")
-
-    env._write_batch = failing
-
-
-async def restart_without_closing(env, reopen):
-    """The process dies after its last commit: no final snapshot, nothing closed."""
-    await env.drain()
-    env = reopen(env)
-    ledger = await ManagedLedger.open(env, TOPIC)
-    buffer = TopicTransactionBuffer(ledger)
-    await buffer.recover()
-    return env, ledger, buffer
 
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])

@@ -20,20 +20,9 @@ from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
 from pyengine.transaction.buffer.markers import MARKER_TYPES, marker_entry
 from pyengine.transaction.buffer.topic_buffer import TXN_PROPERTY, TopicTransactionBuffer
 from pyengine_kernels import Position, TxnId
-from tests.transaction.buffer.helpers import TOPIC, open_buffer, shut, visible_positions
+from tests.transaction.buffer.helpers import TOPIC, fail_next_commit, open_buffer, shut, visible_positions
 
 T1, T2, T3 = TxnId(1, 10), TxnId(1, 11), TxnId(2, 5)
-
-
-def fail_next_commit(env) -> None:
-    """Make the next group commit of `env` fail (nothing of it becomes durable)."""
-    original = env._write_batch
-
-    def failing(writes):
-        env._write_batch = original
-        raise OSError("injected write failure")
-
-    env._write_batch = failing
 
 
 async def test_is_a_transaction_buffer(env):
