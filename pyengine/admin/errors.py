@@ -17,6 +17,7 @@ from pyengine.metadata import NotFoundError as MetadataNotFoundError
 from pyengine.scalable.controller import NotLeaderError
 from pyengine.scalable.layout import LayoutError, SegmentNotFoundError
 from pyengine.schema import InvalidSchemaDataError
+from pyengine.storage.errors import LedgerClosedError
 from pyengine.errors import (
     ConsumerBusyError,
     IncompatibleSchemaError,
@@ -74,6 +75,8 @@ _STATUS_BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
     (NotAllowedError, METHOD_NOT_ALLOWED),               # Pulsar's NotAllowedException
     (TopicTerminatedError, METHOD_NOT_ALLOWED),
     (ServiceNotReadyError, UNAVAILABLE),
+    # Only a topic's close closes its ledger and cursors: deleted (or the broker closing) meanwhile.
+    (LedgerClosedError, NOT_FOUND),
     (ValueError, BAD_REQUEST),                           # the engine's argument checks
 )
 

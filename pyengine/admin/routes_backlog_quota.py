@@ -11,8 +11,9 @@ import dataclasses
 from typing import Any
 
 from pyengine.admin.errors import PRECONDITION_FAILED, AdminError
+from pyengine.admin.lifecycle import topic_change
 from pyengine.admin.routes_limits import APPLIED, NAMESPACE_PARAMS, NAMESPACE_URL, TOPIC_PARAMS, TOPIC_URL
-from pyengine.admin.routes_limits import _namespace, _topic
+from pyengine.admin.routes_limits import _namespace, _requested_topic, _topic
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import DONE, errors
 from pyengine.broker.policies import (BACKLOG_QUOTA_TYPES, BACKLOG_RETENTION_POLICIES, MAX_INT, MAX_LONG,
@@ -117,10 +118,11 @@ async def get_topic_backlog_quota_map(call: Call) -> dict[str, Any]:
 
 
 async def _change_topic(call: Call, quota: BacklogQuota | None) -> None:
-    name = str(_topic(call))
-    policies = call.service.policies
-    changed = _with(policies.topic_policies(name).get("backLogQuotaMap"), call["backlogQuotaType"], quota)
-    await policies.set_topic_policy(name, "backLogQuotaMap", changed)
+    async with topic_change(call.service, _requested_topic(call)):     # not during its deletion
+        name = str(_topic(call))
+        policies = call.service.policies
+        changed = _with(policies.topic_policies(name).get("backLogQuotaMap"), call["backlogQuotaType"], quota)
+        await policies.set_topic_policy(name, "backLogQuotaMap", changed)
 
 
 @routes.add("POST", TOPIC_URL + "/backlogQuota", summary="Set a backlog quota of the topic.",

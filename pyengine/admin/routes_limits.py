@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyengine.admin.errors import NOT_FOUND, PRECONDITION_FAILED, AdminError
+from pyengine.admin.lifecycle import topic_change
 from pyengine.admin.names import namespace_name, topic_name
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routing import Call, Param, RouteTable
@@ -48,9 +49,13 @@ def _namespace(call: Call) -> str:
     return namespace_name(call["tenant"], call["namespace"])
 
 
+def _requested_topic(call: Call) -> TopicName:
+    return topic_name(call["tenant"], call["namespace"], call["topic"])
+
+
 def _topic(call: Call) -> TopicName:
     """The requested topic, if it is stored, partitioned or a partition of one (else 404)."""
-    name = topic_name(call["tenant"], call["namespace"], call["topic"])
+    name = _requested_topic(call)
     service = call.service
     partitions = service.policies.partitions(str(name.partitioned_topic))
     if not (service.topic_exists(str(name)) or partitions > max(name.partition_index, 0)):
@@ -65,7 +70,8 @@ async def _change_namespace(call: Call, field: str, value: int | None) -> None:
 
 
 async def _change_topic(call: Call, key: str, value: int | None) -> None:
-    await call.service.policies.set_topic_policy(str(_topic(call)), key, value)
+    async with topic_change(call.service, _requested_topic(call)):     # not during its deletion
+        await call.service.policies.set_topic_policy(str(_topic(call)), key, value)
 
 
 def _add(url: str, params: tuple[Param, ...], name: str, what: str, *, read: Callable[[Call], Any],

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyengine.admin.errors import METHOD_NOT_ALLOWED, PRECONDITION_FAILED, AdminError
+from pyengine.admin.lifecycle import namespace_settled
 from pyengine.admin.names import namespace_name, tenant_name, without_system_topics
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routes_backlog_quota import BACKLOG_QUOTA_MAP, _fits_retention
@@ -142,6 +143,9 @@ async def delete_namespace(call: Call) -> None:
     if call["force"]:                               # checked first, as Pulsar does
         raise AdminError(METHOD_NOT_ALLOWED, FORCED_DELETION_REFUSED)
     service = call.service
+    # A topic being created is not stored yet: once it is, the namespace is not empty. Checked
+    # and deleted in one event-loop turn from here.
+    await namespace_settled(service, namespace)
     has_topics = bool(service.list_topics(namespace) or service.policies.partitioned_topics(namespace))
     await service.policies.delete_namespace(namespace, has_topics=has_topics)
 

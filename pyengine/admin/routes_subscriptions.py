@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, PRECONDITION_FAILED, AdminError
+from pyengine.admin.lifecycle import topic_change
 from pyengine.admin.names import subscription_name
 from pyengine.admin.routes_topics import TOPIC_URL, existing_topic, partition_names, requested_topic
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
@@ -101,6 +102,13 @@ async def list_subscriptions(call: Call) -> list[str]:
             params=(*SUB_PATH, Param("replicated", {"type": "boolean"}, "ignored: no geo-replication")),
             body=MESSAGE_ID, replies={204: DONE, **errors(400, 404, 405, 409, 412)})
 async def create_subscription(call: Call) -> None:
+    # It may create the topic or its partitions: not while the topic is deleted, which left
+    # them (or the subscription, on the closed topic: 405) half-made.
+    async with topic_change(call.service, requested_topic(call)):
+        await _create_subscription(call)
+
+
+async def _create_subscription(call: Call) -> None:
     name = subscription_name(call["subName"])
     start = start_of(call.body)
     # Everything that refuses the request is checked before a partition is created for it.

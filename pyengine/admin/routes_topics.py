@@ -17,6 +17,7 @@ from typing import Any
 
 from pyengine.admin import stats
 from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, UNPROCESSABLE, AdminError
+from pyengine.admin.lifecycle import topic_change
 from pyengine.admin.names import namespace_name, topic_name, without_system_topics
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routes_backlog_quota import _fits_retention
@@ -144,7 +145,11 @@ def check_non_partitioned_topic_name(service: BrokerService, name: TopicName) ->
             params=TOPIC_PATH, replies={204: DONE, **errors(404, 409, 412)})
 async def create_topic(call: Call) -> None:
     name = requested_topic(call)
-    service = call.service
+    async with topic_change(call.service, name):         # checked and created in one turn
+        await _create_topic(call.service, name)
+
+
+async def _create_topic(service: BrokerService, name: TopicName) -> None:
     service.policies.policies(name.namespace_name)           # 404 first, as Pulsar
     check_non_partitioned_topic_name(service, name)
     if service.policies.partitions(str(name)):
@@ -158,6 +163,11 @@ async def create_topic(call: Call) -> None:
             params=(*TOPIC_PATH, FORCE), replies={204: DONE, **errors(400, 404, 409, 412)})
 async def delete_topic(call: Call) -> None:
     name = requested_topic(call)
+    async with topic_change(call.service, name):
+        await _delete_topic(call, name)
+
+
+async def _delete_topic(call: Call, name: TopicName) -> None:
     service = call.service
     if service.policies.partitions(str(name)):
         raise AdminError(CONFLICT, f"{name} is a partitioned topic: DELETE .../{name.local_name}/partitions")
@@ -175,10 +185,11 @@ async def create_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
     check_partitioned_topic_name(name)                         # 412 first, as Pulsar
     service = call.service
-    if service.topic_exists(str(name)):
-        raise AdminError(CONFLICT, f"a non-partitioned topic {name} already exists")
-    await service.policies.create_partitioned_topic(str(name), call.body)
-    await _create_missing_partitions(service, name, call.body)
+    async with topic_change(service, name):     # a plain topic being created is not stored yet
+        if service.topic_exists(str(name)):
+            raise AdminError(CONFLICT, f"a non-partitioned topic {name} already exists")
+        await service.policies.create_partitioned_topic(str(name), call.body)
+        await _create_missing_partitions(service, name, call.body)
 
 
 async def _create_missing_partitions(service: BrokerService, name: TopicName, partitions: int) -> None:
@@ -199,6 +210,11 @@ UPDATE_FORCE = Param("force", BOOLEAN, "also when topics named as partitions bey
 async def update_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
     check_partitioned_topic_name(name)                         # 412 first, as Pulsar
+    async with topic_change(call.service, name):    # a deletion meanwhile left the added partitions
+        await _update_partitioned_topic(call, name)
+
+
+async def _update_partitioned_topic(call: Call, name: TopicName) -> None:
     service = call.service
     policies = service.policies
     current = policies.partitions(str(name))
@@ -263,6 +279,11 @@ async def get_partitioned_metadata(call: Call) -> dict[str, Any]:
             params=(*TOPIC_PATH, FORCE), replies={204: DONE, **errors(400, 404, 412)})
 async def delete_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
+    async with topic_change(call.service, name):    # no partition created or added meanwhile
+        await _delete_partitioned_topic(call, name)
+
+
+async def _delete_partitioned_topic(call: Call, name: TopicName) -> None:
     service = call.service
     partitions = service.policies.partitions(str(name))
     if not partitions:
@@ -360,8 +381,10 @@ def known_topic(service: BrokerService, name: TopicName) -> TopicName:
 
 async def _set_topic_policy(call: Call, policy: str, value: Any) -> None:
     """Store (None: remove) one policy of the topic, and apply it if the topic is loaded."""
-    name = known_topic(call.service, requested_topic(call))
-    await call.service.policies.set_topic_policy(str(name), policy, value)
+    # Not while the topic is deleted: stored after its deletion, it outlived the topic.
+    async with topic_change(call.service, requested_topic(call)):
+        name = known_topic(call.service, requested_topic(call))
+        await call.service.policies.set_topic_policy(str(name), policy, value)
 
 
 def _topic_policy(path: str, name: str, key: str, schema: dict[str, Any], shown: str,

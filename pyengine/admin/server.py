@@ -47,6 +47,7 @@ from pyengine.admin.schemas import NAMESPACE, STRING_LIST, TENANT, TOPIC, errors
 from pyengine.broker.service import BrokerService
 from pyengine.errors import PulsarError
 from pyengine.protocol.lookup import resolve_topic
+from pyengine.storage.errors import LedgerClosedError
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ async def json_errors(request: web.Request,
         if exc.status < 400:
             raise
         return error_response(exc.status, _http_reason(request, exc), headers=_kept_headers(exc))
-    except (AdminError, PulsarError, ValueError) as exc:
+    except (AdminError, PulsarError, ValueError, LedgerClosedError) as exc:
         status = status_of(exc)
         if status == INTERNAL_ERROR:
             log.exception("admin %s %s failed", request.method, request.path)
