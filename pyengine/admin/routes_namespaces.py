@@ -143,10 +143,12 @@ async def delete_namespace(call: Call) -> None:
     if call["force"]:                               # checked first, as Pulsar does
         raise AdminError(METHOD_NOT_ALLOWED, FORCED_DELETION_REFUSED)
     service = call.service
-    # A topic being created is not stored yet: once it is, the namespace is not empty. Checked
-    # and deleted in one event-loop turn from here.
+    # A topic being created is not stored yet: once it is, the namespace is not empty (one a
+    # producer auto-creates counts while it loads). Checked and deleted in one event-loop turn
+    # from here: the namespace is gone from the policies before anything else can load.
     await namespace_settled(service, namespace)
-    has_topics = bool(service.list_topics(namespace) or service.policies.partitioned_topics(namespace))
+    has_topics = bool(service.list_topics(namespace) or service.loading_topics(namespace)
+                      or service.policies.partitioned_topics(namespace))
     await service.policies.delete_namespace(namespace, has_topics=has_topics)
 
 

@@ -313,6 +313,11 @@ class BrokerService:
         with self.env.read() as txn:
             return txn.get(key.encode(), db=self.env.db("topics")) is not None
 
+    def loading_topics(self, namespace: str) -> list[str]:
+        """The topics of `namespace` being loaded now (created on first use, maybe): not
+        stored yet, they are the namespace's all the same (a deletion of it must wait)."""
+        return [name for name in self._loading if TopicName.parse(name).namespace_name == namespace]
+
     def list_topics(self, namespace: str | None = None) -> list[str]:
         """Every stored topic (of `tenant/namespace` if given)."""
         names = []

@@ -171,3 +171,18 @@ async def test_a_subscription_created_while_its_partitioned_topic_is_deleted_lea
     assert service.list_topics("public/default") == [NAME]
     assert create.status == 204                 # after the deletion: a new plain topic with it, as Apache
     assert (await api.get(T + "/subscriptions")).body == ["s"]
+
+
+async def test_a_namespace_deleted_while_a_producer_auto_creates_one_of_its_topics(api, service, monkeypatch):
+    """The same race through the binary protocol's (or the embedding API's) auto-creation,
+    which takes no admin turn: a topic being loaded counts as one of the namespace's."""
+    assert (await api.put("/admin/v2/namespaces/public/racing")).status == 204
+    started, release = hold_load(monkeypatch, "persistent://public/racing/auto")
+    create = asyncio.ensure_future(service.get_topic("persistent://public/racing/auto"))
+    await started.wait()
+    delete = await api.delete("/admin/v2/namespaces/public/racing")
+    release.set()
+    await create
+    assert delete.status == 409, delete.body                        # the namespace is not empty
+    assert service.policies.namespace_exists("public/racing")
+    assert service.list_topics("public/racing") == ["persistent://public/racing/auto"]
