@@ -341,8 +341,10 @@ async def test_a_commit_waits_for_the_sends_still_under_way_and_includes_them(tm
 
 
 async def test_a_send_cancelled_under_way_makes_the_commit_abort(tmp_path):
-    """Its entry may be stored or not: the transaction cannot commit it (as a failed send)."""
-    from pyengine.errors import PulsarError
+    """Its entry may be stored or not: the transaction cannot commit it (as a failed send).
+    The commit raises what pyengine.client's raises then: TransactionHasOperationFailed,
+    caused by the cancellation (it raised PulsarError('CancelledError: ...') before)."""
+    from pyengine.client.errors import TransactionHasOperationFailedError
 
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)
@@ -352,8 +354,9 @@ async def test_a_send_cancelled_under_way_makes_the_commit_abort(tmp_path):
         cancelled = asyncio.ensure_future(producer.send(b"cancelled", txn=txn))
         await asyncio.sleep(0)
         cancelled.cancel()
-        with pytest.raises(PulsarError, match="cancelled"):
+        with pytest.raises(TransactionHasOperationFailedError, match="cancelled") as info:
             await txn.commit()
+        assert isinstance(info.value.__cause__, asyncio.CancelledError)
         assert txn.state == "aborted"
         assert await drain(consumer) == []
 

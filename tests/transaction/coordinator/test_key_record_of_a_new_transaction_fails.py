@@ -13,18 +13,9 @@ from pyengine.storage import StorageError
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator.keys import ANONYMOUS, coordinator_for
 from tests.storage.helpers import fail_next_save
-from tests.transaction.coordinator.helpers import ServiceHarness
+from tests.transaction.coordinator.test_keys import N, harness  # noqa: F401  (the keys tests' fixture)
 
-N = 4
 KEY = "k"
-
-
-@pytest.fixture
-async def harness(data_dir, participants, clock):
-    h = ServiceHarness(data_dir, participants, clock, num_coordinators=N)
-    await h.start()
-    yield h
-    await h.stop()
 
 
 def fail_next_key_record(env) -> list:
