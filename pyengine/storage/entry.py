@@ -93,6 +93,13 @@ class Entry:
         return cls(position, bytes(value[HEADER.size:]), most, least, marker, count, publish)
 
 
+def publish_time_of(value: bytes | memoryview) -> int:
+    """The publish time in a stored entry's header, without decoding the rest."""
+    if len(value) < HEADER.size:
+        raise CorruptRecordError("stored entry is shorter than its header")
+    return HEADER.unpack_from(value)[6]
+
+
 def read_entry_range(txn, db, prefix: bytes, start_key: bytes, end_key: bytes | None,
                      max_entries: int) -> list[Entry]:
     """Up to `max_entries` entries keyed `prefix` + position, from `start_key` to `end_key`

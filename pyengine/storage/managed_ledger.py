@@ -13,6 +13,8 @@ last-add-confirmed position (LAC) move, so readers never see an entry that could
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
 from pyengine.concurrency import single_flight
-from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry, read_entry_range
+from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry, publish_time_of, read_entry_range
 from pyengine.storage.environment import StorageEnvironment, WriteFn, delete_prefix
 from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
 from pyengine.storage.records_pb2 import CursorRecord, LedgerRecord, PositionRecord, TopicRecord
@@ -519,16 +521,38 @@ class ManagedLedger:
         return entries
 
     def find_by_publish_time(self, timestamp_ms: int) -> Position:
-        """The first entry published at or after `timestamp_ms` (the LAC's next position if none)."""
-        start = Position(-1, -1)
-        while True:
-            chunk = self.read_entries(start, 1000)
-            if not chunk:
-                return self.lac.next()
-            for entry in chunk:
-                if entry.publish_time >= timestamp_ms:
-                    return entry.position
-            start = self.next_position(chunk[-1].position)
+        """The first entry published at or after `timestamp_ms` (the LAC's next position if none).
+
+        A binary search over the stored entries, as Pulsar's broker searches (OpFindNewest):
+        publish times are taken as non-decreasing along the log, and the search reads about
+        log2(entries) of them, not every one (a scan held the event loop ~1.6 us per entry: ~16 s
+        for a seek on a topic of 10M)."""
+        self._check_open()
+        lac = self.lac
+        spans: list[tuple[int, int]] = []       # (ledger id, entries) of what may be read
+        for ledger_id, info in self.ledgers.items():
+            if ledger_id > lac.ledger_id:
+                break
+            last = min(info.last_entry_id, lac.entry_id) if ledger_id == lac.ledger_id else info.last_entry_id
+            if last >= 0:
+                spans.append((ledger_id, last + 1))
+        starts = list(itertools.accumulate((count for _, count in spans), initial=0))
+
+        def position_at(index: int) -> Position:
+            span = bisect.bisect_right(starts, index) - 1
+            return Position(spans[span][0], index - starts[span])
+
+        low, high = 0, starts[-1]
+        with self.env.read() as txn:
+            while low < high:
+                middle = (low + high) // 2
+                value = txn.get(self._key(position_at(middle)), db=self._entries_db)
+                # A missing entry (none should be) counts as published before: the search goes on after it.
+                if value is not None and publish_time_of(value) >= timestamp_ms:
+                    high = middle
+                else:
+                    low = middle + 1
+        return position_at(low) if low < starts[-1] else lac.next()
 
     def read_entry(self, position: Position) -> Entry | None:
         with self.env.read() as txn:
