@@ -125,13 +125,19 @@ class Broker:
         everything is closed (and durable) when the block ends. `config` sets BrokerConfig
         fields (e.g. `deduplication_enabled=True`, `sync=False`)."""
         service = BrokerService(BrokerConfig(data_dir=Path(data_dir), **config))
+        client: EmbeddedClient | None = None
         try:
             await service.start()
             client = EmbeddedClient(service)
             yield client
-            await client.close()
         finally:
-            await service.close()
+            # Also when the block raised: what the client made is closed, and used afterwards
+            # it says so (ClosedError) rather than that its topic or the coordinator is closed.
+            try:
+                if client is not None:
+                    await client.close()
+            finally:
+                await service.close()
 
 
 class _EmbeddedCore:
@@ -156,6 +162,18 @@ class EmbeddedClient:
         self._consumers: list[EmbeddedConsumer | MultiTopicsConsumer] = []
         self._producers: list[EmbeddedProducer] = []
         self._next_coordinator = itertools.count()
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the client is closed")
+
+    async def _closed_meanwhile(self, made: EmbeddedProducer | EmbeddedConsumer | MultiTopicsConsumer) -> None:
+        """A producer or consumer made while the client was being closed: closed too, and the
+        caller told (as pyengine.client's), rather than left open past the client's close."""
+        if self._closed:
+            await made.close()
+            raise ClosedError("the client was closed while the producer or consumer was being created")
 
     async def _attachable_topic(self, name: str) -> Topic:
         """The topic `name`, refused if it is a partitioned topic's base name (NotAllowedError,
@@ -185,6 +203,7 @@ class EmbeddedClient:
         client's producer is held and retried, for up to `send_timeout_ms` (0: no limit; the
         embedded client has no operation timeout of its own), then raise
         ProducerBlockedQuotaExceededError; past a producer_exception quota they fail at once."""
+        self._check_open()
         check_topic(topic)
         check_name("producer_name", producer_name, optional=True)
         if initial_sequence_id is not None:
@@ -202,6 +221,7 @@ class EmbeddedClient:
                 raise type(error)(f"Failed to create the initial subscription: {error}") from exc
         producer = EmbeddedProducer(self, loaded, attached, initial_sequence_id, send_timeout_ms)
         self._producers.append(producer)
+        await self._closed_meanwhile(producer)
         return producer
 
     async def subscribe(self, topic: str | list[str] | re.Pattern[str], subscription_name: str, *,
@@ -227,6 +247,7 @@ class EmbeddedClient:
         `pyengine.client.pattern.MultiTopicsConsumer` over one consumer per topic with these
         options; a pattern's topics are looked for again every `pattern_auto_discovery_period`
         seconds."""
+        self._check_open()
         target = subscribe_target(topic, pattern_auto_discovery_period)
         # checked before any topic is subscribed (a pattern may match none yet), as pyengine.client
         check_name("subscription_name", subscription_name)
@@ -268,10 +289,12 @@ class EmbeddedClient:
                                         target.pattern, target.period, batch_receive_policy=policy)
             await multi._start(target.topics)
             self._consumers.append(multi)
+            await self._closed_meanwhile(multi)
             return multi
         assert target.name is not None
         consumer = await subscribe_one(target.name)
         self._consumers.append(consumer)
+        await self._closed_meanwhile(consumer)
         return consumer
 
     async def create_reader(self, topic: str, start_message_id: MessageId, *,
@@ -282,6 +305,7 @@ class EmbeddedClient:
         MessageId.latest allowed); a seek to an id follows the same setting. `read_compacted`: the
         compacted view up to the compaction horizon (from its start for MessageId.earliest),
         then the topic after it. `reader_name`: its consumer's name."""
+        self._check_open()
         check_topic(topic)
         if not isinstance(start_message_id, MessageId):
             raise TypeError(f"start_message_id must be a MessageId, not {type(start_message_id).__name__}")
@@ -308,6 +332,7 @@ class EmbeddedClient:
                                               durable=False, start=start, read_compacted=read_compacted)
         consumer._attach(subscription, broker_side)
         self._consumers.append(consumer)
+        await self._closed_meanwhile(consumer)
         return consumer
 
     async def new_transaction(self, timeout_ms: int = 60_000, *, version: int = 4,
@@ -315,22 +340,29 @@ class EmbeddedClient:
         """A transaction of the v4 coordinators (for `persistent://` topics), or with
         `version=5` of the v5 (metadata-driven) coordinator, for `segment://` topics;
         `scalable=True` is `version=5`, by `pyengine.client`'s name."""
+        self._check_open()
         check_int("timeout_ms", timeout_ms, 1)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise TypeError(f"version must be an int (4 or 5), not {type(version).__name__}")
         if not isinstance(scalable, bool):
             raise TypeError(f"scalable must be a bool, not {type(scalable).__name__}")
         if scalable and version == 4:
             version = 5
         if version == 5:
             txn_id = await self.service.coordinator.new_transaction(V5_COORDINATOR_ID, timeout_ms)
-            return EmbeddedTransaction(self.service, txn_id, timeout_ms)
+            return EmbeddedTransaction(self.service, txn_id, timeout_ms, client=self)
         if version != 4:
             raise ValueError(f"version must be 4 or 5, not {version!r}")
         coordinators = self.service.coordinator.coordinator_ids
         coordinator = coordinators[next(self._next_coordinator) % len(coordinators)]
         txn_id = await self.service.coordinator.new_transaction(coordinator, timeout_ms)
-        return EmbeddedTransaction(self.service, txn_id, timeout_ms)
+        return EmbeddedTransaction(self.service, txn_id, timeout_ms, client=self)
 
     async def close(self) -> None:
+        """Close every producer and consumer made by this client; it makes no more (ClosedError),
+        and its transactions are neither committed nor aborted through it (they time out, as
+        a closed network client's)."""
+        self._closed = True
         for consumer in list(self._consumers):
             await consumer.close()
         for producer in list(self._producers):
@@ -339,9 +371,10 @@ class EmbeddedClient:
 
 class EmbeddedTransaction:
     def __init__(self, service: BrokerService, txn_id: TxnId, timeout_ms: int | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, *, client: EmbeddedClient | None = None) -> None:
         self.service = service
         self.txn_id = txn_id
+        self._client = client
         self.state = "open"
         # As pyengine.client's Transaction (and Java's TransactionImpl): past its timeout the
         # transaction is "timed_out" here too (the coordinator aborts it at the same time), and
@@ -390,6 +423,8 @@ class EmbeddedTransaction:
             self._failure = error
 
     def _ending(self, state: str) -> None:
+        if self._client is not None:
+            self._client._check_open()
         if self.state == state and self._retry == state:
             self._retry = None          # an end cancelled under way, asked again
             return
