@@ -68,6 +68,7 @@ class TransactionCommands:
         self.connection = connection
         self.coordinator = connection.service.coordinator
         self.sessions: dict[int, KeySession] = {}          # coordinator id -> key session
+        self._connecting: dict[int, tuple[str, str, int]] = {}   # coordinator id -> (owner, key, connects under way)
 
     @property
     def owner(self) -> str:
@@ -106,12 +107,29 @@ class TransactionCommands:
     async def _connect_key(self, body: pb.CommandTcClientConnectRequest) -> None:
         owner, key = self.owner, body.transaction_key
         presented = body.epoch if body.HasField("epoch") else NO_EPOCH
+        # One key per coordinator on a connection: NEW_TXN names no key, and a second key's
+        # session replaced the first one's, which then kept this connection as its holder after
+        # it closed. Refused before an epoch is taken (also while one is being taken).
+        session, connecting = self.sessions.get(body.tc_id), self._connecting.get(body.tc_id)
+        held = (session.owner, session.key) if session is not None else connecting[:2] if connecting else None
+        if held is not None and held != (owner, key):
+            self._answer(BaseCommand.TC_CLIENT_CONNECT_RESPONSE, body.request_id, None, NotAllowedError(
+                f"this connection holds transaction key {held[1]!r} on coordinator {body.tc_id}; "
+                f"key {key!r} needs a connection of its own"))
+            return
+        self._connecting[body.tc_id] = (owner, key, (connecting[2] if connecting else 0) + 1)
         try:
             epoch = await self.coordinator.keys.connect(owner, key, body.tc_id, presented,
                                                         holder=self.connection, on_fenced=self.connection.close)
         except Exception as exc:
             self._answer(BaseCommand.TC_CLIENT_CONNECT_RESPONSE, body.request_id, None, exc)
             return
+        finally:
+            pending = self._connecting[body.tc_id][2] - 1
+            if pending:
+                self._connecting[body.tc_id] = (owner, key, pending)
+            else:
+                del self._connecting[body.tc_id]
         if self.connection.closed:           # closed while the epoch was taken: it holds nothing
             self.coordinator.keys.disconnected(owner, key, self.connection)
             return
