@@ -189,7 +189,13 @@ class TransactionCommands:
         txn = None
         try:
             txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
-            self._check_txn_session(txn)
+            # The txn's fence is the coordinator's to check: the repeat of a commit decided
+            # before the fence is answered with the truth (committed), not as expired.
+            try:
+                self._check_session(txn.most_bits)
+            except NotAllowedError:
+                self.coordinator.keys.check_txn(txn)      # a fenced txn's request: expired, first
+                raise
             await self.coordinator.end_transaction(txn, TxnAction(body.txn_action))
         except Exception as exc:
             self._answer(BaseCommand.END_TXN_RESPONSE, body.request_id, txn, exc)
