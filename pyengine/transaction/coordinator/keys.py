@@ -275,17 +275,25 @@ class TransactionKeys:
                     # reconnect. Only a new task (-1) takes over, aborting it.
                     state.txn_epoch = epoch
                     self._bindings[state.txn] = (state, epoch)
-                previous_holder, previous_close = state.holder, state.on_fenced
-                state.holder, state.on_fenced = holder, on_fenced
                 try:
                     await self._persist(state)     # 2. durable before it is answered,
                 except BaseException:
                     # Not fenced after all: nothing of this connect stays (the holder keeps its
                     # connection and transaction; a restart would not know this epoch either).
                     self._restore(state, before)
-                    previous_holder = previous_close = None
                     raise
-                fenced, ending = state.txn, await self._abort_open(state)   # and so is the abort's decision
+                # The holder changes once the record is durable: one that disconnected meanwhile
+                # is gone, not put back by a failed write's undo.
+                previous_holder, previous_close = state.holder, state.on_fenced
+                state.holder, state.on_fenced = holder, on_fenced
+                try:
+                    fenced, ending = state.txn, await self._abort_open(state)   # and so is the abort's decision
+                except BaseException:
+                    # The epoch stays taken (its record is durable) but the caller is refused and
+                    # never learns it: its connection does not hold the key, nor release it later.
+                    if state.holder is holder:
+                        state.holder, state.on_fenced = None, None
+                    raise
             await self._wait_for_participants(state, fenced, ending)       # 3. bounded
         finally:
             # 4. the zombie's connection, once its txn's acks are (as a rule) released: its
@@ -359,13 +367,13 @@ class TransactionKeys:
             state.epoch += 1
             state.epoch_ms = self._clock()
             state.deleted = True
-            previous_close = state.on_fenced
-            state.holder, state.on_fenced = None, None
             try:
                 await self._persist(state)
             except BaseException:
                 self._restore(state, before)       # not deleted: its holder keeps it
                 raise
+            previous_close = state.on_fenced       # (the holder as of now: see connect)
+            state.holder, state.on_fenced = None, None
             if previous_close is not None:
                 previous_close()
             fenced, ending = state.txn, await self._abort_open(state)
@@ -416,13 +424,11 @@ class TransactionKeys:
 
     def _snapshot(self, state: KeyState) -> tuple:
         binding = self._bindings.get(state.txn) if state.txn is not None else None
-        return (state.epoch, state.epoch_ms, state.deleted, state.created_ms, state.txn_epoch, state.holder,
-                state.on_fenced, binding)
+        return state.epoch, state.epoch_ms, state.deleted, state.created_ms, state.txn_epoch, binding
 
     def _restore(self, state: KeyState, snapshot: tuple) -> None:
         """Undo a change of `state` whose record could not be written."""
-        (state.epoch, state.epoch_ms, state.deleted, state.created_ms, state.txn_epoch, state.holder,
-         state.on_fenced, binding) = snapshot
+        state.epoch, state.epoch_ms, state.deleted, state.created_ms, state.txn_epoch, binding = snapshot
         if state.txn is not None and binding is not None:
             self._bindings[state.txn] = binding
 

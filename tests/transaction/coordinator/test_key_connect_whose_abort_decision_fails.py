@@ -1,0 +1,44 @@
+"""A connect that took a key's epoch (its record is durable) can still fail afterwards: the
+decision to abort the fenced transaction is written next, and that write can fail (a failing
+disk). The client is answered with the error and never learns the epoch, so its connection does
+not hold the key. Found by an audit: the key kept that connection as its holder — listed as
+connected, the closed connection kept in memory, and never released when it closed (the
+connection only releases keys it was answered for)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyengine.transaction import TxnStatus
+from pyengine.transaction.coordinator.keys import ANONYMOUS
+from tests.storage.helpers import fail_next_save
+from tests.transaction.coordinator.test_keys import Holder, connect, harness, open_transaction_of  # noqa: F401
+
+KEY = "job"
+
+
+async def test_a_connect_whose_abort_decision_fails_does_not_hold_the_key(harness, monkeypatch):
+    service = harness.service
+    keys = service.keys
+    zombie = Holder()
+    await connect(service, KEY, holder=zombie)
+    txn = await open_transaction_of(service, KEY, 0)
+    persist = keys._persist
+
+    async def persist_then_fail_the_next_write(state):
+        await persist(state)
+        fail_next_save(harness.env)            # the abort's decision, written next
+    monkeypatch.setattr(keys, "_persist", persist_then_fail_the_next_write)
+    task2 = Holder()
+    with pytest.raises(Exception, match="injected"):
+        await connect(service, KEY, holder=task2)
+    monkeypatch.setattr(keys, "_persist", persist)
+
+    state = keys.find(ANONYMOUS, KEY)
+    assert state.epoch == 1 and zombie.closed            # the fence itself stands (it is durable)
+    assert state.holder is None and not keys.info(state).connected
+    # The client retries as a new task: it gets the next epoch and the abort is decided.
+    task3 = Holder()
+    assert await connect(service, KEY, holder=task3) == 2
+    assert keys.info(state).connected and not task3.closed
+    assert service.get(txn).status in (TxnStatus.ABORTING, TxnStatus.ABORTED)
