@@ -402,27 +402,40 @@ class SubscriptionCoordinator:
             plan, held = await self._gate(plan)
         if held:
             self._watch_drain_soon()
+        # Revokes before grants: every consumer giving a segment up is stored (and told) with
+        # what it keeps before any consumer is given one, so a write failing part-way leaves a
+        # segment to no one until the retry, never to two consumers at once.
         for name, segment_ids in plan.items():
             self._check_open()
-            registration = self.consumers[name]
-            record = registration.record
-            if record.segment_ids == segment_ids and record.layout_epoch == self.layout.epoch \
-                    and record.version is not None:
-                continue
-            previous = record.segment_ids, record.layout_epoch
-            record.segment_ids, record.layout_epoch = segment_ids, self.layout.epoch
-            try:
-                await self._save(record)
-            except BaseException:
-                # not stored: the next rebalance must see the difference and store it
-                record.segment_ids, record.layout_epoch = previous
-                raise
-            if registration.on_assignment is not None and name not in quiet:
-                try:
-                    registration.on_assignment(self.assignment_of(name))
-                except Exception:
-                    log.exception("pushing an assignment to consumer %s failed", name)
+            held_now = self.consumers[name].record.segment_ids
+            if any(sid not in segment_ids for sid in held_now):
+                await self._assign(name, [sid for sid in segment_ids if sid in held_now], quiet)
+        for name, segment_ids in plan.items():
+            self._check_open()
+            await self._assign(name, segment_ids, quiet)
         return held
+
+    async def _assign(self, name: str, segment_ids: list[int], quiet: set[str]) -> None:
+        """Store `segment_ids` as consumer `name`'s assignment (at the layout's epoch) and push
+        it, unless stored already."""
+        registration = self.consumers[name]
+        record = registration.record
+        if record.segment_ids == segment_ids and record.layout_epoch == self.layout.epoch \
+                and record.version is not None:
+            return
+        previous = record.segment_ids, record.layout_epoch
+        record.segment_ids, record.layout_epoch = segment_ids, self.layout.epoch
+        try:
+            await self._save(record)
+        except BaseException:
+            # not stored: the next rebalance must see the difference and store it
+            record.segment_ids, record.layout_epoch = previous
+            raise
+        if registration.on_assignment is not None and name not in quiet:
+            try:
+                registration.on_assignment(self.assignment_of(name))
+            except Exception:
+                log.exception("pushing an assignment to consumer %s failed", name)
 
     def _guard(self) -> LeaderGuard | None:
         return self.leadership() if self.leadership is not None else None
