@@ -88,6 +88,9 @@ class LeaderElection:
         first attempt: LEADING or FOLLOWING; the election then runs in the background."""
         if self._stopped:
             raise MetadataStoreError("this election was resigned or its session ended")
+        if self._task is None and not self.session.alive:
+            # its listener would never be called, nor the first attempt made: no wait forever
+            raise SessionExpiredError(f"session {self.session.id:x} is {self.session.state}")
         if self._task is None:
             self._first = asyncio.get_running_loop().create_future()
             self.session.add_listener(self._session_ended)
@@ -120,14 +123,17 @@ class LeaderElection:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
-        if self.state is LeaderState.LEADING and self.session.alive:
-            try:
-                record = await self.store.get(self.path)
-                if record is not None and record.session_id == self.session.id:
-                    await self.store.delete(self.path, record.version)
-            except (NotFoundError, BadVersionError):
-                pass
-        self._set(LeaderState.NO_LEADER, None)
+        try:
+            if self.state is LeaderState.LEADING and self.session.alive:
+                try:
+                    record = await self.store.get(self.path)
+                    if record is not None and record.session_id == self.session.id:
+                        await self.store.delete(self.path, record.version)
+                except (NotFoundError, BadVersionError):
+                    pass
+        finally:
+            # stopped either way: a record the store failed to delete goes with the session
+            self._set(LeaderState.NO_LEADER, None)
 
     close = resign
 

@@ -122,15 +122,30 @@ class ScalableTopicService:
             return controller
         creating = self._creating.get(key)
         if creating is None:
-            creating = asyncio.ensure_future(self._new_controller(name))
+            creating = asyncio.ensure_future(self._create_controller(name, key))
             self._creating[key] = creating
-            try:
-                controller = await creating
-                self.controllers[key] = controller
-                return controller
-            finally:
-                del self._creating[key]
+            # retrieved here: every caller may have been cancelled meanwhile
+            creating.add_done_callback(lambda done: done.cancelled() or done.exception())
+        # shielded: a caller cancelled (its connection closed) must not cancel the creation
+        # the other callers wait for
         return await asyncio.shield(creating)
+
+    async def _create_controller(self, name: TopicName, key: str) -> ScalableTopicController:
+        try:
+            controller = await self._new_controller(name)
+        except Exception as error:
+            if self._closed:            # its session closed under it
+                raise NotAllowedError("the scalable topic service is closed") from error
+            raise
+        finally:
+            del self._creating[key]
+        if self._closed:
+            # created while the service closed: close() did not see it, and kept it would
+            # stand for election for a broker that is gone
+            await controller.close()
+            raise NotAllowedError("the scalable topic service is closed")
+        self.controllers[key] = controller
+        return controller
 
     async def _new_controller(self, name: TopicName) -> ScalableTopicController:
         session = await self._ensure_session()
@@ -253,7 +268,12 @@ class ScalableTopicService:
             return
         self._closed = True
         for controller in list(self.controllers.values()):
-            await controller.close()
+            try:
+                await controller.close()
+            except Exception:
+                # the others still close, and so does the session, which takes the records
+                # the store failed to delete (its election record) with it
+                log.exception("closing the controller of %s failed", controller.topic)
         self.controllers.clear()
         if self._session is not None:
             self._session.remove_listener(self._session_ended)
