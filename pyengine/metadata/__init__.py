@@ -224,6 +224,10 @@ class Watch:
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(error)
+            # ended as a closed one is: the store forgets it (close() is a no-op from now on)
+            if self._on_close is not None:
+                on_close, self._on_close = self._on_close, None
+                on_close(self)
 
     # user side
     @property

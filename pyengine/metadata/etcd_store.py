@@ -479,7 +479,8 @@ class EtcdMetadataStore(MetadataStore):
 
         def on_close(watch: Watch) -> None:
             self._watches.discard(watch)
-            pump.cancel()
+            if pump is not asyncio.current_task(pump.get_loop()):     # the pump failing it ends by itself
+                pump.cancel()
 
         watch = Watch(since, on_close)
         self._watches.add(watch)
