@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import logging
 import struct
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -50,6 +51,8 @@ from pyengine.metadata import (
     SEQUENTIAL_DIGITS,
 )
 from pyengine.metadata.keys import decode_index_entry, decode_local, encode_local, index_keys_for, prefix_end
+
+log = logging.getLogger(__name__)
 
 _R = b"r"
 _I = b"i"
@@ -536,17 +539,30 @@ class LocalMetadataStore(MetadataStore):
 
     def _expire(self, session_id: int) -> None:
         self._expiry.pop(session_id, None)
-        task = asyncio.get_running_loop().create_task(self._end_session(session_id, expired=True))
+        task = asyncio.get_running_loop().create_task(self._expire_session(session_id))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _expire_session(self, session_id: int) -> None:
+        try:
+            await self._end_session(session_id, expired=True)
+        except MetadataStoreError as exc:
+            log.warning("expiring metadata session %x failed (retrying): %s", session_id, exc)
 
     async def _end_session(self, session_id: int, expired: bool) -> None:
         timer = self._expiry.pop(session_id, None)
         if timer is not None:
             timer.cancel()
-        self._session_ttl.pop(session_id, None)
+        ttl = self._session_ttl.pop(session_id, None)
         try:
             await self._run(lambda kv: txn_end_session(kv, session_id))
+        except MetadataStoreError:
+            # not written: its ephemeral records stay until the end is written, so expire it
+            # again after its TTL (as etcd expires a lease it could not revoke)
+            if ttl is not None and not self._closed:
+                self._session_ttl[session_id] = ttl
+                self._arm(session_id)
+            raise
         finally:
             session = self._sessions.get(session_id)
             if expired and session is not None:
