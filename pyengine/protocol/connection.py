@@ -130,7 +130,10 @@ class ServerConnection(asyncio.Protocol):
         self._creations = 0
         self._creations_in_flight: dict[tuple[str, int], int] = {}
         self._closed_while_creating: dict[tuple[str, int], int] = {}
-        self._recently_closed_producers: set[int] = set()
+        # Ids of producers the broker closed, each for one keep-alive interval (Apache's
+        # recentlyClosedProducers): their SENDs written before the client saw the close are
+        # ignored. Timed, or a connection would keep one per producer fenced for good.
+        self._recently_closed_producers: dict[int, asyncio.TimerHandle] = {}
         self._out: list[bytes] = []
         self._flush_pending = False
         self._reading = False
@@ -298,6 +301,9 @@ class ServerConnection(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_exception(ConnectionError("connection closed"))
         self._liveness_waiters.clear()
+        for timer in self._recently_closed_producers.values():
+            timer.cancel()
+        self._recently_closed_producers.clear()
         for producer in [*self.producers.values(), *self._waiting_producers.values(),
                          *self._closing_producers.values()]:
             self._release_producer(producer)
@@ -589,7 +595,7 @@ class ServerConnection(asyncio.Protocol):
                     raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
             self.producers[producer_id] = network
             self.server.producer_attached(network)
-            self._recently_closed_producers.discard(producer_id)
+            self._forget_closed_producer(producer_id)
             self.write(replies.producer_success(request_id, network.name, producer.last_sequence_id,
                                                 topic_epoch=grant, schema_version=schema_version))
         finally:
@@ -617,7 +623,7 @@ class ServerConnection(asyncio.Protocol):
         (one still being created is closed: its creation fails)."""
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
-            self._recently_closed_producers.add(producer.producer_id)
+            self._closed_by_broker(producer.producer_id)
             self.write(replies.close_producer(producer.producer_id))
         self.server.detach_producer(producer, release_access=False)
 
@@ -627,11 +633,21 @@ class ServerConnection(asyncio.Protocol):
         creation sees it closed, and the client retries."""
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
-            self._recently_closed_producers.add(producer.producer_id)
+            self._closed_by_broker(producer.producer_id)
             self.write(replies.close_producer(producer.producer_id))
             self.server.detach_producer(producer)
         else:
             self._close_while_creating(("producer", producer.producer_id))
+
+    def _closed_by_broker(self, producer_id: int) -> None:
+        self._forget_closed_producer(producer_id)
+        self._recently_closed_producers[producer_id] = self._loop.call_later(
+            self.server.keepalive_interval, self._recently_closed_producers.pop, producer_id, None)
+
+    def _forget_closed_producer(self, producer_id: int) -> None:
+        timer = self._recently_closed_producers.pop(producer_id, None)
+        if timer is not None:
+            timer.cancel()
 
     def _on_close_producer(self, body: pb.CommandCloseProducer, frame: Any) -> None:
         producer = self.producers.pop(body.producer_id, None)
