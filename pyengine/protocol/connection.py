@@ -322,7 +322,8 @@ class ServerConnection(asyncio.Protocol):
             return
         self._shutting_down = True
         self._update_reading()
-        pending = [producer.wait_idle() for producer in self.producers.values()]
+        # The closing producers' too: their receipts (and their close's SUCCESS) are answered.
+        pending = [producer.wait_idle() for producer in [*self.producers.values(), *self._closing_producers.values()]]
         if pending:
             await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), timeout)
         self.close()
