@@ -379,6 +379,10 @@ class ServerConnection(asyncio.Protocol):
             self._over_pending_sends = True
             self._update_reading()
         self.server.publish_buffer_grew(size)
+        if self.server.publish_buffer_full and not self._over_publish_buffer:
+            # Full before this send: this connection had no producer when it filled, so
+            # its own send pauses it (Apache checks the threshold on every send).
+            self.throttle_for_publish_buffer(True)
 
     def sends_finished(self, count: int, size: int) -> None:
         self._pending_sends -= count

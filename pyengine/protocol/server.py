@@ -128,6 +128,11 @@ class ProtocolServer:
                 if connection.producers:
                     connection.throttle_for_publish_buffer(True)
 
+    @property
+    def publish_buffer_full(self) -> bool:
+        """Whether the connections with producers are not read (the buffer is full)."""
+        return self._publish_buffer_full
+
     def publish_buffer_shrank(self, size: int) -> None:
         self.publish_buffer_bytes -= size
         if self._publish_buffer_full and self.publish_buffer_bytes < self.max_publish_buffer_bytes // 2:
