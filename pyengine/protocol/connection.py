@@ -539,6 +539,12 @@ class ServerConnection(asyncio.Protocol):
             schema = schema_from_proto(body.schema) if body.HasField("schema") else None
             schema_version = encode_version(await self.service.schemas.for_producer(topic.name, schema))
             name = body.producer_name or self.service.generate_producer_name()
+            if self.closed:
+                return
+            if self._closed_before_created(key, number):
+                # Before the access mode is asked for: a WaitForExclusive one would be queued
+                # for nobody (Shared producers of the topic refused while it waits).
+                raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
             # The access mode first, then the name, as Pulsar's AbstractTopic.addProducer: an
             # ExclusiveWithFencing producer fences one of its own name (a restarted task), a
             # WaitForExclusive one waits for it to leave, an Exclusive one is ProducerFenced.
@@ -563,7 +569,11 @@ class ServerConnection(asyncio.Protocol):
                     self._waiting_producers.pop(producer_id, None)
                 if network.closed or self.closed:
                     self.server.detach_producer(network)
-                    return
+                    if self.closed:
+                        return
+                    # Closed by the client, or fenced between its grant and now (no
+                    # CLOSE_PRODUCER told it: it is not ours yet): answered, or it waits for ever.
+                    raise ServiceNotReadyError(f"producer {producer_id} was closed before its creation was complete")
             try:
                 producer = await self.server.attach_producer(self, topic, name)
             except BaseException:
