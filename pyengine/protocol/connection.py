@@ -722,8 +722,9 @@ class ServerConnection(asyncio.Protocol):
         publish_time, first_chunks, deliver_at = published
         num_messages = max(body.num_messages, 1)
         # The client numbers the messages of a batch consecutively (it expects the receipt's
-        # sequence id in [first, first + n - 1]).
-        highest = max(body.highest_sequence_id, sequence_id + num_messages - 1)
+        # sequence id in [first, first + n - 1]); never past uint64, or its receipt cannot be
+        # built and the producer's answers stop.
+        highest = min(max(body.highest_sequence_id, sequence_id + num_messages - 1), replies.U64 - 1)
         topic = producer.topic
         try:
             if body.HasField("txnid_most_bits") or body.HasField("txnid_least_bits"):

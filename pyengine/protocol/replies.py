@@ -30,6 +30,12 @@ def u64(value: int) -> int:
     return value % U64
 
 
+def i64(value: int) -> int:
+    """A uint64 from the wire (a sequence id) as an int64 field holds it: the same 64 bits,
+    as Apache's broker keeps them in a Java long."""
+    return (value + (1 << 63)) % U64 - (1 << 63)
+
+
 def _frame(cmd: pb.BaseCommand) -> bytes:
     return encode_command(cmd.SerializeToString())
 
@@ -119,7 +125,7 @@ def producer_success(request_id: int, producer_name: str, last_sequence_id: int,
     body = cmd.producer_success
     body.request_id = request_id
     body.producer_name = producer_name
-    body.last_sequence_id = last_sequence_id
+    body.last_sequence_id = i64(last_sequence_id)      # int64, sequence ids are uint64
     if schema_version:                  # the producer's schema (a producer of bytes has none)
         body.schema_version = schema_version
     if topic_epoch is not None:
