@@ -215,7 +215,9 @@ class ScalableTopicCommands:
                 return {s.segment_id: await segments.owner_url(s.topic_name(topic)) for s in layout.active_segments}
 
             def ended(error: BaseException) -> None:
-                if session is not None and self.sessions.get(session_id) is session:
+                # Also while opening (the topic deleted before its first read): else the
+                # client hears nothing and its id stays taken by the placeholder.
+                if current():
                     del self.sessions[session_id]
                     self._refuse(session_id, error)
 
