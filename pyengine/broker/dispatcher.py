@@ -57,6 +57,7 @@ import asyncio
 import base64
 import bisect
 import heapq
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
@@ -72,7 +73,10 @@ from pyengine_kernels import Position, ackset_acked_indexes, ackset_and
 if TYPE_CHECKING:
     from pyengine.broker.subscription import Subscription
 
+log = logging.getLogger(__name__)
+
 READ_BATCH = 200            # entries read from storage per step
+READ_RETRY_S = (0.1, 10.0)  # a pass whose read failed is tried again after this, doubling up to a cap
 RING_POINTS = 100           # points per consumer on the Key_Shared hash ring (Pulsar's default)
 FAILOVER_RING_POINTS = 100  # points per consumer on a Failover topic's ring (CONSUMER_CONSISTENT_HASH_REPLICAS)
 DELAYING_TYPES = ("shared", "key_shared")   # the subscription types that honour deliver_at_time
@@ -287,6 +291,8 @@ class Dispatcher:
         self.redeliveries = ReplayQueue(self._owner)
         self.redelivery_counts: dict[Position, int] = {}
         self._scheduled = False
+        self._retry: asyncio.TimerHandle | None = None     # a pass again after a failed read
+        self._retry_delay = READ_RETRY_S[0]
         self._next_shared = 0
         self._next_by_priority: dict[int, int] = {}    # Shared, consumers of several priorities
         self._priority_levels: list[int] | None = None   # their levels, highest first (None: one level)
@@ -591,6 +597,9 @@ class Dispatcher:
     def close(self) -> None:
         self._closed = True
         self._cancel_handover()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
         if self.delayed is not None:
             self.delayed.close()
         for consumer in list(self.consumers):
@@ -604,7 +613,23 @@ class Dispatcher:
         self._scheduled = False
         if self._closed or not self.consumers or self._handover is not None:
             return                          # a Failover handover waiting: nothing is read meanwhile
-        self._dispatch()
+        try:
+            self._dispatch()
+        except Exception:
+            # A read failed (what the pass gave out is delivered all the same): nothing else
+            # may wake the dispatcher, so the pass is tried again after a backoff, as Pulsar's
+            # dispatchers retry a failed read.
+            log.exception("[%s][%s] dispatch failed, retrying in %.1f s", self.subscription.topic.name,
+                          self.subscription.name, self._retry_delay)
+            if self._retry is None:
+                self._retry = asyncio.get_running_loop().call_later(self._retry_delay, self._retry_pass)
+                self._retry_delay = min(self._retry_delay * 2, READ_RETRY_S[1])
+        else:
+            self._retry_delay = READ_RETRY_S[0]
+
+    def _retry_pass(self) -> None:
+        self._retry = None
+        self.notify()
 
     def _dispatch(self) -> None:
         sub = self.subscription
@@ -670,6 +695,18 @@ class Dispatcher:
                 Delivery(entry, self.redelivery_counts.get(position, 0), batch_ack_set))
             return True
 
+        try:
+            self._read_and_offer(offer, compacted, horizon)
+        finally:
+            # Also after a failed read: what was given out (permits taken, pending acks, the
+            # cursor moved past it) must reach its consumer, or it is held there unsent.
+            self._send(outbox, auto_acked)
+
+    def _read_and_offer(self, offer: Callable[..., bool], compacted: Position | None, horizon: Position) -> None:
+        """The steps of a pass that read (see `_dispatch`)."""
+        sub = self.subscription
+        topic = sub.topic
+        cursor = sub.cursor
         # 0. Delayed messages whose time has come join the replays (Pulsar's
         #    getMessagesToReplayNow), not counted as redeliveries.
         if self.delayed is not None:
@@ -687,11 +724,16 @@ class Dispatcher:
                         break
                     self.redeliveries.discard(position)
                     from_view = compacted is not None and position <= compacted
-                    if from_view:
-                        entry = topic.compaction.read_entry(position)
-                    else:
-                        entry = topic.ledger.read_entry(position)
-                    if entry is not None and not offer(entry, from_view):
+                    try:
+                        if from_view:
+                            entry = topic.compaction.read_entry(position)
+                        else:
+                            entry = topic.ledger.read_entry(position)
+                        offered = entry is None or offer(entry, from_view)
+                    except BaseException:
+                        self.redeliveries.add(position)      # still to deliver again: the retry does
+                        raise
+                    if not offered:
                         self.redeliveries.add(position)
                         break
             finally:
@@ -738,6 +780,9 @@ class Dispatcher:
             if stopped:
                 break
 
+    def _send(self, outbox: dict[Consumer, list[Delivery]], auto_acked: list[Position]) -> None:
+        sub = self.subscription
+        topic = sub.topic
         for consumer, deliveries in outbox.items():
             msgs = nbytes = 0
             for delivery in deliveries:
