@@ -278,8 +278,10 @@ class MessageDeduplication:
                 if queued is None and not self.ledger.env.closed:
                     self._persist(producer_name, highest_sequence_id, None)     # appended later: now durable
             else:
-                # Not stored: a retry of this sequence id must be accepted again.
-                self._pushed[producer_name] = self._persisted.get(producer_name, -1)
+                # Not stored: a retry of this sequence id must be accepted again, but not one of
+                # a later send still being written (it would be stored twice).
+                writing = [seq for name, seq in self._in_flight if name == producer_name]
+                self._pushed[producer_name] = max([self._persisted.get(producer_name, -1), *writing])
             if late is not None and not self.ledger.env.closed:
                 self._move_replay_start()   # submitted after the record: never durable before it
 
