@@ -77,6 +77,8 @@ class Topic:
         self.dedup = MessageDeduplication(ledger, service.policies.deduplication_enabled(self.name))
         self.subscriptions: dict[str, Subscription] = {}
         self._opening_subscriptions: dict[str, asyncio.Future[Subscription]] = {}
+        # Subscriptions being deleted (unsubscribe): opened again only once that is over.
+        self._deleting_subscriptions: dict[str, asyncio.Future[None]] = {}
         self.producers: dict[str, Producer] = {}
         self._readers: list[Subscription] = []
         self._named_readers: dict[str, Subscription] = {}    # the non-durable subscriptions, by name
@@ -310,6 +312,8 @@ class Topic:
         if durable:
             new = subscription_name not in self.subscriptions
             subscription = await self.open_subscription(subscription_name, initial_position)
+            # Closed while the subscription was opened: its consumer would never be told.
+            self._check_open()
             from_start = new and initial_position == "earliest"
         elif joined is not None:
             subscription, from_start = joined, False
@@ -366,6 +370,11 @@ class Topic:
         with no consumer (the admin API creates subscriptions ahead of their consumers)."""
         self._check_open()
         _check_subscription_name(subscription_name)
+        while (deleting := self._deleting_subscriptions.get(subscription_name)) is not None:
+            # Opened meanwhile, it would take the cursor being deleted (not stored, not holding
+            # back the trimming): it is made afresh after the deletion (kept if that failed).
+            await asyncio.wait([deleting])
+            self._check_open()
         subscription = self.subscriptions.get(subscription_name)
         if subscription is not None:
             return subscription
@@ -376,7 +385,14 @@ class Topic:
 
     async def _create_subscription(self, subscription_name: str, initial_position: str) -> Subscription:
         cursor = await self.ledger.open_cursor(subscription_name, initial_position)
-        return self.subscriptions.get(subscription_name) or await self._attach_subscription(cursor)
+        subscription = self.subscriptions.get(subscription_name) or await self._attach_subscription(cursor)
+        if self._closed:
+            # Attached after the topic's close went over its subscriptions: closed here instead
+            # (its pending-ack handle would stay open).
+            with contextlib.suppress(Exception):
+                await subscription.close()
+            self._check_open()
+        return subscription
 
     def unsubscribe_reader(self, subscription: Subscription) -> None:
         self._readers = [r for r in self._readers if r is not subscription]
@@ -389,6 +405,16 @@ class Topic:
             raise SubscriptionNotFoundError(f"no subscription {subscription_name!r} on {self.name}")
         if subscription.consumers and not force:
             raise NotAllowedError(f"subscription {subscription_name} has connected consumers")
+        if subscription_name in self._deleting_subscriptions:
+            raise SubscriptionNotFoundError(f"subscription {subscription_name!r} on {self.name} is being deleted")
+        deleting = self._deleting_subscriptions[subscription_name] = asyncio.get_running_loop().create_future()
+        try:
+            await self._unsubscribe(subscription_name, subscription)
+        finally:
+            del self._deleting_subscriptions[subscription_name]
+            deleting.set_result(None)
+
+    async def _unsubscribe(self, subscription_name: str, subscription: Subscription) -> None:
         if subscription_name == COMPACTION_SUBSCRIPTION:
             # A compaction running now would write its view and move the cursor after the
             # deletion: it is stopped first (what it already queued lands, then is deleted).
