@@ -93,6 +93,7 @@ class Subscription:
         self.total_msg_expired = 0
         self.last_expire_timestamp = 0
         self.rate_expired = RateCounter()      # entries expired, for Pulsar's msgRateExpired
+        self._closed = False
 
     @property
     def durable(self) -> bool:
@@ -602,30 +603,29 @@ class Subscription:
             elif ackset_is_fully_acked(ack_set, max(entry.num_messages, 1)):
                 position, ack_set = self.topic.ledger.next_position(position), None
         saved = self.cursor.seek(position, ack_set)        # the cursor moves in memory now
-        try:
-            await saved
-        finally:
-            # The dispatcher follows the cursor also when its save failed (the caller gets
-            # the error; a retry saves it): left on its old reads, it would go on from there.
-            for waiting in self._rewinding.values():
-                waiting.permits = 0             # the reset below takes them back, as the others
-            if any(getattr(c, "read_compacted", False) for c in self.consumers):
-                # Into the compacted view, whose entries may be in ledgers trimmed since: at its
-                # start for the earliest position (the first stored entry), else at its first
-                # entry from `position` on.
-                if earliest is None:
-                    earliest = position == self.topic.ledger.first_position()
-                target = None if earliest else position
-                self.topic.compaction.rewind_to_view(self.cursor, target)
-            self.dispatcher.reset()
-            self.dispatcher.notify()
+        # The dispatcher follows the cursor at once, not after the save: a pass meanwhile would
+        # deliver from the new position what a later reset drops, the cursor already past it.
+        # Also when the save fails (the caller gets the error; a retry saves it).
+        for waiting in self._rewinding.values():
+            waiting.permits = 0             # the reset below takes them back, as the others
+        if any(getattr(c, "read_compacted", False) for c in self.consumers):
+            # Into the compacted view, whose entries may be in ledgers trimmed since: at its
+            # start for the earliest position (the first stored entry), else at its first
+            # entry from `position` on.
+            if earliest is None:
+                earliest = position == self.topic.ledger.first_position()
+            target = None if earliest else position
+            self.topic.compaction.rewind_to_view(self.cursor, target)
+        self.dispatcher.reset()
+        self.dispatcher.notify()
+        await saved
 
     async def clear_backlog(self) -> None:
         """Acknowledge everything a reader can see now (Pulsar's skip_all / clear-backlog): up
         to the read horizon, not the LAC, so an open transaction's entries are still delivered
         if it commits."""
         horizon = self.topic.buffer.max_read_position()
-        if horizon <= self.cursor.mark_delete:
+        if horizon <= self.cursor.mark_delete or self._closed:
             return
         skipped = {p for p in self.dispatcher.redeliveries if p <= horizon}
         skipped.update(self.dispatcher.held_back_up_to(horizon))
@@ -687,7 +687,9 @@ class Subscription:
         messages held back, as skip and expiry do. Returns the entries the move took out of
         the backlog (counted as it is made: acks racing the write are not in it)."""
         cursor = self.cursor
-        if last <= cursor.mark_delete:
+        if last <= cursor.mark_delete or self._closed:
+            # Closed (unsubscribed, its topic unloaded) since the caller took it: a save now
+            # would write a deleted cursor's record again.
             return 0
         skipped = {p for p in self.dispatcher.redeliveries if p <= last}
         skipped.update(self.dispatcher.held_back_up_to(last))
@@ -758,7 +760,7 @@ class Subscription:
         horizon = buffer.max_read_position()
         found = None
         start = ledger.next_position(cursor.mark_delete)
-        while start <= horizon and not self.topic._closed:
+        while start <= horizon and not self.topic._closed and not self._closed:
             entries = ledger.read_entries(start, 1000, horizon)
             if not entries:
                 break
@@ -799,6 +801,7 @@ class Subscription:
         }
 
     async def close(self) -> None:
+        self._closed = True
         for rewind in list(self._rewinds):
             rewind.cancel()
         self.dispatcher.close()
