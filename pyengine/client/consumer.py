@@ -1322,8 +1322,13 @@ class Consumer:
     def _enough_for_batch(self, policy: ConsumerBatchReceivePolicy) -> bool:
         # A full receiver queue gets no more messages: enough too, even with no max_num_message
         # (the C++ client would wait for max_num_bytes, for ever without a timeout).
+        # The queue is full once it holds every permit the broker was given: the permits of
+        # messages taken but not given back yet (under half a queue) and partitions' queues
+        # smaller than receiver_queue_size (max_total_...) leave it short of that size.
         count, size = self._queued_totals()
-        return policy.enough(count, size) or count >= self.options.receiver_queue_size
+        room = sum(h.options.receiver_queue_size - h._consumed_since_flow
+                   for h in self._handlers.values() if h.state != CLOSED)
+        return policy.enough(count, size) or count >= min(self.options.receiver_queue_size, room)
 
     def _wake_all(self) -> None:
         wake_all(self._waiters)
