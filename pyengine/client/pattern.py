@@ -277,6 +277,8 @@ class MultiTopicsConsumer:
         if self._closed:
             return
         for topic in [t for t in self._consumers if t not in matching]:
+            if topic not in self._consumers:
+                continue                        # dropped while an earlier one closed (its consumer failed)
             log.info("%s: %s is gone, unsubscribing it", self, topic)
             await self._remove(topic)
         for topic in [t for t in self._resubscribing if t not in matching]:
