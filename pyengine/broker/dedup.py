@@ -42,7 +42,7 @@ from pyengine.storage.entry import split_headers_and_payload
 from pyengine.transaction.outcome import mark_retrieved
 from pyengine_kernels import Position
 
-_SEQ = struct.Struct(">q")
+_SEQ = struct.Struct(">Q")          # sequence ids are uint64, as on the wire
 _POSITION = struct.Struct(">qq")
 # After the topic's prefix, the key of its replay start: no producer name's key (UTF-8) can be it.
 _REPLAY_START = b"\xff"
