@@ -42,6 +42,7 @@ class ManagedCursor:
         # A save failed and none succeeded since: memory holds acks that are not durable, so an
         # ack repeating one of them changes nothing here but must still be written.
         self._unsaved = False
+        self._deleted = False
         self._advance_mark_delete()
 
     # --- opening --------------------------------------------------------------------------
@@ -246,7 +247,9 @@ class ManagedCursor:
         """Write the cursor's state with the next group commit (coalesced with other changes in
         the same batch); the future resolves when it is durable."""
         env = self.ledger.env
-        if not self.durable:
+        if not self.durable or self._deleted:
+            # Deleted (or being deleted): a save would write its record again, or, queued in
+            # the deletion's group commit under the same key, take the deletion's place.
             return _done()
         db, key = env.db("cursors"), self._key
         # Serialise at seal time, so one batch writes the cursor's latest state once.
@@ -272,6 +275,7 @@ class ManagedCursor:
         """Delete the cursor's record, and do `also` (what the subscription keeps beside it) in
         the same LMDB transaction."""
         env = self.ledger.env
+        self._deleted = True        # from now on nothing of it is saved (see persist)
         if self.durable:
             db, key = env.db("cursors"), self._key
             await env.submit(all_of([*also, lambda txn: txn.delete(key, db=db)]), key=("cursor", key))
