@@ -131,6 +131,12 @@ class ClientConnection(asyncio.Protocol):
         if listener not in self._close_listeners:      # added again by a re-registration
             self._close_listeners.append(listener)
 
+    def remove_close_listener(self, listener: Callable[[ClientConnection], None]) -> None:
+        """Forget `listener` (its owner closed): a pooled connection outlives what uses it,
+        and kept, each listener would keep its closed owner in memory."""
+        if listener in self._close_listeners:
+            self._close_listeners.remove(listener)
+
     def close(self, reason: BaseException | None = None) -> None:
         """Close the connection (at once: what is not written yet is dropped)."""
         if self._close_reason is None:
@@ -151,7 +157,7 @@ class ClientConnection(asyncio.Protocol):
             if not future.done():
                 future.set_exception(ConnectError(str(reason)))
         self.closed.set_result(None)
-        for listener in self._close_listeners:
+        for listener in list(self._close_listeners):
             listener(self)
         for handler in list(self.producers.values()) + list(self.consumers.values()):
             handler.on_connection_closed(self)

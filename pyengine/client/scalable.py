@@ -250,6 +250,8 @@ class DagWatch:
         if self._reopen is not None:
             self._reopen.cancel()
         connection = self._connection
+        if connection is not None:
+            connection.remove_close_listener(self._connection_closed)
         if connection is not None and connection.dag_sessions.pop(self._session_id, None) is not None \
                 and connection.usable:
             connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_CLOSE, session_id=self._session_id))
@@ -961,9 +963,13 @@ class StreamConsumer:
             if connection.scalable_consumers.pop(self.consumer_id, None) is not None and connection.usable:
                 connection.send_command(base_command(pb.BaseCommand.SCALABLE_CONSUMER_UNREGISTER,
                                                      consumer_id=self.consumer_id))
+            if connection is not self._connection:
+                connection.remove_close_listener(self._connection_closed)
             raise
         if result.HasField("error"):
             connection.scalable_consumers.pop(self.consumer_id, None)
+            if connection is not self._connection:
+                connection.remove_close_listener(self._connection_closed)
         return result
 
     def _on_assignment(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
@@ -1130,6 +1136,8 @@ class StreamConsumer:
         if self._ended is None:
             self._queue.put_nowait(_CLOSED)             # the receives waiting end now (else _ENDED does)
         connection = self._connection
+        if connection is not None:
+            connection.remove_close_listener(self._connection_closed)
         if connection is not None and connection.scalable_consumers.pop(self.consumer_id, None) is not None \
                 and connection.usable:
             connection.send_command(base_command(pb.BaseCommand.SCALABLE_CONSUMER_UNREGISTER,
