@@ -112,7 +112,7 @@ def check_send_fields(key: Any, properties: Any, event_time: Any, sequence_id: A
         raise TypeError(f"key must be a string, not {type(key).__name__}")
     props = check_properties(properties)
     if event_time is not None:
-        check_int("event_time", event_time, 0)
+        check_int("event_time", event_time, 0, (1 << 64) - 1)       # MessageMetadata's uint64
     if sequence_id is not None:
         check_int("sequence_id", sequence_id, 0, (1 << 63) - 1)
     return props

@@ -204,6 +204,17 @@ async def test_malformed_reader_and_transaction_arguments(client):
         await client.new_transaction(timeout_ms="60s")
 
 
+async def test_an_event_time_past_uint64_is_refused_before_the_send(client):
+    """MessageMetadata.event_time is a uint64: refused up front, naming the field, with no
+    sequence id taken (before, protobuf refused it from inside the producer)."""
+    producer = await client.create_producer(TOPIC)
+    for event_time in (1 << 64, 1 << 70):
+        with pytest.raises(ValueError, match="event_time"):
+            await producer.send(b"x", event_time=event_time)
+    await producer.send(b"x", event_time=(1 << 64) - 1)
+    assert producer.last_sequence_id == 0
+
+
 async def test_malformed_send_arguments(client):
     producer = await client.create_producer(TOPIC)
     for kwargs, error in [({}, None), ({"key": 5}, TypeError), ({"properties": {"a": 1}}, TypeError),
