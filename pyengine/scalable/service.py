@@ -161,7 +161,13 @@ class ScalableTopicService:
     async def release(self, topic: str | TopicName, *, deleted: bool = False) -> None:
         """Close this broker's controller of `topic`. Its connected consumers are told to find
         the leader again, or (`deleted`) that the topic is gone, so that they stop."""
-        controller = self.controllers.pop(str(scalable_topic_name(topic)), None)
+        key = str(scalable_topic_name(topic))
+        creating = self._creating.get(key)
+        if creating is not None:
+            # Created after this, it would be kept and stand for election for a deleted topic:
+            # its creation ends first, and its controller is closed here.
+            await asyncio.wait([creating])
+        controller = self.controllers.pop(key, None)
         if controller is not None:
             tell = TopicNotFoundError(f"scalable topic {controller.topic} was deleted") if deleted else None
             await controller.close(tell)

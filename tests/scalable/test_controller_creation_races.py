@@ -60,3 +60,20 @@ async def test_a_controller_created_while_the_service_closes_is_not_kept(service
     await asyncio.wait_for(closing, 2)
     assert service.controllers == {}
     assert await service.leader_url(TOPIC) is None      # it resigned: no leader for a closed broker
+
+
+async def test_a_controller_created_while_its_topic_is_released_is_not_kept(services):
+    """A release (the topic's deletion) while the controller is being created: the creation
+    ended after it and its controller was kept, standing for election for a deleted topic."""
+    service = await services("a")
+    await service.create_topic(TOPIC, 1)
+    reached, go = hold(service)
+    creating = asyncio.ensure_future(service.controller(TOPIC))
+    await asyncio.wait_for(reached.wait(), 2)
+    releasing = asyncio.ensure_future(service.release(TOPIC, deleted=True))
+    await asyncio.sleep(0)
+    go.set()
+    controller = await asyncio.wait_for(creating, 2)
+    await asyncio.wait_for(releasing, 2)
+    assert str(controller.topic) not in service.controllers
+    assert controller._closed
