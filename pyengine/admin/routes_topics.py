@@ -186,6 +186,7 @@ async def create_partitioned_topic(call: Call) -> None:
     check_partitioned_topic_name(name)                         # 412 first, as Pulsar
     service = call.service
     async with topic_change(service, name):     # a plain topic being created is not stored yet
+        await service.load_settled(str(name))     # nor one a producer is creating
         if service.topic_exists(str(name)):
             raise AdminError(CONFLICT, f"a non-partitioned topic {name} already exists")
         await service.policies.create_partitioned_topic(str(name), call.body)
@@ -291,13 +292,15 @@ async def _delete_partitioned_topic(call: Call, name: TopicName) -> None:
     names = partition_names(name, partitions)
     if not call["force"] and any(has_clients(service.topics[p]) for p in names if p in service.topics):
         raise AdminError(PRECONDITION_FAILED, "Topic has active producers/subscriptions")
-    for partition in names:
-        if service.topic_exists(partition):
-            await service.delete_topic(partition)
-    # Its metadata, topic-level policies and schemas in one LMDB write, once every partition
-    # is gone (as Pulsar, which deletes the metadata last): a crash leaves it to a retry.
-    async with service.schemas.registry.deleting(schema_id(name)) as schemas:
-        await service.policies.delete_partitioned_topic(str(name), also=[schemas])
+    # No producer creates a partition meanwhile (one created after the loop passed it was left).
+    async with service.deleting_partitioned_topic(str(name)):
+        for partition in names:
+            if service.topic_exists(partition):
+                await service.delete_topic(partition)
+        # Its metadata, topic-level policies and schemas in one LMDB write, once every partition
+        # is gone (as Pulsar, which deletes the metadata last): a crash leaves it to a retry.
+        async with service.schemas.registry.deleting(schema_id(name)) as schemas:
+            await service.policies.delete_partitioned_topic(str(name), also=[schemas])
 
 
 # --- stats ----------------------------------------------------------------------------------

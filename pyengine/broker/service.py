@@ -14,7 +14,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from pyengine_kernels import Position, TxnId
 
 log = logging.getLogger(__name__)
 TXN_VERSION_PROPERTY = "txnVersion"     # a topic's transaction design (4 or 5), kept from its first load
+LOADS_AT_CLOSE_S = 10.0                 # how long a close waits for topic loads under way
 
 
 @dataclass
@@ -210,6 +211,8 @@ class BrokerService:
         self.env = StorageEnvironment(config.data_dir, map_size=config.map_size, sync=config.sync)
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self._deleting_partitioned: dict[str, int] = {}    # partitioned topic -> its deletions under way
+        self._loads_abandoned = False       # the close stopped waiting for loads under way
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled,
                                        retention_default=config.retention,
@@ -294,17 +297,40 @@ class BrokerService:
         if not self.policies.namespace_exists(topic_name.namespace_name):
             raise TopicNotFoundError(f"namespace {topic_name.namespace_name} does not exist (create it first, "
                                      "e.g. `pyengine admin namespaces create`)")
+        if (topic_name.partition_index >= 0 and str(topic_name.partitioned_topic) in self._deleting_partitioned
+                and key not in self._loading and not self.topic_exists(key)):
+            # As Pulsar: no partition is created while its partitioned topic is deleted (created
+            # after the deletion passed it, it was left without its partitioned topic).
+            raise TopicNotFoundError(f"topic {key} does not exist: its partitioned topic is being deleted")
         loading = self._loading.get(key)
         if loading is None:
+            if self._closed:
+                # Loaded now, it would outlive the close (which closed the loaded topics).
+                raise ServiceNotReadyError(f"the broker is closing: topic {key} is not loaded")
             loading = asyncio.ensure_future(Topic.load(self, topic_name))
             self._loading[key] = loading
-            try:
-                topic = await loading
-                self.topics[key] = topic
-            finally:
-                del self._loading[key]
-            return topic
+            # Registered by the load itself, not by its first caller: a caller that stops
+            # waiting (cancelled) neither cancels the load for the others waiting for it (they
+            # got a CancelledError of their own) nor leaves it unregistered.
+            loading.add_done_callback(lambda done: self._loaded(key, done))
         return await asyncio.shield(loading)
+
+    def _loaded(self, key: str, loading: asyncio.Future[Topic]) -> None:
+        del self._loading[key]
+        if not loading.cancelled() and loading.exception() is None:
+            if self._loads_abandoned:
+                # Ended after the close stopped waiting for it: closed, not kept.
+                task = asyncio.ensure_future(loading.result().close())
+                task.add_done_callback(lambda done: done.cancelled() or done.exception())
+                return
+            self.topics[key] = loading.result()
+
+    async def load_settled(self, name: str) -> None:
+        """Wait until no load of topic `name` (normalised) is under way (a producer's first
+        use creating it: not stored yet, it is a topic all the same). Its outcome is its
+        callers'. The caller checks in the same event-loop turn as this returns."""
+        while (loading := self._loading.get(name)) is not None:
+            await asyncio.wait([loading])
 
     def topic_exists(self, name: str) -> bool:
         key = str(TopicName.parse(name))
@@ -346,6 +372,26 @@ class BrokerService:
             topic.ledger.trim_soon()
         self._retention_check = asyncio.get_running_loop().call_later(
             self.config.retention_check_interval_s, self._check_retention)
+
+    @contextlib.asynccontextmanager
+    async def deleting_partitioned_topic(self, name: str) -> AsyncIterator[None]:
+        """For the deletion of the partitioned topic `name` (normalised): no partition of it is
+        created (loaded without being stored) until the block ends, and the ones being created
+        (a producer's auto-creation) are done before it starts, so that its partitions' deletion
+        sees them."""
+        self._deleting_partitioned[name] = self._deleting_partitioned.get(name, 0) + 1
+        try:
+            loads = [future for key, future in self._loading.items()
+                     if str(TopicName.parse(key).partitioned_topic) == name]
+            if loads:
+                await asyncio.wait(loads)          # (their failures are their callers')
+            yield
+        finally:
+            left = self._deleting_partitioned[name] - 1
+            if left:
+                self._deleting_partitioned[name] = left
+            else:
+                del self._deleting_partitioned[name]
 
     async def delete_topic(self, name: str) -> None:
         topic = await self.get_topic(name, create=False)
@@ -484,6 +530,14 @@ class BrokerService:
         self._closed = True
         if self._retention_check is not None:
             self._retention_check.cancel()
+        if self._loading:
+            # The loads under way end first (no new one starts): their topics are closed below.
+            # Bounded: a load hung on an unreachable metadata store must not hang the close
+            # (one ending later closes its own topic, see _loaded).
+            _, hung = await asyncio.wait(list(self._loading.values()), timeout=LOADS_AT_CLOSE_S)
+            if hung:
+                self._loads_abandoned = True
+                log.warning("closing with %d topic loads still under way", len(hung))
         await self.message_expiry.close()
         await self.backlog_quotas.close()
         await self.stats_update.close()
