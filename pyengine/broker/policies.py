@@ -11,6 +11,7 @@ the start, as in a Pulsar standalone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -267,6 +268,7 @@ class BrokerPolicies:
         self.backlog_quota_default = backlog_quota_default or BacklogQuota()
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
+        self._writing: dict[str, asyncio.Future[Any]] = {}     # key -> its latest write, until durable
         self.version = 0                # counts the changes: lets a topic cache what it derived
         self._policy_listeners: list[Callable[[], None]] = []
 
@@ -287,7 +289,9 @@ class BrokerPolicies:
             return self._cache[key]
         with self.env.read() as txn:
             raw = txn.get(key.encode(), db=self._db)
-        value = json.loads(raw) if raw is not None else None
+        if raw is None:
+            return None     # not kept: every name ever asked for (a typo, a scan) would stay cached
+        value = json.loads(raw)
         self._cache[key] = value
         return value
 
@@ -307,12 +311,31 @@ class BrokerPolicies:
         writes of one key coalesce in order; a failed one leaves the cache to the store again."""
         self._cache[key] = value
         self.version += 1
-        try:
-            await self.env.submit(write, key=("policies", key))
-        except Exception:
+
+        def forget() -> None:
             if key in self._cache and self._cache[key] is value:
                 del self._cache[key]          # not written: read what is stored
+
+        def settled(future: asyncio.Future[Any]) -> None:
+            if self._writing.get(key) is future:
+                del self._writing[key]
+            if future.cancelled() or future.exception() is not None:
+                forget()
+            elif value is None and key not in self._writing:
+                forget()              # deleted for good: a missing record is read, not cached
+
+        try:
+            written = self.env.submit(write, key=("policies", key), after=self._writing.get(key))
+        except Exception:
+            forget()
             raise
+        self._writing[key] = written
+        written.add_done_callback(settled)
+        # Made from the write before it (`after`), not durable yet: written only if that one
+        # is, else a change refused with an error was stored with this one, and in force.
+        # Shielded: a caller that stops waiting neither refuses the writes made on top of it
+        # (a cancelled write counts as failed for them) nor leaves the cache unchecked.
+        await asyncio.shield(written)
 
     def _children(self, prefix: str) -> list[str]:
         names = []
@@ -324,7 +347,12 @@ class BrokerPolicies:
                     if not key.startswith(prefix):
                         break
                     names.append(key[len(prefix):])
-        return names
+        # Also the records being created (in force from the start, as the cache says: a tenant
+        # was deleted as empty while a namespace of it was created). One being deleted is
+        # kept until that is durable (if it fails, it was there all along).
+        created = [key[len(prefix):] for key in self._writing
+                   if key.startswith(prefix) and self._cache.get(key) is not None]
+        return sorted(set(names).union(created)) if created else names
 
     # --- tenants and namespaces -----------------------------------------------------------
 
