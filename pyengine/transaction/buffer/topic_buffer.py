@@ -689,7 +689,13 @@ class TopicTransactionBuffer(TransactionBuffer):
             await asyncio.gather(*self._background, return_exceptions=True)
         self.ledger.remove_listener(self._on_lac_moved)
         if was_ready and self._transactional:
-            await self._write_snapshot()
+            # Only spares the next recovery a replay: if it fails, the topic must still close
+            # (raised, it left the topic's ledger open and its deletion undone).
+            try:
+                await self._write_snapshot()
+            except (StorageError, PulsarError) as exc:
+                log.warning("%s: final transaction-buffer snapshot failed (recovery replays instead): %s",
+                            self.ledger.name, exc)
 
     def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
