@@ -201,8 +201,12 @@ class PendingAckHandleImpl(PendingAckHandle):
             self._fail_replay(error)
             raise error from exc
         except BaseException:
-            self.state = HandleState.NONE
+            if self.state is HandleState.REPLAYING:
+                self.state = HandleState.NONE
             raise
+        if self.state is not HandleState.REPLAYING:
+            # Closed meanwhile: it stays closed (READY here would serve acks again).
+            raise ServiceNotReadyError(f"PendingAckHandle of {self._name} was closed while replaying")
         self._replay_error = None
         self.state = HandleState.READY
 
@@ -229,7 +233,8 @@ class PendingAckHandleImpl(PendingAckHandle):
         self._records = {}
         self._txns = TxnsByCoordinator()
         self._replay_error = error
-        self.state = HandleState.ERROR
+        if self.state is not HandleState.CLOSED:        # a close meanwhile stands
+            self.state = HandleState.ERROR
 
     # --- acknowledgements -----------------------------------------------------------------
 
