@@ -154,6 +154,10 @@ class TransactionCoordinatorService:
         except BaseException:
             await self.close()
             raise
+        if self._state != "starting":
+            # Closed while the last store recovered: running now would arm timers that no
+            # close stops, over stores already closed.
+            raise ServiceNotReadyError("the transaction coordinator service was closed while starting")
         # Only now: a participant reached by a resumed ending may already ask any coordinator
         # (Pulsar #18923 ended txns before their coordinator was registered).
         self._state = "running"
