@@ -67,6 +67,9 @@ DEFAULT_NUM_COORDINATORS = 16          # Pulsar's transaction_coordinator_assign
 DEFAULT_MAX_TIMEOUT_MS = 6 * 60 * 60 * 1000
 DEFAULT_PURGE_INTERVAL_MS = 60 * 1000
 
+# topic:// names have no ledger (PIP-468): the broker refuses to load them as topics.
+SCALABLE_DOMAIN = "topic://"
+
 _DECIDING = {TxnAction.COMMIT: TxnStatus.COMMITTING, TxnAction.ABORT: TxnStatus.ABORTING}
 
 
@@ -226,7 +229,9 @@ class TransactionCoordinatorService:
         and the send costs no extra commit (the entry is never durable without it)."""
         self._check_running()
         self.keys.check_txn(check_txn(txn))
-        return self._store_of(txn).register_produced_partitions(txn, check_partitions(partitions))
+        partitions = check_partitions(partitions)
+        _check_participants(partitions)
+        return self._store_of(txn).register_produced_partitions(txn, partitions)
 
     def partition_registered(self, txn: TxnId, partition: str) -> bool:
         """Whether an append of `txn` to `partition` may go without registering it again: the
@@ -241,7 +246,9 @@ class TransactionCoordinatorService:
     def register_acked_subscriptions(self, txn: TxnId, subscriptions: list[tuple[str, str]]) -> asyncio.Future[Any]:
         self._check_running()
         self.keys.check_txn(check_txn(txn))
-        return self._store_of(txn).register_acked_subscriptions(txn, check_subscriptions(subscriptions))
+        subscriptions = check_subscriptions(subscriptions)
+        _check_participants([topic for topic, _sub in subscriptions])
+        return self._store_of(txn).register_acked_subscriptions(txn, subscriptions)
 
     def get(self, txn: TxnId) -> TxnMeta:
         self._check_running()
@@ -547,6 +554,16 @@ class TransactionCoordinatorService:
     def _check_running(self) -> None:
         if self._state != "running":
             raise ServiceNotReadyError(f"the transaction coordinator service is {self._state}")
+
+
+def _check_participants(topics: list[str]) -> None:
+    """Refuse a topic no participant can answer for: every end of the txn would be repeated
+    forever (never answered, the txn stuck deciding across restarts, its coordinator's low
+    watermark held back for good)."""
+    for topic in topics:
+        if topic.startswith(SCALABLE_DOMAIN):
+            raise NotAllowedError(f"{topic} is a scalable topic, not a transaction participant: "
+                                  "register its segment:// topics")
 
 
 async def _all(calls: list[Awaitable[Any]]) -> None:
