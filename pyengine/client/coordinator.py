@@ -214,7 +214,13 @@ class TransactionCoordinatorClient:
                         for i in range(partitions)}
         else:
             handlers = {0: CoordinatorHandler(self._core, 0, TC_ASSIGN_TOPIC)}
-        results = await asyncio.gather(*(h._start() for h in handlers.values()), return_exceptions=True)
+        try:
+            results = await asyncio.gather(*(h._start() for h in handlers.values()), return_exceptions=True)
+        except BaseException:
+            # Cancelled by close(): those connected already are known to no one else, and would
+            # reconnect once the pool closes their connection.
+            await asyncio.gather(*(h.close() for h in handlers.values()))
+            raise
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await asyncio.gather(*(h.close() for h in handlers.values()))
