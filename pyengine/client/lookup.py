@@ -40,7 +40,8 @@ class LookupService:
         backoff = Backoff(self._config.initial_backoff, self._config.max_backoff)
         while True:
             try:
-                return await asyncio.wait_for(self._partitions_once(topic), max(deadline - loop.time(), 0.001))
+                async with asyncio.timeout_at(deadline):    # not wait_for: 3.11's loses a late cancel
+                    return await self._partitions_once(topic)
             except _RETRYABLE as exc:
                 delay = backoff.next()
                 if loop.time() + delay >= deadline:
