@@ -294,6 +294,11 @@ class Client:
         check_name("consumer_name", consumer_name)
         if checkpoint is not None and not isinstance(checkpoint, dict):
             raise TypeError("checkpoint is a dict of segment id to MessageId (CheckpointConsumer.checkpoint())")
+        for sid in checkpoint or {}:
+            # a key that is no segment id (a str, once saved as JSON) would match no segment,
+            # and the consumer would read everything from the start again, silently
+            if not isinstance(sid, int) or isinstance(sid, bool) or sid < 0:
+                raise TypeError(f"checkpoint keys are segment ids (ints >= 0), not {sid!r}")
         watch = await self.watch_scalable_topic(topic)
         try:
             consumer = CheckpointConsumer(self, watch, subscription_name, consumer_name, {}, checkpoint)
