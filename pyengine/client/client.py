@@ -444,7 +444,7 @@ class Client:
         Transactions over `persistent://` topics are v4 (the default); a broker refuses a
         transaction of the other design on a topic (NotAllowed / TransactionConflict)."""
         self._check_open()
-        check_int("timeout_ms", timeout_ms, 1)
+        check_int("timeout_ms", timeout_ms, 1, 2**64 - 1)    # NEW_TXN carries it in a uint64
         if not isinstance(scalable, bool):
             raise TypeError(f"scalable must be a bool, not {type(scalable).__name__}")
         if scalable and self._core.coordinator.transaction_key is not None:
