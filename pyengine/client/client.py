@@ -16,6 +16,7 @@ written against one runs against the other.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import random
@@ -32,6 +33,7 @@ from pyengine.client.handler import close_all, start_all
 from pyengine.client.key_batching import BatchingType
 from pyengine.client.lookup import LookupService
 from pyengine.client.message import MessageId
+from pyengine.client.once import RunOnce
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.producer import CompressionType, PartitionProducer, Producer, ProducerOptions
@@ -126,6 +128,7 @@ class Client:
                               keep_alive_interval=keep_alive_interval_seconds)
         self._core = ClientCore(service_url, config, transaction_key, float(partitions_update_interval))
         self._closed = False
+        self._closing = RunOnce(self._close)
 
     async def __aenter__(self) -> Client:
         return self
@@ -467,14 +470,21 @@ class Client:
         return self._core.coordinator.epoch
 
     async def close(self) -> None:
-        """Close every producer (after its pending sends), consumer and connection."""
-        if self._closed:
-            return
+        """Close every producer (after its pending sends), consumer and connection; a cancelled
+        close still finishes (see RunOnce), and a second close() waits for it."""
         self._closed = True
-        for closable in list(self._core.open_objects):
+        await self._closing()
+
+    async def _close(self) -> None:
+        async def close_one(closable: Any) -> None:
             try:
                 await closable.close()
             except Exception as exc:           # closing goes on for the others
                 log.warning("closing %r: %s", closable, exc)
+        # All together, as the Java and C++ clients: one after the other, each waiting up to the
+        # operation timeout for a slow broker, closing N objects took N timeouts. (Those closed
+        # twice, as a scalable producer's segment producers, share one close: RunOnce.)
+        await asyncio.gather(*(close_one(closable) for closable in list(self._core.open_objects)),
+                             return_exceptions=True)      # (a close ending cancelled stops none of the others)
         await self._core.coordinator.close()
         await self._core.pool.close()
