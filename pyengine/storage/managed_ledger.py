@@ -447,6 +447,8 @@ class ManagedLedger:
             await self.env.barrier()
             while self._in_flight:
                 await self.env.barrier()
+            # Closed (deleted) meanwhile: sealing now would write its records back.
+            self._check_open()
         if self.terminated_at is None:
             self.terminated_at = self.lac
             self._record.terminated_at.CopyFrom(PositionRecord(ledger_id=self.lac.ledger_id,
@@ -687,6 +689,8 @@ class ManagedLedger:
         deleted ledger ids."""
         self._check_open()
         async with self._trim_lock:          # one at a time: each works on the ledgers left
+            # Closed (deleted) while this one waited: its writes would land after the deletion.
+            self._check_open()
             if self.retains_everything:
                 return []
             return await self._trim(_now_ms() if now_ms is None else now_ms)
@@ -809,6 +813,9 @@ class ManagedLedger:
 
     async def _create_cursor(self, name: str, initial_position: str) -> ManagedCursor:
         from pyengine.storage.cursor import ManagedCursor
+        # (this task starts a turn after open_cursor: the ledger may have been deleted since,
+        # and the new cursor's record would outlive it)
+        self._check_open()
         cursor = await ManagedCursor.open(self, name, initial_position)
         self.cursors[name] = cursor
         return cursor
@@ -853,6 +860,10 @@ class ManagedLedger:
         (for a caller that deletes more in the same LMDB transaction)."""
         if not self._closed:
             raise LedgerClosedError(f"managed ledger {self.name} must be closed before it is deleted")
+        for cursor in self.cursors.values():
+            # A late ack (a consumer's, a transaction's commit) would write its record back,
+            # left forever under a topic id nothing uses any more (see ManagedCursor.persist).
+            cursor._deleted = True
         prefix, name = self._prefix, self.name.encode()
         dbs = [self.env.db(n) for n in ("entries", "ledgers", "cursors", "dedup", "tb_snapshots")]
         topics = self.env.db("topics")
