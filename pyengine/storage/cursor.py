@@ -24,6 +24,8 @@ from pyengine_kernels import Position, ackset_and, ackset_is_fully_acked, ackset
 if TYPE_CHECKING:
     from pyengine.storage.managed_ledger import ManagedLedger
 
+_MAX_ENTRY_ID = (1 << 32) - 1      # the largest entry id a roaring BitMap (uint32) holds
+
 
 class ManagedCursor:
     def __init__(self, ledger: ManagedLedger, name: str, mark_delete: Position, *, durable: bool,
@@ -84,9 +86,14 @@ class ManagedCursor:
         that resolves when the new state is durable (at once when nothing changed)."""
         changed = False
         md = self.mark_delete
+        positions = [position for position in positions if position > md]
         for position in positions:
-            if position <= md:
-                continue
+            # Checked before any is taken: the bitmaps hold uint32 entry ids, and one out of
+            # range (a client's malformed message id) failed half-way with an OverflowError,
+            # the acks before it taken in memory, neither saved nor moving the mark-delete.
+            if not 0 <= position.entry_id <= _MAX_ENTRY_ID:
+                raise ValueError(f"cannot acknowledge {position}: not the position of an entry")
+        for position in positions:
             bitmap = self._acked.get(position.ledger_id)
             if bitmap is None:
                 bitmap = self._acked[position.ledger_id] = BitMap()
