@@ -131,6 +131,13 @@ class StorageEnvironment:
             self._unlock()
             raise DataDirNotFoundError(f"{self.path} is not a pyengine data dir: its LMDB environment lacks "
                                        f"pyengine's databases") from None
+        except lmdb.Error as exc:           # (else the lock stays taken and the environment open)
+            self._env.close()
+            self._unlock()
+            if isinstance(exc, lmdb.IncompatibleError):     # a record named like a database
+                raise DataDirNotFoundError(f"{self.path} is not a pyengine data dir: its LMDB environment is "
+                                           f"another program's ({exc})") from None
+            raise _storage_error(exc) from exc
         try:
             self._check_format()
         except BaseException:
