@@ -64,6 +64,10 @@ cdef class _Int64Column:
             # memcpy: the array need not be aligned.
             memcpy(&value, <const char*>self.view.buf + i * self.view.strides[0], 8)
             return value
+        # A list is read in place (PySequence_Fast does not copy it), and an item's __index__
+        # may have shrunk it since: reading past its end would crash the process.
+        if i >= PySequence_Fast_GET_SIZE(self.items):
+            raise RuntimeError(f"{self.name} changed size during the call")
         return _as_int64(<object>PySequence_Fast_GET_ITEM(self.items, i), self.name, i)
 
 
