@@ -948,11 +948,18 @@ class ServerConnection(asyncio.Protocol):
         if not message_id.ack_set:
             return IndividualAck(position)
         size = consumer.broker_consumer.pending.get(position) if consumer.broker_consumer else None
-        if size is None and message_id.HasField("batch_size"):
-            size = message_id.batch_size
         if size is None:
+            # Not pending here: the stored entry says how many messages it holds. The client's
+            # batch_size is a hint only, bounded by its ack set's bits: taken as it came, 2^31
+            # made the broker build ack sets of billions of bits (its memory gone).
             entry = consumer.topic.ledger.read_entry(position)
-            size = entry.num_messages if entry is not None else 64 * len(message_id.ack_set)
+            bits = 64 * len(message_id.ack_set)
+            if entry is not None:
+                size = entry.num_messages
+            elif message_id.HasField("batch_size"):
+                size = min(message_id.batch_size, bits)
+            else:
+                size = bits
         return IndividualAck(position, size, tuple(message_id.ack_set))
 
     async def _answer_ack(self, consumer_id: int, request_id: int, done: asyncio.Future[None]) -> None:
