@@ -7,7 +7,8 @@ transaction buffer and the metadata pending-ack store.
     /txn-op/<txnId>/<seq>      one per transactional write or ack, partition key = txnId,
                                <seq> assigned by the store (sequential key)
         {"kind": "write" | "ack", "segment", "position": [ledger, entry]}
-        acks add "subscription", "cumulative", "batch_size", "ack_set"
+        acks add "subscription", "cumulative", "batch_size", "ack_set"; the records of an ack
+        request of several add "request" (an id they share) and "parts" (how many it has)
 
     idx:writes-by-segment              op records of kind write, key (segment, ledger, entry)
     idx:acks-by-segment-subscription   op records of kind ack, key (segment, subscription)
@@ -137,6 +138,10 @@ class OpRecord:
     cumulative: bool = False
     batch_size: int = 1
     ack_set: tuple[int, ...] | None = None
+    # An ack request of several records (the store has no multi-record write): its id and its
+    # number of records. A request found with fewer was written in part: it was refused.
+    request: str | None = None
+    parts: int = 1
 
     def encode(self) -> bytes:
         raw: dict = {"kind": self.kind, "segment": self.segment,
@@ -145,6 +150,8 @@ class OpRecord:
             raw.update(subscription=self.subscription, cumulative=self.cumulative,
                        batch_size=self.batch_size,
                        ack_set=None if self.ack_set is None else list(self.ack_set))
+            if self.parts > 1:
+                raw.update(request=self.request, parts=self.parts)
         return json.dumps(raw, separators=(",", ":")).encode()
 
     @classmethod
@@ -164,9 +171,13 @@ class OpRecord:
             subscription = raw["subscription"]
             if not isinstance(subscription, str):
                 raise TypeError("subscription is not a string")
+            parts, request = _int(raw.get("parts", 1)), raw.get("request")
+            if parts < 1 or (parts > 1 and not isinstance(request, str)):
+                raise ValueError(f"a request of {parts} records with id {request!r}")
             return cls(kind, segment, Position(_int(ledger), _int(entry)), subscription,
                        bool(raw.get("cumulative", False)), _int(raw.get("batch_size", 1)),
-                       None if ack_set is None else tuple(_int(w) for w in ack_set))
+                       None if ack_set is None else tuple(_int(w) for w in ack_set),
+                       request if parts > 1 else None, parts)
         except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise CorruptTxnRecordError(f"txn op record {path} cannot be decoded: {exc}") from None
 

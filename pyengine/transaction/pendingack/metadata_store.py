@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +79,8 @@ class MetadataPendingAckStore:
         self._paths: dict[int, list[str]] = {}      # request seq -> its op records
         self._revisions: dict[int, int] = {}        # request seq -> store revision of its last record
         self._loaded: list[LoggedAck] = []
+        self.requests: dict[str, list[int]] = {}    # loaded records of requests of several, by request
+        self.incomplete: set[int] = set()           # loaded records of requests written in part
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -109,6 +113,12 @@ class MetadataPendingAckStore:
     async def _write(self, seq: int, txn: TxnId, ops: list[OpRecord], after: asyncio.Future[Any] | None) -> None:
         if after is not None:
             await asyncio.shield(after)             # raises its failure: nothing is written then
+        if len(ops) > 1:
+            # Each record names its request and how many it has: records a failed request left
+            # (their deletion failed too, or the broker died between the puts) are then told
+            # from a whole request by the replay, and not applied.
+            request = uuid.uuid4().hex
+            ops = [dataclasses.replace(op, request=request, parts=len(ops)) for op in ops]
         written: list[Record] = []
         try:
             for op in ops:
@@ -167,6 +177,7 @@ class MetadataPendingAckStore:
             raise PendingAckReplayError(f"pending acks of {self.subscription}: cannot read the op records: {exc}") from exc
         records.sort(key=lambda r: r.path)        # per txn, in the order they were written
         loaded = []
+        requests: dict[str, tuple[int, list[int]]] = {}     # request -> its parts, the seqs found
         for record in records:
             try:
                 txn = txn_of_path(record.path)
@@ -183,7 +194,11 @@ class MetadataPendingAckStore:
             self._paths[seq] = [record.path]
             self._revisions[seq] = record.create_revision
             loaded.append(logged)
+            if op.parts > 1:
+                requests.setdefault(op.request, (op.parts, []))[1].append(seq)
         self._loaded = loaded
+        self.requests = {request: seqs for request, (_parts, seqs) in requests.items()}
+        self.incomplete = {seq for parts, seqs in requests.values() if len(seqs) < parts for seq in seqs}
 
     @property
     def loaded(self) -> list[LoggedAck]:
@@ -254,8 +269,8 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
         """Op records written after their transaction's decision: the late-ack race, whose
         request was refused (TxnConflict) but whose records a crash, or a failed delete, left
         behind. Refused then, they are not applied now (PIP-473: the decision is the
-        linearization point, and a restart reaches the same one); they are deleted. Returns
-        those whose deletion failed, by txn."""
+        linearization point, and a restart reaches the same one); they are deleted, as are
+        the records of requests written in part. Returns those whose deletion failed, by txn."""
         decided_at: dict[TxnId, int | None] = {}
         late: set[int] = set()
         for logged in self.metadata.loaded:
@@ -271,6 +286,19 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
             decision = decided_at[txn]
             if decision is not None and self.metadata.revision_of(logged.seq) > decision:
                 late.add(logged.seq)
+        for seqs in self.metadata.requests.values():
+            if not late.isdisjoint(seqs):
+                late.update(seqs)       # a request straddling the decision was refused whole
+        if late:
+            self.late_acks_rejected += len(late)
+            log.warning("pending acks of %s: %d op record(s) written after their transaction's decision are "
+                        "dropped (refused acks left by a crash)", self._name, len(late))
+        partial = self.metadata.incomplete - late
+        if partial:
+            # What a request written in part left (refused: its sender was told it failed).
+            log.warning("pending acks of %s: %d op record(s) of ack requests written in part are dropped",
+                        self._name, len(partial))
+            late |= partial
         if not late:
             return {}
         late_of: dict[TxnId, list[int]] = {}
@@ -278,9 +306,6 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
             if logged.seq in late:
                 late_of.setdefault(logged.txn, []).append(logged.seq)
         self.metadata.drop_loaded(late)
-        self.late_acks_rejected += len(late)
-        log.warning("pending acks of %s: %d op record(s) written after their transaction's decision are "
-                    "dropped (refused acks left by a crash)", self._name, len(late))
         try:
             await self.metadata.delete_records(late)
         except MetadataStoreError as exc:
