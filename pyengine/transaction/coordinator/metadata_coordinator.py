@@ -44,6 +44,7 @@ from pyengine.transaction.coordinator.metadata_records import (
     IDX_FINAL,
     OP_PREFIX,
     V5_COORDINATOR_ID,
+    CorruptTxnRecordError,
     HeaderState,
     OpRecord,
     TxnHeader,
@@ -261,13 +262,16 @@ class MetadataTransactionCoordinator:
         expired = await self.store.range_query(IDX_DEADLINE, None, self.clock() + 1)
         aborted = 0
         for record in expired:
-            txn = txn_of_path(record.path)
             try:
+                txn = txn_of_path(record.path)
                 if await self._decide(txn, TxnAction.ABORT, timed_out=True) is TxnStatus.ABORTED:
                     aborted += 1
                     log.info("v5 transaction %s timed out: aborted", txn)
             except (InvalidTxnStatusError, TransactionNotFoundError):
                 pass                                # ended (or collected) meanwhile
+            except CorruptTxnRecordError as exc:
+                # Left as it is: raised, it stopped the sweep of every txn after it, each time.
+                log.error("v5 timeout sweep: %s", exc)
         return aborted
 
     async def collect_garbage(self) -> int:
@@ -284,8 +288,14 @@ class MetadataTransactionCoordinator:
         deleted = 0
         for state in (HeaderState.COMMITTED, HeaderState.ABORTED):
             for record in await self.store.range_query(IDX_FINAL, (state.value,), (state.value, cutoff + 1)):
-                txn = txn_of_path(record.path)
-                if not await self._settle_leftovers(txn, state, record.mod_revision):
+                try:
+                    txn = txn_of_path(record.path)
+                    if not await self._settle_leftovers(txn, state, record.mod_revision):
+                        continue
+                except CorruptTxnRecordError as exc:
+                    # Kept (its participants' records are not understood): raised, it stopped
+                    # the GC of every txn after it - the oldest first - at each sweep.
+                    log.error("GC of v5 transaction %s skipped: %s", record.path, exc)
                     continue
                 orphans = await self._delete_ops(txn)
                 if orphans:
