@@ -16,7 +16,7 @@ A watch that fails (for instance compacted history after a long disconnection) i
 backed off while it keeps failing, and every cached OPEN header re-read (also those nobody
 subscribed to yet: a participant reads a header, then subscribes later); a read of a header
 in flight across the reopen is repeated, as its answer may predate a decision the broken
-watch lost.
+watch lost. Cached decided headers are re-read too: those collected meanwhile are dropped.
 """
 
 from __future__ import annotations
@@ -189,6 +189,22 @@ class TxnHeaderCache:
                     await self.get(txn, fresh=True)
                 except (MetadataStoreError, CorruptTxnRecordError) as exc:
                     log.warning("re-reading the header of %s failed: %s", txn, exc)
+            await self._forget_collected()
+
+    async def _forget_collected(self) -> None:
+        """Drop the cached decided headers that are gone: the broken watch may have lost their
+        deletion (the GC sweep), the only thing that drops them - cached for good, else."""
+        decided = [txn for txn, entry in self._entries.items()
+                   if entry.header is not None and entry.header.state.final]
+        for txn in decided:
+            try:
+                gone = await self.store.get(header_path(txn)) is None
+            except MetadataStoreError as exc:
+                log.warning("re-reading the header of %s failed: %s", txn, exc)
+                continue
+            entry = self._entries.get(txn)
+            if gone and entry is not None and entry.header is not None and entry.header.state.final:
+                del self._entries[txn]
 
     def _maybe_stale(self) -> list[TxnId]:
         """The txns whose decision a broken watch may have lost: the watched ones, and every
