@@ -96,6 +96,7 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._subscribed: set[TxnId] = set()
         self._hidden: set[Position] = set()
         self._hidden_unsaved = False                   # a save of `_hidden` failed: redo it
+        self._hiding: asyncio.Task | None = None        # redoing it in the background
         self._listeners: list[Callable[[], None]] = []
         self._committed_total = 0
         self._aborted_total = 0
@@ -343,13 +344,15 @@ class MetadataTransactionBuffer(TransactionBuffer):
         if header is None or header.mod_revision < record.mod_revision and \
                 TxnHeader.decode(header.value, header.path).state.final:
             decided = None if header is None else TxnHeader.decode(header.value, header.path)
-            await self._reject_late(txn, position, record.path, decided)
+            await self._reject_late(txn, position, record.path, decided,
+                                    recorded_at=None if reserved is None else ahead.position)
             raise TransactionConflictError(_not_open(txn, decided))
         return position
 
     async def _reject_late(self, txn: TxnId, position: Position | None, op_path: str,
-                           header: TxnHeader | None) -> None:
-        """A write that lost the race with its txn's decision: never visible."""
+                           header: TxnHeader | None, *, recorded_at: Position | None = None) -> None:
+        """A write that lost the race with its txn's decision: never visible. `recorded_at`:
+        the position its op record names, when that is a reservation's lower bound."""
         self._late_total += 1
         if position is not None and header is not None and header.state is HeaderState.COMMITTED:
             self._hidden.add(position)
@@ -359,6 +362,8 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 # Hidden here; after a restart its op record hides it: kept until the hiding is
                 # saved (the commit's materialisation saves it before deleting the records).
                 log.warning("saving the hiding of late write %s on %s failed: %s", position, self.segment, exc)
+                if recorded_at is not None and recorded_at != position:
+                    await self._record_position(txn, op_path, position)
                 return
         elif position is not None and header is not None:
             # Aborted: the abort hides the entry, and the op record is what ties it to the
@@ -374,6 +379,18 @@ class MetadataTransactionBuffer(TransactionBuffer):
         if ops and op_path in ops:
             ops.remove(op_path)
 
+    async def _record_position(self, txn: TxnId, op_path: str, position: Position) -> None:
+        """Make the reservation at `op_path` name `position`, its entry's: the recovery hides a
+        late write at the position its record names, and a reservation's lower bound may be
+        another entry's. Its create revision (what tells it late) stays."""
+        try:
+            # Version 0: a reservation is never written again, and one deleted meanwhile (by
+            # the GC, or with its segment) must not be created again.
+            await self.store.put(op_path, OpRecord("write", self.segment, position).encode(), 0,
+                                 partition_key=txn_key(txn))
+        except MetadataStoreError as exc:
+            log.warning("recording late write %s at its position on %s failed: %s", position, self.segment, exc)
+
     async def _hide_unrecorded(self, position: Position, durable: asyncio.Future) -> None:
         """`position` holds an entry whose op record failed: hidden if the entry landed."""
         try:
@@ -383,8 +400,23 @@ class MetadataTransactionBuffer(TransactionBuffer):
         self._hidden.add(position)
         try:
             await self._save_hidden()
-        except StorageError as exc:         # hidden here; the next materialisation saves it
+        except StorageError as exc:
+            # Hidden in memory only, and no record ties the entry to its txn: saved again in the
+            # background until it is (and by close()), not only by the next materialisation -
+            # a restart before that would expose it.
             log.warning("saving the hiding of unrecorded entry %s on %s failed: %s", position, self.segment, exc)
+            if self._hiding is None or self._hiding.done():
+                self._hiding = asyncio.get_running_loop().create_task(self._save_hidden_until_saved())
+
+    async def _save_hidden_until_saved(self) -> None:
+        delay = 0.1
+        while self._hidden_unsaved and self.state is not BufferState.CLOSED:
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 5.0)
+            try:
+                await self._save_hidden()
+            except StorageError as exc:
+                log.warning("saving the hidden positions of %s failed again: %s", self.segment, exc)
 
     async def _save_hidden(self) -> None:
         """Save the hidden positions in the ledger. One that fails leaves `_hidden_unsaved` set
@@ -403,10 +435,12 @@ class MetadataTransactionBuffer(TransactionBuffer):
         last entry here lies there (and the hidden late writes among them)."""
         self._first_kept = first_position
         if self._aborted.trim_before(first_position) and self.state is BufferState.READY:
-            self._trimming = asyncio.get_running_loop().create_task(self._save_trimmed())
+            self._trimming = asyncio.get_running_loop().create_task(self._save_trimmed(self._trimming))
         self._hidden = {p for p in self._hidden if p >= first_position}
 
-    async def _save_trimmed(self) -> None:
+    async def _save_trimmed(self, previous: asyncio.Task | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])      # one after the other: close() awaits the last
         try:
             await self._save_aborted()
         except MetadataStoreError as exc:      # the next abort or trim saves it again
@@ -604,6 +638,19 @@ class MetadataTransactionBuffer(TransactionBuffer):
         # closed): an op record one of them was writing lands before a deletion, which
         # follows the close, clears the segment's records.
         await asyncio.gather(*self._appending, return_exceptions=True)
+        if self._trimming is not None:
+            # A save of the trimmed aborted set under way lands first: after the deletion that
+            # follows the close, it would store the set again for a segment that is gone.
+            await asyncio.wait([self._trimming])
+        if self._hiding is not None:
+            self._hiding.cancel()
+            await asyncio.gather(self._hiding, return_exceptions=True)
+        if self._hidden_unsaved:
+            # A last try (the ledger closes after the buffer): a restart must not expose them.
+            try:
+                await self._save_hidden()
+            except Exception as exc:
+                log.warning("saving the hidden positions of %s at its close failed: %s", self.segment, exc)
         tasks = list(self._materialising.values())
         for task in tasks:
             task.cancel()
