@@ -49,6 +49,12 @@ class ServiceNotReadyError(PulsarError):
     server_error = ServerError.ServiceNotReady
 
 
+class TopicFencedError(ServiceNotReadyError):
+    """The topic is closed (being unloaded or deleted): as Pulsar's TopicFencedException,
+    ServiceNotReady on the wire, which clients retry (they find the topic loaded again, or
+    created again after its deletion)."""
+
+
 class ChecksumError(PulsarError):
     server_error = ServerError.ChecksumError
 

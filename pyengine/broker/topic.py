@@ -23,7 +23,7 @@ from pyengine.broker.subscription import Subscription, normalize_sub_type
 from pyengine.broker.transactions import check_txn_design
 from pyengine.concurrency import single_flight
 from pyengine.errors import (ConsumerBusyError, InvalidSubscriptionNameError, NotAllowedError, ProducerBusyError,
-                             SubscriptionNotFoundError, TopicTerminatedError)
+                             SubscriptionNotFoundError, TopicFencedError, TopicTerminatedError)
 from pyengine.naming import TopicName, stored_name_problem
 from pyengine.storage import ManagedCursor, ManagedLedger, StorageError
 from pyengine.storage.entry import Entry
@@ -555,5 +555,5 @@ class Topic:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise NotAllowedError(f"topic {self.name} is closed")
+            raise TopicFencedError(f"topic {self.name} is closed")
 

@@ -26,7 +26,8 @@ from pyengine.errors import (
     InvalidSubscriptionNameError,
     InvalidTopicNameError, InvalidTransactionKeyError, InvalidTxnStatusError, MetadataError, NotAllowedError,
     PersistenceError, ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException, ProducerBusyError,
-    ProducerFencedError, PulsarError, ServiceNotReadyError, SubscriptionNotFoundError, TooManyRequestsError, TopicNotFoundError, TopicTerminatedError,
+    ProducerFencedError, PulsarError, ServiceNotReadyError, SubscriptionNotFoundError, TooManyRequestsError, TopicFencedError, TopicNotFoundError,
+    TopicTerminatedError,
     TransactionConflictError, TransactionCoordinatorNotFoundError, TransactionNotFoundError,
 )
 
@@ -44,7 +45,7 @@ __all__ = [
     "InvalidSubscriptionNameError", "InvalidTopicNameError", "InvalidTransactionKeyError", "InvalidTxnStatusError",
     "MetadataError", "NotAllowedError", "PersistenceError", "ProducerBlockedQuotaExceededError",
     "ProducerBlockedQuotaExceededException", "ProducerBusyError", "ProducerFencedError", "PulsarError",
-    "ServiceNotReadyError", "SubscriptionNotFoundError", "TooManyRequestsError", "TopicNotFoundError",
-    "TopicTerminatedError", "TransactionConflictError", "TransactionCoordinatorNotFoundError",
+    "ServiceNotReadyError", "SubscriptionNotFoundError", "TooManyRequestsError", "TopicFencedError",
+    "TopicNotFoundError", "TopicTerminatedError", "TransactionConflictError", "TransactionCoordinatorNotFoundError",
     "TransactionNotFoundError",
 ]

@@ -12,7 +12,7 @@ import pytest
 
 from pyengine.broker import Broker
 from pyengine.broker.consumer import Consumer
-from pyengine.errors import NotAllowedError
+from pyengine.errors import TopicFencedError
 from tests.broker.helpers import GatedWriter
 
 T = "persistent://public/default/subscribe-while-the-topic-closes"
@@ -55,7 +55,7 @@ async def test_a_subscribe_under_way_when_the_topic_closes_fails(tmp_path, secon
             gate.open()
         await closing
         for subscribing in [first, joining] if second else [first]:
-            with pytest.raises(NotAllowedError):
+            with pytest.raises(TopicFencedError):
                 await subscribing
         assert all(not s.consumers for s in topic.subscriptions.values())
         assert all(s.dispatcher._closed for s in topic.subscriptions.values())
