@@ -169,14 +169,29 @@ def parse_position_spec(name: str, text) -> PositionSpec:
     if not value.startswith("{"):
         return PositionSpec(_bound(name, parse_position(name, value)))
     try:
-        items = json.loads(value)
+        items = json.loads(value, object_pairs_hook=lambda pairs: _once(name, pairs))
     except json.JSONDecodeError as exc:
         raise OptionError(f"{name}: not a JSON object: {exc}") from exc
+    except RecursionError:
+        raise OptionError(f"{name}: not a JSON object of positions: nested too deeply") from None
     per_topic = {}
     for topic, position in items.items():
-        per_topic[_normalize(topic, name)] = _bound(f"{name}[{topic}]", parse_position(f"{name}[{topic}]", position))
+        normalized = _normalize(topic, name)
+        if normalized in per_topic:
+            raise OptionError(f"{name} names {normalized} twice (as {topic!r} too): give each topic once")
+        per_topic[normalized] = _bound(f"{name}[{topic}]", parse_position(f"{name}[{topic}]", position))
     default = "earliest" if name == "startPosition" else "latest"
     return PositionSpec(default, per_topic)
+
+
+def _once(name: str, pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's pairs as a dict, a key given twice refused (json keeps the last one)."""
+    items: dict = {}
+    for key, value in pairs:
+        if key in items:
+            raise OptionError(f"{name} names {key!r} twice: give each topic once")
+        items[key] = value
+    return items
 
 
 def _check_start_before_end(start: PositionSpec, end: PositionSpec) -> None:
