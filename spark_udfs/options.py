@@ -11,10 +11,11 @@
 | `maxBatchRows` | 65536 | rows per Arrow batch the reader yields (about) |
 | `maxPartitionEntries` | 100000 | a ledger with more entries is read by several partitions |
 | `maxEntriesPerTrigger` | none | streams only: at most about this many entries per micro-batch, shared among the topics (`spark_udfs.stream`) |
+| `failOnDataLoss` | `false` | batch reads: `true` fails the read (`DataDirChangedError`) when a topic's explicit `startPosition` (`LEDGER:ENTRY`, a position the topic held: one of its message ids) comes before the first entry it still stores (or, none stored, before its current ledger): the entries from there on were trimmed by retention or the topic deleted since, and would silently be left out (as Spark's Kafka source with `failOnDataLoss=true`). Ledger ids are the data dir's, shared by its topics, so a position the topic never held (`0:0`) counts as trimmed too: start at `earliest` instead. `false`: the read starts at the first entry left, as a Pulsar reader does. `pyengine pipeline export` sets it. |
 | `filterPushdown` | `false` | `true`: comparisons on `topic`, `ledger_id` and `entry_id` narrow what is planned and read (see `spark_udfs.source`). Off by default: Spark 4.3 keeps the read plan of the last pushed-down scan on the loaded DataFrame and reuses it for its other scans, so with it on a DataFrame read again (unfiltered, or with other filters, or twice in one query) gets the rows of another scan's filters. Turn it on only for a DataFrame scanned once; narrowing by `topics`, `startPosition` and `endPosition` is always safe. |
 
-A stream (`spark.readStream`, `spark_udfs.stream`) takes the same options but `endPosition` and
-`filterPushdown`, which it refuses; `maxEntriesPerTrigger` is for streams only.
+A stream (`spark.readStream`, `spark_udfs.stream`) takes the same options but `endPosition`,
+`filterPushdown` and `failOnDataLoss`, which it refuses; `maxEntriesPerTrigger` is for streams only.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 ISOLATIONS = (READ_COMMITTED, READ_UNCOMMITTED)
 KNOWN = ("path", "paths", "topics", "isolation", "includemarkers", "startposition", "endposition",
-         "maxbatchrows", "maxpartitionentries", "filterpushdown", "maxentriespertrigger")
+         "maxbatchrows", "maxpartitionentries", "filterpushdown", "maxentriespertrigger", "failondataloss")
 _SPELLING = {"includemarkers": "includeMarkers", "startposition": "startPosition", "endposition": "endPosition",
              "maxbatchrows": "maxBatchRows", "maxpartitionentries": "maxPartitionEntries",
-             "filterpushdown": "filterPushdown", "maxentriespertrigger": "maxEntriesPerTrigger"}
+             "filterpushdown": "filterPushdown", "maxentriespertrigger": "maxEntriesPerTrigger",
+             "failondataloss": "failOnDataLoss"}
 
 
 class OptionError(ValueError):
@@ -66,6 +68,7 @@ class ReadOptions:
     max_partition_entries: int = 100_000
     filter_pushdown: bool = False
     max_entries_per_trigger: int | None = None      # streams only
+    fail_on_data_loss: bool = False                 # batch reads only
 
     @property
     def read_committed(self) -> bool:
@@ -109,6 +112,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         filter_pushdown=_bool("filterPushdown", given.get("filterpushdown", "false")),
         max_entries_per_trigger=(_positive("maxEntriesPerTrigger", given["maxentriespertrigger"])
                                  if given.get("maxentriespertrigger") is not None else None),
+        fail_on_data_loss=_bool("failOnDataLoss", given.get("failondataloss", "false")),
     )
 
 

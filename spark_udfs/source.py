@@ -208,6 +208,9 @@ class PyengineReader(DataSourceReader):
                     raise OptionError(f"{option} names {', '.join(map(repr, stray))}, which is not among the topics "
                                       f"read ({shown}): name a topic read, as stored (a partition, a segment)")
             self.topics: dict[str, TopicInfo] = {name: snapshot.view.topic(name) for name in names}
+            if options.fail_on_data_loss:
+                for info in self.topics.values():
+                    _check_no_data_lost(info, options.start.for_topic(info.name))
             state = snapshot.state(names) if options.read_committed else None
         # Shipped to every task inside this reader (pickled once with the plan); each worker
         # process decodes it once.
@@ -301,6 +304,22 @@ class PyengineReader(DataSourceReader):
 
 class DataDirChangedError(RuntimeError):
     """Entries a query planned were deleted before a task read them."""
+
+
+def _check_no_data_lost(info: TopicInfo, start: Position | str) -> None:
+    """failOnDataLoss: an explicit start before the first entry still stored (none stored:
+    before the topic's current ledger) is one whose entries were trimmed since (whole ledgers,
+    oldest first) or the topic deleted; read from there, they would silently be left out."""
+    if not isinstance(start, Position):
+        return
+    first = info.first_position
+    if start < (first if first is not None else info.last_position):
+        left = (f"its first entry left ({first})" if first is not None
+                else f"its current ledger ({info.last_position.ledger_id}; it holds no entry now)")
+        raise DataDirChangedError(
+            f"failOnDataLoss: startPosition {start} of {info.name} is before {left}: the entries from there on were "
+            "trimmed by retention (or the topic deleted) and would be left out (failOnDataLoss=false reads what "
+            "is left)")
 
 
 def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerPartition,

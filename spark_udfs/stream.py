@@ -68,6 +68,11 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               "(stop the query, or filter on ledger_id/entry_id)")
         if options.filter_pushdown:
             raise OptionError("filterPushdown applies to batch reads (spark.read), not to streams")
+        if options.fail_on_data_loss:
+            # Ledger ids come from one counter of the data dir, so a gap before a topic's first
+            # entry left does not tell a trim from another topic's ledgers: not detectable here.
+            raise OptionError("failOnDataLoss applies to batch reads (spark.read): a stream reads what retention "
+                              "left (as Kafka's failOnDataLoss=false)")
         self.options = options
         self._target: dict[str, Position] | None = None     # Trigger.AvailableNow: where to stop
 

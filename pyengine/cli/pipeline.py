@@ -7,7 +7,8 @@ Reads the data dir read-only (safe while a broker serves it), every stored row o
 (`isolation=read_uncommitted` with the markers), and keeps what a READ_COMMITTED consumer
 receives in one `mapInArrow` pass calling the Rust visibility kernel, with the transaction
 state captured once here and broadcast. The read is bounded by the positions of that same
-capture, so state and rows agree even while the broker appends. Shows a progress bar (Spark
+capture, so state and rows agree even while the broker appends; entries of the capture trimmed
+by retention before Spark reads them fail the export (run it again) rather than go missing. Shows a progress bar (Spark
 tasks done) on stderr and prints the counts: rows read, committed rows written, and the rows
 dropped as aborted, uncommitted (open transactions and what waits behind them) or markers.
 `--format delta` writes a Delta table when Delta Lake's jars are on Spark's classpath, and
@@ -17,6 +18,7 @@ otherwise stops before reading anything, saying what is missing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
@@ -66,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace):
     """Everything checked and the state captured before Spark starts: bad input costs no JVM."""
-    from spark_udfs.options import parse_options, resolve_topics
+    from pyengine_kernels import Position
+    from spark_udfs.options import OptionError, parse_options, resolve_topics
+    from spark_udfs.source import first_stored
     from spark_udfs.state import open_snapshot
 
     options = {"path": str(args.data_dir), "startPosition": args.start_position}
@@ -77,14 +81,26 @@ def _plan(args: argparse.Namespace):
         raise SystemExit(f"pyengine pipeline export: {args.out} exists (--mode overwrite or append)")
     with open_snapshot(args.data_dir) as snapshot:
         names = resolve_topics(parsed.topics, snapshot.topic_names())
+        stray = sorted(set(parsed.start.per_topic) - set(names))
+        if stray:           # the per-topic starts below name only the topics read
+            raise OptionError(f"--start-position names {', '.join(map(repr, stray))}, which is not among the "
+                              "topics exported: name a topic exported, as stored (a partition, a segment)")
         infos = {name: snapshot.view.topic(name) for name in names}
         state = snapshot.state(names)
     ends = {name: f"{info.last_position.ledger_id}:{info.last_position.entry_id}" for name, info in infos.items()}
-    return names, state, ends
+    # Spark plans the read in a snapshot of its own: its start is pinned to the first entry of
+    # this capture (failOnDataLoss), so entries trimmed in between fail the read rather than
+    # being silently left out.
+    starts = {}
+    for name, info in infos.items():
+        start = parsed.start.for_topic(name)
+        stored = first_stored(info, Position.EARLIEST if start == "earliest" else start) if start != "latest" else None
+        starts[name] = f"{stored.ledger_id}:{stored.entry_id}" if stored is not None else str(start)
+    return names, state, ends, starts
 
 
 def export(args: argparse.Namespace) -> int:
-    names, state, ends = _plan(args)
+    names, state, ends, starts = _plan(args)
     import spark_udfs
     from pyspark.sql import SparkSession
     from spark_udfs.udfs import COUNTS, committed_rows
@@ -99,11 +115,23 @@ def export(args: argparse.Namespace) -> int:
         context = spark.sparkContext
         counts = {name: context.accumulator(0) for name in COUNTS}
         raw = spark_udfs.read(spark, str(args.data_dir), topics=names, isolation="read_uncommitted",
-                              includeMarkers=True, startPosition=args.start_position, endPosition=json.dumps(ends))
+                              includeMarkers=True, startPosition=json.dumps(starts), endPosition=json.dumps(ends),
+                              failOnDataLoss=True)
         rows = committed_rows(raw, state if args.isolation == "read_committed" else None, counts)
         mode = "errorifexists" if args.mode == "error" else args.mode
-        with _Progress(context, enabled=not args.no_progress):
-            rows.write.mode(mode).format(args.format).save(str(args.out))
+        try:
+            with _Progress(context, enabled=not args.no_progress):
+                rows.write.mode(mode).format(args.format).save(str(args.out))
+        except Exception as exc:
+            # Raised in Spark's Python processes, it comes back as Spark's error with the trace.
+            changed = _data_dir_changed(str(exc))
+            if changed is None:
+                raise
+            if args.mode == "error":
+                with contextlib.suppress(OSError):      # the empty dir Spark made: not in the way of a retry
+                    args.out.rmdir()
+            raise SystemExit(f"pyengine pipeline export: the data dir changed during the export: {changed}; "
+                             "run the export again") from None
     finally:
         if owned:
             spark.stop()
@@ -119,6 +147,12 @@ def export(args: argparse.Namespace) -> int:
               f"dropped: {result['aborted_dropped']:,} aborted, {result['uncommitted_dropped']:,} uncommitted, "
               f"{result['markers_dropped']:,} markers\nwrote {args.format} to {args.out}")
     return 0
+
+
+def _data_dir_changed(error: str) -> str | None:
+    """The message of a DataDirChangedError in the text of a Spark error (None: none is)."""
+    _, found, rest = error.partition("DataDirChangedError: ")
+    return rest.splitlines()[0].strip() if found else None
 
 
 class _Progress:
