@@ -288,6 +288,14 @@ class PerfFailure(Exception):
     """The run could not be carried out or an operation of it failed."""
 
 
+class PerfInterrupted(Exception):
+    """SIGINT or SIGTERM before the run started (while connecting or setting up)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 @dataclass
 class Run:
     """What every mode shares: the clock, the stop condition, counters and the progress line."""
@@ -301,6 +309,7 @@ class Run:
     errors: int = 0
     first_error: BaseException | None = None
     measuring: bool = False
+    clocked: bool = False                    # the clock runs: connecting and setting up are over
     started: float = 0.0                     # when measuring started (loop time)
     ended: float = 0.0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -349,6 +358,7 @@ class Run:
     async def clock(self) -> None:
         """The warm-up, then the measured period with a progress line per second."""
         loop = asyncio.get_running_loop()
+        self.clocked = True
         self.cpu_started = time.process_time()
         if self.args.warmup:
             with _suppress_timeout():
@@ -917,13 +927,28 @@ async def perf(args: argparse.Namespace) -> dict[str, Any]:
     names = [n for n in LATENCIES[args.mode] if n not in left_out]
     run = Run(args, {name: Latency(name) for name in names})
     loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    interrupted: list[int] = []
+
+    def stop(signum: int) -> None:
+        run.stop.set()
+        # Before the clock runs (connecting, creating producers) nothing waits on `stop`: a
+        # broker that does not answer would hold the run until the operation timeout.
+        if not run.clocked and not interrupted:
+            interrupted.append(signum)
+            main.cancel()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, run.stop.set)
+        loop.add_signal_handler(signum, stop, signum)
     try:
         with settled_garbage_collector():
             async with Client(args.url, operation_timeout_seconds=args.operation_timeout,
                               connection_timeout_ms=int(args.operation_timeout * 1000)) as client:
                 extra = await args.measure(client, run)
+    except asyncio.CancelledError:
+        if not interrupted:
+            raise
+        raise PerfInterrupted(interrupted[0]) from None
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -968,6 +993,10 @@ def run(args: argparse.Namespace) -> int:
     except (PulsarError, TimeoutError, OSError, WatcherFailed) as exc:
         print(f"pyengine perf: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except PerfInterrupted as exc:
+        print(f"pyengine perf: interrupted by {signal.Signals(exc.signum).name} before the run started "
+              f"(connecting to {args.url} or setting up)", file=sys.stderr)
+        return 128 + exc.signum
     except MemoryError:            # a --size within bounds can still be more than this host has
         print(f"pyengine perf: MemoryError: not enough memory for messages of {args.size} bytes",
               file=sys.stderr)
