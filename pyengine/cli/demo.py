@@ -17,13 +17,32 @@ from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId, visi
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the native kernels on a synthetic transactional topic")
-    p.add_argument("--rows", type=int, default=2_000_000, help="entries in the synthetic topic")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rows", type=_at_least(10), default=2_000_000, help="entries in the synthetic topic")
+    p.add_argument("--seed", type=_at_least(0), default=1)
+
+
+def _at_least(minimum: int):
+    """An argparse type: a whole number >= `minimum` (numpy refuses negative seeds with a
+    traceback; too few rows leave no transaction to show)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is not at least {minimum}")
+        return value
+    return parse
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rows < 10:
-        raise SystemExit("--rows must be at least 10")
+    try:
+        return _run(args)
+    except MemoryError:
+        raise SystemExit(f"pyengine demo: not enough memory for --rows {args.rows:,}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     n = args.rows
     idx = np.arange(n, dtype=np.int64)
