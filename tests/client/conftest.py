@@ -142,3 +142,13 @@ def producers_on_broker(broker: NetworkBroker, topic: str) -> int:
 
     found = broker.service.topics.get(str(TopicName.parse(topic)))
     return 0 if found is None else len(found.producers)
+
+
+@pytest.fixture
+async def scalable_client(broker: NetworkBroker, request) -> AsyncIterator[Client]:
+    """A client of `broker` with the test module's scalable topic `T` created (one segment)."""
+    broker.service.service_url = broker.url          # as `pyengine serve` sets it
+    scalable = await broker.service.scalable_topics()
+    await scalable.create_topic(request.module.T, 1)
+    async with Client(broker.url, operation_timeout_seconds=10) as network_client:
+        yield network_client

@@ -11,14 +11,6 @@ from pyengine.client import Client
 T = "topic://public/default/close-listeners"
 
 
-@pytest.fixture
-async def scalable_client(broker):
-    broker.service.service_url = broker.url          # as `pyengine serve` sets it
-    scalable = await broker.service.scalable_topics()
-    await scalable.create_topic(T, 1)
-    async with Client(broker.url, operation_timeout_seconds=10) as client:
-        yield client
-
 
 def listeners(client: Client) -> int:
     return sum(len(connection._close_listeners) for connection in client._core.pool._connections.values())

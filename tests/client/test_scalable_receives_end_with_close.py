@@ -8,19 +8,10 @@ import asyncio
 
 import pytest
 
-from pyengine.client import Client
 from pyengine.client.errors import AlreadyClosedError
 
 T = "topic://public/default/closing-receives"
 
-
-@pytest.fixture
-async def scalable_client(broker):
-    broker.service.service_url = broker.url          # as `pyengine serve` sets it
-    scalable = await broker.service.scalable_topics()
-    await scalable.create_topic(T, 1)
-    async with Client(broker.url, operation_timeout_seconds=10) as client:
-        yield client
 
 
 @pytest.mark.parametrize("kind", ["queue", "stream", "checkpoint"])
