@@ -12,27 +12,14 @@ import time
 import numpy as np
 
 from core_ext.frames import FrameDecoder, encode_payload_frame
+from pyengine.cli.argtypes import whole_number
 from pyengine_kernels import AbortedTxnSet, OngoingTxnMap, Position, TxnId, visibility_mask
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the native kernels on a synthetic transactional topic")
-    p.add_argument("--rows", type=_at_least(10), default=2_000_000, help="entries in the synthetic topic")
-    p.add_argument("--seed", type=_at_least(0), default=1)
-
-
-def _at_least(minimum: int):
-    """An argparse type: a whole number >= `minimum` (numpy refuses negative seeds with a
-    traceback; too few rows leave no transaction to show)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is not at least {minimum}")
-        return value
-    return parse
+    p.add_argument("--rows", type=whole_number(10), default=2_000_000, help="entries in the synthetic topic")
+    p.add_argument("--seed", type=whole_number(0), default=1)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from typing import Any, Callable, Coroutine
 import uvloop
 
 from pyengine.admin import AdminServer
+from pyengine.cli.argtypes import whole_number
 from pyengine.broker.policies import BACKLOG_RETENTION_POLICIES, Retention
 from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.cli.gc_tuning import settled_garbage_collector
@@ -146,24 +147,6 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not between 0 and 65535")
     return port
-
-
-def whole_number(minimum: int, maximum: int | None = None, *, meaning: str = "",
-                 unit: str = "") -> Callable[[str], int]:
-    """An argparse type: a whole number from `minimum` to `maximum` (`meaning` of the minimum
-    said when a value is below it)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is below {minimum}{meaning}" if meaning
-                                             else f"{value} is not at least {minimum}")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"{value} is more than {maximum}{unit}")
-        return value
-    return parse
 
 
 positive_int = whole_number(1)
