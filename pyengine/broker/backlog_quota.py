@@ -150,7 +150,7 @@ async def evict_for_size(topic: Topic, quota: BacklogQuota) -> None:
     target = EVICTION_TARGET * quota.limit_size
     size = backlog_size(topic)
     previous: tuple[Subscription, Position] | None = None
-    while size > target and not topic._closed:
+    while size > target and not topic.closed:
         slowest = _slowest(topic)
         if slowest is None:
             return
@@ -174,7 +174,7 @@ async def evict_for_age(topic: Topic, quota: BacklogQuota, now_ms: int) -> None:
     (Pulsar's precise time-based eviction); never past the read horizon."""
     target_s = int(EVICTION_TARGET * quota.limit_time)
     for subscription in _counted(topic):
-        if topic._closed:
+        if topic.closed:
             return
         await subscription.expire_messages(target_s, now_ms)
 

@@ -338,7 +338,7 @@ class TopicCompaction:
         if staged:
             await ledger.env.submit(self.view.stage_write(generation, staged))
             staged = []
-        if topic.subscriptions.get(COMPACTION_SUBSCRIPTION) is not subscription or topic._closed:
+        if topic.subscriptions.get(COMPACTION_SUBSCRIPTION) is not subscription or topic.closed:
             # Its subscription was deleted meanwhile (the view goes with it), or the topic closed.
             raise RuntimeError("the compaction subscription was deleted during the compaction")
         # The switch: the cursor records the new generation and moves to the horizon in one

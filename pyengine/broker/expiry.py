@@ -31,13 +31,13 @@ def expires(topic: Topic) -> bool:
 
 async def expire_topic(topic: Topic, now_ms: int) -> int:
     """Apply `topic`'s TTL in force to its subscriptions; returns the TTL (0: none applied)."""
-    if not expires(topic) or topic._closed:
+    if not expires(topic) or topic.closed:
         return 0
     ttl = topic.service.policies.message_ttl(topic.name)
     if ttl <= 0:
         return 0
     for subscription in list(topic.subscriptions.values()):
-        if subscription.name == COMPACTION_SUBSCRIPTION or topic._closed:
+        if subscription.name == COMPACTION_SUBSCRIPTION or topic.closed:
             continue
         await subscription.expire_messages(ttl, now_ms)
     return ttl

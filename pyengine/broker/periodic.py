@@ -40,14 +40,14 @@ class PeriodicTopicCheck:
     async def check_now(self) -> None:
         now_ms = self.service.config.clock()
         for topic in list(self.service.topics.values()):
-            if topic._closed:
+            if topic.closed:
                 continue
             try:
                 await self._check(topic, now_ms)
             except asyncio.CancelledError:
                 raise
             except Exception:            # one topic's failure does not stop the others'
-                if not topic._closed:
+                if not topic.closed:
                     log.exception("%s of %s failed", self.name, topic.name)
         self.rounds += 1
 

@@ -524,6 +524,11 @@ class BrokerService:
         await self._scalable.start()
         return self._scalable
 
+    @property
+    def closed(self) -> bool:
+        """Closing or closed: no topic is loaded any more."""
+        return self._closed
+
     async def close(self) -> None:
         if self._closed:
             return

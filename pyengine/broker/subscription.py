@@ -760,7 +760,7 @@ class Subscription:
         horizon = buffer.max_read_position()
         found = None
         start = ledger.next_position(cursor.mark_delete)
-        while start <= horizon and not self.topic._closed and not self._closed:
+        while start <= horizon and not self.topic.closed and not self._closed:
             entries = ledger.read_entries(start, 1000, horizon)
             if not entries:
                 break

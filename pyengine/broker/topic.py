@@ -553,6 +553,11 @@ class Topic:
                 await store.delete()            # kept in the metadata store (v5)
         await self.buffer.delete()
 
+    @property
+    def closed(self) -> bool:
+        """Closed (unloaded, or being deleted): it takes nothing more (TopicFencedError)."""
+        return self._closed
+
     def _check_open(self) -> None:
         if self._closed:
             raise TopicFencedError(f"topic {self.name} is closed")
