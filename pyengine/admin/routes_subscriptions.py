@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, PRECONDITION_FAILED, AdminError
+from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, AdminError
 from pyengine.admin.lifecycle import topic_change
 from pyengine.admin.names import subscription_name
 from pyengine.admin.routes_topics import TOPIC_URL, existing_topic, partition_names, requested_topic
@@ -54,11 +54,16 @@ async def topics_of(call: Call, *, create_partitions: bool = False, create_topic
     service = call.service
     partitions = service.policies.partitions(str(name))
     if not partitions:
-        if create_topic:
-            return [await service.get_topic(str(name))]
-        return [await existing_topic(service, name)]
-    return [await service.get_topic(p) for p in partition_names(name, partitions)
-            if create_partitions or service.topic_exists(p)]
+        topic = await service.get_topic(str(name)) if create_topic else await existing_topic(service, name)
+        if topic.closed:
+            # Being deleted (closed, loaded until its deletion ends): its closed subscriptions
+            # do nothing, so 404 as its ledger answers then, not 204 for what was not done.
+            raise AdminError(NOT_FOUND, f"topic {name} is being deleted")
+        return [topic]
+    # A partition being deleted is one deleted already.
+    topics = [await service.get_topic(p) for p in partition_names(name, partitions)
+              if create_partitions or service.topic_exists(p)]
+    return [topic for topic in topics if not topic.closed]
 
 
 async def subscriptions_of(call: Call) -> list[Subscription]:
