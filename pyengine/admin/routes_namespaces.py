@@ -150,6 +150,8 @@ async def delete_namespace(call: Call) -> None:
     has_topics = bool(service.list_topics(namespace) or service.loading_topics(namespace)
                       or service.policies.partitioned_topics(namespace))
     await service.policies.delete_namespace(namespace, has_topics=has_topics)
+    # Its schemas with it, as Pulsar's: a schema may be uploaded before its topic exists.
+    await service.schemas.registry.delete_namespace(namespace)
 
 
 @routes.add("GET", NAMESPACE_PATH + "/topics", summary="List every topic of a namespace.",

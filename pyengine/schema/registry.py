@@ -142,6 +142,32 @@ class LmdbSchemaRegistry(SchemaRegistry):
             yield lambda txn: txn.delete(key, db=db)
             self._cache.pop(schema_id, None)        # read again (empty) if asked: not kept for good
 
+    async def delete_namespace(self, namespace: str) -> None:
+        """Forget every schema of the deleted namespace `namespace` (`tenant/namespace`): kept
+        by its topics' names, they were a namespace's created again under its name. The changes
+        under way are done first (an upload checked the namespace before it was deleted)."""
+        prefix = f"{namespace}/"
+        while busy := [lock for sid, (lock, _) in self._locks.items() if sid.startswith(prefix)]:
+            for lock in busy:
+                async with lock:
+                    pass
+        key_prefix, db = self._key(prefix), self._db
+
+        def delete_all(txn: Any) -> None:
+            cursor = txn.cursor(db=db)
+            keys = []
+            if cursor.set_range(key_prefix):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(key_prefix):
+                        break
+                    keys.append(key)
+            for key in keys:
+                txn.delete(key, db=db)
+
+        await self.env.submit(delete_all)
+        for sid in [sid for sid in self._cache if sid.startswith(prefix)]:
+            del self._cache[sid]            # (read meanwhile, they were cached as before the write)
+
     def check_compatible(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> None:
         rules.validate(schema)
         rules.check(self._to_check(self.live(schema_id), strategy), schema, strategy)
