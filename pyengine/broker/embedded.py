@@ -24,7 +24,7 @@ import itertools
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +38,7 @@ from pyengine.client.consumer import (
     check_key_shared_policy, receive_batch, receive_queued, wake_all, wake_one,
 )
 from pyengine.client.backoff import Backoff
+from pyengine.client.config import ClientConfig
 from pyengine.client.errors import (
     AlreadyClosedError, CumulativeAcknowledgementNotAllowedError, TransactionHasOperationFailedError,
 )
@@ -53,8 +54,8 @@ from pyengine.client.validation import (
 )
 from pyengine.naming import TopicName
 from pyengine.errors import (
-    InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, TransactionConflictError,
-    to_pulsar_error,
+    InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, TopicFencedError,
+    TransactionConflictError, to_pulsar_error,
 )
 from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
@@ -72,6 +73,7 @@ def _now_ms() -> int:
 
 _T = TypeVar("_T")
 _DEFAULT_NEGATIVE_ACK_DELAY_MS = 60_000       # pulsar-client's negative_ack_redelivery_delay_ms
+_OPERATION_TIMEOUT_MS = int(ClientConfig().operation_timeout * 1000)    # pyengine.client's default
 
 
 async def _retried_while_held(attach: Callable[[], _T], timeout_ms: int) -> _T:
@@ -90,6 +92,29 @@ async def _retried_while_held(attach: Callable[[], _T], timeout_ms: int) -> _T:
         except ProducerBlockedQuotaExceededError:
             remaining = deadline - loop.time()
             if remaining <= 0:
+                raise
+            await asyncio.sleep(min(backoff.next(), remaining))
+
+
+async def _retried_while_closed(attach: Callable[[bool], Awaitable[_T]], service: BrokerService,
+                                timeout_ms: int) -> _T:
+    """`attach(again)` (a producer's or consumer's attachment to its topic; `again`: a retry),
+    tried again while the topic is closed (being deleted: TopicFencedError) at the network
+    client's back-off, as pyengine.client retries the ServiceNotReady the broker answers then:
+    once the deletion is over, the topic is created again on its next use. The refusal is raised
+    once `timeout_ms` has passed (0: no limit), or at once if the broker is closing (no topic
+    comes back)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_ms / 1000 if timeout_ms > 0 else float("inf")
+    backoff = Backoff()
+    again = False
+    while True:
+        try:
+            return await attach(again)
+        except TopicFencedError:
+            again = True
+            remaining = deadline - loop.time()
+            if remaining <= 0 or service.closed:
                 raise
             await asyncio.sleep(min(backoff.next(), remaining))
 
@@ -175,7 +200,7 @@ class EmbeddedClient:
             await made.close()
             raise ClosedError("the client was closed while the producer or consumer was being created")
 
-    async def _attachable_topic(self, name: str) -> Topic:
+    async def _attachable_topic(self, name: str, *, again: bool = False) -> Topic:
         """The topic `name`, refused if it is a partitioned topic's base name (NotAllowedError,
         as the broker refuses it over the network): loading it would make a stray topic of
         that name. Producers, consumers and readers attach to its partitions.
@@ -184,9 +209,12 @@ class EmbeddedClient:
         its own (`lmdb` in its data dir, or `memory`). With a shared one (etcd, or a store the
         caller passed) the broker is one of a cluster: as on the wire, only the scalable topic's
         controller creates segments, and an empty copy made here would be taken at recovery for
-        a segment created again, clearing the real segment's v5 state in the shared store."""
+        a segment created again, clearing the real segment's v5 state in the shared store.
+        `again`: attached again after the topic was closed (deleted): a segment then must exist,
+        as on the wire (made again, no scalable topic would route to it)."""
         private = self.service.config.metadata_store in ("lmdb", "memory")
-        lookup.check_attachable(self.service, TopicName.parse(check_topic(name)), existing_segment=not private)
+        lookup.check_attachable(self.service, TopicName.parse(check_topic(name)),
+                                existing_segment=again or not private)
         return await self.service.get_topic(name)
 
     async def create_producer(self, topic: str, *, producer_name: str | None = None,
@@ -202,7 +230,10 @@ class EmbeddedClient:
         broker closed for it, wait until the backlog is back under the quota, as a network
         client's producer is held and retried, for up to `send_timeout_ms` (0: no limit; the
         embedded client has no operation timeout of its own), then raise
-        ProducerBlockedQuotaExceededError; past a producer_exception quota they fail at once."""
+        ProducerBlockedQuotaExceededError; past a producer_exception quota they fail at once. On a
+        topic being deleted (closed) the creation is retried for up to pyengine.client's operation
+        timeout, and a send waits for up to `send_timeout_ms` for the topic created again, as a
+        network client's producer reconnects."""
         self._check_open()
         check_topic(topic)
         check_name("producer_name", producer_name, optional=True)
@@ -210,15 +241,21 @@ class EmbeddedClient:
             check_int("initial_sequence_id", initial_sequence_id, -1)
         check_name("initial_subscription_name", initial_subscription_name, optional=True)
         check_int("send_timeout_ms", send_timeout_ms, 0)
-        loaded = await self._attachable_topic(topic)
-        attached = await _retried_while_held(lambda: loaded.add_producer(producer_name), send_timeout_ms)
-        if initial_subscription_name is not None and initial_subscription_name not in loaded.subscriptions:
-            try:
-                await loaded.open_subscription(initial_subscription_name, "earliest")
-            except Exception as exc:
-                loaded.remove_producer(attached)
-                error = to_pulsar_error(exc)
-                raise type(error)(f"Failed to create the initial subscription: {error}") from exc
+
+        async def attach(again: bool) -> tuple[Topic, Producer]:
+            self._check_open()
+            loaded = await self._attachable_topic(topic, again=again)
+            attached = await _retried_while_held(lambda: loaded.add_producer(producer_name), send_timeout_ms)
+            if initial_subscription_name is not None and initial_subscription_name not in loaded.subscriptions:
+                try:
+                    await loaded.open_subscription(initial_subscription_name, "earliest")
+                except Exception as exc:
+                    loaded.remove_producer(attached)
+                    error = to_pulsar_error(exc)
+                    raise type(error)(f"Failed to create the initial subscription: {error}") from exc
+            return loaded, attached
+
+        loaded, attached = await _retried_while_closed(attach, self.service, _OPERATION_TIMEOUT_MS)
         producer = EmbeddedProducer(self, loaded, attached, initial_sequence_id, send_timeout_ms)
         self._producers.append(producer)
         await self._closed_meanwhile(producer)
@@ -246,7 +283,8 @@ class EmbeddedClient:
         topics of one namespace whose name matches it in full): then the consumer is a
         `pyengine.client.pattern.MultiTopicsConsumer` over one consumer per topic with these
         options; a pattern's topics are looked for again every `pattern_auto_discovery_period`
-        seconds."""
+        seconds. On a topic being deleted (closed), the subscription is retried for up to
+        pyengine.client's operation timeout, as the network client retries it."""
         self._check_open()
         target = subscribe_target(topic, pattern_auto_discovery_period)
         # checked before any topic is subscribed (a pattern may match none yet), as pyengine.client
@@ -269,7 +307,12 @@ class EmbeddedClient:
         out_of_order = keyed and key_shared.allow_out_of_order_delivery
 
         async def subscribe_one(name: str) -> EmbeddedConsumer:
-            loaded = await self._attachable_topic(name)
+            return await _retried_while_closed(lambda again: attach_one(name, again), self.service,
+                                               _OPERATION_TIMEOUT_MS)
+
+        async def attach_one(name: str, again: bool) -> EmbeddedConsumer:
+            self._check_open()
+            loaded = await self._attachable_topic(name, again=again)
             consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, negative_ack_delay_ms=delay,
                                         batch_receive_policy=policy)
             broker_side = Consumer(consumer, name=consumer_name, priority=priority, sticky_ranges=sticky_ranges,
@@ -304,7 +347,8 @@ class EmbeddedClient:
         at it if `start_message_id_inclusive` (as pulsar-client; MessageId.earliest /
         MessageId.latest allowed); a seek to an id follows the same setting. `read_compacted`: the
         compacted view up to the compaction horizon (from its start for MessageId.earliest),
-        then the topic after it. `reader_name`: its consumer's name."""
+        then the topic after it. `reader_name`: its consumer's name. On a topic being deleted
+        (closed), the reader is retried for up to pyengine.client's operation timeout."""
         self._check_open()
         check_topic(topic)
         if not isinstance(start_message_id, MessageId):
@@ -315,22 +359,28 @@ class EmbeddedClient:
                             f"not {type(start_message_id_inclusive).__name__}")
         check_name("reader_name", reader_name, optional=True)
         _check_read_compacted(read_compacted)
-        loaded = await self._attachable_topic(topic)
-        # negative acks of a reader wait the default delay too (60 s), as the network client's
-        consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True,
-                                    start_inclusive=start_message_id_inclusive,
-                                    negative_ack_delay_ms=_DEFAULT_NEGATIVE_ACK_DELAY_MS)
-        consumer._start = consumer._seek_start = start_message_id
-        broker_side = Consumer(consumer, name=reader_name)
-        if start_message_id == MessageId.latest:
-            start = loaded.ledger.lac.next()
-        elif start_message_id == MessageId.earliest:
-            start = loaded.ledger.first_position()
-        else:
-            start = start_message_id.position
-        subscription = await loaded.subscribe(f"reader-{broker_side.consumer_id}", broker_side,
-                                              durable=False, start=start, read_compacted=read_compacted)
-        consumer._attach(subscription, broker_side)
+
+        async def attach(again: bool) -> EmbeddedConsumer:
+            self._check_open()
+            loaded = await self._attachable_topic(topic, again=again)
+            # negative acks of a reader wait the default delay too (60 s), as the network client's
+            consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True,
+                                        start_inclusive=start_message_id_inclusive,
+                                        negative_ack_delay_ms=_DEFAULT_NEGATIVE_ACK_DELAY_MS)
+            consumer._start = consumer._seek_start = start_message_id
+            broker_side = Consumer(consumer, name=reader_name)
+            if start_message_id == MessageId.latest:
+                start = loaded.ledger.lac.next()
+            elif start_message_id == MessageId.earliest:
+                start = loaded.ledger.first_position()
+            else:
+                start = start_message_id.position
+            subscription = await loaded.subscribe(f"reader-{broker_side.consumer_id}", broker_side,
+                                                  durable=False, start=start, read_compacted=read_compacted)
+            consumer._attach(subscription, broker_side)
+            return consumer
+
+        consumer = await _retried_while_closed(attach, self.service, _OPERATION_TIMEOUT_MS)
         self._consumers.append(consumer)
         await self._closed_meanwhile(consumer)
         return consumer
@@ -616,7 +666,7 @@ class EmbeddedProducer:
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
-        if self._held_sends is not None or self._producer.disconnected:
+        if self._held_sends is not None or self._producer.disconnected or self._topic.closed:
             # no await after this one before the message is handed to the topic (send order)
             if txn is not None:
                 txn._in_flight += 1         # a commit meanwhile waits for it, and fails with it
@@ -689,8 +739,9 @@ class EmbeddedProducer:
 
     async def _attached_again(self) -> None:
         """Return when this send may go on: the producer, closed by the broker past a
-        producer_request_hold backlog quota, is attached again (one attempt loop for every send
-        held, see `_retried_while_held`) and the sends held before this one have stored theirs."""
+        producer_request_hold backlog quota or left on its deleted (closed) topic, is attached
+        again (one attempt loop for every send held, see `_retried_while_held` and
+        `_retried_while_closed`) and the sends held before this one have stored theirs."""
         if self._held_sends is None:
             self._held_sends = deque()
             self._attaching = asyncio.ensure_future(self._attach_again())
@@ -719,8 +770,16 @@ class EmbeddedProducer:
 
     async def _attach_again(self) -> None:
         name = self._producer.name
+
+        async def attach(again: bool) -> Producer:
+            if self._topic.closed:
+                # Deleted: the topic created again (or loaded again, if its deletion failed), as
+                # the network client's producer reconnects to it.
+                self._topic = await self._client._attachable_topic(self._topic.name, again=True)
+            return await _retried_while_held(lambda: self._topic.add_producer(name), self._send_timeout_ms)
+
         try:
-            self._producer = await _retried_while_held(lambda: self._topic.add_producer(name), self._send_timeout_ms)
+            self._producer = await _retried_while_closed(attach, self._client.service, self._send_timeout_ms)
         except BaseException as exc:
             held, self._held_sends = self._held_sends or deque(), None
             error = ClosedError("the producer is closed") if isinstance(exc, asyncio.CancelledError) else exc
