@@ -893,6 +893,10 @@ class StreamConsumer:
         self._answer: asyncio.Future[pb.CommandScalableConsumerAssignment] | None = None
         self._request_id = -1
         self._assignment: pb.CommandScalableConsumerAssignment | None = None   # the latest applied
+        # The latest assignment to arrive, answers and pushes alike: only it is applied, each
+        # being whole (a push of the same layout epoch can arrive right after a registration's
+        # answer, and its apply task run before the registering task: the answer is then stale).
+        self._arrived: pb.CommandScalableConsumerAssignment | None = None
         self._retrying: asyncio.Task | None = None
         self._closed = False
         self._ended: PulsarError | None = None      # why the controller ended the registration
@@ -973,6 +977,8 @@ class StreamConsumer:
         return result
 
     def _on_assignment(self, assignment: pb.CommandScalableConsumerAssignment) -> None:
+        if not assignment.HasField("error"):
+            self._arrived = assignment
         if assignment.HasField("request_id") and assignment.request_id == self._request_id \
                 and self._answer is not None and not self._answer.done():
             self._answer.set_result(assignment)
@@ -1000,13 +1006,19 @@ class StreamConsumer:
         self._tasks.discard(asyncio.current_task())     # close() cancels the others, not this one
         await self.close()
 
+    def _outdated(self, assignment: pb.CommandScalableConsumerAssignment) -> bool:
+        """Whether `assignment` is not to be applied: of an earlier layout epoch than the one
+        applied, or followed by another one since it arrived (that one is applied instead)."""
+        return self._closed or assignment.layout_epoch < self.layout_epoch \
+            or (self._arrived is not None and assignment is not self._arrived)
+
     async def _apply(self, assignment: pb.CommandScalableConsumerAssignment, *, strict: bool = False) -> None:
         """Follow `assignment`; `assigned` lists the segments read here. A segment that cannot
         be subscribed is left out of `assigned`: `strict` (registering) raises the failure,
         else it is logged and the latest assignment applied again, backing off, until every
         segment of it is read."""
         async with self._applying:
-            if self._closed or assignment.layout_epoch < self.layout_epoch:
+            if self._outdated(assignment):
                 return
             self._assignment = assignment
             self.layout_epoch = assignment.layout_epoch
@@ -1217,7 +1229,7 @@ class CheckpointConsumer(StreamConsumer):
 
     async def _apply(self, assignment: pb.CommandScalableConsumerAssignment, *, strict: bool = False) -> None:
         async with self._applying:
-            if self._closed or assignment.layout_epoch < self.layout_epoch:
+            if self._outdated(assignment):
                 return
             layout = self.watch.layout
             if layout is None or layout.epoch < assignment.layout_epoch:
