@@ -1054,11 +1054,16 @@ class StreamConsumer:
                     return True
                 self._consumers[topic] = consumer
                 self._pumps[topic] = asyncio.get_running_loop().create_task(_forward(
-                    consumer, lambda: self._closed, self._queue.put_nowait,
+                    consumer, lambda: self._closed, self._pumped(consumer),
                     f"stream consumer {self.consumer_name} on {consumer.topic}"))
         finally:
             self.assigned = [s.segment_id for s in assignment.segments if s.topic in self._consumers]
         return complete
+
+    def _pumped(self, consumer: Consumer) -> Callable[[Message], None]:
+        """What `consumer`'s forwarding task puts in the queue: each message with the consumer
+        that read it (see `_hand_out`)."""
+        return lambda message: self._queue.put_nowait((consumer, message))
 
     async def _retry_assignment(self) -> None:
         """Apply the latest assignment again until all its segments are read (or closed)."""
@@ -1130,8 +1135,12 @@ class StreamConsumer:
                 return message
 
     def _hand_out(self, queued: Any) -> Message | None:
-        """The message of a queue item, or None when its segment is no longer assigned here."""
-        return queued if queued.topic in self._consumers else None
+        """The message of a queue item, or None when the consumer that read it no longer reads
+        its segment here: the segment went to another consumer — even if it came back since,
+        the new subscription of it delivers again what was not acknowledged (handed out too,
+        the other consumer's acknowledged messages would come twice, and the rest out of order)."""
+        consumer, message = queued
+        return message if self._consumers.get(message.topic) is consumer else None
 
     async def acknowledge(self, message: Message, txn: Transaction | None = None) -> None:
         """Acknowledge `message` on its segment (in `txn`, a scalable transaction, if given:
