@@ -1202,7 +1202,8 @@ class CheckpointConsumer(StreamConsumer):
         # Read messages wait in the queue as (segment read, key hash, message); per segment
         # read: how many wait, and the last one handed out by receive().
         self._waiting: Counter[int] = Counter()
-        self._handed: dict[int, MessageId] = {}
+        # (resumed: where it resumes from, until a message of the segment is handed out here)
+        self._handed: dict[int, MessageId] = {sid: progress[1] for sid, progress in self._progress.items()}
 
     def checkpoint(self) -> dict[int, MessageId]:
         """Where to resume, per segment read: how far it was read when none of its messages
