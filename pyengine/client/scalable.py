@@ -1278,21 +1278,37 @@ class CheckpointConsumer(StreamConsumer):
         for sid in sorted(sealed, key=lambda s: (layout.segment(s).created_at_epoch, s)):
             await self._read(layout.segment(sid), sealed[sid], to_end=True)
         for target in assigned:
-            if not target.is_active:
-                await self._drain(target)
+            delay = DRAIN_POLL
+            while not target.is_active and not await self._drain(target):
+                # what follows what was read is undecided (an open transaction's) or was
+                # committed since: read on from there once there is more
+                covered, last, _ = self._progress[target.segment_id]
+                self._progress[target.segment_id] = (covered, last, False)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, DRAIN_POLL_MAX)
+                await self._read(target, [target.hash_range], to_end=True)
         async with asyncio.TaskGroup() as group:
             for target in assigned:
                 if target.is_active:
                     group.create_task(self._read(target, [target.hash_range], to_end=False))
 
-    async def _drain(self, segment: SegmentInfo) -> None:
-        """Move the subscription's cursor on sealed `segment` to its end (this consumer reads
-        with readers; the cursor only tells the controller that the children may follow)."""
+    async def _drain(self, segment: SegmentInfo) -> bool:
+        """Move the subscription's cursor on sealed `segment`, read to its end, to its end (this
+        consumer reads with readers; the cursor only tells the controller that the children may
+        follow); whether it is there. Not while a transaction sent to the segment is open: its
+        messages are not readable yet (and the last readable message is not the segment's end),
+        but keep the subscription's backlog; nor when a message was committed since the read."""
         consumer = await self._subscribe(segment.topic_name(self.watch.topic_name))
         try:
             last = await consumer.get_last_message_id()
+            read = self._last(segment.segment_id)
             if last.entry_id >= 0:
+                if read is None or (read.ledger_id, read.entry_id) < (last.ledger_id, last.entry_id):
+                    return False                # committed since it was read: read it first
                 await consumer.acknowledge_cumulative(last)
+            # (aborted entries and markers past it leave the backlog as this consumer's
+            # subscription passes them; an open transaction's entries do not)
+            return await _subscription_backlog(consumer, self._core.config.operation_timeout) == 0
         finally:
             await consumer.close()
 
