@@ -141,6 +141,9 @@ class ScalableTopicController:
         async def wait() -> None:
             while not (self.is_leader and self._leading):
                 await asyncio.sleep(0.01)
+            if self._takeover is not None and not self._takeover.done():
+                # its last step, the subscription deletions a former leader left half done
+                await asyncio.wait([self._takeover])
         await asyncio.wait_for(wait(), timeout)
 
     async def close(self, tell: PulsarError | None = None) -> None:
