@@ -52,6 +52,7 @@ from pyengine.protocol.transactions import TransactionCommands, txn_id
 from pyengine.protocol.scalable import ScalableTopicCommands
 from pyengine.protocol.schema_codec import schema_from_proto
 from pyengine.schema import decode_version, encode_version, schema_id
+from pyengine.storage.entry import split_headers_and_payload
 from pyengine.transaction.outcome import mark_retrieved
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position, TxnId, ackset_is_fully_acked
@@ -1062,7 +1063,7 @@ class ServerConnection(asyncio.Protocol):
             return
         topic = consumer.topic
         position, batch_size = topic.last_message_position()
-        batch_index = batch_size - 1 if batch_size > 1 else -1
+        batch_index = _largest_batch_index(topic, position, batch_size)
         broker_consumer = getattr(consumer, "broker_consumer", None)
         if getattr(broker_consumer, "read_compacted", False):
             # Read compacted: nothing visible after the compaction horizon, the last message is
@@ -1129,6 +1130,23 @@ def _start_position(topic: Topic, message_id: pb.MessageIdData) -> Position:
     if ledger_id == _LATEST_LEDGER:
         return end
     return min(Position(ledger_id, max(entry_id, -1)), end)
+
+
+def _largest_batch_index(topic: Topic, position: Position, batch_size: int) -> int:
+    """GET_LAST_MESSAGE_ID's batch index, as Apache's ServerCnx reads it from the entry's
+    metadata: num_messages_in_batch - 1 for a batch (0 for a batch of one message: the client's
+    id of that message has index 0, and -1 compares below it), -1 for a message sent alone."""
+    fallback = batch_size - 1 if batch_size > 1 else -1
+    entry = topic.ledger.read_entry(position) if position.entry_id >= 0 else None
+    if entry is None:
+        return fallback
+    try:
+        metadata = _parse_metadata(split_headers_and_payload(entry.data)[0])
+    except Exception:
+        return fallback
+    if metadata.HasField("num_messages_in_batch") and metadata.num_messages_in_batch > 0:
+        return metadata.num_messages_in_batch - 1
+    return -1
 
 
 def _log_ack_failure(future: asyncio.Future[None]) -> None:
