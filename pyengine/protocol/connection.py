@@ -833,7 +833,7 @@ class ServerConnection(asyncio.Protocol):
             return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
                                          initial_position=initial, read_compacted=read_compacted)
         # A reader that comes back after its seek finds its (moved) subscription kept for it.
-        kept = self.server.take_seeked_reader(topic.name, body.subscription)
+        kept = self.server.take_seeked_reader(topic, body.subscription)
         if kept is not None:
             broker_consumer.read_compacted = read_compacted
             kept.add_consumer(broker_consumer, sub_type)

@@ -222,11 +222,16 @@ class ProtocolServer:
         timer = asyncio.get_running_loop().call_later(self.reader_grace, self._drop_kept_reader, key)
         self._kept_readers[key] = (subscription, timer)
 
-    def take_seeked_reader(self, topic: str, subscription_name: str) -> Subscription | None:
-        kept = self._kept_readers.pop((topic, subscription_name), None)
+    def take_seeked_reader(self, topic: Topic, subscription_name: str) -> Subscription | None:
+        kept = self._kept_readers.pop((topic.name, subscription_name), None)
         if kept is None:
             return None
         kept[1].cancel()
+        if kept[0].topic is not topic:
+            # Kept on a topic deleted or unloaded since: taken, the reader read the old
+            # topic's ledger for good, nothing published after it ever delivered.
+            kept[0].topic.unsubscribe_reader(kept[0])
+            return None
         return kept[0]
 
     def _drop_kept_reader(self, key: tuple[str, str]) -> None:
