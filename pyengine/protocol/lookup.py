@@ -18,6 +18,13 @@ _DOMAINS_BY_MODE = {
     CommandGetTopicsOfNamespace.NON_PERSISTENT: ("non-persistent",),
     CommandGetTopicsOfNamespace.ALL: ("persistent", "non-persistent"),
 }
+# What Pulsar's GET_TOPICS_OF_NAMESPACE leaves out (SystemTopicNames.isSystemTopic, applied by
+# NamespaceService.getListOfUserTopics): listed, a pattern consumer of `ns/.*` subscribed to the
+# broker's own topics (the coordinators' assign topic, pending ack stores, topic policies).
+_EVENTS_TOPIC_NAMES = frozenset({"__change_events", "__transaction_buffer_snapshot",
+                                 "__transaction_buffer_snapshot_segments", "__transaction_buffer_snapshot_indexes"})
+_TRANSACTION_INTERNAL_PREFIXES = (TC_ASSIGN_TOPIC, "persistent://pulsar/system/__transaction_log_")
+_PENDING_ACK_STORE_SUFFIX = "__transaction_pending_ack"
 
 
 def resolve_topic(service: BrokerService, name: str) -> TopicName:
@@ -65,7 +72,8 @@ def partition_count(service: BrokerService, name: str) -> int:
 
 def topics_of_namespace(service: BrokerService, namespace: str, mode: int) -> list[str]:
     """Stored topics of `namespace` plus every partition of its partitioned topics (created or
-    not, as Apache lists them); partitions keep their `-partition-N` names."""
+    not, as Apache lists them); partitions keep their `-partition-N` names. System topics are
+    left out, as Apache leaves them out."""
     tenant, _, local = namespace.partition("/")
     if not tenant or not local or not service.policies.namespace_exists(namespace):
         raise TopicNotFoundError(f"namespace {namespace!r} does not exist")
@@ -75,4 +83,11 @@ def topics_of_namespace(service: BrokerService, namespace: str, mode: int) -> li
     for partitioned in service.policies.partitioned_topics(namespace):
         base = TopicName.parse(partitioned)
         names.update(str(base.partition(i)) for i in range(service.policies.partitions(partitioned)))
-    return sorted(name for name in names if TopicName.parse(name).domain in domains)
+    return sorted(name for name in names if TopicName.parse(name).domain in domains and not _is_system_topic(name))
+
+
+def _is_system_topic(name: str) -> bool:
+    base = TopicName.parse(name).partitioned_topic
+    full = str(base)
+    return (base.local_name in _EVENTS_TOPIC_NAMES or full.startswith(_TRANSACTION_INTERNAL_PREFIXES)
+            or full.endswith(_PENDING_ACK_STORE_SUFFIX))
