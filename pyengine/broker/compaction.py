@@ -577,10 +577,10 @@ class TopicCompaction:
         if self.running:
             assert self._task is not None
             self._task.cancel()
-            try:
-                await self._task
-            except BaseException:
-                pass
+            # Waited for, not awaited: a cancellation of the caller must reach the caller (not
+            # be taken for the compaction's own), and must not cancel the compaction again
+            # while its switch, already written, is being taken up in memory.
+            await asyncio.wait([self._task])
 
 
 __all__ = ["COMPACTION_SUBSCRIPTION", "COMPACTED_TOPIC_LEDGER_PROPERTY", "CompactionAlreadyRunningError",
