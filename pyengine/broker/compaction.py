@@ -533,12 +533,8 @@ class TopicCompaction:
         horizon = self.horizon
         if horizon is None:
             return found
-        for entry in self.view.iter_entries():
-            if entry.position >= found or entry.position > horizon:
-                break
-            if entry.publish_time >= timestamp_ms:
-                return entry.position
-        return found
+        position = self.view.find_by_publish_time(timestamp_ms, min(found, horizon.next()))
+        return position if position is not None else found
 
     def resume_in_view(self, cursor) -> Position | None:
         """A read-compacted subscription taken up with its cursor rewound (its read position

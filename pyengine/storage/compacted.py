@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
-from pyengine.storage.entry import Entry, read_entry_range
+from pyengine.storage.entry import Entry, publish_time_of, read_entry_range
 from pyengine.storage.environment import StorageEnvironment, WriteFn, delete_prefix
 from pyengine_kernels import Position
 
@@ -139,6 +139,38 @@ class CompactedView:
                 out.append(Entry.decode(Position(ledger_id, entry_id), cursor.value()))
                 found = cursor.prev()
         return out
+
+    def find_by_publish_time(self, timestamp_ms: int, before: Position) -> Position | None:
+        """The first entry before `before` published at or after `timestamp_ms` (None: there
+        is none). A binary search over the keys, as the managed ledger's: publish times are
+        taken as non-decreasing along the view, and it looks up at most about 128 keys (the
+        bits of a position), where a scan read every entry of the view on the event loop."""
+        prefix, db = self._prefix, self._db
+        skip = len(prefix)
+        bound = int.from_bytes(pack_position(before.ledger_id, before.entry_id), "big")
+        with self.env.read() as txn:
+            cursor = txn.cursor(db=db)
+
+            def first_at(point: int) -> tuple[int, bytes] | None:
+                """The first entry at or after the key `point` and before `bound`: (its key, its row)."""
+                if not cursor.set_range(prefix + point.to_bytes(16, "big")) or not cursor.key().startswith(prefix):
+                    return None
+                key = int.from_bytes(cursor.key()[skip:], "big")
+                return (key, cursor.value()) if key < bound else None
+
+            # The smallest key whose first entry is published at or after, or is none.
+            low, high = 0, bound
+            while low < high:
+                middle = (low + high) // 2
+                found = first_at(middle)
+                if found is None or publish_time_of(found[1]) >= timestamp_ms:
+                    high = middle
+                else:
+                    low = found[0] + 1          # the keys up to the entry found have that entry first
+            found = first_at(low)
+        if found is None:
+            return None
+        return Position(*unpack_position(found[0].to_bytes(16, "big")))
 
     # --- writing --------------------------------------------------------------------------
 
