@@ -791,7 +791,13 @@ class Dispatcher:
             consumer.rate_out.add(msgs, nbytes)
             sub.rate_out.add(msgs, nbytes)
             topic.rate_out.add(msgs, nbytes)
-            consumer.sink.deliver(deliveries)
+            try:
+                consumer.sink.deliver(deliveries)
+            except Exception:
+                # Its sink failed (say, an embedded consumer that cannot decode a malformed
+                # batch): that consumer keeps them pending (given back when it leaves), and
+                # the others' entries and the auto acks of this pass still go out.
+                log.exception("[%s][%s] delivering to consumer %s failed", topic.name, sub.name, consumer.name)
         if auto_acked:
             sub.auto_ack(auto_acked)
 
