@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import datetime
 import itertools
+import logging
 import re
 import time
 from collections import deque
@@ -43,7 +44,7 @@ from pyengine.client.errors import (
     AlreadyClosedError, CumulativeAcknowledgementNotAllowedError, TransactionHasOperationFailedError,
 )
 from pyengine.client.held import HeldMessages
-from pyengine.client.message import Message, MessageId, decode_entry, seek_ack_set
+from pyengine.client.message import DecodeError, Message, MessageId, decode_entry, seek_ack_set
 from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.producer import check_delivery, check_ordering_key
@@ -71,6 +72,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _DEFAULT_NEGATIVE_ACK_DELAY_MS = 60_000       # pulsar-client's negative_ack_redelivery_delay_ms
 _OPERATION_TIMEOUT_MS = int(ClientConfig().operation_timeout * 1000)    # pyengine.client's default
@@ -888,9 +890,14 @@ class EmbeddedConsumer:
         for delivery in deliveries:
             if in_order:
                 self._delivered_in_order(delivery.entry.position)
-            for message in decode_entry(self._topic.name, delivery.entry.position, delivery.entry.data,
+            try:
+                messages = decode_entry(self._topic.name, delivery.entry.position, delivery.entry.data,
                                         partition=self._topic.partition_index,
-                                        redelivery_count=delivery.redelivery_count, ack_set=delivery.ack_set):
+                                        redelivery_count=delivery.redelivery_count, ack_set=delivery.ack_set)
+            except DecodeError as exc:
+                self._reject(delivery, exc)
+                continue
+            for message in messages:
                 if self._seek_start is not None and before_start(message.message_id, self._seek_start,
                                                                     self._start_inclusive):
                     self._skip_before_seek_start()
@@ -900,6 +907,17 @@ class EmbeddedConsumer:
                 self._wake_one()
         if self._batch_waiters:
             self._wake_batch_waiters()
+
+    def _reject(self, delivery: Delivery, error: DecodeError) -> None:
+        """An entry that cannot be decoded (a malformed batch a network producer stored): as
+        pyengine.client (and the Java and C++ clients) do, acknowledged and its permits given
+        back, rather than left pending here for good, never seen by the application."""
+        assert self._subscription is not None and self._consumer is not None
+        entry = delivery.entry
+        log.warning("%s: undecodable message (%s) acknowledged: %s", self._topic.name, entry.position, error)
+        acked = self._subscription.ack_individual(self._consumer, [IndividualAck(entry.position)])
+        acked.add_done_callback(_log_failed_reject)
+        self._subscription.flow(self._consumer, max(entry.num_messages, 1))
 
     def _delivered_in_order(self, entry: Position) -> None:
         """An Exclusive/Failover consumer is delivered `entry`: one at or before the last it
@@ -1284,6 +1302,11 @@ class EmbeddedConsumer:
 
 
 _MASK64 = (1 << 64) - 1
+
+
+def _log_failed_reject(acked: asyncio.Future[None]) -> None:
+    if not acked.cancelled() and acked.exception() is not None:
+        log.warning("acknowledging an undecodable message failed: %s", acked.exception())
 
 
 def _check_read_compacted(value: Any) -> None:
