@@ -1,7 +1,8 @@
 """Soak test with a nemesis: transactional writers, READ_COMMITTED readers, kill -9 / restart of
 the broker and delayed END_TXN frames, checked by `benchmarks.history` (Jepsen's
 `jepsen.tests.kafka` analyses: aborted / precommitted reads, lost writes, torn transactions,
-duplicates, order disagreements, non-contiguous transactions; reference section D3).
+duplicates, order disagreements, non-contiguous transactions, non-monotonic sends and reads, stuck
+readers; reference section D3).
 
 Run through the runner: `python -m benchmarks soak [--quick] [--json] [--record]`.
 
@@ -63,7 +64,8 @@ def measured(name: str, description: str, unit: str = "", op: str | None = None,
 
 FIGURES = [
     measured("anomalies", "anomalies the history checker found (aborted/precommitted reads, lost writes, torn "
-             "transactions, duplicates, order disagreements, non-contiguous transactions) and the exactly-once "
+             "transactions, duplicates, order disagreements, non-contiguous transactions, non-monotonic sends and "
+             "reads, stuck readers) and the exactly-once "
              "check of consume-transform-produce (outputs duplicated, aborted, lost)", "", "<=", 0),
     measured("txns_committed", "transactions whose commit was acknowledged"),
     measured("txns_aborted", "transactions aborted (abort, commit refused, or commit never sent)"),
@@ -363,6 +365,7 @@ class Soak:
                         else:
                             start = MessageId.earliest if last is None else last
                             consumer = await client.create_reader(topic, start, start_message_id_inclusive=last is None)
+                        h.opened(name, topic, durable)     # a Reader must never go back: checked
                     try:
                         message = await consumer.receive(0.5)
                     except TimeoutError:
@@ -402,6 +405,7 @@ class Soak:
                     # has_message_available says more is stored, but nothing comes: the end the
                     # reader cannot pass (a marker or aborted entry): drained as far as it goes
                     self.errors[f"{name} {topic}: has_message_available stays true"] = 1
+                    h.stuck(name, topic, "has_message_available stays true, nothing is delivered")
                     h.drained(name, topic)
                     return
                 continue
@@ -416,6 +420,7 @@ class Soak:
                 with contextlib.suppress(Exception):
                     await consumer.acknowledge(message)
         self.errors[f"{name} {topic}: drain did not finish"] = 1
+        h.stuck(name, topic, "the drain did not finish in 60 s")
 
 
 async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,

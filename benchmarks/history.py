@@ -18,6 +18,11 @@ Operations (`Op.f`):
   when no transaction of the topic is still open then: READ_COMMITTED readers stop before an
   open transaction's first entry, and what was committed behind it is not visible yet (the
   soak drains once every transaction has ended, committed, aborted or timed out).
+- `opened`: `process` opened a reader of `topic`; `value` is `durable` (a subscription: what
+  it did not acknowledge may come again) or `non_durable` (a Reader: it resumes after the last
+  message it handed out, so it never receives one twice, nor one before it).
+- `stuck`: `process` could not read `topic` to its end (`error` says how): the broker kept
+  saying more was available and delivered nothing, or the drain did not end in time.
 - anything else (the nemesis' `kill` / `start`, ...) is kept for the record and ignored.
 
 Outcome of a transaction, as the checker infers it:
@@ -36,6 +41,8 @@ Anomaly classes reported by `check` (keys of `Result.anomalies`):
   transaction never committed counts too: its values are never readable).
 - `lost_write`: a value of a committed transaction that a reader should have read (it read the
   topic past the value's message id, or drained the topic after the commit's `ok`) but never did.
+  A value's id is its send's acknowledged one, or else the one the other readers read it at
+  (a resend answered by de-duplication has no id; nor has a send of unknown outcome).
 - `torn_transaction`: a transaction's values were visible in part: a reader saw some of its
   values in a topic, then went on to later messages while the rest was missing; or an
   unknown-outcome transaction was seen by some reader while another reader read past (or
@@ -46,10 +53,22 @@ Anomaly classes reported by `check` (keys of `Result.anomalies`):
   its send was acknowledged with, or a reader read a topic's message ids out of order.
 - `non_contiguous`: a transaction's values in one topic were stored (acknowledged ids) or read
   out of their send order.
+- `nonmonotonic_send`: a send was acknowledged at a message id at or below one already known in
+  its topic (acknowledged or read) before the send was invoked. A topic is an append-only log:
+  what is appended after an entry was stored (and acknowledged or read) lands after it. A
+  broker that lost acknowledged entries in a crash and reused their ids shows up here.
+- `nonmonotonic_read`: a non-durable reader (see `opened`) received a message id at or below
+  one it had received before in that topic (a redelivery, or a resume before its position).
+- `stuck_read`: a reader could not reach the end of a topic once every transaction had ended
+  (a `stuck` op): a read horizon that does not move, or a reader held on a marker or an aborted
+  entry (reference B1). The soak then records the topic drained as far as it went, so what
+  was committed behind is a lost write too; this class tells a reader stuck with nothing lost.
 
 Not checked: Elle's write-write cycles. A topic's order is the order of appends, not of
 commits, so two transactions writing to two topics in opposite orders form a ww "cycle" that
-Pulsar's (and Kafka's) model allows; the checks above are the ones it forbids.
+Pulsar's (and Kafka's) model allows; the checks above are the ones it forbids. Nor wr cycles
+(G1c): the writers here read nothing; the consume-transform-produce processors that do are
+checked for exactly-once by `benchmarks.transfer`.
 """
 
 from __future__ import annotations
@@ -61,11 +80,13 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
-SEND, COMMIT, ABORT, READ, DRAINED = "send", "commit", "abort", "read", "drained"
+SEND, COMMIT, ABORT, READ, DRAINED, OPENED, STUCK = "send", "commit", "abort", "read", "drained", "opened", "stuck"
+DURABLE, NON_DURABLE = "durable", "non_durable"
 COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
 
 ANOMALY_CLASSES = ("aborted_read", "precommitted_read", "lost_write", "torn_transaction", "duplicate",
-                   "order_disagreement", "non_contiguous")
+                   "order_disagreement", "non_contiguous", "nonmonotonic_send", "nonmonotonic_read",
+                   "stuck_read")
 
 MsgId = tuple[int, ...]
 
@@ -93,6 +114,7 @@ class History:
         h.invoke("w1", COMMIT, txn="t1"); h.complete("w1", COMMIT, INFO, txn="t1", error="timeout")
         h.read("r1", "a", (3, 0, -1), "v1")
         h.drained("r1", "a", (3, 5, -1))
+        h.opened("r1", "a", durable=False)
     """
 
     def __init__(self) -> None:
@@ -117,6 +139,12 @@ class History:
 
     def drained(self, process: str, topic: str, msg_id: MsgId | None = None) -> Op:
         return self._add(OK, DRAINED, process, topic=topic, msg_id=msg_id)
+
+    def opened(self, process: str, topic: str, durable: bool) -> Op:
+        return self._add(OK, OPENED, process, topic=topic, value=DURABLE if durable else NON_DURABLE)
+
+    def stuck(self, process: str, topic: str, why: str) -> Op:
+        return self._add(OK, STUCK, process, topic=topic, error=why)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -176,6 +204,11 @@ def check(ops: Iterable[Op] | History) -> Result:
     # reader -> topic -> [read op] in read order; drains: reader -> topic -> [drained op]
     reads: dict[str, dict[str, list[Op]]] = defaultdict(lambda: defaultdict(list))
     drains: dict[str, dict[str, list[Op]]] = defaultdict(lambda: defaultdict(list))
+    non_durable: set[tuple[str, str]] = set()             # (reader, topic) that never reads back
+    # the highest id known stored in each topic so far (acknowledged or read), and that
+    # highest id as it stood when each send was invoked: the send must land above it
+    known_max: dict[str, MsgId] = {}
+    floor: dict[Hashable, MsgId] = {}
 
     for op in ops:
         if op.f == SEND:
@@ -186,8 +219,16 @@ def check(ops: Iterable[Op] | History) -> Result:
                 value_txn[op.value] = op.txn
                 value_topic[op.value] = op.topic  # type: ignore[assignment]
                 txns[op.txn].values[op.topic].append(op.value)  # type: ignore[index]
+                if op.topic in known_max:
+                    floor[op.value] = known_max[op.topic]
             elif op.type == OK and op.msg_id is not None:
-                sent_id[op.value] = tuple(op.msg_id)
+                msg_id = sent_id[op.value] = tuple(op.msg_id)
+                below = floor.get(op.value)
+                if below is not None and msg_id <= below:
+                    result.add("nonmonotonic_send", topic=op.topic, value=op.value, txn=op.txn, msg_id=msg_id,
+                               known_before=below, why="acknowledged at or below an id known before its send")
+                if op.topic not in known_max or msg_id > known_max[op.topic]:
+                    known_max[op.topic] = msg_id  # type: ignore[index]
         elif op.f == COMMIT:
             txn = txns[op.txn]
             if op.type == INVOKE:
@@ -196,6 +237,12 @@ def check(ops: Iterable[Op] | History) -> Result:
                 txn.commit_done = op
         elif op.f == READ:
             reads[op.process][op.topic].append(op)  # type: ignore[index]
+            if op.topic not in known_max or tuple(op.msg_id) > known_max[op.topic]:  # type: ignore[arg-type]
+                known_max[op.topic] = tuple(op.msg_id)  # type: ignore[arg-type,index]
+        elif op.f == OPENED and op.value == NON_DURABLE:
+            non_durable.add((op.process, op.topic))  # type: ignore[arg-type]
+        elif op.f == STUCK:
+            result.add("stuck_read", reader=op.process, topic=op.topic, why=op.error)
         elif op.f == DRAINED:
             drains[op.process][op.topic].append(op)  # type: ignore[index]
 
@@ -225,6 +272,7 @@ def check(ops: Iterable[Op] | History) -> Result:
                                why=f"value sent to {value_topic.get(op.value)!r}")
 
     # duplicates and ids: one value, one message id per topic; one id, one value
+    read_id: dict[tuple[str, Hashable], MsgId] = {}          # (topic, value) -> the one id readers saw it at
     for topic in {t for per_topic in reads.values() for t in per_topic}:
         ids_of: dict[Hashable, set[MsgId]] = defaultdict(set)
         values_at: dict[MsgId, set[Hashable]] = defaultdict(set)
@@ -235,6 +283,8 @@ def check(ops: Iterable[Op] | History) -> Result:
         for value, ids in ids_of.items():
             if len(ids) > 1:
                 result.add("duplicate", topic=topic, value=value, msg_ids=sorted(ids))
+            else:
+                read_id[topic, value] = next(iter(ids))
             acked = sent_id.get(value)
             if acked is not None and any(i != acked for i in ids):
                 result.add("order_disagreement", topic=topic, value=value, sent_at=acked, read_at=sorted(ids),
@@ -243,6 +293,17 @@ def check(ops: Iterable[Op] | History) -> Result:
             if len(values) > 1:
                 result.add("order_disagreement", topic=topic, msg_id=msg_id, values=sorted(map(str, values)),
                            why="one message id, several values")
+
+    # a non-durable reader only moves forward: each id above every one it received before
+    for reader, topic in sorted(non_durable):
+        highest: Op | None = None
+        for op in reads[reader].get(topic, ()):
+            if highest is not None and tuple(op.msg_id) <= tuple(highest.msg_id):  # type: ignore[arg-type]
+                result.add("nonmonotonic_read", reader=reader, topic=topic, value=op.value, msg_id=op.msg_id,
+                           after=highest.value, after_id=highest.msg_id,
+                           why="received again" if op.msg_id == highest.msg_id else "received below its position")
+            else:
+                highest = op
 
     # order: each reader reads a topic in message-id order; readers agree pairwise
     firsts: dict[str, dict[str, dict[Hashable, int]]] = defaultdict(dict)    # topic -> reader -> value -> rank
@@ -299,9 +360,12 @@ def check(ops: Iterable[Op] | History) -> Result:
                 missing = [v for v in values if v not in read_here]
                 if not missing:
                     continue
-                should = [v for v in missing
-                          if (max_read is not None and v in sent_id and max_read > sent_id[v])
-                          or (done is not None and last_drain > done)]
+                # where a value is stored: its acknowledged id, else where the other readers read it
+                # (a resend answered by de-duplication, a send or commit of unknown outcome)
+                stored_at = {v: sent_id.get(v, read_id.get((topic, v))) for v in missing}
+                passed = [v for v in missing
+                          if max_read is not None and stored_at[v] is not None and max_read > stored_at[v]]
+                should = [v for v in missing if v in passed or (done is not None and last_drain > done)]
                 if should:
                     partial = [v for v in values if v in read_here]
                     if partial:
@@ -309,8 +373,7 @@ def check(ops: Iterable[Op] | History) -> Result:
                     else:
                         kind = "lost_write" if outcome[t] == COMMITTED else "torn_transaction"
                     result.add(kind, reader=reader, topic=topic, txn=t, outcome=outcome[t], seen=partial,
-                               missing=should, why="read past them" if max_read is not None and any(
-                                   v in sent_id and max_read > sent_id[v] for v in should) else "drained after the commit")
+                               missing=should, why="read past them" if passed else "drained after the commit")
 
     result.stats = {
         "txns": len(txns),

@@ -54,6 +54,17 @@ async def test_a_short_soak_finds_no_anomaly(tmp_path):
     txn_of = {op.value: op.txn for op in history if op.f == "send" and op.type == "invoke"}
     victim = next(op for op in history if op.f == "read" and txn_of.get(op.value) in committed)
     assert check([op for op in history if op is not victim]).found() & {"lost_write", "torn_transaction"}
+    # nor are the real-time checks: a Reader's message received again, a send stored at an id
+    # read before it was invoked
+    readers = {(op.process, op.topic) for op in history if op.f == "opened" and op.value == "non_durable"}
+    assert {(p, t) for p in ("r1", "r2") for t in {op.topic for op in history if op.f == "read"}} <= readers
+    again = next(op for op in history if op.f == "read" and op.process == "r1")
+    assert "nonmonotonic_read" in check([*history, replace(again, index=len(history) + 1)]).found()
+    first_read = next(op for op in history if op.f == "read")
+    later = next(op for op in history if op.f == "send" and op.type == "ok" and op.msg_id is not None
+                 and op.topic == first_read.topic and op.index > first_read.index + 1)
+    assert "nonmonotonic_send" in check([replace(op, msg_id=first_read.msg_id) if op is later else op
+                                         for op in history]).found()
 
 
 async def test_a_commit_delayed_past_the_txn_timeout_is_refused_and_invisible(tmp_path):

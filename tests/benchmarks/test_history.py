@@ -95,10 +95,20 @@ def test_no_lost_write_when_drained_before_the_commit():
     assert check(h).valid
 
 
+def interleaved(h: History, sends: list[tuple[str, str, str, str, tuple]], commits: list[tuple[str, str]]) -> None:
+    """Sends (worker, txn, topic, value, acked id) one after the other, then the commits."""
+    for w, t, topic, value, msg_id in sends:
+        h.invoke(w, SEND, txn=t, topic=topic, value=value)
+        h.complete(w, SEND, OK, txn=t, topic=topic, value=value, msg_id=msg_id)
+    for w, t in commits:
+        h.invoke(w, COMMIT, txn=t)
+        h.complete(w, COMMIT, OK, txn=t)
+
+
 def test_torn_transaction():
     h = History()
-    txn(h, "w", "t1", [("a", "v1", (1, 0)), ("a", "v2", (1, 2))])
-    txn(h, "u", "t2", [("a", "u1", (1, 1)), ("a", "u2", (1, 3))])
+    interleaved(h, [("w", "t1", "a", "v1", (1, 0)), ("u", "t2", "a", "u1", (1, 1)),
+                    ("w", "t1", "a", "v2", (1, 2)), ("u", "t2", "a", "u2", (1, 3))], [("w", "t1"), ("u", "t2")])
     h.read("r", "a", (1, 0), "v1")
     h.read("r", "a", (1, 1), "u1")
     h.read("r", "a", (1, 3), "u2")
@@ -107,8 +117,8 @@ def test_torn_transaction():
 
 def test_reading_part_of_a_txn_then_stopping_is_no_anomaly():
     h = History()
-    txn(h, "w", "t1", [("a", "v1", (1, 0)), ("a", "v2", (1, 2))])
-    txn(h, "u", "t2", [("a", "u1", (1, 1))])
+    interleaved(h, [("w", "t1", "a", "v1", (1, 0)), ("u", "t2", "a", "u1", (1, 1)), ("w", "t1", "a", "v2", (1, 2))],
+                [("w", "t1"), ("u", "t2")])
     h.read("r", "a", (1, 0), "v1")
     h.read("r", "a", (1, 1), "u1")
     assert check(h).valid
@@ -177,6 +187,86 @@ def test_non_contiguous_write():
     assert "non_contiguous" in check(h).found()
 
 
+def test_nonmonotonic_send_below_an_acknowledged_id():
+    h = History()
+    txn(h, "w", "t1", [("a", "v1", (2, 5))])
+    txn(h, "u", "t2", [("a", "u1", (2, 3))])       # sent after v1 was stored, stored before it
+    assert check(h).found() == {"nonmonotonic_send"}
+
+
+def test_nonmonotonic_send_below_an_id_read():
+    h = History()
+    txn(h, "w", "t1", [("a", "v1", None)])          # a resend answered by de-duplication: no id
+    h.read("r", "a", (2, 5), "v1")
+    txn(h, "u", "t2", [("a", "u1", (2, 5))])       # an id already read: reused
+    found = check(h).found()
+    assert "nonmonotonic_send" in found
+
+
+def test_concurrent_sends_may_be_stored_in_any_order():
+    h = History()
+    for w, t, v in (("w", "t1", "v1"), ("u", "t2", "u1")):
+        h.invoke(w, SEND, txn=t, topic="a", value=v)
+    h.complete("w", SEND, OK, txn="t1", topic="a", value="v1", msg_id=(2, 5))
+    h.complete("u", SEND, OK, txn="t2", topic="a", value="u1", msg_id=(2, 3))
+    txn(h, "w", "t3", [("a", "v2", (2, 6)), ("b", "v3", (1, 0))])   # later, other topics: no floor
+    for t, w in (("t1", "w"), ("t2", "u")):
+        h.invoke(w, COMMIT, txn=t)
+        h.complete(w, COMMIT, OK, txn=t)
+    assert check(h).valid, check(h).summary()
+
+
+def test_nonmonotonic_read_of_a_non_durable_reader():
+    h = History()
+    txn(h, "w", "t1", [("a", "v1", (1, 0)), ("a", "v2", (1, 1))])
+    h.opened("r", "a", durable=False)
+    h.read("r", "a", (1, 0), "v1")
+    h.read("r", "a", (1, 1), "v2")
+    h.opened("r", "a", durable=False)              # resumed after v2: v2 must not come again
+    h.read("r", "a", (1, 1), "v2")
+    assert check(h).found() == {"nonmonotonic_read"}
+
+
+def test_a_durable_consumer_may_receive_again():
+    h = History()
+    txn(h, "w", "t1", [("a", "v1", (1, 0)), ("a", "v2", (1, 1))])
+    h.opened("c", "a", durable=True)
+    h.opened("r", "a", durable=False)
+    for op in ((1, 0), "v1"), ((1, 1), "v2"), ((1, 1), "v2"):
+        h.read("c", "a", *op)                      # unacknowledged, redelivered: allowed
+    h.read("r", "a", (1, 0), "v1")
+    h.read("r", "a", (1, 1), "v2")
+    assert check(h).valid, check(h).summary()
+
+
+def test_a_value_passed_is_missing_where_the_other_readers_read_it():
+    """t1's commit never completed (unknown) and its send's receipt had no id (a resend found
+    stored by de-duplication): r1 saw v1 at (1, 0), so t1 committed; r2 read past (1, 0)
+    without it."""
+    h = History()
+    txn(h, "w", "t1", [("a", "v1", None)], end=None)
+    h.invoke("w", COMMIT, txn="t1")
+    txn(h, "u", "t2", [("a", "u1", (1, 1))])
+    h.read("r1", "a", (1, 0), "v1")
+    h.read("r1", "a", (1, 1), "u1")
+    h.read("r2", "a", (1, 1), "u1")
+    assert check(h).found() == {"torn_transaction"}
+    h.read("r2", "a", (1, 0), "v1")                # r2 had it after all (out of order)
+    assert "torn_transaction" not in check(h).found()
+
+
+def test_a_reader_stuck_before_the_end_is_found():
+    """Every value read, yet the reader never reaches the end (a marker counted as a message,
+    reference B1): no value is missing, so only `stuck` tells."""
+    h = clean()
+    for msg_id, value in (((1, 0), "a1"), ((1, 1), "a2"), ((1, 4), "a3")):
+        h.read("r3", "a", msg_id, value)
+    h.stuck("r3", "a", "has_message_available stays true, nothing is delivered")
+    h.drained("r3", "a")
+    result = check(h)
+    assert result.found() == {"stuck_read"} and result.anomalies["stuck_read"][0]["reader"] == "r3"
+
+
 # ---- property-based: a model broker's histories, and single corruptions of them ----
 
 def simulate(seed: int, steps: int = 120) -> History:
@@ -192,6 +282,8 @@ def simulate(seed: int, steps: int = 120) -> History:
     open_txn: dict[str, str | None] = dict.fromkeys(workers)
     pos = {(r, t): 0 for r in readers for t in topics}
     counter = iter(range(10**9))
+    for r, t in pos:
+        h.opened(r, t, durable=False)
 
     def read(r: str, t: str) -> None:
         log = logs[t]
@@ -255,7 +347,17 @@ def corrupt(h: History, rnd: random.Random) -> tuple[list[Op], str] | None:
             commit_invoke[op.txn] = op.index
     sends = {op.value: op for op in ops if op.f == SEND and op.type == OK}
     read_values = {op.value for op in reads}
-    kind = rnd.choice(["aborted", "lost", "duplicate", "swap", "precommitted"])
+    kind = rnd.choice(["aborted", "lost", "duplicate", "swap", "precommitted", "reread", "reused_id"])
+    if kind == "reused_id":
+        # a send acknowledged at the id of one acknowledged before it was invoked
+        invoked = {op.value: op.index for op in ops if op.f == SEND and op.type == "invoke"}
+        pairs = [(a, b) for a in sends.values() for b in sends.values()
+                 if a.topic == b.topic and a.index < invoked[b.value]]
+        if not pairs:
+            return None
+        a, b = rnd.choice(pairs)
+        ops[ops.index(b)] = dataclasses.replace(b, msg_id=a.msg_id)
+        return ops, "nonmonotonic_send"
     if kind == "aborted":
         ended = {op.txn: op for op in ops if op.f in (COMMIT, ABORT) and op.type != "invoke"}
         aborted = [v for v, s in sends.items() if v not in read_values and (
@@ -271,6 +373,9 @@ def corrupt(h: History, rnd: random.Random) -> tuple[list[Op], str] | None:
     if kind == "lost":
         ops.remove(victim)
         return ops, ("lost_write", "torn_transaction")
+    if kind == "reread":
+        ops.append(dataclasses.replace(victim, index=len(ops) + 10))
+        return ops, "nonmonotonic_read"
     if kind == "duplicate":
         ops.append(Op(len(ops) + 10, OK, "read", "r3", topic=victim.topic, value=victim.value, msg_id=(2, 0)))
         return ops, "duplicate"
