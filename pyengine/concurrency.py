@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -20,3 +20,18 @@ def single_flight(running: dict[Hashable, asyncio.Future[T]], key: Hashable,
         running[key] = run
         run.add_done_callback(lambda done: running.pop(key) if running.get(key) is done else None)
     return asyncio.shield(run)
+
+
+class RunOnce:
+    """`operation` (a close) run at most once, as a task of its own: a caller cancelled while it
+    runs does not stop it half-way, and every later caller waits for that same run (and gets its
+    outcome) instead of finding the object half-done and doing nothing."""
+
+    def __init__(self, operation: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._operation = operation
+        self._run: asyncio.Future[None] | None = None
+
+    async def __call__(self) -> None:
+        if self._run is None:
+            self._run = asyncio.ensure_future(self._operation())
+        await asyncio.shield(self._run)

@@ -33,7 +33,7 @@ from pyengine.client.handler import close_all, start_all
 from pyengine.client.key_batching import BatchingType
 from pyengine.client.lookup import LookupService
 from pyengine.client.message import MessageId
-from pyengine.client.once import RunOnce
+from pyengine.concurrency import RunOnce
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.pool import ConnectionPool
 from pyengine.client.producer import CompressionType, PartitionProducer, Producer, ProducerOptions

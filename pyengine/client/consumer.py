@@ -39,7 +39,7 @@ from pyengine.client.message import (
     DecodeError, Message, MessageId, _decompress, _schema_version, decode_entry, seek_ack_set, unacked_from,
 )
 from pyengine.client.negative_acks import NegativeAckTracker
-from pyengine.client.once import RunOnce
+from pyengine.concurrency import RunOnce
 from pyengine.client.unacked import UnackedMessageTracker
 from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_schema, check_timeout, option_name,

@@ -26,7 +26,7 @@ from pyengine.client.consumer import (
 )
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
-from pyengine.client.once import RunOnce
+from pyengine.concurrency import RunOnce
 from pyengine.client.validation import check_timeout, check_topic
 from pyengine.errors import InvalidTopicNameError
 from pyengine.naming import TopicName

@@ -32,7 +32,7 @@ from pyengine.client.errors import AlreadyClosedError, ConnectError, MessageTooB
 from pyengine.client.handler import CLOSED, CLOSING, FAILED, READY, ConnectionHandler, close_all
 from pyengine.client.key_batching import BatchingType, KeyBasedBatches, check_batching_type
 from pyengine.client.message import MessageId
-from pyengine.client.once import RunOnce
+from pyengine.concurrency import RunOnce
 from pyengine.client.router import PartitionRouter, check_hashing_scheme
 from pyengine.client.transaction import COMMITTING, OPEN, Transaction
 from pyengine.client.validation import (
