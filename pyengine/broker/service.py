@@ -551,7 +551,11 @@ class BrokerService:
         if self.v5 is not None:
             await self.v5.close()
         for topic in list(self.topics.values()):
-            await topic.close()
+            try:
+                await topic.close()
+            except Exception:
+                # logged by the topic; the others, and the data dir, are still closed
+                log.warning("closing %s failed; closing the broker goes on", topic.name)
         if self._scalable is not None:
             await self._scalable.close()
         if self.metadata is not None and self.metadata is not self.config.metadata_store:

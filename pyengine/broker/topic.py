@@ -24,6 +24,7 @@ from pyengine.broker.transactions import check_txn_design
 from pyengine.concurrency import single_flight
 from pyengine.errors import (ConsumerBusyError, InvalidSubscriptionNameError, NotAllowedError, ProducerBusyError,
                              SubscriptionNotFoundError, TopicFencedError, TopicTerminatedError)
+from pyengine.concurrency import RunOnce
 from pyengine.naming import TopicName, stored_name_problem
 from pyengine.storage import ManagedCursor, ManagedLedger, StorageError
 from pyengine.storage.entry import Entry
@@ -83,6 +84,7 @@ class Topic:
         self._readers: list[Subscription] = []
         self._named_readers: dict[str, Subscription] = {}    # the non-durable subscriptions, by name
         self._closed = False
+        self._closing = RunOnce(self._close)
         # Published since the topic was loaded (Pulsar's msgInCounter / bytesInCounter).
         self.rate_in = RateCounter()
         self.rate_out = RateCounter()          # delivered to its consumers and readers
@@ -527,14 +529,24 @@ class Topic:
         return [c for subscription in [*self.subscriptions.values(), *self._readers] for c in subscription.consumers]
 
     async def close(self) -> None:
-        if self._closed:
-            return
+        """Close the topic (unloaded, or before its deletion): once, and to its end though a
+        caller is cancelled meanwhile (left half-closed, it refused everything yet kept its
+        ledger open and its subscriptions dispatching, and a later close returned at once);
+        every part is closed though one before it failed (the first failure is raised)."""
         self._closed = True
-        await self.compaction.close()
-        for subscription in [*self.subscriptions.values(), *self._readers]:
-            await subscription.close()
-        await self.buffer.close()
-        await self.ledger.close()
+        await self._closing()
+
+    async def _close(self) -> None:
+        parts = [self.compaction.close, *(s.close for s in [*self.subscriptions.values(), *self._readers])]
+        failure: Exception | None = None
+        for close in [*parts, self.buffer.close, self.ledger.close]:
+            try:
+                await close()
+            except Exception as exc:
+                log.exception("%s: closing %s failed", self.name, getattr(close, "__self__", close))
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     async def delete(self, also: Sequence[WriteFn] = ()) -> None:
         """`also`: writes of the same LMDB transaction (what is kept by the topic's name: its
