@@ -74,6 +74,26 @@ async def requested_subscription(call: Call) -> Subscription:
     return subscription
 
 
+COORDINATOR_INFO_MAP = {
+    "type": "object", "description": "coordinator id -> Pulsar's TransactionCoordinatorInfo",
+    "additionalProperties": {"type": "object", "properties": {"id": {"type": "integer"},
+                                                              "brokerServiceUrl": {"type": "string"}},
+                             "required": ["id", "brokerServiceUrl"]},
+}
+
+
+@routes.add("GET", BASE + "/coordinators", summary="List the transaction coordinators and the broker serving each.",
+            replies={200: Reply("TransactionCoordinatorInfo per coordinator id", COORDINATOR_INFO_MAP)})
+async def list_coordinators(call: Call) -> dict[str, Any]:
+    # Pulsar's listCoordinators: `pulsar-admin transactions list` asks it first. This broker
+    # serves every coordinator; listed as coordinatorStats lists them (the v5 one too).
+    from pyengine.admin.server import _reachable     # server imports the route tables
+    url = _reachable(call.service.service_url, call)
+    coordinator = call.service.coordinator
+    ids = coordinator.coordinator_ids + ([V5_COORDINATOR_ID] if coordinator.v5 is not None else [])
+    return {str(cid): {"id": cid, "brokerServiceUrl": url} for cid in ids}
+
+
 @routes.add("GET", BASE + "/coordinatorStats", summary="Get the stats of the transaction coordinators.",
             params=(COORDINATOR_ID,),
             replies={200: Reply("TransactionCoordinatorStats per coordinator id, or of the one asked for",
