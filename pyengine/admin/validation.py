@@ -12,6 +12,7 @@ of range). Unknown object members are accepted unless
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -22,7 +23,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,), "array": (list,), "string": (str,), "boolean": (bool,),
     "integer": (int,), "number": (int, float), "null": (type(None),),
 }
-_INTEGER = re.compile(r"^[+-]?[0-9]{1,40}$")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,40}")           # the whole text (fullmatch)
 INVALID_STATUS = "x-invalid-status"
 
 
@@ -50,7 +51,7 @@ def check(value: Any, schema: dict[str, Any], where: str) -> None:
             raise AdminError(status, f"{where}: must not be empty")
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             raise AdminError(status, f"{where}: longer than {schema['maxLength']} characters")
-        if "pattern" in schema and not re.search(schema["pattern"], value):
+        if "pattern" in schema and not _pattern(schema["pattern"]).search(value):
             raise AdminError(status, f"{where}: {value[:40]!r} does not match {schema['pattern']}")
     elif isinstance(value, list):
         if "maxItems" in schema and len(value) > schema["maxItems"]:
@@ -72,11 +73,20 @@ def check(value: Any, schema: dict[str, Any], where: str) -> None:
                 check(item, extra, f"{where}.{name}")
 
 
+@functools.lru_cache(maxsize=None)
+def _pattern(pattern: str) -> re.Pattern[str]:
+    """An OpenAPI (ECMA) pattern as Python runs it: a final `$` is the end of the text, where
+    Python's also matches before a last newline ("name\\n" taken for "name")."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
 def from_text(text: str, schema: dict[str, Any], where: str) -> Any:
     """A path or query parameter: its text converted to the schema's type, then checked."""
     kind = schema.get("type")
     if kind == "integer":
-        if not _INTEGER.match(text):
+        if not _INTEGER.fullmatch(text):
             raise AdminError(BAD_REQUEST, f"{where}: expected an integer, got {text[:40]!r}")
         value: Any = int(text)
     elif kind == "boolean":
