@@ -72,7 +72,11 @@ class LmdbSchemaRegistry(SchemaRegistry):
         if cached is None:
             with self.env.read() as txn:
                 raw = txn.get(self._key(schema_id), db=self._db)
-            cached = [] if raw is None else [_from_json(r) for r in json.loads(raw)]
+            if raw is None:
+                # Not cached: any name can be looked up (GET_SCHEMA, the admin API), and one
+                # entry per name asked about would grow for good.
+                return []
+            cached = [_from_json(r) for r in json.loads(raw)]
             self._cache[schema_id] = cached
         return list(cached)
 
@@ -81,9 +85,10 @@ class LmdbSchemaRegistry(SchemaRegistry):
         if versions:
             raw = json.dumps([_to_json(v) for v in versions], sort_keys=True).encode()
             await self.env.submit(lambda txn: txn.put(key, raw, db=db), key=("schemas", schema_id))
+            self._cache[schema_id] = versions
         else:
             await self.env.submit(lambda txn: txn.delete(key, db=db), key=("schemas", schema_id))
-        self._cache[schema_id] = versions
+            self._cache.pop(schema_id, None)    # absent: read (as none) when asked, not kept
 
     def find_version(self, schema_id: str, schema: SchemaData) -> int | None:
         return self._identical(self.live(schema_id), schema)
