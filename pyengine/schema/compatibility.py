@@ -53,9 +53,71 @@ def parse_avro(data: bytes) -> avro.schema.Schema:
         text = data.decode()
         parsed = avro.schema.parse(text, validate_enum_symbols=False, validate_names=False)
         _check_names(json.loads(text))
+        _check_defaults(parsed, set())
     except (UnicodeDecodeError, ValueError, TypeError, avro.errors.AvroException) as exc:
         raise InvalidSchemaDataError(f"invalid Avro schema definition: {exc}") from None
     return parsed
+
+
+def _check_defaults(schema: avro.schema.Schema, seen: set[int]) -> None:
+    """Avro Java's parser (Pulsar's) refuses a field default its type cannot hold, and an enum
+    default that is not a symbol; the Python library takes both (and a reader would then fill
+    in a value of the wrong type)."""
+    if id(schema) in seen:                      # a named type used again, or recursion
+        return
+    seen.add(id(schema))
+    if isinstance(schema, avro.schema.EnumSchema):
+        default = schema.get_prop("default")
+        if default is not None and default not in schema.symbols:
+            raise avro.errors.SchemaParseException(f"The Enum Default: {default} is not in the enum symbol set: "
+                                                   f"{schema.symbols}")
+    elif isinstance(schema, avro.schema.RecordSchema):
+        for field in schema.fields:
+            if field.has_default and not _valid_default(field.type, field.default, set()):
+                raise avro.errors.SchemaParseException(f"Invalid default for field {field.name}: "
+                                                       f"{json.dumps(field.default)} not a {field.type}")
+            _check_defaults(field.type, seen)
+    elif isinstance(schema, avro.schema.ArraySchema):
+        _check_defaults(schema.items, seen)
+    elif isinstance(schema, avro.schema.MapSchema):
+        _check_defaults(schema.values, seen)
+    elif isinstance(schema, avro.schema.UnionSchema):
+        for branch in schema.schemas:
+            _check_defaults(branch, seen)
+
+
+_INT_RANGES = {"int": 2**31, "long": 2**63}
+
+
+def _valid_default(schema: avro.schema.Schema, value: Any, records: set[int]) -> bool:
+    """Whether `value` (a default's JSON) is a value of `schema`, as Java's Schema.isValidDefault
+    judges it (a union's default may match any branch, as the newer Java parsers allow)."""
+    kind = schema.type
+    if kind in ("string", "bytes", "enum", "fixed"):
+        return isinstance(value, str)
+    if kind in _INT_RANGES:
+        bound = _INT_RANGES[kind]
+        return isinstance(value, int) and not isinstance(value, bool) and -bound <= value < bound
+    if kind in ("float", "double"):
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)) or \
+            value in ("NaN", "Infinity", "-Infinity")
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "null":
+        return value is None
+    if kind == "array":
+        return isinstance(value, list) and all(_valid_default(schema.items, v, records) for v in value)
+    if kind == "map":
+        return isinstance(value, dict) and all(_valid_default(schema.values, v, records) for v in value.values())
+    if kind == "union":
+        return any(_valid_default(branch, value, records) for branch in schema.schemas)
+    if kind in ("record", "error"):
+        if not isinstance(value, dict) or id(schema) in records:
+            return isinstance(value, dict)      # a recursive record's default: not walked again
+        inner = records | {id(schema)}
+        return all(_valid_default(f.type, value[f.name], inner) if f.name in value
+                   else f.has_default and _valid_default(f.type, f.default, inner) for f in schema.fields)
+    return False
 
 
 _NAMED_TYPES = ("record", "error", "enum", "fixed")
@@ -277,6 +339,11 @@ def check(existing: Sequence[SchemaData], new: SchemaData, strategy: Compatibili
                                           f"new schema type {new.type.name}")
     if latest_only and same_definition(existing[-1], new):
         return                                  # the same definition as the latest
+    if new.type == SchemaType.JSON and not latest_only:
+        # Checked against all (a consumer's ALWAYS_INCOMPATIBLE too), Pulsar parses every JSON
+        # schema as Avro: the old (Jackson) format is only let through one schema to the next.
+        _check_avro(existing, new, strategy)
+        return
     _CHECKS.get(new.type, _check_default)(existing, new, strategy)
 
 
@@ -362,7 +429,9 @@ def _check_key_value(existing: Sequence[SchemaData], new: SchemaData, strategy: 
         if part is None:
             _check_default([], SchemaData(SchemaType.NONE), strategy)
         else:
-            check([p for p in old_parts if p is not None], part, strategy)
+            # as Pulsar's KeyValueSchemaCompatibilityCheck: each side as a list, the way a check
+            # against all versions goes (JSON sides parsed as Avro)
+            check([p for p in old_parts if p is not None], part, strategy, latest_only=False)
 
 
 _CHECKS = {SchemaType.AVRO: _check_avro, SchemaType.JSON: _check_json,
