@@ -119,10 +119,16 @@ async def test_a_topic_policy_set_while_its_topic_is_deleted_does_not_outlive_it
     assert service.policies.topic_policies(NAME) == {}
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/lastMessageId"), ("POST", "/terminate"), ("POST", "/trim"),
-                                         ("POST", "/subscription/s/skip/1"),
-                                         ("POST", "/subscription/s/resetcursor/0")])
-async def test_requests_on_a_topic_being_deleted_are_404(api, service, client, monkeypatch, method, path):
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/lastMessageId", None), ("POST", "/terminate", None), ("POST", "/trim", None),
+    ("POST", "/subscription/s/skip/1", None), ("POST", "/subscription/s/resetcursor/0", None),
+    # these answered 204 for what the closed topic's subscriptions did not do (found by an audit)
+    ("POST", "/subscription/s/skip_all", None), ("POST", "/subscription/s/expireMessages/0", None),
+    ("POST", "/subscription/s/expireMessages", {"ledgerId": 0, "entryId": 0}),
+    ("POST", "/all_subscription/expireMessages/0", None),
+    ("POST", "/subscription/s/resetcursor", {"ledgerId": -1, "entryId": -1}),
+    ("DELETE", "/subscription/s", None), ("GET", "/subscriptions", None)])
+async def test_requests_on_a_topic_being_deleted_are_404(api, service, client, monkeypatch, method, path, body):
     assert (await api.put(T)).status == 204
     assert (await api.put(T + "/subscription/s", {"ledgerId": -1, "entryId": -1})).status == 204
     producer = await client.create_producer(NAME)
@@ -140,7 +146,7 @@ async def test_requests_on_a_topic_being_deleted_are_404(api, service, client, m
     monkeypatch.setattr(Topic, "delete", held_delete)
     delete = asyncio.ensure_future(api.delete(T + "?force=true"))
     await started.wait()
-    reply = await api.call(method, T + path)
+    reply = await api.call(method, T + path, body)
     release.set()
     assert (await delete).status == 204
     assert reply.status == 404, reply.body
