@@ -81,3 +81,45 @@ async def test_no_limit(service) -> None:
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_a_producer_created_while_the_buffer_is_full_is_not_read_after_its_send(service, monkeypatch) -> None:
+    """The broker's publish buffer is full: a connection that had no producer at the moment it
+    filled (a producer that reconnects, a new client) must not go on being read while it sends,
+    or the buffer's bound holds only for the connections that happened to have producers then
+    (Apache checks the threshold on every send: its connection stops being read)."""
+    server = ProtocolServer(service, "127.0.0.1", 0, max_publish_buffer_bytes=4000)
+    await server.start()
+    stalled = None
+    heavy = await WireClient.connect(server.port)
+    late = await WireClient.connect(server.port)
+    try:
+        await heavy.create_producer(STALLED)
+        stalled = StalledPublishes(await service.get_topic(STALLED), monkeypatch)
+        for seq in range(4):                    # ~4 KiB being stored: the buffer is full
+            heavy.send_payload("SEND", metadata("p", seq), b"x" * 1024, producer_id=0, sequence_id=seq)
+        await heavy.writer.drain()
+        for _ in range(100):
+            if len(stalled) == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert len(stalled) == 4 and server.publish_buffer_bytes >= 4000
+
+        # A producer created now (its connection had none when the buffer filled) ...
+        assert (await late.create_producer(OTHER)).producer_name
+        # ... has the send it wrote stored (it was read before anything was known) ...
+        assert (await late.publish(0, 0, b"first")).send_receipt.sequence_id == 0
+        # ... and is then no longer read, as every connection that sends while it is full.
+        late.send_payload("SEND", metadata("q", 1), b"second", producer_id=0, sequence_id=1)
+        await late.writer.drain()
+        with pytest.raises(TimeoutError):
+            await late.receive(0.3)
+        await stalled.release()                 # empty: everyone is read again
+        assert (await late.expect("SEND_RECEIPT")).sequence_id == 1
+        assert server.publish_buffer_bytes == 0
+    finally:
+        if stalled is not None:
+            await stalled.release()
+        for client in (heavy, late):
+            await client.close()
+        await server.stop()
