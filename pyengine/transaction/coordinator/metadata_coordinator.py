@@ -290,17 +290,23 @@ class MetadataTransactionCoordinator:
             for record in await self.store.range_query(IDX_FINAL, (state.value,), (state.value, cutoff + 1)):
                 try:
                     txn = txn_of_path(record.path)
-                    if not await self._settle_leftovers(txn, state, record.mod_revision):
+                    settled = await self._settle_leftovers(txn, state, record.mod_revision)
+                    if settled is None:
                         continue
                 except CorruptTxnRecordError as exc:
                     # Kept (its participants' records are not understood): raised, it stopped
                     # the GC of every txn after it - the oldest first - at each sweep.
                     log.error("GC of v5 transaction %s skipped: %s", record.path, exc)
                     continue
-                orphans = await self._delete_ops(txn)
+                orphans = await self._delete_ops(settled)
                 if orphans:
                     self.orphans_collected += orphans
                     log.info("GC of v5 transaction %s: deleted %d op records its participants left", txn, orphans)
+                if await self._any_ops(txn):
+                    # A late write recorded since the listing (or one rewritten): not settled,
+                    # so kept with the header; the next sweep settles it.
+                    log.info("GC of v5 transaction %s deferred: op records written since it listed them", txn)
+                    continue
                 try:
                     await self.store.delete(record.path, record.version)
                     deleted += 1
@@ -309,8 +315,9 @@ class MetadataTransactionCoordinator:
         self.metrics.outstanding_op_records = await self.count_op_records()
         return deleted
 
-    async def _settle_leftovers(self, txn: TxnId, state: HeaderState, decided_revision: int) -> bool:
-        """Make the op records `txn`'s participants left safe to delete; False: keep them."""
+    async def _settle_leftovers(self, txn: TxnId, state: HeaderState, decided_revision: int) -> list[Any] | None:
+        """Make the op records `txn`'s participants left safe to delete; returns them (only
+        these may go: one written after the listing is not settled), None: keep them."""
         leftovers: list[tuple[Any, OpRecord]] = []
         after = None
         while True:
@@ -325,7 +332,7 @@ class MetadataTransactionCoordinator:
             if waiting:
                 log.info("GC of v5 transaction %s deferred: %d op records wait for their participants "
                          "(acks to apply, late writes to hide)", txn, len(waiting))
-            return not waiting
+            return None if waiting else [record for record, _op in leftovers]
         last_write: dict[str, Position] = {}
         read: dict[str, Any] = {}           # an op record read of each segment: the guard of its abort
         for record, op in leftovers:
@@ -341,7 +348,7 @@ class MetadataTransactionCoordinator:
             last_write = dict.fromkeys(last_write, Position.LATEST)
         for segment, position in last_write.items():
             await self._record_abort(segment, txn, position, guard=read[segment])
-        return True
+        return [record for record, _op in leftovers]
 
     async def _record_abort(self, segment: str, txn: TxnId, position: Position, *, guard: Any = None) -> None:
         """Add `txn` to `segment`'s stored aborted set (compare-and-set: its buffer may save it).
@@ -366,19 +373,22 @@ class MetadataTransactionCoordinator:
             except (BadVersionError, AlreadyExistsError):
                 continue
 
-    async def _delete_ops(self, txn: TxnId) -> int:
+    async def _delete_ops(self, records: list[Any]) -> int:
+        """Delete the op records `_settle_leftovers` listed and settled, each as it was listed:
+        a late write's record created since (its abort not stored for its segment) must stay
+        for its participant, which deletes it once it saved the abort itself."""
         count = 0
-        while True:
-            page = await self.store.list_prefix(op_prefix(txn), limit=1000)
-            for record in page:
-                try:
-                    await self.store.delete(record.path)
-                    count += 1
-                except NotFoundError:
-                    pass
-            if not page.more:
-                self.metrics.ops_deleted(count)
-                return count
+        for record in records:
+            try:
+                await self.store.delete(record.path, expected_mod_revision=record.mod_revision)
+                count += 1
+            except (NotFoundError, BadVersionError):
+                pass                        # deleted by its participant, or written again since
+        self.metrics.ops_deleted(count)
+        return count
+
+    async def _any_ops(self, txn: TxnId) -> bool:
+        return bool(await self.store.list_prefix(op_prefix(txn), limit=1))
 
     async def count_op_records(self) -> int:
         total, after = 0, None
