@@ -172,13 +172,14 @@ async def get_slow_transactions(call: Call) -> dict[str, Any]:
     ids = [] if asks_v5 else [wanted] if wanted is not None else coordinator.coordinator_ids
     now = service.config.clock()
     slow = {}
+    lookups = stats.ParticipantLookups()    # each participant read once, not once per slow txn
     for cid in ids:
         for meta in coordinator.store(cid).live_transactions():
             if now - meta.start_ms > timeout:
-                slow[str(meta.txn_id)] = await stats.transaction_metadata(service, meta)
+                slow[str(meta.txn_id)] = await stats.transaction_metadata(service, meta, lookups)
     if v5 is not None and (wanted is None or asks_v5):
         for meta in await _slow_v5_transactions(v5, timeout):
-            slow[str(meta.txn_id)] = await stats.transaction_metadata(service, meta)
+            slow[str(meta.txn_id)] = await stats.transaction_metadata(service, meta, lookups)
     return slow
 
 

@@ -237,33 +237,60 @@ def coordinator_stats(store: LogTransactionMetadataStore) -> dict[str, Any]:
     }
 
 
+class ParticipantLookups:
+    """A transaction's state in its participants, each participant read once per request: a
+    buffer's open txns and a pending-ack handle's stats cost O(its open txns) to build, and
+    slowTransactions asks them once per slow txn (quadratic in the open txns of a topic if
+    built for each)."""
+
+    def __init__(self) -> None:
+        self._starts: dict[str, dict[TxnId, str]] = {}                     # topic -> txn -> start
+        self._holders: dict[tuple[str, str], Any] = {}                     # (topic, sub) -> holder
+
+    def in_buffer(self, topic: Topic, txn: TxnId) -> dict[str, Any]:
+        starts = self._starts.get(topic.name)
+        if starts is None:
+            starts = self._starts[topic.name] = {ongoing: str(position)
+                                                 for ongoing, position in topic.buffer.ongoing_txns()}
+        return {"startPosition": starts.get(txn), "aborted": topic.buffer.is_txn_aborted(txn)}
+
+    def in_pending_ack(self, subscription: Subscription, txn: TxnId) -> dict[str, Any]:
+        key = (subscription.topic.name, subscription.name)
+        if key not in self._holders:
+            self._holders[key] = (subscription.pending_ack.stats()["pending_cumulative_ack"]
+                                  if subscription.pending_ack else None)
+        holder = self._holders[key]
+        return {"cumulativeAckPosition": holder["position"] if holder is not None and holder["txn"] == str(txn)
+                else None}
+
+
 def in_buffer_stats(topic: Topic, txn: TxnId) -> dict[str, Any]:
-    start = next((str(position) for ongoing, position in topic.buffer.ongoing_txns() if ongoing == txn), None)
-    return {"startPosition": start, "aborted": topic.buffer.is_txn_aborted(txn)}
+    return ParticipantLookups().in_buffer(topic, txn)
 
 
 def in_pending_ack_stats(subscription: Subscription, txn: TxnId) -> dict[str, Any]:
-    holder = subscription.pending_ack.stats()["pending_cumulative_ack"] if subscription.pending_ack else None
-    return {"cumulativeAckPosition": holder["position"] if holder is not None and holder["txn"] == str(txn) else None}
+    return ParticipantLookups().in_pending_ack(subscription, txn)
 
 
-async def transaction_metadata(service: BrokerService, meta: TxnMeta) -> dict[str, Any]:
+async def transaction_metadata(service: BrokerService, meta: TxnMeta,
+                               lookups: ParticipantLookups | None = None) -> dict[str, Any]:
     """Pulsar's TransactionMetadata, with the txn's state on each participant (null for a
     participant that no longer exists). `timeoutAt` is what Pulsar puts there: the timeout
     (ms), not an instant. An ended transaction's participants are null, not empty: they are not
     kept once it has ended (Pulsar forgets the whole transaction then: 404), and v5's
-    coordinator never knows them."""
+    coordinator never knows them. `lookups`: shared by the calls of one request."""
     if meta.status in _LIVE and not is_v5(meta.txn_id):
+        lookups = lookups if lookups is not None else ParticipantLookups()
         produced: dict[str, Any] | None = {}
         for name in meta.partitions:
             topic = await _existing_topic(service, name)
-            produced[name] = in_buffer_stats(topic, meta.txn_id) if topic is not None else None
+            produced[name] = lookups.in_buffer(topic, meta.txn_id) if topic is not None else None
         acked: dict[str, dict[str, Any]] | None = {}
         for name, subscription_name in meta.subscriptions:
             topic = await _existing_topic(service, name)
             subscription = topic.subscriptions.get(subscription_name) if topic is not None else None
             acked.setdefault(name, {})[subscription_name] = (
-                in_pending_ack_stats(subscription, meta.txn_id) if subscription is not None else None)
+                lookups.in_pending_ack(subscription, meta.txn_id) if subscription is not None else None)
     else:
         produced = acked = None
     return {
