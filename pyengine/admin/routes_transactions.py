@@ -152,10 +152,11 @@ async def get_transaction_buffer_stats(call: Call) -> dict[str, Any]:
 
 
 @routes.add("GET", BASE + "/pendingAckStats" + TOPIC_SUFFIX + "/{subName}",
-            summary="Get the stats of a subscription's pending acks.", params=(*TOPIC_PATH, SUBSCRIPTION),
-            replies={200: Reply("TransactionPendingAckStats", PENDING_ACK_STATS), **errors(404, 412)})
+            summary="Get the stats of a subscription's pending acks.",
+            params=(*TOPIC_PATH, SUBSCRIPTION, LOW_WATER_MARKS),
+            replies={200: Reply("TransactionPendingAckStats", PENDING_ACK_STATS), **errors(400, 404, 412)})
 async def get_pending_ack_stats(call: Call) -> dict[str, Any]:
-    return stats.pending_ack_stats(await requested_subscription(call))
+    return stats.pending_ack_stats(await requested_subscription(call), call["lowWaterMarks"])
 
 
 @routes.add("GET", BASE + "/slowTransactions/{timeout}",

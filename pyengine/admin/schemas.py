@@ -288,7 +288,9 @@ PENDING_ACK_STATS = {
     "type": "object",
     "description": "Pulsar's TransactionPendingAckStats, plus the positions held",
     "properties": {"state": {"type": "string"}, "ongoingTxnSize": COUNT, "pendingIndividualPositions": COUNT,
-                   "pendingCumulativeAckPosition": NULLABLE_POSITION},
+                   "pendingCumulativeAckPosition": NULLABLE_POSITION,
+                   "lowWaterMarks": {"type": "object", "additionalProperties": {"type": "integer"},
+                                     "description": "coordinator id -> low watermark; only with lowWaterMarks=true"}},
     "required": ["state", "ongoingTxnSize"],
 }
 

@@ -331,18 +331,23 @@ def buffer_stats(topic: Topic, low_watermarks: bool) -> dict[str, Any]:
     return stats
 
 
-def pending_ack_stats(subscription: Subscription) -> dict[str, Any]:
+def pending_ack_stats(subscription: Subscription, low_watermarks: bool = False) -> dict[str, Any]:
     raw = subscription.pending_ack.stats() if subscription.pending_ack is not None else None
     if raw is None:
-        return {"state": "None", "ongoingTxnSize": 0, "pendingIndividualPositions": 0,
-                "pendingCumulativeAckPosition": None}
-    cumulative = raw["pending_cumulative_ack"]
-    return {
-        "state": pulsar_state(raw["state"]),
-        "ongoingTxnSize": len(raw["transactions"]),
-        "pendingIndividualPositions": raw["pending_individual_positions"],
-        "pendingCumulativeAckPosition": cumulative["position"] if cumulative is not None else None,
-    }
+        stats = {"state": "None", "ongoingTxnSize": 0, "pendingIndividualPositions": 0,
+                 "pendingCumulativeAckPosition": None}
+    else:
+        cumulative = raw["pending_cumulative_ack"]
+        stats = {
+            "state": pulsar_state(raw["state"]),
+            "ongoingTxnSize": len(raw["transactions"]),
+            "pendingIndividualPositions": raw["pending_individual_positions"],
+            "pendingCumulativeAckPosition": cumulative["position"] if cumulative is not None else None,
+        }
+    if low_watermarks:      # as Pulsar's TransactionPendingAckStats: coordinator id -> lwm
+        known = raw["low_watermarks"] if raw is not None else {}
+        stats["lowWaterMarks"] = {str(cid): mark for cid, mark in known.items()}
+    return stats
 
 
 async def _existing_topic(service: BrokerService, name: str) -> Topic | None:

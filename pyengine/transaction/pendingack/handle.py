@@ -553,6 +553,7 @@ class PendingAckHandleImpl(PendingAckHandle):
             "pending_cumulative_ack": None if holder is None else {"txn": str(holder[0]),
                                                                    "position": str(holder[1])},
             "transactions": per_txn,
+            "low_watermarks": dict(self._low_watermarks),       # coordinator id -> lwm
             "log_records": sum(len(seqs) for seqs in self._records.values()),
             "replay_error": None if self._replay_error is None else str(self._replay_error),
         }
