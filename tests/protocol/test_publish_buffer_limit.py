@@ -16,6 +16,18 @@ STALLED = "persistent://public/default/buffer-stalled"
 OTHER = "persistent://public/default/buffer-other"
 
 
+async def fill_the_buffer(server: ProtocolServer, heavy: WireClient, stalled: StalledPublishes) -> None:
+    """Four 1 KiB sends of `heavy`'s producer 0, held being stored: the 4000-byte buffer is full."""
+    for seq in range(4):
+        heavy.send_payload("SEND", metadata("p", seq), b"x" * 1024, producer_id=0, sequence_id=seq)
+    await heavy.writer.drain()
+    for _ in range(100):
+        if len(stalled) == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert len(stalled) == 4 and server.publish_buffer_bytes >= 4000
+
+
 async def test_a_full_publish_buffer_stops_reading_producers_until_half_is_left(service, monkeypatch) -> None:
     server = ProtocolServer(service, "127.0.0.1", 0, max_publish_buffer_bytes=4000)
     await server.start()
@@ -28,14 +40,7 @@ async def test_a_full_publish_buffer_stops_reading_producers_until_half_is_left(
         await light.create_producer(OTHER)
         stalled = StalledPublishes(await service.get_topic(STALLED), monkeypatch)
 
-        for seq in range(4):                    # ~4 KiB being stored: the buffer is full
-            heavy.send_payload("SEND", metadata("p", seq), b"x" * 1024, producer_id=0, sequence_id=seq)
-        await heavy.writer.drain()
-        for _ in range(100):
-            if len(stalled) == 4:
-                break
-            await asyncio.sleep(0.01)
-        assert len(stalled) == 4 and server.publish_buffer_bytes >= 4000
+        await fill_the_buffer(server, heavy, stalled)
 
         # Another producer's connection is not read meanwhile (its topic is not slow) ...
         light.send_payload("SEND", metadata("q", 0), b"small", producer_id=0, sequence_id=0)
@@ -96,14 +101,7 @@ async def test_a_producer_created_while_the_buffer_is_full_is_not_read_after_its
     try:
         await heavy.create_producer(STALLED)
         stalled = StalledPublishes(await service.get_topic(STALLED), monkeypatch)
-        for seq in range(4):                    # ~4 KiB being stored: the buffer is full
-            heavy.send_payload("SEND", metadata("p", seq), b"x" * 1024, producer_id=0, sequence_id=seq)
-        await heavy.writer.drain()
-        for _ in range(100):
-            if len(stalled) == 4:
-                break
-            await asyncio.sleep(0.01)
-        assert len(stalled) == 4 and server.publish_buffer_bytes >= 4000
+        await fill_the_buffer(server, heavy, stalled)
 
         # A producer created now (its connection had none when the buffer filled) ...
         assert (await late.create_producer(OTHER)).producer_name
