@@ -78,47 +78,44 @@ _DEFAULT_NEGATIVE_ACK_DELAY_MS = 60_000       # pulsar-client's negative_ack_red
 _OPERATION_TIMEOUT_MS = int(ClientConfig().operation_timeout * 1000)    # pyengine.client's default
 
 
-async def _retried_while_held(attach: Callable[[], _T], timeout_ms: int) -> _T:
-    """`attach()` (a producer's attachment to its topic), tried again while a
-    producer_request_hold backlog quota refuses it, at the network client's reconnect back-off,
-    as a network client's producer is held and retried until the backlog is consumed; the
-    refusal is raised once `timeout_ms` has passed (0: no limit). Any other error, a
-    producer_exception quota's included, is raised at once. (The broker has no way to await the
-    quota's end: it is checked again after each back-off delay.)"""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_ms / 1000 if timeout_ms > 0 else float("inf")
-    backoff = Backoff()
-    while True:
-        try:
-            return attach()
-        except ProducerBlockedQuotaExceededError:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise
-            await asyncio.sleep(min(backoff.next(), remaining))
-
-
-async def _retried_while_closed(attach: Callable[[bool], Awaitable[_T]], service: BrokerService,
-                                timeout_ms: int) -> _T:
-    """`attach(again)` (a producer's or consumer's attachment to its topic; `again`: a retry),
-    tried again while the topic is closed (being deleted: TopicFencedError) at the network
-    client's back-off, as pyengine.client retries the ServiceNotReady the broker answers then:
-    once the deletion is over, the topic is created again on its next use. The refusal is raised
-    once `timeout_ms` has passed (0: no limit), or at once if the broker is closing (no topic
-    comes back)."""
+async def _retried(attempt: Callable[[bool], Awaitable[_T]], refusal: type[Exception], timeout_ms: int, *,
+                   give_up: Callable[[], bool] = lambda: False) -> _T:
+    """`attempt(again)` (`again`: a retry) tried again while it raises `refusal`, at the network
+    client's reconnect back-off; the refusal is raised once `timeout_ms` has passed (0: no
+    limit) or `give_up()` says so. Any other error is raised at once."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000 if timeout_ms > 0 else float("inf")
     backoff = Backoff()
     again = False
     while True:
         try:
-            return await attach(again)
-        except TopicFencedError:
+            return await attempt(again)
+        except refusal:
             again = True
             remaining = deadline - loop.time()
-            if remaining <= 0 or service.closed:
+            if remaining <= 0 or give_up():
                 raise
             await asyncio.sleep(min(backoff.next(), remaining))
+
+
+async def _retried_while_held(attach: Callable[[], _T], timeout_ms: int) -> _T:
+    """`attach()` (a producer's attachment to its topic), tried again while a
+    producer_request_hold backlog quota refuses it, as a network client's producer is held and
+    retried until the backlog is consumed. A producer_exception quota's refusal is raised at
+    once. (The broker has no way to await the quota's end: it is checked again after each
+    back-off delay.)"""
+    async def attempt(_again: bool) -> _T:
+        return attach()
+    return await _retried(attempt, ProducerBlockedQuotaExceededError, timeout_ms)
+
+
+async def _retried_while_closed(attach: Callable[[bool], Awaitable[_T]], service: BrokerService,
+                                timeout_ms: int) -> _T:
+    """`attach(again)` (a producer's or consumer's attachment to its topic), tried again while
+    the topic is closed (being deleted: TopicFencedError), as pyengine.client retries the
+    ServiceNotReady the broker answers then: once the deletion is over, the topic is created
+    again on its next use. Given up at once if the broker is closing (no topic comes back)."""
+    return await _retried(attach, TopicFencedError, timeout_ms, give_up=lambda: service.closed)
 
 
 def _check_txn(txn: Any, service: BrokerService) -> None:
