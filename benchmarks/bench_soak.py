@@ -484,6 +484,8 @@ async def soak(duration_s: float, data_dir: Path, *, seed: int | None = None,
         (keep / "history.pkl").write_bytes(pickle.dumps(s.history.ops))
         if broker.log_path.exists():
             shutil.copy(broker.log_path, keep / "serve.log")
+        for name, pipeline in (("transfer", transfer), ("transfer-cumulative", cumulative)):
+            (keep / f"{name}-events.txt").write_text("\n".join(pipeline.events) + "\n")
         info["kept"] = str(keep)
     if verbose:
         if "kept" in info:

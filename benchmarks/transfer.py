@@ -109,6 +109,22 @@ class Transfer:
         self.fed: dict[str, bool] = fed_by.fed if fed_by is not None else {}
         self.stored_at: dict[str, Any] = fed_by.stored_at if fed_by is not None else {}
         self.txns: dict[str, tuple[list[str], str]] = {}
+        # What each processor did, in order (for an anomaly's story: who took a value, with
+        # which copy, and how its transaction ended); kept in memory, a few lines a value.
+        self.events: list[str] = []
+        self._started = time.monotonic()
+
+    def trace(self, who: str, what: str) -> None:
+        self.events.append(f"{time.monotonic() - self._started:8.3f} {who} {what}")
+
+    def story_of(self, value: str) -> list[str]:
+        """The events of the transactions that took `value` or another message of its entry
+        (or acked cumulatively into it): who skipped it, and how."""
+        at = self.stored_at.get(value)
+        entry = f"({at.ledger_id},{at.entry_id}," if at is not None else None
+        takers = {line.split()[1] for line in self.events
+                  if f" got {value} " in line or (entry is not None and entry in line)}
+        return [line for line in self.events if line.split()[1] in takers]
 
     def tasks(self) -> list[asyncio.Task[None]]:
         prefix = "c" if self.cumulative else "p"
@@ -181,6 +197,7 @@ class Transfer:
                     await asyncio.sleep(0.2)
                     continue
                 t = f"{name}:{txn.txn_id}"
+                self.trace(t, "begins")
                 values: list[str] = []
                 self.txns[t] = (values, ABORTED)          # until its commit is known
                 ok = True
@@ -195,6 +212,7 @@ class Transfer:
                         break
                     quiet_since = time.monotonic()
                     value = message.data.decode()
+                    self.trace(t, f"got {value} at {message.message_id} redelivery {message.redelivery_count}")
                     try:
                         if not self.cumulative:
                             await consumer.acknowledge(message, txn=txn)
@@ -206,6 +224,7 @@ class Transfer:
                             await producer.send(output, txn=txn)
                     except Exception as exc:
                         self.error(f"{name} ack/send", exc)
+                        self.trace(t, f"ack/send failed: {exc!r}")
                         ok = False
                         break
                 if ok and values and self.cumulative:
@@ -213,7 +232,10 @@ class Transfer:
                         await consumer.acknowledge_cumulative(message, txn=txn)    # the last one taken
                     except Exception as exc:
                         self.error(f"{name} ack", exc)
+                        self.trace(t, f"cumulative ack at {message.message_id} failed: {exc!r}")
                         ok = False
+                    else:
+                        self.trace(t, f"acked cumulatively up to {message.message_id}")
                 outcome = ABORTED
                 if ok and values and rnd.random() < 0.8:
                     outcome = await self._commit(name, txn)
@@ -221,16 +243,19 @@ class Transfer:
                 else:
                     with contextlib.suppress(Exception):
                         await txn.abort()           # (a cumulative consumer is rewound by it)
+                self.trace(t, f"ends {outcome} (client state {txn.state})")
                 if ok and self.cumulative and outcome != COMMITTED and txn.state != txn_states.ABORTED:
                     # not committed, not aborted here (timed out, unknown): read again from the
                     # subscription's position, or the queue's later messages come first
                     with contextlib.suppress(Exception):
                         await consumer.redeliver_unacknowledged_messages()
+                    self.trace(t, "asked for redelivery")
                 if not ok:
                     # what this consumer holds unacknowledged comes back on a new one
                     with contextlib.suppress(Exception):
                         await consumer.close()
                     consumer = None
+                    self.trace(t, "closed its consumer")
         finally:
             await client.close()
 
@@ -284,4 +309,5 @@ async def finish(transfer: Transfer, tasks: list[asyncio.Task[None]],
     result = check_transfer(transfer.fed, transfer.txns, outputs)
     for lost in result.anomalies["lost_input"]:
         lost["stored_at"] = str(transfer.stored_at.get(lost["value"]))
+        lost["story"] = transfer.story_of(lost["value"])
     return result

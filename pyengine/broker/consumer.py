@@ -150,6 +150,11 @@ class Consumer:
         # stamped on Exclusive/Failover messages, so that the client drops those it receives
         # from before its last redelivery request.
         self.consumer_epoch = consumer_epoch
+        # Exclusive/Failover: the furthest entry sent to it, and where the subscription gave back
+        # an ended transaction's messages when it had been sent later ones (see
+        # `Subscription._check_cumulative_after_give_back`); cleared by its redeliver-all.
+        self.last_delivered: Position | None = None
+        self.given_back_from: Position | None = None
 
     def __repr__(self) -> str:
         return f"Consumer({self.name!r}, permits={self.permits}, pending={len(self.pending)})"

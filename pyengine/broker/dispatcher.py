@@ -688,6 +688,8 @@ class Dispatcher:
             size = max(entry.num_messages, 1)
             unacked = size if batch_ack_set is None else size - len(ackset_acked_indexes(batch_ack_set, size))
             consumer.pending.add(position, entry.num_messages, unacked, hash_value)
+            if consumer.last_delivered is None or position > consumer.last_delivered:
+                consumer.last_delivered = position
             if limited:
                 self._subscription_unacked += unacked
                 self._update_blocks(consumer)

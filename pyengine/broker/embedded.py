@@ -564,6 +564,7 @@ class EmbeddedTransaction:
             self.state = "aborting"
             await self._end(TxnAction.ABORT, "aborting")
             self.state = "aborted"
+            await self._rewind_cumulative_consumers()      # as an abort (Java's commit aborts)
             raise to_pulsar_error(failure)
         try:
             await self._end(TxnAction.COMMIT, "committing")

@@ -313,6 +313,7 @@ class Subscription:
         self._check_ackable([cumulative] if cumulative is not None else [ack.position for ack in acks or ()])
         if cumulative is not None:
             self._check_cumulative_txn_ack()
+            self._check_cumulative_after_give_back(consumer, txn, cumulative)
             await pending.cumulative_ack(txn, cumulative, after=after)
             self._taken_by_txn(consumer, txn, cumulative=cumulative)
         else:
@@ -371,6 +372,7 @@ class Subscription:
         pending = self._txn_pending_ack(txn)
         self._check_ackable((ack.position,))
         self._check_cumulative_txn_ack()
+        self._check_cumulative_after_give_back(consumer, txn, ack.position)
         size = ack.batch_size
         requested = ackset_acked_indexes(list(ack.ack_set), size)
         if not requested:
@@ -464,9 +466,28 @@ class Subscription:
         order (messages after them, delivered already, come again too), not the released
         messages after later ones."""
         if again and self.sub_type in SINGLE_ACTIVE_TYPES:
+            earliest = min(again)
             for consumer in self.consumers:
+                if consumer.last_delivered is not None and consumer.last_delivered >= earliest:
+                    consumer.given_back_from = earliest if consumer.given_back_from is None \
+                        else min(consumer.given_back_from, earliest)
                 again.update(consumer.pending)
         self.dispatcher.redeliver(sorted(again))
+
+    def _check_cumulative_after_give_back(self, consumer: Consumer | None, txn: TxnId, position: Position) -> None:
+        """A transactional cumulative ack up to `position` may not cover messages given back
+        (`_give_back`) after the consumer had been sent later ones, until it asks for the
+        stream again. The dispatcher passed over them while a transaction held them (as
+        Pulsar's), so its application may hold later copies and ack one before the stream
+        comes again: that ack would take the given-back messages unprocessed (lost). The
+        client cannot tell (its ack left first); refused, the transaction aborts and its
+        client asks for the stream again (a redeliver-all clears this)."""
+        if consumer is None or consumer.given_back_from is None or position < consumer.given_back_from:
+            return
+        raise TransactionConflictError(
+            f"[{self.topic.name}][{self.name}] Transaction:{txn} try to cumulative ack {position}: the "
+            f"subscription gave back messages from {consumer.given_back_from} (an ended transaction's) "
+            "after this consumer was sent later ones; they come again first: ask for redelivery")
 
     def _passed_over_up_to(self, position: Position) -> list[Position]:
         """The entries up to `position` the dispatcher has read past and that are neither
@@ -578,6 +599,7 @@ class Subscription:
         if epoch is not None:
             consumer.advance_epoch(epoch)
         if positions is None:
+            consumer.given_back_from = None        # the stream comes again, in order
             positions = list(consumer.pending)
         else:
             positions = [position for position in positions if position in consumer.pending]

@@ -174,6 +174,10 @@ class Transaction:
                 raise                            # this commit was cancelled: ABORTING, abort() may go on
             except Exception:
                 pass                             # ERROR, or ABORTING and abort() may be called again
+            if self.state == ABORTED:
+                # as an abort (Java's commit calls abort()): a refused cumulative ack among
+                # the failures leaves its consumer to be rewound, or the broker refuses again
+                await self._rewind_cumulative_consumers()
             raise failure
         await self._end(pb.COMMIT, COMMITTING)
         self.state = COMMITTED

@@ -3,7 +3,11 @@ anomaly classes, and nothing in a clean run."""
 
 from __future__ import annotations
 
-from benchmarks.transfer import ABORTED, COMMITTED, UNKNOWN, check_transfer
+import asyncio
+import random
+
+from benchmarks.transfer import ABORTED, COMMITTED, UNKNOWN, Transfer, check_transfer
+from pyengine.client import MessageId
 
 FED = {"x1": True, "x2": True, "x3": False}
 
@@ -49,3 +53,22 @@ def test_outputs_of_unknown_values_or_transactions_are_phantoms():
     result = check_transfer(FED, txns, ["x1|p0:1", "x2|p0:1", "x9|p0:1", "x2|p7:7"])
     assert result.found() == {"phantom_output", "duplicate_output"}
     assert len(result.anomalies["phantom_output"]) == 2
+
+
+def test_a_lost_values_story_is_that_of_the_transactions_that_touched_its_entry():
+    """A lost value's report carries what the processors did with its entry's messages: who
+    took which copy, who acked cumulatively into it, and how their transactions ended."""
+    transfer = Transfer("pulsar://127.0.0.1:1", "in", "out", scalable=False, rnd=random.Random(0),
+                        stop=asyncio.Event(), drain_now=asyncio.Event(), error=lambda *_: None, cumulative=True)
+    transfer.stored_at.update({"x2": MessageId(4, 127, -1, 2), "x9": MessageId(5, 1, -1, 0)})
+    transfer.trace("c0:(1,1)", "got x1 at (4,127,-1,1) redelivery 0")
+    transfer.trace("c1:(2,2)", "got x9 at (5,1,-1,0) redelivery 0")
+    transfer.trace("c0:(1,1)", "acked cumulatively up to (4,127,-1,1)")
+    transfer.trace("c1:(3,3)", "got x4 at (4,127,-1,4) redelivery 0")
+    transfer.trace("c1:(3,3)", "ends committed (client state committed)")
+    story = transfer.story_of("x2")
+    assert [line.split(maxsplit=1)[1] for line in story] == [
+        "c0:(1,1) got x1 at (4,127,-1,1) redelivery 0",
+        "c0:(1,1) acked cumulatively up to (4,127,-1,1)",
+        "c1:(3,3) got x4 at (4,127,-1,4) redelivery 0",
+        "c1:(3,3) ends committed (client state committed)"]
