@@ -152,7 +152,7 @@ class Consumer:
         self.consumer_epoch = consumer_epoch
         # Exclusive/Failover: the furthest entry sent to it, and where the subscription gave back
         # an ended transaction's messages when it had been sent later ones (see
-        # `Subscription._check_cumulative_after_give_back`); cleared by its redeliver-all.
+        # `Subscription._check_cumulative_txn_ack_of`); cleared by its redeliver-all.
         self.last_delivered: Position | None = None
         self.given_back_from: Position | None = None
 

@@ -313,7 +313,7 @@ class Subscription:
         self._check_ackable([cumulative] if cumulative is not None else [ack.position for ack in acks or ()])
         if cumulative is not None:
             self._check_cumulative_txn_ack()
-            self._check_cumulative_after_give_back(consumer, txn, cumulative)
+            self._check_cumulative_txn_ack_of(consumer, txn, cumulative)
             await pending.cumulative_ack(txn, cumulative, after=after)
             self._taken_by_txn(consumer, txn, cumulative=cumulative)
         else:
@@ -372,7 +372,7 @@ class Subscription:
         pending = self._txn_pending_ack(txn)
         self._check_ackable((ack.position,))
         self._check_cumulative_txn_ack()
-        self._check_cumulative_after_give_back(consumer, txn, ack.position)
+        self._check_cumulative_txn_ack_of(consumer, txn, ack.position)
         size = ack.batch_size
         requested = ackset_acked_indexes(list(ack.ack_set), size)
         if not requested:
@@ -474,20 +474,31 @@ class Subscription:
                 again.update(consumer.pending)
         self.dispatcher.redeliver(sorted(again))
 
-    def _check_cumulative_after_give_back(self, consumer: Consumer | None, txn: TxnId, position: Position) -> None:
-        """A transactional cumulative ack up to `position` may not cover messages given back
-        (`_give_back`) after the consumer had been sent later ones, until it asks for the
-        stream again. The dispatcher passed over them while a transaction held them (as
-        Pulsar's), so its application may hold later copies and ack one before the stream
-        comes again: that ack would take the given-back messages unprocessed (lost). The
-        client cannot tell (its ack left first); refused, the transaction aborts and its
-        client asks for the stream again (a redeliver-all clears this)."""
-        if consumer is None or consumer.given_back_from is None or position < consumer.given_back_from:
+    def _check_cumulative_txn_ack_of(self, consumer: Consumer | None, txn: TxnId, position: Position) -> None:
+        """Whether `consumer` may ack up to `position` cumulatively in `txn`. An ack names only
+        where it ends, so two rules keep it from covering messages it did not process, or
+        that another consumer processes (Pulsar has neither):
+
+        - not once the subscription gave back messages before it (`_give_back`) after the
+          consumer had been sent later ones, until it asks for the stream again (a
+          redeliver-all). The dispatcher passed over them while a transaction held them (as
+          Pulsar's), so its application may hold later copies and ack one before the stream
+          comes again: the given-back messages were acked unprocessed (lost). The client
+          cannot tell (its ack left first); refused, the transaction aborts and its client
+          asks for the stream again.
+        - not from a Failover consumer that is no longer the active one: what it held went to
+          the active one, whose cumulative ack leaves out what the cursor acknowledged, so
+          both transactions would commit the same messages."""
+        if consumer is None:
             return
-        raise TransactionConflictError(
-            f"[{self.topic.name}][{self.name}] Transaction:{txn} try to cumulative ack {position}: the "
-            f"subscription gave back messages from {consumer.given_back_from} (an ended transaction's) "
-            "after this consumer was sent later ones; they come again first: ask for redelivery")
+        where = f"[{self.topic.name}][{self.name}] Transaction:{txn} try to cumulative ack {position}"
+        if self.sub_type == "failover" and not consumer.active:
+            raise TransactionConflictError(
+                f"{where}: {consumer.name} is not the active consumer (its messages went to the active one)")
+        if consumer.given_back_from is not None and position >= consumer.given_back_from:
+            raise TransactionConflictError(
+                f"{where}: the subscription gave back messages from {consumer.given_back_from} (an ended "
+                "transaction's) after this consumer was sent later ones; they come again first: ask for redelivery")
 
     def _passed_over_up_to(self, position: Position) -> list[Position]:
         """The entries up to `position` the dispatcher has read past and that are neither

@@ -1,0 +1,78 @@
+"""A Failover consumer that is no longer the active one may not ack cumulatively in a transaction.
+
+When another consumer becomes the active one, what the previous one holds unacknowledged goes to
+it, in order (the cursor's rewind). The previous one's application may still hold those messages
+and ack one cumulatively in a transaction: accepted (as in Pulsar), the active consumer, which
+processes the same messages, acked a later one cumulatively, the request leaving out what the
+cursor already acknowledged, and both transactions committed the same messages (exactly-once
+broken). An individual ack names each message and conflicts by itself; a cumulative one does
+not, so the broker refuses it from a consumer that is not active: the transaction aborts and
+the active consumer's processing stands."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyengine.broker import Broker
+from pyengine.client import Client
+from pyengine.errors import TransactionConflictError
+from tests.broker.helpers import drain
+from tests.client.conftest import NetworkBroker
+
+TOPIC = "persistent://public/default/failover-inactive-cumulative"
+
+
+@pytest.fixture
+async def broker(tmp_path):
+    network_broker = NetworkBroker(tmp_path / "data", num_coordinators=1, active_consumer_failover_delay_time_ms=0)
+    await network_broker.start()
+    try:
+        yield network_broker
+    finally:
+        await network_broker.stop()
+
+
+async def test_the_previous_active_consumers_cumulative_ack_is_refused(broker):
+    async with Client(broker.url, operation_timeout_seconds=10) as client:
+        producer = await client.create_producer(TOPIC)
+        for i in range(7):
+            await producer.send(b"m%d" % i)
+        previous = await client.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
+                                          priority=1)
+        taken = [await previous.receive(timeout=5) for _ in range(4)]
+        active = await client.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
+                                        priority=0)
+        stream = [await active.receive(timeout=5) for _ in range(7)]
+        assert [m.data for m in stream] == [b"m%d" % i for i in range(7)]     # handed over, in order
+        txn = await client.new_transaction()
+        with pytest.raises(TransactionConflictError, match="not the active"):
+            await previous.acknowledge_cumulative(taken[-1], txn=txn)
+        with pytest.raises(TransactionConflictError):
+            await txn.commit()
+        txn = await client.new_transaction()
+        await active.acknowledge_cumulative(stream[-1], txn=txn)
+        await txn.commit()
+        # an individual ack of the inactive consumer still conflicts by itself (acked already)
+        txn = await client.new_transaction()
+        with pytest.raises(TransactionConflictError):
+            await previous.acknowledge(taken[0], txn=txn)
+        await txn.abort()
+        await previous.close()
+        assert await drain(active, 0.3) == []
+
+
+async def test_the_embedding_apis_previous_active_consumer_is_refused_too(tmp_path):
+    async with Broker.embedded(tmp_path, active_consumer_failover_delay_time_ms=0) as broker:
+        producer = await broker.create_producer(TOPIC)
+        for i in range(3):
+            await producer.send(b"m%d" % i)
+        previous = await broker.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
+                                          priority=1)
+        taken = [await previous.receive(timeout=5) for _ in range(2)]
+        active = await broker.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
+                                        priority=0)
+        assert [m.data for m in await drain(active, 0.3)] == [b"m0", b"m1", b"m2"]
+        txn = await broker.new_transaction()
+        with pytest.raises(TransactionConflictError, match="not the active"):
+            await previous.acknowledge_cumulative(taken[-1], txn=txn)
+            await txn.commit()
