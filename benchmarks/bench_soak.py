@@ -99,7 +99,11 @@ found that a v5 commit of some indexes of a batch took the entry out of flight, 
 messages lost until a restart; that a cumulative ack of a copy received before a reconnect
 let the next transaction commit the new copies again; and, in 1 quick run of 8, the same
 after the broker rewound on its own: a timed-out transaction's abort gave back what it held
-and the consumer's queued copies came before the given-back stream.)
+and the consumer's queued copies came before the given-back stream; and, in 1 CI run, 2
+values of a batch lost: a transaction of a consumer gone with a broker kill held them, the
+dispatcher passed over them to the next consumer, and when it timed out that consumer's
+cumulative ack of a later copy left before the given-back stream reached it. Each run's
+processors trace what they took and acked; a lost value's report carries that story.)
 
 The readers drain the topics only once every transaction has ended (the proxy closed, then
 the longest transaction timeout passed): a READ_COMMITTED reader rightly stops before an open
