@@ -150,11 +150,17 @@ class Consumer:
         # stamped on Exclusive/Failover messages, so that the client drops those it receives
         # from before its last redelivery request.
         self.consumer_epoch = consumer_epoch
-        # Exclusive/Failover: the furthest entry sent to it, and where the subscription gave back
-        # an ended transaction's messages when it had been sent later ones (see
+        # Exclusive/Failover: the furthest entry sent to it, and where the copies it was sent
+        # went stale: the subscription gave back an ended transaction's messages when it had
+        # been sent later ones, or handed what it held over to another consumer (see
         # `Subscription._check_cumulative_txn_ack_of`); cleared by its redeliver-all.
         self.last_delivered: Position | None = None
-        self.given_back_from: Position | None = None
+        self.stale_from: Position | None = None
+
+    def stale_since(self, position: Position) -> None:
+        """What it was sent from `position` on is stale (see `stale_from`)."""
+        if self.stale_from is None or position < self.stale_from:
+            self.stale_from = position
 
     def __repr__(self) -> str:
         return f"Consumer({self.name!r}, permits={self.permits}, pending={len(self.pending)})"

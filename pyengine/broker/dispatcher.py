@@ -402,6 +402,9 @@ class Dispatcher:
                 consumer.sink.active_changed(now_active)
         for consumer in self.consumers:
             if consumer is not active and consumer.pending:
+                # Its copies go stale: the active one processes them now (its application may
+                # still hold them, and take them if it is made the active one again).
+                consumer.stale_since(min(consumer.pending))
                 self.redeliver(list(consumer.pending), consumer, count=False)
         self.notify()
 

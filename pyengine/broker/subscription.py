@@ -469,8 +469,7 @@ class Subscription:
             earliest = min(again)
             for consumer in self.consumers:
                 if consumer.last_delivered is not None and consumer.last_delivered >= earliest:
-                    consumer.given_back_from = earliest if consumer.given_back_from is None \
-                        else min(consumer.given_back_from, earliest)
+                    consumer.stale_since(earliest)
                 again.update(consumer.pending)
         self.dispatcher.redeliver(sorted(again))
 
@@ -479,26 +478,32 @@ class Subscription:
         where it ends, so two rules keep it from covering messages it did not process, or
         that another consumer processes (Pulsar has neither):
 
-        - not once the subscription gave back messages before it (`_give_back`) after the
-          consumer had been sent later ones, until it asks for the stream again (a
-          redeliver-all). The dispatcher passed over them while a transaction held them (as
-          Pulsar's), so its application may hold later copies and ack one before the stream
-          comes again: the given-back messages were acked unprocessed (lost). The client
-          cannot tell (its ack left first); refused, the transaction aborts and its client
-          asks for the stream again.
         - not from a Failover consumer that is no longer the active one: what it held went to
           the active one, whose cumulative ack leaves out what the cursor acknowledged, so
-          both transactions would commit the same messages."""
+          both transactions would commit the same messages.
+        - not over copies the consumer was sent that went stale (`Consumer.stale_from`),
+          until it asks for the stream again (a redeliver-all; an aborted transaction's
+          client does it):
+          - the subscription gave back messages (an ended transaction's) after the consumer
+            had been sent later ones: the dispatcher passed over them while the transaction
+            held them (as Pulsar's), so its application may hold later copies and ack one
+            before the stream comes again, taking the given-back messages unprocessed (lost;
+            the client cannot tell: its ack left first);
+          - it was active, then another consumer was handed what it held, then it was active
+            again: its queue still holds the old copies, which the other consumer may have
+            processed and committed meanwhile (and its ack, above the cursor's position,
+            would commit them twice)."""
         if consumer is None:
             return
         where = f"[{self.topic.name}][{self.name}] Transaction:{txn} try to cumulative ack {position}"
         if self.sub_type == "failover" and not consumer.active:
             raise TransactionConflictError(
                 f"{where}: {consumer.name} is not the active consumer (its messages went to the active one)")
-        if consumer.given_back_from is not None and position >= consumer.given_back_from:
+        if consumer.stale_from is not None and position >= consumer.stale_from:
             raise TransactionConflictError(
-                f"{where}: the subscription gave back messages from {consumer.given_back_from} (an ended "
-                "transaction's) after this consumer was sent later ones; they come again first: ask for redelivery")
+                f"{where}: what this consumer was sent from {consumer.stale_from} on is stale (an ended "
+                "transaction's messages given back after it was sent later ones, or handed over to another "
+                "consumer); they come again: ask for redelivery")
 
     def _passed_over_up_to(self, position: Position) -> list[Position]:
         """The entries up to `position` the dispatcher has read past and that are neither
@@ -610,7 +615,7 @@ class Subscription:
         if epoch is not None:
             consumer.advance_epoch(epoch)
         if positions is None:
-            consumer.given_back_from = None        # the stream comes again, in order
+            consumer.stale_from = None             # the stream comes again, in order
             positions = list(consumer.pending)
         else:
             positions = [position for position in positions if position in consumer.pending]

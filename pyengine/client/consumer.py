@@ -1390,16 +1390,19 @@ class Consumer:
         operation: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         txn._track(operation)          # commit waits for this ack, whatever happens below
         try:
+            if cumulative and self not in txn._cumulative_consumers:
+                # Rewound if the transaction aborts, even when this ack fails (a refused
+                # registration too: the application took messages it will not process; as
+                # Java's registerCumulativeAckConsumer, before anything is sent). A v4 abort
+                # is applied when it is answered, a v5 one (segment topics) by the broker
+                # before the rewind it asks for.
+                txn._cumulative_consumers.append(self)
             # Shielded: the registration is shared with the transaction's other acks here.
             await asyncio.shield(txn._register_subscription(handler.topic, self.subscription_name))
             # As the Java client: the message stops being tracked (ack timeout, DLQ) when its
             # ACK goes out, not before: an ended transaction or a failed registration leaves
             # it unacknowledged, to time out and be redelivered.
             self._acknowledged(handler, message_id, cumulative)
-            if cumulative and self not in txn._cumulative_consumers:
-                # rewound if the transaction aborts: a v4 abort is applied when it is answered,
-                # a v5 one (segment topics) by the broker before the rewind it asks for
-                txn._cumulative_consumers.append(self)
             await handler.ack_with_transaction(message_id, txn, cumulative)
         except BaseException as exc:
             operation.set_exception(exc)

@@ -56,7 +56,7 @@ async def test_a_cumulative_ack_sent_before_the_rewound_stream_arrived_is_refuse
     # The coordinator aborts it, as on its timeout: m0..m3 come back, the stream again in order.
     await broker.service.coordinator.end_transaction(open_txn.txn_id, TxnAction.ABORT)
     txn = await client.new_transaction()
-    with pytest.raises(TransactionConflictError, match="gave back"):
+    with pytest.raises(TransactionConflictError, match="given back"):
         await second.acknowledge_cumulative(later[-1], txn=txn)
     if ended_by == "abort":
         await txn.abort()                 # the client's abort asks for the stream again
