@@ -32,16 +32,24 @@ async def broker(tmp_path):
         await network_broker.stop()
 
 
+async def _handed_over(client, messages: int, take: int):
+    """`messages` published; the consumer of priority 1 takes `take` of them, then one of
+    priority 0 subscribes and is handed them (either API: the network client or the
+    embedding one). Returns (previous, what it took, active)."""
+    producer = await client.create_producer(TOPIC)
+    for i in range(messages):
+        await producer.send(b"m%d" % i)
+    previous = await client.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
+                                      priority=1)
+    taken = [await previous.receive(timeout=5) for _ in range(take)]
+    active = await client.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
+                                    priority=0)
+    return previous, taken, active
+
+
 async def test_the_previous_active_consumers_cumulative_ack_is_refused(broker):
     async with Client(broker.url, operation_timeout_seconds=10) as client:
-        producer = await client.create_producer(TOPIC)
-        for i in range(7):
-            await producer.send(b"m%d" % i)
-        previous = await client.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
-                                          priority=1)
-        taken = [await previous.receive(timeout=5) for _ in range(4)]
-        active = await client.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
-                                        priority=0)
+        previous, taken, active = await _handed_over(client, 7, 4)
         stream = [await active.receive(timeout=5) for _ in range(7)]
         assert [m.data for m in stream] == [b"m%d" % i for i in range(7)]     # handed over, in order
         txn = await client.new_transaction()
@@ -63,14 +71,7 @@ async def test_the_previous_active_consumers_cumulative_ack_is_refused(broker):
 
 async def test_the_embedding_apis_previous_active_consumer_is_refused_too(tmp_path):
     async with Broker.embedded(tmp_path, active_consumer_failover_delay_time_ms=0) as broker:
-        producer = await broker.create_producer(TOPIC)
-        for i in range(3):
-            await producer.send(b"m%d" % i)
-        previous = await broker.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
-                                          priority=1)
-        taken = [await previous.receive(timeout=5) for _ in range(2)]
-        active = await broker.subscribe(TOPIC, "s", consumer_type="failover", initial_position="earliest",
-                                        priority=0)
+        previous, taken, active = await _handed_over(broker, 3, 2)
         assert [m.data for m in await drain(active, 0.3)] == [b"m0", b"m1", b"m2"]
         txn = await broker.new_transaction()
         with pytest.raises(TransactionConflictError, match="not the active"):
