@@ -110,7 +110,6 @@ class FailoverExactlyOnceMachine(RuleBasedStateMachine):
         self.sub_type = sub_type
         self.delay_ms = delay_ms
         if self.network:
-
             self.network_broker = NetworkBroker(self.dir, num_coordinators=1,
                                                 active_consumer_failover_delay_time_ms=delay_ms)
             await self.network_broker.start()
