@@ -1079,6 +1079,36 @@ class Producer:
             txn._track(future)              # commit waits for this send, whatever happens to it
         return future
 
+    def _send_async_in_txn(self, payload: bytes, key: str | None, props: dict[str, str], event_time: int | None,
+                           sequence_id: int | None, txn: Transaction, deliver_at: int | None,
+                           ordering_key: bytes | None) -> asyncio.Future[MessageId]:
+        """`send_async` in `txn`. A transaction sends its messages in a burst, each costing
+        more than a plain send: the common case (its partition registered, or its registration
+        in flight, and nothing held or blocking) is `_submit_in_txn` with its layers inlined;
+        everything else takes that full path."""
+        if not self._closed and txn.state == OPEN:
+            producer = self._partitions[self._router.choose(key) if self._partitioned else 0]
+            gate = txn._partitions.get(producer.topic)
+            if gate is not None and not producer._held \
+                    and not (producer.options.block_if_queue_full and producer.queue_full) \
+                    and not (gate.done() and Transaction._failed(gate)):
+                if gate.done():
+                    gate = None                 # registered: nothing to wait for
+                try:
+                    future = producer.submit(payload, key, props, event_time, sequence_id, txn, gate=gate,
+                                             deliver_at=deliver_at, ordering_key=ordering_key)
+                except Exception as exc:
+                    txn._track_failure(exc)
+                    raise
+                operations = txn._operations
+                if len(operations) < txn._prune_at:
+                    operations.append(future)   # (txn._track, inlined)
+                else:
+                    txn._track(future)
+                return future
+        return self._submit_in_txn(self._partition_in_txn(key, txn), payload, key, props, event_time, sequence_id,
+                                   txn, deliver_at, ordering_key=ordering_key)
+
     def _partition_in_txn(self, key: str | None, txn: Transaction) -> PartitionProducer:
         """The partition of a send in `txn`; a closed producer fails the send and the commit."""
         try:
@@ -1122,8 +1152,7 @@ class Producer:
                 future = producer.submit(payload, key, props, event_time, sequence_id, None, deliver_at=delay,
                                          ordering_key=ordering)
         else:
-            future = self._submit_in_txn(self._partition_in_txn(key, txn), payload, key, props, event_time,
-                                         sequence_id, txn, delay, ordering_key=ordering)
+            future = self._send_async_in_txn(payload, key, props, event_time, sequence_id, txn, delay, ordering)
         if callback is not None:
             def done(settled: asyncio.Future[MessageId]) -> None:
                 if settled.cancelled():

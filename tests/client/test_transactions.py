@@ -338,6 +338,37 @@ async def test_a_failed_registration_fails_the_sends_waiting_for_it_and_not_thos
         await watcher.receive(timeout=0.3)
 
 
+async def test_send_async_after_a_failed_registration_registers_again(client, monkeypatch):
+    """send_async in a transaction: sends behind a registration in flight share it, sends after
+    it succeeded need none, and a send after a failed one registers the partition again."""
+    coordinator = client._core.coordinator
+    original = coordinator.add_partition
+    asked = []
+
+    async def refused(*args):
+        raise TransactionNotFoundError("refused by the test")
+
+    def add_partition(*args):
+        asked.append(args)
+        return asyncio.ensure_future(refused(*args)) if len(asked) == 1 else original(*args)
+    monkeypatch.setattr(coordinator, "add_partition", add_partition)
+    producer = await client.create_producer(OUT, batching_enabled=True, batching_max_publish_delay_ms=5)
+    txn = await client.new_transaction()
+    refused_sends = [producer.send_async(b"r%d" % i, txn=txn) for i in range(3)]
+    await asyncio.wait_for(asyncio.wait(refused_sends), 5)
+    assert all(isinstance(f.exception(), TransactionNotFoundError) for f in refused_sends) and len(asked) == 1
+    stored = [producer.send_async(b"s%d" % i, txn=txn) for i in range(3)]     # registered again, shared
+    await asyncio.wait_for(asyncio.gather(*stored), 5)
+    stored.append(producer.send_async(b"s3", txn=txn))                          # registered: none asked
+    await asyncio.wait_for(stored[-1], 5)
+    assert len(asked) == 2
+    with pytest.raises(TransactionNotFoundError):
+        await txn.commit()                       # a send of it failed: the commit aborts
+    watcher = await client.subscribe(OUT, "after-second-registration", initial_position="earliest")
+    with pytest.raises(TimeoutError):
+        await watcher.receive(timeout=0.3)       # aborted: none of them is visible
+
+
 async def test_a_txns_first_send_writes_its_registration_at_once(client, monkeypatch):
     """ADD_PARTITION_TO_TXN goes out in the same turn as the send that needs it, not when a
     task first runs (behind the rest of a burst of sends)."""
