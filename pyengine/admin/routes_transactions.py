@@ -1,6 +1,18 @@
 """Transactions: `/admin/v3/transactions/...` (Pulsar's Transactions resource): coordinator
 stats, a transaction's metadata and its state in each participant, transaction buffer and
-pending-ack stats, slow transactions, and the force-abort of a stuck transaction.
+pending-ack stats, slow transactions, and the force-abort of a stuck transaction; the internal
+stats of the transaction logs (a coordinator's, a subscription's pending acks, the buffer's
+snapshots), where a position stands in a subscription's pending acks, and the scaling of the
+transaction coordinators.
+
+The logs Pulsar keeps in managed ledgers are key ranges of LMDB databases here: their internal
+stats have Pulsar's shape, filled with what such a range has (its records and their bytes; no
+ledgers, no cursors). Scaling the coordinators is Pulsar's: the partitions of
+transaction_coordinator_assign only grow (406 otherwise); here the new count is made durable
+and the new coordinators start at once, in the running broker. It is refused (409) while a
+transaction key would move to another coordinator: a key's coordinator is its hash modulo the
+number of coordinators, which its client computed once, so its next connect would be refused
+as if fenced.
 
 The force-abort is Pulsar's `POST /admin/v3/transactions/abortTransaction/{mostSigBits}/
 {leastSigBits}` (PIP-325, the answer to apache/pulsar#19786): a transaction left open by a
@@ -15,12 +27,15 @@ from __future__ import annotations
 from typing import Any
 
 from pyengine.admin import stats
+from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND, AdminError
 from pyengine.admin.names import subscription_name
 from pyengine.admin.routes_topics import existing_topic, requested_topic
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
+    BUFFER_INTERNAL_STATS,
     BUFFER_STATS,
+    COORDINATOR_INTERNAL_STATS,
     COORDINATOR_STATS,
     COORDINATOR_STATS_MAP,
     DONE,
@@ -28,18 +43,25 @@ from pyengine.admin.schemas import (
     IN_PENDING_ACK_STATS,
     INT64_MAX,
     LEAST_BITS,
+    MAX_PARTITIONS,
     MOST_BITS,
+    PENDING_ACK_INTERNAL_STATS,
     PENDING_ACK_STATS,
+    POSITION_IN_PENDING_ACK_STATS,
     SUBSCRIPTION,
     TOPIC_PATH,
     TRANSACTION_METADATA,
     TRANSACTION_METADATA_MAP,
+    error,
     errors,
 )
+from pyengine.broker.policies import TC_ASSIGN_TOPIC
 from pyengine.broker.subscription import Subscription
 from pyengine.errors import SubscriptionNotFoundError, TransactionNotFoundError
 from pyengine.transaction import TxnAction, TxnStatus
+from pyengine.transaction.buffer.topic_buffer import TopicTransactionBuffer
 from pyengine.transaction.coordinator import TxnMeta
+from pyengine.transaction.coordinator.keys import coordinator_for
 from pyengine.transaction.coordinator.metadata_coordinator import MetadataTransactionCoordinator
 from pyengine.transaction.coordinator.metadata_records import (
     IDX_DEADLINE,
@@ -49,7 +71,8 @@ from pyengine.transaction.coordinator.metadata_records import (
     is_v5,
     txn_of_path,
 )
-from pyengine_kernels import TxnId
+from pyengine.transaction.pendingack.log_store import LogPendingAckStore
+from pyengine_kernels import Position, TxnId
 
 routes = RouteTable("transactions")
 BASE = "/admin/v3/transactions"
@@ -59,6 +82,23 @@ COORDINATOR_ID = Param("coordinatorId", {"type": "integer", "minimum": 0, "maxim
 LOW_WATER_MARKS = Param("lowWaterMarks", BOOLEAN, "include the low watermark of each coordinator", default=False)
 TIMEOUT = Param("timeout", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
                 "open for longer than this many milliseconds", "path", required=True)
+SEGMENT_STATS = Param("segmentStats", BOOLEAN, "v4: also list each sealed snapshot segment (its last aborted txn "
+                      "and that txn's abort marker)", default=False)
+METADATA = Param("metadata", BOOLEAN, "Pulsar's: add each ledger's metadata. Accepted; these logs are LMDB key "
+                 "ranges with no ledgers, so there is none to add", default=False)
+COORDINATOR_PATH_ID = Param("coordinatorId", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                            "the coordinator", "path", required=True)
+LEDGER_ID = Param("ledgerId", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                  "ledger id of the position", "path", required=True)
+ENTRY_ID = Param("entryId", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                 "entry id of the position", "path", required=True)
+BATCH_INDEX = Param("batchIndex", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                    "an index of the batch entry at the position")
+# POST .../transactionCoordinator/replicas: a Java int, as Pulsar reads it (else 400). Not more
+# than the coordinators running is 406, as Pulsar; more than MAX_PARTITIONS is 406 too (ours:
+# every Pulsar client connects to every coordinator).
+REPLICAS = {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1,
+            "description": f"the number of transaction coordinators: more than now, at most {MAX_PARTITIONS}"}
 
 
 def requested_txn(call: Call) -> TxnId:
@@ -144,11 +184,12 @@ async def get_transaction_in_pending_ack_stats(call: Call) -> dict[str, Any]:
 
 
 @routes.add("GET", BASE + "/transactionBufferStats" + TOPIC_SUFFIX,
-            summary="Get the stats of a topic's transaction buffer.", params=(*TOPIC_PATH, LOW_WATER_MARKS),
+            summary="Get the stats of a topic's transaction buffer.",
+            params=(*TOPIC_PATH, LOW_WATER_MARKS, SEGMENT_STATS),
             replies={200: Reply("TransactionBufferStats", BUFFER_STATS), **errors(400, 404, 412)})
 async def get_transaction_buffer_stats(call: Call) -> dict[str, Any]:
     topic = await existing_topic(call.service, requested_topic(call))
-    return stats.buffer_stats(topic, call["lowWaterMarks"])
+    return stats.buffer_stats(topic, call["lowWaterMarks"], call["segmentStats"])
 
 
 @routes.add("GET", BASE + "/pendingAckStats" + TOPIC_SUFFIX + "/{subName}",
@@ -208,3 +249,106 @@ async def _slow_v5_transactions(v5: MetadataTransactionCoordinator, timeout: int
 async def abort_transaction(call: Call) -> None:
     # Also a txn fenced by its transaction key (already aborted: succeeds again).
     await call.service.coordinator.end_transaction(requested_txn(call), TxnAction.ABORT, check_epoch=False)
+
+
+# --- internal stats, positions, scaling ------------------------------------------------------
+
+@routes.add("GET", BASE + "/coordinatorInternalStats/{coordinatorId}",
+            summary="Get the internal stats of a transaction coordinator's log.",
+            params=(COORDINATOR_PATH_ID, METADATA),
+            replies={200: Reply("TransactionCoordinatorInternalStats", COORDINATOR_INTERNAL_STATS),
+                     **errors(400, 404),
+                     405: error("The v5 coordinator (PIP-473) keeps no log (Pulsar: the coordinator does not use "
+                                "MLTransactionMetadataStore)")})
+async def get_coordinator_internal_stats(call: Call) -> dict[str, Any]:
+    coordinator, wanted = call.service.coordinator, call["coordinatorId"]
+    if wanted == V5_COORDINATOR_ID and coordinator.v5 is not None:
+        raise AdminError(METHOD_NOT_ALLOWED, f"transaction coordinator {wanted} is the v5 (metadata-driven) one: "
+                                             "it keeps no transaction log")
+    return stats.coordinator_internal_stats(coordinator.store(wanted))
+
+
+@routes.add("GET", BASE + "/pendingAckInternalStats" + TOPIC_SUFFIX + "/{subName}",
+            summary="Get the internal stats of a subscription's pending-ack log.",
+            params=(*TOPIC_PATH, SUBSCRIPTION, METADATA),
+            replies={200: Reply("TransactionPendingAckInternalStats", PENDING_ACK_INTERNAL_STATS),
+                     **errors(400, 404, 412),
+                     405: error("The subscription's pending acks are v5 (PIP-473) metadata records, not a log "
+                                "(Pulsar: the pending ack handle does not use a managed ledger)")})
+async def get_pending_ack_internal_stats(call: Call) -> dict[str, Any]:
+    subscription = await requested_subscription(call)
+    store = getattr(subscription.pending_ack, "store", None)
+    if not isinstance(store, LogPendingAckStore):
+        raise AdminError(METHOD_NOT_ALLOWED, f"the pending acks of subscription {subscription.name} of "
+                                             f"{subscription.topic.name} are v5 metadata records: no pending-ack log")
+    return stats.pending_ack_internal_stats(subscription, store)
+
+
+@routes.add("GET", BASE + "/transactionBufferInternalStats" + TOPIC_SUFFIX,
+            summary="Get the internal stats of a topic's transaction buffer snapshots.",
+            params=(*TOPIC_PATH, METADATA),
+            replies={200: Reply("TransactionBufferInternalStats", BUFFER_INTERNAL_STATS),
+                     **errors(400, 412),
+                     404: error("The topic does not exist, or no snapshot of its transaction buffer is stored "
+                                "(none written yet, snapshots disabled, or a v5 buffer: it keeps none)")})
+async def get_transaction_buffer_internal_stats(call: Call) -> dict[str, Any]:
+    topic = await existing_topic(call.service, requested_topic(call))
+    if not isinstance(topic.buffer, TopicTransactionBuffer):
+        raise AdminError(NOT_FOUND, f"the transaction buffer of {topic.name} is v5 (metadata-driven): it keeps no "
+                                    "snapshots")
+    internal = stats.buffer_internal_stats(topic)
+    if internal is None:
+        raise AdminError(NOT_FOUND, f"no transaction buffer snapshot of {topic.name} is stored (none written yet, "
+                                    "or snapshots are disabled)")
+    return internal
+
+
+@routes.add("GET", BASE + "/positionStatsInPendingAck" + TOPIC_SUFFIX + "/{subName}/{ledgerId}/{entryId}",
+            summary="Get where a position stands in a subscription's pending acks.",
+            params=(*TOPIC_PATH, SUBSCRIPTION, LEDGER_ID, ENTRY_ID, BATCH_INDEX),
+            replies={200: Reply("PositionInPendingAckStats", POSITION_IN_PENDING_ACK_STATS),
+                     **errors(400, 404, 412)})
+async def get_position_stats_in_pending_ack(call: Call) -> dict[str, Any]:
+    subscription = await requested_subscription(call)
+    position = Position(call["ledgerId"], call["entryId"])
+    return {"state": stats.position_in_pending_ack(subscription, position, call["batchIndex"])}
+
+
+@routes.add("POST", BASE + "/transactionCoordinator/replicas",
+            summary="Scale the transaction coordinators up to the number given (Pulsar's "
+                    "scaleTransactionCoordinators): the partitions of transaction_coordinator_assign grow to it, "
+                    "durably, and the new coordinators start at once. Clients started before see the new ones "
+                    "when they discover the coordinators again.",
+            body=REPLICAS, body_required=True,
+            replies={204: DONE, **errors(400),
+                     406: error("Not more than the coordinators running now, or more than the maximum"),
+                     409: error("Transaction keys would move to another coordinator (their holders' reconnects "
+                                "would be refused)"),
+                     **errors(503)})
+async def scale_transaction_coordinators(call: Call) -> None:
+    service, replicas = call.service, call.body
+    v4 = service.coordinator.v4
+    policies = service.policies
+    # Checked and recorded in one event-loop turn (update_partitions caches the new count
+    # before it awaits the write): a concurrent request is checked against this one.
+    current = max(len(v4.coordinator_ids), policies.partitions(TC_ASSIGN_TOPIC))
+    if replicas <= current:
+        raise AdminError(NOT_ACCEPTABLE, f"the number of transaction coordinators can only grow: {replicas} is not "
+                                         f"more than the {current} there are")
+    if replicas > MAX_PARTITIONS:
+        raise AdminError(NOT_ACCEPTABLE, f"at most {MAX_PARTITIONS} transaction coordinators, not {replicas}")
+    moved = [key for key in v4.keys.keys()
+             if coordinator_for(key.owner, key.key, current) != coordinator_for(key.owner, key.key, replicas)]
+    if moved:
+        # A key belongs to the coordinator its CRC-32 modulo the number of coordinators names,
+        # which its client computed once (the fencing PIP leaves coordinator expansion out): at
+        # its next connect the broker would expect another one and refuse it as a fenced epoch.
+        raise AdminError(CONFLICT, f"{len(moved)} transaction key(s) would move to another coordinator with "
+                                   f"{replicas} coordinators (e.g. {moved[0].key!r}): their clients would be refused "
+                                   "at their next connect. Delete those keys first, or stop their clients and "
+                                   "restart the broker with --num-coordinators")
+    # Durable first: the next start must recover the new coordinators' txns (it runs as many
+    # coordinators as the assign topic has partitions, never fewer).
+    await policies.update_partitions(TC_ASSIGN_TOPIC, replicas)
+    policies.num_coordinators = max(policies.num_coordinators, replicas)
+    await v4.add_coordinators(replicas)

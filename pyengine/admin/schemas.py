@@ -234,7 +234,10 @@ COORDINATOR_STATS = {
     "type": "object",
     "description": "Pulsar's TransactionCoordinatorStats",
     "properties": {"state": {"type": "string"}, "leastSigBits": {"type": "integer"},
-                   "lowWaterMark": {"type": "integer"}, "ongoingTxnSize": COUNT},
+                   "lowWaterMark": {"type": "integer"}, "ongoingTxnSize": COUNT,
+                   "recoverStartTime": {**COUNT, "description": "when the coordinator's last recovery (log "
+                                        "replay) started, ms since the epoch (0: not yet); v4 only"},
+                   "recoverEndTime": {**COUNT, "description": "when it ended (0: not yet); v4 only"}},
     "required": ["state", "leastSigBits", "lowWaterMark", "ongoingTxnSize"],
 }
 COORDINATOR_STATS_MAP = {"type": "object", "additionalProperties": COORDINATOR_STATS,
@@ -280,7 +283,17 @@ BUFFER_STATS = {
         "segmentsStats": {"type": "object", "description": "v4 only: the snapshot's sealed segments",
                           "properties": {"segmentsSize": COUNT, "currentSegmentCapacity": COUNT,
                                          "unsealedAbortTxnIDSize": COUNT,
-                                         "lastTookSnapshotSegmentTimestamp": {"type": "integer"}}},
+                                         "lastTookSnapshotSegmentTimestamp": {"type": "integer"},
+                                         "segmentStats": {
+                                             "type": "array",
+                                             "description": "only with segmentStats=true: each sealed "
+                                                            "segment, oldest first (Pulsar's SegmentStats)",
+                                             "items": {"type": "object", "properties": {
+                                                 "lastTxnID": {"type": "string", "nullable": True,
+                                                               "description": "its last aborted txn, (most,least)"},
+                                                 "persistentPosition": {**POSITION, "description": "that txn's "
+                                                                        "abort marker"}},
+                                                       "required": ["lastTxnID", "persistentPosition"]}}}},
     },
     "required": ["state", "maxReadPosition", "ongoingTxnSize", "lastSnapshotPosition", "recoverReplayedEntries"],
 }
@@ -292,6 +305,66 @@ PENDING_ACK_STATS = {
                    "lowWaterMarks": {"type": "object", "additionalProperties": {"type": "integer"},
                                      "description": "coordinator id -> low watermark; only with lowWaterMarks=true"}},
     "required": ["state", "ongoingTxnSize"],
+}
+
+# Pulsar answers the internal stats of its transaction logs (a coordinator's, a subscription's
+# pending acks, the buffer snapshots) as those of their managed ledgers. This broker keeps each
+# as a key range of an LMDB database: its records and their bytes are what it has of them.
+LOG_INTERNAL_STATS = {
+    "type": "object",
+    "description": "Pulsar's ManagedLedgerInternalStats of a log kept as a key range of an LMDB database (not a "
+                   "managed ledger): its records and their bytes, as stored (durable) now. It has no ledgers "
+                   "(nothing rolls over or is offloaded) and no cursors (it is replayed by a scan): both empty",
+    "properties": {"numberOfEntries": {**COUNT, "description": "records stored"},
+                   "totalSize": {**COUNT, "description": "bytes of the records' values"},
+                   "ledgers": {"type": "array", "maxItems": 0, "items": {"type": "object"}},
+                   "cursors": {"type": "object", "additionalProperties": {"type": "object"}}},
+    "required": ["numberOfEntries", "totalSize", "ledgers", "cursors"],
+}
+TRANSACTION_LOG_STATS = {
+    "type": "object",
+    "description": "Pulsar's TransactionLogStats (and SnapshotInternalStats): the log's name, as Pulsar names its "
+                   "managed ledger, and its internal stats",
+    "properties": {"managedLedgerName": {"type": "string"}, "managedLedgerInternalStats": LOG_INTERNAL_STATS},
+    "required": ["managedLedgerName", "managedLedgerInternalStats"],
+}
+COORDINATOR_INTERNAL_STATS = {
+    "type": "object",
+    "description": "Pulsar's TransactionCoordinatorInternalStats: the coordinator's log (LMDB `txn_log`; its "
+                   "header record not counted)",
+    "properties": {"transactionLogStats": TRANSACTION_LOG_STATS},
+    "required": ["transactionLogStats"],
+}
+PENDING_ACK_INTERNAL_STATS = {
+    "type": "object",
+    "description": "Pulsar's TransactionPendingAckInternalStats: the subscription's pending-ack log (LMDB "
+                   "`pending_ack`: the acks of its transactions still open)",
+    "properties": {"pendingAckLogStats": TRANSACTION_LOG_STATS},
+    "required": ["pendingAckLogStats"],
+}
+BUFFER_INTERNAL_STATS = {
+    "type": "object",
+    "description": "Pulsar's TransactionBufferInternalStats. The snapshots of a v4 buffer are segmented (PIP-196): "
+                   "type Segment, with the store of its sealed segments and the store of its index (LMDB "
+                   "`tb_snapshots`), named after Pulsar's namespace topics but counting this topic's records only",
+    "properties": {"snapshotType": {"type": "string", "enum": ["Single", "Segment"]},
+                   "singleSnapshotInternalStats": {**TRANSACTION_LOG_STATS, "nullable": True,
+                                                   "description": "type Single only (never here): null"},
+                   "segmentInternalStats": TRANSACTION_LOG_STATS,
+                   "segmentIndexInternalStats": TRANSACTION_LOG_STATS},
+    "required": ["snapshotType"],
+}
+POSITION_IN_PENDING_ACK_STATS = {
+    "type": "object",
+    "description": "Pulsar's PositionInPendingAckStats",
+    "properties": {"state": {"type": "string",
+                             "enum": ["PendingAck", "MarkDelete", "NotInPendingAck", "PendingAckNotReady",
+                                      "InvalidPosition"],
+                             "description": "PendingAck: an open transaction holds it; MarkDelete: acknowledged "
+                                            "on the subscription; NotInPendingAck: neither; PendingAckNotReady: "
+                                            "the pending acks are not replayed (yet); InvalidPosition: a batch "
+                                            "index beyond the batch size a transaction's ack of the entry gave"}},
+    "required": ["state"],
 }
 
 # --- parameters -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ the last stats interval (pyengine.broker.rates).
 from __future__ import annotations
 
 import datetime
+import urllib.parse
 from typing import Any
 
 from pyengine.broker.consumer import Consumer
@@ -19,11 +20,13 @@ from pyengine.broker.service import BrokerService
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
 from pyengine.errors import TopicNotFoundError
+from pyengine.naming import TopicName
 from pyengine.transaction import TxnStatus
 from pyengine.transaction.coordinator import TxnMeta
 from pyengine.transaction.coordinator.log_store import LogTransactionMetadataStore
 from pyengine.transaction.coordinator.metadata_records import is_v5
-from pyengine_kernels import TxnId
+from pyengine.transaction.pendingack.handle import HandleState
+from pyengine_kernels import Position, TxnId
 
 # Pulsar's spelling of subscription types and component states.
 _SUB_TYPES = {"exclusive": "Exclusive", "shared": "Shared", "failover": "Failover", "key_shared": "Key_Shared"}
@@ -234,7 +237,125 @@ def coordinator_stats(store: LogTransactionMetadataStore) -> dict[str, Any]:
         "leastSigBits": store.last_sequence,
         "lowWaterMark": store.low_watermark(),
         "ongoingTxnSize": sum(counts[status] for status in _LIVE),
+        "recoverStartTime": store.recover_start_ms,
+        "recoverEndTime": store.recover_end_ms,
     }
+
+
+# --- transaction logs (internal stats) ------------------------------------------------------
+# Pulsar keeps a coordinator's log, a subscription's pending acks and the buffer snapshots in
+# managed ledgers and answers their ManagedLedgerInternalStats. Here each is a key range of an
+# LMDB database: its records and their bytes are what it has of those stats. It has no ledgers
+# (nothing rolls over, nothing is offloaded) and no cursors (replay is a scan of the range),
+# hence the empty lists.
+
+def log_internal_stats(records: int, size: int) -> dict[str, Any]:
+    """Pulsar's ManagedLedgerInternalStats of a log kept as an LMDB key range."""
+    return {"numberOfEntries": records, "totalSize": size, "ledgers": [], "cursors": {}}
+
+
+def log_stats(name: str, records: int, size: int) -> dict[str, Any]:
+    """Pulsar's TransactionLogStats (also the shape of its SnapshotInternalStats)."""
+    return {"managedLedgerName": name, "managedLedgerInternalStats": log_internal_stats(records, size)}
+
+
+def persistence_name(topic: TopicName) -> str:
+    """The managed-ledger name Pulsar gives a persistent topic (getPersistenceNamingEncoding)."""
+    return f"{topic.tenant}/{topic.namespace}/persistent/{urllib.parse.quote_plus(topic.local_name)}"
+
+
+def coordinator_internal_stats(store: LogTransactionMetadataStore) -> dict[str, Any]:
+    """Pulsar's TransactionCoordinatorInternalStats: the coordinator's log, named as Pulsar
+    names it (`__transaction_log_<id>` of pulsar/system), kept in LMDB's `txn_log`."""
+    records, size = store.stored_log()
+    name = persistence_name(TopicName("persistent", "pulsar", "system", f"__transaction_log_{store.coordinator_id}"))
+    return {"transactionLogStats": log_stats(name, records, size)}
+
+
+def pending_ack_internal_stats(subscription: Subscription, store: Any) -> dict[str, Any]:
+    """Pulsar's TransactionPendingAckInternalStats: the subscription's pending-ack log, named as
+    Pulsar names its store (`<topic>-<subscription>__transaction_pending_ack`), kept in LMDB's
+    `pending_ack`. `store`: its LogPendingAckStore."""
+    records, size = store.stored()
+    topic = TopicName.parse(subscription.topic.name)
+    name = persistence_name(TopicName(topic.domain, topic.tenant, topic.namespace,
+                                      f"{topic.local_name}-{subscription.name}__transaction_pending_ack"))
+    return {"pendingAckLogStats": log_stats(name, records, size)}
+
+
+SEGMENTS_TOPIC = "__transaction_buffer_snapshot_segments"
+INDEXES_TOPIC = "__transaction_buffer_snapshot_indexes"
+
+
+def buffer_internal_stats(topic: Topic) -> dict[str, Any] | None:
+    """Pulsar's TransactionBufferInternalStats of a v4 buffer: its snapshots are segmented
+    (PIP-196), so the type is "Segment", with the segments' store and the index's, named after
+    Pulsar's namespace topics but counting this topic's records only (kept in LMDB's
+    `tb_snapshots`). None when nothing is stored for the topic (no snapshot written yet)."""
+    index_size, segments, segments_size = topic.buffer.stored_snapshot()
+    if index_size is None and not segments:
+        return None
+    name = TopicName.parse(topic.name)
+
+    def store(local: str) -> str:
+        return persistence_name(TopicName("persistent", name.tenant, name.namespace, local))
+
+    return {
+        "snapshotType": "Segment",
+        "singleSnapshotInternalStats": None,
+        "segmentInternalStats": log_stats(store(SEGMENTS_TOPIC), segments, segments_size),
+        "segmentIndexInternalStats": log_stats(store(INDEXES_TOPIC), 0 if index_size is None else 1,
+                                               index_size or 0),
+    }
+
+
+# Pulsar's PositionInPendingAckStats.State
+PENDING_ACK = "PendingAck"
+MARK_DELETE = "MarkDelete"
+NOT_IN_PENDING_ACK = "NotInPendingAck"
+PENDING_ACK_NOT_READY = "PendingAckNotReady"
+INVALID_POSITION = "InvalidPosition"
+POSITION_STATES = (PENDING_ACK, MARK_DELETE, NOT_IN_PENDING_ACK, PENDING_ACK_NOT_READY, INVALID_POSITION)
+
+
+def position_in_pending_ack(subscription: Subscription, position: Position, batch_index: int | None) -> str:
+    """Where `position` (and its index `batch_index` of a batch, if given) stands for the
+    subscription, as Pulsar's checkPositionInPendingAckState answers: PendingAckNotReady until
+    the pending acks are replayed; MarkDelete once acknowledged on the cursor; PendingAck while
+    an open transaction holds it; InvalidPosition for an index beyond the batch size a
+    transaction's ack of the entry gave; else NotInPendingAck.
+
+    Pulsar tells acknowledged from the mark-delete position only (an entry acknowledged
+    individually above it reads NotInPendingAck there), and looks at individual acks only;
+    here a whole entry acknowledged individually on the cursor is MarkDelete too, and an entry
+    under a transaction's pending cumulative ack is PendingAck. (A batch index acknowledged on
+    the cursor while the rest of its entry is not reads as Pulsar reads it: NotInPendingAck.)"""
+    handle = subscription.pending_ack
+    if handle is None or getattr(handle, "state", None) is not HandleState.READY:
+        return PENDING_ACK_NOT_READY
+    if handle.cursor.is_acked(position):
+        return MARK_DELETE
+    cumulative = handle.cumulative_ack_of_txn
+    if cumulative is not None and position <= cumulative[1]:
+        return PENDING_ACK
+    held = handle.individual_ack_positions.get(position)
+    if held is None:
+        return NOT_IN_PENDING_ACK
+    if batch_index is None:
+        return PENDING_ACK
+    if batch_index >= held.batch_size:
+        return INVALID_POSITION
+    if held.whole:
+        return PENDING_ACK
+    # Pulsar's ack-set convention: a set bit is an index left free.
+    return NOT_IN_PENDING_ACK if _bit(held.ack_set, batch_index) else PENDING_ACK
+
+
+def _bit(words: Any, index: int) -> bool:
+    """Whether bit `index` of an ack set (64-bit words, lowest bit first) is set; past its
+    words: clear."""
+    word = index // 64
+    return word < len(words) and (words[word] >> (index % 64)) & 1 == 1
 
 
 class ParticipantLookups:
@@ -303,7 +424,7 @@ async def transaction_metadata(service: BrokerService, meta: TxnMeta,
     }
 
 
-def buffer_stats(topic: Topic, low_watermarks: bool) -> dict[str, Any]:
+def buffer_stats(topic: Topic, low_watermarks: bool, segment_stats: bool = False) -> dict[str, Any]:
     raw = topic.buffer.stats()
     stats = {
         "state": pulsar_state(raw["state"]),
@@ -326,6 +447,10 @@ def buffer_stats(topic: Topic, low_watermarks: bool) -> dict[str, Any]:
             "unsealedAbortTxnIDSize": raw["unsealed_aborted_txn_count"],
             "lastTookSnapshotSegmentTimestamp": raw["last_snapshot_segment_timestamp"],
         }
+        if segment_stats:               # Pulsar's segmentStats: each sealed segment's index entry
+            stats["segmentsStats"]["segmentStats"] = [
+                {"lastTxnID": None if txn is None else str(txn), "persistentPosition": str(marker)}
+                for txn, marker in topic.buffer.snapshot_segments()]
     if low_watermarks:
         stats["lowWaterMarks"] = {str(cid): mark for cid, mark in raw["low_watermarks"].items()}
     return stats

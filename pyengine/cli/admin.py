@@ -11,6 +11,7 @@
     pyengine admin transactions coordinator-stats
     pyengine admin transactions get-metadata 0 12
     pyengine admin transactions abort 0 12
+    pyengine admin transactions position-stats-in-pending-ack t -s my-sub -l 3 -e 12
     pyengine admin transactions get-transaction-key my-task
     pyengine admin scalable create topic://public/default/orders -n 4
     pyengine admin scalable split-segment topic://public/default/orders 0
@@ -192,6 +193,8 @@ PARTITIONS = (("-p", "--partitions"), {"type": int, "required": True, "help": "n
 MOST = (("most_bits",), {"type": int, "help": "txn id most significant bits (coordinator id)"})
 LEAST = (("least_bits",), {"type": int, "help": "txn id least significant bits"})
 COORDINATOR = (("-c", "--coordinator-id"), {"type": int, "help": "only this coordinator"})
+METADATA = (("-m", "--metadata"), {"action": "store_true",
+                                   "help": "Pulsar's flag: add the ledgers' metadata (these logs have none)"})
 ENABLE = (("--enable",), {"action": "store_true", "help": "enable (default: disable)"})
 RETENTION_TIME = (("--time",), {"type": int, "required": True,
                                 "help": "minutes to keep consumed messages (-1: no limit; 0 with --size 0: none)"})
@@ -476,17 +479,41 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
 
     ("transactions", "coordinator-stats", (), "show the transaction coordinators' stats", (COORDINATOR,),
      lambda a: ("GET", f"{TXN}/coordinatorStats" + _query(coordinatorId=a.coordinator_id), None)),
+    ("transactions", "coordinator-internal-stats", (), "show the log of a transaction coordinator",
+     ((("-c", "--coordinator-id"), {"type": int, "required": True, "help": "the coordinator"}), METADATA),
+     lambda a: ("GET", f"{TXN}/coordinatorInternalStats/{a.coordinator_id}" + _query(metadata=a.metadata or None),
+                None)),
+    ("transactions", "scale-transactionCoordinators", ("scale-transaction-coordinators",),
+     "grow the number of transaction coordinators to --replicas",
+     ((("-r", "--replicas"), {"type": int, "required": True, "help": "more than now"}),),
+     lambda a: ("POST", f"{TXN}/transactionCoordinator/replicas", a.replicas)),
     ("transactions", "get-metadata", ("transaction-metadata",), "show a transaction", (MOST, LEAST),
      lambda a: ("GET", f"{TXN}/transactionMetadata/{a.most_bits}/{a.least_bits}", None)),
     ("transactions", "slow-transactions", (), "list transactions open for longer than --time",
      ((("-t", "--time"), {"type": duration_ms, "required": True, "help": "e.g. 30s, 10m"}), COORDINATOR),
      lambda a: ("GET", f"{TXN}/slowTransactions/{a.time}" + _query(coordinatorId=a.coordinator_id), None)),
     ("transactions", "buffer-stats", ("transaction-buffer-stats",), "show a topic's transaction buffer",
-     (TOPIC, (("-l", "--low-water-marks"), {"action": "store_true"})),
+     (TOPIC, (("-l", "--low-water-marks"), {"action": "store_true"}),
+      (("-s", "--segment-stats"), {"action": "store_true", "help": "also list each sealed snapshot segment"})),
      lambda a: ("GET", f"{TXN}/transactionBufferStats/{topic_path(a.topic)}"
-                + _query(lowWaterMarks=a.low_water_marks or None), None)),
+                + _query(lowWaterMarks=a.low_water_marks or None, segmentStats=a.segment_stats or None), None)),
+    ("transactions", "buffer-internal-stats", ("transaction-buffer-internal-stats",),
+     "show the stores of a topic's transaction buffer snapshots", (TOPIC, METADATA),
+     lambda a: ("GET", f"{TXN}/transactionBufferInternalStats/{topic_path(a.topic)}"
+                + _query(metadata=a.metadata or None), None)),
     ("transactions", "pending-ack-stats", (), "show a subscription's pending acks", (TOPIC, SUBSCRIPTION),
      lambda a: ("GET", f"{TXN}/pendingAckStats/{topic_path(a.topic)}/{_quote(a.subscription)}", None)),
+    ("transactions", "pending-ack-internal-stats", (), "show the log of a subscription's pending acks",
+     (TOPIC, SUBSCRIPTION, METADATA),
+     lambda a: ("GET", f"{TXN}/pendingAckInternalStats/{topic_path(a.topic)}/{_quote(a.subscription)}"
+                + _query(metadata=a.metadata or None), None)),
+    ("transactions", "position-stats-in-pending-ack", (), "show where a position stands in a subscription's "
+     "pending acks (PendingAck, MarkDelete, NotInPendingAck, ...)",
+     (TOPIC, SUBSCRIPTION, (("-l", "--ledger-id"), {"type": int, "required": True, "help": "ledger id"}),
+      (("-e", "--entry-id"), {"type": int, "required": True, "help": "entry id"}),
+      (("-b", "--batch-index"), {"type": int, "help": "an index of the batch entry"})),
+     lambda a: ("GET", f"{TXN}/positionStatsInPendingAck/{topic_path(a.topic)}/{_quote(a.subscription)}"
+                       f"/{a.ledger_id}/{a.entry_id}" + _query(batchIndex=a.batch_index), None)),
     ("transactions", "in-buffer-stats", ("transaction-in-buffer-stats",),
      "show a transaction's state in a topic's buffer", (TOPIC, MOST, LEAST),
      lambda a: ("GET", f"{TXN}/transactionInBufferStats/{topic_path(a.topic)}/{a.most_bits}/{a.least_bits}", None)),

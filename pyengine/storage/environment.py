@@ -65,6 +65,20 @@ def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
                 break
 
 
+def prefix_usage(txn: lmdb.Transaction, db: Any, prefix: bytes, start: bytes | None = None) -> tuple[int, int]:
+    """How many keys of `db` start with `prefix` (from `start` on, if given: a key under the
+    prefix), and the bytes of their values, as the read transaction `txn` sees them."""
+    count = size = 0
+    cursor = txn.cursor(db=db)
+    if cursor.set_range(start if start is not None else prefix):
+        for key, value in cursor.iternext():
+            if not key.startswith(prefix):
+                break
+            count += 1
+            size += len(value)
+    return count, size
+
+
 def all_of(writes: list[WriteFn]) -> WriteFn:
     """One write doing `writes` in order, so that they land in one LMDB transaction."""
     def write(txn: lmdb.Transaction) -> None:

@@ -654,6 +654,21 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     # --- stats, lifecycle -----------------------------------------------------------------
 
+    def snapshot_segments(self) -> list[tuple[TxnId | None, Position]]:
+        """The sealed snapshot segments, oldest first, as Pulsar's segment index lists them:
+        the last aborted txn of each (None if its abort is no longer held) and the position of
+        that txn's abort marker."""
+        segments = self._snapshots.segments
+        if not segments:
+            return []
+        wanted = {segment.last_marker for segment in segments}
+        last_txn = {marker: txn for txn, marker in self._aborted.items() if marker in wanted}
+        return [(last_txn.get(segment.last_marker), segment.last_marker) for segment in segments]
+
+    def stored_snapshot(self) -> tuple[int | None, int, int]:
+        """What the topic's snapshot store holds now: see SnapshotStore.stored."""
+        return self._snapshots.stored()
+
     def stats(self) -> dict:
         last = self._last_snapshot_position
         return {

@@ -38,6 +38,7 @@ from pyengine.errors import (
     TransactionNotFoundError,
 )
 from pyengine.storage import StorageEnvironment
+from pyengine.storage.environment import prefix_usage
 from pyengine.storage.errors import CorruptRecordError, StorageError
 from pyengine.transaction import TxnStatus
 from pyengine.transaction.coordinator import TransactionMetadataStore, TxnMeta
@@ -116,6 +117,10 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         self._next_txn_sequence = 0
         self._next_log_sequence = 0
         self._state = "new"
+        # When the last recovery started and ended (ms by its clock; 0: not yet), as Pulsar's
+        # TransactionCoordinatorStats recoverStartTime / recoverEndTime.
+        self.recover_start_ms = 0
+        self.recover_end_ms = 0
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -124,6 +129,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         status; FINISHED records within retention are kept to answer repeated END_TXNs."""
         if self._state != "new":
             raise ServiceNotReadyError(f"transaction coordinator {self.coordinator_id} is {self._state}")
+        self.recover_start_ms = self._clock()
         cid, prefix = self.coordinator_id, self._prefix
         header_key = records.log_key(prefix, records.HEADER_SEQUENCE)
         header_next, max_sequence, last_key = 0, -1, None
@@ -175,6 +181,7 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
             log.warning("transaction coordinator %d: deleting %d records of unknown txns", cid, len(orphans))
             await self._await_write(self._submit(_delete_fn(orphans, self._db)))
         await self.purge_finished()
+        self.recover_end_ms = self._clock()
         return [_copy(state.meta) for state in live.values()]
 
     def _replay_op(self, record: records.TxnLogRecord, key: bytes, orphans: list[bytes]) -> None:
@@ -352,6 +359,12 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
     def last_sequence(self) -> int:
         """The sequence (least bits) of the last txn handed out, -1 before the first."""
         return self._next_txn_sequence - 1
+
+    def stored_log(self) -> tuple[int, int]:
+        """The log records stored now (durable; the header record left out) and the bytes of
+        their values: the size of this coordinator's log (admin's coordinatorInternalStats)."""
+        with self._env.read() as txn:
+            return prefix_usage(txn, self._db, self._prefix, records.log_key(self._prefix, 0))
 
     def live_transactions(self) -> list[TxnMeta]:
         """Every txn not yet terminal (a copy)."""

@@ -104,10 +104,11 @@ class TransactionCoordinatorService:
         self.purge_interval_ms = purge_interval_ms
         self.backoff = backoff or Backoff()
         self._clock = clock
-        self._stores = {cid: LogTransactionMetadataStore(env, cid, clock=clock,
-                                                         finished_retention_ms=finished_retention_ms,
-                                                         finished_max_records=finished_max_records)
+        self._store_options = {"clock": clock, "finished_retention_ms": finished_retention_ms,
+                               "finished_max_records": finished_max_records}
+        self._stores = {cid: LogTransactionMetadataStore(env, cid, **self._store_options)
                         for cid in range(num_coordinators)}
+        self._growing = asyncio.Lock()          # add_coordinators, one at a time
         self._endings: dict[TxnId, _Ending] = {}
         # Terminal records being written, which no task waits for, and the tasks repeating
         # those whose write failed (`wait_for_endings` waits for both).
@@ -144,16 +145,7 @@ class TransactionCoordinatorService:
         try:
             self.keys.recover()
             for store in self._stores.values():
-                for meta in await store.recover():
-                    if meta.status == TxnStatus.OPEN:
-                        self._timeouts.add(meta.txn_id, meta.start_ms + meta.timeout_ms)
-                        # Its key took a newer epoch (or was deleted) and the process died
-                        # before the abort that goes with the fence was decided: nobody else
-                        # will abort it (its own requests are refused as expired).
-                        if self.keys.fenced(meta.txn_id):
-                            fenced.append((store, meta))
-                    else:
-                        decided.append((store, meta))
+                self._sort_recovered(store, await store.recover(), decided, fenced)
         except BaseException:
             await self.close()
             raise
@@ -164,13 +156,65 @@ class TransactionCoordinatorService:
         # Only now: a participant reached by a resumed ending may already ask any coordinator
         # (Pulsar #18923 ended txns before their coordinator was registered).
         self._state = "running"
+        self._resume_recovered(decided, fenced)
+        self._timeouts.start()
+        self._arm_purge()
+
+    def _sort_recovered(self, store: LogTransactionMetadataStore, recovered: list[TxnMeta],
+                        decided: list[tuple[LogTransactionMetadataStore, TxnMeta]],
+                        fenced: list[tuple[LogTransactionMetadataStore, TxnMeta]]) -> None:
+        """Re-arm the timeouts of a recovered store's OPEN txns; collect those to end."""
+        for meta in recovered:
+            if meta.status == TxnStatus.OPEN:
+                self._timeouts.add(meta.txn_id, meta.start_ms + meta.timeout_ms)
+                # Its key took a newer epoch (or was deleted) and the process died
+                # before the abort that goes with the fence was decided: nobody else
+                # will abort it (its own requests are refused as expired).
+                if self.keys.fenced(meta.txn_id):
+                    fenced.append((store, meta))
+            else:
+                decided.append((store, meta))
+
+    def _resume_recovered(self, decided: list[tuple[LogTransactionMetadataStore, TxnMeta]],
+                          fenced: list[tuple[LogTransactionMetadataStore, TxnMeta]]) -> None:
         for store, meta in decided:
             self._resume_ending(store, meta)
         for store, meta in fenced:
             log.info("transaction %s was fenced by its transaction key before a restart: aborting it", meta.txn_id)
             self._begin_ending(store, meta.txn_id, TxnAction.ABORT, timed_out=False, decided=False)
-        self._timeouts.start()
-        self._arm_purge()
+
+    async def add_coordinators(self, total: int) -> list[int]:
+        """Run `total` coordinators, adding the ids from the current number up to `total - 1`
+        to the running service (Pulsar's scaleTransactionCoordinators grows the partitions of
+        transaction_coordinator_assign, and each new partition's coordinator is loaded). Each
+        new store is recovered (its log is empty unless a data dir ran it before) and served
+        only once recovered; none is ever removed. The caller makes `total` durable first (the
+        broker's partition count of the assign topic): a txn of a new coordinator must be
+        recovered by the next start. Returns the ids added ([] if `total` is not more)."""
+        if check_int(total, "total") <= 0:
+            raise ValueError(f"total must be > 0, not {total}")
+        async with self._growing:
+            self._check_running()
+            added = {cid: LogTransactionMetadataStore(self.env, cid, **self._store_options)
+                     for cid in range(len(self._stores), total)}
+            recovered = []
+            try:
+                for store in added.values():
+                    recovered.append((store, await store.recover()))
+                self._check_running()              # closed meanwhile: not served
+            except BaseException:
+                for store in added.values():
+                    await store.close()
+                raise
+            self._stores.update(added)             # served from here on (lookups count them)
+            decided: list[tuple[LogTransactionMetadataStore, TxnMeta]] = []
+            fenced: list[tuple[LogTransactionMetadataStore, TxnMeta]] = []
+            for store, metas in recovered:
+                self._sort_recovered(store, metas, decided, fenced)
+            self._resume_recovered(decided, fenced)
+            if added:
+                log.info("transaction coordinators %d..%d added: %d running", min(added), max(added), len(self._stores))
+            return list(added)
 
     async def close(self) -> None:
         """Stop: endings in progress stop where they are (a durable decision is resumed by the
@@ -193,7 +237,7 @@ class TransactionCoordinatorService:
         for txn, ending in endings.items():       # also those whose task never got to run
             _stopped(txn, ending)
         self._endings.clear()
-        for store in self._stores.values():
+        for store in list(self._stores.values()):
             await store.close()
 
     async def wait_for_endings(self) -> None:
@@ -342,7 +386,7 @@ class TransactionCoordinatorService:
     async def purge_finished(self) -> int:
         """Delete the FINISHED records past their retention (also done every
         `purge_interval_ms`); returns how many."""
-        return sum([await store.purge_finished() for store in self._stores.values()])
+        return sum([await store.purge_finished() for store in list(self._stores.values())])
 
     @property
     def counters(self) -> Counters:
