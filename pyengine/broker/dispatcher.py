@@ -687,9 +687,11 @@ class Dispatcher:
                     self.redeliveries.hold(position, hash_value)
                     return True
                 return False
-            consumer.permits -= entry.num_messages
             size = max(entry.num_messages, 1)
             unacked = size if batch_ack_set is None else size - len(ackset_acked_indexes(batch_ack_set, size))
+            # As Pulsar's Consumer.sendMessages: the indexes of a batch already acknowledged
+            # are not handed out, and take no permits (the Java client gives none back for them).
+            consumer.permits -= entry.num_messages if batch_ack_set is None else unacked
             consumer.pending.add(position, entry.num_messages, unacked, hash_value)
             if consumer.last_delivered is None or position > consumer.last_delivered:
                 consumer.last_delivered = position

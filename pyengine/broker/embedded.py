@@ -898,7 +898,7 @@ class EmbeddedConsumer:
             for message in messages:
                 if self._seek_start is not None and before_start(message.message_id, self._seek_start,
                                                                     self._start_inclusive):
-                    self._skip_before_seek_start()
+                    self._credit(1)     # dropped after a seek: as if handed out
                     continue
                 self._queue.append(message)
                 self._queued_bytes += len(message.data)
@@ -1226,9 +1226,10 @@ class EmbeddedConsumer:
         self._start = target if isinstance(target, MessageId) else None
         self._sought_by_time = not isinstance(target, MessageId)
 
-    def _skip_before_seek_start(self) -> None:
-        """A message dropped after a seek: its permit comes back as if it had been handed out."""
-        self._consumed_since_flow += 1
+    def _credit(self, permits: int) -> None:
+        """Messages dropped before the queue (after a seek): their permits come back as if
+        they had been handed out. (A batch's indexes acknowledged already took none.)"""
+        self._consumed_since_flow += permits
         if self._consumed_since_flow >= max(1, self._queue_size // 2):
             assert self._subscription is not None and self._consumer is not None
             self._subscription.flow(self._consumer, self._consumed_since_flow)
