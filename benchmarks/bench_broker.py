@@ -161,6 +161,13 @@ What moved the figures (each measured in alternating rounds of old and new code)
   -> 7.5-11.0 ms (medians 10.2 -> 8.2; lower in 7 of 8 pairs): the load generator's own loop
   is part of END_TXN's tail. Minutes later the same code gave p99 12.7-13.3 ms: the machine's
   other load moves this figure more than that.
+- 2026-11-28: a transaction's `send_async` goes straight to the producer's submit when its
+  partition is registered or its registration is in flight (four layers before), and the
+  commit screens its sends with `map(Future.exception, ...)` instead of a Python loop: load
+  generator CPU per transactional message 6.97 -> 6.17 and 6.36 -> 5.80 us in two runs of
+  alternating rounds (a slow spell: plain at ~4.8 us there), throughput 107k -> 129k and 115k
+  -> 121k msg/s (medians) against the same broker. The ratio moved within its spread: the
+  broker's ~170-340 us per transaction is most of what is left.
 - Recordings before this one: `txn_vs_plain_throughput_100` 0.595, 0.59, 0.581 (plain at 333k
   msg/s), 0.585 (plain 321k, transactional 188k); `end_txn_p99_ms` 13.2, 13.6, 9.5. This one
   (2026-11-26, after the session that added delayed delivery, compaction and expiry):
