@@ -4,7 +4,9 @@ dir, an HTTP client for it, and the embedded client on the same broker to make t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,3 +97,21 @@ def admin(server, capsys):
         return status, json.loads(out) if out.strip() else None, err
 
     return run
+
+
+@contextlib.asynccontextmanager
+async def restartable_broker(data_dir, **config) -> AsyncIterator[tuple[BrokerService, Api, EmbeddedClient]]:
+    """A broker with its admin server and an embedded client on `data_dir`, for tests that
+    stop it and start another on the same data (the fixtures above live for one test)."""
+    service = BrokerService(BrokerConfig(data_dir=data_dir, sync=False, **config))
+    await service.start()
+    admin = AdminServer(service, port=0)
+    await admin.start()
+    client = EmbeddedClient(service)
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield service, Api(session, admin.url), client
+    finally:
+        await client.close()
+        await admin.stop()
+        await service.close()

@@ -6,37 +6,18 @@ v5 buffers, and against the route's OpenAPI schema."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 
-import aiohttp
-
-from pyengine.admin import AdminServer
 from pyengine.broker.embedded import EmbeddedClient
-from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
 from pyengine_kernels import Position
-from tests.admin.conftest import Api
+from tests.admin.conftest import restartable_broker
 
 OUT = "persistent://public/default/out"
 STATS = "/admin/v3/transactions/transactionBufferStats/public/default/out"
 ROUTE = "/admin/v3/transactions/transactionBufferStats/{tenant}/{namespace}/{topic}"
 
 
-@contextlib.asynccontextmanager
-async def broker(data_dir, **config) -> AsyncIterator[tuple[BrokerService, Api, EmbeddedClient]]:
-    service = BrokerService(BrokerConfig(data_dir=data_dir, sync=False, **config))
-    await service.start()
-    admin = AdminServer(service, port=0)
-    await admin.start()
-    client = EmbeddedClient(service)
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield service, Api(session, admin.url), client
-    finally:
-        await client.close()
-        await admin.stop()
-        await service.close()
+broker = restartable_broker
 
 
 async def send_committed(client: EmbeddedClient, payload: bytes) -> None:

@@ -10,15 +10,8 @@ refuses with a JSON error of Pulsar's status, and to keep to its OpenAPI schema.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
-import aiohttp
-
-from pyengine.admin import AdminServer
-from pyengine.broker.embedded import EmbeddedClient
 from pyengine.broker.policies import TC_ASSIGN_TOPIC
-from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.protocol.lookup import partition_count
 from pyengine.transaction import TxnStatus
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
@@ -27,7 +20,7 @@ from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine.transaction.pendingack.handle import HandleState
 from pyengine_kernels import Position
-from tests.admin.conftest import Api
+from tests.admin.conftest import restartable_broker
 from tests.admin.test_stats_fields_in_schema import undescribed
 
 TX = "/admin/v3/transactions"
@@ -42,21 +35,7 @@ ROUTES = {
 }
 
 
-@contextlib.asynccontextmanager
-async def broker(data_dir, **config) -> AsyncIterator[tuple[BrokerService, Api, EmbeddedClient]]:
-    """A broker with its admin server and an embedded client, on `data_dir` (restartable)."""
-    service = BrokerService(BrokerConfig(data_dir=data_dir, sync=False, **config))
-    await service.start()
-    admin = AdminServer(service, port=0)
-    await admin.start()
-    client = EmbeddedClient(service)
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield service, Api(session, admin.url), client
-    finally:
-        await client.close()
-        await admin.stop()
-        await service.close()
+broker = restartable_broker
 
 
 async def keeps_to_its_schema(api, route: str, body, method: str = "get") -> None:
