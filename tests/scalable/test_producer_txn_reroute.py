@@ -52,7 +52,11 @@ async def refused_then_rerouted(client, service, txn):
         for key in KEYS:
             tasks.append(asyncio.create_task(producer.send(f"{key}/{i}".encode(), key=key, txn=txn)))
             sent[key].append(f"{key}/{i}")
-    await asyncio.sleep(0.2)                               # refused by the sealed parent, waiting
+    # refused by the sealed parent, waiting for the layout (a fixed 0.2 s was too short for a
+    # loaded CI machine once)
+    deadline = asyncio.get_running_loop().time() + 10
+    while not producer._draining and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
     assert producer._draining
     publish.set()
     await split
