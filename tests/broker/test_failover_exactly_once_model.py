@@ -36,26 +36,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
-import tempfile
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 from pyengine.broker import Broker
 from pyengine.client import Client
 from pyengine.errors import PulsarError
 from pyengine.transaction import TxnAction
+from tests.broker.exactly_once import NAMES, ExactlyOnceMachine, model_settings
 from tests.broker.helpers import drain, publish_batch
 from tests.client.conftest import NetworkBroker
 
 TOPIC = "persistent://public/default/failover-exactly-once"
 SUB = "s"
-NAMES = ("a", "b", "c")
 MAX_TAKE = 6
 RECEIVE_S = 0.02            # only to learn that nothing is queued
 DRAIN_S = 0.05            # the drainer: nothing more comes
@@ -78,60 +75,21 @@ class Processor:
         return self.name
 
 
-class FailoverExactlyOnceMachine(RuleBasedStateMachine):
+class FailoverExactlyOnceMachine(ExactlyOnceMachine):
     """Drives the application through the embedding API; `NetworkMachine` through the client."""
 
-    network = False
+    topic = TOPIC
 
     def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = tempfile.mkdtemp(prefix="pyengine-failover-eo-")
-        self.client = None
-        self.stack = None
-        self.consumers: list[object | None] = [None] * len(NAMES)
+        super().__init__("pyengine-failover-eo-")
         self.procs: list[Processor] = []
-        self.published = 0
-        self.processed: dict[int, list[str]] = defaultdict(list)     # label -> committed txns (with repeats)
-        self.txn_count = 0
-        self.broken = False
-        self.log: list[str] = []
 
     # --- plumbing -------------------------------------------------------------------------
-
-    def run(self, coro):
-        try:
-            return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
-        except BaseException:
-            self.broken = True
-            raise
 
     async def _open(self, sub_type: str, delay_ms: int) -> None:
         self.sub_type = sub_type
         self.delay_ms = delay_ms
-        if self.network:
-            self.network_broker = NetworkBroker(self.dir, num_coordinators=1,
-                                                active_consumer_failover_delay_time_ms=delay_ms)
-            await self.network_broker.start()
-            self.service = self.network_broker.service
-            self.client = Client(self.network_broker.url, operation_timeout_seconds=10)
-            self.producer = await self.client.create_producer(TOPIC)
-            self.batcher = await self.client.create_producer(TOPIC, batching_enabled=True,
-                                                             batching_max_publish_delay_ms=50)
-        else:
-            self.stack = Broker.embedded(self.dir, sync=False, active_consumer_failover_delay_time_ms=delay_ms)
-            self.client = await self.stack.__aenter__()
-            self.service = self.client.service
-            self.producer = await self.client.create_producer(TOPIC)
-
-    async def _close(self) -> None:
-        if self.network:
-            try:
-                await self.client.close()
-            finally:
-                await self.network_broker.stop()
-        else:
-            await self.stack.__aexit__(None, None, None)
+        await self._open_broker(active_consumer_failover_delay_time_ms=delay_ms)
 
     def subscription(self):
         return self.service.topics[TOPIC].subscriptions[SUB]
@@ -211,10 +169,6 @@ class FailoverExactlyOnceMachine(RuleBasedStateMachine):
             return
         self.log.append(f"{NAMES[slot]} subscribed (priority {priority})")
         self.run(self._settle())
-
-    def run_quietly(self, coro):
-        """`run` for an outcome the application handles (a PulsarError is not a broken step)."""
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
 
     @precondition(lambda self: self.published < 40)
     @rule(count=st.integers(1, 4), batch=st.booleans())
@@ -426,38 +380,17 @@ class FailoverExactlyOnceMachine(RuleBasedStateMachine):
                 self.processed[label].append(name)
             self.log.append(f"{name} committed {[label for label, _ in taken]}")
         await consumer.close()
-        duplicated = {f"m{label}": txns for label, txns in self.processed.items() if len(txns) > 1}
-        cursor = self.subscription().cursor
-        lost = [f"m{label}" for label in range(self.published) if not self.processed.get(label)]
-        story = "\n".join(self.log)
-        assert not duplicated and not lost, \
-            f"duplicated: {duplicated}, lost: {lost} (mark-delete {cursor.mark_delete})\n{story}"
-
-    def teardown(self) -> None:
-        try:
-            if self.client is not None:
-                try:
-                    if not self.broken:
-                        self.run(self._drain_and_check())
-                finally:
-                    self.loop.run_until_complete(self._close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+        self.check_exactly_once(f" (mark-delete {self.subscription().cursor.mark_delete})")
 
 
 class NetworkMachine(FailoverExactlyOnceMachine):
     network = True
 
 
-FailoverExactlyOnceMachine.TestCase.settings = settings(
-    max_examples=EXAMPLES, stateful_step_count=40, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+FailoverExactlyOnceMachine.TestCase.settings = model_settings(EXAMPLES)
 test_failover_exactly_once_model = FailoverExactlyOnceMachine.TestCase
 
-NetworkMachine.TestCase.settings = settings(
-    max_examples=max(5, EXAMPLES // 5), stateful_step_count=40, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+NetworkMachine.TestCase.settings = model_settings(max(5, EXAMPLES // 5))
 test_failover_exactly_once_model_network = NetworkMachine.TestCase
 
 

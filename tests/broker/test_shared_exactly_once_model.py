@@ -44,26 +44,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 from pyengine.broker import Broker
 from pyengine.client import Client
 from pyengine.errors import PulsarError, TransactionConflictError
 from pyengine.transaction import TxnAction
+from tests.broker.exactly_once import NAMES, ExactlyOnceMachine, model_settings
 from tests.broker.helpers import publish_batch
 from tests.client.conftest import NetworkBroker
 
 TOPIC = "persistent://public/default/shared-exactly-once"
 OUT = "persistent://public/default/shared-exactly-once-out"
 SUB = "s"
-NAMES = ("a", "b", "c")
 KEYS = ("k0", "k1", "k2", "k3")
 MAX_TAKE = 6
 RECEIVE_S = 0.02            # only to learn that nothing is queued
@@ -120,63 +118,22 @@ async def _together(first: str, **coros) -> dict[str, object]:
     return dict(zip(names, outcomes))
 
 
-class SharedExactlyOnceMachine(RuleBasedStateMachine):
+class SharedExactlyOnceMachine(ExactlyOnceMachine):
     """Drives the application through the embedding API; `NetworkMachine` through the client."""
 
-    network = False
+    topic = TOPIC
 
     def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = tempfile.mkdtemp(prefix="pyengine-shared-eo-")
-        self.client = None
-        self.consumers: list[object | None] = [None] * len(NAMES)
+        super().__init__("pyengine-shared-eo-")
         self.procs: list[Processor] = []
-        self.published = 0
-        self.processed: dict[int, list[str]] = defaultdict(list)     # label -> committed txns (with repeats)
         self.outputs: dict[str, list[int]] = {}                      # committed txn -> the labels of its output
         self.holders: dict[int, list[Processor]] = defaultdict(list)  # label -> live procs whose ack of it held
-        self.txn_count = 0
-        self.broken = False
-        self.log: list[str] = []
 
     # --- plumbing -------------------------------------------------------------------------
 
-    def run(self, coro):
-        try:
-            return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
-        except BaseException:
-            self.broken = True
-            raise
-
-    def run_quietly(self, coro):
-        """`run` for an outcome the application handles (a PulsarError is not a broken step)."""
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
-
     async def _open(self) -> None:
-        if self.network:
-            self.network_broker = NetworkBroker(self.dir, num_coordinators=1)
-            await self.network_broker.start()
-            self.service = self.network_broker.service
-            self.client = Client(self.network_broker.url, operation_timeout_seconds=10)
-            self.producer = await self.client.create_producer(TOPIC)
-            self.batcher = await self.client.create_producer(TOPIC, batching_enabled=True,
-                                                             batching_max_publish_delay_ms=50)
-        else:
-            self.stack = Broker.embedded(self.dir, sync=False)
-            self.client = await self.stack.__aenter__()
-            self.service = self.client.service
-            self.producer = await self.client.create_producer(TOPIC)
+        await self._open_broker()
         self.out_producer = await self.client.create_producer(OUT)
-
-    async def _close(self) -> None:
-        if self.network:
-            try:
-                await self.client.close()
-            finally:
-                await self.network_broker.stop()
-        else:
-            await self.stack.__aexit__(None, None, None)
 
     def subscription(self):
         return self.service.topics[TOPIC].subscriptions[SUB]
@@ -595,10 +552,8 @@ class SharedExactlyOnceMachine(RuleBasedStateMachine):
             self.outputs[name] = labels
             self.log.append(f"{name} committed {labels}")
         await consumer.close()
+        self.check_exactly_once()
         story = "\n".join(self.log)
-        duplicated = {f"m{label}": txns for label, txns in self.processed.items() if len(txns) > 1}
-        lost = [f"m{label}" for label in range(self.published) if not self.processed.get(label)]
-        assert not duplicated and not lost, f"duplicated: {duplicated}, lost: {lost}\n{story}"
         # the output topic, read committed: each committed transaction's output, once
         reader = await self.client.subscribe(OUT, "check", consumer_type="exclusive", initial_position="earliest")
         seen: list[bytes] = []
@@ -612,31 +567,15 @@ class SharedExactlyOnceMachine(RuleBasedStateMachine):
                           for name, labels in self.outputs.items())
         assert sorted(seen) == expected, f"outputs {sorted(seen)}, expected {expected}\n{story}"
 
-    def teardown(self) -> None:
-        try:
-            if self.client is not None:
-                try:
-                    if not self.broken:
-                        self.run(self._drain_and_check())
-                finally:
-                    self.loop.run_until_complete(self._close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
-
 
 class NetworkMachine(SharedExactlyOnceMachine):
     network = True
 
 
-SharedExactlyOnceMachine.TestCase.settings = settings(
-    max_examples=EXAMPLES, stateful_step_count=40, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+SharedExactlyOnceMachine.TestCase.settings = model_settings(EXAMPLES)
 test_shared_exactly_once_model = SharedExactlyOnceMachine.TestCase
 
-NetworkMachine.TestCase.settings = settings(
-    max_examples=max(5, EXAMPLES // 5), stateful_step_count=40, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+NetworkMachine.TestCase.settings = model_settings(max(5, EXAMPLES // 5))
 test_shared_exactly_once_model_network = NetworkMachine.TestCase
 
 

@@ -1,0 +1,105 @@
+"""What the exactly-once models of consume-transform-produce share
+(test_failover_exactly_once_model.py, test_shared_exactly_once_model.py): a hypothesis state
+machine's event loop and data dir, its broker (embedded, or in-process behind the network
+client when `network`), the final check that every message was processed by exactly one
+committed transaction, and the settings of the embedded and network machines."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections import defaultdict
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine
+
+from pyengine.broker import Broker
+from pyengine.client import Client
+from tests.client.conftest import NetworkBroker
+
+NAMES = ("a", "b", "c")         # the consumers' names, by slot
+
+
+class ExactlyOnceMachine(RuleBasedStateMachine):
+    """The plumbing of an exactly-once model; a subclass brings the rules and `_drain_and_check`."""
+
+    network = False
+    topic = ""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.client: Any = None
+        self.stack: Any = None
+        self.consumers: list[object | None] = [None] * len(NAMES)
+        self.published = 0
+        self.processed: dict[int, list[str]] = defaultdict(list)     # label -> committed txns (with repeats)
+        self.txn_count = 0
+        self.broken = False
+        self.log: list[str] = []
+
+    def run(self, coro):
+        try:
+            return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
+        except BaseException:
+            self.broken = True
+            raise
+
+    def run_quietly(self, coro):
+        """`run` for an outcome the application handles (a PulsarError is not a broken step)."""
+        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
+
+    async def _open_broker(self, **config: Any) -> None:
+        """The broker (with `config`), the client, a producer of `topic` and, on the network,
+        a batching one (the embedded machine publishes batches with `publish_batch`)."""
+        if self.network:
+            self.network_broker = NetworkBroker(self.dir, num_coordinators=1, **config)
+            await self.network_broker.start()
+            self.service = self.network_broker.service
+            self.client = Client(self.network_broker.url, operation_timeout_seconds=10)
+            self.producer = await self.client.create_producer(self.topic)
+            self.batcher = await self.client.create_producer(self.topic, batching_enabled=True,
+                                                             batching_max_publish_delay_ms=50)
+        else:
+            self.stack = Broker.embedded(self.dir, sync=False, **config)
+            self.client = await self.stack.__aenter__()
+            self.service = self.client.service
+            self.producer = await self.client.create_producer(self.topic)
+
+    async def _close(self) -> None:
+        if self.network:
+            try:
+                await self.client.close()
+            finally:
+                await self.network_broker.stop()
+        else:
+            await self.stack.__aexit__(None, None, None)
+
+    def check_exactly_once(self, detail: str = "") -> None:
+        """Every message published processed by exactly one committed transaction, once."""
+        duplicated = {f"m{label}": txns for label, txns in self.processed.items() if len(txns) > 1}
+        lost = [f"m{label}" for label in range(self.published) if not self.processed.get(label)]
+        assert not duplicated and not lost, f"duplicated: {duplicated}, lost: {lost}{detail}\n" + "\n".join(self.log)
+
+    async def _drain_and_check(self) -> None:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        try:
+            if self.client is not None:
+                try:
+                    if not self.broken:
+                        self.run(self._drain_and_check())
+                finally:
+                    self.loop.run_until_complete(self._close())
+        finally:
+            self.loop.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def model_settings(examples: int) -> settings:
+    return settings(max_examples=examples, stateful_step_count=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
