@@ -337,18 +337,21 @@ async def scale_transaction_coordinators(call: Call) -> None:
                                          f"more than the {current} there are")
     if replicas > MAX_PARTITIONS:
         raise AdminError(NOT_ACCEPTABLE, f"at most {MAX_PARTITIONS} transaction coordinators, not {replicas}")
-    moved = [key for key in v4.keys.keys()
-             if coordinator_for(key.owner, key.key, current) != coordinator_for(key.owner, key.key, replicas)]
-    if moved:
-        # A key belongs to the coordinator its CRC-32 modulo the number of coordinators names,
-        # which its client computed once (the fencing PIP leaves coordinator expansion out): at
-        # its next connect the broker would expect another one and refuse it as a fenced epoch.
-        raise AdminError(CONFLICT, f"{len(moved)} transaction key(s) would move to another coordinator with "
-                                   f"{replicas} coordinators (e.g. {moved[0].key!r}): their clients would be refused "
-                                   "at their next connect. Delete those keys first, or stop their clients and "
-                                   "restart the broker with --num-coordinators")
-    # Durable first: the next start must recover the new coordinators' txns (it runs as many
-    # coordinators as the assign topic has partitions, never fewer).
-    await policies.update_partitions(TC_ASSIGN_TOPIC, replicas)
-    policies.num_coordinators = max(policies.num_coordinators, replicas)
-    await v4.add_coordinators(replicas)
+    # Key connects wait from the check of the keys until the new coordinators serve (a key
+    # connected in between would be checked against the old number).
+    with v4.keys.connects_held():
+        moved = [key for key in v4.keys.keys()
+                 if coordinator_for(key.owner, key.key, current) != coordinator_for(key.owner, key.key, replicas)]
+        if moved:
+            # A key belongs to the coordinator its CRC-32 modulo the number of coordinators names,
+            # which its client computed once (the fencing PIP leaves coordinator expansion out): at
+            # its next connect the broker would expect another one and refuse it as a fenced epoch.
+            raise AdminError(CONFLICT, f"{len(moved)} transaction key(s) would move to another coordinator with "
+                                       f"{replicas} coordinators (e.g. {moved[0].key!r}): their clients would be "
+                                       "refused at their next connect. Delete those keys first, or stop their "
+                                       "clients and restart the broker with --num-coordinators")
+        # Durable first: the next start must recover the new coordinators' txns (it runs as many
+        # coordinators as the assign topic has partitions, never fewer).
+        await policies.update_partitions(TC_ASSIGN_TOPIC, replicas)
+        policies.num_coordinators = max(policies.num_coordinators, replicas)
+        await v4.add_coordinators(replicas)

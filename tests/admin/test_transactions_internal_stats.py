@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from pyengine.broker.policies import TC_ASSIGN_TOPIC
+from pyengine.errors import NotAllowedError
 from pyengine.protocol.lookup import partition_count
 from pyengine.transaction import TxnStatus
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
@@ -408,6 +411,36 @@ async def test_scaling_that_would_move_a_transaction_key_is_refused(api, service
     assert (await api.post(SCALE, 3)).status == 204
     assert service.coordinator.coordinator_ids == [0, 1, 2]
     await keys.connect(ANONYMOUS, stays, coordinator_for(ANONYMOUS, stays, 3), NO_EPOCH)
+
+
+async def test_a_key_connecting_while_coordinators_are_added_waits_for_them(api, service, monkeypatch):
+    # A connect checked against the old number in the middle of a scaling would own a key that
+    # then belongs to another coordinator: connects wait until the new coordinators serve.
+    v4, keys = service.coordinator.v4, service.coordinator_v4.keys
+    moving = [key for key in map(str, range(200))
+              if coordinator_for(ANONYMOUS, key, 2) != coordinator_for(ANONYMOUS, key, 3)][:2]
+    added, add = asyncio.Event(), v4.add_coordinators
+
+    async def add_when_let(total: int) -> list[int]:
+        await added.wait()
+        return await add(total)
+
+    monkeypatch.setattr(v4, "add_coordinators", add_when_let)
+    scaling = asyncio.ensure_future(api.post(SCALE, 3))
+    while service.policies.partitions(TC_ASSIGN_TOPIC) != 3:   # past the check of the keys
+        await asyncio.sleep(0.005)
+    at_new = asyncio.ensure_future(keys.connect(ANONYMOUS, moving[0], coordinator_for(ANONYMOUS, moving[0], 3),
+                                                NO_EPOCH))
+    at_old = asyncio.ensure_future(keys.connect(ANONYMOUS, moving[1], coordinator_for(ANONYMOUS, moving[1], 2),
+                                                NO_EPOCH))
+    await asyncio.sleep(0.05)
+    assert not at_new.done() and not at_old.done()
+    added.set()
+    assert (await scaling).status == 204
+    assert await at_new == 0                                   # checked against the 3 now running
+    with pytest.raises(NotAllowedError, match="belongs to coordinator"):
+        await at_old
+    assert [key.key for key in keys.keys()] == [moving[0]]
 
 
 # --- the OpenAPI document and the command line ---------------------------------------------------

@@ -52,6 +52,7 @@ the epoch never goes backwards and a later connect continues above it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import zlib
@@ -182,6 +183,9 @@ class TransactionKeys:
         self._keys: dict[str, KeyState] = {}
         self._bindings: dict[TxnId, tuple[KeyState, int]] = {}     # txn -> (its key, the epoch it began under)
         self.fence_wait_ms = FENCE_WAIT_MS
+        self._holds = 0                         # connects_held() in progress
+        self._connects_open = asyncio.Event()   # set while none is
+        self._connects_open.set()
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -238,11 +242,30 @@ class TransactionKeys:
 
     # --- connections ----------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def connects_held(self) -> Iterator[None]:
+        """Hold new key connects while the number of coordinators changes: a connect checks its
+        coordinator against that number, so one checked against the old number just before the
+        new one takes effect would own a key that then belongs to another coordinator (its
+        holder's reconnects refused). Entered in the same event-loop turn as the caller's
+        check of the keys that exist; the held connects go on, checked against the number
+        then running, when the last hold is released."""
+        self._holds += 1
+        self._connects_open.clear()
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            if not self._holds:
+                self._connects_open.set()
+
     async def connect(self, owner: str, key: str, coordinator_id: int, presented: int, *,
                       holder: Any = None, on_fenced: Callable[[], None] | None = None) -> int:
         """Give the next epoch of (owner, key) to a connection that presented `presented` (the
         epoch of its previous connection, -1 for none); fence the previous epoch."""
         check_transaction_key(key)
+        while not self._connects_open.is_set():
+            await self._connects_open.wait()
         expected = coordinator_for(owner, key, len(self.service.coordinator_ids))
         if coordinator_id != expected:
             raise NotAllowedError(f"transaction key {key!r} of {owner!r} belongs to coordinator {expected}, "
