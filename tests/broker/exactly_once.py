@@ -1,8 +1,9 @@
 """What the exactly-once models of consume-transform-produce share
 (test_failover_exactly_once_model.py, test_shared_exactly_once_model.py): a hypothesis state
 machine's event loop and data dir, its broker (embedded, or in-process behind the network
-client when `network`), the final check that every message was processed by exactly one
-committed transaction, and the settings of the embedded and network machines."""
+client when `network`), the rule that restarts that broker (network), the final check that
+every message was processed by exactly one committed transaction, and the settings of the
+embedded and network machines."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ import tempfile
 from collections import defaultdict
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine
+from hypothesis import HealthCheck, event, settings
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from pyengine.broker import Broker
 from pyengine.client import Client
+from pyengine.client.consumer import READY
 from tests.client.conftest import NetworkBroker
 
 NAMES = ("a", "b", "c")         # the consumers' names, by slot
+RESETTLE_S = 0.1                # after a restart: a consumer's reconnect dispatched to
+MAX_RESTARTS = 2                # per example
 
 
 class ExactlyOnceMachine(RuleBasedStateMachine):
@@ -40,6 +44,7 @@ class ExactlyOnceMachine(RuleBasedStateMachine):
         self.txn_count = 0
         self.broken = False
         self.log: list[str] = []
+        self.restarts = 0
 
     def run(self, coro):
         try:
@@ -77,6 +82,43 @@ class ExactlyOnceMachine(RuleBasedStateMachine):
                 await self.network_broker.stop()
         else:
             await self.stack.__aexit__(None, None, None)
+
+    async def _restart(self) -> None:
+        """What happens next is drawn from what the consumers receive, so the consumers come
+        back one at a time, in slot order, each dispatched to before the next subscribes (left
+        to their reconnects' timing, the first back would take whatever it has room for)."""
+        handlers = [h for c in self.consumers if c is not None for h in c._handlers.values()]
+        gates = {h: asyncio.Event() for h in handlers}
+        for h in handlers:
+            async def subscribe_when_let(connection, h=h, subscribe=h._connection_opened):
+                await gates[h].wait()
+                await subscribe(connection)
+            h._connection_opened = subscribe_when_let
+        old = {h: h.connection for h in handlers}
+        try:
+            await self.network_broker.restart()
+            self.service = self.network_broker.service
+            await self.service.get_topic(self.topic)    # loaded, as before (the models look at it)
+            for h in handlers:
+                gates[h].set()
+                while h.state != READY or h.connection is old[h]:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(RESETTLE_S)
+        finally:
+            for h in handlers:
+                del h._connection_opened
+
+    @precondition(lambda self: self.network and self.restarts < MAX_RESTARTS)
+    @rule()
+    def broker_restarts(self) -> None:
+        """The broker stops and starts again on its data dir (network only: the client
+        reconnects, an embedded consumer is closed with its broker). Open transactions and
+        their acks (the pending-ack log) go on; what the consumers held is dispatched again,
+        also to other consumers, while the processors still hold their copies."""
+        self.run(self._restart())
+        self.restarts += 1
+        self.log.append("the broker restarted")
+        event("the broker restarted")
 
     def check_exactly_once(self, detail: str = "") -> None:
         """Every message published processed by exactly one committed transaction, once."""

@@ -10,8 +10,9 @@ messages the processor took are processed, by that transaction. The rules interl
 of processors of different consumers, the coordinator aborting a transaction as on its timeout
 (the application is not told: it hears of it when its ack or commit fails), consumers asking
 for redelivery, closing, subscribing again (with another priority: the active consumer
-switches), and, with a Failover delay, the delay passing (the handover fired by the test:
-deterministic).
+switches), with a Failover delay, the delay passing (the handover fired by the test:
+deterministic), and (network) the broker restarting on its data dir while transactions are
+open (`ExactlyOnceMachine.broker_restarts`).
 
 An ack or commit that fails (TransactionConflictError, or any PulsarError) fails the
 transaction: the application aborts it (the client's abort rewinds a consumer that acked

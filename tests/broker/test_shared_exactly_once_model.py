@@ -15,7 +15,9 @@ for redelivery of everything they hold (also while one of their processors holds
 those may then go to another consumer too), a processor negatively acknowledging a message it
 took and will not process, acknowledging a message twice in its transaction, or acknowledging
 a copy another processor holds (Shared: any consumer may acknowledge any message; after the
-other one's ack, or both at once), consumers closing and subscribing again.
+other one's ack, or both at once), consumers closing and subscribing again, and (network) the
+broker restarting on its data dir while transactions are open (the client reconnects; the
+transactions, their acks and the processors' copies go on: `ExactlyOnceMachine.broker_restarts`).
 
 An ack, send or commit that fails (TransactionConflictError, or any PulsarError) fails the
 transaction: the application aborts it and asks for what it took again (its consumer's
