@@ -22,7 +22,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -50,7 +50,7 @@ from pyengine.protocol.schema_codec import fill_schema
 from pyengine.schema import SchemaData
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine.storage.errors import StorageError
-from pyengine_kernels import Position
+from pyengine_kernels import Position, ackset_unacked_count
 
 if TYPE_CHECKING:
     from pyengine.client.client import ClientCore
@@ -497,7 +497,7 @@ class PartitionConsumer(ConnectionHandler):
         if command.HasField("consumer_epoch") and command.consumer_epoch < self.epoch:
             # Sent before the last redeliver-all: it comes again. Its permits come back, as the
             # Java client gives them back (the broker took one per message of the entry).
-            self.credit(_messages_in(frame.headers_and_payload))
+            self.credit(_permits_of(frame.headers_and_payload, command.ack_set))
             return
         ledger_id, entry_id = command.message_id.ledgerId, command.message_id.entryId
         if self.tracks_handed:
@@ -508,7 +508,7 @@ class PartitionConsumer(ConnectionHandler):
             self._last_entry = entry
         if frame.checksum_valid is False or frame.headers_and_payload is None:
             self._reject(ledger_id, entry_id, pb.CommandAck.ChecksumMismatch,
-                         _messages_in(frame.headers_and_payload))
+                         _permits_of(frame.headers_and_payload, command.ack_set))
             return
         raw_metadata = frame.metadata
         if raw_metadata is not None and NUM_CHUNKS_TAG in raw_metadata and self._on_chunk(command, frame):
@@ -520,7 +520,7 @@ class PartitionConsumer(ConnectionHandler):
         except DecodeError as exc:
             log.warning("%s: undecodable message (%d:%d): %s", self, ledger_id, entry_id, exc)
             self._reject(ledger_id, entry_id, pb.CommandAck.BatchDeSerializeError,
-                         _messages_in(frame.headers_and_payload))
+                         _permits_of(frame.headers_and_payload, command.ack_set))
             return
         # A batch's indexes acknowledged already (the ack set) took no permits at the broker
         # (Pulsar's Consumer.sendMessages), and none come back for them (as the Java client).
@@ -640,7 +640,7 @@ class PartitionConsumer(ConnectionHandler):
 
     def _reject(self, ledger_id: int, entry_id: int, validation_error: int, permits: int = 1) -> None:
         # As the C++ client: a message that cannot be read is acknowledged with the reason.
-        # The broker took a permit per message of the entry: all of them come back.
+        # The permits the broker took for the entry (`_permits_of`) come back.
         if self.connection is not None:
             self.connection.send_command(base_command(
                 T.ACK, consumer_id=self.consumer_id, ack_type=pb.CommandAck.Individual,
@@ -979,16 +979,24 @@ def before_start(message_id: MessageId, start: MessageId, inclusive: bool) -> bo
                                                           and not inclusive)
 
 
-def _messages_in(headers_and_payload: bytes | None) -> int:
-    """How many messages an entry the client cannot read holds, as far as its metadata tells
-    (the broker counted that many permits for it); 1 when even the metadata is unreadable."""
+def _permits_of(headers_and_payload: bytes | None, ack_set: Sequence[int] = ()) -> int:
+    """The permits the broker took for an entry the client does not queue (unreadable, or sent
+    before the last redeliver-all): a permit per message its metadata counts, or with an ack
+    set (a batch partly acknowledged) per message the ack set leaves unacknowledged, as the
+    broker charges (Consumer.sendMessages); 1 when even the metadata is unreadable."""
     if headers_and_payload is None:
         return 1
     try:
         metadata = parse_message_metadata(split_headers_and_payload(headers_and_payload)[0])
     except (ValueError, StorageError):      # undecodable metadata, or headers cut short
         return 1
-    return max(1, metadata.num_messages_in_batch) if metadata.HasField("num_messages_in_batch") else 1
+    messages = max(1, metadata.num_messages_in_batch) if metadata.HasField("num_messages_in_batch") else 1
+    if ack_set:
+        try:
+            return ackset_unacked_count(list(ack_set), messages)
+        except (ValueError, OverflowError):
+            return messages                 # (a broker's malformed ack set: the metadata's count)
+    return messages
 
 
 def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:

@@ -1,13 +1,14 @@
 """A batch the client cannot decode is acknowledged with its validation error and dropped; the
-permits the broker counted for it (one per message of the batch) must come back, or a small
-receiver queue stalls for good."""
+permits the broker counted for it (one per message of the batch, or with an ack set one per
+message it leaves unacknowledged) must come back, or a small receiver queue stalls for good;
+no more than those, or the receiver queue overflows its size."""
 
 import asyncio
 
 import pytest
 
 from core_ext.batch import build_batch
-from pyengine.client.consumer import _messages_in
+from pyengine.client.consumer import _permits_of
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import message_metadata
 from pyengine.storage.entry import headers_and_payload
@@ -43,4 +44,25 @@ async def test_an_undecodable_batch_gives_back_a_permit_per_message(broker, clie
 
 @pytest.mark.parametrize("entry", [None, b"", b"\x00", b"\x0e\x01", b"\x00\x00\x00\x05abc", b"\x00\x00\x00\x02\xff\xff"])
 def test_an_entry_whose_headers_cannot_be_read_counts_as_one_message(entry):
-    assert _messages_in(entry) == 1
+    assert _permits_of(entry) == 1
+    assert _permits_of(entry, [0b1010]) == 1
+
+
+def _batch_entry(size: int) -> bytes:
+    metadata = message_metadata("raw", 0, 1, num_messages_in_batch=size)
+    return headers_and_payload(metadata.SerializeToString(), b"")
+
+
+@pytest.mark.parametrize(("size", "ack_set", "permits"), [
+    (4, [], 4),                     # no ack set: every message of the batch
+    (4, [0b1111], 4),               # nothing acknowledged yet
+    (4, [0b1010], 2),               # indexes 0 and 2 acknowledged: the broker charged 2
+    (4, [0], 0),                    # (all acknowledged: the broker sends no such entry)
+    (4, [-1], 4),                   # bits past the batch count for nothing
+    (70, [-1, 0b11], 66),           # two words
+    (70, [-1], 64),                 # a short ack set: its missing bits are acknowledged indexes
+])
+def test_a_partly_acknowledged_batch_gives_back_the_permits_it_took(size, ack_set, permits):
+    # As the broker charges (Consumer.sendMessages): only the indexes the ack set leaves
+    # unacknowledged took permits. Giving back all of them over-credits the receiver queue.
+    assert _permits_of(_batch_entry(size), ack_set) == permits
