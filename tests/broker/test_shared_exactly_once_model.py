@@ -17,7 +17,8 @@ took and will not process, acknowledging a message twice in its transaction, or 
 a copy another processor holds (Shared: any consumer may acknowledge any message; after the
 other one's ack, or both at once), consumers closing and subscribing again, and (network) the
 broker restarting on its data dir while transactions are open (the client reconnects; the
-transactions, their acks and the processors' copies go on: `ExactlyOnceMachine.broker_restarts`).
+transactions, their acks and the processors' copies go on: `ExactlyOnceMachine.broker_restarts`),
+also while a processor commits (a commit in doubt is asked again).
 
 An ack, send or commit that fails (TransactionConflictError, or any PulsarError) fails the
 transaction: the application aborts it and asks for what it took again (its consumer's
@@ -55,9 +56,10 @@ from hypothesis.stateful import initialize, precondition, rule
 
 from pyengine.broker import Broker
 from pyengine.client import Client
+from pyengine.client.transaction import _in_doubt
 from pyengine.errors import PulsarError, TransactionConflictError
 from pyengine.transaction import TxnAction
-from tests.broker.exactly_once import NAMES, ExactlyOnceMachine, model_settings
+from tests.broker.exactly_once import MAX_RESTARTS, NAMES, ExactlyOnceMachine, model_settings
 from tests.broker.helpers import publish_batch
 from tests.client.conftest import NetworkBroker
 
@@ -445,26 +447,14 @@ class SharedExactlyOnceMachine(ExactlyOnceMachine):
                 return
         if commit and proc.taken:
             labels = sorted(t.label for t in proc.taken)
-            if proc.produce:
-                try:
-                    self.run_quietly(self.out_producer.send(
-                        b"%s:%s" % (proc.name.encode(), ",".join(map(str, labels)).encode()), txn=proc.txn))
-                except PulsarError as exc:
-                    self.run(self._failed(proc, "send", exc))
-                    return
+            if not self._send_output(proc, labels):
+                return
             try:
                 self.run_quietly(proc.txn.commit())
             except PulsarError as exc:
                 self.run(self._failed(proc, "commit", exc))
                 return
-            assert not proc.killed, f"{proc.name}: a transaction the coordinator aborted committed"
-            self._forget(proc)
-            for label in labels:
-                self.processed[label].append(proc.name)
-            if proc.produce:
-                self.outputs[proc.name] = labels
-            self.log.append(f"{proc.name} committed {labels}")
-            event("a processor committed")
+            self._committed(proc, labels)
             return
         try:
             self.run_quietly(proc.txn.abort())
@@ -473,6 +463,65 @@ class SharedExactlyOnceMachine(ExactlyOnceMachine):
         else:
             self.log.append(f"{proc.name} aborted")
         self.run(self._ended(proc))
+
+    @precondition(lambda self: self.network and self.restarts < MAX_RESTARTS
+                  and self._procs(lambda p: p.taken and not p.unacked()))
+    @rule(data=st.data(), after_s=st.sampled_from([0, 0.001, 0.003]))
+    def broker_restarts_during_commit(self, data, after_s) -> None:
+        """A processor that acked all it took commits while the broker restarts (`after_s`
+        after the commit was asked). A commit that failed with no answer (in doubt: the
+        decision may have been taken) is asked again, as the client allows, until it is
+        answered: a durable decision must hold across the restart, and the acks with it."""
+        proc = data.draw(st.sampled_from(self._procs(lambda p: p.taken and not p.unacked())))
+        labels = sorted(t.label for t in proc.taken)
+        if not self._send_output(proc, labels):
+            return
+        self.log.append(f"{proc.name} commits while the broker restarts ({after_s} s later)")
+
+        async def commit_across_restart() -> BaseException | None:
+            commit = asyncio.ensure_future(proc.txn.commit())
+            await asyncio.sleep(after_s)
+            await self._restart()
+            failure = None
+            for _ in range(5):
+                try:
+                    await (commit if failure is None else proc.txn.commit())
+                    return None
+                except PulsarError as exc:
+                    failure = exc
+                    if not _in_doubt(exc):
+                        return exc
+                    self.log.append(f"  {proc.name} commit in doubt: {exc!r}; asked again")
+                    event("a commit in doubt across a restart, asked again")
+            return failure
+        failure = self.run(commit_across_restart())
+        self.restarts += 1
+        event("the broker restarted during a commit")
+        if failure is not None:
+            self.run(self._failed(proc, "commit", failure))
+            return
+        self._committed(proc, labels)
+
+    def _send_output(self, proc: Processor, labels: list[int]) -> bool:
+        """The processor's output, if it produces one; False when the send failed (it ended)."""
+        if proc.produce:
+            try:
+                self.run_quietly(self.out_producer.send(
+                    b"%s:%s" % (proc.name.encode(), ",".join(map(str, labels)).encode()), txn=proc.txn))
+            except PulsarError as exc:
+                self.run(self._failed(proc, "send", exc))
+                return False
+        return True
+
+    def _committed(self, proc: Processor, labels: list[int]) -> None:
+        assert not proc.killed, f"{proc.name}: a transaction the coordinator aborted committed"
+        self._forget(proc)
+        for label in labels:
+            self.processed[label].append(proc.name)
+        if proc.produce:
+            self.outputs[proc.name] = labels
+        self.log.append(f"{proc.name} committed {labels}")
+        event("a processor committed")
 
     @precondition(lambda self: self._procs(lambda p: not p.killed and p.taken))
     @rule(data=st.data(), during_ack=st.sampled_from([None, "ack first", "abort first"]))
