@@ -19,6 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from pyengine.broker import Broker
 from pyengine.client import Client
 from pyengine.client.consumer import READY
+from pyengine.client.transaction import _in_doubt
+from pyengine.errors import PulsarError
 from tests.client.conftest import NetworkBroker
 
 NAMES = ("a", "b", "c")         # the consumers' names, by slot
@@ -119,6 +121,29 @@ class ExactlyOnceMachine(RuleBasedStateMachine):
         self.restarts += 1
         self.log.append("the broker restarted")
         event("the broker restarted")
+
+    async def _commit_across_restart(self, name: str, txn, after_s: float) -> BaseException | None:
+        """Commit `txn` while the broker restarts (`after_s` after the commit was asked); a
+        commit that failed with no answer (in doubt: the decision may have been taken) is
+        asked again, as the client allows, until it is answered. How it failed (None: it
+        committed)."""
+        commit = asyncio.ensure_future(txn.commit())
+        await asyncio.sleep(after_s)
+        await self._restart()
+        self.restarts += 1
+        event("the broker restarted during a commit")
+        failure = None
+        for _ in range(5):
+            try:
+                await (commit if failure is None else txn.commit())
+                return None
+            except PulsarError as exc:
+                failure = exc
+                if not _in_doubt(exc):
+                    return exc
+                self.log.append(f"  {name}'s commit in doubt: {exc!r}; asked again")
+                event("a commit in doubt across a restart, asked again")
+        return failure
 
     def check_exactly_once(self, detail: str = "") -> None:
         """Every message published processed by exactly one committed transaction, once."""

@@ -12,7 +12,7 @@ of processors of different consumers, the coordinator aborting a transaction as 
 for redelivery, closing, subscribing again (with another priority: the active consumer
 switches), with a Failover delay, the delay passing (the handover fired by the test:
 deterministic), and (network) the broker restarting on its data dir while transactions are
-open (`ExactlyOnceMachine.broker_restarts`).
+open (`ExactlyOnceMachine.broker_restarts`), also while a processor commits.
 
 An ack or commit that fails (TransactionConflictError, or any PulsarError) fails the
 transaction: the application aborts it (the client's abort rewinds a consumer that acked
@@ -48,7 +48,7 @@ from pyengine.broker import Broker
 from pyengine.client import Client
 from pyengine.errors import PulsarError
 from pyengine.transaction import TxnAction
-from tests.broker.exactly_once import NAMES, ExactlyOnceMachine, model_settings
+from tests.broker.exactly_once import MAX_RESTARTS, NAMES, ExactlyOnceMachine, model_settings
 from tests.broker.helpers import drain, publish_batch
 from tests.client.conftest import NetworkBroker
 
@@ -314,12 +314,7 @@ class FailoverExactlyOnceMachine(ExactlyOnceMachine):
             except PulsarError as exc:
                 self.run(self._failed(proc, "commit", exc))
                 return
-            assert not proc.killed, f"{proc.name}: a transaction the coordinator aborted committed"
-            self.procs.remove(proc)
-            for label, _message in proc.taken:
-                self.processed[label].append(proc.name)
-            self.log.append(f"{proc.name} committed {[label for label, _ in proc.taken]}")
-            event("a processor committed")
+            self._committed(proc)
             return
         try:
             self.run_quietly(proc.txn.abort())
@@ -328,6 +323,28 @@ class FailoverExactlyOnceMachine(ExactlyOnceMachine):
         else:
             self.log.append(f"{proc.name} aborted")
         self.run(self._ended(proc))
+
+    def _committed(self, proc: Processor) -> None:
+        assert not proc.killed, f"{proc.name}: a transaction the coordinator aborted committed"
+        self.procs.remove(proc)
+        for label, _message in proc.taken:
+            self.processed[label].append(proc.name)
+        self.log.append(f"{proc.name} committed {[label for label, _ in proc.taken]}")
+        event("a processor committed")
+
+    @precondition(lambda self: self.network and self.restarts < MAX_RESTARTS and self._procs(lambda p: p.acked))
+    @rule(data=st.data(), after_s=st.sampled_from([0, 0.001, 0.003]))
+    def broker_restarts_during_commit(self, data, after_s) -> None:
+        """A processor that acked cumulatively commits while the broker restarts (see
+        `ExactlyOnceMachine._commit_across_restart`): a durable decision must hold across the
+        restart, and the cumulative ack with it."""
+        proc = data.draw(st.sampled_from(self._procs(lambda p: p.acked)))
+        self.log.append(f"{proc.name} commits while the broker restarts ({after_s} s later)")
+        failure = self.run(self._commit_across_restart(proc.name, proc.txn, after_s))
+        if failure is not None:
+            self.run(self._failed(proc, "commit", failure))
+            return
+        self._committed(proc)
 
     @precondition(lambda self: self._procs(lambda p: not p.killed and p.taken))
     @rule(data=st.data())

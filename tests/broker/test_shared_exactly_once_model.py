@@ -56,7 +56,6 @@ from hypothesis.stateful import initialize, precondition, rule
 
 from pyengine.broker import Broker
 from pyengine.client import Client
-from pyengine.client.transaction import _in_doubt
 from pyengine.errors import PulsarError, TransactionConflictError
 from pyengine.transaction import TxnAction
 from tests.broker.exactly_once import MAX_RESTARTS, NAMES, ExactlyOnceMachine, model_settings
@@ -478,25 +477,7 @@ class SharedExactlyOnceMachine(ExactlyOnceMachine):
             return
         self.log.append(f"{proc.name} commits while the broker restarts ({after_s} s later)")
 
-        async def commit_across_restart() -> BaseException | None:
-            commit = asyncio.ensure_future(proc.txn.commit())
-            await asyncio.sleep(after_s)
-            await self._restart()
-            failure = None
-            for _ in range(5):
-                try:
-                    await (commit if failure is None else proc.txn.commit())
-                    return None
-                except PulsarError as exc:
-                    failure = exc
-                    if not _in_doubt(exc):
-                        return exc
-                    self.log.append(f"  {proc.name} commit in doubt: {exc!r}; asked again")
-                    event("a commit in doubt across a restart, asked again")
-            return failure
-        failure = self.run(commit_across_restart())
-        self.restarts += 1
-        event("the broker restarted during a commit")
+        failure = self.run(self._commit_across_restart(proc.name, proc.txn, after_s))
         if failure is not None:
             self.run(self._failed(proc, "commit", failure))
             return
