@@ -1,9 +1,9 @@
 """What the exactly-once models of consume-transform-produce share
 (test_failover_exactly_once_model.py, test_shared_exactly_once_model.py): a hypothesis state
 machine's event loop and data dir, its broker (embedded, or in-process behind the network
-client when `network`), the rule that restarts that broker (network), the final check that
-every message was processed by exactly one committed transaction, and the settings of the
-embedded and network machines."""
+client when `network`), the rule that restarts that broker and the step that commits across
+such a restart (network), the final check that every message was processed by exactly one
+committed transaction, and the settings of the embedded and network machines."""
 
 from __future__ import annotations
 
