@@ -18,7 +18,21 @@ from typing import Protocol
 
 from pyengine.broker.rates import RateCounter
 from pyengine.storage.entry import Entry
-from pyengine_kernels import Position
+from pyengine_kernels import Position, ackset_acked_indexes
+
+
+def unacked_messages(num_messages: int, ack_set: list[int] | None) -> int:
+    """The messages of an entry handed out to a consumer: every one, or with an ack set (a
+    batch partly acknowledged) those it leaves unacknowledged."""
+    size = max(num_messages, 1)
+    return size if ack_set is None else size - len(ackset_acked_indexes(ack_set, size))
+
+
+def permits_taken(num_messages: int, ack_set: list[int] | None) -> int:
+    """The permits the dispatcher takes for an entry, as Pulsar's Consumer.sendMessages: a
+    permit per message, none for the indexes of a batch already acknowledged (the Java client
+    gives none back for them)."""
+    return num_messages if ack_set is None else unacked_messages(num_messages, ack_set)
 
 
 @dataclass(slots=True)
@@ -28,6 +42,12 @@ class Delivery:
     entry: Entry
     redelivery_count: int = 0
     ack_set: list[int] | None = None     # batch indexes already acknowledged are clear bits
+
+    @property
+    def permits(self) -> int:
+        """What it took of its consumer's permits (what a consumer that does not queue it
+        gives back)."""
+        return permits_taken(self.entry.num_messages, self.ack_set)
 
 
 class ConsumerSink(Protocol):

@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from pyengine.broker.consumer import Consumer, Delivery
+from pyengine.broker.consumer import Consumer, Delivery, permits_taken, unacked_messages
 from pyengine.broker.delayed import DelayedDeliveryTracker, deliver_at_time
 from pyengine.broker.hash_ring import HashRing, murmur_hash, ring_key_hash, sticky_key_hash
 from pyengine.broker.policies import DelayedDelivery, UnackedLimits
@@ -687,11 +687,9 @@ class Dispatcher:
                     self.redeliveries.hold(position, hash_value)
                     return True
                 return False
-            size = max(entry.num_messages, 1)
-            unacked = size if batch_ack_set is None else size - len(ackset_acked_indexes(batch_ack_set, size))
-            # As Pulsar's Consumer.sendMessages: the indexes of a batch already acknowledged
-            # are not handed out, and take no permits (the Java client gives none back for them).
-            consumer.permits -= entry.num_messages if batch_ack_set is None else unacked
+            # The indexes of a batch already acknowledged are not handed out.
+            unacked = unacked_messages(entry.num_messages, batch_ack_set)
+            consumer.permits -= permits_taken(entry.num_messages, batch_ack_set)
             consumer.pending.add(position, entry.num_messages, unacked, hash_value)
             if consumer.last_delivered is None or position > consumer.last_delivered:
                 consumer.last_delivered = position

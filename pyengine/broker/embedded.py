@@ -882,7 +882,7 @@ class EmbeddedConsumer:
             # Sent before the rewind asked for (it waits for v5 decisions): it comes again.
             # Its permits go back, as the network client gives back a stale epoch's.
             assert self._subscription is not None
-            self._subscription.flow(consumer, sum(delivery.entry.num_messages for delivery in deliveries))
+            self._subscription.flow(consumer, sum(delivery.permits for delivery in deliveries))
             return
         in_order = self._in_order
         for delivery in deliveries:
@@ -915,7 +915,7 @@ class EmbeddedConsumer:
         log.warning("%s: undecodable message (%s) acknowledged: %s", self._topic.name, entry.position, error)
         acked = self._subscription.ack_individual(self._consumer, [IndividualAck(entry.position)])
         acked.add_done_callback(_log_failed_reject)
-        self._subscription.flow(self._consumer, max(entry.num_messages, 1))
+        self._subscription.flow(self._consumer, delivery.permits)
 
     def _delivered_in_order(self, entry: Position) -> None:
         """An Exclusive/Failover consumer is delivered `entry`: one at or before the last it
