@@ -114,6 +114,10 @@ class ManagedLedger:
             Position(record.terminated_at.ledger_id, record.terminated_at.entry_id)
             if record.HasField("terminated_at") else None)
         self._terminate_saved = True       # False while terminated_at is not durable yet
+        # The last position retention deleted (see TopicRecord.trimmed_through); None: none yet.
+        self.trimmed_through: Position | None = (
+            Position(record.trimmed_through.ledger_id, record.trimmed_through.entry_id)
+            if record.HasField("trimmed_through") else None)
         self._unsaved_properties: set[str] = set()    # set in memory, their save not done
         last = self._last_entry_position()
         self.lac: Position = last if last is not None else Position(self._last_ledger_id(), -1)
@@ -739,6 +743,16 @@ class ManagedLedger:
                 if write is not None:
                     extra.append(write)
 
+        # The topic record says, in the write that deletes them, how far entries are gone.
+        trimmed_through = max(Position(info.ledger_id, info.last_entry_id) for info in doomed)
+        if self.trimmed_through is not None:
+            trimmed_through = max(trimmed_through, self.trimmed_through)
+        record = TopicRecord()
+        record.CopyFrom(self._record)
+        record.trimmed_through.CopyFrom(PositionRecord(ledger_id=trimmed_through.ledger_id,
+                                                       entry_id=trimmed_through.entry_id))
+        topic_key, topic_value, topics_db = self.name.encode(), record.SerializeToString(), self.env.db("topics")
+
         def delete(txn) -> None:
             cursor = txn.cursor(db=entries_db)
             for start, end, ledger_key in ranges:
@@ -746,10 +760,24 @@ class ManagedLedger:
                     while cursor.key() and cursor.key() < end:
                         cursor.delete()
                 txn.delete(ledger_key, db=ledgers_db)
+            txn.put(topic_key, topic_value, db=topics_db)
             for write in extra:
                 write(txn)
 
-        await self.env.submit(delete)
+        # In the record at once: a topic record saved meanwhile (a property, the termination)
+        # and written after this one must not take it back.
+        previous, self.trimmed_through = self.trimmed_through, trimmed_through
+        self._record.trimmed_through.CopyFrom(record.trimmed_through)
+        try:
+            await self.env.submit(delete)
+        except StorageError:        # not written (trims take turns: none moved it meanwhile)
+            self.trimmed_through = previous
+            if previous is None:
+                self._record.ClearField("trimmed_through")
+            else:
+                self._record.trimmed_through.CopyFrom(PositionRecord(ledger_id=previous.ledger_id,
+                                                                     entry_id=previous.entry_id))
+            raise
         for info in doomed:
             del self.ledgers[info.ledger_id]
         first = self.first_position()

@@ -72,6 +72,8 @@ class TopicInfo:
     properties: dict[str, str] = field(default_factory=dict)
     ledgers: tuple[LedgerRange, ...] = ()
     terminated_at: Position | None = None
+    # The last position retention deleted (None: none, or trimmed before it was recorded).
+    trimmed_through: Position | None = None
 
     @property
     def prefix(self) -> bytes:
@@ -134,8 +136,10 @@ class ReadView:
             raise CorruptRecordError(f"topic record of {name!r}: {exc}") from exc
         terminated = (Position(record.terminated_at.ledger_id, record.terminated_at.entry_id)
                       if record.HasField("terminated_at") else None)
+        trimmed = (Position(record.trimmed_through.ledger_id, record.trimmed_through.entry_id)
+                   if record.HasField("trimmed_through") else None)
         return TopicInfo(record.name, record.topic_id, dict(record.properties),
-                         tuple(self._ledgers(record.topic_id)), terminated)
+                         tuple(self._ledgers(record.topic_id)), terminated, trimmed)
 
     def _ledgers(self, topic_id: int) -> Iterator[LedgerRange]:
         prefix = pack_i64(topic_id)

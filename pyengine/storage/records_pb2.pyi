@@ -15,7 +15,7 @@ class PositionRecord(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ...) -> None: ...
 
 class TopicRecord(_message.Message):
-    __slots__ = ("topic_id", "name", "created_ms", "terminated_at", "properties")
+    __slots__ = ("topic_id", "name", "created_ms", "terminated_at", "properties", "trimmed_through")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -28,12 +28,14 @@ class TopicRecord(_message.Message):
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     TERMINATED_AT_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    TRIMMED_THROUGH_FIELD_NUMBER: _ClassVar[int]
     topic_id: int
     name: str
     created_ms: int
     terminated_at: PositionRecord
     properties: _containers.ScalarMap[str, str]
-    def __init__(self, topic_id: _Optional[int] = ..., name: _Optional[str] = ..., created_ms: _Optional[int] = ..., terminated_at: _Optional[_Union[PositionRecord, _Mapping]] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    trimmed_through: PositionRecord
+    def __init__(self, topic_id: _Optional[int] = ..., name: _Optional[str] = ..., created_ms: _Optional[int] = ..., terminated_at: _Optional[_Union[PositionRecord, _Mapping]] = ..., properties: _Optional[_Mapping[str, str]] = ..., trimmed_through: _Optional[_Union[PositionRecord, _Mapping]] = ...) -> None: ...
 
 class LedgerRecord(_message.Message):
     __slots__ = ("ledger_id", "last_entry_id", "entries", "size", "created_ms", "closed", "closed_ms")

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from pyengine.storage import ManagedLedger, ManagedLedgerConfig
+from pyengine.storage import ManagedLedger, ManagedLedgerConfig, StorageError
 from pyengine_kernels import Position
-from tests.storage.helpers import settled
+from tests.storage.helpers import fail_next_save, settled
 
 TOPIC = "persistent://public/default/retained"
 MINUTE = 60_000
@@ -129,3 +129,47 @@ async def test_a_malformed_retention_is_refused(env, retention):
     with pytest.raises(ValueError, match="must be an int >= -1"):
         ml.set_retention(*retention)
     assert (ml.config.retention_ms, ml.config.retention_bytes) == (-1, -1)
+
+
+# --- how far retention trimmed (TopicRecord.trimmed_through: a stream's failOnDataLoss) -----
+
+async def test_the_last_position_trimmed_is_recorded_with_the_trim_and_survives_a_restart(env, reopen):
+    ml, positions = await filled(env, entries=9, per_ledger=3)
+    assert ml.trimmed_through is None
+    cursor = await ml.open_cursor("sub", "earliest")
+    await cursor.ack_cumulative(positions[2])
+    ml.set_retention(0, -1)                      # (set after the acks: no trim in the background)
+    assert await ml.trim(10**15) == [positions[0].ledger_id]
+    assert ml.trimmed_through == positions[2]
+    ml.set_retention(-1, -1)
+    await cursor.ack_cumulative(positions[5])
+    ml.set_retention(0, -1)
+    assert await ml.trim(10**15) == [positions[3].ledger_id]
+    assert ml.trimmed_through == positions[5]                    # it only moves on
+    await ml.close()
+    again = await ManagedLedger.open(reopen(env), TOPIC)
+    assert again.trimmed_through == positions[5]                 # written with the trim
+    await again.set_property("p", "v")                          # a later save of the record keeps it
+    await again.close()
+    assert (await ManagedLedger.open(reopen(again.env), TOPIC)).trimmed_through == positions[5]
+
+
+async def test_an_empty_ledger_trimmed_records_no_entry_of_it(env, reopen):
+    ml = await ManagedLedger.open(env, TOPIC)
+    empty = ml._current.ledger_id
+    await ml.close()                             # a restart closes the ledger it left open, empty
+    again = await ManagedLedger.open(reopen(env), TOPIC, ManagedLedgerConfig(retention_ms=0))
+    assert again.ledgers[empty].closed
+    assert await again.trim(10**15) == [empty]
+    assert again.trimmed_through == Position(empty, -1)         # entry 0 of it was never lost
+
+
+async def test_a_trim_whose_write_failed_records_nothing(env, reopen):
+    ml, positions = await filled(env, entries=6, per_ledger=3, retention_ms=0)
+    fail_next_save(env)
+    with pytest.raises(StorageError, match="injected"):
+        await ml.trim(10**15)
+    assert ml.trimmed_through is None
+    await ml.set_property("p", "v")                             # nor does the next save of the record
+    await ml.close()
+    assert (await ManagedLedger.open(reopen(env), TOPIC)).trimmed_through is None
