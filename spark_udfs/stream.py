@@ -33,7 +33,12 @@ A chunked message comes whole in the micro-batch that reads its last chunk (see
 `startPosition`; with `earliest` or `latest`, from the topic's beginning).
 
 Restarting a query from its checkpoint resumes at the checkpointed offsets. Entries trimmed by
-retention before a micro-batch reads them are not there to read (Kafka's failOnDataLoss=false).
+retention before a micro-batch reads them are not there to read: by default the query reads
+on from what is left (Kafka's failOnDataLoss=false); with `failOnDataLoss` true a micro-batch
+that finds what it was to read gone fails (DataDirChangedError, see `_check_no_data_lost`), as
+Spark's Kafka source does by default. Retention records how far it trimmed each topic
+(TopicRecord.trimmed_through) in the write that deletes the ledgers; data dirs written before
+that record existed tell only a deletion.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyengine.storage.reader import TopicInfo
 from pyengine_kernels import Position
 from spark_udfs.options import OptionError, PositionSpec, ReadOptions, parse_position, resolve_topics
-from spark_udfs.source import LedgerPartition, read_partition
+from spark_udfs.source import DataDirChangedError, LedgerPartition, read_partition
 from spark_udfs.state import Snapshot, open_snapshot
 
 
@@ -68,11 +73,6 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               "(stop the query, or filter on ledger_id/entry_id)")
         if options.filter_pushdown:
             raise OptionError("filterPushdown applies to batch reads (spark.read), not to streams")
-        if options.fail_on_data_loss:
-            # Ledger ids come from one counter of the data dir, so a gap before a topic's first
-            # entry left does not tell a trim from another topic's ledgers: not detectable here.
-            raise OptionError("failOnDataLoss applies to batch reads (spark.read): a stream reads what retention "
-                              "left (as Kafka's failOnDataLoss=false)")
         self.options = options
         self._target: dict[str, Position] | None = None     # Trigger.AvailableNow: where to stop
 
@@ -126,6 +126,8 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = _positions(start), _positions(end)
         with open_snapshot(self.options.path) as snapshot:
             stored = set(snapshot.topic_names())
+            if self.options.fail_on_data_loss:
+                _check_no_data_lost(snapshot, stored, begin, stop)
             ranges = {name: (begin.get(name, Position.EARLIEST), position) for name, position in stop.items()
                       if name in stored and begin.get(name, Position.EARLIEST) < position}
             state = snapshot.state(sorted(ranges)) if self.options.read_committed and ranges else None
@@ -178,6 +180,46 @@ def _positions(offset: Mapping) -> dict[str, Position]:
             raise OptionError(f"offset of {name} must be LEDGER:ENTRY, not {text!r}")
         positions[str(name)] = position
     return positions
+
+
+def _check_no_data_lost(snapshot: Snapshot, stored: set[str], begin: dict[str, Position],
+                        stop: dict[str, Position]) -> None:
+    """failOnDataLoss, as Spark's Kafka source checks it when it plans a micro-batch: fail when
+    what the query was to read next is gone. A topic's offset (the next position to read) at or
+    before the last position retention deleted lost the entries from there (whole ledgers go,
+    oldest first; one fully read before its trim lost nothing). A topic read before and no longer
+    stored was deleted, and one whose ledgers all come after its offset (ledger ids only grow)
+    was deleted and created again: what it held after the offset may be lost. A topic that
+    appeared since the last micro-batch (a pattern's) lost what was trimmed before it is read.
+    An `earliest` offset reads what is left."""
+    for name in sorted(stop):
+        offset = begin.get(name)
+        if name not in stored:
+            if offset is not None:
+                _report_data_loss(f"{name} was deleted after the query read it up to {offset}: what it held "
+                                  "after that may be lost")
+            continue
+        info = snapshot.view.topic(name)
+        trimmed = info.trimmed_through
+        if offset is None:
+            if trimmed is not None:
+                _report_data_loss(f"{name} appeared after the query started, and its entries through {trimmed} "
+                                  "were trimmed by retention before the query read them")
+        elif offset == Position.EARLIEST:
+            continue
+        elif trimmed is not None and offset <= trimmed:
+            _report_data_loss(f"the entries of {name} from {offset} through {trimmed} were trimmed by retention "
+                              "before the query read them")
+        elif trimmed is None and info.ledgers and offset < Position(info.ledgers[0].ledger_id, 0):
+            _report_data_loss(f"{name} holds nothing before ledger {info.ledgers[0].ledger_id} and trimmed nothing, "
+                              f"yet the query was to read it from {offset}: it was deleted and created again "
+                              "since, and what it held after that offset may be lost")
+
+
+def _report_data_loss(what: str) -> None:
+    raise DataDirChangedError(
+        f"failOnDataLoss: {what}. Set failOnDataLoss to false to read on from what is left (this may be a "
+        "false alarm for a topic deleted once it was read to its end)")
 
 
 def _spans(info: TopicInfo, first: Position, after: Position) -> Iterator[tuple[int, int, int]]:

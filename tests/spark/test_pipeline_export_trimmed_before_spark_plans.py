@@ -14,9 +14,8 @@ import pytest
 from pyengine.broker import Broker
 from pyengine.cli import main, pipeline
 from pyengine.storage import ManagedLedgerConfig
-from spark_udfs import SCHEMA
 from spark_udfs.options import OptionError, parse_options
-from spark_udfs.source import DataDirChangedError, PyengineDataSource, PyengineReader, read_partition
+from spark_udfs.source import DataDirChangedError, PyengineReader, read_partition
 
 T = "persistent://public/default/trimmed-before-spark-plans"
 CONFIG = dict(sync=False, ledger=ManagedLedgerConfig(max_entries_per_ledger=4))
@@ -55,8 +54,6 @@ def test_fail_on_data_loss_refuses_a_start_before_the_first_entry_left(tmp_path)
     assert rows(PyengineReader(parse_options({**options, "failOnDataLoss": "true"}))) == 0    # earliest
     with pytest.raises(OptionError, match="failOnDataLoss must be true or false"):
         parse_options({**options, "failOnDataLoss": "maybe"})
-    with pytest.raises(OptionError, match="failOnDataLoss applies to batch reads"):
-        PyengineDataSource(options).streamReader(SCHEMA)      # a stream cannot tell a trim (see stream.py)
 
 
 def test_an_export_whose_entries_are_trimmed_before_spark_plans_fails(spark, tmp_path, monkeypatch):

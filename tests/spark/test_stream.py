@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import re
 
-import pyarrow as pa
 import pytest
 
 from pyengine.client import Client
 from pyengine.testing import ServeProcess, serving
 from spark_udfs import SCHEMA
 from spark_udfs.options import OptionError
-from spark_udfs.schema import ARROW_SCHEMA
 from spark_udfs.source import PyengineDataSource
 from spark_udfs.stream import PyengineStreamReader
+from tests.spark.micro_batches import MicroBatches
 
 
 
@@ -44,22 +43,6 @@ def topic(request) -> str:
 
 def stream_reader(served, **options) -> PyengineStreamReader:
     return PyengineDataSource({"path": str(served.data_dir), **options}).streamReader(SCHEMA)
-
-
-class MicroBatches:
-    """Drives a stream reader as Spark does: offsets from the last end, partitions, reads."""
-
-    def __init__(self, reader: PyengineStreamReader) -> None:
-        self.reader = reader
-        self.offset = reader.initialOffset()
-
-    def next(self) -> list[bytes]:
-        end = self.reader.latestOffset(self.offset, self.reader.getDefaultReadLimit())
-        parts = self.reader.partitions(self.offset, end)
-        batches = [batch for part in parts for batch in self.reader.read(part)]
-        self.reader.commit(end)
-        self.offset = end
-        return sorted(pa.Table.from_batches(batches, schema=ARROW_SCHEMA).column("value").to_pylist())
 
 
 async def test_each_micro_batch_gets_what_became_readable_since_the_last(served, broker, topic):

@@ -1,0 +1,164 @@
+"""`failOnDataLoss` on a stream (spark_udfs.stream), as Spark's Kafka source: a micro-batch that
+finds what it was to read gone fails (DataDirChangedError) rather than silently leaving it out.
+Retention records how far it trimmed a topic (TopicRecord.trimmed_through) in the write that
+deletes the ledgers, so a ledger trimmed after the query read it all is no loss, and one
+trimmed before is, whichever other topics' ledgers lie between. Without the option (the
+default) the query reads on from what is left.
+
+A broker writes, then stops, then the reader plans: LMDB allows one environment per process,
+and the reader opens the data dir read-only only while it plans or reads."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyengine.broker import Broker
+from pyengine.storage import ManagedLedgerConfig
+from spark_udfs import SCHEMA
+from spark_udfs.source import DataDirChangedError, PyengineDataSource
+from tests.spark.micro_batches import MicroBatches
+
+NS = "persistent://public/default/"
+A, B = NS + "loss-a", NS + "loss-b"
+CONFIG = dict(sync=False, ledger=ManagedLedgerConfig(max_entries_per_ledger=4))
+
+
+def with_broker(data_dir, step) -> None:
+    async def run():
+        async with Broker.embedded(data_dir, **CONFIG) as broker:
+            await step(broker)
+    asyncio.run(run())
+
+
+def send(data_dir, topic: str, *payloads: bytes, then_trim: bool = False) -> None:
+    """Send `payloads` to `topic`; `then_trim`: then retention deletes every closed ledger of it
+    (it has no subscription), not the current one (each broker start opens a ledger, and closes
+    the one a broker before left open)."""
+    async def step(broker):
+        producer = await broker.create_producer(topic)
+        for payload in payloads:
+            await producer.send(payload)
+        await producer.close()
+        if then_trim:
+            ledger = (await broker.service.get_topic(topic)).ledger
+            ledger.set_retention(0, 0)
+            await ledger.trim(now_ms=1 << 62)
+    with_broker(data_dir, step)
+
+
+def trim(data_dir, topic: str) -> None:
+    send(data_dir, topic, then_trim=True)
+
+
+def delete(data_dir, topic: str) -> None:
+    async def step(broker):
+        await broker.service.delete_topic(topic)
+    with_broker(data_dir, step)
+
+
+def stream(data_dir, fail_on_data_loss: bool, **options) -> MicroBatches:
+    reader = PyengineDataSource({"path": str(data_dir), "topics": A, "failOnDataLoss": str(fail_on_data_loss).lower(),
+                                 **options}).streamReader(SCHEMA)
+    return MicroBatches(reader)
+
+
+def messages(prefix: str, count: int) -> list[bytes]:
+    return [b"%s-%d" % (prefix.encode(), i) for i in range(count)]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_entries_trimmed_before_a_micro_batch_read_them(tmp_path, fail_on_data_loss):
+    send(tmp_path, A, *messages("first", 3))
+    batches = stream(tmp_path, fail_on_data_loss)
+    assert batches.next() == messages("first", 3)
+    send(tmp_path, A, *messages("unread", 6))
+    send(tmp_path, A, b"after", then_trim=True)
+    if fail_on_data_loss:
+        with pytest.raises(DataDirChangedError, match=rf"entries of {A} from \d+:\d+ through \d+:\d+ were trimmed"):
+            batches.next()
+    else:
+        assert batches.next() == [b"after"]                     # what is left
+
+
+def test_the_rest_of_a_ledger_read_in_part_trimmed_before_the_next_micro_batch(tmp_path):
+    send(tmp_path, A, *messages("m", 3))
+    batches = stream(tmp_path, True, maxEntriesPerTrigger="2")
+    assert batches.next() == messages("m", 2)
+    trim(tmp_path, A)                                           # m-2 goes with its ledger
+    with pytest.raises(DataDirChangedError, match="were trimmed by retention before the query read them"):
+        batches.next()
+
+
+def test_ledgers_trimmed_after_the_query_read_them_are_no_loss(tmp_path):
+    send(tmp_path, B, b"other")                                 # another topic's ledgers between
+    send(tmp_path, A, *messages("read", 6))
+    send(tmp_path, B, b"other")
+    batches = stream(tmp_path, True)
+    assert batches.next() == messages("read", 6)
+    trim(tmp_path, A)                                           # all the read ones go
+    assert batches.next() == []
+    send(tmp_path, A, b"new", then_trim=True)                  # and the empty one since
+    assert batches.next() == [b"new"]
+
+
+def test_an_earliest_start_reads_what_is_left(tmp_path):
+    send(tmp_path, A, *messages("gone", 5))
+    send(tmp_path, A, b"left", then_trim=True)
+    assert stream(tmp_path, True).next() == [b"left"]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_topic_of_a_pattern_deleted_after_the_query_read_it(tmp_path, fail_on_data_loss):
+    send(tmp_path, A, b"a")
+    send(tmp_path, B, b"b")
+    batches = stream(tmp_path, fail_on_data_loss, topics=NS + "loss-*")
+    assert batches.next() == [b"a", b"b"]
+    delete(tmp_path, A)
+    send(tmp_path, B, b"b2")
+    if fail_on_data_loss:
+        with pytest.raises(DataDirChangedError, match=f"{A} was deleted after the query read it up to"):
+            batches.next()
+    else:
+        assert batches.next() == [b"b2"]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_topic_deleted_and_created_again(tmp_path, fail_on_data_loss):
+    send(tmp_path, A, b"old")
+    batches = stream(tmp_path, fail_on_data_loss)
+    assert batches.next() == [b"old"]
+    delete(tmp_path, A)
+    send(tmp_path, A, b"new")
+    if fail_on_data_loss:
+        with pytest.raises(DataDirChangedError, match="it was deleted and created again since"):
+            batches.next()
+    else:
+        assert batches.next() == [b"new"]
+
+
+def test_a_topic_that_appears_with_its_first_entries_trimmed(tmp_path):
+    send(tmp_path, A, b"a")
+    batches = stream(tmp_path, True, topics=NS + "loss-*")
+    assert batches.next() == [b"a"]
+    send(tmp_path, B, *messages("gone", 5))
+    send(tmp_path, B, b"left", then_trim=True)
+    with pytest.raises(DataDirChangedError, match=f"{B} appeared after the query started, and its entries through"):
+        batches.next()
+
+
+def test_a_topic_that_appears_whole_is_read_from_its_beginning(tmp_path):
+    send(tmp_path, A, b"a")
+    batches = stream(tmp_path, True, topics=NS + "loss-*")
+    assert batches.next() == [b"a"]
+    send(tmp_path, B, *messages("b", 5))
+    assert batches.next() == messages("b", 5)
+
+
+def test_a_malformed_fail_on_data_loss_is_refused(tmp_path):
+    from spark_udfs.options import OptionError
+
+    send(tmp_path, A, b"a")
+    with pytest.raises(OptionError, match="failOnDataLoss must be true or false"):
+        PyengineDataSource({"path": str(tmp_path), "topics": A, "failOnDataLoss": "yes please"}).streamReader(SCHEMA)
