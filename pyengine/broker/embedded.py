@@ -283,7 +283,9 @@ class EmbeddedClient:
         `pyengine.client.pattern.MultiTopicsConsumer` over one consumer per topic with these
         options; a pattern's topics are looked for again every `pattern_auto_discovery_period`
         seconds. On a topic being deleted (closed), the subscription is retried for up to
-        pyengine.client's operation timeout, as the network client retries it."""
+        pyengine.client's operation timeout, as the network client retries it; a consumer whose
+        topic or subscription is deleted under it attaches again, as the network client's
+        reconnects (see `EmbeddedConsumer.closed_by_broker`)."""
         self._check_open()
         target = subscribe_target(topic, pattern_auto_discovery_period)
         # checked before any topic is subscribed (a pattern may match none yet), as pyengine.client
@@ -309,11 +311,7 @@ class EmbeddedClient:
             return await _retried_while_closed(lambda again: attach_one(name, again), self.service,
                                                _OPERATION_TIMEOUT_MS)
 
-        async def attach_one(name: str, again: bool) -> EmbeddedConsumer:
-            self._check_open()
-            loaded = await self._attachable_topic(name, again=again)
-            consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, negative_ack_delay_ms=delay,
-                                        batch_receive_policy=policy)
+        async def subscribe_on(consumer: EmbeddedConsumer, loaded: Topic) -> tuple[Subscription, Consumer]:
             broker_side = Consumer(consumer, name=consumer_name, priority=priority, sticky_ranges=sticky_ranges,
                                    allow_out_of_order_delivery=out_of_order)
             try:
@@ -321,7 +319,14 @@ class EmbeddedClient:
                                                       initial_position=initial_position, read_compacted=read_compacted)
             except Exception as exc:        # a cursor not saved: PersistenceError, as the wire answers
                 raise to_pulsar_error(exc) from exc
-            consumer._attach(subscription, broker_side)
+            return subscription, broker_side
+
+        async def attach_one(name: str, again: bool) -> EmbeddedConsumer:
+            self._check_open()
+            loaded = await self._attachable_topic(name, again=again)
+            consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, negative_ack_delay_ms=delay,
+                                        batch_receive_policy=policy, subscribe_on=subscribe_on)
+            consumer._attach(*await subscribe_on(consumer, loaded))
             return consumer
 
         if target.several:
@@ -347,7 +352,8 @@ class EmbeddedClient:
         MessageId.latest allowed); a seek to an id follows the same setting. `read_compacted`: the
         compacted view up to the compaction horizon (from its start for MessageId.earliest),
         then the topic after it. `reader_name`: its consumer's name. On a topic being deleted
-        (closed), the reader is retried for up to pyengine.client's operation timeout."""
+        (closed), the reader is retried for up to pyengine.client's operation timeout; one whose
+        topic is deleted under it attaches again, after the last message it read."""
         self._check_open()
         check_topic(topic)
         if not isinstance(start_message_id, MessageId):
@@ -359,24 +365,34 @@ class EmbeddedClient:
         check_name("reader_name", reader_name, optional=True)
         _check_read_compacted(read_compacted)
 
+        async def subscribe_on(consumer: EmbeddedConsumer, loaded: Topic) -> tuple[Subscription, Consumer]:
+            broker_side = Consumer(consumer, name=reader_name)
+            # Attached again, it resumes after the last message it handed out, as the network
+            # client's reader (and Java's) resubscribes.
+            begin = consumer._seek_start
+            if begin is None:               # sought by time, nothing read since: where it was
+                assert consumer._subscription is not None
+                start = consumer._subscription.cursor.read_position
+            elif begin == MessageId.latest:
+                start = loaded.ledger.lac.next()
+            elif begin == MessageId.earliest:
+                start = loaded.ledger.first_position()
+            else:
+                start = begin.position
+            subscription = await loaded.subscribe(f"reader-{broker_side.consumer_id}", broker_side,
+                                                  durable=False, start=start, read_compacted=read_compacted)
+            return subscription, broker_side
+
         async def attach(again: bool) -> EmbeddedConsumer:
             self._check_open()
             loaded = await self._attachable_topic(topic, again=again)
             # negative acks of a reader wait the default delay too (60 s), as the network client's
             consumer = EmbeddedConsumer(self, loaded, receiver_queue_size, reader=True,
                                         start_inclusive=start_message_id_inclusive,
-                                        negative_ack_delay_ms=_DEFAULT_NEGATIVE_ACK_DELAY_MS)
+                                        negative_ack_delay_ms=_DEFAULT_NEGATIVE_ACK_DELAY_MS,
+                                        subscribe_on=subscribe_on)
             consumer._start = consumer._seek_start = start_message_id
-            broker_side = Consumer(consumer, name=reader_name)
-            if start_message_id == MessageId.latest:
-                start = loaded.ledger.lac.next()
-            elif start_message_id == MessageId.earliest:
-                start = loaded.ledger.first_position()
-            else:
-                start = start_message_id.position
-            subscription = await loaded.subscribe(f"reader-{broker_side.consumer_id}", broker_side,
-                                                  durable=False, start=start, read_compacted=read_compacted)
-            consumer._attach(subscription, broker_side)
+            consumer._attach(*await subscribe_on(consumer, loaded))
             return consumer
 
         consumer = await _retried_while_closed(attach, self.service, _OPERATION_TIMEOUT_MS)
@@ -811,14 +827,23 @@ class EmbeddedProducer:
                 self._client._producers.remove(self)
 
 
+# How an embedded consumer subscribes to a (loaded) topic: its subscription and broker-side consumer.
+_SubscribeOn = Callable[["EmbeddedConsumer", Topic], Awaitable[tuple[Subscription, Consumer]]]
+
+
 class EmbeddedConsumer:
     """Implements the broker's ConsumerSink: delivered entries land in a local receiver queue."""
 
     def __init__(self, client: EmbeddedClient, topic: Topic, receiver_queue_size: int, *,
                  reader: bool = False, start_inclusive: bool = False, negative_ack_delay_ms: int = 0,
-                 batch_receive_policy: ConsumerBatchReceivePolicy | None = None) -> None:
+                 batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+                 subscribe_on: _SubscribeOn | None = None) -> None:
         self._client = client
         self._topic = topic
+        # How it subscribes to a topic (as it was subscribed first), to attach again when the
+        # broker closes its subscription; the attachment under way meanwhile.
+        self._subscribe_on = subscribe_on
+        self._attaching: asyncio.Task[None] | None = None
         self._nacks = NegativeAckTracker(negative_ack_delay_ms, self._redeliver) if negative_ack_delay_ms else None
         self._queue: deque[Message] = deque()
         self._queued_bytes = 0                  # payload bytes in the queue (batch receive)
@@ -841,6 +866,7 @@ class EmbeddedConsumer:
         self._subscription: Subscription | None = None
         self._consumer: Consumer | None = None
         self._closed = False
+        self._closed_by: BaseException | None = None     # why the broker's closing was for good
         self.active = False
         # Exclusive/Failover (and readers, whose subscription is Exclusive), as the network
         # client's: the last entry delivered since the queue last started over (entries come
@@ -973,8 +999,86 @@ class EmbeddedConsumer:
             self._subscription.flow(self._consumer, self._queue_size)
 
     def closed_by_broker(self) -> None:
-        self._closed = True
+        """The broker closed the subscription under this consumer: its topic deleted (or closed
+        by a deletion that failed), the subscription deleted, the broker closing. As the network
+        client's consumer reconnects, it attaches again in the background: to the topic created
+        again after its deletion (where topics are created on use) or loaded again, to the
+        subscription made again at the initial position if it was deleted; a reader resumes
+        after the last message it handed out. Its operations wait for it; receive() gets what
+        comes then. What was queued is dropped: the subscription delivers it again (a durable
+        one kept it unacknowledged). Closed for good when the broker is closing or attaching
+        fails (then ClosedError, with the failure as its cause)."""
+        if self._closed or self._attaching is not None:
+            return
+        if self._subscribe_on is None or self._client._closed or self._client.service.closed:
+            self._closed_for_good(None)
+            return
+        self._drop_queued()
+        self._consumed_since_flow = 0
+        self._held.sent_again()     # what the application holds is stale (as after a reconnect)
+        if self._reader and self._last_received is not None:
+            self._start = self._seek_start = self._last_received
+            self._start_inclusive = False
+        self._attaching = asyncio.ensure_future(self._attach_again())
+
+    async def _attach_again(self) -> None:
+        assert self._subscribe_on is not None
+        subscribe_on, name = self._subscribe_on, self._topic.name
+
+        async def attempt(_again: bool) -> tuple[Topic, Subscription, Consumer]:
+            loaded = await self._client._attachable_topic(name, again=True)
+            subscribing = asyncio.ensure_future(subscribe_on(self, loaded))
+            try:
+                return (loaded, *await asyncio.shield(subscribing))
+            except asyncio.CancelledError:
+                # Closed meanwhile (close() cancels this): what it attaches is detached then.
+                subscribing.add_done_callback(lambda done: done.cancelled() or done.exception() is not None
+                                              or self._detach(loaded, *done.result()))
+                raise
+
+        try:
+            loaded, subscription, consumer = await _retried(
+                attempt, TopicFencedError, _OPERATION_TIMEOUT_MS, give_up=lambda: self._client.service.closed)
+        except BaseException as exc:
+            if not self._closed:
+                log.warning("%s of %s: closed by the broker, and attaching it again failed: %r",
+                            self._kind, name, exc)
+            self._closed_for_good(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        finally:
+            self._attaching = None
+        if self._closed:            # (close() cancels this task: not seen before this point)
+            self._detach(loaded, subscription, consumer)
+            return
+        self._topic = loaded
+        self._attach(subscription, consumer)
+
+    def _closed_for_good(self, cause: BaseException | None) -> None:
+        if not self._closed:
+            self._closed = True
+            self._closed_by = cause
+        self._drop_queued()
         self._wake_all()
+        if self._nacks is not None:
+            self._nacks.close()
+        if self in self._client._consumers:
+            self._client._consumers.remove(self)
+
+    @property
+    def _kind(self) -> str:
+        if self._reader or self._subscription is None:
+            return "reader" if self._reader else "consumer"
+        return f"consumer of {self._subscription.name!r}"
+
+    async def _attached(self) -> None:
+        """Wait while the consumer attaches again (see closed_by_broker), as the network
+        client's operations wait for its reconnect; ClosedError once it is closed."""
+        attaching = self._attaching
+        if attaching is not None:
+            await asyncio.wait([attaching])     # its outcome is the consumer's state
+        self._check_open()
 
     # --- API ------------------------------------------------------------------------------
 
@@ -1065,7 +1169,7 @@ class EmbeddedConsumer:
         return IndividualAck(message_id.position, size, tuple(_signed(w) for w in words))
 
     async def acknowledge(self, message: Message | MessageId, txn: EmbeddedTransaction | None = None) -> None:
-        self._check_open()
+        await self._attached()
         assert self._subscription is not None
         ack = self._individual_ack(self._message_id(message))
         if txn is not None:
@@ -1095,7 +1199,8 @@ class EmbeddedConsumer:
             # first of all, as the network client
             raise CumulativeAcknowledgementNotAllowedError(
                 f"cumulative acknowledgement is not allowed on a {subscription.sub_type} subscription")
-        self._check_open()
+        await self._attached()
+        subscription = self._subscription       # (another, if it was attached again meanwhile)
         assert subscription is not None
         message_id = self._message_id(message)
         if txn is not None:
@@ -1143,7 +1248,7 @@ class EmbeddedConsumer:
     async def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Ask for the message again: redelivered, with a higher redelivery count, once the
         consumer's negative-ack delay has passed (its whole entry, as Pulsar redelivers)."""
-        self._check_open()
+        await self._attached()
         message_id = self._message_id(message)
         if self._nacks is None:
             self._redeliver(self, [message_id])
@@ -1161,7 +1266,7 @@ class EmbeddedConsumer:
             self._redeliver_all()
 
     async def redeliver_unacknowledged_messages(self) -> None:
-        self._check_open()
+        await self._attached()
         rewound = self._redeliver_all()
         if rewound is not None:
             await rewound
@@ -1186,7 +1291,7 @@ class EmbeddedConsumer:
         """Move the subscription to a message id, or to a publish timestamp in ms. A
         read-compacted consumer's seek by time also looks in the compacted view (it may hold
         entries of ledgers trimmed since), as the wire server's SEEK does."""
-        self._check_open()
+        await self._attached()
         if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
             raise TypeError(f"seek takes a MessageId or a timestamp in ms, not {type(target).__name__}")
         if isinstance(target, int) and not 0 <= target < 1 << 64:
@@ -1239,7 +1344,7 @@ class EmbeddedConsumer:
         """A reader's: whether a message after the last one read is stored (and so will be
         read), as `pyengine.client.Reader.has_message_available`; a read-compacted reader
         goes by the compacted view (see `get_last_message_id`)."""
-        self._check_open()
+        await self._attached()
         if self._queue:
             return True
         last = await self.get_last_message_id()
@@ -1258,7 +1363,7 @@ class EmbeddedConsumer:
         """The id of the last message stored on the topic; for a read-compacted consumer with
         nothing after the compaction horizon, the compacted view's last (as the wire server
         answers GET_LAST_MESSAGE_ID: else a reader would wait for a compacted-out message)."""
-        self._check_open()
+        await self._attached()
         position, batch_size = self._topic.last_message_position()
         batch_index = batch_size - 1 if batch_size > 1 else -1
         if getattr(self._consumer, "read_compacted", False):
@@ -1268,7 +1373,7 @@ class EmbeddedConsumer:
     async def unsubscribe(self) -> None:
         """Delete the subscription and close. Refused while it has other consumers (as Apache:
         MetadataError), and the consumer stays open then, as the network client's."""
-        self._check_open()
+        await self._attached()
         subscription = self._subscription
         assert subscription is not None
         if not self._reader:
@@ -1283,21 +1388,20 @@ class EmbeddedConsumer:
     async def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        self._drop_queued()
-        self._wake_all()
-        if self._nacks is not None:
-            self._nacks.close()
-        if self._subscription is not None and self._consumer is not None:
-            self._subscription.remove_consumer(self._consumer)
-            if self._reader:
-                self._topic.unsubscribe_reader(self._subscription)
-        if self in self._client._consumers:
-            self._client._consumers.remove(self)
+        self._closed_for_good(None)
+        if self._attaching is not None:
+            self._attaching.cancel()        # (what it attaches meanwhile is detached)
+        elif self._subscription is not None and self._consumer is not None:
+            self._detach(self._topic, self._subscription, self._consumer)
+
+    def _detach(self, topic: Topic, subscription: Subscription, consumer: Consumer) -> None:
+        subscription.remove_consumer(consumer)
+        if self._reader:
+            topic.unsubscribe_reader(subscription)
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError("the consumer is closed")
+            raise ClosedError("the consumer is closed") from self._closed_by
 
 
 _MASK64 = (1 << 64) - 1
