@@ -265,7 +265,7 @@ async def get_coordinator_internal_stats(call: Call) -> dict[str, Any]:
     if wanted == V5_COORDINATOR_ID and coordinator.v5 is not None:
         raise AdminError(METHOD_NOT_ALLOWED, f"transaction coordinator {wanted} is the v5 (metadata-driven) one: "
                                              "it keeps no transaction log")
-    return stats.coordinator_internal_stats(coordinator.store(wanted))
+    return await stats.coordinator_internal_stats(coordinator.store(wanted))
 
 
 @routes.add("GET", BASE + "/pendingAckInternalStats" + TOPIC_SUFFIX + "/{subName}",
@@ -281,7 +281,7 @@ async def get_pending_ack_internal_stats(call: Call) -> dict[str, Any]:
     if not isinstance(store, LogPendingAckStore):
         raise AdminError(METHOD_NOT_ALLOWED, f"the pending acks of subscription {subscription.name} of "
                                              f"{subscription.topic.name} are v5 metadata records: no pending-ack log")
-    return stats.pending_ack_internal_stats(subscription, store)
+    return await stats.pending_ack_internal_stats(subscription, store)
 
 
 @routes.add("GET", BASE + "/transactionBufferInternalStats" + TOPIC_SUFFIX,
@@ -296,7 +296,7 @@ async def get_transaction_buffer_internal_stats(call: Call) -> dict[str, Any]:
     if not isinstance(topic.buffer, TopicTransactionBuffer):
         raise AdminError(NOT_FOUND, f"the transaction buffer of {topic.name} is v5 (metadata-driven): it keeps no "
                                     "snapshots")
-    internal = stats.buffer_internal_stats(topic)
+    internal = await stats.buffer_internal_stats(topic)
     if internal is None:
         raise AdminError(NOT_FOUND, f"no transaction buffer snapshot of {topic.name} is stored (none written yet, "
                                     "or snapshots are disabled)")

@@ -264,19 +264,19 @@ def persistence_name(topic: TopicName) -> str:
     return f"{topic.tenant}/{topic.namespace}/persistent/{urllib.parse.quote_plus(topic.local_name)}"
 
 
-def coordinator_internal_stats(store: LogTransactionMetadataStore) -> dict[str, Any]:
+async def coordinator_internal_stats(store: LogTransactionMetadataStore) -> dict[str, Any]:
     """Pulsar's TransactionCoordinatorInternalStats: the coordinator's log, named as Pulsar
     names it (`__transaction_log_<id>` of pulsar/system), kept in LMDB's `txn_log`."""
-    records, size = store.stored_log()
+    records, size = await store.stored_log()
     name = persistence_name(TopicName("persistent", "pulsar", "system", f"__transaction_log_{store.coordinator_id}"))
     return {"transactionLogStats": log_stats(name, records, size)}
 
 
-def pending_ack_internal_stats(subscription: Subscription, store: Any) -> dict[str, Any]:
+async def pending_ack_internal_stats(subscription: Subscription, store: Any) -> dict[str, Any]:
     """Pulsar's TransactionPendingAckInternalStats: the subscription's pending-ack log, named as
     Pulsar names its store (`<topic>-<subscription>__transaction_pending_ack`), kept in LMDB's
     `pending_ack`. `store`: its LogPendingAckStore."""
-    records, size = store.stored()
+    records, size = await store.stored()
     topic = TopicName.parse(subscription.topic.name)
     name = persistence_name(TopicName(topic.domain, topic.tenant, topic.namespace,
                                       f"{topic.local_name}-{subscription.name}__transaction_pending_ack"))
@@ -287,12 +287,12 @@ SEGMENTS_TOPIC = "__transaction_buffer_snapshot_segments"
 INDEXES_TOPIC = "__transaction_buffer_snapshot_indexes"
 
 
-def buffer_internal_stats(topic: Topic) -> dict[str, Any] | None:
+async def buffer_internal_stats(topic: Topic) -> dict[str, Any] | None:
     """Pulsar's TransactionBufferInternalStats of a v4 buffer: its snapshots are segmented
     (PIP-196), so the type is "Segment", with the segments' store and the index's, named after
     Pulsar's namespace topics but counting this topic's records only (kept in LMDB's
     `tb_snapshots`). None when nothing is stored for the topic (no snapshot written yet)."""
-    index_size, segments, segments_size = topic.buffer.stored_snapshot()
+    index_size, segments, segments_size = await topic.buffer.stored_snapshot()
     if index_size is None and not segments:
         return None
     name = TopicName.parse(topic.name)

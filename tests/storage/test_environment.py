@@ -228,3 +228,41 @@ def test_every_commit_is_fsynced_by_default_and_sync_false_is_the_only_way_out(t
         durable.close()
         relaxed.close()
     assert BrokerConfig(data_dir=tmp_path).sync is True
+
+
+# --- prefix_usage: counting a key range without holding the event loop ----------------------
+
+@given(keys=st.sets(st.binary(min_size=0, max_size=3), max_size=40), chunk=st.integers(1, 7),
+       start=st.none() | st.binary(max_size=3))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+async def test_prefix_usage_counts_the_keys_under_a_prefix_chunk_by_chunk(env, monkeypatch, keys, chunk, start):
+    """Against a count over the stored keys (other prefixes around them), whatever the chunk."""
+    monkeypatch.setattr(environment, "PREFIX_USAGE_CHUNK", chunk)
+    meta, prefix = env.db("meta"), b"pfx"
+    stored_items = {prefix + k: b"v" * len(k) for k in keys} | {b"pfw": b"x", b"pfy": b"yy", b"pf": b"z"}
+
+    def write(txn):
+        txn.drop(meta, delete=False)
+        for key, value in stored_items.items():
+            txn.put(key, value, db=meta)
+    await env.submit(write)
+    begin = prefix + start if start is not None else None
+    wanted = [(k, v) for k, v in stored_items.items() if k.startswith(prefix) and (begin is None or k >= begin)]
+    assert await env.prefix_usage(meta, prefix, begin) == (len(wanted), sum(len(v) for _, v in wanted))
+
+
+async def test_prefix_usage_lets_the_event_loop_run_between_chunks(env, monkeypatch):
+    monkeypatch.setattr(environment, "PREFIX_USAGE_CHUNK", 10)
+    meta = env.db("meta")
+    await env.submit(lambda txn: [txn.put(b"k%03d" % i, b"v", db=meta) for i in range(95)])
+    loop, turns = asyncio.get_running_loop(), []
+
+    def other_work() -> None:               # one step per event-loop turn while it counts
+        turns.append(1)
+        if not counting.done():
+            loop.call_soon(other_work)
+
+    counting = asyncio.ensure_future(env.prefix_usage(meta, b"k"))
+    loop.call_soon(other_work)
+    assert await counting == (95, 95)
+    assert len(turns) >= 9                  # a turn between each two of its 10 chunks

@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError
 
 from core_ext.poskeys import pack_i64, pack_position
 from pyengine.storage import StorageEnvironment
-from pyengine.storage.environment import WriteFn, prefix_usage
+from pyengine.storage.environment import WriteFn
 from pyengine.storage.errors import CorruptRecordError
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer.ended import EndedTxns
@@ -141,14 +141,15 @@ class SnapshotStore:
     def segments(self) -> tuple[SnapshotSegment, ...]:
         return tuple(self._segments)
 
-    def stored(self) -> tuple[int | None, int, int]:
+    async def stored(self) -> tuple[int | None, int, int]:
         """What is stored now (durable) for this topic: the bytes of its snapshot record (the
         segments' index; None if there is none), and how many sealed segments and their bytes
         (admin's transactionBufferInternalStats)."""
         with self.env.read() as txn:
             index = txn.get(self.key, db=self._db)
-            segments, size = prefix_usage(txn, self._db, self.key, self.key + b"\x00")
-        return (len(index) if index is not None else None), segments, size
+            index_size = len(index) if index is not None else None
+        segments, size = await self.env.prefix_usage(self._db, self.key, self.key + b"\x00")
+        return index_size, segments, size
 
     def unsealed_count(self, aborted: AbortedTxnSet) -> int:
         """How many of `aborted` (the buffer's aborts) no segment holds."""

@@ -665,9 +665,9 @@ class TopicTransactionBuffer(TransactionBuffer):
         last_txn = {marker: txn for txn, marker in self._aborted.items() if marker in wanted}
         return [(last_txn.get(segment.last_marker), segment.last_marker) for segment in segments]
 
-    def stored_snapshot(self) -> tuple[int | None, int, int]:
+    async def stored_snapshot(self) -> tuple[int | None, int, int]:
         """What the topic's snapshot store holds now: see SnapshotStore.stored."""
-        return self._snapshots.stored()
+        return await self._snapshots.stored()
 
     def stats(self) -> dict:
         last = self._last_snapshot_position

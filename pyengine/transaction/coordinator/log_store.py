@@ -38,7 +38,6 @@ from pyengine.errors import (
     TransactionNotFoundError,
 )
 from pyengine.storage import StorageEnvironment
-from pyengine.storage.environment import prefix_usage
 from pyengine.storage.errors import CorruptRecordError, StorageError
 from pyengine.transaction import TxnStatus
 from pyengine.transaction.coordinator import TransactionMetadataStore, TxnMeta
@@ -360,11 +359,10 @@ class LogTransactionMetadataStore(TransactionMetadataStore):
         """The sequence (least bits) of the last txn handed out, -1 before the first."""
         return self._next_txn_sequence - 1
 
-    def stored_log(self) -> tuple[int, int]:
+    async def stored_log(self) -> tuple[int, int]:
         """The log records stored now (durable; the header record left out) and the bytes of
         their values: the size of this coordinator's log (admin's coordinatorInternalStats)."""
-        with self._env.read() as txn:
-            return prefix_usage(txn, self._db, self._prefix, records.log_key(self._prefix, 0))
+        return await self._env.prefix_usage(self._db, self._prefix, records.log_key(self._prefix, 0))
 
     def live_transactions(self) -> list[TxnMeta]:
         """Every txn not yet terminal (a copy)."""

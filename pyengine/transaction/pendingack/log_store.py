@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import lmdb
 
 from core_ext.poskeys import pack_i64, unpack_i64
-from pyengine.storage.environment import StorageEnvironment, WriteFn, delete_prefix, prefix_usage
+from pyengine.storage.environment import StorageEnvironment, WriteFn, delete_prefix
 from pyengine.storage.errors import CorruptRecordError
 from pyengine.transaction.pendingack import IndividualAck, PendingAckReplayError
 from pyengine.transaction.pendingack.records_pb2 import (
@@ -181,11 +181,10 @@ class LogPendingAckStore:
                 return
             start = raw[-1][0] + b"\x00"      # the smallest key after the last one read
 
-    def stored(self) -> tuple[int, int]:
+    async def stored(self) -> tuple[int, int]:
         """The records stored now (durable) and the bytes of their values: the size of the
         subscription's pending-ack log (admin's pendingAckInternalStats)."""
-        with self.env.read() as txn:
-            return prefix_usage(txn, self._db, self._prefix)
+        return await self.env.prefix_usage(self._db, self._prefix)
 
     def _read_chunk(self, start: bytes, chunk_size: int) -> list[tuple[bytes, bytes]]:
         prefix = self._prefix
