@@ -146,12 +146,22 @@ async def delete_namespace(call: Call) -> None:
     # A topic being created is not stored yet: once it is, the namespace is not empty (one a
     # producer auto-creates counts while it loads). Checked and deleted in one event-loop turn
     # from here: the namespace is gone from the policies before anything else can load.
-    await namespace_settled(service, namespace)
+    # Its schemas go with it, as Pulsar's (a schema may be uploaded before its topic exists), in
+    # the same LMDB write: the schema changes under way are done first too.
+    registry = service.schemas.registry
+    while True:
+        await namespace_settled(service, namespace)
+        uploads = registry.changes_under_way(namespace)
+        if not uploads:
+            break                   # (no await since the topics were settled either)
+        for lock in uploads:
+            async with lock:
+                pass
     has_topics = bool(service.list_topics(namespace) or service.loading_topics(namespace)
                       or service.policies.partitioned_topics(namespace))
-    await service.policies.delete_namespace(namespace, has_topics=has_topics)
-    # Its schemas with it, as Pulsar's: a schema may be uploaded before its topic exists.
-    await service.schemas.registry.delete_namespace(namespace)
+    await service.policies.delete_namespace(namespace, has_topics=has_topics,
+                                            also=registry.namespace_deletion(namespace))
+    registry.forget_namespace(namespace)
 
 
 @routes.add("GET", NAMESPACE_PATH + "/topics", summary="List every topic of a namespace.",

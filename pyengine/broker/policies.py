@@ -299,16 +299,22 @@ class BrokerPolicies:
         raw, db = json.dumps(value, sort_keys=True).encode(), self._db
         await self._write(key, value, lambda txn: txn.put(key.encode(), raw, db=db))
 
-    async def _delete(self, key: str) -> None:
+    async def _delete(self, key: str, also: WriteFn | None = None) -> None:
+        """Delete `key`'s record; `also`: what goes in the same LMDB write (see `_write`)."""
         db = self._db
-        await self._write(key, None, lambda txn: txn.delete(key.encode(), db=db))
 
-    async def _write(self, key: str, value: Any, write: Callable[[Any], Any]) -> None:
+        def delete(txn: Any) -> None:
+            txn.delete(key.encode(), db=db)
+        await self._write(key, None, delete if also is None else all_of([delete, also]), alone=also is not None)
+
+    async def _write(self, key: str, value: Any, write: Callable[[Any], Any], *, alone: bool = False) -> None:
         """Store `value` under `key`. The cache holds it from now on, before the write is
         durable: a change made meanwhile (read, change, write, all in one event-loop turn, as
         every setter here does) starts from it instead of overwriting it with the state before
         (two policy changes at once both kept, as Pulsar's versioned read-modify-write). The
-        writes of one key coalesce in order; a failed one leaves the cache to the store again."""
+        writes of one key coalesce in order; a failed one leaves the cache to the store again.
+        `alone`: `write` does more than the key's record, so a later write of the key may not
+        replace it in the group commit (it is written after it instead)."""
         self._cache[key] = value
         self.version += 1
 
@@ -325,7 +331,7 @@ class BrokerPolicies:
                 forget()              # deleted for good: a missing record is read, not cached
 
         try:
-            written = self.env.submit(write, key=("policies", key), after=self._writing.get(key))
+            written = self.env.submit(write, key=None if alone else ("policies", key), after=self._writing.get(key))
         except Exception:
             forget()
             raise
@@ -424,13 +430,15 @@ class BrokerPolicies:
         await self._put(f"/admin/namespaces/{namespace}", policies.to_json())
         self._policies_changed()
 
-    async def delete_namespace(self, namespace: str, *, has_topics: bool) -> None:
+    async def delete_namespace(self, namespace: str, *, has_topics: bool, also: WriteFn | None = None) -> None:
+        """`also`: what goes with the namespace's policies in their LMDB write (its schemas,
+        `SchemaRegistry.namespace_deletion`): a crash leaves both or neither."""
         self.policies(namespace)
         if namespace in DEFAULT_NAMESPACES:
             raise NotAllowedError(f"namespace {namespace} cannot be deleted")
         if has_topics:
             raise ConflictError(f"namespace {namespace} still has topics")
-        await self._delete(f"/admin/namespaces/{namespace}")
+        await self._delete(f"/admin/namespaces/{namespace}", also)
 
     # --- partitioned topics ---------------------------------------------------------------
 

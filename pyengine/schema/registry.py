@@ -147,16 +147,19 @@ class LmdbSchemaRegistry(SchemaRegistry):
             yield lambda txn: txn.delete(key, db=db)
             self._cache.pop(schema_id, None)        # read again (empty) if asked: not kept for good
 
-    async def delete_namespace(self, namespace: str) -> None:
-        """Forget every schema of the deleted namespace `namespace` (`tenant/namespace`): kept
-        by its topics' names, they were a namespace's created again under its name. The changes
-        under way are done first (an upload checked the namespace before it was deleted)."""
+    def changes_under_way(self, namespace: str) -> list[asyncio.Lock]:
+        """The locks of the schema changes under way in `namespace` (`tenant/namespace`): an
+        upload checked the namespace before it is deleted, so its deletion waits for them."""
         prefix = f"{namespace}/"
-        while busy := [lock for sid, (lock, _) in self._locks.items() if sid.startswith(prefix)]:
-            for lock in busy:
-                async with lock:
-                    pass
-        key_prefix, db = self._key(prefix), self._db
+        return [lock for sid, (lock, _) in self._locks.items() if sid.startswith(prefix)]
+
+    def namespace_deletion(self, namespace: str) -> WriteFn:
+        """The deletion of every schema of the namespace `namespace`, for the caller to put in
+        the LMDB write that deletes the namespace (with no change of them under way: see
+        `changes_under_way`): kept by its topics' names, they would be a namespace's created
+        again under its name, and in a commit of their own a crash could leave them so. Once it
+        is durable, `forget_namespace`."""
+        key_prefix, db = self._key(f"{namespace}/"), self._db
 
         def delete_all(txn: Any) -> None:
             cursor = txn.cursor(db=db)
@@ -168,8 +171,11 @@ class LmdbSchemaRegistry(SchemaRegistry):
                     keys.append(key)
             for key in keys:
                 txn.delete(key, db=db)
+        return delete_all
 
-        await self.env.submit(delete_all)
+    def forget_namespace(self, namespace: str) -> None:
+        """Its schemas were deleted (`namespace_deletion`): no longer cached."""
+        prefix = f"{namespace}/"
         for sid in [sid for sid in self._cache if sid.startswith(prefix)]:
             del self._cache[sid]            # (read meanwhile, they were cached as before the write)
 

@@ -36,6 +36,8 @@ async def test_a_namespace_created_again_has_none_of_the_deleted_ones_schemas(ap
 
 
 async def test_a_schema_uploaded_while_the_namespace_is_deleted_goes_with_it(api, service, monkeypatch):
+    """The deletion waits for the upload under way (it checked the namespace before), then
+    deletes its schema with the namespace."""
     assert (await api.put(NS)).status == 204
     registry = service.schemas.registry
     started, release = asyncio.Event(), asyncio.Event()
@@ -46,22 +48,42 @@ async def test_a_schema_uploaded_while_the_namespace_is_deleted_goes_with_it(api
         await release.wait()
         await store(sid, versions)
 
-    deleted = asyncio.Event()
-    delete_namespace = service.policies.delete_namespace
-
-    async def noted_delete_namespace(*args, **kwargs):
-        await delete_namespace(*args, **kwargs)
-        deleted.set()
-
     monkeypatch.setattr(registry, "_store", held_store)
-    monkeypatch.setattr(service.policies, "delete_namespace", noted_delete_namespace)
     upload = asyncio.ensure_future(api.post(f"{S}/t/schema", AVRO))
     await started.wait()
     delete = asyncio.ensure_future(api.delete(NS))
-    await deleted.wait()                            # the namespace is gone, the upload not written yet
+    await asyncio.sleep(0.1)
+    assert not delete.done()                        # waits for the upload
+    assert service.policies.policies("public/gone") is not None
     release.set()
     assert (await upload).status == 200
     assert (await delete).status == 204
     assert (await api.put(NS)).status == 204
     registry._cache.clear()
     assert (await api.get(f"{S}/t/schema")).status == 404
+
+
+async def test_the_schemas_go_in_the_write_that_deletes_the_namespace(api, service, monkeypatch):
+    """A crash leaves both or neither: the deletion of the namespace's policies and of its
+    schemas are one LMDB write. (Two writes before: a crash, or a failed second write, left the
+    schemas to a namespace created again under the name.)"""
+    assert (await api.put(NS)).status == 204
+    assert (await api.post(f"{S}/t/schema", AVRO)).status == 200
+    writes = []
+    submit = service.env.submit
+
+    def noted_submit(write, **kwargs):
+        writes.append(write)
+        return submit(write, **kwargs)
+
+    monkeypatch.setattr(service.env, "submit", noted_submit)
+    assert (await api.delete(NS)).status == 204
+    monkeypatch.undo()
+    assert len(writes) == 1
+    with service.env.read() as txn:                 # both as stored
+        assert txn.get(b"/admin/namespaces/public/gone", db=service.policies._db) is None
+        assert txn.get(registry_key("persistent://public/gone/t"), db=service.schemas.registry._db) is None
+
+
+def registry_key(topic: str) -> bytes:
+    return f"/schemas/{schema_id(topic)}".encode()
