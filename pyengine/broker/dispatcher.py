@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from pyengine.broker.consumer import Consumer, Delivery, permits_taken, unacked_messages
+from pyengine.broker.consumer import Consumer, Delivery, unacked_messages
 from pyengine.broker.delayed import DelayedDeliveryTracker, deliver_at_time
 from pyengine.broker.hash_ring import HashRing, murmur_hash, ring_key_hash, sticky_key_hash
 from pyengine.broker.policies import DelayedDelivery, UnackedLimits
@@ -687,9 +687,14 @@ class Dispatcher:
                     self.redeliveries.hold(position, hash_value)
                     return True
                 return False
-            # The indexes of a batch already acknowledged are not handed out.
-            unacked = unacked_messages(entry.num_messages, batch_ack_set)
-            consumer.permits -= permits_taken(entry.num_messages, batch_ack_set)
+            # The indexes of a batch already acknowledged are not handed out: `permits_taken`,
+            # inlined for an entry with no ack set (every entry's path).
+            if batch_ack_set is None:
+                unacked = entry.num_messages or 1
+                consumer.permits -= entry.num_messages
+            else:
+                unacked = unacked_messages(entry.num_messages, batch_ack_set)
+                consumer.permits -= unacked
             consumer.pending.add(position, entry.num_messages, unacked, hash_value)
             if consumer.last_delivered is None or position > consumer.last_delivered:
                 consumer.last_delivered = position
