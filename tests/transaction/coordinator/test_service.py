@@ -299,8 +299,11 @@ async def test_a_deadline_passing_while_a_commit_is_being_ended_changes_nothing(
 async def test_the_service_timer_fires_on_its_own(data_dir, participants):
     harness = ServiceHarness(data_dir, participants, clock=wall_clock_ms)
     service = await harness.start()
-    txn = await new_txn(service, timeout_ms=30)
+    # Long enough for its three durable writes on a loaded machine (30 ms timed it out in
+    # between under a CI run), short enough for the test.
+    txn = await new_txn(service, timeout_ms=500)
     await eventually(lambda: service.get(txn).status == S.TIME_OUT)
+    assert participants.told(txn) == {"p1": {A.ABORT}, "p2": {A.ABORT}, ("p1", "s"): {A.ABORT}}
     await harness.stop()
 
 
