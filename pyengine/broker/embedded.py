@@ -53,7 +53,6 @@ from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_send_fields, check_timeout,
     check_topic,
 )
-from pyengine.naming import TopicName
 from pyengine.errors import (
     InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, TopicFencedError,
     TransactionConflictError, to_pulsar_error,
@@ -212,7 +211,9 @@ class EmbeddedClient:
         `again`: attached again after the topic was closed (deleted): a segment then must exist,
         as on the wire (made again, no scalable topic would route to it)."""
         private = self.service.config.metadata_store in ("lmdb", "memory")
-        lookup.check_attachable(self.service, TopicName.parse(check_topic(name)),
+        # As on the wire: a partition beyond its partitioned topic's count is refused
+        # (TopicNotFoundError), not created as a stray topic of that name.
+        lookup.check_attachable(self.service, lookup.resolve_topic(self.service, check_topic(name)),
                                 existing_segment=again or not private)
         return await self.service.get_topic(name)
 
