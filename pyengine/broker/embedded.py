@@ -1257,8 +1257,8 @@ class EmbeddedConsumer:
             self._nacks.add(self, message_id)
 
     def _redeliver(self, _owner: object, message_ids: list[MessageId]) -> None:
-        if self._closed or self._subscription is None or self._consumer is None:
-            return
+        if self._closed or self._attaching is not None or self._subscription is None or self._consumer is None:
+            return          # (attached again, the subscription delivers everything unacked again)
         if self._subscription.sub_type in ("shared", "key_shared"):
             self._subscription.redeliver_unacknowledged(self._consumer, [m.position for m in message_ids])
         else:
@@ -1274,7 +1274,10 @@ class EmbeddedConsumer:
 
     def _redeliver_all(self) -> asyncio.Future[None] | None:
         """Have everything unacknowledged delivered again; a future when the subscription's
-        rewind waits (a v5 one applying its transactions' decisions first), else None."""
+        rewind waits (a v5 one applying its transactions' decisions first), else None.
+        Nothing to do while it attaches again: its new subscription delivers all of it."""
+        if self._attaching is not None:
+            return None
         assert self._subscription is not None and self._consumer is not None
         # The queued messages are dropped (they come again): their permits go back to the
         # broker with the consumed ones, as the Java client's increaseAvailablePermits.

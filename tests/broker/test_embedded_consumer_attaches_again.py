@@ -158,3 +158,31 @@ async def test_consumers_are_closed_for_good_when_the_broker_closes(tmp_path):
     with pytest.raises(ClosedError):
         await asyncio.wait_for(waiting, 5)
     assert consumer._attaching is None
+
+
+async def test_a_rewind_while_attaching_again_is_left_to_the_new_subscription(tmp_path, monkeypatch):
+    """An abort rewinds the consumers that acked cumulatively in its transaction (and a nack
+    asks for messages again): while one attaches again its old subscription is closed, and the
+    new one delivers everything unacknowledged anyway. Nothing is asked of the old one."""
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="failover", initial_position="earliest",
+                                          negative_ack_redelivery_delay_ms=0)
+        await producer.send(b"m0")
+        message = await consumer.receive(timeout=5)
+        closed, release = hold_deletion(monkeypatch)
+        deleting = asyncio.ensure_future(broker.service.delete_topic(T))
+        await closed.wait()
+        old = consumer._subscription
+        monkeypatch.setattr(old, "redeliver_unacknowledged", lambda *a, **k: pytest.fail("asked of the old one"))
+        assert consumer._redeliver_all() is None            # (an abort's rewind)
+        consumer._redeliver(consumer, [message.message_id])  # (a nack's)
+        rewinding = asyncio.ensure_future(consumer.redeliver_unacknowledged_messages())
+        await asyncio.sleep(0.05)
+        assert not rewinding.done()                          # waits for the attachment
+        release.set()
+        await deleting
+        await asyncio.wait_for(rewinding, 5)
+        assert consumer._subscription is not old
+        await producer.send(b"new")
+        assert (await consumer.receive(timeout=5)).data == b"new"
