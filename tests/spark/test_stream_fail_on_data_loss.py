@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from pyengine.broker import Broker
 from pyengine.storage import ManagedLedgerConfig
@@ -162,3 +163,30 @@ def test_a_malformed_fail_on_data_loss_is_refused(tmp_path):
     send(tmp_path, A, b"a")
     with pytest.raises(OptionError, match="failOnDataLoss must be true or false"):
         PyengineDataSource({"path": str(tmp_path), "topics": A, "failOnDataLoss": "yes please"}).streamReader(SCHEMA)
+
+
+def test_a_streaming_query_fails_on_data_lost_between_its_runs(spark, tmp_path):
+    """A real Structured Streaming query (availableNow, into a Parquet sink, from its checkpoint):
+    the run after entries were trimmed unread fails, naming the option; without it the run reads
+    what is left."""
+    data_dir, checkpoint, out = tmp_path / "data", tmp_path / "checkpoint", tmp_path / "out"
+
+    def run(fail_on_data_loss: bool):
+        query = (spark.readStream.format("pyengine").option("topics", A)
+                 .option("failOnDataLoss", str(fail_on_data_loss).lower()).load(str(data_dir))
+                 .select("value").writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(120)
+        except StreamingQueryException as exc:
+            return exc
+        return query.exception()
+
+    send(data_dir, A, b"first")
+    assert run(True) is None
+    send(data_dir, A, *messages("unread", 5))
+    send(data_dir, A, b"left", then_trim=True)
+    error = run(True)
+    assert error is not None and "failOnDataLoss" in str(error) and "were trimmed by retention" in str(error)
+    assert run(False) is None
+    assert sorted(bytes(row.value) for row in spark.read.parquet(str(out)).collect()) == [b"first", b"left"]
