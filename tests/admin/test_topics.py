@@ -7,6 +7,8 @@ import pytest
 
 from pyengine.client.message import MessageId
 from pyengine.errors import TopicTerminatedError
+from pyengine.protocol.commands import message_metadata
+from pyengine.storage.entry import headers_and_payload
 
 P = "/admin/v2/persistent/public/default"
 
@@ -106,9 +108,12 @@ async def test_adding_partitions_refuses_stored_partitions_beyond_the_count_unle
     consumer = await client.subscribe("persistent://public/default/lo-partition-0", "audit")
     await consumer.close()
     leftover = await service.get_topic("persistent://public/default/lo-partition-3")     # as left by an older broker
-    producer = await client.create_producer("persistent://public/default/lo-partition-3")
-    await producer.send(b"stored before the partition count covered it")
-    await producer.close()
+    # (stored through the topic: a client's producer of a partition past the count is refused)
+    raw = leftover.add_producer("raw")
+    metadata = message_metadata("raw", 0, 1).SerializeToString()
+    await leftover.publish(raw, headers_and_payload(metadata, b"stored before the partition count covered it"),
+                           sequence_id=0)
+    leftover.remove_producer(raw)
     assert leftover.name in service.topics
     reply = await api.post(f"{P}/lo/partitions", 4)
     assert reply.status == 409 and "lo-partition-3" in reply.body["reason"]
