@@ -6,8 +6,11 @@ retention size; in the background once a ledger closes or the slowest cursor mov
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pyengine.storage import ManagedLedger, ManagedLedgerConfig, StorageError
+from pyengine.storage import ManagedLedger, ManagedLedgerConfig, StorageEnvironment, StorageError
+from pyengine.storage.reader import StoreReader
 from pyengine_kernels import Position
 from tests.storage.helpers import fail_next_save, settled
 
@@ -173,3 +176,54 @@ async def test_a_trim_whose_write_failed_records_nothing(env, reopen):
     await ml.set_property("p", "v")                             # nor does the next save of the record
     await ml.close()
     assert (await ManagedLedger.open(reopen(env), TOPIC)).trimmed_through is None
+
+
+@given(steps=st.lists(st.one_of(st.integers(1, 6), st.just("trim"), st.just("restart")), max_size=14),
+       per_ledger=st.integers(1, 4))
+@settings(max_examples=30, deadline=None)
+def test_trimmed_through_follows_a_model_of_the_deleted_ledgers(tmp_path_factory, steps, per_ledger):
+    """Appends (n entries), trims (everything closed goes: no cursor, retention 0) and restarts
+    (the open ledger closed, empty or not), against a model of the stored entries: after each
+    step `trimmed_through` is the last position of the last ledger deleted, every entry still
+    stored comes after it and every one deleted is at or before it, also as a restart reads it."""
+    data_dir = tmp_path_factory.mktemp("model")
+
+    async def run() -> None:
+        config = ManagedLedgerConfig(max_entries_per_ledger=per_ledger)
+        env = StorageEnvironment(data_dir, sync=False)
+        ml = await ManagedLedger.open(env, TOPIC, config)
+        stored: list[Position] = []
+        deleted: list[Position] = []
+        ledgers_deleted: list[Position] = []        # each deleted ledger's last position
+        try:
+            for step in steps:
+                if step == "trim":
+                    before = {p.ledger_id: p for p in stored}
+                    ml.set_retention(0, -1)
+                    gone = await ml.trim(10**15)
+                    ml.set_retention(-1, -1)
+                    ledgers_deleted += [before.get(lid, Position(lid, -1)) for lid in gone]
+                    deleted += [p for p in stored if p.ledger_id in gone]
+                    stored = [p for p in stored if p.ledger_id not in gone]
+                elif step == "restart":
+                    await ml.close()
+                    env.close()
+                    env = StorageEnvironment(data_dir, sync=False)
+                    ml = await ManagedLedger.open(env, TOPIC, config)
+                else:
+                    stored += [await ml.append(b"x") for _ in range(step)]
+                expected = max(ledgers_deleted, default=None)
+                assert ml.trimmed_through == expected
+                if expected is not None:
+                    assert all(p > expected for p in stored) and all(p <= expected for p in deleted)
+                assert [e.position for e in ml.read_entries(Position(-1, -1), 1000)] == stored
+            await ml.close()
+            env.close()
+            with StoreReader(data_dir) as reader, reader.view() as view:
+                assert view.topic(TOPIC).trimmed_through == max(ledgers_deleted, default=None)
+        finally:
+            if not env.closed:
+                await ml.close()
+                env.close()
+
+    asyncio.run(run())
