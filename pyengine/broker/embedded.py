@@ -1043,7 +1043,7 @@ class EmbeddedConsumer:
         except BaseException as exc:
             if not self._closed:
                 log.warning("%s of %s: closed by the broker, and attaching it again failed: %r",
-                            self._kind, name, exc)
+                            "reader" if self._reader else "consumer", name, exc)
             self._closed_for_good(exc)
             if not isinstance(exc, Exception):
                 raise
@@ -1066,12 +1066,6 @@ class EmbeddedConsumer:
             self._nacks.close()
         if self in self._client._consumers:
             self._client._consumers.remove(self)
-
-    @property
-    def _kind(self) -> str:
-        if self._reader or self._subscription is None:
-            return "reader" if self._reader else "consumer"
-        return f"consumer of {self._subscription.name!r}"
 
     async def _attached(self) -> None:
         """Wait while the consumer attaches again (see closed_by_broker), as the network

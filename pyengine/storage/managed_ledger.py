@@ -455,8 +455,7 @@ class ManagedLedger:
             self._check_open()
         if self.terminated_at is None:
             self.terminated_at = self.lac
-            self._record.terminated_at.CopyFrom(PositionRecord(ledger_id=self.lac.ledger_id,
-                                                               entry_id=self.lac.entry_id))
+            self._record.terminated_at.CopyFrom(_position_record(self.lac))
             self._close_current_ledger(self.lac.entry_id if self.lac.ledger_id == self._current_id() else -1)
             self._terminate_saved = False
         if not self._terminate_saved:
@@ -743,15 +742,16 @@ class ManagedLedger:
                 if write is not None:
                     extra.append(write)
 
-        # The topic record says, in the write that deletes them, how far entries are gone.
-        trimmed_through = max(Position(info.ledger_id, info.last_entry_id) for info in doomed)
-        if self.trimmed_through is not None:
-            trimmed_through = max(trimmed_through, self.trimmed_through)
-        record = TopicRecord()
-        record.CopyFrom(self._record)
-        record.trimmed_through.CopyFrom(PositionRecord(ledger_id=trimmed_through.ledger_id,
-                                                       entry_id=trimmed_through.entry_id))
-        topic_key, topic_value, topics_db = self.name.encode(), record.SerializeToString(), self.env.db("topics")
+        # The topic record says, in the write that deletes them, how far entries are gone; set
+        # in memory at once, so that a topic record saved meanwhile (a property, the
+        # termination) and written after this one does not take it back.
+        previous = self.trimmed_through
+        self.trimmed_through = max(Position(info.ledger_id, info.last_entry_id) for info in doomed)
+        if previous is not None:
+            self.trimmed_through = max(self.trimmed_through, previous)
+        self._record.trimmed_through.CopyFrom(_position_record(self.trimmed_through))
+        topic_key, topic_value = self.name.encode(), self._record.SerializeToString()
+        topics_db = self.env.db("topics")
 
         def delete(txn) -> None:
             cursor = txn.cursor(db=entries_db)
@@ -764,10 +764,6 @@ class ManagedLedger:
             for write in extra:
                 write(txn)
 
-        # In the record at once: a topic record saved meanwhile (a property, the termination)
-        # and written after this one must not take it back.
-        previous, self.trimmed_through = self.trimmed_through, trimmed_through
-        self._record.trimmed_through.CopyFrom(record.trimmed_through)
         try:
             await self.env.submit(delete)
         except StorageError:        # not written (trims take turns: none moved it meanwhile)
@@ -775,8 +771,7 @@ class ManagedLedger:
             if previous is None:
                 self._record.ClearField("trimmed_through")
             else:
-                self._record.trimmed_through.CopyFrom(PositionRecord(ledger_id=previous.ledger_id,
-                                                                     entry_id=previous.entry_id))
+                self._record.trimmed_through.CopyFrom(_position_record(previous))
             raise
         for info in doomed:
             del self.ledgers[info.ledger_id]
@@ -910,4 +905,9 @@ class ManagedLedger:
         return f"ManagedLedger({self.name!r}, lac={self.lac}, ledgers={list(self.ledgers)})"
 
 
+def _position_record(position: Position) -> PositionRecord:
+    return PositionRecord(ledger_id=position.ledger_id, entry_id=position.entry_id)
+
+
 __all__ = ["ManagedLedger", "ManagedLedgerConfig", "LedgerInfo", "StorageError"]
+
