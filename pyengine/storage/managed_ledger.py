@@ -742,14 +742,17 @@ class ManagedLedger:
                 if write is not None:
                     extra.append(write)
 
-        # The topic record says, in the write that deletes them, how far entries are gone; set
-        # in memory at once, so that a topic record saved meanwhile (a property, the
-        # termination) and written after this one does not take it back.
+        # The topic record says, in the write that deletes them, how far entries are gone (the
+        # last entry deleted: an empty ledger deletes none, and a reader whose next position
+        # is past a ledger's last entry lost nothing); set in memory at once, so that a topic
+        # record saved meanwhile (a property, the termination) and written after this one does
+        # not take it back.
         previous = self.trimmed_through
-        self.trimmed_through = max(Position(info.ledger_id, info.last_entry_id) for info in doomed)
-        if previous is not None:
-            self.trimmed_through = max(self.trimmed_through, previous)
-        self._record.trimmed_through.CopyFrom(_position_record(self.trimmed_through))
+        self.trimmed_through = max([Position(info.ledger_id, info.last_entry_id) for info in doomed
+                                    if info.last_entry_id >= 0] + ([previous] if previous is not None else []),
+                                   default=None)
+        if self.trimmed_through is not None:
+            self._record.trimmed_through.CopyFrom(_position_record(self.trimmed_through))
         topic_key, topic_value = self.name.encode(), self._record.SerializeToString()
         topics_db = self.env.db("topics")
 

@@ -157,14 +157,16 @@ async def test_the_last_position_trimmed_is_recorded_with_the_trim_and_survives_
     assert (await ManagedLedger.open(reopen(again.env), TOPIC)).trimmed_through == positions[5]
 
 
-async def test_an_empty_ledger_trimmed_records_no_entry_of_it(env, reopen):
+async def test_an_empty_ledger_trimmed_records_no_trim(env, reopen):
     ml = await ManagedLedger.open(env, TOPIC)
     empty = ml._current.ledger_id
     await ml.close()                             # a restart closes the ledger it left open, empty
     again = await ManagedLedger.open(reopen(env), TOPIC, ManagedLedgerConfig(retention_ms=0))
     assert again.ledgers[empty].closed
     assert await again.trim(10**15) == [empty]
-    assert again.trimmed_through == Position(empty, -1)         # entry 0 of it was never lost
+    # None: no entry was deleted. (Position(empty, -1) would come after a reader's offset
+    # past the end of the ledger before, which lost nothing.)
+    assert again.trimmed_through is None
 
 
 async def test_a_trim_whose_write_failed_records_nothing(env, reopen):
@@ -184,7 +186,7 @@ async def test_a_trim_whose_write_failed_records_nothing(env, reopen):
 def test_trimmed_through_follows_a_model_of_the_deleted_ledgers(tmp_path_factory, steps, per_ledger):
     """Appends (n entries), trims (everything closed goes: no cursor, retention 0) and restarts
     (the open ledger closed, empty or not), against a model of the stored entries: after each
-    step `trimmed_through` is the last position of the last ledger deleted, every entry still
+    step `trimmed_through` is the last entry of the last ledger deleted with entries, every entry still
     stored comes after it and every one deleted is at or before it, also as a restart reads it."""
     data_dir = tmp_path_factory.mktemp("model")
 
@@ -202,7 +204,7 @@ def test_trimmed_through_follows_a_model_of_the_deleted_ledgers(tmp_path_factory
                     ml.set_retention(0, -1)
                     gone = await ml.trim(10**15)
                     ml.set_retention(-1, -1)
-                    ledgers_deleted += [before.get(lid, Position(lid, -1)) for lid in gone]
+                    ledgers_deleted += [before[lid] for lid in gone if lid in before]
                     deleted += [p for p in stored if p.ledger_id in gone]
                     stored = [p for p in stored if p.ledger_id not in gone]
                 elif step == "restart":
