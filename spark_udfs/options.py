@@ -68,7 +68,7 @@ class ReadOptions:
     max_partition_entries: int = 100_000
     filter_pushdown: bool = False
     max_entries_per_trigger: int | None = None      # streams only
-    fail_on_data_loss: bool = False                 # batch reads only
+    fail_on_data_loss: bool = False                 # see the table above (batch reads and streams)
 
     @property
     def read_committed(self) -> bool:

@@ -306,6 +306,11 @@ class DataDirChangedError(RuntimeError):
     """Entries a query planned were deleted before a task read them."""
 
 
+class PlannedEntriesGoneError(DataDirChangedError):
+    """The entries of a partition were deleted between planning and its task, which read none
+    of them (whole ledgers go, and a task reads its ledger in one read snapshot)."""
+
+
 def _check_no_data_lost(info: TopicInfo, start: Position | str) -> None:
     """failOnDataLoss: an explicit start before the first entry still stored (none stored:
     before the topic's current ledger) is one whose entries were trimmed since (whole ledgers,
@@ -353,7 +358,7 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
                 # Entries of a ledger are contiguous, and the plan saw these: they were deleted
                 # since (a retention trim, the topic deleted). Read without them, the result
                 # would silently be the data dir as it never was.
-                raise DataDirChangedError(
+                raise (PlannedEntriesGoneError if position == start else DataDirChangedError)(
                     f"entries {position}..{end} of {partition.topic} were planned but are gone (trimmed by "
                     "retention, or the topic deleted, since the query was planned): plan it again (a new "
                     "DataFrame)")

@@ -34,15 +34,19 @@ A chunked message comes whole in the micro-batch that reads its last chunk (see
 
 Restarting a query from its checkpoint resumes at the checkpointed offsets. Entries trimmed by
 retention before a micro-batch reads them are not there to read: by default the query reads
-on from what is left (Kafka's failOnDataLoss=false); with `failOnDataLoss` true a micro-batch
-that finds what it was to read gone fails (DataDirChangedError, see `_check_no_data_lost`), as
-Spark's Kafka source does by default. Retention records how far it trimmed each topic
-(TopicRecord.trimmed_through) in the write that deletes the ledgers; data dirs written before
-that record existed tell only a deletion.
+on from what is left (Kafka's failOnDataLoss=false), also when the trim falls between planning
+and a task; with `failOnDataLoss` true a micro-batch that finds what it was to read gone fails
+(DataDirChangedError, see `_check_no_data_lost`), as Spark's Kafka source does by default.
+Retention records the last entry it trimmed from each topic (TopicRecord.trimmed_through) in
+the write that deletes the ledgers, and `earliest` and `latest` starts are resolved to what is
+stored when the query begins (as Kafka's source resolves them to offsets), so that what was
+trimmed before the query began is no loss; data dirs written before that record existed tell
+only a deletion.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
@@ -52,8 +56,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyengine.storage.reader import TopicInfo
 from pyengine_kernels import Position
 from spark_udfs.options import OptionError, PositionSpec, ReadOptions, parse_position, resolve_topics
-from spark_udfs.source import DataDirChangedError, LedgerPartition, read_partition
+from spark_udfs.source import DataDirChangedError, LedgerPartition, PlannedEntriesGoneError, read_partition
 from spark_udfs.state import Snapshot, open_snapshot
+
+log = logging.getLogger(__name__)
 
 
 class StreamPartition(LedgerPartition):
@@ -95,9 +101,12 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for name in names:
                 start = self.options.start.for_topic(name)
                 if start == "earliest":
-                    position = Position.EARLIEST
+                    # What is stored now, as Kafka's source resolves `earliest` to offsets: an
+                    # offset of -1:-1 later means that nothing was trimmed when the query began.
+                    position = _first_unread(snapshot.view.topic(name))
                 elif start == "latest":
-                    position = self._readable_end(snapshot, snapshot.view.topic(name))
+                    info = snapshot.view.topic(name)
+                    position = max(self._readable_end(snapshot, info), _first_unread(info))
                 else:
                     position = start
                 offset[name] = str(position)
@@ -163,7 +172,17 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- reading (in the workers) ----------------------------------------------------------
 
     def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_partition(self.options, partition.state, partition)
+        try:
+            yield from read_partition(self.options, partition.state, partition)
+        except PlannedEntriesGoneError as exc:
+            # Trimmed (or the topic deleted) between planning and this task: Kafka's source
+            # fails with failOnDataLoss, else skips what is gone (the rest of the batch is read).
+            gone = (f"entries {partition.ledger_id}:{partition.first_entry}..{partition.ledger_id}:"
+                    f"{partition.last_entry} of {partition.topic} were trimmed by retention (or the topic deleted) "
+                    "after the micro-batch was planned, before its task read them")
+            if self.options.fail_on_data_loss:
+                _report_data_loss(gone)
+            log.warning("%s: left out (failOnDataLoss is false)", gone)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the data dir is only read (its retention is the broker's)."""
@@ -206,14 +225,25 @@ def _check_no_data_lost(snapshot: Snapshot, stored: set[str], begin: dict[str, P
                 _report_data_loss(f"{name} appeared after the query started, and its entries through {trimmed} "
                                   "were trimmed by retention before the query read them")
         elif offset == Position.EARLIEST:
-            continue
+            # Nothing was trimmed when the query began (`initialOffset`), nor when it last read.
+            if trimmed is not None:
+                _report_data_loss(f"the entries of {name} through {trimmed} were trimmed by retention before the "
+                                  "query read them")
         elif trimmed is not None and offset <= trimmed:
             _report_data_loss(f"the entries of {name} from {offset} through {trimmed} were trimmed by retention "
                               "before the query read them")
         elif trimmed is None and info.ledgers and offset < Position(info.ledgers[0].ledger_id, 0):
-            _report_data_loss(f"{name} holds nothing before ledger {info.ledgers[0].ledger_id} and trimmed nothing, "
-                              f"yet the query was to read it from {offset}: it was deleted and created again "
-                              "since, and what it held after that offset may be lost")
+            _report_data_loss(f"{name} holds nothing before ledger {info.ledgers[0].ledger_id} and its record notes no "
+                              f"trim, yet the query was to read it from {offset}: it was deleted and created again "
+                              "since (or trimmed by retention in a data dir written before pyengine recorded "
+                              "trims), and what it held after that offset may be lost")
+
+
+def _first_unread(info: TopicInfo) -> Position:
+    """The offset of a query that reads `info` from its first entry left: just after what
+    retention trimmed, else the beginning."""
+    trimmed = info.trimmed_through
+    return trimmed.next() if trimmed is not None else Position.EARLIEST
 
 
 def _report_data_loss(what: str) -> None:

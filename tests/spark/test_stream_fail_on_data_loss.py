@@ -110,6 +110,70 @@ def test_an_earliest_start_reads_what_is_left(tmp_path):
     assert stream(tmp_path, True).next() == [b"left"]
 
 
+def test_a_ledger_read_to_its_end_trimmed_with_an_empty_one_after_it_is_no_loss(tmp_path):
+    send(tmp_path, A, *messages("read", 3))
+    batches = stream(tmp_path, True)
+    assert batches.next() == messages("read", 3)
+    send(tmp_path, A)                                           # a restart leaves an empty ledger
+    trim(tmp_path, A)                                           # both go
+    assert batches.next() == []
+
+
+def test_a_topic_that_appears_with_only_an_empty_ledger_trimmed_is_no_loss(tmp_path):
+    send(tmp_path, A, b"a")
+    batches = stream(tmp_path, True, topics=NS + "loss-*")
+    assert batches.next() == [b"a"]
+    send(tmp_path, B)                                           # created, never written
+    trim(tmp_path, B)
+    send(tmp_path, B, b"b")
+    assert batches.next() == [b"b"]
+
+
+@pytest.mark.parametrize("start", ["earliest", "latest"])
+def test_a_start_resolved_when_the_query_begins_catches_a_trim_before_its_first_micro_batch(tmp_path, start):
+    """`earliest` and `latest` are resolved to what is stored when the query begins (Kafka's
+    source resolves them to offsets): a trim before the first micro-batch read the entries is a
+    loss; what was trimmed before the query began is not."""
+    send(tmp_path, A, *messages("before", 3))
+    send(tmp_path, A, then_trim=True)                           # trimmed before the query
+    batches = stream(tmp_path, True, startPosition=start)
+    send(tmp_path, A, *messages("unread", 3))
+    send(tmp_path, A, b"left", then_trim=True)
+    with pytest.raises(DataDirChangedError, match="were trimmed by retention before the query read them"):
+        batches.next()
+
+
+def test_a_latest_start_on_a_topic_trimmed_empty_is_no_loss(tmp_path):
+    send(tmp_path, A, *messages("before", 3))
+    send(tmp_path, A, then_trim=True)
+    batches = stream(tmp_path, True, startPosition="latest")
+    assert batches.next() == []
+    send(tmp_path, A, b"new")
+    assert batches.next() == [b"new"]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_entries_trimmed_between_planning_and_the_task(tmp_path, fail_on_data_loss):
+    """As Kafka's source when offsets go out of range under a task: with failOnDataLoss the
+    micro-batch fails; without, the task skips what is gone and the query reads on."""
+    send(tmp_path, A, *messages("read", 3))
+    batches = stream(tmp_path, fail_on_data_loss)
+    assert batches.next() == messages("read", 3)
+    send(tmp_path, A, *messages("planned", 3))
+    reader = batches.reader
+    end = reader.latestOffset(batches.offset, reader.getDefaultReadLimit())
+    parts = reader.partitions(batches.offset, end)
+    send(tmp_path, A, b"after", then_trim=True)                 # the planned ledger goes
+    if fail_on_data_loss:
+        with pytest.raises(DataDirChangedError, match="failOnDataLoss: entries .* were trimmed by retention .*"
+                                                      "after the micro-batch was planned"):
+            [batch for part in parts for batch in reader.read(part)]
+    else:
+        assert sum(batch.num_rows for part in parts for batch in reader.read(part)) == 0
+        batches.offset = end
+        assert batches.next() == [b"after"]
+
+
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_a_topic_of_a_pattern_deleted_after_the_query_read_it(tmp_path, fail_on_data_loss):
     send(tmp_path, A, b"a")
