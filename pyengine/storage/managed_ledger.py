@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
 from pyengine.concurrency import single_flight
@@ -119,6 +119,9 @@ class ManagedLedger:
             Position(record.trimmed_through.ledger_id, record.trimmed_through.entry_id)
             if record.HasField("trimmed_through") else None)
         self._unsaved_properties: set[str] = set()    # set in memory, their save not done
+        # The write of a trim in flight: a save of the topic record meanwhile carries its
+        # trimmed_through, so it is made conditional on it (never durable without the trim).
+        self._trim_written: asyncio.Future[Any] | None = None
         last = self._last_entry_position()
         self.lac: Position = last if last is not None else Position(self._last_ledger_id(), -1)
         self._current: LedgerInfo | None = None
@@ -483,7 +486,9 @@ class ManagedLedger:
 
     async def _put_topic_record(self) -> None:
         key, value, db = self.name.encode(), self._record.SerializeToString(), self.env.db("topics")
-        await self.env.submit(lambda txn: txn.put(key, value, db=db), key=("topic", key))
+        trim = self._trim_written
+        await self.env.submit(lambda txn: txn.put(key, value, db=db), key=("topic", key),
+                              after=trim if trim is not None and not trim.done() else None)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -767,8 +772,9 @@ class ManagedLedger:
             for write in extra:
                 write(txn)
 
+        self._trim_written = written = self.env.submit(delete)
         try:
-            await self.env.submit(delete)
+            await written
         except StorageError:        # not written (trims take turns: none moved it meanwhile)
             self.trimmed_through = previous
             if previous is None:

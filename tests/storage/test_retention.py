@@ -4,6 +4,7 @@ oldest first, each one closed longer ago than the retention time or while the to
 retention size; in the background once a ledger closes or the slowest cursor moves past one."""
 
 import asyncio
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -178,6 +179,40 @@ async def test_a_trim_whose_write_failed_records_nothing(env, reopen):
     await ml.set_property("p", "v")                             # nor does the next save of the record
     await ml.close()
     assert (await ManagedLedger.open(reopen(env), TOPIC)).trimmed_through is None
+
+
+async def test_a_record_saved_while_a_trim_is_written_is_not_durable_without_it(env, reopen):
+    """A save of the topic record (a property) queued while the trim's write is in flight
+    carries the trim's trimmed_through: if the trim's commit fails, that save fails too, or a
+    restart would find entries still stored counted as trimmed."""
+    ml, positions = await filled(env, entries=6, per_ledger=3, retention_ms=0)
+    in_writer, release = threading.Event(), threading.Event()
+    real_submit = env.submit
+
+    def submit(write, **kwargs):                # the trim's write: held in the writer, then fails
+        env.submit = real_submit
+
+        def failing(txn):
+            in_writer.set()
+            release.wait(5)
+            raise RuntimeError("injected: the disk is failing")
+        return real_submit(failing, **kwargs)
+
+    env.submit = submit
+    trim = asyncio.ensure_future(ml.trim(10**15))
+    assert await asyncio.get_running_loop().run_in_executor(None, in_writer.wait, 5)
+    saved = asyncio.ensure_future(ml.set_property("p", "v"))     # queued for the next commit
+    await asyncio.sleep(0.01)
+    release.set()
+    with pytest.raises(StorageError, match="injected"):
+        await trim
+    with pytest.raises(StorageError):
+        await saved
+    await ml.set_property("p", "v")                             # saved again, without it
+    await ml.close()
+    again = await ManagedLedger.open(reopen(env), TOPIC)
+    assert again.trimmed_through is None and again.properties["p"] == "v"
+    assert [e.position for e in again.read_entries(positions[0], 10)] == positions
 
 
 @given(steps=st.lists(st.one_of(st.integers(1, 6), st.just("trim"), st.just("restart")), max_size=14),
