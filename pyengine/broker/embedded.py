@@ -43,6 +43,7 @@ from pyengine.client.config import ClientConfig
 from pyengine.client.errors import (
     AlreadyClosedError, CumulativeAcknowledgementNotAllowedError, TransactionHasOperationFailedError,
 )
+from pyengine.client.handler import FATAL_ERRORS
 from pyengine.client.held import HeldMessages
 from pyengine.client.message import DecodeError, Message, MessageId, decode_entry, seek_ack_set
 from pyengine.client.negative_acks import NegativeAckTracker
@@ -78,10 +79,12 @@ _OPERATION_TIMEOUT_MS = int(ClientConfig().operation_timeout * 1000)    # pyengi
 
 
 async def _retried(attempt: Callable[[bool], Awaitable[_T]], refusal: type[Exception], timeout_ms: int, *,
-                   give_up: Callable[[], bool] = lambda: False) -> _T:
-    """`attempt(again)` (`again`: a retry) tried again while it raises `refusal`, at the network
-    client's reconnect back-off; the refusal is raised once `timeout_ms` has passed (0: no
-    limit) or `give_up()` says so. Any other error is raised at once."""
+                   give_up: Callable[[], bool] = lambda: False,
+                   fatal: tuple[type[BaseException], ...] = ()) -> _T:
+    """`attempt(again)` (`again`: a retry) tried again while it raises `refusal` (but not one
+    of `fatal`), at the network client's reconnect back-off; the refusal is raised once
+    `timeout_ms` has passed (0: no limit) or `give_up()` says so. Any other error is raised at
+    once."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000 if timeout_ms > 0 else float("inf")
     backoff = Backoff()
@@ -89,7 +92,9 @@ async def _retried(attempt: Callable[[bool], Awaitable[_T]], refusal: type[Excep
     while True:
         try:
             return await attempt(again)
-        except refusal:
+        except refusal as exc:
+            if isinstance(exc, fatal):
+                raise
             again = True
             remaining = deadline - loop.time()
             if remaining <= 0 or give_up():
@@ -170,6 +175,7 @@ class _EmbeddedCore:
 
     def __init__(self, client: EmbeddedClient) -> None:
         self._client = client
+        self.config = ClientConfig()        # its back-off, to subscribe a failed topic again
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         return lookup.topics_of_namespace(self._client.service, namespace, mode)
@@ -368,10 +374,10 @@ class EmbeddedClient:
 
         async def subscribe_on(consumer: EmbeddedConsumer, loaded: Topic) -> tuple[Subscription, Consumer]:
             broker_side = Consumer(consumer, name=reader_name)
-            # Attached again, it resumes after the last message it handed out, as the network
-            # client's reader (and Java's) resubscribes.
+            # Attached again, it resumes at the first message it did not hand out, as the
+            # network client's reader (and Java's) resubscribes (see closed_by_broker).
             begin = consumer._seek_start
-            if begin is None:               # sought by time, nothing read since: where it was
+            if begin is None:               # sought by time, nothing read or queued since: where it was
                 assert consumer._subscription is not None
                 start = consumer._subscription.cursor.read_position
             elif begin == MessageId.latest:
@@ -860,14 +866,17 @@ class EmbeddedConsumer:
         self._start: MessageId | None = None              # a reader's start, or seek's
         self._sought_by_time = False                      # the last seek was by publish time
         # After a reader's start or a seek by id, what is delivered before it is dropped, and it
-        # too unless start-inclusive (a reader's setting; never for a consumer).
+        # too unless start-inclusive (a reader's setting; never for a consumer). A consumer's
+        # (durable) seek drops only the target's entry, as the network client's.
+        # `_start_inclusive` is for the current start: a reader attached again resumes once
+        # at a point of its own (see closed_by_broker); its seeks follow `_inclusive`.
         self._seek_start: MessageId | None = None
-        self._start_inclusive = reader and start_inclusive
+        self._inclusive = self._start_inclusive = reader and start_inclusive
         self._reader = reader
         self._subscription: Subscription | None = None
         self._consumer: Consumer | None = None
         self._closed = False
-        self._closed_by: BaseException | None = None     # why the broker's closing was for good
+        self._closed_by: PulsarError | None = None     # why the broker's closing was for good
         self.active = False
         # Exclusive/Failover (and readers, whose subscription is Exclusive), as the network
         # client's: the last entry delivered since the queue last started over (entries come
@@ -923,8 +932,7 @@ class EmbeddedConsumer:
                 self._reject(delivery, exc)
                 continue
             for message in messages:
-                if self._seek_start is not None and before_start(message.message_id, self._seek_start,
-                                                                    self._start_inclusive):
+                if self._seek_start is not None and self._before_seek_start(message.message_id):
                     self._credit(1)     # dropped after a seek: as if handed out
                     continue
                 self._queue.append(message)
@@ -932,6 +940,16 @@ class EmbeddedConsumer:
                 self._wake_one()
         if self._batch_waiters:
             self._wake_batch_waiters()
+
+    def _before_seek_start(self, message_id: MessageId) -> bool:
+        start = self._seek_start
+        assert start is not None
+        if not self._reader and (message_id.ledger_id, message_id.entry_id) != (start.ledger_id, start.entry_id):
+            # As the network client's (and the C++ and Java clients'): a consumer's seek filters
+            # only the target's own entry; the entries before it that its subscription delivers
+            # later (moved back, made again) are its to receive.
+            return False
+        return before_start(message_id, start, self._start_inclusive)
 
     def _reject(self, delivery: Delivery, error: DecodeError) -> None:
         """An entry that cannot be decoded (a malformed batch a network producer stored): as
@@ -1005,21 +1023,30 @@ class EmbeddedConsumer:
         client's consumer reconnects, it attaches again in the background: to the topic created
         again after its deletion (where topics are created on use) or loaded again, to the
         subscription made again at the initial position if it was deleted; a reader resumes
-        after the last message it handed out. Its operations wait for it; receive() gets what
-        comes then. What was queued is dropped: the subscription delivers it again (a durable
-        one kept it unacknowledged). Closed for good when the broker is closing or attaching
-        fails (then ClosedError, with the failure as its cause)."""
+        at the first message it did not hand out. Its operations wait for it; receive() gets
+        what comes then. What was queued is dropped: the subscription delivers it again (a
+        durable one kept it unacknowledged). A failure is retried with back-off, as the network
+        client reconnects; closed for good when the broker or client is closing (ClosedError),
+        or on a failure retrying cannot fix (then its operations raise that failure)."""
         if self._closed or self._attaching is not None:
-            return
+            return          # (closed under its attachment: that one sees it, and attaches again)
         if self._subscribe_on is None or self._client._closed or self._client.service.closed:
             self._closed_for_good(None)
             return
+        if self._reader:
+            # As Java's clearReceiverQueue: the first queued message (none handed out past it)
+            # inclusive, else after the last handed out; once: its seeks keep its setting.
+            if self._queue:
+                self._start = self._seek_start = self._queue[0].message_id
+                self._start_inclusive, self._sought_by_time = True, False
+            elif self._last_received is not None:
+                self._start = self._seek_start = self._last_received
+                self._start_inclusive = False
+        else:
+            self._seek_start = None     # a durable subscription knows where it is (made again: not there)
         self._drop_queued()
         self._consumed_since_flow = 0
         self._held.sent_again()     # what the application holds is stale (as after a reconnect)
-        if self._reader and self._last_received is not None:
-            self._start = self._seek_start = self._last_received
-            self._start_inclusive = False
         self._attaching = asyncio.ensure_future(self._attach_again())
 
     async def _attach_again(self) -> None:
@@ -1027,24 +1054,39 @@ class EmbeddedConsumer:
         subscribe_on, name = self._subscribe_on, self._topic.name
 
         async def attempt(_again: bool) -> tuple[Topic, Subscription, Consumer]:
-            loaded = await self._client._attachable_topic(name, again=True)
-            subscribing = asyncio.ensure_future(subscribe_on(self, loaded))
             try:
-                return (loaded, *await asyncio.shield(subscribing))
-            except asyncio.CancelledError:
-                # Closed meanwhile (close() cancels this): what it attaches is detached then.
-                subscribing.add_done_callback(lambda done: done.cancelled() or done.exception() is not None
-                                              or self._detach(loaded, *done.result()))
+                loaded = await self._client._attachable_topic(name, again=True)
+                subscribing = asyncio.ensure_future(subscribe_on(self, loaded))
+                try:
+                    subscription, consumer = await asyncio.shield(subscribing)
+                except asyncio.CancelledError:
+                    # Closed meanwhile (close() cancels this): what it attaches is detached then.
+                    subscribing.add_done_callback(lambda done: done.cancelled() or done.exception() is not None
+                                                  or self._detach(loaded, *done.result()))
+                    raise
+                if not consumer.connected or loaded.closed:
+                    # Closed under it as it attached (deleted again): attached again, as the
+                    # network client reconnects after every CLOSE_CONSUMER.
+                    self._detach(loaded, subscription, consumer)
+                    raise TopicFencedError(f"topic {name} was closed as the consumer attached to it")
+            except Exception as exc:
+                log.info("%s: attaching again failed: %r", name, exc)
                 raise
+            return loaded, subscription, consumer
+
+        def closing() -> bool:
+            return self._closed or self._client._closed or self._client.service.closed
 
         try:
-            loaded, subscription, consumer = await _retried(
-                attempt, TopicFencedError, _OPERATION_TIMEOUT_MS, give_up=lambda: self._client.service.closed)
+            # As the network client's reconnect: any error but a fatal one is retried, until closed.
+            loaded, subscription, consumer = await _retried(attempt, Exception, 0, give_up=closing,
+                                                            fatal=FATAL_ERRORS)
         except BaseException as exc:
-            if not self._closed:
+            failure = None if closing() or not isinstance(exc, Exception) else to_pulsar_error(exc)
+            if failure is not None:
                 log.warning("%s of %s: closed by the broker, and attaching it again failed: %r",
                             "reader" if self._reader else "consumer", name, exc)
-            self._closed_for_good(exc)
+            self._closed_for_good(failure)
             if not isinstance(exc, Exception):
                 raise
             return
@@ -1056,7 +1098,7 @@ class EmbeddedConsumer:
         self._topic = loaded
         self._attach(subscription, consumer)
 
-    def _closed_for_good(self, cause: BaseException | None) -> None:
+    def _closed_for_good(self, cause: PulsarError | None) -> None:
         if not self._closed:
             self._closed = True
             self._closed_by = cause
@@ -1069,7 +1111,8 @@ class EmbeddedConsumer:
 
     async def _attached(self) -> None:
         """Wait while the consumer attaches again (see closed_by_broker), as the network
-        client's operations wait for its reconnect; ClosedError once it is closed."""
+        client's operations wait for its reconnect; ClosedError once it is closed (the failure
+        that closed it, if one did)."""
         attaching = self._attaching
         if attaching is not None:
             await asyncio.wait([attaching])     # its outcome is the consumer's state
@@ -1314,14 +1357,16 @@ class EmbeddedConsumer:
         # As pulsar-client: the cursor goes to the id's entry and what follows the id comes next
         # (a start-inclusive reader reads the id's message again). Set first: the new
         # position's deliveries may come before the seek returns.
-        previous, self._seek_start = self._seek_start, target if isinstance(target, MessageId) else None
+        previous = self._seek_start, self._start_inclusive
+        self._seek_start = target if isinstance(target, MessageId) else None
+        self._start_inclusive = self._inclusive
         ack_set = None
         if isinstance(target, MessageId) and position == Position(target.ledger_id, target.entry_id):
             ack_set = seek_ack_set(target)      # into a batch: its earlier indexes acknowledged
         try:
             await subscription.seek(position, earliest=earliest, ack_set=ack_set)
         except BaseException as exc:
-            self._seek_start = previous
+            self._seek_start, self._start_inclusive = previous
             if isinstance(exc, Exception):  # a save that failed: PersistenceError, as the wire answers
                 raise to_pulsar_error(exc) from exc
             raise
@@ -1385,6 +1430,7 @@ class EmbeddedConsumer:
 
     async def close(self) -> None:
         if self._closed:
+            self._closed_by = None      # closed by the application now (ClosedError), as the network client's
             return
         self._closed_for_good(None)
         if self._attaching is not None:
@@ -1399,7 +1445,11 @@ class EmbeddedConsumer:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError("the consumer is closed") from self._closed_by
+            if self._closed_by is not None:
+                # As the network client's: the failure, not AlreadyClosedError (which a
+                # MultiTopicsConsumer takes for closed by itself: it subscribes a failed one again).
+                raise self._closed_by
+            raise ClosedError("the consumer is closed")
 
 
 _MASK64 = (1 << 64) - 1
