@@ -428,10 +428,17 @@ class PartitionConsumer(ConnectionHandler):
             fill_key_shared_meta(cmd.subscribe.keySharedMeta, options.key_shared_policy)
         if options.schema is not None:
             fill_schema(cmd.subscribe.schema, options.schema)
-        if self.last_dequeued is not None and not options.durable:
-            # A reader resumes after what it handed out (a durable cursor knows by itself, and
-            # keeps its last seek's filter, as Pulsar's clients do).
-            self.start, self.start_inclusive = self.last_dequeued, False
+        if not options.durable:
+            # A reader resumes at the first message it did not hand out, as Java's
+            # clearReceiverQueue: the first queued (inclusive), else after the last handed out.
+            # (A durable cursor knows by itself, and keeps its last seek's filter, as Pulsar's
+            # clients do.) Its later seeks go by its option again.
+            first = self._parent._first_queued(self)
+            if first is not None:
+                self.start, self.start_inclusive = _start_id(first, True), True
+                self.sought_by_timestamp = False        # the start names a message now
+            elif self.last_dequeued is not None:
+                self.start, self.start_inclusive = self.last_dequeued, False
         if self.start is not None and not options.durable:
             cmd.subscribe.start_message_id.CopyFrom(self.start.to_proto())
         try:
@@ -1263,6 +1270,13 @@ class Consumer:
             if generation == handler.generation:
                 return message
             self._queue.popleft()
+        return None
+
+    def _first_queued(self, handler: PartitionConsumer) -> MessageId | None:
+        """The id of `handler`'s first message queued (of its generation), not handed out yet."""
+        for queued_by, generation, message in self._queue:
+            if queued_by is handler and generation == handler.generation:
+                return message.message_id
         return None
 
     def _take(self) -> Message | None:
