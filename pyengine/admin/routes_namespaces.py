@@ -159,9 +159,11 @@ async def delete_namespace(call: Call) -> None:
                 pass
     has_topics = bool(service.list_topics(namespace) or service.loading_topics(namespace)
                       or service.policies.partitioned_topics(namespace))
+    # Their cache is forgotten from the write's done-callback: not skipped if this handler is
+    # cancelled meanwhile, and done before the namespace can be created again.
     await service.policies.delete_namespace(namespace, has_topics=has_topics,
-                                            also=registry.namespace_deletion(namespace))
-    registry.forget_namespace(namespace)
+                                            also=registry.namespace_deletion(namespace),
+                                            durable=lambda: registry.forget_namespace(namespace))
 
 
 @routes.add("GET", NAMESPACE_PATH + "/topics", summary="List every topic of a namespace.",

@@ -299,22 +299,30 @@ class BrokerPolicies:
         raw, db = json.dumps(value, sort_keys=True).encode(), self._db
         await self._write(key, value, lambda txn: txn.put(key.encode(), raw, db=db))
 
-    async def _delete(self, key: str, also: WriteFn | None = None) -> None:
-        """Delete `key`'s record; `also`: what goes in the same LMDB write (see `_write`)."""
+    async def _delete(self, key: str, also: WriteFn | None = None, durable: Callable[[], None] | None = None) -> None:
+        """Delete `key`'s record; `also`: what goes in the same LMDB write, `durable`: what is
+        done once it is (see `_write`)."""
         db = self._db
 
         def delete(txn: Any) -> None:
             txn.delete(key.encode(), db=db)
-        await self._write(key, None, delete if also is None else all_of([delete, also]), alone=also is not None)
+        await self._write(key, None, delete if also is None else all_of([delete, also]), alone=also is not None,
+                          durable=durable)
 
-    async def _write(self, key: str, value: Any, write: Callable[[Any], Any], *, alone: bool = False) -> None:
+    def _deleting(self, key: str) -> bool:
+        """`key`'s record is being deleted: the cache says so, the store not yet."""
+        return key in self._writing and self._cache.get(key) is None
+
+    async def _write(self, key: str, value: Any, write: Callable[[Any], Any], *, alone: bool = False,
+                     durable: Callable[[], None] | None = None) -> None:
         """Store `value` under `key`. The cache holds it from now on, before the write is
         durable: a change made meanwhile (read, change, write, all in one event-loop turn, as
         every setter here does) starts from it instead of overwriting it with the state before
         (two policy changes at once both kept, as Pulsar's versioned read-modify-write). The
         writes of one key coalesce in order; a failed one leaves the cache to the store again.
         `alone`: `write` does more than the key's record, so a later write of the key may not
-        replace it in the group commit (it is written after it instead)."""
+        replace it in the group commit (it is written after it instead). `durable`: called once
+        the write is, from its done-callback (a caller that stops waiting cannot skip it)."""
         self._cache[key] = value
         self.version += 1
 
@@ -327,8 +335,11 @@ class BrokerPolicies:
                 del self._writing[key]
             if future.cancelled() or future.exception() is not None:
                 forget()
-            elif value is None and key not in self._writing:
-                forget()              # deleted for good: a missing record is read, not cached
+            else:
+                if value is None and key not in self._writing:
+                    forget()          # deleted for good: a missing record is read, not cached
+                if durable is not None:
+                    durable()
 
         try:
             written = self.env.submit(write, key=None if alone else ("policies", key), after=self._writing.get(key))
@@ -421,7 +432,10 @@ class BrokerPolicies:
         tenant, _, local = namespace.partition("/")
         check_name("namespace", local)
         self.tenant(tenant)
-        if self.namespace_exists(namespace):
+        # One whose deletion is not durable yet still exists, as Pulsar's until its policies
+        # node is gone: created again meanwhile, it would get the deleted one's schemas (their
+        # deletion is in that write, their cache forgotten once it is durable).
+        if self.namespace_exists(namespace) or self._deleting(f"/admin/namespaces/{namespace}"):
             raise ConflictError(f"namespace {namespace} already exists")
         await self._put(f"/admin/namespaces/{namespace}", (policies or NamespacePolicies()).to_json())
 
@@ -430,15 +444,17 @@ class BrokerPolicies:
         await self._put(f"/admin/namespaces/{namespace}", policies.to_json())
         self._policies_changed()
 
-    async def delete_namespace(self, namespace: str, *, has_topics: bool, also: WriteFn | None = None) -> None:
+    async def delete_namespace(self, namespace: str, *, has_topics: bool, also: WriteFn | None = None,
+                               durable: Callable[[], None] | None = None) -> None:
         """`also`: what goes with the namespace's policies in their LMDB write (its schemas,
-        `SchemaRegistry.namespace_deletion`): a crash leaves both or neither."""
+        `SchemaRegistry.namespace_deletion`): a crash leaves both or neither. `durable`: called
+        once that write is, before the namespace can be created again (`forget_namespace`)."""
         self.policies(namespace)
         if namespace in DEFAULT_NAMESPACES:
             raise NotAllowedError(f"namespace {namespace} cannot be deleted")
         if has_topics:
             raise ConflictError(f"namespace {namespace} still has topics")
-        await self._delete(f"/admin/namespaces/{namespace}", also)
+        await self._delete(f"/admin/namespaces/{namespace}", also, durable)
 
     # --- partitioned topics ---------------------------------------------------------------
 

@@ -7,9 +7,13 @@ the namespace gone, nothing would find them any more); here every schema under i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 
-from pyengine.schema import schema_id
+from pyengine.admin import routes_namespaces
+from pyengine.admin.routing import Call
+from pyengine.schema import CompatibilityStrategy, SchemaData, SchemaType, schema_id
 
 NS = "/admin/v2/namespaces/public/gone"
 S = "/admin/v2/schemas/public/gone"
@@ -87,3 +91,69 @@ async def test_the_schemas_go_in_the_write_that_deletes_the_namespace(api, servi
 
 def registry_key(topic: str) -> bytes:
     return f"/schemas/{schema_id(topic)}".encode()
+
+
+@contextlib.contextmanager
+def commits_held(service):
+    """The writer thread holds every commit until the block ends (a deletion stays in flight)."""
+    release = threading.Event()
+    write_batch = service.env._write_batch
+
+    def held(writes):
+        release.wait(5)         # (a safety net: released when the block ends)
+        return write_batch(writes)
+
+    service.env._write_batch = held
+    try:
+        yield
+    finally:
+        release.set()
+        service.env._write_batch = write_batch
+
+
+async def in_flight(service, namespace):
+    """Until the namespace's deletion is submitted (the cache says gone, the store not yet)."""
+    key = f"/admin/namespaces/{namespace}"
+    while not (key in service.policies._writing and service.policies._cache.get(key, 0) is None):
+        await asyncio.sleep(0.005)
+
+
+async def test_a_namespace_is_not_created_again_while_its_deletion_is_written(api, service):
+    """As Pulsar's (the namespace exists until its policies node is deleted): 409 meanwhile.
+    Accepted, the new namespace met the deleted one's schemas (cached, or on disk until the
+    commit) and a schema uploaded there was stored on top of them."""
+    assert (await api.put(NS)).status == 204
+    assert (await api.post(f"{S}/t/schema", AVRO)).status == 200
+    with commits_held(service):
+        delete = asyncio.ensure_future(api.delete(NS))
+        await in_flight(service, "public/gone")
+        again = await api.put(NS)
+    assert (again.status, again.body) == (409, {"reason": "namespace public/gone already exists"})
+    assert (await delete).status == 204
+    assert (await api.put(NS)).status == 204
+    other = {"type": "AVRO", "schema": json.dumps({"type": "record", "name": "Other",
+                                                   "fields": [{"name": "x", "type": "string"}]})}
+    reply = await api.post(f"{S}/t/schema", other)        # incompatible with the deleted one's
+    assert (reply.status, reply.body) == (200, {"version": {"version": 0}})
+    registry = service.schemas.registry
+    registry._cache.clear()
+    assert [v.version for v in registry.versions(schema_id("persistent://public/gone/t"))] == [0]
+
+
+async def test_a_cancelled_deletion_forgets_the_namespaces_schemas_all_the_same(service):
+    """The DELETE handler cancelled while its write is in flight (the write lands, shielded):
+    the deleted namespace's schemas are not left cached for a namespace created again."""
+    registry, sid = service.schemas.registry, schema_id("persistent://public/gone/t")
+    await service.policies.create_namespace("public/gone")
+    await registry.put_if_absent(sid, SchemaData(SchemaType.AVRO, json.dumps(Rec).encode()),
+                                 CompatibilityStrategy.FULL)
+    with commits_held(service):
+        handler = asyncio.ensure_future(routes_namespaces.delete_namespace(
+            Call(service, {"tenant": "public", "namespace": "gone", "force": False}, None, None)))
+        await in_flight(service, "public/gone")
+        handler.cancel()
+        await asyncio.gather(handler, return_exceptions=True)
+    await service.env.drain()
+    assert not service.policies.namespace_exists("public/gone")
+    await service.policies.create_namespace("public/gone")
+    assert registry.versions(sid) == []
