@@ -405,7 +405,10 @@ class BrokerPolicies:
         return info
 
     async def create_tenant(self, tenant: str, info: dict[str, Any] | None = None) -> None:
-        if self._get(f"/admin/tenants/{check_name('tenant', tenant)}") is not None:
+        key = f"/admin/tenants/{check_name('tenant', tenant)}"
+        # One whose deletion is not durable yet still exists, as Pulsar's until its node is
+        # gone (as `create_namespace`): if that write fails, the tenant is back as it was.
+        if self._get(key) is not None or self._deleting(key):
             raise ConflictError(f"tenant {tenant} already exists")
         await self._put(f"/admin/tenants/{tenant}", info or {"allowedClusters": ["standalone"], "adminRoles": []})
 
