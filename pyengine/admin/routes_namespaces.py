@@ -30,6 +30,7 @@ from pyengine.admin.schemas import (
     errors,
 )
 from pyengine.broker.policies import BacklogQuota, DelayedDelivery, NamespacePolicies, Retention, check_message_ttl
+from pyengine.scalable.resources import ScalableTopicResources
 from pyengine.schema import CompatibilityStrategy
 
 routes = RouteTable("namespaces")
@@ -149,6 +150,12 @@ async def delete_namespace(call: Call) -> None:
     # Its schemas go with it, as Pulsar's (a schema may be uploaded before its topic exists), in
     # the same LMDB write: the schema changes under way are done first too.
     registry = service.schemas.registry
+    # Its scalable topics too, stored or not on this broker (their segments may be on another,
+    # or not created yet): read from the metadata store, so before the settled check below and
+    # not with it. A scalable topic created meanwhile (here or from another broker) is missed,
+    # as in Pulsar, whose check and deletion are not atomic either. Read whether or not scalable
+    # topics are enabled: disabled, their records are kept all the same.
+    has_scalable_topics = bool(await ScalableTopicResources(service.metadata).list(namespace))
     while True:
         await namespace_settled(service, namespace)
         uploads = registry.changes_under_way(namespace)
@@ -157,7 +164,7 @@ async def delete_namespace(call: Call) -> None:
         for lock in uploads:
             async with lock:
                 pass
-    has_topics = bool(service.list_topics(namespace) or service.loading_topics(namespace)
+    has_topics = bool(has_scalable_topics or service.list_topics(namespace) or service.loading_topics(namespace)
                       or service.policies.partitioned_topics(namespace))
     # Their cache is forgotten from the write's done-callback: not skipped if this handler is
     # cancelled meanwhile, and done before the namespace can be created again.
