@@ -111,6 +111,10 @@ class ChunkAssembler:
         """Forget everything (the broker redelivers the unacknowledged chunks)."""
         self._contexts.clear()
 
+    def first_chunk(self) -> MessageId | None:
+        """The first chunk of the oldest incomplete message (None: none is incomplete)."""
+        return min((context.ids[0] for context in self._contexts.values() if context.ids), default=None)
+
     def process(self, uuid: str, chunk_id: int, num_chunks: int, total_size: int, publish_time: int,
                 message_id: MessageId, payload: bytes, now_ms: int) -> ChunkOutcome:
         outcome = ChunkOutcome()

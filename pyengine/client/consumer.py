@@ -430,15 +430,22 @@ class PartitionConsumer(ConnectionHandler):
             fill_schema(cmd.subscribe.schema, options.schema)
         if not options.durable:
             # A reader resumes at the first message it did not hand out, as Java's
-            # clearReceiverQueue: the first queued (inclusive), else after the last handed out.
-            # (A durable cursor knows by itself, and keeps its last seek's filter, as Pulsar's
+            # clearReceiverQueue: the first queued (inclusive; a chunked message at its first
+            # chunk, also one still being put together), else after the last handed out. (A
+            # durable cursor knows by itself, and keeps its last seek's filter, as Pulsar's
             # clients do.) Its later seeks go by its option again.
             first = self._parent._first_queued(self)
-            if first is not None:
-                self.start, self.start_inclusive = _start_id(first, True), True
+            firsts = [_start_id(first, True)] if first is not None else []
+            if self._chunks is not None and (pending := self._chunks.first_chunk()) is not None:
+                firsts.append(pending)
+            if firsts:
+                self.start, self.start_inclusive = min(firsts), True
                 self.sought_by_timestamp = False        # the start names a message now
             elif self.last_dequeued is not None:
                 self.start, self.start_inclusive = self.last_dequeued, False
+        # As Java's clearReceiverQueue, with the start taken: what was queued comes again, so
+        # none of it is handed out while the SUBSCRIBE is on its way (it would come twice).
+        self._new_generation(reconnected=True)
         if self.start is not None and not options.durable:
             cmd.subscribe.start_message_id.CopyFrom(self.start.to_proto())
         try:

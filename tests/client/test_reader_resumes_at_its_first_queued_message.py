@@ -1,14 +1,22 @@
 """A reader reconnecting resumes at the first message it has not handed out, as Java's
-ConsumerImpl.clearReceiverQueue: the first queued one (inclusive), else after the last handed
-out. One that had handed out nothing resubscribed at its configured start: started at latest
-(or sought by time), the messages queued before the reconnect were lost."""
+ConsumerImpl.clearReceiverQueue: the first queued one (inclusive; a chunked message at its first
+chunk, also one still being put together), else after the last handed out. One that had handed
+out nothing resubscribed at its configured start: started at latest (or sought by time), the
+messages queued before the reconnect were lost. And what was queued is not handed out while the
+SUBSCRIBE is on its way: it comes again."""
 
 from __future__ import annotations
 
 import asyncio
 
+import time
+
 from pyengine.client import Client
+from pyengine.client.connection import ClientConnection
 from pyengine.client.message import MessageId
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.protocol.commands import command_body, message_metadata
+from pyengine.storage.entry import headers_and_payload
 
 T = "persistent://public/default/reader-resumes-at-its-first-queued"
 
@@ -77,3 +85,60 @@ async def test_a_reader_resumes_at_its_first_queued_message_after_what_it_handed
         await queued(reader, 3)
         await restarted(broker, reader)
         assert await read_all(reader) == [b"m1", b"m2", b"m3"]
+
+
+async def store(broker, payload: bytes, sequence_id: int, **chunk_fields) -> None:
+    """Store one message (or one chunk of one) as a producer named `chunker` sends it."""
+    topic = await broker.service.get_topic(T)
+    producer = topic.add_producer(f"chunker-{sequence_id}")
+    metadata = message_metadata(producer.name, sequence_id, int(time.time() * 1000), **chunk_fields)
+    await topic.publish(producer, headers_and_payload(metadata.SerializeToString(), payload),
+                        sequence_id=sequence_id, deduplicate=False)
+    topic.remove_producer(producer)
+
+
+async def test_a_reader_resumes_at_a_chunked_message_it_was_putting_together(broker):
+    """X, the first chunk of A, B, then A's other chunks: having handed out X, holding A's first
+    chunk and B queued, the reader resumes at A's first chunk, not at B (A was lost)."""
+    chunk = dict(uuid="a", num_chunks_from_msg=3, total_chunk_msg_size=9)
+    async with Client(broker.url, operation_timeout_seconds=10) as client:
+        await store(broker, b"X", 0)
+        await store(broker, b"AAA", 1, chunk_id=0, **chunk)
+        await store(broker, b"B", 2)
+        reader = await client.create_reader(T, MessageId.earliest)
+        assert (await reader.read_next(timeout=5)).data == b"X"
+        await queued(reader, 1)                 # B; A's first chunk in its assembler
+        await restarted(broker, reader)
+        await store(broker, b"BBB", 3, chunk_id=1, **chunk)
+        await store(broker, b"CCC", 4, chunk_id=2, **chunk)
+        assert await read_all(reader) == [b"B", b"AAABBBCCC"]
+
+
+async def test_what_is_queued_is_not_handed_out_while_the_subscribe_is_on_its_way(broker, monkeypatch):
+    async with Client(broker.url, operation_timeout_seconds=10) as client:
+        producer = await client.create_producer(T)
+        for i in range(5):
+            await producer.send(b"m%d" % i)
+        reader = await client.create_reader(T, MessageId.earliest)
+        await queued(reader, 5)
+        subscribes, send_request, settle = set(), ClientConnection.send_request, ClientConnection._settle
+
+        def sending(connection, cmd):
+            if cmd.type == pb.BaseCommand.SUBSCRIBE:
+                subscribes.add(command_body(cmd).request_id)
+            return send_request(connection, cmd)
+
+        def settling(connection, cmd):              # the SUBSCRIBE's answer comes 0.5 s late
+            if command_body(cmd).request_id in subscribes:
+                asyncio.get_running_loop().call_later(0.5, settle, connection, cmd)
+            else:
+                settle(connection, cmd)
+
+        monkeypatch.setattr(ClientConnection, "send_request", sending)
+        monkeypatch.setattr(ClientConnection, "_settle", settling)
+        await broker.restart()
+        for _ in range(1000):
+            if subscribes:
+                break
+            await asyncio.sleep(0.005)
+        assert await read_all(reader, timeout=1.5) == [b"m%d" % i for i in range(5)]      # once each
