@@ -62,6 +62,7 @@ from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
 from pyengine.storage.entry import headers_and_payload
+from pyengine.storage.errors import StorageError
 from pyengine.transaction import TxnAction
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine.transaction.pendingack import IndividualAck
@@ -75,10 +76,14 @@ def _now_ms() -> int:
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _DEFAULT_NEGATIVE_ACK_DELAY_MS = 60_000       # pulsar-client's negative_ack_redelivery_delay_ms
+# What attaching again retries (less FATAL_ERRORS): what the broker, its storage or its metadata
+# store raise (a MetadataStoreError is a PulsarError), as a network client reconnects after them.
+_TRANSIENT = (PulsarError, StorageError)
 _OPERATION_TIMEOUT_MS = int(ClientConfig().operation_timeout * 1000)    # pyengine.client's default
 
 
-async def _retried(attempt: Callable[[bool], Awaitable[_T]], refusal: type[Exception], timeout_ms: int, *,
+async def _retried(attempt: Callable[[bool], Awaitable[_T]],
+                   refusal: type[Exception] | tuple[type[Exception], ...], timeout_ms: int, *,
                    give_up: Callable[[], bool] = lambda: False,
                    fatal: tuple[type[BaseException], ...] = ()) -> _T:
     """`attempt(again)` (`again`: a retry) tried again while it raises `refusal` (but not one
@@ -1078,8 +1083,9 @@ class EmbeddedConsumer:
             return self._closed or self._client._closed or self._client.service.closed
 
         try:
-            # As the network client's reconnect: any error but a fatal one is retried, until closed.
-            loaded, subscription, consumer = await _retried(attempt, Exception, 0, give_up=closing,
+            # As the network client's reconnect: a broker's, storage's or metadata store's error
+            # (not a fatal one) is retried, until closed; anything else is a bug, not retried.
+            loaded, subscription, consumer = await _retried(attempt, _TRANSIENT, 0, give_up=closing,
                                                             fatal=FATAL_ERRORS)
         except BaseException as exc:
             failure = None if closing() or not isinstance(exc, Exception) else to_pulsar_error(exc)

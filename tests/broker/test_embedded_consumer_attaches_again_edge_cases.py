@@ -226,3 +226,27 @@ async def test_a_durable_consumers_seek_filters_only_its_target_entry(tmp_path):
         assert got == [b"m0", b"m1", b"m2", b"m3", b"m4"]
         assert topic.subscriptions["s"].backlog() == 0
 
+
+
+async def test_a_bug_while_attaching_again_closes_the_consumer_with_it(tmp_path, monkeypatch, caplog):
+    """Not a broker's, storage's or metadata store's error (an AttributeError: a bug) is not
+    retried, which would hide it behind back-offs for ever: the consumer closes with it."""
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s")
+        real = EmbeddedClient._attachable_topic
+        attempts = []
+
+        async def broken(self, name, *, again=False):
+            if again:
+                attempts.append(name)
+                raise AttributeError("'NoneType' object has no attribute 'ledger'")
+            return await real(self, name, again=again)
+
+        monkeypatch.setattr(EmbeddedClient, "_attachable_topic", broken)
+        with caplog.at_level(logging.WARNING, logger="pyengine.broker.embedded"):
+            await broker.service.topics[T].unsubscribe("s", force=True)
+            with pytest.raises(Exception, match="AttributeError: 'NoneType' object has no attribute 'ledger'"):
+                await asyncio.wait_for(consumer.acknowledge(MessageId(1, 0)), 5)
+        assert attempts == [T]
+        assert any("attaching it again failed" in record.getMessage() for record in caplog.records)
