@@ -348,7 +348,7 @@ BUFFER_INTERNAL_STATS = {
                    "type Segment, with the store of its sealed segments and the store of its index (LMDB "
                    "`tb_snapshots`), named after Pulsar's namespace topics but counting this topic's records only",
     "properties": {"snapshotType": {"type": "string", "enum": ["Single", "Segment"]},
-                   "singleSnapshotInternalStats": {**TRANSACTION_LOG_STATS, "nullable": True,
+                   "singleSnapshotSystemTopicInternalStats": {**TRANSACTION_LOG_STATS, "nullable": True,
                                                    "description": "type Single only (never here): null"},
                    "segmentInternalStats": TRANSACTION_LOG_STATS,
                    "segmentIndexInternalStats": TRANSACTION_LOG_STATS},

@@ -302,7 +302,7 @@ async def buffer_internal_stats(topic: Topic) -> dict[str, Any] | None:
 
     return {
         "snapshotType": "Segment",
-        "singleSnapshotInternalStats": None,
+        "singleSnapshotSystemTopicInternalStats": None,
         "segmentInternalStats": log_stats(store(SEGMENTS_TOPIC), segments, segments_size),
         "segmentIndexInternalStats": log_stats(store(INDEXES_TOPIC), 0 if index_size is None else 1,
                                                index_size or 0),
