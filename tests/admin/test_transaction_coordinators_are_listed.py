@@ -13,6 +13,7 @@ async def test_every_coordinator_is_listed_with_its_broker(api, service):
     assert reply.status == 200, reply
     # the same coordinators as coordinatorStats lists
     assert sorted(reply.body) == sorted((await api.get(f"{TX}/coordinatorStats")).body)
-    assert sorted(reply.body) == sorted(["0", "1", str(V5_COORDINATOR_ID)])
+    # not the v5 one: Pulsar's admin client reads the keys as Java ints, which 5 << 32 overflows
+    assert sorted(reply.body) == ["0", "1"] and str(V5_COORDINATOR_ID) not in reply.body
     for cid, info in reply.body.items():
         assert info == {"id": int(cid), "brokerServiceUrl": service.service_url}

@@ -20,13 +20,15 @@ OUT = "persistent://public/default/out"
 
 async def test_coordinator_stats(api, client):
     reply = await api.get(f"{TX}/coordinatorStats")
-    # every coordinator, the v5 one too (found by an audit: it was left out)
-    assert reply.status == 200 and sorted(reply.body) == sorted(["0", "1", str(V5_COORDINATOR_ID)])
+    # The v4 coordinators: Pulsar's admin client reads the keys as Java ints, which the v5
+    # coordinator's id overflows (the whole call failed); v5's stats are asked for by id.
+    assert reply.status == 200 and sorted(reply.body) == ["0", "1"]
+    assert all(-2**31 <= int(key) < 2**31 for key in (await api.get(f"{TX}/coordinators")).body)
     recovered = reply.body["0"]
     assert 0 < recovered.pop("recoverStartTime") <= recovered.pop("recoverEndTime")     # at the broker's start
     assert recovered == {"state": "Ready", "leastSigBits": -1, "lowWaterMark": -1, "ongoingTxnSize": 0}
     await client.new_transaction(version=5)
-    v5 = (await api.get(f"{TX}/coordinatorStats")).body[str(V5_COORDINATOR_ID)]
+    v5 = (await api.get(f"{TX}/coordinatorStats?coordinatorId={V5_COORDINATOR_ID}")).body
     assert v5 == {"state": "Ready", "leastSigBits": -1, "lowWaterMark": -1, "ongoingTxnSize": 1}
     txn = await client.new_transaction()
     one = (await api.get(f"{TX}/coordinatorStats?coordinatorId={txn.txn_id.most_bits}")).body

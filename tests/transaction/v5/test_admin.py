@@ -37,5 +37,5 @@ async def test_v5_coordinator_stats(api, client):
                                                   "ongoingTxnSize": 3}
     await txns[0].commit()
     assert (await api.get(path)).body["ongoingTxnSize"] == 2
-    every = (await api.get(f"{BASE}/coordinatorStats")).body      # every coordinator's, v5's too
-    assert every[str(V5_COORDINATOR_ID)]["ongoingTxnSize"] == 2
+    # Not among every coordinator's: Pulsar's admin client reads those keys as Java ints.
+    assert str(V5_COORDINATOR_ID) not in (await api.get(f"{BASE}/coordinatorStats")).body
