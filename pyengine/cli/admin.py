@@ -501,8 +501,10 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      "show the stores of a topic's transaction buffer snapshots", (TOPIC, METADATA),
      lambda a: ("GET", f"{TXN}/transactionBufferInternalStats/{topic_path(a.topic)}"
                 + _query(metadata=a.metadata or None), None)),
-    ("transactions", "pending-ack-stats", (), "show a subscription's pending acks", (TOPIC, SUBSCRIPTION),
-     lambda a: ("GET", f"{TXN}/pendingAckStats/{topic_path(a.topic)}/{_quote(a.subscription)}", None)),
+    ("transactions", "pending-ack-stats", (), "show a subscription's pending acks",
+     (TOPIC, SUBSCRIPTION, (("-l", "--low-water-marks"), {"action": "store_true"})),
+     lambda a: ("GET", f"{TXN}/pendingAckStats/{topic_path(a.topic)}/{_quote(a.subscription)}"
+                + _query(lowWaterMarks=a.low_water_marks or None), None)),
     ("transactions", "pending-ack-internal-stats", (), "show the log of a subscription's pending acks",
      (TOPIC, SUBSCRIPTION, METADATA),
      lambda a: ("GET", f"{TXN}/pendingAckInternalStats/{topic_path(a.topic)}/{_quote(a.subscription)}"

@@ -68,6 +68,9 @@ async def test_transactions(admin, client):
     assert (await admin("transactions", "get-metadata", most, least))[1]["status"] == "OPEN"
     assert str(txn.txn_id) in (await admin("transactions", "slow-transactions", "-t", "0s"))[1]
     assert (await admin("transactions", "buffer-stats", "out"))[1]["ongoingTxnSize"] == 1
+    await client.subscribe("persistent://public/default/out", "sub")
+    pending = (await admin("transactions", "pending-ack-stats", "out", "-s", "sub", "--low-water-marks"))[1]
+    assert pending["ongoingTxnSize"] == 0 and "lowWaterMarks" in pending
     assert (await admin("transactions", "in-buffer-stats", "out", most, least))[1]["aborted"] is False
     assert await admin("transactions", "abort", most, least) == (0, None, "")
     assert (await admin("transactions", "transaction-metadata", most, least))[1]["status"] == "ABORTED"
