@@ -582,6 +582,9 @@ class Dispatcher:
             consumer.pending.clear()
             consumer.permits = 0
             consumer.sink.reset()
+            # The stream comes again from the cursor: nothing sent before is stale any more, as
+            # after a redeliver-all (a network consumer is disconnected by a seek: a new one).
+            consumer.stale_from = consumer.last_delivered = None
 
     def notify(self) -> None:
         if self._scheduled or self._closed:

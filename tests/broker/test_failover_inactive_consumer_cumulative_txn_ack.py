@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from pyengine.broker import Broker
-from pyengine.client import Client
+from pyengine.client import Client, MessageId
 from pyengine.errors import TransactionConflictError
 from tests.broker.helpers import drain
 from tests.client.conftest import NetworkBroker
@@ -77,3 +77,19 @@ async def test_the_embedding_apis_previous_active_consumer_is_refused_too(tmp_pa
         with pytest.raises(TransactionConflictError, match="not the active"):
             await previous.acknowledge_cumulative(taken[-1], txn=txn)
             await txn.commit()
+
+
+async def test_a_seek_makes_what_the_consumer_is_sent_again_fresh(tmp_path):
+    """Handed over and back, the consumer's copies went stale; a seek sends the stream again
+    from the cursor, so acking the new copies cumulatively is accepted, as over the network
+    (where a seek disconnects the consumer and a new one subscribes)."""
+    async with Broker.embedded(tmp_path, active_consumer_failover_delay_time_ms=0) as broker:
+        previous, taken, active = await _handed_over(broker, 5, 1)
+        assert [m.data for m in await drain(active, 0.3)] == [b"m%d" % i for i in range(5)]
+        await active.close()                                    # back to the first one
+        await previous.seek(MessageId.earliest)
+        again = await drain(previous, 0.3)
+        assert [m.data for m in again] == [b"m%d" % i for i in range(5)]
+        txn = await broker.new_transaction()
+        await previous.acknowledge_cumulative(again[-1], txn=txn)
+        await txn.commit()
