@@ -338,7 +338,7 @@ async def scale_transaction_coordinators(call: Call) -> None:
     # Key connects wait from the check of the keys until the new coordinators serve (a key
     # connected in between would be checked against the old number).
     with v4.keys.connects_held():
-        moved = [key for key in v4.keys.keys()
+        moved = [key for key in v4.keys.keys_that_may_connect()
                  if coordinator_for(key.owner, key.key, current) != coordinator_for(key.owner, key.key, replicas)]
         if moved:
             # A key belongs to the coordinator its CRC-32 modulo the number of coordinators names,

@@ -443,6 +443,36 @@ async def test_a_key_connecting_while_coordinators_are_added_waits_for_them(api,
     assert [key.key for key in keys.keys()] == [moving[0]]
 
 
+
+async def test_a_key_connecting_behind_its_deletion_keeps_the_coordinators_from_growing(api, service, monkeypatch):
+    """A new task's connect waits for the key's lock while the key's deletion is written: it
+    checked its coordinator against the number then, and takes the key back under it. A scaling
+    meanwhile that left the deleted key out owned it to the wrong coordinator (its holder's next
+    connect refused): refused until the deletion and the connect are done."""
+    keys = service.coordinator_v4.keys
+    key = next(k for k in map(str, range(200)) if coordinator_for(ANONYMOUS, k, 2) != coordinator_for(ANONYMOUS, k, 3))
+    old = coordinator_for(ANONYMOUS, key, 2)
+    await keys.connect(ANONYMOUS, key, old, NO_EPOCH)
+    let_go, persist = asyncio.Event(), keys._persist
+
+    async def deletion_held(state):
+        if state.deleted:
+            await let_go.wait()
+        await persist(state)
+
+    monkeypatch.setattr(keys, "_persist", deletion_held)
+    deleting = asyncio.ensure_future(keys.delete(ANONYMOUS, key))
+    await asyncio.sleep(0.01)
+    connecting = asyncio.ensure_future(keys.connect(ANONYMOUS, key, old, NO_EPOCH))    # its new task
+    await asyncio.sleep(0.01)
+    reply = await api.post(SCALE, 3)
+    assert is_json_error(reply, 409) and repr(key) in reply.body["reason"]
+    let_go.set()
+    await deleting
+    epoch = await connecting
+    assert await keys.connect(ANONYMOUS, key, old, epoch) == epoch + 1        # its holder reconnects
+    assert service.coordinator.coordinator_ids == [0, 1]
+
 # --- the OpenAPI document and the command line ---------------------------------------------------
 
 async def test_the_new_routes_are_in_the_openapi_document(api):

@@ -361,6 +361,13 @@ class TransactionKeys:
     def keys(self) -> Iterator[KeyState]:
         return (state for state in self._keys.values() if not state.deleted and state.epoch > NO_EPOCH)
 
+    def keys_that_may_connect(self) -> Iterator[KeyState]:
+        """The keys, and those whose lock is held (a deletion or a connect under way): a connect
+        waiting for it checked its coordinator already, against the number of coordinators then,
+        and would take the key back (deleted or new) under that number (see connects_held)."""
+        return (state for state in self._keys.values()
+                if (not state.deleted and state.epoch > NO_EPOCH) or state.lock.locked())
+
     def info(self, state: KeyState) -> KeyInfo:
         status = None
         if state.txn is not None:
