@@ -69,7 +69,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyengine.storage.reader import StoreReader, TopicInfo
+from pyengine.storage.reader import ReadView, StoreReader, TopicInfo, TopicNotStoredError
 from pyengine_kernels import Position
 from spark_udfs.chunks import RangeChunks, chunks_of, earlier_chunks
 from spark_udfs.options import OptionError, ReadOptions, parse_options, resolve_topics
@@ -302,8 +302,21 @@ class PyengineReader(DataSourceReader):
         yield from read_partition(self.options, self.state, partition, entry_set)
 
 
+def _trimmed_through(view: ReadView, topic: str) -> Position | None:
+    """How far retention trimmed `topic` as `view` reads it (deleted: as far as can be)."""
+    try:
+        return view.topic(topic).trimmed_through
+    except TopicNotStoredError:
+        return Position(2**63 - 1, 2**63 - 1)
+
+
 class DataDirChangedError(RuntimeError):
     """Entries a query planned were deleted before a task read them."""
+
+
+class FirstChunksTrimmedError(DataDirChangedError):
+    """A chunked message read in a stream's partition began in entries of the topic that
+    retention trimmed after the query began reading it (see StreamPartition)."""
 
 
 class PlannedEntriesGoneError(DataDirChangedError):
@@ -420,6 +433,15 @@ def read_partition(options: ReadOptions, state: bytes | None, partition: LedgerP
                             f"entries of {partition.topic} from {kept} on, before {start}, were planned but are "
                             "gone (trimmed by retention, or the topic deleted, since the query was planned), and "
                             "a chunked message read here began in them: plan it again (a new DataFrame)")
+                since = getattr(partition, "first_chunks_since", None)
+                if len(found) < len(uuids) and since is not None:
+                    trimmed = _trimmed_through(view, partition.topic)
+                    if trimmed is not None and trimmed >= Position(*since):
+                        raise FirstChunksTrimmedError(
+                            f"a chunked message of {partition.topic} whose last chunk is at or after {start} began "
+                            f"in entries trimmed by retention (through {trimmed}) after the query began reading "
+                            f"the topic at {Position(*since)}, before the message came whole (or it began before "
+                            "the query did)")
                 return found
 
             yield from _message_rows(partition.topic, pieces.finish(look_back), entry_set)

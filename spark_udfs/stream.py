@@ -4,7 +4,8 @@ Each micro-batch reads what became readable since the previous one, READ_COMMITT
 (the options of `spark_udfs.options`; `endPosition` and `filterPushdown` are for batch reads
 only and refused here):
 
-* An offset is a JSON object `{topic: "LEDGER:ENTRY"}`: per topic, the next position to read.
+* An offset is a JSON object `{topic: "LEDGER:ENTRY"}`: per topic, the next position to read
+  (and, under `$starts`, where the query began reading it).
   `latestOffset` takes one read snapshot of the data dir and moves each topic to just after
   what a READ_COMMITTED consumer may read now: its read horizon (the max read position: never
   past an open transaction's first entry) or, read_uncommitted, its last entry. So a
@@ -41,7 +42,9 @@ Retention records the last entry it trimmed from each topic (TopicRecord.trimmed
 the write that deletes the ledgers, and `earliest` and `latest` starts are resolved to what is
 stored when the query begins (as Kafka's source resolves them to offsets), so that what was
 trimmed before the query began is no loss; data dirs written before that record existed tell
-only a deletion.
+only a deletion. Offsets also keep where the query began reading each topic (`$starts`), so
+that a chunked message whose first chunks were read and then trimmed, before the micro-batch
+that reads its last chunk, fails that micro-batch too.
 """
 
 from __future__ import annotations
@@ -56,7 +59,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyengine.storage.reader import TopicInfo
 from pyengine_kernels import Position
 from spark_udfs.options import OptionError, PositionSpec, ReadOptions, parse_position, resolve_topics
-from spark_udfs.source import DataDirChangedError, LedgerPartition, PlannedEntriesGoneError, read_partition
+from spark_udfs.source import (
+    DataDirChangedError, FirstChunksTrimmedError, LedgerPartition, PlannedEntriesGoneError, read_partition,
+)
 from spark_udfs.state import Snapshot, open_snapshot
 
 log = logging.getLogger(__name__)
@@ -64,12 +69,17 @@ log = logging.getLogger(__name__)
 
 class StreamPartition(LedgerPartition):
     """A LedgerPartition of a micro-batch, with its topic's READ_COMMITTED state (TxnState
-    bytes, None for read_uncommitted): a stream reader's `read` may keep nothing of planning."""
+    bytes, None for read_uncommitted): a stream reader's `read` may keep nothing of planning.
+    `since` (failOnDataLoss): where the query began reading the topic. A chunked message whose
+    last chunk is read here and whose first chunks are gone, with the topic trimmed at or after
+    there, may have begun in what the query read, its chunks trimmed before their message came
+    whole: a loss (or, for one begun before the query, a false alarm)."""
 
     def __init__(self, topic: str, topic_id: int, ledger_id: int, first_entry: int, last_entry: int,
-                 state: bytes | None, floor: Position = Position.EARLIEST) -> None:
+                 state: bytes | None, floor: Position = Position.EARLIEST, since: Position | None = None) -> None:
         super().__init__(topic, topic_id, ledger_id, first_entry, last_entry, floor)
         self.state = state
+        self.first_chunks_since = (since.ledger_id, since.entry_id) if since is not None else None
 
 
 class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -110,12 +120,13 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 else:
                     position = start
                 offset[name] = str(position)
+        offset[_STARTS] = {name: offset[name] for name in names}
         return offset
 
     def latestOffset(self, start: dict, limit: ReadLimit | None = None) -> dict:
         """Every topic moved to just after what is readable now (never back), or, under a
         ReadMaxRows limit, by its share of that many entries."""
-        begin = _positions(start)
+        begin, starts = _positions(start), _starts(start)
         with open_snapshot(self.options.path) as snapshot:
             end = dict(begin)
             infos = {}
@@ -129,10 +140,15 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end[name] = max(begin.get(name, Position.EARLIEST), readable)
             if isinstance(limit, ReadMaxRows):
                 end.update(_rate_limited(infos, begin, end, limit.max_rows))
-        return {name: str(position) for name, position in end.items()}
+        # Where each topic's reading began: a topic that appeared since from its beginning, one
+        # of a checkpoint written before starts were kept from where it is now.
+        starts = {name: starts.get(name, str(begin.get(name, Position.EARLIEST))) for name in end}
+        return {**{name: str(position) for name, position in end.items()}, _STARTS: starts}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop = _positions(start), _positions(end)
+        # failOnDataLoss: where the query began reading each topic (see StreamPartition)
+        starts = {name: parse_position(f"start of {name}", text) for name, text in _starts(end).items()}
         with open_snapshot(self.options.path) as snapshot:
             stored = set(snapshot.topic_names())
             if self.options.fail_on_data_loss:
@@ -143,8 +159,9 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             parts: list[InputPartition] = []
             for name, (first, after) in sorted(ranges.items()):
                 topic_state = state.select([name]).to_bytes() if state is not None else None
+                since = starts.get(name) if self.options.fail_on_data_loss else None
                 parts += _plan(snapshot.view.topic(name), first, after, self.options.max_partition_entries,
-                               topic_state, self._floor(name))
+                               topic_state, self._floor(name), since if isinstance(since, Position) else None)
         return parts
 
     def _topics(self, snapshot: Snapshot, check_start: bool = False) -> list[str]:
@@ -174,6 +191,8 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
         try:
             yield from read_partition(self.options, partition.state, partition)
+        except FirstChunksTrimmedError as exc:
+            _report_data_loss(str(exc))
         except PlannedEntriesGoneError as exc:
             # Trimmed (or the topic deleted) between planning and this task: Kafka's source
             # fails with failOnDataLoss, else skips what is gone (the rest of the batch is read).
@@ -188,17 +207,38 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: the data dir is only read (its retention is the broker's)."""
 
 
+# The key of an offset that holds, per topic, where the query began reading it (not a topic
+# name: those have a domain, `persistent://...`).
+_STARTS = "$starts"
+
+
 def _positions(offset: Mapping) -> dict[str, Position]:
     """An offset as this reader wrote it; a checkpoint edited by hand fails clearly."""
     if not isinstance(offset, Mapping):
         raise OptionError(f"not an offset of the pyengine stream source: {offset!r}")
     positions = {}
     for name, text in offset.items():
+        if name == _STARTS:
+            continue
         position = parse_position(f"offset of {name}", text)
         if not isinstance(position, Position):
             raise OptionError(f"offset of {name} must be LEDGER:ENTRY, not {text!r}")
         positions[str(name)] = position
     return positions
+
+
+def _starts(offset: Mapping) -> dict[str, str]:
+    """Where the query began reading each topic, as the offset keeps it (none in an offset of a
+    checkpoint written before they were kept)."""
+    starts = offset.get(_STARTS) if isinstance(offset, Mapping) else None
+    if starts is None:
+        return {}
+    if not isinstance(starts, Mapping) or not all(isinstance(text, str) for text in starts.values()):
+        raise OptionError(f"not an offset of the pyengine stream source: {offset!r}")
+    for name, text in starts.items():
+        if not isinstance(parse_position(f"start of {name}", text), Position):
+            raise OptionError(f"start of {name} must be LEDGER:ENTRY, not {text!r}")
+    return {str(name): text for name, text in starts.items()}
 
 
 def _check_no_data_lost(snapshot: Snapshot, stored: set[str], begin: dict[str, Position],
@@ -291,9 +331,9 @@ def _rate_limited(infos: dict[str, TopicInfo], begin: dict[str, Position], end: 
 
 
 def _plan(info: TopicInfo, first: Position, after: Position, step: int, state: bytes | None,
-          floor: Position) -> list[InputPartition]:
+          floor: Position, since: Position | None) -> list[InputPartition]:
     """Partitions of the entries at `first` or after and before `after`."""
-    return [StreamPartition(info.name, info.topic_id, lid, chunk, min(high, chunk + step - 1), state, floor)
+    return [StreamPartition(info.name, info.topic_id, lid, chunk, min(high, chunk + step - 1), state, floor, since)
             for lid, low, high in _spans(info, first, after) for chunk in range(low, high + 1, step)]
 
 

@@ -20,6 +20,7 @@ from pyengine.storage import ManagedLedgerConfig
 from spark_udfs import SCHEMA
 from spark_udfs.source import DataDirChangedError, PyengineDataSource
 from tests.spark.micro_batches import MicroBatches
+from tests.spark.test_chunked_messages import Stored, chunked, stored_bytes
 
 NS = "persistent://public/default/"
 A, B = NS + "loss-a", NS + "loss-b"
@@ -173,6 +174,77 @@ def test_entries_trimmed_between_planning_and_the_task(tmp_path, fail_on_data_lo
         batches.offset = end
         assert batches.next() == [b"after"]
 
+
+
+def publish_stored(data_dir, *items, then_trim: bool = False) -> None:
+    """Store `items` (tests.spark.test_chunked_messages.Stored: messages, or chunks of one) as
+    a producer sends them; `then_trim` as in `send`."""
+    async def step(broker):
+        producer = await broker.create_producer(A)
+        for item in items:
+            data, publish_time = stored_bytes(item)
+            await producer._topic.publish(producer._producer, data, sequence_id=item.sequence_id,
+                                          publish_time=publish_time, deduplicate=False)
+        await producer.close()
+        if then_trim:
+            ledger = (await broker.service.get_topic(A)).ledger
+            ledger.set_retention(0, 0)
+            await ledger.trim(now_ms=1 << 62)
+    with_broker(data_dir, step)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_the_first_chunks_of_a_message_trimmed_before_its_last_came(tmp_path, fail_on_data_loss):
+    """A micro-batch read the first chunk of a message (no row: the message is not whole); the
+    ledger holding it was trimmed before the micro-batch that reads the last chunk. The offset
+    had gone past the chunk, so only the chunk's look-back can tell: the message is lost."""
+    whole = b"0123456789" * 4
+    first, last = chunked("p", 2, whole, 2, False)
+    publish_stored(tmp_path, Stored("p", 0, b"a"), Stored("p", 1, b"b"), first)
+    batches = stream(tmp_path, fail_on_data_loss)
+    assert batches.next() == [b"a", b"b"]
+    publish_stored(tmp_path, last, Stored("p", 3, b"c"), then_trim=True)
+    if fail_on_data_loss:
+        with pytest.raises(DataDirChangedError, match="failOnDataLoss: a chunked message of .* began in entries "
+                                                      "trimmed by retention"):
+            batches.next()
+    else:
+        assert batches.next() == [b"c"]
+
+
+def test_a_chunked_message_begun_before_the_query_and_trimmed_then_is_no_loss(tmp_path):
+    """Its first chunk was trimmed before the query began (an earliest start resolves after what
+    was trimmed): left out, as by a reader started there, and not a loss."""
+    whole = b"0123456789" * 4
+    first, last = chunked("p", 2, whole, 2, False)
+    publish_stored(tmp_path, Stored("p", 0, b"a"), first)
+    publish_stored(tmp_path, last, Stored("p", 3, b"c"), then_trim=True)
+    assert stream(tmp_path, True).next() == [b"c"]
+
+
+def test_an_offset_without_the_starts_of_an_older_checkpoint_reads_on(tmp_path):
+    """Offsets keep where the query began each topic ($starts); one written before they were
+    (a checkpoint of an earlier version) is read as before, and the next offset has them."""
+    send(tmp_path, A, *messages("m", 3))
+    batches = stream(tmp_path, True)
+    assert batches.next() == messages("m", 3)
+    assert set(batches.offset) == {A, "$starts"}
+    old = {A: batches.offset[A]}
+    send(tmp_path, A, b"more")
+    end = batches.reader.latestOffset(old, batches.reader.getDefaultReadLimit())
+    assert end["$starts"] == {A: old[A]}
+    parts = batches.reader.partitions(old, end)
+    assert sum(b.num_rows for p in parts for b in batches.reader.read(p)) == 1
+
+
+def test_a_malformed_starts_in_an_offset_is_refused(tmp_path):
+    from spark_udfs.options import OptionError
+
+    send(tmp_path, A, b"a")
+    reader = stream(tmp_path, True).reader
+    for starts in ("1:0", {A: 7}, {A: "x:y"}):
+        with pytest.raises(OptionError, match="offset|start of"):
+            reader.latestOffset({A: "1:0", "$starts": starts}, reader.getDefaultReadLimit())
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_a_topic_of_a_pattern_deleted_after_the_query_read_it(tmp_path, fail_on_data_loss):
