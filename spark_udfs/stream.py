@@ -142,13 +142,19 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end.update(_rate_limited(infos, begin, end, limit.max_rows))
         # Where each topic's reading began: a topic that appeared since from its beginning, one
         # of a checkpoint written before starts were kept from where it is now.
-        starts = {name: starts.get(name, str(begin.get(name, Position.EARLIEST))) for name in end}
-        return {**{name: str(position) for name, position in end.items()}, _STARTS: starts}
+        kept = {name: str(starts.get(name, begin.get(name, Position.EARLIEST))) for name in end}
+        return {**{name: str(position) for name, position in end.items()}, _STARTS: kept}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop = _positions(start), _positions(end)
-        # failOnDataLoss: where the query began reading each topic (see StreamPartition)
-        starts = {name: parse_position(f"start of {name}", text) for name, text in _starts(end).items()}
+        # Where the query began reading each topic (failOnDataLoss: see StreamPartition).
+        starts = _starts(end)
+        for name, position in _starts(start).items():
+            if name in starts and position != starts[name]:
+                # A first micro-batch planned before a restart, its start asked of initialOffset
+                # again (the source keeps none in the checkpoint): it begins where it began then
+                # (its logged end kept it), not where `earliest`/`latest` resolve now.
+                begin[name] = starts[name]
         with open_snapshot(self.options.path) as snapshot:
             stored = set(snapshot.topic_names())
             if self.options.fail_on_data_loss:
@@ -161,7 +167,7 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 topic_state = state.select([name]).to_bytes() if state is not None else None
                 since = starts.get(name) if self.options.fail_on_data_loss else None
                 parts += _plan(snapshot.view.topic(name), first, after, self.options.max_partition_entries,
-                               topic_state, self._floor(name), since if isinstance(since, Position) else None)
+                               topic_state, self._floor(name), since)
         return parts
 
     def _topics(self, snapshot: Snapshot, check_start: bool = False) -> list[str]:
@@ -227,7 +233,7 @@ def _positions(offset: Mapping) -> dict[str, Position]:
     return positions
 
 
-def _starts(offset: Mapping) -> dict[str, str]:
+def _starts(offset: Mapping) -> dict[str, Position]:
     """Where the query began reading each topic, as the offset keeps it (none in an offset of a
     checkpoint written before they were kept)."""
     starts = offset.get(_STARTS) if isinstance(offset, Mapping) else None
@@ -235,10 +241,13 @@ def _starts(offset: Mapping) -> dict[str, str]:
         return {}
     if not isinstance(starts, Mapping) or not all(isinstance(text, str) for text in starts.values()):
         raise OptionError(f"not an offset of the pyengine stream source: {offset!r}")
+    positions = {}
     for name, text in starts.items():
-        if not isinstance(parse_position(f"start of {name}", text), Position):
+        position = parse_position(f"start of {name}", text)
+        if not isinstance(position, Position):
             raise OptionError(f"start of {name} must be LEDGER:ENTRY, not {text!r}")
-    return {str(name): text for name, text in starts.items()}
+        positions[str(name)] = position
+    return positions
 
 
 def _check_no_data_lost(snapshot: Snapshot, stored: set[str], begin: dict[str, Position],

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
 
 from pyengine.broker import Broker
 from pyengine.storage import ManagedLedgerConfig
 from spark_udfs import SCHEMA
+from spark_udfs.schema import ARROW_SCHEMA
 from spark_udfs.source import DataDirChangedError, PyengineDataSource
 from tests.spark.micro_batches import MicroBatches
 from tests.spark.test_chunked_messages import Stored, chunked, stored_bytes
@@ -236,6 +238,29 @@ def test_an_offset_without_the_starts_of_an_older_checkpoint_reads_on(tmp_path):
     parts = batches.reader.partitions(old, end)
     assert sum(b.num_rows for p in parts for b in batches.reader.read(p)) == 1
 
+
+
+@pytest.mark.parametrize("start", ["earliest", "latest"])
+def test_a_first_micro_batch_planned_again_after_a_restart_begins_where_it_began(tmp_path, start):
+    """Spark asks initialOffset again for a first micro-batch planned (its end logged) but not
+    committed before a restart: resolved now, `earliest` would begin after entries trimmed
+    since, and `latest` after entries written since, both left out silently. The batch begins
+    where its logged end says it began."""
+    send(tmp_path, A, *messages("before", 2))
+    first = stream(tmp_path, True, startPosition=start).reader
+    begun = first.initialOffset()
+    send(tmp_path, A, *messages("m", 3))
+    logged_end = first.latestOffset(begun, first.getDefaultReadLimit())
+    again = stream(tmp_path, True, startPosition=start).reader          # the restarted query
+    if start == "earliest":
+        send(tmp_path, A, b"left", then_trim=True)
+        with pytest.raises(DataDirChangedError, match="were trimmed by retention before the query read them"):
+            again.partitions(again.initialOffset(), logged_end)
+    else:
+        send(tmp_path, A, b"after")                             # latest resolves past the m-s now
+        parts = again.partitions(again.initialOffset(), logged_end)
+        rows = pa.Table.from_batches([b for p in parts for b in again.read(p)], schema=ARROW_SCHEMA)
+        assert sorted(rows.column("value").to_pylist()) == messages("m", 3)
 
 def test_a_malformed_starts_in_an_offset_is_refused(tmp_path):
     from spark_udfs.options import OptionError
