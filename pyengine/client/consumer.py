@@ -444,8 +444,12 @@ class PartitionConsumer(ConnectionHandler):
             elif self.last_dequeued is not None:
                 self.start, self.start_inclusive = self.last_dequeued, False
         # As Java's clearReceiverQueue, with the start taken: what was queued comes again, so
-        # none of it is handed out while the SUBSCRIBE is on its way (it would come twice).
+        # none of it is handed out while the SUBSCRIBE is on its way (it would come twice), nor
+        # counted (a batch receive would take the count for messages it cannot have).
         self._new_generation(reconnected=True)
+        self.queued = 0
+        self.queued_bytes = 0
+        self._consumed_since_flow = 0
         if self.start is not None and not options.durable:
             cmd.subscribe.start_message_id.CopyFrom(self.start.to_proto())
         try:

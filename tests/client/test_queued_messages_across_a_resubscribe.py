@@ -2,8 +2,8 @@
 ConsumerImpl.clearReceiverQueue: the first queued one (inclusive; a chunked message at its first
 chunk, also one still being put together), else after the last handed out. One that had handed
 out nothing resubscribed at its configured start: started at latest (or sought by time), the
-messages queued before the reconnect were lost. And what was queued is not handed out while the
-SUBSCRIBE is on its way: it comes again."""
+messages queued before the reconnect were lost. And what was queued (of any consumer) is not
+handed out, nor counted, while the SUBSCRIBE is on its way: it comes again."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import asyncio
 
 import time
 
-from pyengine.client import Client
+from pyengine.client import Client, ConsumerBatchReceivePolicy
 from pyengine.client.connection import ClientConnection
 from pyengine.client.message import MessageId
 from pyengine.protocol import pulsar_api_pb2 as pb
@@ -114,6 +114,35 @@ async def test_a_reader_resumes_at_a_chunked_message_it_was_putting_together(bro
         assert await read_all(reader) == [b"B", b"AAABBBCCC"]
 
 
+def subscribe_answers_delayed(monkeypatch, delay: float) -> set[int]:
+    """SUBSCRIBE answers come `delay` s late; the request ids of the SUBSCRIBEs sent since."""
+    subscribes, send_request, settle = set(), ClientConnection.send_request, ClientConnection._settle
+
+    def sending(connection, cmd):
+        if cmd.type == pb.BaseCommand.SUBSCRIBE:
+            subscribes.add(command_body(cmd).request_id)
+        return send_request(connection, cmd)
+
+    def settling(connection, cmd):
+        if command_body(cmd).request_id in subscribes:
+            asyncio.get_running_loop().call_later(delay, settle, connection, cmd)
+        else:
+            settle(connection, cmd)
+
+    monkeypatch.setattr(ClientConnection, "send_request", sending)
+    monkeypatch.setattr(ClientConnection, "_settle", settling)
+    return subscribes
+
+
+async def restarted_until_subscribing(broker, subscribes: set[int]) -> None:
+    await broker.restart()
+    for _ in range(1000):
+        if subscribes:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("no SUBSCRIBE was sent again")
+
+
 async def test_what_is_queued_is_not_handed_out_while_the_subscribe_is_on_its_way(broker, monkeypatch):
     async with Client(broker.url, operation_timeout_seconds=10) as client:
         producer = await client.create_producer(T)
@@ -121,24 +150,23 @@ async def test_what_is_queued_is_not_handed_out_while_the_subscribe_is_on_its_wa
             await producer.send(b"m%d" % i)
         reader = await client.create_reader(T, MessageId.earliest)
         await queued(reader, 5)
-        subscribes, send_request, settle = set(), ClientConnection.send_request, ClientConnection._settle
-
-        def sending(connection, cmd):
-            if cmd.type == pb.BaseCommand.SUBSCRIBE:
-                subscribes.add(command_body(cmd).request_id)
-            return send_request(connection, cmd)
-
-        def settling(connection, cmd):              # the SUBSCRIBE's answer comes 0.5 s late
-            if command_body(cmd).request_id in subscribes:
-                asyncio.get_running_loop().call_later(0.5, settle, connection, cmd)
-            else:
-                settle(connection, cmd)
-
-        monkeypatch.setattr(ClientConnection, "send_request", sending)
-        monkeypatch.setattr(ClientConnection, "_settle", settling)
-        await broker.restart()
-        for _ in range(1000):
-            if subscribes:
-                break
-            await asyncio.sleep(0.005)
+        await restarted_until_subscribing(broker, subscribe_answers_delayed(monkeypatch, 0.5))
         assert await read_all(reader, timeout=1.5) == [b"m%d" % i for i in range(5)]      # once each
+
+
+async def test_a_batch_receive_waits_while_the_subscribe_is_on_its_way(broker, monkeypatch):
+    """The queue's count ends with it: counted still, a full queue made batch_receive() return []
+    at once, without a turn of the event loop, which a loop of batch receives never gave back."""
+    async with Client(broker.url, operation_timeout_seconds=10) as client:
+        consumer = await client.subscribe(T, "s", receiver_queue_size=10, initial_position="earliest",
+                                          batch_receive_policy=ConsumerBatchReceivePolicy(5, -1, 3000))
+        producer = await client.create_producer(T)
+        for i in range(10):
+            await producer.send(b"m%d" % i)
+        for _ in range(500):
+            if consumer._queued_totals()[0] >= 10:
+                break
+            await asyncio.sleep(0.01)
+        await restarted_until_subscribing(broker, subscribe_answers_delayed(monkeypatch, 1.0))
+        batch = await asyncio.wait_for(consumer.batch_receive(), 10)
+        assert [m.data for m in batch] == [b"m%d" % i for i in range(5)]
