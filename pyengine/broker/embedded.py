@@ -1117,11 +1117,16 @@ class EmbeddedConsumer:
 
     async def _attached(self) -> None:
         """Wait while the consumer attaches again (see closed_by_broker), as the network
-        client's operations wait for its reconnect; ClosedError once it is closed (the failure
-        that closed it, if one did)."""
+        client's operations wait for its reconnect: TimeoutError after the operation timeout
+        (the attachment goes on trying); ClosedError once it is closed (the failure that closed
+        it, if one did)."""
         attaching = self._attaching
         if attaching is not None:
-            await asyncio.wait([attaching])     # its outcome is the consumer's state
+            # its outcome is the consumer's state
+            done, _ = await asyncio.wait([attaching], timeout=_OPERATION_TIMEOUT_MS / 1000)
+            if not done:
+                raise TimeoutError(f"the consumer of {self._topic.name} did not attach again within the operation "
+                                   f"timeout ({_OPERATION_TIMEOUT_MS} ms)")
         self._check_open()
 
     # --- API ------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ import pytest
 from pyengine.broker import Broker
 from pyengine.broker.embedded import ClosedError, EmbeddedClient
 from pyengine.client.message import MessageId
-from pyengine.errors import TopicNotFoundError
+from pyengine.broker import embedded
+from pyengine.errors import ServiceNotReadyError, TopicNotFoundError
 from tests.broker.test_embedded_consumer_attaches_again import reload
 from tests.storage.helpers import fail_next_save
 
@@ -250,3 +251,30 @@ async def test_a_bug_while_attaching_again_closes_the_consumer_with_it(tmp_path,
                 await asyncio.wait_for(consumer.acknowledge(MessageId(1, 0)), 5)
         assert attempts == [T]
         assert any("attaching it again failed" in record.getMessage() for record in caplog.records)
+
+
+
+async def test_operations_waiting_for_an_attachment_that_keeps_failing_time_out(tmp_path, monkeypatch):
+    """As the network client's operations waiting for its reconnect: TimeoutError after the
+    operation timeout, while the attachment goes on trying (it waited for ever)."""
+    monkeypatch.setattr(embedded, "_OPERATION_TIMEOUT_MS", 300)
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s")
+        real = EmbeddedClient._attachable_topic
+        refusing = True
+
+        async def refused(self, name, *, again=False):
+            if again and refusing:
+                raise ServiceNotReadyError("the broker is not ready")
+            return await real(self, name, again=again)
+
+        monkeypatch.setattr(EmbeddedClient, "_attachable_topic", refused)
+        await broker.service.topics[T].unsubscribe("s", force=True)
+        with pytest.raises(TimeoutError, match="did not attach again within the operation timeout"):
+            await consumer.acknowledge(MessageId(1, 0))
+        refusing = False
+        await attached(consumer)
+        await producer.send(b"then")                            # attached again: goes on
+        message = await consumer.receive(timeout=5)
+        await consumer.acknowledge(message)
