@@ -36,19 +36,23 @@ def with_broker(data_dir, step) -> None:
     asyncio.run(run())
 
 
+async def trim_closed_ledgers(broker, topic: str) -> None:
+    """Retention deletes every closed ledger of `topic` (it has no subscription), not the current
+    one (each broker start opens a ledger, and closes the one a broker before left open)."""
+    ledger = (await broker.service.get_topic(topic)).ledger
+    ledger.set_retention(0, 0)
+    await ledger.trim(now_ms=1 << 62)
+
+
 def send(data_dir, topic: str, *payloads: bytes, then_trim: bool = False) -> None:
-    """Send `payloads` to `topic`; `then_trim`: then retention deletes every closed ledger of it
-    (it has no subscription), not the current one (each broker start opens a ledger, and closes
-    the one a broker before left open)."""
+    """Send `payloads` to `topic`; `then_trim`: then `trim_closed_ledgers`."""
     async def step(broker):
         producer = await broker.create_producer(topic)
         for payload in payloads:
             await producer.send(payload)
         await producer.close()
         if then_trim:
-            ledger = (await broker.service.get_topic(topic)).ledger
-            ledger.set_retention(0, 0)
-            await ledger.trim(now_ms=1 << 62)
+            await trim_closed_ledgers(broker, topic)
     with_broker(data_dir, step)
 
 
@@ -189,9 +193,7 @@ def publish_stored(data_dir, *items, then_trim: bool = False) -> None:
                                           publish_time=publish_time, deduplicate=False)
         await producer.close()
         if then_trim:
-            ledger = (await broker.service.get_topic(A)).ledger
-            ledger.set_retention(0, 0)
-            await ledger.trim(now_ms=1 << 62)
+            await trim_closed_ledgers(broker, A)
     with_broker(data_dir, step)
 
 
