@@ -77,6 +77,7 @@ class MalformedFrame(FrameError):
 @cython.final
 @cython.no_gc
 @cython.freelist(64)
+@cython.auto_pickle(False)      # its offsets restored unchecked would read out of bounds
 cdef class Frame:
     """One decoded frame. The byte fields are copies, independent of the decoder's input.
 
