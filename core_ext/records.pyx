@@ -497,7 +497,15 @@ def decompress(uint64_t codec, bytes payload, uint64_t uncompressed_size):
         return payload
     if codec == CODEC_ZLIB:
         try:
-            plain = zlib.decompress(payload)
+            if not uncompressed_size:
+                plain = zlib.decompress(payload)
+            else:
+                # Never more than it states (one byte past it tells too much): a small payload
+                # that inflates to gigabytes is refused after uncompressed_size + 1 bytes.
+                inflating = zlib.decompressobj()
+                plain = inflating.decompress(payload, <Py_ssize_t>min(uncompressed_size + 1, 0x100000000))
+                if not inflating.eof and not inflating.unconsumed_tail:
+                    plain += inflating.flush()
         except zlib.error as exc:
             raise RecordFormatError(f"ZLIB payload does not decompress: {exc}")
         if uncompressed_size and <uint64_t>len(plain) != uncompressed_size:
@@ -518,9 +526,11 @@ def decompress(uint64_t codec, bytes payload, uint64_t uncompressed_size):
                 return bytes(cramjam.zstd.decompress(payload))
             return bytes(cramjam.snappy.decompress_raw(payload))
         # Refused before a buffer of uncompressed_size is allocated: more than an LZ4 block can
-        # hold (255-fold), or than raw snappy states up front. A zstd frame is not bounded here.
+        # hold (255-fold), than a zstd frame can (at most 128 KiB per block of 4 bytes, an RLE
+        # block: 32768-fold), or than raw snappy states up front.
         if (uncompressed_size > 0xFFFFFFFF                      # MessageMetadata's is a uint32
                 or (codec == CODEC_LZ4 and uncompressed_size > <uint64_t>(255 * payload_size + 64))
+                or (codec == CODEC_ZSTD and uncompressed_size > <uint64_t>(32768 * payload_size + 131072))
                 or (codec == CODEC_SNAPPY
                     and uncompressed_size != <uint64_t>cramjam.snappy.decompress_raw_len(payload))):
             written = -1

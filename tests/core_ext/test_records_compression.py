@@ -79,3 +79,26 @@ def test_a_corrupt_compressed_entry_is_a_record_format_error(codec, payload):
 def test_a_size_other_than_uncompressed_size_is_a_record_format_error(codec, delta):
     with pytest.raises(RecordFormatError, match="does not decompress|does not match"):
         decode_entries([1], [0], [_batched_entry(codec, [b"0123456789" * 20], size_delta=delta)])
+
+
+@pytest.mark.parametrize("codec", [pb.ZLIB, pb.ZSTD], ids=["ZLIB", "ZSTD"])
+def test_a_lying_uncompressed_size_is_refused_before_its_memory_is_taken(codec):
+    """A few bytes claiming gigabytes (ZSTD: more than a zstd frame of that size can hold is
+    refused before its buffer is allocated), or a small payload inflating to gigabytes (ZLIB:
+    never inflated past uncompressed_size + 1): a RecordFormatError, at once."""
+    import resource
+    import time
+
+    if codec == pb.ZSTD:
+        payload, claimed = COMPRESS[codec](b"x"), 0xFFFFFFFF
+    else:
+        deflating, zeros = zlib.compressobj(9), bytes(1 << 20)
+        payload = b"".join(deflating.compress(zeros) for _ in range(256)) + deflating.flush()
+        claimed = 10                                            # ~250 KB inflating to 256 MiB
+    md = message_metadata("p", 1, 5000, compression=codec, uncompressed_size=claimed)
+    entry = encode_entry(headers_and_payload(md.SerializeToString(), payload), num_messages=1, publish_time=5000)
+    peak, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic()
+    with pytest.raises(RecordFormatError):
+        decode_entries([1], [0], [entry])
+    assert time.monotonic() - start < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200_000          # KiB
