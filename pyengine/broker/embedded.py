@@ -1047,8 +1047,8 @@ class EmbeddedConsumer:
             elif self._last_received is not None:
                 self._start = self._seek_start = self._last_received
                 self._start_inclusive = False
-        else:
-            self._seek_start = None     # a durable subscription knows where it is (made again: not there)
+        # A durable consumer keeps its seek's filter (its target's entry), as the network client
+        # and Java's keep startMessageId across reconnects.
         self._drop_queued()
         self._consumed_since_flow = 0
         self._held.sent_again()     # what the application holds is stale (as after a reconnect)
