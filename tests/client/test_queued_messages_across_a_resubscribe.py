@@ -12,11 +12,11 @@ import asyncio
 import time
 
 from pyengine.client import Client, ConsumerBatchReceivePolicy
-from pyengine.client.connection import ClientConnection
 from pyengine.client.message import MessageId
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import command_body, message_metadata
 from pyengine.storage.entry import headers_and_payload
+from tests.client.conftest import answer_late
 
 T = "persistent://public/default/reader-resumes-at-its-first-queued"
 
@@ -114,27 +114,20 @@ async def test_a_reader_resumes_at_a_chunked_message_it_was_putting_together(bro
         assert await read_all(reader) == [b"B", b"AAABBBCCC"]
 
 
-def subscribe_answers_delayed(monkeypatch, delay: float) -> set[int]:
-    """SUBSCRIBE answers come `delay` s late; the request ids of the SUBSCRIBEs sent since."""
-    subscribes, send_request, settle = set(), ClientConnection.send_request, ClientConnection._settle
+def subscribe_answers_delayed(monkeypatch, delay: float) -> list[int]:
+    """SUBSCRIBE answers come `delay` s late; the SUBSCRIBEs sent since (a list that grows)."""
+    subscribes: list[int] = []
 
-    def sending(connection, cmd):
+    def late(cmd) -> bool:
         if cmd.type == pb.BaseCommand.SUBSCRIBE:
-            subscribes.add(command_body(cmd).request_id)
-        return send_request(connection, cmd)
+            subscribes.append(command_body(cmd).request_id)
+            return True
+        return False
 
-    def settling(connection, cmd):
-        if command_body(cmd).request_id in subscribes:
-            asyncio.get_running_loop().call_later(delay, settle, connection, cmd)
-        else:
-            settle(connection, cmd)
-
-    monkeypatch.setattr(ClientConnection, "send_request", sending)
-    monkeypatch.setattr(ClientConnection, "_settle", settling)
+    answer_late(monkeypatch, delay, late)
     return subscribes
 
-
-async def restarted_until_subscribing(broker, subscribes: set[int]) -> None:
+async def restarted_until_subscribing(broker, subscribes: list[int]) -> None:
     await broker.restart()
     for _ in range(1000):
         if subscribes:
