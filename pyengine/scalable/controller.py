@@ -137,9 +137,12 @@ class ScalableTopicController:
         return self.election.leader
 
     async def wait_leading(self, timeout: float | None = None) -> None:
-        """Until this controller is the leader and has taken over."""
+        """Until this controller is the leader and has taken over; NotLeaderError once it is
+        closed (released, or dropped with its metadata session): it will never lead."""
         async def wait() -> None:
             while not (self.is_leader and self._leading):
+                if self._closed:
+                    raise NotLeaderError(self.topic, self.leader_url)
                 await asyncio.sleep(0.01)
             if self._takeover is not None and not self._takeover.done():
                 # its last step, the subscription deletions a former leader left half done

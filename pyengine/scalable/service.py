@@ -251,12 +251,19 @@ class ScalableTopicService:
     async def leader(self, topic: str | TopicName, timeout: float = 0.0) -> ScalableTopicController:
         """This broker's controller of `topic` if it leads (or comes to lead within `timeout`
         seconds), else NotLeaderError naming the leader."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         controller = await self.controller(topic)
-        if not controller.is_leader and timeout > 0:
+        while not controller.is_leader and (remaining := deadline - loop.time()) > 0:
             try:
-                await controller.wait_leading(timeout)
+                await controller.wait_leading(remaining)
             except TimeoutError:
-                pass
+                break
+            except NotLeaderError:
+                # dropped with its session (or released): the next one stands on a new session
+                closed, controller = controller, await self.controller(topic)
+                if controller is closed:
+                    break
         if not controller.is_leader:
             raise NotLeaderError(controller.topic, controller.leader_url)
         return controller

@@ -30,13 +30,21 @@ async def store():
 
 
 @pytest.fixture
-async def services(broker, store):
+def session_ttl() -> float:
+    """The `services` fixture's metadata session TTL. Long enough that a stalled event loop (a
+    loaded CI machine) does not expire a session a test relies on; modules whose tests wait
+    for a crashed broker's session to expire override it with a short one."""
+    return 5.0
+
+
+@pytest.fixture
+async def services(broker, store, session_ttl):
     """`make(name, **kw)`: a started ScalableTopicService for broker `name`; all closed at the end.
     Their segment topics are all on the one embedded broker, which owns them (segments.py)."""
     made = []
 
     async def make(name, **kwargs):
-        kwargs.setdefault("session_ttl", 0.5)
+        kwargs.setdefault("session_ttl", session_ttl)
         url = f"pulsar://{name}:6650"
         segments = LocalSegments(broker.service, SEGMENTS_BROKER_URL)
         service = await ScalableTopicService(store, segments, url, **kwargs).start()

@@ -16,6 +16,13 @@ from pyengine.scalable.service import scalable_topic_name
 from tests.scalable.conftest import TOPIC, Held
 from tests.scalable.test_operation_fencing import check_consistent
 
+
+@pytest.fixture
+def session_ttl() -> float:
+    """Short: these tests wait for a crashed broker's session to expire."""
+    return 0.5
+
+
 CHILD = "segment://public/default/orders/0000-7fff-1"
 
 

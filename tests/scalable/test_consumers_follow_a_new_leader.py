@@ -37,7 +37,11 @@ async def test_consumers_register_again_when_the_leadership_moves(tmp_path):
             await scalable.create_topic(T, 2)
             stream = await client.subscribe_stream(T, "s", "c1")
             assert stream.assigned == [0, 1]
-            scalable._session.abandon()                 # the session expires; nothing else breaks
+            # the session expires; nothing else breaks. The next one is long-lived: a stall of a
+            # loaded machine must not expire it too while the test checks the new leader
+            scalable.session_ttl = 5.0
+            scalable.session_ttl = 5.0                    # the next session: long-lived
+            scalable._session.abandon()
             await until(lambda: scalable._session is None or not scalable._session.alive)
             controller = await scalable.leader(T, timeout=5)      # a new controller leads
             await controller.wait_leading(5)
@@ -76,6 +80,7 @@ async def test_a_stream_consumer_leaves_a_sealed_parent_drained_under_a_new_lead
             await producer.send(b"before", key="k")
             await scalable.split_segment(T, 0)            # the parent keeps a backlog: held back
             await until(lambda: stream.assigned == [0] and stream.layout_epoch == 1)
+            scalable.session_ttl = 5.0                    # the next session: long-lived
             scalable._session.abandon()
             await until(lambda: scalable._session is None or not scalable._session.alive)
             controller = await scalable.leader(T, timeout=5)

@@ -17,6 +17,12 @@ from tests.broker.helpers import drain
 from tests.scalable.conftest import TOPIC
 
 
+@pytest.fixture
+def session_ttl() -> float:
+    """Short: these tests wait for a crashed broker's session to expire."""
+    return 0.5
+
+
 class Crash(Exception):
     pass
 

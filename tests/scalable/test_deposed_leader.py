@@ -15,6 +15,12 @@ from pyengine.scalable.service import scalable_topic_name
 from tests.scalable.conftest import TOPIC
 
 
+@pytest.fixture
+def session_ttl() -> float:
+    """Short: these tests wait for a crashed broker's session to expire."""
+    return 0.5
+
+
 async def test_a_deposed_leader_does_not_finish_a_split_the_new_leader_rolled_back(broker, services):
     state: dict = {}
 

@@ -16,6 +16,13 @@ from pyengine.scalable.controller import NotLeaderError
 from pyengine.scalable.service import scalable_topic_name
 from tests.scalable.conftest import TOPIC, Held
 
+
+@pytest.fixture
+def session_ttl() -> float:
+    """Short: these tests wait for a crashed broker's session to expire."""
+    return 0.5
+
+
 PARENT = "segment://public/default/orders/0000-ffff-0"
 
 
