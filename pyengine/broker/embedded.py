@@ -1188,6 +1188,22 @@ class EmbeddedConsumer:
         self._queued_bytes = 0
         self._last_entry = None
 
+    def _drop_queued_entries(self, entries: set[Position]) -> None:
+        """Take the queued messages of `entries` (not handed out yet) out of the queue, their
+        permits given back as if handed out."""
+        kept: list[Message] = []
+        dropped = 0
+        for message in self._queue:
+            if message.message_id.position in entries:
+                self._queued_bytes -= len(message.data)
+                dropped += 1
+            else:
+                kept.append(message)
+        if dropped:
+            self._queue.clear()
+            self._queue.extend(kept)
+            self._credit(dropped)
+
     def _wake_one(self) -> None:
         wake_one(self._waiters)
 
@@ -1308,6 +1324,10 @@ class EmbeddedConsumer:
         if self._closed or self._attaching is not None or self._subscription is None or self._consumer is None:
             return          # (attached again, the subscription delivers everything unacked again)
         if self._subscription.sub_type in ("shared", "key_shared"):
+            # Their entries come again: the copies still queued are dropped first (kept, each
+            # was handed out twice), their permits given back, as the network client's
+            # _drop_queued_entries (Java's removeExpiredMessagesFromQueue).
+            self._drop_queued_entries({m.position for m in message_ids})
             self._subscription.redeliver_unacknowledged(self._consumer, [m.position for m in message_ids])
         else:
             # As pulsar-client (and the wire server): on Exclusive and Failover, asking for
