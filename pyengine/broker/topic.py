@@ -210,9 +210,10 @@ class Topic:
 
     def disconnect_producers(self) -> int:
         """Close every producer from the broker side (Pulsar's Producer.disconnect, as its
-        BacklogQuotaManager does past a producer_request_hold / producer_exception quota): a
-        network client gets CLOSE_PRODUCER and reconnects, refused while the quota is exceeded.
-        Returns how many were closed."""
+        BacklogQuotaManager does past a producer_request_hold / producer_exception quota, and
+        its PersistentTopic.close / delete do): a network client gets CLOSE_PRODUCER and
+        reconnects that producer alone, refused while the quota is exceeded or the topic is
+        closed. Returns how many were closed."""
         producers = list(self.producers.values())
         for producer in producers:
             self.remove_producer(producer)
@@ -532,8 +533,16 @@ class Topic:
         """Close the topic (unloaded, or before its deletion): once, and to its end though a
         caller is cancelled meanwhile (left half-closed, it refused everything yet kept its
         ledger open and its subscriptions dispatching, and a later close returned at once);
-        every part is closed though one before it failed (the first failure is raised)."""
+        every part is closed though one before it failed (the first failure is raised).
+
+        As Pulsar's PersistentTopic.close / delete, its clients are told at once: its producers
+        are disconnected here, before anything is awaited (CLOSE_PRODUCER), its consumers as
+        their subscriptions close (CLOSE_CONSUMER). Each reconnects alone, refused while the
+        topic is closed (TopicFencedError: ServiceNotReady, retried). Left attached, a network
+        producer's next send was refused with ServiceNotReady, on which the official client
+        drops its whole connection, every other producer and consumer on it included."""
         self._closed = True
+        self.disconnect_producers()
         await self._closing()
 
     async def _close(self) -> None:

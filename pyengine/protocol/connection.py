@@ -40,6 +40,7 @@ from pyengine.errors import (
     ProducerBusyError,
     PulsarError,
     ServiceNotReadyError,
+    TopicFencedError,
     to_pulsar_error,
 )
 from pyengine.protocol import lookup, replies
@@ -590,6 +591,7 @@ class ServerConnection(asyncio.Protocol):
             if self.closed:
                 self.server.detach_producer(network)
                 return
+            self._check_topic_still_open(topic, network)
             if network.closed or self._closed_before_created(key, number):
                 # Closed by the client, disconnected by the broker, or fenced by an
                 # ExclusiveWithFencing producer meanwhile.
@@ -603,6 +605,8 @@ class ServerConnection(asyncio.Protocol):
                 except BaseException:
                     self.server.detach_producer(network)
                     raise
+                if not self.closed:
+                    self._check_topic_still_open(topic, network)
                 # Fenced, gone, or closed by the client (CLOSE_PRODUCER) meanwhile.
                 if network.closed or self.closed or self._closed_before_created(key, number):
                     self.server.detach_producer(network)
@@ -616,6 +620,17 @@ class ServerConnection(asyncio.Protocol):
                                                 topic_epoch=grant, schema_version=schema_version))
         finally:
             self._creating.discard(key)
+
+    def _check_topic_still_open(self, topic: Topic, network: NetworkProducer) -> None:
+        """A producer attached, then its topic closed (unloaded, or its deletion begun) while its
+        creation awaited storage: not created (the topic's close disconnected it), refused as
+        Pulsar refuses a producer of a fenced topic (TopicFencedException: ServiceNotReady, which
+        clients retry, to find the topic loaded or created again), never answered
+        PRODUCER_SUCCESS for the closed topic."""
+        if topic.closed:
+            self.server.detach_producer(network)
+            raise TopicFencedError(f"topic {topic.name} is closed (being unloaded or deleted): "
+                                   f"producer {network.producer_id} not created")
 
     async def _create_initial_subscription(self, topic: Any, network: NetworkProducer, name: str) -> None:
         """CommandProducer.initial_subscription_name: as Pulsar's ServerCnx.handleProducer, once
@@ -814,6 +829,13 @@ class ServerConnection(asyncio.Protocol):
             if self.closed:
                 self._release_consumer(consumer)
                 return
+            if topic.closed:
+                # As Pulsar's subscribe to a fenced topic (ServiceNotReady, retried): never
+                # SUCCESS for a consumer of a closed subscription, which dispatches nothing (a
+                # reader's subscription kept across its seek, say, closed with its topic).
+                self._release_consumer(consumer)
+                raise TopicFencedError(f"topic {topic.name} is closed (being unloaded or deleted): "
+                                       f"consumer {consumer_id} not created")
             if self._closed_before_created(key, number):
                 self._release_consumer(consumer)
                 raise ServiceNotReadyError(f"consumer {consumer_id} was closed before its creation was complete")
