@@ -1140,6 +1140,9 @@ class Consumer:
         self.options = options
         self._partitioned = partitions > 0
         self._queue: deque[tuple[PartitionConsumer, int, Message]] = deque()
+        # told (the partition's consumer, {(ledger, entry)}) when entries are asked for again:
+        # a MultiTopicsConsumer drops the copies it took from this queue already
+        self.on_entries_coming_again: Callable[[PartitionConsumer | None, set[tuple[int, int]]], None] | None = None
         self._waiters: deque[asyncio.Future[None]] = deque()
         # batch_receive() calls waiting for enough messages: each push wakes them all (one
         # message may not be enough), receive()'s waiters one at a time.
@@ -1255,6 +1258,8 @@ class Consumer:
         one message of a batch), and they would come twice (the Java client's
         removeExpiredMessagesFromQueue)."""
         self._drop_queued_where(handler, lambda at: (at.ledger_id, at.entry_id) in entries)
+        if self.on_entries_coming_again is not None:
+            self.on_entries_coming_again(handler, entries)
 
     def _drop_queued_where(self, handler: PartitionConsumer, coming_again: Callable[[MessageId], bool]) -> None:
         """Take out of the queue `handler`'s messages (of its generation) whose id is

@@ -241,7 +241,22 @@ class MultiTopicsConsumer:
 
     def _keep(self, topic: str, consumer: Consumer) -> None:
         self._consumers[topic] = consumer
+        self._follow_redeliveries(consumer)
         self._pumps[topic] = asyncio.ensure_future(self._pump(topic, consumer))
+
+    def _follow_redeliveries(self, consumer: Consumer) -> None:
+        """When `consumer` (Shared / Key_Shared) asks for entries again (a nack, at once or after
+        its delay; an ack timeout) it drops its queued copies of them; the copies it moved into
+        this buffer already are dropped with them, or the application would get those messages
+        twice, the stale copy and the redelivered one (as Java's MultiTopicsConsumerImpl takes
+        them out of its queue: removeExpiredMessagesFromQueue). Their permits went back to the
+        broker when they left the topic's queue (`_receive_for_parent`): none to give back."""
+        def drop_buffered_too(handler: PartitionConsumer | None, entries: set[tuple[int, int]]) -> None:
+            if any(item[0] is consumer for item in self._buffer):
+                self._drop_buffered(consumer, lambda owner, at: owner is handler
+                                    and (at.ledger_id, at.entry_id) in entries)
+
+        consumer.on_entries_coming_again = drop_buffered_too
 
     async def _remove(self, topic: str) -> None:
         consumer = self._consumers.pop(topic)
@@ -255,9 +270,13 @@ class MultiTopicsConsumer:
         except Exception as exc:
             log.info("%s: closing the consumer of %s: %s", self, topic, exc)
 
-    def _drop_buffered(self, consumer: Consumer | None = None) -> None:
-        """Forget the buffered messages of `consumer` (None: of every topic)."""
-        self._buffer = deque() if consumer is None else deque(item for item in self._buffer if item[0] is not consumer)
+    def _drop_buffered(self, consumer: Consumer | None = None,
+                       where: Callable[[PartitionConsumer | None, MessageId], bool] | None = None) -> None:
+        """Forget the buffered messages of `consumer` (None: of every topic); with `where`, only
+        those it selects (by the partition's consumer and the message id)."""
+        self._buffer = (deque() if consumer is None else
+                        deque(item for item in self._buffer if item[0] is not consumer
+                              or (where is not None and not where(item[1], item[2].message_id))))
         self._buffer_bytes = sum(len(message.data) for _, _, message in self._buffer)
         self._room.set()
 
