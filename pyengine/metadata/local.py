@@ -1,10 +1,11 @@
 """The engine shared by the in-process backends (memory and LMDB).
 
 Both keep the same ordered key space and run every write as one function over it, applied
-atomically (memory: synchronously on the event loop; LMDB: inside the group commit's write
-transaction). A write function checks all its conditions before it changes anything and
-returns an outcome instead of raising, so a failed condition never spoils an LMDB batch
-shared with other components.
+atomically (memory: synchronously on the event loop; LMDB: in a transaction nested in the group
+commit's write transaction, rolled back alone if the function raises). A write function checks
+all its conditions (and encodes what it writes) before it changes anything and returns an
+outcome instead of raising, so a failed condition never spoils an LMDB batch shared with other
+components: a failed write changes nothing.
 
 Key space (bytes, ordered):
 
@@ -226,14 +227,19 @@ def txn_put(kv: KV, specs: list[IndexSpec], path: str, value: bytes, expected: i
         entries = index_keys_for(specs, Record(path, value, version, 0, 0, session_id, partition_key))
     except MetadataStoreError as exc:
         return _err(exc)
+    revision = current_revision(kv) + 1
+    record = Record(path, value, version, old.create_revision if old is not None else revision, revision,
+                    session_id, partition_key)
+    try:
+        envelope = encode_local(version, record.create_revision, revision, session_id, partition_key,
+                                entries, value)
+    except (struct.error, ValueError) as exc:
+        return _err(MetadataStoreError(f"cannot store {path}: {exc}"))
     # -- changes
     if counter_key is not None:
         kv.put(counter_key, _U64.pack(seq + 1))
-    revision = _next_revision(kv)
-    record = Record(path, value, version, old.create_revision if old is not None else revision, revision,
-                    session_id, partition_key)
-    kv.put(_rkey(path), encode_local(version, record.create_revision, revision, session_id, partition_key,
-                                     entries, value))
+    kv.put(_REV, _U64.pack(revision))
+    kv.put(_rkey(path), envelope)
     old_session = old.session_id if old is not None else None
     if old_session is not None and old_session != session_id:
         kv.delete(_E + _sid(old_session) + path.encode())
@@ -526,6 +532,14 @@ class LocalMetadataStore(MetadataStore):
     async def _create_session(self, ttl: float) -> Session:
         session_id = await self._new_session_id()
         await self._run(lambda kv: txn_open_session(kv, session_id))
+        if self._closed:
+            # close() ran while the session was written: it ended the sessions it knew, not
+            # this one, which nothing would end now (no expiry runs on a closed store)
+            try:
+                await self._run(lambda kv: txn_end_session(kv, session_id))
+            except MetadataStoreError as exc:      # (LMDB: the next start-up ends it)
+                log.warning("ending metadata session %x of a closed store: %s", session_id, exc)
+            raise MetadataStoreError("create a session: the metadata store is closed")
         self._session_ttl[session_id] = ttl
         self._arm(session_id)
         return Session(self, session_id, ttl)
@@ -569,8 +583,8 @@ class LocalMetadataStore(MetadataStore):
                 session._expired()
 
     async def _refresh_session(self, session: Session) -> bool:
-        if session.id not in self._expiry:
-            return False
+        if self._closed or session.id not in self._expiry:
+            return False            # (a closed store expires no session: it ends them all)
         self._arm(session.id)
         return True
 
