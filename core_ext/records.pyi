@@ -8,6 +8,7 @@ import numpy.typing as npt
 from typing_extensions import Buffer
 
 class RecordFormatError(ValueError): ...
+class ChunkTooLargeError(RecordFormatError): ...
 
 def decompress(codec: int, payload: bytes, uncompressed_size: int) -> bytes: ...
 
@@ -22,3 +23,9 @@ def decode_entries(
     values: Iterable[Buffer],
     keep: npt.NDArray[np.bool_] | Sequence[bool] | None = None,
 ) -> dict[str, Any]: ...
+def chunk_indices(
+    ledger_ids: Sequence[SupportsIndex] | npt.NDArray[np.int64],
+    entry_ids: Sequence[SupportsIndex] | npt.NDArray[np.int64],
+    values: Iterable[Buffer],
+    keep: npt.NDArray[np.bool_] | Sequence[bool] | None = None,
+) -> npt.NDArray[np.int64]: ...

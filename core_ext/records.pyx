@@ -21,11 +21,14 @@ is the pure-Python oracle. Checksums are not re-verified (the broker verified th
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcpy
 
 from ._endian cimport load_be16, load_be32, load_be64
 
+import operator
 import zlib
 
 import cramjam
@@ -133,8 +136,28 @@ cdef class _Strings:
         self.offsets.put_i32(<int32_t>self.data.size)
         return 0
 
+    cdef inline int append_text(self, const unsigned char* source, Py_ssize_t count) except -1:
+        """Append a protobuf string (Arrow's string columns must hold UTF-8)."""
+        cdef Py_ssize_t i
+        for i in range(count):
+            if source[i] >= 0x80:
+                text = _utf8(source, count)
+                return self.append(<const unsigned char*>PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text))
+        return self.append(source, count)
+
     cdef tuple finish(self):
         return self.offsets.finish(), self.data.finish()
+
+
+cdef bytes _utf8(const unsigned char* source, Py_ssize_t count):
+    """A protobuf string's bytes as valid UTF-8: as they are, or with each invalid sequence
+    replaced by U+FFFD, as the Java client decodes them (the Python client hands them out as
+    bytes, which a string column cannot hold)."""
+    try:
+        PyUnicode_DecodeUTF8(<const char*>source, count, NULL)
+    except UnicodeDecodeError:
+        return PyUnicode_AsUTF8String(PyUnicode_DecodeUTF8(<const char*>source, count, "replace"))
+    return PyBytes_FromStringAndSize(<const char*>source, count)
 
 
 # --- protobuf wire format ----------------------------------------------------------------------
@@ -374,8 +397,9 @@ cdef class _Columns:
         """Append every KeyValue of field `wanted` of the message at data[:size]. `complete`: a
         KeyValue without its key or value is an error (MessageMetadata, which the broker parsed
         whole); otherwise the missing side is empty, as the consumer's batch decoder has it. A
-        key given twice keeps its last value, as the clients' property maps do (a Spark map
-        with a key twice is invalid)."""
+        key given twice keeps its last value, at the place of its last pair, as the clients'
+        property maps do (a Spark map with a key twice is invalid). Keys and values are UTF-8
+        (`_utf8`): keys are told apart as written."""
         cdef Py_ssize_t pos = 0, start, length, kv_pos, kv_end, key_start, key_length
         cdef Py_ssize_t value_start, value_length
         cdef uint64_t field, kv_field
@@ -412,19 +436,27 @@ cdef class _Columns:
         return 0
 
     cdef int _put_last_of_each_key(self, const unsigned char* data, list pairs) except -1:
-        cdef Py_ssize_t i, j, n = len(pairs), key_start, key_length, value_start, value_length
-        cdef bint later
+        cdef Py_ssize_t i, n = len(pairs), key_start, key_length, value_start, value_length
+        cdef bytes key
+        cdef list keys = []
+        cdef dict last = {}             # key -> index of its last pair: linear in the pairs
+        if n == 1:
+            key_start, key_length, value_start, value_length = pairs[0]
+            self.property_keys.append_text(data + key_start, key_length)
+            self.property_values.append_text(data + value_start, value_length)
+            self.property_count += 1
+            return 0
         for i in range(n):
-            key_start, key_length, value_start, value_length = pairs[i]
-            later = False
-            for j in range(i + 1, n):
-                if pairs[j][1] == key_length and memcmp(data + <Py_ssize_t>pairs[j][0], data + key_start,
-                                                        key_length) == 0:
-                    later = True
-                    break
-            if not later:
-                self.property_keys.append(data + key_start, key_length)
-                self.property_values.append(data + value_start, value_length)
+            key_start, key_length = pairs[i][0], pairs[i][1]
+            key = _utf8(data + key_start, key_length)
+            keys.append(key)
+            last[key] = i
+        for i in range(n):
+            key = keys[i]
+            if last[key] == i:
+                value_start, value_length = pairs[i][2], pairs[i][3]
+                self.property_keys.append(<const unsigned char*>PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+                self.property_values.append_text(data + value_start, value_length)
                 self.property_count += 1
         return 0
 
@@ -445,9 +477,9 @@ cdef class _Columns:
         self.txn_valid.put_u8(most >= 0 and least >= 0)
         self.is_marker.put_u8(marker)
         self.key_valid.put_u8(has_key)
-        self.key.append(key, key_length if has_key else 0)
+        self.key.append_text(key, key_length if has_key else 0)
         self.value.append(value, value_length)
-        self.producer_name.append(producer, producer_length)
+        self.producer_name.append_text(producer, producer_length)
         self.rows += 1
         return 0
 
@@ -488,8 +520,11 @@ def decompress(uint64_t codec, bytes payload, uint64_t uncompressed_size):
     (`pyengine.client.message`) and `decode_entries` both use it (once per entry: a batch is
     compressed whole). LZ4 (a raw block sized by uncompressed_size), ZSTD (a
     zstd frame) and SNAPPY (raw, no framing) are decompressed by cramjam into a buffer of exactly
-    uncompressed_size (the `_into` forms, which fail rather than pad); ZSTD and SNAPPY without
-    uncompressed_size (0: not checked, as for ZLIB) are decompressed whole."""
+    uncompressed_size (the `_into` forms, which fail rather than pad); ZLIB is inflated to at
+    most uncompressed_size + 1 bytes. Without uncompressed_size (0, protobuf's default) a
+    payload must decompress to nothing, as Pulsar's clients decode it into 0 bytes (and discard
+    a message that does not), except a zstd frame or snappy block that states its own size: it
+    is held to that, checked as a claim is. So nothing is decompressed past a stated size."""
     cdef str name
     cdef Py_ssize_t written
     cdef Py_ssize_t payload_size = len(payload)
@@ -497,19 +532,20 @@ def decompress(uint64_t codec, bytes payload, uint64_t uncompressed_size):
         return payload
     if codec == CODEC_ZLIB:
         try:
-            if not uncompressed_size:
-                plain = zlib.decompress(payload)
-            else:
-                # Never more than it states (one byte past it tells too much): a small payload
-                # that inflates to gigabytes is refused after uncompressed_size + 1 bytes.
-                inflating = zlib.decompressobj()
-                plain = inflating.decompress(payload, <Py_ssize_t>min(uncompressed_size + 1, 0x100000000))
-                if not inflating.eof and not inflating.unconsumed_tail:
-                    plain += inflating.flush()
+            # Never more than it states (one byte past it tells too much): a small payload
+            # that inflates to gigabytes is refused after uncompressed_size + 1 bytes (after
+            # 1 byte without uncompressed_size).
+            inflating = zlib.decompressobj()
+            plain = inflating.decompress(payload, <Py_ssize_t>min(uncompressed_size + 1, 0x100000000))
+            if not inflating.eof and not inflating.unconsumed_tail:
+                plain += inflating.flush()
         except zlib.error as exc:
             raise RecordFormatError(f"ZLIB payload does not decompress: {exc}")
-        if uncompressed_size and <uint64_t>len(plain) != uncompressed_size:
-            raise RecordFormatError(f"decompressed size does not match uncompressed_size")
+        if <uint64_t>len(plain) != uncompressed_size:
+            raise RecordFormatError(f"decompressed size does not match uncompressed_size"
+                                    f"{'' if uncompressed_size else ' (none given: 0)'}")
+        if not uncompressed_size and not inflating.eof:
+            raise RecordFormatError("ZLIB payload does not decompress: incomplete or truncated stream")
         return plain
     if codec == CODEC_LZ4:
         name, into = "LZ4", cramjam.lz4.decompress_block_into
@@ -521,18 +557,22 @@ def decompress(uint64_t codec, bytes payload, uint64_t uncompressed_size):
         raise RecordFormatError(f"compression codec {codec} "
                                 "is not supported (NONE, LZ4, ZLIB, ZSTD and SNAPPY are)")
     try:
-        if not uncompressed_size and codec != CODEC_LZ4:
+        if not uncompressed_size:
+            # A zstd frame or snappy block may state its size: held to that, else to 0.
             if codec == CODEC_ZSTD:
-                return bytes(cramjam.zstd.decompress(payload))
-            return bytes(cramjam.snappy.decompress_raw(payload))
+                uncompressed_size = _zstd_content_size(payload)
+            elif codec == CODEC_SNAPPY:
+                uncompressed_size = cramjam.snappy.decompress_raw_len(payload)
         # Refused before a buffer of uncompressed_size is allocated: more than an LZ4 block can
         # hold (255-fold), than a zstd frame can (at most 128 KiB per block of 4 bytes, an RLE
-        # block: 32768-fold), or than raw snappy states up front.
+        # block: 32768-fold), than raw snappy can (64 bytes per copy of 3 bytes: 21.3-fold)
+        # or than it states up front.
         if (uncompressed_size > 0xFFFFFFFF                      # MessageMetadata's is a uint32
                 or (codec == CODEC_LZ4 and uncompressed_size > <uint64_t>(255 * payload_size + 64))
                 or (codec == CODEC_ZSTD and uncompressed_size > <uint64_t>(32768 * payload_size + 131072))
                 or (codec == CODEC_SNAPPY
-                    and uncompressed_size != <uint64_t>cramjam.snappy.decompress_raw_len(payload))):
+                    and (uncompressed_size > <uint64_t>(22 * payload_size)
+                         or uncompressed_size != <uint64_t>cramjam.snappy.decompress_raw_len(payload)))):
             written = -1
         else:
             out = bytearray(<Py_ssize_t>uncompressed_size)
@@ -547,6 +587,28 @@ def decompress(uint64_t codec, bytes payload, uint64_t uncompressed_size):
         raise RecordFormatError(f"{name} (codec {codec}): decompressed size {written} "
                                 f"does not match uncompressed_size {uncompressed_size}")
     return bytes(out)
+
+
+cdef uint64_t _zstd_content_size(bytes payload):
+    """The content size the header of a zstd frame states (RFC 8878 3.1.1.1), or 0 when it
+    states none (or is not a zstd frame)."""
+    cdef const unsigned char* data = payload
+    cdef Py_ssize_t size = len(payload), pos, fcs_bytes, i
+    cdef unsigned char descriptor
+    cdef bint single_segment
+    cdef uint64_t value = 0
+    if size < 5 or data[0] != 0x28 or data[1] != 0xB5 or data[2] != 0x2F or data[3] != 0xFD:
+        return 0
+    descriptor = data[4]
+    single_segment = (descriptor >> 5) & 1
+    fcs_bytes = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+    # Past the descriptor, the window descriptor (not in a single segment) and the dictionary id.
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    if fcs_bytes == 0 or size - pos < fcs_bytes:
+        return 0
+    for i in range(fcs_bytes):
+        value |= <uint64_t>data[pos + i] << (8 * i)
+    return value + 256 if fcs_bytes == 2 else value
 
 
 cdef object _inflate(int64_t ledger, int64_t entry, uint64_t codec, bytes payload, uint64_t uncompressed_size):
@@ -697,6 +759,26 @@ cdef int _decode_one(_Columns out, int64_t ledger, int64_t entry, const unsigned
     return 0
 
 
+cdef object _int64_ids(ids, str name):
+    """`ids` as contiguous int64, refused where the cast would change them: it drops a
+    float's fraction and wraps an integer past int64, silently naming the rows wrongly."""
+    array = np.asarray(ids)
+    if array.dtype.kind not in "iu" and (array.size or array.dtype.kind == "O"):
+        if isinstance(ids, np.ndarray) and array.dtype.kind != "O":
+            raise TypeError(f"{name} must be integers, not an array of {array.dtype}")
+        # A sequence NumPy did not read as integers (it makes floats of ints past int64 of
+        # either sign, objects of larger ones): each must be an int in int64's range.
+        try:
+            return np.array([operator.index(value) for value in ids], dtype=np.int64)
+        except TypeError as exc:
+            raise TypeError(f"{name} must be integers: {exc}") from None
+        except OverflowError:
+            raise ValueError(f"{name} must be in int64's range") from None
+    if array.dtype.kind == "u" and array.size and array.max() > 0x7FFFFFFFFFFFFFFF:
+        raise ValueError(f"{name} must be in int64's range, got {array.max()}")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
 cdef object _selection(Py_ssize_t n, const int64_t[::1] ledgers, const int64_t[::1] entries, keep):
     """`keep` as n uint8 flags (all set when None), once the lengths are checked to agree."""
     if ledgers.shape[0] != n or entries.shape[0] != n:
@@ -718,11 +800,14 @@ def decode_entries(ledger_ids, entry_ids, values, keep=None):
     `txn_valid` (transactional), `key_valid` (partition key set), `(offsets, data)` pairs for
     `key`, `value`, `producer_name`, `property_keys`, `property_values`,
     `property_offsets` (row i holds properties `[offsets[i], offsets[i + 1])`), and `chunks`:
-    the indices of the selected entries that are chunks of a chunked message (no rows)."""
+    the indices of the selected entries that are chunks of a chunked message (no rows). The
+    string columns hold UTF-8: a protobuf string that is not has U+FFFD for each invalid
+    sequence, as the Java client reads it. Ids must be integers of int64's range (TypeError,
+    ValueError): a cast would rename the rows."""
     cdef list items = list(values)
     cdef Py_ssize_t n = len(items), i, rows = 0, data_bytes = 0
-    cdef const int64_t[::1] ledgers = np.ascontiguousarray(ledger_ids, dtype=np.int64)
-    cdef const int64_t[::1] entries = np.ascontiguousarray(entry_ids, dtype=np.int64)
+    cdef const int64_t[::1] ledgers = _int64_ids(ledger_ids, "ledger_ids")
+    cdef const int64_t[::1] entries = _int64_ids(entry_ids, "entry_ids")
     cdef const uint8_t[::1] selected
     cdef Py_buffer view
     cdef Header header
@@ -765,8 +850,8 @@ def chunk_indices(ledger_ids, entry_ids, values, keep=None):
     metadata is read."""
     cdef list items = list(values)
     cdef Py_ssize_t n = len(items), i, pos, metadata_size
-    cdef const int64_t[::1] ledgers = np.ascontiguousarray(ledger_ids, dtype=np.int64)
-    cdef const int64_t[::1] entries = np.ascontiguousarray(entry_ids, dtype=np.int64)
+    cdef const int64_t[::1] ledgers = _int64_ids(ledger_ids, "ledger_ids")
+    cdef const int64_t[::1] entries = _int64_ids(entry_ids, "entry_ids")
     cdef const uint8_t[::1] selected
     cdef Py_buffer view
     cdef Header header
