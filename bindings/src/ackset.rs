@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use numpy::{PyArray1, PyUntypedArray};
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::ackset_merge::{merge_many, merge_row, MergeOp, Sets};
@@ -67,6 +67,23 @@ fn batch_size_arg(batch_size: i64) -> PyResult<usize> {
                 "batch_size must be in [0, 2**31-1], got {batch_size}"
             ))
         })
+}
+
+/// The most messages a batch holds: it is one entry, which Pulsar's maxMessageSize (a Java int)
+/// keeps under 2 GiB, and a batched message takes 6 bytes at least (its size and payload_size).
+const MAX_BATCH_SIZE: i64 = i32::MAX as i64 / 6;
+
+/// A batch size that a result grows with (a word per 64 indexes, or an int per index): one
+/// that no batch can have is refused before its memory is taken.
+fn allocating_batch_size_arg(batch_size: i64) -> PyResult<usize> {
+    let size = batch_size_arg(batch_size)?;
+    if batch_size > MAX_BATCH_SIZE {
+        return Err(PyValueError::new_err(format!(
+            "batch_size {batch_size} is more messages than a batch holds (at most {MAX_BATCH_SIZE}: \
+             6 bytes each in an entry under 2 GiB)"
+        )));
+    }
+    Ok(size)
 }
 
 /// An ack set given as a sequence of signed 64-bit ints, or a NumPy/Arrow int64 array.
@@ -219,7 +236,7 @@ fn batch_sizes_values(sizes: &Int64View<'_>) -> PyResult<Vec<usize>> {
 
 #[pyfunction]
 pub fn ackset_new(batch_size: i64) -> PyResult<Vec<i64>> {
-    let size = batch_size_arg(batch_size)?;
+    let size = allocating_batch_size_arg(batch_size)?;
     Ok((0..size.div_ceil(WORD_BITS))
         .map(|i| batch_mask(i, size))
         .collect())
@@ -268,12 +285,20 @@ pub fn ackset_conflicts(
 
 #[pyfunction]
 pub fn ackset_acked_indexes(a: &Bound<'_, PyAny>, batch_size: i64) -> PyResult<Vec<i64>> {
-    let size = batch_size_arg(batch_size)?;
+    let size = allocating_batch_size_arg(batch_size)?;
     let a = words_arg(a, "a")?;
-    Ok((0..size)
-        .filter(|&i| word(&a, i / WORD_BITS) >> (i % WORD_BITS) & 1 == 0)
-        .map(|i| i as i64)
-        .collect())
+    // Reserved up front, fallibly: a failed allocation aborts the process, a MemoryError does not.
+    let acked = size - unacked_count(&a, size) as usize;
+    let mut out = Vec::new();
+    out.try_reserve_exact(acked).map_err(|_| {
+        PyMemoryError::new_err(format!("{acked} acked indexes of a batch of {size}"))
+    })?;
+    out.extend(
+        (0..size)
+            .filter(|&i| word(&a, i / WORD_BITS) >> (i % WORD_BITS) & 1 == 0)
+            .map(|i| i as i64),
+    );
+    Ok(out)
 }
 
 #[pyfunction]

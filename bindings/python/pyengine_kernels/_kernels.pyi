@@ -180,7 +180,9 @@ class AbortedTxnSet:
     def __reduce__(self) -> tuple[object, tuple[bytes]]: ...
 
 # Ack sets. Results are trimmed of trailing zero words like Java's BitSet.toLongArray(), so
-# a fully acked set is []. batch_size is a Java int: 0 <= batch_size <= 2**31 - 1.
+# a fully acked set is []. batch_size is a Java int: 0 <= batch_size <= 2**31 - 1; where the result
+# grows with it (ackset_new, ackset_acked_indexes), at most (2**31 - 1) // 6, the most messages a
+# batch holds (6 bytes each in an entry under 2 GiB): ValueError past that, before allocating.
 
 def ackset_new(batch_size: int) -> list[int]:
     """A set with indexes ``0 .. batch_size - 1`` unacked (all bits set)."""
