@@ -37,6 +37,10 @@ Modelled on Pulsar's `MetadataStore` / `MetadataStoreExtended` (module `pulsar-m
   Records written with `session=` are ephemeral: they are deleted when the session is closed or
   expires (its holder stopped refreshing it for `ttl` seconds). `LeaderElection`
   (`pyengine.metadata.election`) builds on them.
+* Versions and revisions are signed 64-bit numbers (Pulsar's `long`, etcd's int64): every
+  store refuses an expected version, expected or guard mod revision or `since` above
+  `MAX_INT64` with `ValueError` (as a negative one), before it reaches the backend. A session
+  TTL is at most `MAX_SESSION_TTL` seconds (etcd's maximum lease TTL), on every store.
 * Secondary indexes are declared per path prefix with `declare_index(name, prefix, key_fn)`;
   the backend writes index entries in the same atomic write as their record. `range_query`
   and `range_watch` read and watch an index by key range.
@@ -74,6 +78,8 @@ __all__ = [
 ]
 
 DEFAULT_SESSION_TTL = 10.0       # seconds
+MAX_SESSION_TTL = 9_000_000_000.0    # seconds: etcd's maximum lease TTL (about 285 years)
+MAX_INT64 = 2**63 - 1            # the largest version or revision (etcd's and Pulsar's are int64)
 SEQUENTIAL_DIGITS = 10           # `%010d`, as ZooKeeper's sequential nodes (Pulsar's ZK store)
 
 
@@ -284,13 +290,15 @@ class Session:
     Created by `MetadataStore.create_session(ttl)`. A keep-alive task refreshes it every ttl/3;
     if refreshing keeps failing (store unreachable) the session counts as expired locally once
     `ttl` seconds have passed since the last refresh that succeeded was sent, which is never
-    later than the store expires it. Listeners (`add_listener`) run once when the session ends
+    later than the store expires it. The first deadline counts from `started`, when the
+    backend sent the request that created the session (default: now), not from when its reply
+    arrived. Listeners (`add_listener`) run once when the session ends
     (`closed` or `expired`). `close()` revokes it: its ephemeral records are deleted at once.
     `abandon()` stops the keep-alive without revoking, as a crashed process would: the store
     expires the session after its TTL.
     """
 
-    def __init__(self, store: MetadataStore, session_id: int, ttl: float) -> None:
+    def __init__(self, store: MetadataStore, session_id: int, ttl: float, *, started: float | None = None) -> None:
         self.store = store
         self.id = session_id
         self.ttl = ttl
@@ -299,7 +307,9 @@ class Session:
         self._ended = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._deadline = loop.time() + ttl
+        # from before the request that created the session: the store's TTL runs from when it
+        # granted it, which is later (never from the reply, which may arrive late)
+        self._deadline = (loop.time() if started is None else min(started, loop.time())) + ttl
         self._timer: asyncio.TimerHandle | None = loop.call_at(self._deadline, self._check_deadline)
         self._keepalive: asyncio.Task | None = loop.create_task(self._keep_alive(), name=f"metadata-session-{session_id}")
 
@@ -467,8 +477,8 @@ def check_guard_arguments(guard_path: object, guard_mod_revision: object) -> tup
     check_path(guard_path)
     if isinstance(guard_mod_revision, bool) or not isinstance(guard_mod_revision, int):
         raise TypeError(f"guard_mod_revision is an int, not {type(guard_mod_revision).__name__}")
-    if guard_mod_revision < 1:
-        raise ValueError(f"invalid guard_mod_revision {guard_mod_revision}: revisions are >= 1")
+    if guard_mod_revision < 1 or guard_mod_revision > MAX_INT64:
+        raise ValueError(f"invalid guard_mod_revision {guard_mod_revision}: revisions are >= 1 and 64-bit")
     return guard_path, guard_mod_revision
 
 
@@ -477,8 +487,8 @@ def check_mod_revision(revision: object) -> int | None:
         return None
     if isinstance(revision, bool) or not isinstance(revision, int):
         raise TypeError(f"an expected mod revision is an int or None, not {type(revision).__name__}")
-    if revision < 1:
-        raise ValueError(f"invalid expected mod revision {revision}: revisions are >= 1")
+    if revision < 1 or revision > MAX_INT64:
+        raise ValueError(f"invalid expected mod revision {revision}: revisions are >= 1 and 64-bit")
     return revision
 
 
@@ -487,8 +497,8 @@ def check_version(version: object, *, allow_create: bool = True) -> int | None:
         return None
     if isinstance(version, bool) or not isinstance(version, int):
         raise TypeError(f"an expected version is an int or None, not {type(version).__name__}")
-    if version < -1 or (version == -1 and not allow_create):
-        raise ValueError(f"invalid expected version {version}: versions are >= 0 (-1: must not exist)")
+    if version < -1 or (version == -1 and not allow_create) or version > MAX_INT64:
+        raise ValueError(f"invalid expected version {version}: versions are >= 0 and 64-bit (-1: must not exist)")
     return version
 
 
@@ -507,6 +517,8 @@ def check_ttl(ttl: object) -> float:
         raise TypeError(f"a session TTL is a number of seconds, not {type(ttl).__name__}")
     if not math.isfinite(ttl) or ttl <= 0:
         raise ValueError(f"invalid session TTL {ttl!r}")
+    if ttl > MAX_SESSION_TTL:
+        raise ValueError(f"invalid session TTL {ttl!r}: at most {MAX_SESSION_TTL:.0f} seconds")
     return float(ttl)
 
 
@@ -669,7 +681,9 @@ class MetadataStore(abc.ABC):
 
     async def list_prefix(self, prefix: str, *, after: str | None = None, limit: int | None = None) -> Page:
         """Records whose path starts with `prefix` (a string prefix: `/a/b` also matches
-        `/a/bc`), in path order, from the first path greater than `after`, at most `limit`."""
+        `/a/bc`), in path order, from the first path greater than `after`, at most `limit`
+        (any positive int). Without `limit`, every matching record, however many (the etcd
+        backend reads them in several requests, all at the page's revision: one snapshot)."""
         check_prefix(prefix)
         if after is not None and not isinstance(after, str):
             raise TypeError("after is a path (str)")
@@ -767,8 +781,8 @@ class MetadataStore(abc.ABC):
             return None
         if isinstance(since, bool) or not isinstance(since, int):
             raise TypeError("since is a revision (int)")
-        if since < 0:
-            raise ValueError("since must be >= 0")
+        if since < 0 or since > MAX_INT64:
+            raise ValueError(f"invalid since {since}: revisions are >= 0 and 64-bit")
         return since
 
     # --- backend interface ------------------------------------------------------------------

@@ -15,6 +15,12 @@ A candidate whose own session ends leaves the election (state `NO_LEADER`): its 
 local proof of its leadership, and the store drops its record at the same time or later, so a
 leader always knows it has lost leadership no later than another candidate can win. To
 stand again it needs a new session and a new `LeaderElection`.
+
+`resign()` removes the record its campaign wrote, whatever the local view: a create still in
+flight is waited for first (it may be written even though the campaign is stopped), and a
+create whose reply was lost left a record the local view never saw. A record of the same
+session written by another election on the path (a broker's next controller of a topic) is
+left alone when ours is known by its create revision.
 """
 
 from __future__ import annotations
@@ -59,6 +65,11 @@ class LeaderElection:
             raise TypeError("candidate_id is a non-empty str")
         if not isinstance(session, Session):
             raise TypeError("session is a Session")
+        if isinstance(store, MetadataStore) and session.store is not store:
+            # every write with it would be refused: refused here, not in the background (a
+            # wrapper of a store is not checked here: its store refuses the first attempt,
+            # which campaign() raises)
+            raise ValueError("the session belongs to another metadata store")
         self.store = store
         self.path = path
         self.candidate_id = candidate_id
@@ -70,6 +81,11 @@ class LeaderElection:
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._first: asyncio.Future | None = None
+        self._creating: asyncio.Future | None = None    # the create of our record in flight
+        # what resign() deletes: the record our last create wrote (its create revision), or
+        # any record of our session when a create failed without an answer (it may be written)
+        self._written: int | None = None
+        self._maybe_written = False
         self._stopped = False
 
     @property
@@ -85,7 +101,9 @@ class LeaderElection:
 
     async def campaign(self) -> LeaderState:
         """Stand for election (once; later calls just report). Returns the state after the
-        first attempt: LEADING or FOLLOWING; the election then runs in the background."""
+        first attempt: LEADING or FOLLOWING; the election then runs in the background. If the
+        first attempt fails, its error is raised (here and by later calls): `resign()` then,
+        which also removes a record the failed attempt may have written."""
         if self._stopped:
             raise MetadataStoreError("this election was resigned or its session ended")
         if self._task is None and not self.session.alive:
@@ -112,7 +130,8 @@ class LeaderElection:
         return record.value.decode() if record is not None else None
 
     async def resign(self) -> None:
-        """Step down (deleting the leader record if it is ours) and stop campaigning."""
+        """Step down and stop campaigning: the record at the path is deleted if it is our
+        session's, whatever the local view (a create in flight is waited for first)."""
         if self._stopped:
             return
         self._stopped = True
@@ -124,13 +143,15 @@ class LeaderElection:
             except (asyncio.CancelledError, Exception):
                 pass
         try:
-            if self.state is LeaderState.LEADING and self.session.alive:
-                try:
-                    record = await self.store.get(self.path)
-                    if record is not None and record.session_id == self.session.id:
-                        await self.store.delete(self.path, record.version)
-                except (NotFoundError, BadVersionError):
-                    pass
+            creating = self._creating
+            if creating is not None:
+                # not cancelled with the campaign: it may be written anyway (LMDB's commit,
+                # etcd's request already sent), so its outcome is waited for, and noted here
+                # (done, its callback may not have run yet)
+                await asyncio.wait([creating])
+                self._created(creating)
+            if (self._written is not None or self._maybe_written) and self.session.alive:
+                await self._delete_own_record()
         finally:
             # stopped either way: a record the store failed to delete goes with the session
             self._set(LeaderState.NO_LEADER, None)
@@ -138,6 +159,42 @@ class LeaderElection:
     close = resign
 
     # --- internals --------------------------------------------------------------------------
+
+    async def _delete_own_record(self) -> None:
+        """Delete the record at the path if our campaign wrote it (only that version of it)."""
+        for _ in range(10):
+            record = await self.store.get(self.path)
+            if record is None or record.session_id != self.session.id:
+                return
+            if not self._maybe_written and record.create_revision != self._written:
+                return              # another election's of our session
+            try:
+                await self.store.delete(self.path, record.version, expected_mod_revision=record.mod_revision)
+                return
+            except NotFoundError:
+                return
+            except BadVersionError:
+                continue            # changed since the read: look again
+        log.warning("leader election on %s: could not delete our record (it keeps changing); "
+                    "it goes with the session", self.path)
+
+    async def _create(self) -> Record:
+        """Create our record. Not cancelled with the campaign (`resign()` waits for it)."""
+        creating = asyncio.ensure_future(self.store.create(self.path, self.candidate_id.encode(),
+                                                            session=self.session))
+        creating.add_done_callback(self._created)
+        self._creating = creating
+        return await asyncio.shield(creating)
+
+    def _created(self, creating: asyncio.Future) -> None:
+        """Note what a create wrote (retrieving its outcome: nobody may await it once the
+        campaign is cancelled)."""
+        if creating.cancelled():
+            self._maybe_written = True
+        elif (failure := creating.exception()) is None:
+            self._written = creating.result().create_revision
+        elif not isinstance(failure, AlreadyExistsError):
+            self._maybe_written = True      # no answer: it may have been written
 
     def _set(self, state: LeaderState, leader: str | None, revision: int | None = None) -> None:
         if self._first is not None and not self._first.done():
@@ -176,7 +233,7 @@ class LeaderElection:
                 watch = await self.store.watch(self.path)
                 while not self._stopped:
                     try:
-                        record = await self.store.create(self.path, self.candidate_id.encode(), session=self.session)
+                        record = await self._create()
                     except AlreadyExistsError:
                         current = await self.store.get(self.path)
                         if current is None:
@@ -206,6 +263,14 @@ class LeaderElection:
                 if self._first is not None and not self._first.done():
                     self._first.set_exception(exc)
                     return
+                await asyncio.sleep(RETRY_DELAY)
+            except Exception as exc:
+                # not a store failure (a bug): the first attempt's error goes to campaign()'s
+                # caller (else it would wait forever); later, the election goes on
+                if self._first is not None and not self._first.done():
+                    self._first.set_exception(exc)
+                    return
+                log.exception("leader election on %s failed; retrying", self.path)
                 await asyncio.sleep(RETRY_DELAY)
             finally:
                 if watch is not None:

@@ -33,7 +33,14 @@ Keys, under a root prefix (default `/pyengine`; several clusters or tests can sh
   notification. If etcd has compacted that history the watch fails with `CompactedError`.
   Range watches watch the index entries and read each record at the revision of its event.
 * Range queries read the index entries and then the records at the same revision (etcd MVCC):
-  one consistent snapshot.
+  one consistent snapshot. `list_prefix` reads in pages (a gRPC response is at most 4 MiB),
+  each at the revision of the first: one snapshot too, however many records it returns.
+* Versions and revisions are etcd's int64 (the public methods refuse larger ones); an expected
+  version whose etcd version (+1) would not fit compares as never matching, as on the local
+  backends.
+* An operation in flight when the store closes fails with `MetadataStoreError`: gRPC cancels
+  its call when the channel closes, and that `CancelledError` is turned into the store's
+  error unless the calling task itself is being cancelled.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ from pyengine.metadata import (
     Watch,
     check_guard,
     parent_of,
+    MAX_INT64,
     SEQUENTIAL_DIGITS,
 )
 from pyengine.metadata.keys import decode_index_entry, decode_remote, encode_remote, index_keys_for, prefix_end
@@ -71,6 +79,10 @@ from pyengine.metadata.keys import decode_index_entry, decode_remote, encode_rem
 log = logging.getLogger(__name__)
 
 MAX_TXN_OPS = 128            # etcd's default --max-txn-ops
+LIST_PAGE = 256              # records per range of list_prefix, to start with
+LIST_PAGE_MAX = 4096         # ... grown up to this while the responses stay small
+LIST_PAGE_BYTES = 1 << 20    # "small": a page under a quarter of this
+LIST_RESTARTS = 3            # a list_prefix whose snapshot got compacted meanwhile starts over
 RECONNECT_MIN = 0.05
 RECONNECT_MAX = 2.0
 
@@ -91,6 +103,36 @@ def _op_delete(key: bytes) -> Any:
 
 def _op_range(key: bytes, revision: int = 0) -> Any:
     return rpc.RequestOp(request_range=rpc.RangeRequest(key=key, revision=revision))
+
+
+def _version_cmp(key: bytes, expected: int) -> Any:
+    """The compare of a record's version with `expected` (etcd's version counts from 1). When
+    etcd's number would not fit its int64, no record can have that version: a compare that
+    never holds (the caller's failure branch then tells a missing record from a mismatch)."""
+    if expected + 1 > MAX_INT64:
+        return _cmp(key, "VERSION", "LESS", 0)
+    return _cmp(key, "VERSION", "EQUAL", expected + 1)
+
+
+def _after(revision: int) -> int:
+    """The etcd start revision of "every change after `revision`" (kept within int64: a
+    watch from the largest revision sees nothing, as any watch from there would)."""
+    return min(revision + 1, MAX_INT64)
+
+
+def _caller_cancelled() -> bool:
+    """After a `CancelledError` out of a gRPC call: whether the calling task itself is being
+    cancelled (then it must propagate). gRPC also raises `CancelledError` when it cancels the
+    call on its own, when the channel is closed under it (the store is closing): not a
+    cancellation of the caller, a failed operation."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _too_large(error: MetadataStoreError) -> bool:
+    """Whether a failed read's reply exceeded gRPC's message limit (RESOURCE_EXHAUSTED)."""
+    cause = error.__cause__
+    return isinstance(cause, rpc.AioRpcError) and cause.code() == rpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def _error(exc: BaseException, what: str) -> MetadataStoreError:
@@ -170,10 +212,20 @@ class EtcdMetadataStore(MetadataStore):
         assert self._client is not None, "not started"
         return self._client
 
+    def _call_cancelled(self, what: str) -> MetadataStoreError:
+        """The error of an operation whose gRPC call was cancelled under it (not by its caller)."""
+        if self._closed:
+            return MetadataStoreError(f"{what}: the metadata store is closed")
+        return MetadataStoreError(f"{what}: the etcd call was cancelled (connection closed)")
+
     async def _rpc(self, method: Callable[..., Any], request: Any, what: str) -> Any:
         client = self.client
         try:
             return await method(request, timeout=self.timeout, metadata=client.metadata)
+        except asyncio.CancelledError:
+            if _caller_cancelled():
+                raise
+            raise self._call_cancelled(what) from None
         except Exception as exc:
             raise _error(exc, what) from exc
 
@@ -240,8 +292,7 @@ class EtcdMetadataStore(MetadataStore):
             if not response.succeeded:
                 raise AlreadyExistsError(f"{path} already exists")
         else:
-            response = await self._guarded_txn([_cmp(key, "VERSION", "EQUAL", expected_version + 1)] + revision_check,
-                                               [put], guard)
+            response = await self._guarded_txn([_version_cmp(key, expected_version)] + revision_check, [put], guard)
         if not response.succeeded:
             raise _mismatch(path, expected_version, expected_mod_revision)
         revision = response.header.revision
@@ -327,7 +378,7 @@ class EtcdMetadataStore(MetadataStore):
             await self._delete_indexed(path, expected_version, expected_mod_revision, guard)
             return
         key = self._rkey(path)
-        checks = [_cmp(key, "VERSION", "EQUAL", expected_version + 1) if expected_version is not None
+        checks = [_version_cmp(key, expected_version) if expected_version is not None
                   else _cmp(key, "VERSION", "GREATER", 0)]
         if expected_mod_revision is not None:
             checks.append(_cmp(key, "MOD", "EQUAL", expected_mod_revision))
@@ -339,6 +390,9 @@ class EtcdMetadataStore(MetadataStore):
 
     async def _delete_indexed(self, path: str, expected: int | None, expected_mod_revision: int | None = None,
                               guard: tuple[str, int] | None = None) -> None:
+        """Delete by read-then-transaction (the record and the index entries its envelope
+        names; none for a record outside indexed prefixes), retried from the read while the
+        record changes in between."""
         key = self._rkey(path)
         while True:
             kv = await self._get_guarded_kv(path, guard)
@@ -384,13 +438,10 @@ class EtcdMetadataStore(MetadataStore):
                 break
             after = response.kvs[-1].key + b"\x00"
         for victim in paths:
+            # read-then-delete, retried while the record changes in between (a record written
+            # meanwhile is deleted too, in its new state, with its new index entries)
             try:
-                kv = await self._get_kv(victim)
-                if kv is not None and decode_remote(kv.value)[1]:
-                    await self._delete_indexed(victim, None, guard=guard)
-                elif kv is not None:
-                    await self._guarded_txn([_cmp(self._rkey(victim), "MOD", "EQUAL", kv.mod_revision)],
-                                            [_op_delete(self._rkey(victim))], guard)
+                await self._delete_indexed(victim, None, guard=guard)
             except NotFoundError:
                 pass
         counters = self._s + (path + "/").encode()
@@ -418,13 +469,41 @@ class EtcdMetadataStore(MetadataStore):
         return sorted(set(children), key=str.encode)
 
     async def _list_prefix(self, prefix: str, after: str | None, limit: int | None) -> Page:
-        start = self._rkey(prefix)
-        end = prefix_end(start)
+        # In pages: one etcd range of every record could exceed gRPC's 4 MiB reply limit. The
+        # first page fixes the revision, the others read at it: one snapshot. A page that is
+        # too large is asked again with half as many records; small pages grow.
+        first = self._rkey(prefix)
+        end = prefix_end(first)
         if after is not None:
-            start = max(start, self._rkey(after) + b"\x00")
-        request = rpc.RangeRequest(key=start, range_end=end, limit=limit or 0)
-        response = await self._range(request)
-        return Page([self._record(kv) for kv in response.kvs], response.header.revision, bool(response.more))
+            first = max(first, self._rkey(after) + b"\x00")
+        size = LIST_PAGE
+        for attempt in range(LIST_RESTARTS + 1):
+            records: list[Record] = []
+            start, revision = first, 0
+            while True:
+                want = size if limit is None else min(size, limit - len(records))
+                try:
+                    response = await self._range(rpc.RangeRequest(key=start, range_end=end, limit=want,
+                                                                  revision=revision))
+                except CompactedError:
+                    if revision == 0 or attempt == LIST_RESTARTS:
+                        raise
+                    break           # the snapshot was compacted under the listing: start over
+                except MetadataStoreError as error:
+                    if want == 1 or not _too_large(error):
+                        raise
+                    size = want // 2
+                    continue
+                revision = revision or response.header.revision
+                records += [self._record(kv) for kv in response.kvs]
+                if not response.more:
+                    return Page(records, revision, False)
+                if limit is not None and len(records) >= limit:
+                    return Page(records, revision, True)
+                start = response.kvs[-1].key + b"\x00"
+                if len(response.kvs) == want and response.ByteSize() * 4 < LIST_PAGE_BYTES:
+                    size = min(size * 2, LIST_PAGE_MAX)
+        raise AssertionError("unreachable")
 
     # --- secondary indexes --------------------------------------------------------------------
 
@@ -458,7 +537,7 @@ class EtcdMetadataStore(MetadataStore):
         # The watch starts at since + 1: that revision must not be compacted (etcd keeps the
         # compaction revision itself; `since` 0 too needs revision 1, the first one).
         try:
-            await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1, revision=since + 1))
+            await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1, revision=_after(since)))
         except CompactedError as exc:
             raise CompactedError(f"revision {since} is compacted: re-read and watch again ({exc})") from None
         except MetadataStoreError as exc:
@@ -472,7 +551,11 @@ class EtcdMetadataStore(MetadataStore):
         else:
             await self._check_history(since)
         try:
-            etcd_watch = await self.client.watch(key, range_end=range_end, start_revision=since + 1)
+            etcd_watch = await self.client.watch(key, range_end=range_end, start_revision=_after(since))
+        except asyncio.CancelledError:
+            if _caller_cancelled():
+                raise
+            raise self._call_cancelled("watch") from None
         except Exception as exc:
             raise _error(exc, "watch") from exc
         pump: asyncio.Task
@@ -501,7 +584,7 @@ class EtcdMetadataStore(MetadataStore):
             while not watch.closed:
                 try:
                     if etcd_watch is None:
-                        resume = last if last > since else since + 1
+                        resume = last if last > since else _after(since)
                         etcd_watch = await self.client.watch(key, range_end=range_end, start_revision=resume)
                         log.info("etcd watch on %r resumed from revision %d", key, resume)
                     async for event in etcd_watch:
@@ -568,15 +651,30 @@ class EtcdMetadataStore(MetadataStore):
     # --- sessions ------------------------------------------------------------------------------
 
     async def _create_session(self, ttl: float) -> Session:
+        # etcd's TTL runs from when it grants the lease: the local deadline counts from before
+        # the request (from the reply, it could end after etcd expired the lease)
+        sent = asyncio.get_running_loop().time()
         response = await self._rpc(self.client.leasestub.LeaseGrant,
                                    rpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl))), "create a session")
         if response.error:
             raise MetadataStoreError(f"create a session: {response.error}")
-        return Session(self, response.ID, float(response.TTL))
+        if self._closed:
+            # granted while the store closed: close() did not see it, nobody would revoke it
+            try:
+                await self._rpc(self.client.leasestub.LeaseRevoke, rpc.LeaseRevokeRequest(ID=response.ID),
+                                "close the session")
+            except MetadataStoreError:
+                pass            # etcd expires it after its TTL
+            raise MetadataStoreError("create a session: the metadata store is closed")
+        return Session(self, response.ID, float(response.TTL), started=sent)
 
     async def _refresh_session(self, session: Session) -> bool:
         try:
             reply = await self.client.refresh_lease(session.id)
+        except asyncio.CancelledError:
+            if _caller_cancelled():
+                raise
+            raise self._call_cancelled("refresh the session") from None
         except Exception as exc:
             raise _error(exc, "refresh the session") from exc
         return reply is not None and reply.TTL > 0
