@@ -309,12 +309,13 @@ class SharedExactlyOnceMachine(ExactlyOnceMachine):
         return self._acked(proc, taken, None, expect_conflict)
 
     def _acked(self, proc: Processor, taken: Taken, failure: BaseException | None,
-               expect_conflict: str | None = None) -> bool:
+               expect_conflict: str | None = None, *, held_before: bool = False) -> bool:
         """`proc`'s ack of `taken` ended (`failure`: how it failed). On success, check that
         nobody else holds the message (it is now `proc`'s, processed if `proc` commits); on a
         failure, the transaction fails. `expect_conflict`: why the ack must have been refused
         with TransactionConflictError (unless the coordinator aborted `proc`, or its consumer
-        closed)."""
+        closed). `held_before`: the message was held when the ack was made (acks made at once
+        are checked one after the other, and the first one's failure ends its transaction)."""
         label = taken.label
         if proc.consumer not in self.consumers:
             expect_conflict = None          # its consumer closed: refused for that
@@ -325,7 +326,7 @@ class SharedExactlyOnceMachine(ExactlyOnceMachine):
             if isinstance(failure, TransactionConflictError) and not proc.killed:
                 # with what? a reservation left by a transaction that ended would keep the
                 # message from everyone
-                assert self._held_elsewhere(label), \
+                assert held_before or self._held_elsewhere(label), \
                     f"{proc.name}: the ack of m{label} conflicted, but nobody holds it: {failure!r}\n" \
                     + "\n".join(self.log)
             self.run(self._failed(proc, f"ack of m{label}", failure))
@@ -416,10 +417,13 @@ class SharedExactlyOnceMachine(ExactlyOnceMachine):
                                       others=self._ack_failure(other, copy, later=True)))
         self.log.append(f"  ({first} first) {outcomes}")
         acks = [(outcomes["mine"], proc, taken), (outcomes["others"], other, copy)]
-        # successes first: the second one is checked against the first; a conflict is for it
+        # successes first: the second one is checked against the first; a conflict is for it,
+        # or for what held the message when both were made (the first failure's handling ends
+        # its transaction: `proc` acking its own message again, say)
+        held = self._held_elsewhere(copy.label)
         for failure, acker, acked in sorted(acks, key=lambda ack: ack[0] is not None):
             if acker in self.procs:
-                self._acked(acker, acked, failure, why)
+                self._acked(acker, acked, failure, why, held_before=held)
         event("two processors acked a message at once")
 
     def _ack_failure(self, proc: Processor, taken: Taken, *, later: bool = False):
