@@ -44,8 +44,14 @@ class ManagedCursor:
         # A save failed and none succeeded since: memory holds acks that are not durable, so an
         # ack repeating one of them changes nothing here but must still be written.
         self._unsaved = False
+        # The latest save, until it settles: it carries every change made so far (each change
+        # submits a save, sealed at or after it), so an ack repeating one is answered by it.
+        self._saving: asyncio.Future[None] | None = None
         self._deleted = False
         self._advance_mark_delete()
+        # The mark-delete position of the state last saved (as recovered when opened): what
+        # trims go by, never by one in memory whose save may fail (see trim_bound).
+        self.durable_mark_delete = self.mark_delete
 
     # --- opening --------------------------------------------------------------------------
 
@@ -83,7 +89,8 @@ class ManagedCursor:
 
     def ack(self, positions: Iterable[Position]) -> asyncio.Future[None]:
         """Acknowledge whole entries individually. Each acknowledging method returns a future
-        that resolves when the new state is durable (at once when nothing changed)."""
+        that resolves when the new state is durable (at once when the ack changes nothing and
+        the state it repeats is durable already: see _unchanged)."""
         changed = False
         md = self.mark_delete
         positions = [position for position in positions if position > md]
@@ -104,7 +111,7 @@ class ManagedCursor:
         if not changed:
             return self._unchanged()
         self._advance_mark_delete()
-        return self._persist_moved(md)
+        return self.persist()
 
     def ack_batch_indexes(self, position: Position, ack_set: list[int], batch_size: int) -> asyncio.Future[None]:
         """Acknowledge some indexes of a batch entry: `ack_set` has a set bit for every index
@@ -124,27 +131,25 @@ class ManagedCursor:
         """Acknowledge everything up to and including `position`."""
         if position <= self.mark_delete:
             return self._unchanged()
-        before, self.mark_delete = self.mark_delete, position
+        self.mark_delete = position
         self._drop_acks_up_to(position)
         self._advance_mark_delete()
         if self.read_position <= self.mark_delete:
             self.read_position = self.ledger.next_position(self.mark_delete)
-        return self._persist_moved(before)
+        return self.persist()
 
     def _unchanged(self) -> asyncio.Future[None]:
-        """The answer to an ack that changes nothing in memory: done at once, unless the state
-        it repeats may not be durable (a save failed since the last one that succeeded)."""
-        return self.persist() if self._unsaved else _done()
-
-    def _persist_moved(self, before: Position) -> asyncio.Future[None]:
-        """`persist`, and once the mark-delete has moved past the last entry of a ledger, let
-        the ledger trim what every cursor consumed (as Pulsar does when the slowest cursor
-        moves on). The trim's deletion is written after this state."""
-        persisted = self.persist()
-        md = self.mark_delete
-        if self.durable and md != before and (md.ledger_id != before.ledger_id or self.ledger.is_last_entry(md)):
-            self.ledger.trim_soon()
-        return persisted
+        """The answer to an ack that changes nothing in memory: done at once when the state it
+        repeats is durable; else the outcome of the save in flight that carries it (a client's
+        retry, a duplicate ack, must not be answered before the ack it repeats is durable, nor
+        succeed when that save fails), or a new save when the last one failed."""
+        if self._unsaved:
+            return self.persist()
+        saving = self._saving
+        if saving is None:
+            return _done()
+        # Shielded: a caller giving up on its answer must not cancel the save others wait for.
+        return asyncio.shield(saving)
 
     def is_acked(self, position: Position) -> bool:
         if position <= self.mark_delete:
@@ -205,19 +210,16 @@ class ManagedCursor:
     def seek(self, position: Position, ack_set: list[int] | None = None) -> asyncio.Future[None]:
         """Reset the cursor so that `position` is the next entry read; everything before it
         counts as acknowledged and everything from it on as not (Pulsar's resetCursor). A
-        reset forward past whole ledgers lets them be trimmed, as any other move of the
-        mark-delete position does (Pulsar resets through its mark-delete path). `ack_set`
+        reset forward past whole ledgers lets them be trimmed once saved, as any other move of
+        the mark-delete position does (Pulsar resets through its mark-delete path). `ack_set`
         (set bit = unacknowledged): the batch at `position` has its other indexes acknowledged
         (a seek to a message inside a batch, as Pulsar's cursor takes the reset position's)."""
-        before = self.mark_delete
         self.mark_delete = self.ledger.previous_position(position) if position.entry_id >= 0 else position
         self._acked.clear()
         self._batch_acks.clear()
         if ack_set and position.entry_id >= 0 and not ackset_is_fully_acked(ack_set):
             self._batch_acks[position] = list(ack_set)
         self.read_position = self.ledger.next_position(self.mark_delete)
-        if self.mark_delete > before:
-            return self._persist_moved(before)
         return self.persist()
 
     def rewind(self) -> None:
@@ -259,20 +261,50 @@ class ManagedCursor:
             # the deletion's group commit under the same key, take the deletion's place.
             return _done()
         db, key = env.db("cursors"), self._key
-        # Serialise at seal time, so one batch writes the cursor's latest state once.
-        state: dict[str, bytes] = {}
+        # Serialise at seal time, so one batch writes the cursor's latest state once. Submissions
+        # coalesce: only the last one's seal runs, and its state is what they all wrote.
+        state: dict[str, object] = {}
 
         def seal() -> None:
+            state["mark_delete"] = self.mark_delete
             state["value"] = self.record().SerializeToString()
 
-        saved = env.submit(lambda txn: txn.put(key, state["value"], db=db), key=("cursor", key), on_seal=seal)
-        saved.add_done_callback(self._saved)
+        def settled(future: asyncio.Future[None]) -> None:
+            self._saved(future, state.get("mark_delete"))
+
+        saved = self._saving = env.submit(lambda txn: txn.put(key, state["value"], db=db), key=("cursor", key),
+                                          on_seal=seal)
+        saved.add_done_callback(settled)
         return saved
 
-    def _saved(self, saved: asyncio.Future[None]) -> None:
+    def _saved(self, saved: asyncio.Future[None], mark_delete: Position | None) -> None:
+        """A save settled. `mark_delete`: the one it wrote (None: a save that coalesced into a
+        later submission, which tells it)."""
         # Saves settle in commit order, and each writes the whole state as of its seal: one that
         # succeeds after a failed one has written everything the failed one carried.
-        self._unsaved = saved.cancelled() or saved.exception() is not None
+        if saved is self._saving:
+            self._saving = None
+        if saved.cancelled() or saved.exception() is not None:
+            self._unsaved = True
+            return
+        self._unsaved = False
+        if mark_delete is None:
+            return
+        before, self.durable_mark_delete = self.durable_mark_delete, mark_delete
+        # Past the last entry of a ledger, durably: the ledger may trim what every cursor
+        # consumed (as Pulsar's ManagedCursorImpl tells its ledger once the position is saved).
+        if mark_delete > before and (mark_delete.ledger_id != before.ledger_id
+                                     or self.ledger.is_last_entry(mark_delete)):
+            self.ledger.trim_soon()
+
+    def trim_bound(self) -> Position:
+        """What trims may delete up to for this cursor: the lower of its mark-delete position as
+        saved and the one in memory. A move forward counts once saved (in flight or failed, a
+        restart would find the cursor where the last save left it, needing the entries after
+        it); a move back (a seek, a rewound compaction cursor) at once, the entries it will read
+        again being kept while it is saved."""
+        md, durable = self.mark_delete, self.durable_mark_delete
+        return md if md < durable else durable
 
     async def flush(self) -> None:
         if self.durable:

@@ -285,43 +285,63 @@ def test_corrupt_entry_is_reported():
 
 
 CRASH_WRITER = textwrap.dedent("""
-    import asyncio, sys
+    import asyncio, os, sys
     from pyengine.storage import ManagedLedger, StorageEnvironment
 
-    async def main(path):
+    async def main(path, report_path):
         env = StorageEnvironment(path)
         ml = await ManagedLedger.open(env, "persistent://public/default/crash")
+        cursor = await ml.open_cursor("sub", "earliest")
+        # Every acknowledgement is reported, once given, by one write to a file: that never
+        # blocks (a pipe read only after the kill fills up at 64 KB and would hold the writer
+        # there, so that the kill never lands in the middle of a commit).
+        report = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         i = 0
         while True:
             batch = [ml.append(f"{i + k}".encode()) for k in range(50)]
+            positions = []
             for k, future in enumerate(batch):
                 position = await future
-                print(f"{i + k} {position.ledger_id} {position.entry_id}", flush=True)
+                positions.append(position)
+                os.write(report, f"entry {i + k} {position.ledger_id} {position.entry_id}\\n".encode())
+            # A consumer acknowledges the batch, and repeats it (a client's retry) at once: the
+            # repeat is answered only once the first is durable.
+            cursor.ack(positions)
+            await cursor.ack(positions)
+            os.write(report, f"acked {i}\\n".encode())          # the entries of values i to i + 49
             i += 50
 
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
 """)
 
 
 @pytest.mark.parametrize("delay", [0.3, 0.8])
 async def test_nothing_acknowledged_is_lost_after_kill_9(tmp_path, delay):
-    data = tmp_path / "crash"
-    proc = subprocess.Popen([sys.executable, "-c", CRASH_WRITER, str(data)], stdout=subprocess.PIPE,
-                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    data, report = tmp_path / "crash", tmp_path / "acknowledged"
+    proc = subprocess.Popen([sys.executable, "-c", CRASH_WRITER, str(data), str(report)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     time.sleep(delay + 1.0)            # interpreter start-up, then writes in full flow
     proc.send_signal(signal.SIGKILL)
-    out, _ = proc.communicate()
-    acked = [tuple(map(int, line.split())) for line in out.splitlines() if line.strip()]
-    assert len(acked) > 50, "the writer acknowledged too little to make the test meaningful"
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the writer stopped before it was killed"
+    # (a line the kill cut short, without its end, was not reported)
+    lines = [line.split() for line in report.read_text().split("\n")[:-1]]
+    appended = [tuple(map(int, fields[1:])) for fields in lines if fields[0] == "entry"]
+    consumed_batches = {int(fields[1]) // 50 for fields in lines if fields[0] == "acked"}
+    assert len(appended) > 50, "the writer acknowledged too little to make the test meaningful"
+    assert consumed_batches, "the writer's consumer acknowledged nothing"
     env = StorageEnvironment(data)
     try:
         ml = await ManagedLedger.open(env, "persistent://public/default/crash")
         stored = {(e.position.ledger_id, e.position.entry_id): e.data
                   for e in ml.read_entries(Position(-1, -1), 10 ** 7)}
-        for value, ledger_id, entry_id in acked:
+        for value, ledger_id, entry_id in appended:
             assert stored[(ledger_id, entry_id)] == str(value).encode()
+        cursor = await ml.open_cursor("sub", "earliest")
+        assert [(value, Position(ledger_id, entry_id)) for value, ledger_id, entry_id in appended
+                if value // 50 in consumed_batches and not cursor.is_acked(Position(ledger_id, entry_id))] == []
         # The ledger left open by the crash was closed at its last durable entry; appends go on.
         position = await ml.append(b"after")
-        assert position.ledger_id > max(ledger for _, ledger, _ in acked)
+        assert position.ledger_id > max(ledger for _, ledger, _ in appended)
     finally:
         env.close()
