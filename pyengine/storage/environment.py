@@ -107,6 +107,16 @@ class _QueuedWrite:
 
 
 LAZY_WRITE_DELAY_S = 0.01      # a lazy write waits at most this long for a commit to join
+# Appends are refused (`nearly_full`) once more than FULL_SHARE of the map is used, until use is
+# below NOT_FULL_SHARE again (BookKeeper's diskUsageThreshold and diskUsageLwmThreshold), and
+# while fewer than RESERVE_PAGES (twice as many to end it) are free: so the writes that free
+# space (trims, topic deletions, the cursor moves that allow them) find pages to write to. In
+# LMDB even a deletion needs new pages, and a map filled to its last page by appends could then
+# not be written again, not even after a restart with the same map size. (Use is the pages of
+# the databases: LMDB's own, a dozen or so, are what RESERVE_PAGES is also there for.) It is
+# measured after every USAGE_CHECK_COMMITS commits, after each one when the map is close.
+FULL_SHARE, NOT_FULL_SHARE, RESERVE_PAGES = 0.95, 0.90, 64
+USAGE_CHECK_COMMITS = 32
 _COUNTER = struct.Struct(">q")
 
 
@@ -180,6 +190,12 @@ class StorageEnvironment:
         # whose write failed with a batch and goes again with the next one (`_unsaved_counters`).
         self._queued_counters: set[bytes] = set()
         self._unsaved_counters: set[bytes] = set()
+        # The map is nearly full: appends are to be refused (StorageFullError), so that the
+        # writes that free space can still be written (see FULL_SHARE). Read on each append.
+        self.nearly_full = False
+        self._commits_to_usage_check = 0        # (counted down by commits, not by writes)
+        if not readonly:
+            self._check_usage()
 
     # --- databases and reads --------------------------------------------------------------
 
@@ -213,6 +229,26 @@ class StorageEnvironment:
             if key is not None:
                 await asyncio.sleep(0)
         return count, size
+
+    def _check_usage(self) -> None:
+        """Measure how much of the map the databases use (their pages: those LMDB holds free for
+        reuse do not count), set `nearly_full`, and when to measure again (~20 us)."""
+        try:
+            with self._env.begin() as txn:
+                used = 0
+                for db in self._dbs.values():
+                    stat = txn.stat(db)
+                    used += stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+            info, page = self._env.info(), self._env.stat()["psize"]
+        except lmdb.Error:
+            return
+        pages = info["map_size"] // page
+        free, reserve = pages - used, max((1 - FULL_SHARE) * pages, RESERVE_PAGES)
+        if self.nearly_full:
+            self.nearly_full = free < max((1 - NOT_FULL_SHARE) * pages, 2 * RESERVE_PAGES)
+        else:
+            self.nearly_full = free < reserve
+        self._commits_to_usage_check = 1 if free < 4 * reserve else USAGE_CHECK_COMMITS
 
     def stat(self) -> dict[str, Any]:
         info = self._env.info()
@@ -427,6 +463,11 @@ class StorageEnvironment:
                 self._flush()
             elif self._lazy_timer is None and self._loop is not None:
                 self._lazy_timer = self._loop.call_later(LAZY_WRITE_DELAY_S, self._flush_lazy)
+        # (after the next batch went to the writer; before the callbacks of this one, which
+        # run later, may append again)
+        self._commits_to_usage_check -= 1
+        if self._commits_to_usage_check <= 0 and not self._closed:
+            self._check_usage()
 
     def _flush_lazy(self) -> None:
         self._lazy_timer = None

@@ -6,8 +6,12 @@ class StorageError(Exception):
 
 
 class StorageFullError(StorageError):
-    """The LMDB map (or the disk) is full. Reads keep working; writes fail until space is freed
-    (trim, delete topics) or the broker restarts with a larger ``map_size``."""
+    """The LMDB map (or the disk) is full, or nearly: appends are refused once more than 95% of
+    the map is used (or less than 256 KiB is free), until less than 90% is, so that what frees
+    space can still be written (see environment.FULL_SHARE). Reads keep working; writes fail
+    until space is freed (trim consumed ledgers, delete topics: their entries are removed in
+    bounded writes, which a nearly full map takes) or the broker restarts with a larger
+    ``map_size``."""
 
 
 class DataDirNotFoundError(StorageError):

@@ -2,8 +2,10 @@
 
 As in Pulsar, a managed ledger is a sequence of ledgers. Appends go to the current ledger, which
 rolls over after `max_entries_per_ledger` entries or `max_ledger_bytes`; every (re)open starts a
-new ledger, and a ledger that was open when the process died is closed at its last durable
-entry. Whole ledgers are trimmed once every durable cursor has consumed them and retention allows.
+new ledger (and deletes those earlier opens left empty), and a ledger that was open when the
+process died is closed at its last durable entry. Whole ledgers are trimmed once every durable
+cursor has consumed them and retention allows; their entries are removed in bounded writes
+after the one that deletes the ledgers (PURGE_MARK), so that a full map can be freed.
 
 All state changes are group-committed through the `StorageEnvironment`; an append's future
 resolves with its position only once the entry is durable, and only then does the
@@ -17,6 +19,7 @@ import bisect
 import itertools
 import logging
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -24,9 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from core_ext.poskeys import pack_i64, pack_position, unpack_position
 from pyengine.concurrency import single_flight
+from pyengine.storage.compacted import DEFAULT_DELETE_CHUNK
 from pyengine.storage.entry import MARKER_NONE, NO_TXN, Entry, encode_entry, publish_time_of, read_entry_range
 from pyengine.storage.environment import StorageEnvironment, WriteFn, delete_prefix
-from pyengine.storage.errors import CorruptRecordError, LedgerClosedError, StorageError, TopicTerminatedError
+from pyengine.storage.errors import (
+    CorruptRecordError, LedgerClosedError, StorageError, StorageFullError, TopicTerminatedError,
+)
 from pyengine.storage.records_pb2 import CursorRecord, LedgerRecord, PositionRecord, TopicRecord
 from pyengine_kernels import Position
 
@@ -92,6 +98,145 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _delete_key(key: bytes, db: Any, txn) -> None:
+    txn.delete(key, db=db)
+
+
+# Entries are deleted in two steps. One small write deletes what reaches them (the records of
+# trimmed ledgers, or a deleted topic's records) and notes, under PURGE_MARK + the topic's key
+# prefix in the "meta" database, the key before which the topic's entries are deleted: no read
+# reaches them from then on (ManagedLedger._floor). Bounded writes then remove the entries,
+# DEFAULT_DELETE_CHUNK at a time, the last one the note too. In LMDB a delete takes new pages to
+# record the pages it frees, so one write deleting a topic's or a trim's worth of entries failed
+# in a full map (MDB_MAP_FULL), and nothing could free space again, not even after a restart. A
+# crash (or a failed write) between them leaves the note: the next open of a managed ledger of
+# the data dir, or the topic's next trim, resumes the removal.
+PURGE_MARK = b"purge/"
+
+
+# A removal write also stops after this many bytes of entries: the pages it frees are listed in
+# LMDB's free-page database at its commit, and a list of more than about a page's worth of page
+# numbers takes contiguous pages, which a full map may not have (a chunk of 55 entries of 300 KB,
+# ~4,000 pages, could not be committed there).
+PURGE_CHUNK_BYTES = 512 << 10
+
+
+def _purge_write(env: StorageEnvironment, prefix: bytes, limit: int = DEFAULT_DELETE_CHUNK,
+                 limit_bytes: int = PURGE_CHUNK_BYTES) -> WriteFn:
+    """A write removing up to `limit` (and about `limit_bytes`) of the entries noted as deleted
+    under `prefix`; it returns True once none is left (and the note is removed)."""
+    entries, meta, mark = env.db("entries"), env.db("meta"), PURGE_MARK + prefix
+
+    def write(txn) -> bool:
+        end = txn.get(mark, db=meta)
+        if end is None:
+            return True
+        cursor = txn.cursor(db=entries)
+        removed = size = 0
+        found = cursor.set_range(prefix)
+        while found and removed < limit and size < limit_bytes:
+            key = cursor.key()
+            if not key or key >= end:
+                break
+            size += len(cursor.value())
+            found = cursor.delete()
+            removed += 1
+        if removed < limit and size < limit_bytes:
+            txn.delete(mark, db=meta)
+            return True
+        return False
+    return write
+
+
+PURGE_RETRIES = 7        # after a failed write, tried again after 10 ms, 20 ms, ... 0.64 s
+
+
+async def _remove_noted(env: StorageEnvironment, prefix: bytes) -> None:
+    """Remove the entries noted as deleted under `prefix`, one bounded write at a time, until
+    none is left. A failed write (its group commit failed: an append in a full map, which the
+    removal is there to make room for) is tried again a few times, then raises StorageError."""
+    write, retries = _purge_write(env, prefix), 0
+    while True:
+        try:
+            if await env.submit(write):
+                return
+            retries = 0
+        except StorageError:
+            if env.closed or retries == PURGE_RETRIES:
+                raise
+            await asyncio.sleep(0.01 * 2 ** retries)
+            retries += 1
+
+
+def _noted_prefixes(env: StorageEnvironment) -> list[bytes]:
+    """The key prefixes of the topics whose deleted entries are to be removed (PURGE_MARK)."""
+    prefixes = []
+    with env.read() as txn:
+        cursor = txn.cursor(db=env.db("meta"))
+        if cursor.set_range(PURGE_MARK):
+            for key in cursor.iternext(values=False):
+                if not key.startswith(PURGE_MARK):
+                    break
+                prefixes.append(bytes(key[len(PURGE_MARK):]))
+    return prefixes
+
+
+def _noted_deletions(env: StorageEnvironment, prefix: bytes) -> tuple[Position | None, bool]:
+    """(the position before which the entries under `prefix` are noted as deleted, or None;
+    whether any deletion is noted in the environment)."""
+    meta = env.db("meta")
+    with env.read() as txn:
+        end = txn.get(PURGE_MARK + prefix, db=meta)
+        cursor = txn.cursor(db=meta)
+        noted = cursor.set_range(PURGE_MARK) and cursor.key().startswith(PURGE_MARK)
+    if end is None or len(end) != len(prefix) + 16 or not end.startswith(prefix):
+        return None, noted
+    return Position(*unpack_position(end[len(prefix):])), noted
+
+
+class _Purger:
+    """Removes every deleted entry noted in a storage environment (PURGE_MARK), one bounded
+    write at a time, in the background: one per environment (`_purger_of`)."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+
+    def start(self, env: StorageEnvironment) -> asyncio.Task[None]:
+        """Start (or, if under way, go on with another round); the task ends when no note is left,
+        or after a failed write (logged: the next start resumes)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(env), name="remove-deleted-entries")
+        else:
+            self._again = True
+        return self._task
+
+    async def _run(self, env: StorageEnvironment) -> None:
+        try:
+            while True:
+                self._again = False
+                await env.barrier()         # (a deletion submitted before the start is written)
+                for prefix in _noted_prefixes(env):
+                    await _remove_noted(env, prefix)
+                if not self._again:
+                    return
+        except StorageError as exc:
+            if not env.closed:
+                log.warning("removing deleted entries failed (the next trim or open resumes it): %s", exc)
+        finally:
+            self._task = None
+
+
+_PURGERS: weakref.WeakKeyDictionary[StorageEnvironment, _Purger] = weakref.WeakKeyDictionary()
+
+
+def _purger_of(env: StorageEnvironment) -> _Purger:
+    purger = _PURGERS.get(env)
+    if purger is None:
+        purger = _PURGERS[env] = _Purger()
+    return purger
+
+
 class ManagedLedger:
     """One topic's log. Create with `await ManagedLedger.open(env, name)`."""
 
@@ -122,6 +267,9 @@ class ManagedLedger:
         # The write of a trim in flight: a save of the topic record meanwhile carries its
         # trimmed_through, so it is made conditional on it (never durable without the trim).
         self._trim_written: asyncio.Future[Any] | None = None
+        # Entries before this position were deleted (by a trim: their ledgers are gone) but may
+        # not be removed yet (see PURGE_MARK): reads never reach them. None: none deleted so.
+        self._floor: Position | None = None
         last = self._last_entry_position()
         self.lac: Position = last if last is not None else Position(self._last_ledger_id(), -1)
         self._current: LedgerInfo | None = None
@@ -162,10 +310,14 @@ class ManagedLedger:
             record = TopicRecord.FromString(raw)
             ledgers = cls._load_ledgers(env, record.topic_id)
         ledger = cls(env, record, ledgers, config)
+        ledger._floor, noted = _noted_deletions(env, ledger._prefix)
         await ledger._recover_open_ledgers()
+        ledger._drop_empty_ledgers()
         if ledger.terminated_at is None:
             ledger._start_ledger()
         await env.barrier()
+        if noted:       # deleted entries not removed yet (a crash, a failed write): resumed
+            _purger_of(env).start(env)
         return ledger
 
     @staticmethod
@@ -209,6 +361,34 @@ class ManagedLedger:
         last_pos = self._last_entry_position()
         if last_pos is not None:
             self.lac = last_pos
+
+    def _drop_empty_ledgers(self) -> None:
+        """Delete the closed ledgers that hold no entry, as Pulsar's ManagedLedgerImpl does when
+        it opens a managed ledger: each open starts a ledger, and a topic loaded and unloaded
+        without appends (retention keeping everything) gained one more each time, for good.
+
+        A position in a ledger that goes (a cursor's mark-delete at (L, -1)) keeps its meaning:
+        positions order as before and no entry lies between, so next_position & co. give the
+        same answers. Kept: the ledger of the terminated position (and any after it: the LAC
+        after a restart must still be that position), and the first ledger of a topic nothing
+        was ever trimmed from: where its ledger ids begin is how a stream's failOnDataLoss
+        (spark_udfs.stream) tells a topic deleted and created again from this one, and an
+        offset taken in that ledger would otherwise look like such a loss."""
+        sealed = self.terminated_at.ledger_id if self.terminated_at is not None else None
+        first = next(iter(self.ledgers), None) if self.trimmed_through is None else None
+        empty = [info.ledger_id for info in self.ledgers.values()
+                 if info.closed and info.entries == 0 and info.last_entry_id < 0 and info.ledger_id != first
+                 and (sealed is None or info.ledger_id < sealed)]
+        if not empty:
+            return
+        db = self.env.db("ledgers")
+        for ledger_id in empty:
+            del self.ledgers[ledger_id]
+            key = self._prefix + pack_i64(ledger_id)
+            # (under the key of its record: replaces a record of its close queued by the recovery)
+            self.env.submit(partial(_delete_key, key, db), key=("ledger", key)).add_done_callback(_retrieve)
+        last = self._last_entry_position()
+        self.lac = last if last is not None else Position(self._last_ledger_id(), -1)
 
     def _start_ledger(self) -> None:
         info = LedgerInfo(self.env.next_id("ledger"), created_ms=_now_ms())
@@ -260,6 +440,12 @@ class ManagedLedger:
         `after` (a commit marker's coordinator decision): the entry is durable only with or
         after that write, and fails if it failed - and with it the appends that share its
         group commit, as after any failed write (StorageEnvironment.depend)."""
+        # Encoded (and so checked: a str, a header field out of range) before a position is
+        # taken or a batch queued: a TypeError after that left an empty batch behind, whose
+        # commit then failed in `_appended`.
+        value = encode_entry(data, txn_most, txn_least, marker_type, num_messages, publish_time)
+        if after is not None and not isinstance(after, asyncio.Future):
+            raise TypeError(f"after must be the asyncio.Future of an earlier submit, not {type(after).__name__}")
         future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
         batch = self._batch_for_append(future)
         if batch is None:
@@ -268,7 +454,7 @@ class ManagedLedger:
             # (a transaction's first sends all depend on one registration: once per batch)
             self.env.depend(self._append_key, after)
             batch.condition = after
-        position = self._add(batch, encode_entry(data, txn_most, txn_least, marker_type, num_messages, publish_time))
+        position = self._add(batch, value)
         batch.completions.append((future, position))
         return position, future
 
@@ -276,36 +462,41 @@ class ManagedLedger:
         """Append several plain entries in order; one future resolves with all their positions
         once they are durable (for a producer that has many entries at hand, e.g. everything
         one socket read brought). No entries: [] at once (after the same checks)."""
+        header = encode_entry(b"", NO_TXN, NO_TXN, MARKER_NONE, 1, publish_time)   # the same for all
+        # Every entry is encoded (so checked: one that is not bytes-like raises TypeError here)
+        # before any position is taken: one failing half-way left the entries before it in the
+        # queued batch, written though the caller was told the call failed, and the ledger's
+        # counters behind them, so that the next append overwrote one.
+        values = [header + entry for entry in entries]
         future: asyncio.Future[list[Position]] = asyncio.get_running_loop().create_future()
-        if not entries:
+        if not values:
             if self._appendable(future):
                 future.set_result([])
             return future
         batch = self._batch_for_append(future)
         if batch is None:
             return future
-        header = encode_entry(b"", NO_TXN, NO_TXN, MARKER_NONE, 1, publish_time)   # the same for all
         positions: list[Position] = []
-        index, count = 0, len(entries)
+        index, count = 0, len(values)
         while index < count:
             # The first entry may roll the ledger over; the rest of what fits goes in a tight loop.
-            positions.append(self._add(batch, header + entries[index]))
-            index = self._add_run(batch, header, entries, index + 1, positions)
+            positions.append(self._add(batch, values[index]))
+            index = self._add_run(batch, values, index + 1, positions)
         batch.completions.append((future, positions))
         return future
 
-    def _add_run(self, batch: _AppendBatch, header: bytes, entries: list[bytes], index: int,
-                 positions: list[Position]) -> int:
-        """`_add` for entries[index:] while the current ledger takes them (the hot loop of a
-        producer's burst: no call per entry); returns the index of the first one not added."""
+    def _add_run(self, batch: _AppendBatch, values: list[bytes], index: int, positions: list[Position]) -> int:
+        """`_add` for values[index:] (encoded entries) while the current ledger takes them (the
+        hot loop of a producer's burst: no call per entry); returns the index of the first one
+        not added."""
         current = self._current
         assert current is not None
         ledger_id, prefix, items, added = current.ledger_id, self._prefix, batch.items, batch.positions
-        entry_id, size, count = self._next_entry, current.size, len(entries)
+        entry_id, size, count = self._next_entry, current.size, len(values)
         max_entries, max_bytes = self.config.max_entries_per_ledger, self.config.max_ledger_bytes
         start = index
         while index < count and entry_id < max_entries and size < max_bytes:
-            value = header + entries[index]
+            value = values[index]
             items.append((prefix + pack_position(ledger_id, entry_id), value))
             position = Position(ledger_id, entry_id)
             added.append(position)
@@ -355,6 +546,13 @@ class ManagedLedger:
         if self.terminated_at is not None:
             future.set_exception(TopicTerminatedError(f"topic {self.name} is terminated at {self.terminated_at}"))
             return False
+        if self.env.nearly_full:
+            # Refused before the map is full, as a bookie turns read-only: the writes that free
+            # space (trims, topic deletions, cursor moves) still find pages to write to.
+            future.set_exception(StorageFullError(
+                f"storage is nearly full: appends to {self.name} are refused until space is freed "
+                "(trim consumed ledgers, delete topics) or the broker restarts with a larger map_size"))
+            return False
         return True
 
     def _add(self, batch: _AppendBatch, value: bytes) -> Position:
@@ -399,9 +597,10 @@ class ManagedLedger:
         if batch.failed:        # failed with an earlier batch: its (dropped) write wrote nothing
             return
         if error is None:
-            self.lac = batch.positions[-1]
-            if self._current is not None and self._current.ledger_id == self.lac.ledger_id:
-                self._current.last_entry_id = self.lac.entry_id
+            if batch.positions:     # (none: every append of the batch failed before taking one)
+                self.lac = batch.positions[-1]
+                if self._current is not None and self._current.ledger_id == self.lac.ledger_id:
+                    self._current.last_entry_id = self.lac.entry_id
             for future, result in batch.completions:
                 if not future.done():
                     future.set_result(result)
@@ -451,22 +650,39 @@ class ManagedLedger:
         Returns the last position it will ever hold (idempotent)."""
         self._check_open()
         if self.terminated_at is None:
-            await self.env.barrier()
-            while self._in_flight:
+            # Sealed between trims (they take turns on this lock): a trim under way chose its
+            # ledgers before the seal, and would delete the ledger of the position sealed at
+            # after it (the LAC after a restart was then another position). Appends that come
+            # meanwhile are waited for too.
+            async with self._trim_lock:
                 await self.env.barrier()
-            # Closed (deleted) meanwhile: sealing now would write its records back.
-            self._check_open()
-        if self.terminated_at is None:
-            self.terminated_at = self.lac
-            self._record.terminated_at.CopyFrom(_position_record(self.lac))
-            self._close_current_ledger(self.lac.entry_id if self.lac.ledger_id == self._current_id() else -1)
-            self._terminate_saved = False
+                while self._in_flight:
+                    await self.env.barrier()
+                # Closed (deleted) meanwhile: sealing now would write its records back.
+                self._check_open()
+                if self.terminated_at is None:
+                    self._terminate_at_lac()
         if not self._terminate_saved:
             # Sealed in memory at once (no append may follow); a save that failed is repeated by
             # the next call, or a restart would find the topic open again.
             await self._put_topic_record()
             self._terminate_saved = True
         return self.terminated_at
+
+    def _terminate_at_lac(self) -> None:
+        """Seal at the LAC (appends drained, no trim under way)."""
+        if self.lac.ledger_id not in self.ledgers:
+            # The LAC's ledger was trimmed (every entry consumed): a restart finds the LAC in the
+            # ledgers left, (last ledger, -1) as none of them holds an entry. Sealed there, and
+            # that ledger is kept (a terminated ledger keeps the ledger of its last position),
+            # the LAC after a restart is still the terminated position. Nothing lies between.
+            if not self.ledgers:
+                self._start_ledger()
+            self.lac = Position(self._last_ledger_id(), -1)
+        self.terminated_at = self.lac
+        self._record.terminated_at.CopyFrom(_position_record(self.lac))
+        self._close_current_ledger(self.lac.entry_id if self.lac.ledger_id == self._current_id() else -1)
+        self._terminate_saved = False
 
     async def set_property(self, key: str, value: str) -> None:
         """Set a durable property of the managed ledger (e.g. that it holds transactional
@@ -497,6 +713,9 @@ class ManagedLedger:
         LAC; never beyond it)."""
         self._check_open()
         limit = self.lac if last is None or last > self.lac else last
+        floor = self._floor
+        if floor is not None and start < floor:
+            start = floor           # (before it: deleted entries not removed yet)
         if max_entries <= 0 or start > limit:
             return []
         with self.env.read() as txn:
@@ -510,6 +729,8 @@ class ManagedLedger:
         if max_entries <= 0:
             return []
         prefix = self._prefix
+        # (before the floor: deleted entries not removed yet; keys of other topics sort below it too)
+        floor = self._key(self._floor) if self._floor is not None else prefix
         entries: list[Entry] = []
         with self.env.read() as txn:
             cursor = txn.cursor(db=self._entries_db)
@@ -522,7 +743,7 @@ class ManagedLedger:
                 return entries
             while len(entries) < max_entries:
                 key = cursor.key()
-                if not key.startswith(prefix):
+                if key < floor or not key.startswith(prefix):
                     break
                 ledger_id, entry_id = unpack_position(key[8:])
                 entries.append(Entry.decode(Position(ledger_id, entry_id), cursor.value()))
@@ -565,6 +786,8 @@ class ManagedLedger:
         return position_at(low) if low < starts[-1] else lac.next()
 
     def read_entry(self, position: Position) -> Entry | None:
+        if self._floor is not None and position < self._floor:
+            return None             # deleted (maybe not removed yet)
         with self.env.read() as txn:
             value = txn.get(self._key(position), db=self._entries_db)
         return Entry.decode(position, value) if value is not None and position <= self.lac else None
@@ -659,9 +882,11 @@ class ManagedLedger:
     def add_trim_writer(self, writer: Callable[[Position], WriteFn | None]) -> None:
         """`writer(first_position)` runs just before a trim deletes ledgers, `first_position`
         being the first entry left after it. The LMDB write it returns (None: nothing to add)
-        goes into the very transaction that deletes them, so what it records in place of the
-        deleted entries is durable exactly when they are gone, also across a crash. Raising
-        StorageError refuses the trim (nothing is deleted; a later trim tries again)."""
+        goes into the very transaction that deletes them (their records: from then on no read
+        reaches their entries, which bounded writes then remove, see PURGE_MARK), so what it
+        records in place of the deleted entries is durable exactly when they are gone, also
+        across a crash. Raising StorageError refuses the trim (nothing is deleted; a later trim
+        tries again)."""
         self._trim_writers.append(writer)
 
     def add_trim_bound(self, bound: Callable[[], Position]) -> None:
@@ -694,7 +919,18 @@ class ManagedLedger:
         when there is none) and that retention no longer keeps: oldest first, each one whose
         close is older than the retention time or while the topic is over the retention size,
         up to the first that is neither (Pulsar's ManagedLedgerImpl trimming). Returns the
-        deleted ledger ids."""
+        deleted ledger ids.
+
+        One small write deletes the ledgers (their records: their entries are unreachable from
+        then on); their entries are then removed in bounded writes (see PURGE_MARK), which this
+        call waits for, with those of earlier trims not finished (a failure there is logged,
+        and the next trim or open resumes it), so that trimming frees space in a full map too."""
+        trimmed = await self._trim_once(now_ms)
+        await self._remove_deleted_entries()
+        self._resume_removals()
+        return trimmed
+
+    async def _trim_once(self, now_ms: int | None = None) -> list[int]:
         self._check_open()
         async with self._trim_lock:          # one at a time: each works on the ledgers left
             # Closed (deleted) while this one waited: its writes would land after the deletion.
@@ -703,11 +939,32 @@ class ManagedLedger:
                 return []
             return await self._trim(_now_ms() if now_ms is None else now_ms)
 
+    def _resume_removals(self) -> None:
+        """Start the removal of deleted entries in the background if any is noted (this
+        topic's, another's: left by a failed write)."""
+        if not self._closed and not self.env.closed and _noted_deletions(self.env, self._prefix)[1]:
+            _purger_of(self.env).start(self.env)
+
+    async def _remove_deleted_entries(self) -> None:
+        """Remove this topic's entries that trims deleted, in bounded writes (_purge_write)."""
+        if self.env.closed:
+            return
+        meta, mark = self.env.db("meta"), PURGE_MARK + self._prefix
+        with self.env.read() as txn:
+            if txn.get(mark, db=meta) is None:
+                return
+        try:
+            await _remove_noted(self.env, self._prefix)
+        except StorageError as exc:
+            if not self.env.closed:
+                log.warning("removing the entries trimmed from %s failed (the next trim or open resumes it): %s",
+                            self.name, exc)
+
     async def _trim(self, now_ms: int) -> list[int]:
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         # Every durable cursor counts, also one stored but not opened yet (a topic being loaded
         # opens its cursors after its ledger): what it has not consumed is never trimmed.
-        mark_deletes = [c.mark_delete for c in self.cursors.values() if c.durable]
+        mark_deletes = [c.trim_bound() for c in self.cursors.values() if c.durable]
         mark_deletes += self._stored_mark_deletes(exclude=self.cursors)
         slowest = min(mark_deletes, default=self.lac)
         for bound in self._trim_bounds:
@@ -733,9 +990,13 @@ class ManagedLedger:
                 break     # ledgers are trimmed in order, as in Pulsar
         if not doomed:
             return []
-        entries_db, ledgers_db, prefix = self._entries_db, self.env.db("ledgers"), self._prefix
-        ranges = [(self._key(Position(i.ledger_id, 0)), self._key(Position(i.ledger_id + 1, -1)),
-                   prefix + pack_i64(i.ledger_id)) for i in doomed]
+        ledgers_db, meta_db, prefix = self.env.db("ledgers"), self.env.db("meta"), self._prefix
+        ledger_keys = [prefix + pack_i64(info.ledger_id) for info in doomed]
+        # Doomed ledgers are the first ones (trims go oldest first): every entry before `floor`
+        # is theirs (or an earlier trim's, not removed yet).
+        floor = Position(doomed[-1].ledger_id + 1, -1)
+        mark, mark_end = PURGE_MARK + prefix, self._key(floor)
+        has_entries = any(info.last_entry_id >= 0 or info.entries > 0 for info in doomed)
         extra: list[WriteFn] = []
         if self._trim_writers:
             gone = {info.ledger_id for info in doomed}
@@ -762,12 +1023,15 @@ class ManagedLedger:
         topics_db = self.env.db("topics")
 
         def delete(txn) -> None:
-            cursor = txn.cursor(db=entries_db)
-            for start, end, ledger_key in ranges:
-                if cursor.set_range(start):
-                    while cursor.key() and cursor.key() < end:
-                        cursor.delete()
+            # The ledgers go, and their entries with them: no read reaches them from now on,
+            # and bounded writes remove them (one write deleting them all could not be written
+            # in a full map: see PURGE_MARK).
+            for ledger_key in ledger_keys:
                 txn.delete(ledger_key, db=ledgers_db)
+            if has_entries:
+                noted = txn.get(mark, db=meta_db)
+                if noted is None or noted < mark_end:
+                    txn.put(mark, mark_end, db=meta_db)
             txn.put(topic_key, topic_value, db=topics_db)
             for write in extra:
                 write(txn)
@@ -784,6 +1048,8 @@ class ManagedLedger:
             raise
         for info in doomed:
             del self.ledgers[info.ledger_id]
+        if has_entries and (self._floor is None or self._floor < floor):
+            self._floor = floor
         first = self.first_position()
         for listener in list(self._trim_listeners):
             listener(first)
@@ -822,7 +1088,10 @@ class ManagedLedger:
             while not self._closed:
                 self._trim_again = False
                 try:
-                    await self.trim()
+                    await self._trim_once()
+                    # Their entries are removed in the background (close does not wait), and any
+                    # removal a failed write left is resumed.
+                    self._resume_removals()
                 except StorageError as exc:          # (a closed ledger's LedgerClosedError too)
                     log.warning("trimming %s failed (retried by the next trim): %s", self.name, exc)
                     return
@@ -883,13 +1152,20 @@ class ManagedLedger:
             await asyncio.wait([self._trimming])     # its deletion lands or fails as a whole
 
     async def delete(self) -> None:
-        """Delete the managed ledger with all its entries, ledgers and cursors."""
+        """Delete the managed ledger with all its entries, ledgers and cursors; returns once
+        its entries are removed too (see `delete_write`; a failure there is logged)."""
         await self.close()
         await self.env.submit(self.delete_write())
+        await _purger_of(self.env).start(self.env)
 
     def delete_write(self) -> WriteFn:
         """The write that deletes the closed ledger's entries, ledgers, cursors and topic record
-        (for a caller that deletes more in the same LMDB transaction)."""
+        (for a caller that deletes more in the same LMDB transaction). Its entries go as a
+        trim's do: the write deletes everything else and notes them (PURGE_MARK), so that no
+        read reaches them, and bounded writes after it remove them, in the background (started
+        here: the write is to be submitted in the same event-loop turn; else the next trim or
+        open of a managed ledger of the environment starts it). One write removing them all
+        could not be written in a full map, which no deletion could then free."""
         if not self._closed:
             raise LedgerClosedError(f"managed ledger {self.name} must be closed before it is deleted")
         for cursor in self.cursors.values():
@@ -897,13 +1173,19 @@ class ManagedLedger:
             # left forever under a topic id nothing uses any more (see ManagedCursor.persist).
             cursor._deleted = True
         prefix, name = self._prefix, self.name.encode()
-        dbs = [self.env.db(n) for n in ("entries", "ledgers", "cursors", "dedup", "tb_snapshots")]
-        topics = self.env.db("topics")
+        dbs = [self.env.db(n) for n in ("ledgers", "cursors", "dedup", "tb_snapshots")]
+        topics, meta = self.env.db("topics"), self.env.db("meta")
+        mark, end = PURGE_MARK + prefix, pack_i64(self.topic_id + 1)      # every entry of the topic
 
         def delete(txn) -> None:
             for db in dbs:
                 delete_prefix(txn, db, prefix)
             txn.delete(name, db=topics)
+            txn.put(mark, end, db=meta)
+        try:
+            _purger_of(self.env).start(self.env)
+        except RuntimeError:        # no event loop running: the next trim or open starts it
+            pass
         return delete
 
     def _check_open(self) -> None:
