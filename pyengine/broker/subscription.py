@@ -185,8 +185,18 @@ class Subscription:
                        acks: list[IndividualAck]) -> asyncio.Future[None]:
         """Acknowledge messages (whole entries or batch indexes); the future resolves when the
         cursor state is durable. A message reserved by an open transaction belongs to that
-        transaction: a plain acknowledgement of it is ignored."""
+        transaction: a plain acknowledgement of it is ignored. A batch-index ack whose batch
+        size is not the entry's (see `check_batch_ack`) is left out, the others taken: the
+        future then fails with NotAllowedError once they are durable."""
         self._check_ackable(ack.position for ack in acks)
+        reasons = [self._batch_ack_refusal(consumer, ack) for ack in acks]
+        refused = [reason for reason in reasons if reason is not None]
+        if refused:
+            acks = [ack for ack, reason in zip(acks, reasons) if reason is None]
+            if not acks:
+                failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                failed.set_exception(NotAllowedError(_refusal(refused)))
+                return failed
         whole: list[Position] = []
         future: asyncio.Future[None] | None = None
         if self.topic.compaction.horizon is not None and self._reads_compacted(consumer):
@@ -194,7 +204,8 @@ class Subscription:
         for ack in acks:
             if self.pending_ack is not None:
                 if self.pending_ack.is_fully_pending(
-                        ack.position, ack.batch_size if ack.ack_set is not None else self._batch_size(ack.position)):
+                        ack.position,
+                        ack.batch_size if ack.ack_set is not None else self._batch_size(ack.position, consumer)):
                     log.debug("ignoring plain ack of %s reserved by a transaction", ack.position)
                     continue
                 ack = self._without_reserved_indexes(ack)
@@ -207,7 +218,8 @@ class Subscription:
         acked = [a.position for a in acks if self.cursor.is_acked(a.position)]
         self.dispatcher.acked(acked)
         self.dispatcher.recount([a.position for a in acks if a.ack_set is not None])
-        return future if future is not None else self.cursor.persist()
+        done = future if future is not None else self.cursor.persist()
+        return _refused_after(done, _refusal(refused)) if refused else done
 
     def _without_reserved_indexes(self, ack: IndividualAck) -> IndividualAck:
         """A plain ack of a batch some indexes of which an open transaction holds: those stay
@@ -278,15 +290,49 @@ class Subscription:
             compacted_out = ackset_and(compacted_out, list(held.requested()))
         return IndividualAck(ack.position, size, tuple(ackset_andnot(list(ack.ack_set), compacted_out)))
 
-    def _batch_size(self, position: Position) -> int:
+    def _batch_size(self, position: Position, consumer: Consumer | None = None) -> int:
         """The number of messages of the entry at `position`: a whole-entry ack (a client
         without batch-index acks) carries none, and is for all of them, not for index 0."""
-        for consumer in self.consumers:
+        return self._entry_batch_size(position, consumer) or 1
+
+    def _entry_batch_size(self, position: Position, consumer: Consumer | None = None) -> int | None:
+        """The number of messages of the entry at `position` as the broker knows it (None: the
+        position holds no entry): recorded when the entry was dispatched, by `consumer` first
+        (an ack's usual case: one dict lookup), else stored with the entry. Pulsar's broker
+        takes it from its consumers' pending acks the same way (Consumer's
+        getAckOwnerConsumerAndBatchSize), never from the client."""
+        if consumer is not None:
             size = consumer.pending.get(position)
-            if size:
+            if size is not None:
+                return size
+        for other in self.consumers:
+            size = other.pending.get(position)
+            if size is not None:
                 return size
         entry = self.topic.ledger.read_entry(position)
-        return entry.num_messages if entry is not None and entry.num_messages > 0 else 1
+        return entry.num_messages if entry is not None else None
+
+    def _batch_ack_refusal(self, consumer: Consumer | None, ack: IndividualAck) -> str | None:
+        """Why the batch-index ack `ack` cannot be taken (None: it can, or it is not one)."""
+        if ack.ack_set is None:
+            return None
+        size = self._entry_batch_size(ack.position, consumer)
+        if size is None:
+            return f"{ack.position} holds no entry of {self.topic.name}"
+        if ack.batch_size != size:
+            return f"the batch at {ack.position} holds {size} messages, not {ack.batch_size}"
+        return None
+
+    def check_batch_ack(self, consumer: Consumer | None, ack: IndividualAck) -> None:
+        """A batch-index ack is taken only with the batch size of its entry, as the broker
+        knows it (`_entry_batch_size`): its ack set was built for that size, and one built for
+        another would acknowledge other indexes (a batch of 3's clears bits 3.. of a batch of
+        10), or size the ack-set work by the client's number (hundreds of millions). Nor is
+        a batch-index ack of a position that holds no entry taken: there is no message to
+        acknowledge, and no size to bound it by. NotAllowedError for one that is not taken."""
+        reason = self._batch_ack_refusal(consumer, ack)
+        if reason is not None:
+            raise NotAllowedError(_refusal([reason]))
 
     def ack_cumulative(self, consumer: Consumer | None, position: Position) -> asyncio.Future[None]:
         if self.sub_type in ("shared", "key_shared"):
@@ -317,6 +363,10 @@ class Subscription:
             await pending.cumulative_ack(txn, cumulative, after=after)
             self._taken_by_txn(consumer, txn, cumulative=cumulative)
         else:
+            # Refused whole (as the pending acks refuse a request in conflict): reserving the
+            # rest would commit acks its client was told failed.
+            for ack in acks or ():
+                self.check_batch_ack(consumer, ack)
             # Computed and reserved in one event-loop turn: no other request runs between.
             acks = [self._compacted_out_taken_by_txn(ack) for ack in acks] if self._txn_view_compacted(consumer) \
                 else list(acks or [])
@@ -371,6 +421,7 @@ class Subscription:
         assert ack.ack_set is not None
         pending = self._txn_pending_ack(txn)
         self._check_ackable((ack.position,))
+        self.check_batch_ack(consumer, ack)
         self._check_cumulative_txn_ack()
         self._check_cumulative_txn_ack_of(consumer, txn, ack.position)
         size = ack.batch_size
@@ -857,6 +908,30 @@ def _settle_after(result: asyncio.Future[None] | None, done: asyncio.Future[None
         settle()
     else:
         result.add_done_callback(settle)
+
+
+def _refusal(reasons: list[str]) -> str:
+    """The error of acks refused (the first few reasons: an ACK may name thousands)."""
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return f"{len(reasons)} batch-index acknowledgement(s) refused: {shown}"
+
+
+def _refused_after(done: asyncio.Future[None], reason: str) -> asyncio.Future[None]:
+    """A future that fails as `done` does, or once `done` succeeds, with NotAllowedError
+    (`reason`): the acks taken are durable, the others were refused."""
+    result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def settle(_: asyncio.Future[None]) -> None:
+        if result.done():
+            return
+        if done.cancelled():
+            result.cancel()
+        elif done.exception() is not None:
+            result.set_exception(done.exception())
+        else:
+            result.set_exception(NotAllowedError(reason))
+    done.add_done_callback(settle)
+    return result
 
 
 def _acked_in(ack_set: list[int] | None, index: int) -> bool:

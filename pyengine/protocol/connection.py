@@ -955,15 +955,26 @@ class ServerConnection(asyncio.Protocol):
         if body.ack_type == pb.CommandAck.Cumulative:
             if len(body.message_id) != 1:
                 raise NotAllowedError("a cumulative acknowledgement names exactly one message")
-            ack = self._individual_ack(consumer, body.message_id[0])
+            ack = self._claimed_ack(consumer, body.message_id[0])
             if ack.ack_set is None:
                 return subscription.ack_cumulative(consumer.broker_consumer, ack.position)
             # Inside a batch: everything before the entry, plus the indexes acked in it.
             before = consumer.topic.ledger.previous_position(ack.position)
             subscription.ack_cumulative(consumer.broker_consumer, before).add_done_callback(_log_ack_failure)
             return subscription.ack_individual(consumer.broker_consumer, [ack])
-        acks = [self._individual_ack(consumer, message_id) for message_id in body.message_id]
+        acks = [self._claimed_ack(consumer, message_id) for message_id in body.message_id]
         return subscription.ack_individual(consumer.broker_consumer, acks)
+
+    @staticmethod
+    def _claimed_ack(consumer: NetworkConsumer, message_id: pb.MessageIdData) -> IndividualAck:
+        """The ack of `message_id` with the batch size its client gave (our client's acks, the
+        Java client's in a transaction), which the subscription checks against the entry's
+        (`Subscription.check_batch_ack`): its ack set was built for that size. Without one
+        (0: none), the size the broker knows."""
+        if message_id.ack_set and message_id.batch_size:
+            return IndividualAck(Position(_signed(message_id.ledgerId), _signed(message_id.entryId)),
+                                 message_id.batch_size, tuple(message_id.ack_set))
+        return ServerConnection._individual_ack(consumer, message_id)
 
     @staticmethod
     def _individual_ack(consumer: NetworkConsumer, message_id: pb.MessageIdData) -> IndividualAck:
@@ -972,9 +983,10 @@ class ServerConnection(asyncio.Protocol):
             return IndividualAck(position)
         size = consumer.broker_consumer.pending.get(position) if consumer.broker_consumer else None
         if size is None:
-            # Not pending here: the stored entry says how many messages it holds. The client's
-            # batch_size is a hint only, bounded by its ack set's bits: taken as it came, 2^31
-            # made the broker build ack sets of billions of bits (its memory gone).
+            # Not pending here: the stored entry says how many messages it holds. For a
+            # position that holds none (which the subscription refuses), the ack set's bits
+            # bound it: taken as it came, 2^31 made the broker build ack sets of billions of
+            # bits (its memory gone).
             entry = consumer.topic.ledger.read_entry(position)
             bits = 64 * len(message_id.ack_set)
             if entry is not None:
@@ -1010,7 +1022,9 @@ class ServerConnection(asyncio.Protocol):
             if body.ack_type == pb.CommandAck.Cumulative:
                 if len(body.message_id) != 1:
                     raise NotAllowedError("a cumulative acknowledgement names exactly one message")
-                ack = self._individual_ack(consumer, body.message_id[0])
+                ack = self._claimed_ack(consumer, body.message_id[0])
+                if ack.ack_set is not None:
+                    subscription.check_batch_ack(consumer.broker_consumer, ack)
                 if ack.ack_set is None or ackset_is_fully_acked(list(ack.ack_set), ack.batch_size):
                     operation = subscription.ack_with_transaction(consumer.broker_consumer, txn,
                                                                   cumulative=ack.position, after=after)
@@ -1018,7 +1032,7 @@ class ServerConnection(asyncio.Protocol):
                     operation = subscription.ack_cumulative_in_batch_with_transaction(
                         consumer.broker_consumer, txn, ack, after=after)
             else:
-                acks = [self._individual_ack(consumer, message_id) for message_id in body.message_id]
+                acks = [self._claimed_ack(consumer, message_id) for message_id in body.message_id]
                 operation = subscription.ack_with_transaction(consumer.broker_consumer, txn, acks=acks,
                                                               after=after)
             try:

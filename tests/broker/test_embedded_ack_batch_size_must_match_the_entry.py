@@ -1,0 +1,67 @@
+"""An embedded consumer acknowledges a batched message with the batch size its MessageId
+carries, which a caller may have built (or changed): one the entry does not have is refused
+(NotAllowedError), with nothing of the batch acknowledged, in a transaction or not. Taken as
+it came, an ack set built for a batch of 3 acknowledged indexes 3.. of a batch of 10 (their
+bits are clear), and the cursor or the pending acks kept the size of the wrong batch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pyengine.broker import Broker
+from pyengine.errors import NotAllowedError
+from tests.broker.helpers import drain, publish_batch
+
+T = "persistent://public/default/embedded-ack-batch-size"
+HOW = ["individual", "cumulative", "individual in a txn", "cumulative in a txn"]
+
+
+async def _acknowledge(consumer, message_id, how, txn):
+    if how.startswith("cumulative"):
+        await consumer.acknowledge_cumulative(message_id, txn=txn)
+    else:
+        await consumer.acknowledge(message_id, txn=txn)
+
+
+@pytest.mark.parametrize("claimed", [3, 11])
+@pytest.mark.parametrize("how", HOW)
+async def test_a_batch_size_the_entry_does_not_have_is_refused(tmp_path, how, claimed):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="failover", initial_position="earliest")
+        await publish_batch(broker, producer, [b"m%d" % i for i in range(10)])
+        got = await drain(consumer, 0.5)
+        assert [m.message_id.batch_size for m in got] == [10] * 10
+        txn = await broker.new_transaction() if "txn" in how else None
+        with pytest.raises(NotAllowedError, match="holds 10 messages"):
+            await _acknowledge(consumer, dataclasses.replace(got[1].message_id, batch_size=claimed), how, txn)
+        sub = broker.service.topics[T].subscriptions["s"]
+        if txn is not None:
+            assert not sub.pending_ack.individual_ack_positions and sub.pending_ack.cumulative_ack_of_txn is None
+            # As Pulsar's clients: a transaction one of whose acks failed aborts at its commit.
+            with pytest.raises(NotAllowedError):
+                await txn.commit()
+            assert txn.state == "aborted"
+        assert sub.cursor.batch_ack_set(got[1].message_id.position) is None
+        await consumer.close()
+        consumer = await broker.subscribe(T, "s", consumer_type="failover")
+        assert [m.data for m in await drain(consumer, 0.5)] == [b"m%d" % i for i in range(10)]
+
+
+@pytest.mark.parametrize("how", HOW)
+async def test_the_batch_size_of_the_entry_is_taken(tmp_path, how):
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="failover", initial_position="earliest")
+        await publish_batch(broker, producer, [b"m%d" % i for i in range(10)])
+        got = await drain(consumer, 0.5)
+        txn = await broker.new_transaction() if "txn" in how else None
+        await _acknowledge(consumer, got[1].message_id, how, txn)
+        if txn is not None:
+            await txn.commit()
+        await consumer.close()
+        consumer = await broker.subscribe(T, "s", consumer_type="failover")
+        left = [b"m0"] if how == "individual" or how == "individual in a txn" else []
+        assert [m.data for m in await drain(consumer, 0.5)] == left + [b"m%d" % i for i in range(2, 10)]
