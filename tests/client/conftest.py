@@ -27,6 +27,15 @@ async def drain(consumer, timeout: float = 1.0) -> list:
         await consumer.acknowledge(message)
 
 
+async def until_buffered(consumer, count: int) -> None:
+    """Until `count` messages sit in a MultiTopicsConsumer's own buffer (none handed out)."""
+    for _ in range(500):
+        if len(consumer._buffer) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{len(consumer._buffer)} messages buffered, not {count}")
+
+
 class NetworkBroker:
     def __init__(self, data_dir: Path, **config) -> None:
         self.data_dir = data_dir

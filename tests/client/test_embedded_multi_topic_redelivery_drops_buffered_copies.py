@@ -17,6 +17,7 @@ import pytest
 from pyengine.broker import Broker
 from pyengine.client import MultiTopicsConsumer
 from tests.broker.helpers import publish_batch
+from tests.client.conftest import drain, until_buffered
 
 NS = "persistent://public/default"
 PT = f"{NS}/embedded-mt-redeliver-p"        # partitioned, 2 partitions: a list of both and of B
@@ -32,27 +33,6 @@ async def _subscribe(broker, consumer_type: str = "shared", delay_ms: int = DELA
                                       receiver_queue_size=QUEUE, negative_ack_redelivery_delay_ms=delay_ms)
     assert isinstance(consumer, MultiTopicsConsumer)
     return consumer
-
-
-async def _buffered(consumer, count: int) -> None:
-    """Until `count` messages sit in the parent's buffer (none handed out)."""
-    for _ in range(500):
-        if len(consumer._buffer) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{len(consumer._buffer)} messages buffered, not {count}")
-
-
-async def _drain(consumer, timeout: float = 0.3) -> list:
-    """Receive and acknowledge until nothing comes for `timeout` seconds."""
-    got = []
-    while True:
-        try:
-            message = await consumer.receive(timeout=timeout)
-        except TimeoutError:
-            return got
-        got.append(message)
-        await consumer.acknowledge(message)
 
 
 def _check_permits(consumer) -> None:
@@ -79,9 +59,9 @@ async def test_a_nack_by_id_of_buffered_messages_hands_each_out_once(tmp_path, c
             for i in range(4):
                 data = f"{name.rsplit('/', 1)[1]}:{i}".encode()
                 ids[data] = dataclasses.replace(await producer.send(data, key=f"k{i}"), topic_name=name)
-        await _buffered(consumer, QUEUE)
+        await until_buffered(consumer, QUEUE)
         first = await consumer.receive(timeout=5)
-        await _buffered(consumer, QUEUE)        # refilled from behind
+        await until_buffered(consumer, QUEUE)        # refilled from behind
         # The received one, and by the ids send returned (naming their topic, as a received
         # message's do) some not received yet: most of those sit in the parent's buffer.
         buffered = {_key(m.message_id) for _, _, m in list(consumer._buffer)[1::2]}
@@ -90,7 +70,7 @@ async def test_a_nack_by_id_of_buffered_messages_hands_each_out_once(tmp_path, c
         for data in sorted(nacked):
             await consumer.negative_acknowledge(first if data == first.data else ids[data])
         await asyncio.sleep(delay_ms / 1000 + 0.1)
-        got = await _drain(consumer)
+        got = await drain(consumer, timeout=0.3)
         # each once (the received one once more), with its redelivery count
         assert Counter(m.data for m in got) == Counter(list(ids))
         assert {m.data: m.redelivery_count for m in got} == {data: int(data in nacked) for data in ids}
@@ -105,11 +85,11 @@ async def test_a_second_nack_while_the_redelivered_copy_is_buffered_hands_it_out
         await producer.send(b"m", key="k")
         first = await consumer.receive(timeout=5)
         await consumer.negative_acknowledge(first)
-        await _buffered(consumer, 1)                # its redelivery, moved into the parent's buffer
+        await until_buffered(consumer, 1)                # its redelivery, moved into the parent's buffer
         assert consumer._buffer[0][2].redelivery_count == 1
         await consumer.negative_acknowledge(first)  # asked for again meanwhile
         await asyncio.sleep(DELAY_MS / 1000 + 0.1)
-        got = await _drain(consumer)
+        got = await drain(consumer, timeout=0.3)
         assert [(m.data, m.redelivery_count) for m in got] == [(b"m", 2)]
         _check_permits(consumer)
 
@@ -125,10 +105,10 @@ async def test_a_nack_of_one_message_of_a_batch_drops_the_buffered_rest_of_it(tm
         await producer.send(b"after")
         first = await consumer.receive(timeout=5)
         assert first.data == b"b0"
-        await _buffered(consumer, 4)                # b1..b3 and "after"
+        await until_buffered(consumer, 4)                # b1..b3 and "after"
         await consumer.negative_acknowledge(first)
         await asyncio.sleep(delay_ms / 1000 + 0.1)
-        got = await _drain(consumer)
+        got = await drain(consumer, timeout=0.3)
         assert Counter(m.data for m in got) == Counter([b"b0", b"b1", b"b2", b"b3", b"after"])
         counts = {m.data: m.redelivery_count for m in got}
         assert counts == {b"b0": 1, b"b1": 1, b"b2": 1, b"b3": 1, b"after": 0}
