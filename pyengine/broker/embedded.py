@@ -550,6 +550,12 @@ class EmbeddedTransaction:
             self._in_flight += 1
             operation.add_done_callback(self._tracked_settled)
 
+    def _refused(self, failure: BaseException) -> None:
+        """An operation of it was refused before it reached the broker (a message id whose
+        batch is not the entry's): the commit fails as after any failed operation."""
+        if self._failure is None:
+            self._failure = failure
+
     def _tracked_settled(self, operation: asyncio.Future[Any]) -> None:
         self._operation_ended(asyncio.CancelledError() if operation.cancelled() else operation.exception())
 
@@ -1229,10 +1235,31 @@ class EmbeddedConsumer:
             raise ValueError(f"message id {message_id} is of {message_id.topic_name}, not of {self._topic.name}")
         return message_id
 
+    def _checked_batch(self, message_id: MessageId) -> None:
+        """A batched message's id names an index of its batch and the batch's size as the
+        broker knows it: checked before an ack set is built from them (a size of hundreds of
+        millions took seconds and gigabytes before the broker refused it; an index past the
+        size raised IndexError)."""
+        assert self._subscription is not None
+        if not 0 <= message_id.batch_index < message_id.batch_size:
+            raise NotAllowedError(f"message id {message_id}: batch index {message_id.batch_index} is not in a "
+                                  f"batch of {message_id.batch_size}")
+        self._subscription.check_batch_size(self._consumer, message_id.position, message_id.batch_size)
+
     @staticmethod
-    def _individual_ack(message_id: MessageId) -> IndividualAck:
+    def _refused_in(txn: EmbeddedTransaction | None, build: Callable[[MessageId], _T], message_id: MessageId) -> _T:
+        """`build(message_id)`; a refusal fails `txn` too (its commit), as a refused ack does."""
+        try:
+            return build(message_id)
+        except NotAllowedError as exc:
+            if txn is not None:
+                txn._refused(exc)
+            raise
+
+    def _individual_ack(self, message_id: MessageId) -> IndividualAck:
         if message_id.batch_index < 0:
             return IndividualAck(message_id.position)
+        self._checked_batch(message_id)
         size = message_id.batch_size
         words = [w & _MASK64 for w in ackset_new(size)]
         words[message_id.batch_index // 64] &= ~(1 << (message_id.batch_index % 64))
@@ -1241,9 +1268,10 @@ class EmbeddedConsumer:
     async def acknowledge(self, message: Message | MessageId, txn: EmbeddedTransaction | None = None) -> None:
         await self._attached()
         assert self._subscription is not None
-        ack = self._individual_ack(self._message_id(message))
+        message_id = self._message_id(message)
         if txn is not None:
             _check_txn(txn, self._client.service)
+        ack = self._refused_in(txn, self._individual_ack, message_id)
         try:
             if txn is None:
                 await self._subscription.ack_individual(self._consumer, [ack])
@@ -1276,6 +1304,8 @@ class EmbeddedConsumer:
         if txn is not None:
             _check_txn(txn, self._client.service)
         in_batch = 0 <= message_id.batch_index < message_id.batch_size - 1
+        if message_id.batch_index >= 0:        # (the last index of a batch acks the whole entry)
+            self._refused_in(txn, self._checked_batch, message_id)
         ack = self._batch_prefix_ack(message_id) if in_batch else None
         try:
             if txn is None:
@@ -1305,8 +1335,7 @@ class EmbeddedConsumer:
         except Exception as exc:
             raise to_pulsar_error(exc) from exc
 
-    @staticmethod
-    def _batch_prefix_ack(message_id: MessageId) -> IndividualAck:
+    def _batch_prefix_ack(self, message_id: MessageId) -> IndividualAck:
         """The entry of a batched message with its indexes up to the message acknowledged."""
         size, index = message_id.batch_size, message_id.batch_index
         words = [w & _MASK64 for w in ackset_new(size)]

@@ -316,12 +316,24 @@ class Subscription:
         """Why the batch-index ack `ack` cannot be taken (None: it can, or it is not one)."""
         if ack.ack_set is None:
             return None
-        size = self._entry_batch_size(ack.position, consumer)
+        return self._batch_size_refusal(consumer, ack.position, ack.batch_size)
+
+    def _batch_size_refusal(self, consumer: Consumer | None, position: Position, batch_size: int) -> str | None:
+        size = self._entry_batch_size(position, consumer)
         if size is None:
-            return f"{ack.position} holds no entry of {self.topic.name}"
-        if ack.batch_size != size:
-            return f"the batch at {ack.position} holds {size} messages, not {ack.batch_size}"
+            return f"{position} holds no entry of {self.topic.name}"
+        if batch_size != size:
+            return f"the batch at {position} holds {size} messages, not {batch_size}"
         return None
+
+    def check_batch_size(self, consumer: Consumer | None, position: Position, batch_size: int) -> None:
+        """`check_batch_ack` before an ack set is built (the embedding API builds it from its
+        caller's message id: a wrong size is refused before it sizes that work). A position
+        after the last entry is refused first, as an ack of it would be (`_check_ackable`)."""
+        self._check_ackable((position,))
+        reason = self._batch_size_refusal(consumer, position, batch_size)
+        if reason is not None:
+            raise NotAllowedError(_refusal([reason]))
 
     def check_batch_ack(self, consumer: Consumer | None, ack: IndividualAck) -> None:
         """A batch-index ack is taken only with the batch size of its entry, as the broker

@@ -6,6 +6,7 @@ bits are clear), and the cursor or the pending acks kept the size of the wrong b
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -65,3 +66,25 @@ async def test_the_batch_size_of_the_entry_is_taken(tmp_path, how):
         consumer = await broker.subscribe(T, "s", consumer_type="failover")
         left = [b"m0"] if how == "individual" or how == "individual in a txn" else []
         assert [m.data for m in await drain(consumer, 0.5)] == left + [b"m%d" % i for i in range(2, 10)]
+
+
+@pytest.mark.parametrize("claimed, index", [(300_000_000, 1), (0, 0), (10, 10)])
+@pytest.mark.parametrize("how", HOW)
+async def test_an_absurd_batch_is_refused_before_its_ack_set_is_built(tmp_path, how, claimed, index):
+    """Refused before the embedding API builds the ack set from the id (300M took ~1 s and
+    ~350 MB first; a size of 0, or an index past the size, raised IndexError)."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="failover", initial_position="earliest")
+        await publish_batch(broker, producer, [b"m%d" % i for i in range(10)])
+        got = await drain(consumer, 0.5)
+        txn = await broker.new_transaction() if "txn" in how else None
+        claim = dataclasses.replace(got[1].message_id, batch_size=claimed, batch_index=index)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(NotAllowedError):
+            await _acknowledge(consumer, claim, how, txn)
+        assert loop.time() - began < 0.3
+        if txn is not None:
+            with pytest.raises(NotAllowedError):
+                await txn.commit()
