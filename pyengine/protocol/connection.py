@@ -80,11 +80,17 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _metadata_facts(raw: bytes) -> tuple[int, bool, int | None] | None:
+def _metadata_facts(raw: bytes) -> tuple[int, bool, int | None, int] | None:
     """The publish time of a SEND's MessageMetadata (seeks by time find entries by it),
     whether it is a chunk before its message's last (de-duplication skips those, as Apache's
-    since #20948: every chunk carries the message's sequence id) and its deliver_at_time (None:
-    not delayed), or None when the metadata does not decode or lacks a required field."""
+    since #20948: every chunk carries the message's sequence id), its deliver_at_time (None:
+    not delayed) and the entry's number of messages, or None when the metadata does not decode
+    or lacks a required field.
+
+    The number of messages is the metadata's num_messages_in_batch (1 when absent), as Apache's
+    dispatchers read it from each entry: it is what consumers split the batch by, so batch-index
+    acks are checked against it. CommandSend.num_messages, which a client may set otherwise,
+    only bounds the sequence ids its receipt may name."""
     try:
         metadata = _parse_metadata(raw)
     except Exception:
@@ -92,7 +98,9 @@ def _metadata_facts(raw: bytes) -> tuple[int, bool, int | None] | None:
     if not metadata.IsInitialized():
         return None
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
-    return metadata.publish_time, metadata.chunk_id < metadata.num_chunks_from_msg - 1, deliver_at
+    batch_size = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+    return (metadata.publish_time, metadata.chunk_id < metadata.num_chunks_from_msg - 1, deliver_at,
+            max(batch_size, 1))
 
 
 def _decode(raw: bytes) -> pb.BaseCommand:
@@ -735,12 +743,11 @@ class ServerConnection(asyncio.Protocol):
         if published is None:
             producer.reject(sequence_id, pb.MetadataError, "the message metadata does not decode or lacks a field")
             return
-        publish_time, first_chunks, deliver_at = published
-        num_messages = max(body.num_messages, 1)
+        publish_time, first_chunks, deliver_at, num_messages = published
         # The client numbers the messages of a batch consecutively (it expects the receipt's
         # sequence id in [first, first + n - 1]); never past uint64, or its receipt cannot be
         # built and the producer's answers stop.
-        highest = min(max(body.highest_sequence_id, sequence_id + num_messages - 1), replies.U64 - 1)
+        highest = min(max(body.highest_sequence_id, sequence_id + max(body.num_messages, 1) - 1), replies.U64 - 1)
         topic = producer.topic
         try:
             if body.HasField("txnid_most_bits") or body.HasField("txnid_least_bits"):

@@ -198,3 +198,22 @@ async def test_a_huge_batch_size_for_a_position_without_entry_takes_no_memory(cl
     await asyncio.sleep(0)
     assert not (await ack(client, batch_ack(batch, unacked_from(2, 10), 10),
                           ack_type=pb.CommandAck.Cumulative)).HasField("error")
+
+
+@pytest.mark.parametrize("sent", [3, 1, 25])
+async def test_the_entry_is_sized_by_its_metadata_not_by_the_send_command(client: WireClient, sent: int) -> None:
+    """CommandSend.num_messages may disagree with the metadata's num_messages_in_batch, which
+    consumers split the batch by: the entry holds what the metadata says (as Apache's dispatchers
+    read it), so the consumer's batch-index acks of it are taken."""
+    await client.create_producer(TOPIC, producer_id=1)
+    client.send_payload("SEND", metadata(sequence_id=0, num_messages_in_batch=10), batch_of(10), producer_id=1,
+                        sequence_id=0, num_messages=sent)
+    receipt = (await client.expect("SEND_RECEIPT"))
+    assert receipt.sequence_id == 0
+    batch = {"ledgerId": receipt.message_id.ledgerId, "entryId": receipt.message_id.entryId}
+    await client.subscribe(TOPIC, "s", sub_type=Sub.Shared, permits=100)
+    assert (await client.message())[0].message_id.entryId == batch["entryId"]
+    assert not (await ack(client, batch_ack(batch, acking(10, 1, 7), 10))).HasField("error")
+    assert await redelivered(client) == [(at(batch), acking(10, 1, 7))]
+    if sent > 1:        # the size the SEND named is not the entry's
+        assert (await ack(client, batch_ack(batch, acking(sent, 0), sent))).error == pb.NotAllowedError
