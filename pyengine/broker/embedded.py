@@ -864,9 +864,10 @@ class EmbeddedConsumer:
         self._attaching: asyncio.Task[None] | None = None
         self._nacks = NegativeAckTracker(negative_ack_delay_ms, self._redeliver) if negative_ack_delay_ms else None
         self._queue: deque[Message] = deque()
-        # told (None, {(ledger, entry)}) when entries are asked for again: a MultiTopicsConsumer
-        # drops the copies it took from this queue already
-        self.on_entries_coming_again: Callable[[None, set[tuple[int, int]]], None] | None = None
+        # told (None, which message ids; None: all) when messages it delivered come again (asked
+        # for again, a redeliver-all, attaching again, a seek): a MultiTopicsConsumer drops the
+        # copies it took from this queue already
+        self.on_entries_coming_again: Callable[[None, Callable[[MessageId], bool] | None], None] | None = None
         self._queued_bytes = 0                  # payload bytes in the queue (batch receive)
         # receive()'s waiters are woken one per delivered message, batch_receive()'s all at
         # once (one message may not be enough for a batch); every one when the consumer closes.
@@ -1196,6 +1197,8 @@ class EmbeddedConsumer:
         self._queue.clear()
         self._queued_bytes = 0
         self._last_entry = None
+        if self.on_entries_coming_again is not None:
+            self.on_entries_coming_again(None, None)
 
     def _drop_queued_entries(self, entries: set[Position]) -> None:
         """Take the queued messages of `entries` (not handed out yet) out of the queue, their
@@ -1213,7 +1216,7 @@ class EmbeddedConsumer:
             self._queue.extend(kept)
             self._credit(dropped)
         if self.on_entries_coming_again is not None:
-            self.on_entries_coming_again(None, {(at.ledger_id, at.entry_id) for at in entries})
+            self.on_entries_coming_again(None, lambda message_id: message_id.position in entries)
 
     def _wake_one(self) -> None:
         wake_one(self._waiters)

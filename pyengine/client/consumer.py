@@ -59,6 +59,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = pb.BaseCommand
+# A MultiTopicsConsumer's listener: (the partition's consumer, which of its message ids come
+# again; None: every one it delivered so far).
+EntriesComingAgain = Callable[["PartitionConsumer | None", "Callable[[MessageId], bool] | None"], None]
 _SUB_TYPES = {"exclusive": pb.CommandSubscribe.Exclusive, "shared": pb.CommandSubscribe.Shared,
               "failover": pb.CommandSubscribe.Failover, "key_shared": pb.CommandSubscribe.Key_Shared}
 _MASK64 = (1 << 64) - 1
@@ -671,6 +674,7 @@ class PartitionConsumer(ConnectionHandler):
         did not ask for it again (a redeliver-all or seek it asked for, it knows of)."""
         self.generation += 1
         self._last_entry = None
+        self._parent._started_over(self, None)
         if reconnected:
             self.held.sent_again()
 
@@ -1140,9 +1144,10 @@ class Consumer:
         self.options = options
         self._partitioned = partitions > 0
         self._queue: deque[tuple[PartitionConsumer, int, Message]] = deque()
-        # told (the partition's consumer, {(ledger, entry)}) when entries are asked for again:
-        # a MultiTopicsConsumer drops the copies it took from this queue already
-        self.on_entries_coming_again: Callable[[PartitionConsumer | None, set[tuple[int, int]]], None] | None = None
+        # told (the partition's consumer, which of its message ids; None: all) when messages it
+        # delivered come again (asked for again, a redeliver-all, a reconnect, a seek): a
+        # MultiTopicsConsumer drops the copies it took from this queue already
+        self.on_entries_coming_again: EntriesComingAgain | None = None
         self._waiters: deque[asyncio.Future[None]] = deque()
         # batch_receive() calls waiting for enough messages: each push wakes them all (one
         # message may not be enough), receive()'s waiters one at a time.
@@ -1258,12 +1263,11 @@ class Consumer:
         one message of a batch), and they would come twice (the Java client's
         removeExpiredMessagesFromQueue)."""
         self._drop_queued_where(handler, lambda at: (at.ledger_id, at.entry_id) in entries)
-        if self.on_entries_coming_again is not None:
-            self.on_entries_coming_again(handler, entries)
 
     def _drop_queued_where(self, handler: PartitionConsumer, coming_again: Callable[[MessageId], bool]) -> None:
         """Take out of the queue `handler`'s messages (of its generation) whose id is
-        `coming_again`, giving back their permits."""
+        `coming_again`, giving back their permits; the listener drops its copies too."""
+        self._started_over(handler, coming_again)
         kept: list[tuple[PartitionConsumer, int, Message]] = []
         dropped = 0
         for queued in self._queue:
@@ -1278,6 +1282,11 @@ class Consumer:
             self._queue.clear()
             self._queue.extend(kept)
             handler.credit(dropped)
+
+    def _started_over(self, handler: PartitionConsumer, coming_again: Callable[[MessageId], bool] | None) -> None:
+        """`handler`'s messages `coming_again` (None: all it delivered so far) come again."""
+        if self.on_entries_coming_again is not None:
+            self.on_entries_coming_again(handler, coming_again)
 
     def _peek(self) -> Message | None:
         """The message `_take` would return, left in the queue (stale ones are dropped)."""

@@ -245,16 +245,20 @@ class MultiTopicsConsumer:
         self._pumps[topic] = asyncio.ensure_future(self._pump(topic, consumer))
 
     def _follow_redeliveries(self, consumer: Consumer) -> None:
-        """When `consumer` (Shared / Key_Shared) asks for entries again (a nack, at once or after
-        its delay; an ack timeout) it drops its queued copies of them; the copies it moved into
-        this buffer already are dropped with them, or the application would get those messages
-        twice, the stale copy and the redelivered one (as Java's MultiTopicsConsumerImpl takes
-        them out of its queue: removeExpiredMessagesFromQueue). Their permits went back to the
-        broker when they left the topic's queue (`_receive_for_parent`): none to give back."""
-        def drop_buffered_too(handler: PartitionConsumer | None, entries: set[tuple[int, int]]) -> None:
+        """When messages `consumer` delivered come again (Shared / Key_Shared: entries asked for
+        again, by a nack or an ack timeout; Exclusive / Failover: everything unacknowledged,
+        after a nack or an ack timeout too; any type: a reconnect, a seek), it drops its queued
+        copies of them; the copies it moved into this buffer already are dropped with them, or
+        the application would get those messages twice, the stale copy and the one sent again
+        (as Java's MultiTopicsConsumerImpl takes them out of its queue,
+        removeExpiredMessagesFromQueue, and drops those of an older consumer epoch). Their
+        permits went back to the broker when they left the topic's queue
+        (`_receive_for_parent`): none to give back."""
+        def drop_buffered_too(handler: PartitionConsumer | None,
+                              coming_again: Callable[[MessageId], bool] | None) -> None:
             if any(item[0] is consumer for item in self._buffer):
                 self._drop_buffered(consumer, lambda owner, at: owner is handler
-                                    and (at.ledger_id, at.entry_id) in entries)
+                                    and (coming_again is None or coming_again(at)))
 
         consumer.on_entries_coming_again = drop_buffered_too
 

@@ -113,3 +113,33 @@ async def test_a_nack_of_one_message_of_a_batch_drops_the_buffered_rest_of_it(tm
         counts = {m.data: m.redelivery_count for m in got}
         assert counts == {b"b0": 1, b"b1": 1, b"b2": 1, b"b3": 1, b"after": 0}
         _check_permits(consumer)
+
+
+@pytest.mark.parametrize("consumer_type", ["exclusive", "failover"])
+@pytest.mark.parametrize("delay_ms", [DELAY_MS, 0])
+async def test_a_nack_on_a_single_consumer_subscription_hands_the_buffered_messages_out_once(
+        tmp_path, consumer_type, delay_ms):
+    """There a nack asks for everything unacknowledged again, in order (the topic's consumer
+    drops its whole queue): the parent's copies of that topic go too."""
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        consumer = await _subscribe(broker, consumer_type, delay_ms)
+        sent = []
+        for name in TOPICS:
+            producer = await broker.create_producer(name)
+            for i in range(4):
+                data = f"{name.rsplit('/', 1)[1]}:{i}".encode()
+                await producer.send(data)
+                sent.append(data)
+        await until_buffered(consumer, QUEUE)
+        first = await consumer.receive(timeout=5)
+        await until_buffered(consumer, QUEUE)
+        assert any(m.topic == first.topic for _, _, m in consumer._buffer)
+        await consumer.negative_acknowledge(first)
+        await asyncio.sleep(delay_ms / 1000 + 0.1)
+        got = await drain(consumer, timeout=0.3)
+        assert Counter(m.data for m in got) == Counter(sent)
+        for name in TOPICS:
+            prefix = name.rsplit("/", 1)[1].encode() + b":"
+            mine = [m.data for m in got if m.data.startswith(prefix)]
+            assert mine == [data for data in sent if data.startswith(prefix)]
+        _check_permits(consumer)

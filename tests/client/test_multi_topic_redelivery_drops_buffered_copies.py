@@ -4,8 +4,10 @@ asks for entries again (a negative ack, at once or after its delay; an ack timeo
 its own queued copies of them (`Consumer._drop_queued_entries`, Java's
 removeExpiredMessagesFromQueue); the copies already moved into the parent's buffer must go too,
 or the application receives them twice for one delivery: once from the stale copy, once
-redelivered (with two different redelivery counts). Over the network here; the embedding API's
-is tests/client/test_embedded_multi_topic_redelivery_drops_buffered_copies.py."""
+redelivered (with two different redelivery counts). The same when a topic's consumer has
+everything unacknowledged sent again: a nack on Exclusive / Failover, a reconnect. Over the
+network here; the embedding API's is
+tests/client/test_embedded_multi_topic_redelivery_drops_buffered_copies.py."""
 
 from __future__ import annotations
 
@@ -143,4 +145,58 @@ async def test_an_ack_timeout_of_one_message_of_a_batch_drops_the_buffered_rest_
     got = await drain(consumer, timeout=0.5)
     assert Counter(m.data for m in got) == Counter([b"b0", b"b1", b"b2", b"b3"])
     assert {m.redelivery_count for m in got} == {1}
+    await _check_permits(broker, consumer)
+
+
+def _in_order_once(got, ids) -> None:
+    """Each message once, and each topic's in the order it was sent."""
+    assert Counter(m.data for m in got) == Counter(list(ids))
+    for name in {data.split(b":")[0] for data in ids}:
+        mine = [m.data for m in got if m.data.split(b":")[0] == name]
+        assert mine == sorted(mine, key=lambda data: int(data.split(b":")[1])), mine
+
+
+@pytest.mark.parametrize("consumer_type", ["exclusive", "failover"])
+@pytest.mark.parametrize("delay_ms", [DELAY_MS, 0])
+async def test_a_nack_on_a_single_consumer_subscription_hands_the_buffered_messages_out_once(
+        broker, client, consumer_type, delay_ms):
+    """There a nack asks for everything unacknowledged again, in order (the topic's consumer
+    drops its whole queue): the parent's copies of that topic go too."""
+    await broker.service.policies.create_partitioned_topic(P, 2)
+    ids = await _send_all(client, 4)
+    consumer = await _subscribe(client, consumer_type, delay_ms)
+    await until_buffered(consumer, QUEUE)
+    first = await consumer.receive(timeout=5)
+    await until_buffered(consumer, QUEUE)
+    topic_of_first = first.topic
+    assert any(m.topic == topic_of_first for _, _, m in consumer._buffer)
+    await consumer.negative_acknowledge(first)
+    await asyncio.sleep(delay_ms / 1000 + 0.1)
+    got = await drain(consumer, timeout=0.5)
+    _in_order_once(got, ids)
+    await _check_permits(broker, consumer)
+
+
+async def test_a_reconnect_drops_the_buffered_messages_the_broker_sends_again(broker, client):
+    """A topic's consumer that connects again gets everything unacknowledged again: the copies
+    in the parent's buffer are of the old delivery."""
+    await broker.service.policies.create_partitioned_topic(P, 2)
+    ids = await _send_all(client, 4)
+    consumer = await _subscribe(client, "exclusive")
+    await until_buffered(consumer, QUEUE)
+    received = [await consumer.receive(timeout=5) for _ in range(2)]
+    for message in received:
+        await consumer.acknowledge(message)
+    await until_buffered(consumer, QUEUE)
+    _, handler, _ = consumer._buffer[0]
+    old = handler.connection
+    old.close()                         # the connection drops: the consumers connect again
+    for _ in range(500):
+        if handler.connection not in (None, old):
+            break
+        await asyncio.sleep(0.01)
+    assert handler.connection not in (None, old)
+    await asyncio.sleep(0.3)            # the broker sends the unacknowledged again
+    got = received + await drain(consumer, timeout=1.0)
+    _in_order_once(got, ids)
     await _check_permits(broker, consumer)
