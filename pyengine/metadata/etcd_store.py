@@ -469,22 +469,29 @@ class EtcdMetadataStore(MetadataStore):
         return sorted(set(children), key=str.encode)
 
     async def _list_prefix(self, prefix: str, after: str | None, limit: int | None) -> Page:
-        # In pages: one etcd range of every record could exceed gRPC's 4 MiB reply limit. The
-        # first page fixes the revision, the others read at it: one snapshot. A page that is
-        # too large is asked again with half as many records; small pages grow.
         first = self._rkey(prefix)
         end = prefix_end(first)
+        assert end is not None
         if after is not None:
             first = max(first, self._rkey(after) + b"\x00")
+        kvs, revision, more = await self._scan(first, end, limit=limit)
+        return Page([self._record(kv) for kv in kvs], revision, more)
+
+    async def _scan(self, first: bytes, end: bytes, *, limit: int | None = None,
+                    keys_only: bool = False) -> tuple[list[Any], int, bool]:
+        """The keys in [first, end) (at most `limit`), the revision they were read at, and
+        whether there are more. In pages: one etcd range of every key could exceed gRPC's 4 MiB
+        reply limit. The first page fixes the revision, the others read at it: one snapshot. A
+        page that is too large is asked again with half as many keys; small pages grow."""
         size = LIST_PAGE
         for attempt in range(LIST_RESTARTS + 1):
-            records: list[Record] = []
+            kvs: list[Any] = []
             start, revision = first, 0
             while True:
-                want = size if limit is None else min(size, limit - len(records))
+                want = size if limit is None else min(size, limit - len(kvs))
                 try:
                     response = await self._range(rpc.RangeRequest(key=start, range_end=end, limit=want,
-                                                                  revision=revision))
+                                                                  revision=revision, keys_only=keys_only))
                 except CompactedError:
                     if revision == 0 or attempt == LIST_RESTARTS:
                         raise
@@ -495,11 +502,11 @@ class EtcdMetadataStore(MetadataStore):
                     size = want // 2
                     continue
                 revision = revision or response.header.revision
-                records += [self._record(kv) for kv in response.kvs]
+                kvs += response.kvs
                 if not response.more:
-                    return Page(records, revision, False)
-                if limit is not None and len(records) >= limit:
-                    return Page(records, revision, True)
+                    return kvs, revision, False
+                if limit is not None and len(kvs) >= limit:
+                    return kvs, revision, True
                 start = response.kvs[-1].key + b"\x00"
                 if len(response.kvs) == want and response.ByteSize() * 4 < LIST_PAGE_BYTES:
                     size = min(size * 2, LIST_PAGE_MAX)
@@ -517,13 +524,20 @@ class EtcdMetadataStore(MetadataStore):
     async def _range_query(self, spec: IndexSpec, bounds: tuple[bytes, bytes | None]) -> list[Record]:
         base = self._i + spec.name.encode() + b"\x00"
         start, end = self._index_bounds(spec.name, bounds)
-        response = await self._range(rpc.RangeRequest(key=start, range_end=end, keys_only=True))
-        revision = response.header.revision
-        paths = [decode_index_entry(kv.key[len(base):])[1] for kv in response.kvs]
+        kvs, revision, _ = await self._scan(start, end, keys_only=True)
+        paths = [decode_index_entry(kv.key[len(base):])[1] for kv in kvs]
         records: list[Record] = []
-        for i in range(0, len(paths), MAX_TXN_OPS):
-            chunk = paths[i:i + MAX_TXN_OPS]
-            reply = await self._txn([], [_op_range(self._rkey(path), revision) for path in chunk])
+        size = MAX_TXN_OPS
+        while paths:
+            chunk = paths[:size]
+            try:
+                reply = await self._txn([], [_op_range(self._rkey(path), revision) for path in chunk])
+            except MetadataStoreError as error:
+                if size == 1 or not _too_large(error):
+                    raise
+                size //= 2          # their values exceed gRPC's reply limit together
+                continue
+            del paths[:len(chunk)]
             for path, item in zip(chunk, reply.responses):
                 kvs = item.response_range.kvs
                 if not kvs:
