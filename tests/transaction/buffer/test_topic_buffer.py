@@ -261,6 +261,40 @@ async def test_low_watermark_aborts_every_open_txn_of_that_coordinator_below_it(
     assert a not in visible_positions(ledger, buffer) and b not in visible_positions(ledger, buffer)
 
 
+async def test_a_failed_abort_by_low_watermark_is_tried_again_by_the_next_end(env):
+    """The marker of an abort the buffer decided itself (a low watermark above an open txn)
+    fails: the txn stays open, and the next end from its coordinator aborts it again. Kept out
+    of the watermark's bookkeeping instead, it held the read horizon before its entry for good,
+    hiding everything after it from READ_COMMITTED readers."""
+    ledger, buffer = await open_buffer(env)
+    stuck = await buffer.append(TxnId(1, 3), b"late write, its end request was lost")
+    await buffer.append(TxnId(1, 7), b"y")
+    await buffer.commit(TxnId(1, 7), 0)
+    fail_next_commit(env)                      # the abort's marker
+    await buffer.commit(TxnId(1, 7), 6)        # a repeat carrying watermark 6: T(1,3) is aborted
+    assert not buffer.is_txn_aborted(TxnId(1, 3))
+    assert buffer.max_read_position() == ledger.previous_position(stuck)
+    await buffer.append(TxnId(1, 9), b"z")
+    await buffer.commit(TxnId(1, 9), 8)
+    later = await ledger.append(b"plain, after everything")
+    assert buffer.is_txn_aborted(TxnId(1, 3))
+    assert later in visible_positions(ledger, buffer) and stuck not in visible_positions(ledger, buffer)
+
+
+async def test_the_commit_of_a_txn_aborted_by_low_watermark_is_an_error(env):
+    """The buffer aborted the txn itself; a commit coming later (a coordinator that decided
+    otherwise) must not be answered as applied: its messages stay hidden."""
+    ledger, buffer = await open_buffer(env)
+    stuck = await buffer.append(TxnId(1, 3), b"late write")
+    await buffer.append(TxnId(1, 7), b"y")
+    await buffer.commit(TxnId(1, 7), 6)
+    assert buffer.is_txn_aborted(TxnId(1, 3))
+    with pytest.raises(InvalidTxnStatusError):
+        await buffer.commit(TxnId(1, 3), 6)
+    assert stuck not in visible_positions(ledger, buffer)
+    await buffer.abort(TxnId(1, 3), 6)         # the same decision again: fine
+
+
 async def test_failed_append_unregisters_a_txn_whose_only_position_it_was(env):
     ledger, buffer = await open_buffer(env)
     await buffer.append(T2, b"warm up")               # the txn property is durable now
