@@ -214,6 +214,29 @@ async def test_concurrent_repeats_write_once(env, clock):
     await store.close()
 
 
+async def test_a_repeat_of_a_move_whose_write_fails_fails_too(env, clock, reopen):
+    """A repeated OPEN -> COMMITTING answers only once the first one's record is durable: when
+    that write fails, the repeat fails with it and the txn is OPEN (answered COMMITTING, its
+    caller would tell participants of a decision that was never written)."""
+    store = await open_store(env, clock)
+    txn = await drive_to(store, S.OPEN)
+    gate = GatedWriter(env)
+    try:
+        first = asyncio.ensure_future(store.update_status(txn, S.COMMITTING, S.OPEN))
+        await gate.next_commit()                                   # its record is being written
+        repeat = asyncio.ensure_future(store.update_status(txn, S.COMMITTING, S.OPEN))
+        await asyncio.sleep(0)
+        gate.let_through(OSError(5, "injected I/O error"))
+    finally:
+        gate.open()
+    outcomes = await asyncio.gather(first, repeat, return_exceptions=True)
+    assert all(isinstance(o, (StorageError, PersistenceError)) for o in outcomes), outcomes
+    assert store.get(txn).status is S.OPEN
+    store, env = await restart(store, reopen, env, clock)
+    assert store.get(txn).status is S.OPEN
+    await store.close()
+
+
 async def test_a_cancelled_caller_does_not_fail_the_write_a_repeat_waits_on(env, clock, reopen):
     store = await open_store(env, clock)
     txn = await drive_to(store, S.OPEN)

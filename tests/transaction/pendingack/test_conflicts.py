@@ -46,6 +46,20 @@ async def test_batch_indexes_acked_on_the_cursor_conflict_only_when_they_overlap
     assert sub.handle.individual_ack_positions[p].ack_set == tuple(acking(5, 2, 3))
 
 
+@pytest.mark.parametrize("whole_size", [1, 5])
+async def test_a_whole_entry_ack_over_indexes_another_txn_holds_is_a_conflict(env, whole_size):
+    """A whole-entry ack names batch size 1 (the wire's and the embedding API's ack of a message
+    sent alone, or of an entry without ack set) or the batch's: either way, over indexes another
+    txn holds, it is a conflict (TransactionConflictError), not malformed input."""
+    sub = await open_subscription(env, 2)
+    p = sub.positions[0]
+    await sub.handle.individual_ack(T1, [batch(p, 5, 0)])
+    with pytest.raises(TransactionConflictError, match="in pending ack status"):
+        await sub.handle.individual_ack(T2, [IndividualAck(p, whole_size)])
+    assert sub.handle.individual_ack_positions[p].ack_set == tuple(acking(5, 0))
+    assert set(sub.handle.individual_ack_of_txn) == {T1}
+
+
 async def test_batch_indexes_reserved_by_an_open_txn_conflict_for_every_txn(env):
     sub = await open_subscription(env, 2)
     p = sub.positions[0]
