@@ -30,3 +30,28 @@ async def test_a_txn_with_entries_ends_on_a_terminated_topic_and_stays_ended(reo
     env, ledger, buffer = await restart_without_closing(env, reopen)
     assert buffer.ongoing_txns() == []
     assert visible_positions(ledger, buffer) == expected
+
+
+async def test_an_abort_known_only_to_the_aborted_set_stays_ended_across_a_replay(reopen):
+    """A txn aborted on the terminated topic (no marker), whose ended record a later low
+    watermark pruned, is known only through the aborted set. A replay after a crash reads its
+    entries again (the snapshot's horizon is before them, held by another coordinator's open
+    txn): they must not make it ongoing again, or the horizon stays before them for good."""
+    env = reopen()
+    ledger, buffer = await open_buffer(env)
+    plain = await ledger.append(b"plain")
+    other = TxnId(2, 1)
+    held = await buffer.append(other, b"another coordinator's, still open")
+    written = [await buffer.append(ENDED, b"e%d" % i) for i in range(3)]
+    await ledger.terminate()
+    await buffer.abort(ENDED, -1)
+    await buffer.commit(TxnId(1, 5), 3)                # a low watermark past ENDED: its record goes
+    assert buffer.is_txn_aborted(ENDED)
+    await buffer.take_snapshot()                       # as the snapshot timer would
+    env, ledger, buffer = await restart_without_closing(env, reopen)
+    assert [txn for txn, _ in buffer.ongoing_txns()] == [other]
+    assert buffer.is_txn_aborted(ENDED)
+    await buffer.commit(other, -1)
+    assert buffer.max_read_position() == ledger.lac
+    assert visible_positions(ledger, buffer) == {plain, held}
+    assert not set(written) & visible_positions(ledger, buffer)
