@@ -76,7 +76,7 @@ async def test_a_commit_delayed_past_the_txn_timeout_is_refused_and_invisible(tm
             async with Client(f"pulsar://127.0.0.1:{proxy.port}", operation_timeout_seconds=10) as client:
                 bench_soak.through_proxy(client, proxy)
                 producer = await client.create_producer(topic)
-                late = await client.new_transaction(timeout_ms=500)
+                late = await client.new_transaction(timeout_ms=1500)    # < the 2 s delay
                 await producer.send(b"late", txn=late)
                 try:
                     await late.commit()                # sent in time, arrives after the timeout

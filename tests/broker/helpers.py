@@ -9,6 +9,8 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from pyengine.broker import Broker
 from pyengine.broker.embedded import EmbeddedTransaction
+from pyengine.transaction import TxnStatus
+from tests.waiting import eventually
 
 
 class GatedWriter:
@@ -161,3 +163,15 @@ def failover_names(topic: str) -> tuple[str, str]:
         if pulsar_failover_pick(topic, ["a", second]) == "a":
             return "a", second
     raise AssertionError(f"no pair of names for {topic}")
+
+
+# A txn timeout long enough for the durable writes a test does inside it on a slow CI disk
+# (200 ms once ran out before the txn's first send was stored), short enough for a test.
+SHORT_TXN_TIMEOUT_MS = 1500
+
+
+async def timed_out(txn: EmbeddedTransaction) -> None:
+    """Wait until the client has seen `txn` time out and its coordinator has aborted it, with
+    every participant told."""
+    await eventually(lambda: txn.state == "timed_out"
+                     and txn.service.coordinator.get(txn.txn_id).status == TxnStatus.TIME_OUT)

@@ -20,7 +20,7 @@ from pyengine.storage.entry import split_headers_and_payload
 from pyengine.transaction import TxnAction
 from pyengine.transaction.pendingack import IndividualAck
 from pyengine_kernels import Position
-from tests.broker.helpers import GatedWriter, drain, failover_names, publish_batch
+from tests.broker.helpers import SHORT_TXN_TIMEOUT_MS, GatedWriter, drain, failover_names, publish_batch, timed_out
 
 T = "persistent://public/default/t"
 
@@ -448,10 +448,10 @@ async def test_transaction_timeout_aborts_and_releases(tmp_path):
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)
         consumer = await broker.subscribe(T, "s", initial_position="earliest")
-        txn = await broker.new_transaction(timeout_ms=200)
+        txn = await broker.new_transaction(timeout_ms=SHORT_TXN_TIMEOUT_MS)
         await producer.send(b"expires", txn=txn)
         await producer.send(b"plain")
-        await asyncio.sleep(0.6)
+        await timed_out(txn)
         assert [m.data for m in await drain(consumer)] == [b"plain"]
         with pytest.raises(InvalidTxnStatusError):
             await txn.commit()

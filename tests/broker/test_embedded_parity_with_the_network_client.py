@@ -3,15 +3,13 @@ each test is a case where they differed, the network side being Apache Pulsar's.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from pyengine.broker import Broker
 from pyengine.client import CumulativeAcknowledgementNotAllowedError
 from pyengine.client.message import MessageId
 from pyengine.errors import InvalidTxnStatusError, MetadataError, NotAllowedError, PulsarError
-from tests.broker.helpers import drain
+from tests.broker.helpers import SHORT_TXN_TIMEOUT_MS, drain, timed_out
 
 T = "persistent://public/default/parity"
 
@@ -25,10 +23,9 @@ async def test_an_ack_in_a_timed_out_transaction_is_refused_and_its_message_come
             await producer.send(payload)
         consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
         first, second = await consumer.receive(5), await consumer.receive(5)
-        txn = await broker.new_transaction(timeout_ms=200)
+        txn = await broker.new_transaction(timeout_ms=SHORT_TXN_TIMEOUT_MS)
         await consumer.acknowledge(first, txn=txn)
-        await asyncio.sleep(0.5)                        # past its timeout: aborted by the coordinator
-        assert txn.state == "timed_out"
+        await timed_out(txn)                            # past its timeout: aborted by the coordinator
         with pytest.raises(InvalidTxnStatusError):
             await consumer.acknowledge(second, txn=txn)
         txn.state = "open"                              # as a client that missed its own timer would
@@ -41,10 +38,9 @@ async def test_an_ack_in_a_timed_out_transaction_is_refused_and_its_message_come
 async def test_a_transaction_past_its_timeout_refuses_everything_and_aborts_quietly(tmp_path):
     async with Broker.embedded(tmp_path, num_coordinators=1) as broker:
         producer = await broker.create_producer(T)
-        txn = await broker.new_transaction(timeout_ms=100)
+        txn = await broker.new_transaction(timeout_ms=SHORT_TXN_TIMEOUT_MS)
         await producer.send(b"in time", txn=txn)
-        await asyncio.sleep(0.3)
-        assert txn.state == "timed_out"
+        await timed_out(txn)
         with pytest.raises(InvalidTxnStatusError, match="timed out"):
             await producer.send(b"late", txn=txn)
         with pytest.raises(InvalidTxnStatusError, match="timed out"):

@@ -7,7 +7,7 @@ import pytest
 
 from pyengine.broker import Broker
 from pyengine.client import MessageId
-from tests.broker.helpers import drain, publish_batch
+from tests.broker.helpers import SHORT_TXN_TIMEOUT_MS, drain, publish_batch, timed_out
 
 T = "persistent://public/default/regression"
 
@@ -167,9 +167,9 @@ async def test_10306_a_timed_out_transaction_releases_its_acks(tmp_path):
         await producer.send(b"m")
         consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
         message = await consumer.receive(timeout=2)
-        stuck = await broker.new_transaction(timeout_ms=100)
+        stuck = await broker.new_transaction(timeout_ms=SHORT_TXN_TIMEOUT_MS)
         await consumer.acknowledge(message, txn=stuck)
-        await asyncio.sleep(0.5)
+        await timed_out(stuck)
         again = await consumer.receive(timeout=2)            # released and delivered again
         retry = await broker.new_transaction()
         await consumer.acknowledge(again, txn=retry)         # no conflict

@@ -12,6 +12,7 @@ from pyengine.errors import (InvalidTxnStatusError, TransactionConflictError, Tr
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine_kernels import TxnId
 from tests.client.conftest import answer_registrations_when_set, record_sends
+from tests.waiting import eventually
 
 IN = "persistent://public/default/txn-in"
 OUT = "persistent://public/default/txn-out"
@@ -193,10 +194,10 @@ async def test_a_finished_transaction_refuses_further_use(client):
 async def test_a_timed_out_transaction_is_aborted_by_the_broker(client):
     producer = await client.create_producer(OUT)
     watcher = await client.subscribe(OUT, "watch", initial_position="earliest")
-    txn = await client.new_transaction(timeout_ms=300)
+    # Long enough for the send's durable writes on a slow CI disk, short enough for a test.
+    txn = await client.new_transaction(timeout_ms=1500)
     await producer.send(b"late", txn=txn)
-    await asyncio.sleep(0.5)
-    assert txn.state == TIMED_OUT
+    await eventually(lambda: txn.state == TIMED_OUT)
     with pytest.raises(InvalidTxnStatusError):
         await txn.commit()
     # The broker ended it too: its END_TXN COMMIT is refused, and nothing becomes visible.

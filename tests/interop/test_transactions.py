@@ -107,9 +107,10 @@ async def test_aborted_and_timed_out_messages_never_appear(broker, watchers):
         aborted = await client.new_transaction()
         await producer.send(b"aborted", txn=aborted)
         await aborted.abort()
-        timed_out = await client.new_transaction(timeout_ms=300)
+        # Long enough for the send's durable writes on a slow CI disk; the two messages below
+        # become visible only once the coordinator has aborted it at its timeout.
+        timed_out = await client.new_transaction(timeout_ms=1500)
         await producer.send(b"timed-out", txn=timed_out)
-        await asyncio.sleep(0.8)                     # the coordinator aborts it at its timeout
         committed = await client.new_transaction()
         await producer.send(b"committed", txn=committed)
         await committed.commit()

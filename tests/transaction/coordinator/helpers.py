@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 from pyengine.storage import StorageEnvironment
 from pyengine.transaction.coordinator.retry import Backoff
 from pyengine.transaction.coordinator.service import TransactionCoordinatorService
+from tests.waiting import eventually  # noqa: F401  (the coordinator tests import it from here)
 
 FAST_BACKOFF = Backoff(initial_ms=1, max_ms=4, call_timeout_ms=5_000)
 
@@ -42,12 +41,3 @@ class ServiceHarness:
     async def restart(self) -> TransactionCoordinatorService:
         await self.stop()
         return await self.start()
-
-
-async def eventually(predicate: Callable[[], bool], timeout_s: float = 10) -> None:
-    """Wait until `predicate()` holds (for what real timers or disk writes bring about)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        assert loop.time() < deadline, "the condition never held"
-        await asyncio.sleep(0.005)
