@@ -182,6 +182,16 @@ async def list_namespace_topics(call: Call) -> list[str]:
     return without_system_topics(call.service.list_topics(namespace), call["includeSystemTopic"])
 
 
+@routes.add("PUT", NAMESPACE_PATH + "/unload",
+            summary="Unload every loaded topic of a namespace (Pulsar unloads its bundles): each is closed, its "
+                    "clients reconnect, and its next use loads it again from storage.",
+            params=(TENANT, NAMESPACE), replies={204: DONE, **errors(404, 412)})
+async def unload_namespace(call: Call) -> None:
+    namespace = _namespace(call)
+    call.service.policies.policies(namespace)          # 404 for an unknown namespace
+    await call.service.unload_namespace(namespace)
+
+
 async def _change_policies(call: Call, **changes: Any) -> None:
     """Store the namespace's policies with `changes`, and apply them to its loaded topics."""
     namespace = _namespace(call)

@@ -1,7 +1,7 @@
 """Persistent topics: `/admin/v2/persistent/{tenant}/{namespace}/...` (Pulsar's
 PersistentTopics resource): listing, creating and deleting plain and partitioned topics, their
-stats, the topic-level de-duplication, retention, delayed delivery and message TTL policies, and
-termination.
+stats, the topic-level de-duplication, retention, delayed delivery and message TTL policies,
+unloading and termination.
 
 A partitioned topic is its metadata (its number of partitions) and its partitions, plain
 topics named `<topic>-partition-<n>`: as Pulsar's tryCreatePartitionsAsync, they are created
@@ -508,6 +508,25 @@ _topic_policy("/schemaValidationEnforced", "schema_validation_enforced", "schema
     "namespace's and the broker's setting.",
     "Remove the topic's setting (the namespace's and the broker's apply)."),
     lambda service, topic: service.schemas.validation_enforced(topic))
+
+
+# --- unloading ------------------------------------------------------------------------------
+
+@routes.add("PUT", TOPIC_URL + "/unload",
+            summary="Unload a topic (each partition of a partitioned topic): it is closed, its producers and "
+                    "consumers reconnect, and its next use loads it again from storage (what it held in memory "
+                    "is freed meanwhile).",
+            params=TOPIC_PATH, replies={204: DONE, **errors(404, 412)})
+async def unload_topic(call: Call) -> None:
+    name = requested_topic(call)
+    service = call.service
+    async with topic_change(service, name):
+        partitions = service.policies.partitions(str(name))
+        if not partitions and not service.topic_exists(str(name)):
+            raise AdminError(NOT_FOUND, f"Topic {name} not found")
+        # (a partition never used is neither stored nor loaded: nothing to unload)
+        for each in partition_names(name, partitions) if partitions else [str(name)]:
+            await service.unload_topic(each)
 
 
 # --- termination ----------------------------------------------------------------------------

@@ -212,6 +212,7 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._deleting_partitioned: dict[str, int] = {}    # partitioned topic -> its deletions under way
+        self._deleting_topics: set[str] = set()            # closed by their deletion, which forgets them
         self._loads_abandoned = False       # the close stopped waiting for loads under way
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled,
@@ -395,13 +396,14 @@ class BrokerService:
 
     async def delete_topic(self, name: str) -> None:
         topic = await self.get_topic(name, create=False)
+        self._deleting_topics.add(topic.name)
         # Its schemas and topic-level policies go with it, as in Pulsar (which deletes them
         # before the ledger), here in the topic's own LMDB write: kept by name, left by a crash
         # they would be a topic's created again under it. A partition's stay with its
         # partitioned topic (deleted with that), a segment's schemas with its scalable topic.
         parsed = TopicName.parse(topic.name)
-        await topic.close()             # first: the schema's lock is held for the write only
         try:
+            await topic.close()         # first: the schema's lock is held for the write only
             async with contextlib.AsyncExitStack() as stack:
                 also = [await stack.enter_async_context(self.policies.deleting_topic_policies(topic.name))]
                 if parsed.partition_index < 0 and not parsed.is_segment:
@@ -410,8 +412,41 @@ class BrokerService:
         finally:
             # Closed either way: if its deletion failed it is still stored, and its next use
             # loads it again (kept, the closed topic would refuse every send until a restart).
+            self._deleting_topics.discard(topic.name)
             if self.topics.get(topic.name) is topic:
                 del self.topics[topic.name]
+
+    async def unload_topic(self, name: str) -> bool:
+        """Unload the topic `name`, as Pulsar's topic unload: close it and forget
+        it. Its producers and consumers are disconnected and attach again, refused while it
+        closes (TopicFencedError); its next use loads it again from storage, its transactions'
+        buffer and pending acks recovered as after a restart (a coordinator ending one of its
+        transactions meanwhile retries until it is loaded). False: it was not loaded, or it
+        is being deleted (forgotten only once its deletion is written: forgotten before, it
+        was loaded again by its next use while its deletion went on)."""
+        name = str(TopicName.parse(name))
+        await self.load_settled(name)
+        topic = self.topics.get(name)
+        if topic is None or name in self._deleting_topics:
+            return False
+        try:
+            await topic.close()
+        finally:
+            # Forgotten though its close failed (as a failed deletion): kept, the closed topic
+            # would refuse everything until a restart; loaded again, it recovers from storage.
+            if self.topics.get(name) is topic:
+                del self.topics[name]
+        log.info("unloaded topic %s", name)
+        return True
+
+    async def unload_namespace(self, namespace: str) -> int:
+        """Unload every loaded topic of `tenant/namespace` (Pulsar's namespace unload, which
+        unloads its bundles); returns how many were unloaded."""
+        names = [name for name in list(self.topics) if TopicName.parse(name).namespace_name == namespace]
+        unloaded = 0
+        for name in names:
+            unloaded += await self.unload_topic(name)
+        return unloaded
 
     # --- components for topics -------------------------------------------------------------
 
