@@ -46,3 +46,29 @@ async def test_a_topic_whose_deletion_failed_is_served_again(tmp_path):
         assert await received(broker, "S") == [b"m0", b"m1"]
     async with Broker.embedded(tmp_path / "data", num_coordinators=1) as broker:
         assert await received(broker, "S2") == [b"m0", b"m1"]
+
+
+async def test_a_topic_whose_close_failed_in_its_deletion_is_served_again(tmp_path, monkeypatch):
+    """The same when the close before the deletion fails (a subscription's state not saved):
+    the topic was kept loaded, closed, refusing every send until a restart."""
+    from pyengine.broker.topic import Topic
+
+    close = Topic._close
+
+    async def failing_close(topic):
+        await close(topic)
+        raise StorageError("injected close failure")
+
+    async with Broker.embedded(tmp_path / "data", num_coordinators=1) as broker:
+        producer = await broker.create_producer(TOPIC)
+        await producer.send(b"m0")
+        await producer.close()
+        topic = await broker.service.get_topic(TOPIC, create=False)
+        monkeypatch.setattr(topic, "_closing", type(topic._closing)(lambda: failing_close(topic)))
+        with pytest.raises(StorageError, match="injected"):
+            await broker.service.delete_topic(TOPIC)
+        assert broker.service.topics.get(TOPIC) is not topic
+        producer = await broker.create_producer(TOPIC)
+        await producer.send(b"m1")
+        await producer.close()
+        assert await received(broker, "S") == [b"m0", b"m1"]
