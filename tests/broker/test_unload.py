@@ -146,3 +146,23 @@ async def test_unloading_a_namespace_unloads_its_loaded_topics_only(tmp_path):
         assert await broker.service.unload_namespace("public/default") == 0
         consumer = await broker.subscribe(names[0], "s", initial_position="earliest")
         assert [m.data for m in await drain(consumer)] == [b"m"]
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_a_v5_transaction_on_a_segment_ends_as_without_an_unload(tmp_path, commit):
+    """PIP-473: the segment's transaction state is in the metadata store, which its buffer and
+    pending acks read again when the segment is loaded again."""
+    segment = "segment://public/default/scalable/0000-ffff-0"
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        producer = await broker.create_producer(segment)
+        await producer.send(b"in")
+        consumer = await broker.subscribe(segment, "s", consumer_type="shared", initial_position="earliest")
+        taken = await consumer.receive(timeout=5)
+        txn = await broker.new_transaction(version=5)
+        await producer.send(b"out", txn=txn)
+        await consumer.acknowledge(taken, txn=txn)
+        assert await broker.service.unload_topic(segment)
+        await (txn.commit() if commit else txn.abort())
+        await consumer.redeliver_unacknowledged_messages()
+        seen = sorted(m.data for m in await drain(consumer, 0.5))
+        assert seen == ([b"out"] if commit else [b"in"])
