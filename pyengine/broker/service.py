@@ -441,7 +441,10 @@ class BrokerService:
 
     async def unload_namespace(self, namespace: str) -> int:
         """Unload every loaded topic of `tenant/namespace` (Pulsar's namespace unload, which
-        unloads its bundles); returns how many were unloaded."""
+        unloads its bundles); returns how many were unloaded. NotFoundError: no such namespace."""
+        if not isinstance(namespace, str):
+            raise TypeError(f"a namespace is a 'tenant/namespace' string, not {type(namespace).__name__}")
+        self.policies.policies(namespace)
         names = [name for name in list(self.topics) if TopicName.parse(name).namespace_name == namespace]
         unloaded = 0
         for name in names:

@@ -13,12 +13,12 @@ import weakref
 import pytest
 
 from pyengine.broker import Broker
+from pyengine.broker.policies import NotFoundError
 from pyengine.broker.topic import Topic
-from pyengine.errors import ServiceNotReadyError
+from pyengine.errors import InvalidTopicNameError, ServiceNotReadyError
 from pyengine.transaction import TxnStatus
 from tests.broker.helpers import drain
 from tests.broker.test_embedded_retries_on_a_closed_topic import hold_deletion
-from tests.waiting import eventually
 
 T = "persistent://public/default/unloaded"
 
@@ -144,6 +144,12 @@ async def test_unloading_a_namespace_unloads_its_loaded_topics_only(tmp_path):
         assert await broker.service.unload_namespace("public/default") == 2
         assert list(broker.service.topics) == ["persistent://public/other/c"]
         assert await broker.service.unload_namespace("public/default") == 0
+        for bad, error in (("nope", NotFoundError), ("public/missing", NotFoundError), (None, TypeError)):
+            with pytest.raises(error):
+                await broker.service.unload_namespace(bad)
+        for bad in ("a//b", "", None):
+            with pytest.raises(InvalidTopicNameError):
+                await broker.service.unload_topic(bad)
         consumer = await broker.subscribe(names[0], "s", initial_position="earliest")
         assert [m.data for m in await drain(consumer)] == [b"m"]
 
