@@ -859,8 +859,8 @@ class Dispatcher:
         if deliver_at is None:
             return False
         policy = self._delay_policy
+        topic = self.subscription.topic
         if policy is None:
-            topic = self.subscription.topic
             try:
                 policy = topic.service.policies.delayed_delivery(topic.name)
             except Exception:               # no policy store (tests), or an unreadable one
@@ -871,7 +871,8 @@ class Dispatcher:
         tracker = self.delayed
         if tracker is None:
             tracker = self.delayed = DelayedDeliveryTracker(
-                self.notify, tick_time_ms=policy.tick_time_ms, strict=self._strict_delivery())
+                self.notify, tick_time_ms=policy.tick_time_ms, strict=self._strict_delivery(),
+                clock=topic.service.config.clock)
         tracker.tick_time_ms = policy.tick_time_ms
         return tracker.add(entry.position, deliver_at)
 

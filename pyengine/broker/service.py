@@ -71,7 +71,8 @@ class BrokerConfig:
     deduplication_inactivity_check_interval_s: float = 60.0
     max_message_size: int = 5 * 1024 * 1024
     ledger: ManagedLedgerConfig = field(default_factory=ManagedLedgerConfig)
-    # Milliseconds clock of the transaction coordinators (tests move time with their own).
+    # The broker's wall clock in milliseconds: the transaction coordinators' timeouts and when a
+    # delayed message is due (tests move time with their own).
     clock: Clock = wall_clock_ms
     transaction_buffer: TopicTransactionBufferConfig = field(default_factory=TopicTransactionBufferConfig)
     # The metadata store (v5 transactions, PIP-473): `lmdb` (in the data dir), `memory`,

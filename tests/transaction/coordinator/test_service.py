@@ -21,10 +21,10 @@ from pyengine.storage import StorageEnvironment
 from pyengine.storage.errors import CorruptRecordError, StorageError
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator import log_records as records
-from pyengine.transaction.coordinator.clock import wall_clock_ms
 from pyengine.transaction.coordinator.retry import Backoff
 from pyengine.transaction.coordinator.service import DEFAULT_MAX_TIMEOUT_MS, TransactionCoordinatorService
 from pyengine_kernels import TxnId
+from tests.clocks import PausedWallClock
 from tests.transaction.coordinator.fakes import RecordingParticipants, StartingParticipants
 from tests.transaction.coordinator.helpers import FAST_BACKOFF, ServiceHarness, eventually
 
@@ -294,23 +294,6 @@ async def test_a_deadline_passing_while_a_commit_is_being_ended_changes_nothing(
     release.set()
     assert await ending == S.COMMITTED
     assert set().union(*participants.told(txn).values()) == {A.COMMIT}
-
-
-class PausedWallClock:
-    """Wall-clock milliseconds that stand still while paused and then go on from where they
-    stood, so a txn's timeout counts only time after its set-up however slow the machine's
-    fsyncs are (a fixed 500 ms budget once ran out in between under CI)."""
-
-    def __init__(self) -> None:
-        self._paused_at: int | None = wall_clock_ms()
-        self._behind = 0
-
-    def __call__(self) -> int:
-        return self._paused_at if self._paused_at is not None else wall_clock_ms() - self._behind
-
-    def resume(self) -> None:
-        self._behind = wall_clock_ms() - self._paused_at
-        self._paused_at = None
 
 
 async def test_the_service_timer_fires_on_its_own(data_dir, participants):
