@@ -7,7 +7,6 @@ from pathlib import Path
 from pyengine.storage import StorageEnvironment
 from pyengine.transaction.coordinator.retry import Backoff
 from pyengine.transaction.coordinator.service import TransactionCoordinatorService
-from tests.waiting import eventually  # noqa: F401  (the coordinator tests import it from here)
 
 FAST_BACKOFF = Backoff(initial_ms=1, max_ms=4, call_timeout_ms=5_000)
 

@@ -25,7 +25,8 @@ from pyengine.transaction.coordinator.keys import (
     coordinator_for,
 )
 from tests.transaction.coordinator.fakes import FakeClock, RecordingParticipants
-from tests.transaction.coordinator.helpers import ServiceHarness, eventually
+from tests.transaction.coordinator.helpers import ServiceHarness
+from tests.waiting import eventually
 
 N = 4
 

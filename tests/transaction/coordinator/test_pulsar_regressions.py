@@ -11,7 +11,8 @@ import pytest
 from pyengine.errors import InvalidTxnStatusError, ServiceNotReadyError, TransactionNotFoundError
 from pyengine.transaction import TxnAction, TxnStatus
 from tests.transaction.coordinator.fakes import RecordingParticipants
-from tests.transaction.coordinator.helpers import ServiceHarness, eventually
+from tests.transaction.coordinator.helpers import ServiceHarness
+from tests.waiting import eventually
 
 S, A = TxnStatus, TxnAction
 HOUR = 3_600_000

@@ -26,7 +26,8 @@ from pyengine.transaction.coordinator.service import DEFAULT_MAX_TIMEOUT_MS, Tra
 from pyengine_kernels import TxnId
 from tests.clocks import PausedWallClock
 from tests.transaction.coordinator.fakes import RecordingParticipants, StartingParticipants
-from tests.transaction.coordinator.helpers import FAST_BACKOFF, ServiceHarness, eventually
+from tests.transaction.coordinator.helpers import FAST_BACKOFF, ServiceHarness
+from tests.waiting import eventually
 
 S, A = TxnStatus, TxnAction
 
