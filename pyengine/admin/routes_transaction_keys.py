@@ -5,7 +5,9 @@
   and that transaction's state, its recent transactions with their epochs, when its epoch was
   taken and the age since, connected or not;
 * `DELETE .../transaction-keys/{key}`: fence the key (its connection is closed), abort its open
-  transaction and remove it; the epoch is kept, so a later connect continues above it.
+  transaction and remove it; the epoch is kept, so a later connect continues above it (as a
+  tombstone until the key's transactions have ended and the finished-transaction retention has
+  passed, then as the floor of every new key's epochs: `TransactionKeys.purge_deleted`).
 
 The owner of a key is the authenticated role of the client that connected it; this broker does
 not authenticate, so it is `anonymous` (the `owner` query parameter names another).

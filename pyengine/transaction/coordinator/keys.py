@@ -46,7 +46,13 @@ Transactions are bound to the epoch they were started under; the records keep th
 the key's recent transactions (`HISTORY`), so a fenced transaction is reported as expired also
 after a restart. Deleting a key (admin) raises its epoch once more (nobody holds the new one),
 aborts its transaction and hides it from the listings; the record stays as a tombstone so that
-the epoch never goes backwards and a later connect continues above it.
+the epoch never goes backwards and a later connect continues above it. Once its transactions
+have all ended and the coordinators' retention of finished transactions has passed, the
+coordinators' purge forgets the tombstone (`purge_deleted`): its record goes, and the epoch
+floor (one record) rises to its epoch in the same write, so that a key created from then on,
+of that name or another, starts above every forgotten one. Deleted keys would otherwise each
+keep a record and their transactions' bindings for good (Kafka, likewise, expires transactional
+ids; a new one starts from a fresh producer id rather than at epoch 0).
 """
 
 from __future__ import annotations
@@ -84,6 +90,9 @@ HISTORY = 32                    # bindings of earlier transactions kept per key
 # fenced, once that abort is durably decided (well below a client's 30 s operation timeout).
 FENCE_WAIT_MS = 5_000
 RECORD_PREFIX = b"__transaction_key/"
+# The epoch of the forgotten keys (the highest): outside RECORD_PREFIX, so that `recover`'s scan
+# of the key records never meets it.
+FLOOR_RECORD = b"__transaction_key_floor"
 
 
 def check_transaction_key(key: Any) -> str:
@@ -182,6 +191,7 @@ class TransactionKeys:
         self._clock = clock
         self._keys: dict[str, KeyState] = {}
         self._bindings: dict[TxnId, tuple[KeyState, int]] = {}     # txn -> (its key, the epoch it began under)
+        self._floor = NO_EPOCH                  # a new key's first epoch is above it (purge_deleted)
         self.fence_wait_ms = FENCE_WAIT_MS
         self._holds = 0                         # connects_held() in progress
         self._connects_open = asyncio.Event()   # set while none is
@@ -193,6 +203,9 @@ class TransactionKeys:
         """Load the records (before the coordinators serve)."""
         db = self.env.db("meta")
         with self.env.read() as txn:
+            floor = txn.get(FLOOR_RECORD, db=db)
+            if floor is not None:
+                self._floor = int(floor)
             cursor = txn.cursor(db=db)
             if cursor.set_range(RECORD_PREFIX):
                 for raw_key, value in cursor:
@@ -275,6 +288,9 @@ class TransactionKeys:
             if presented != NO_EPOCH:
                 # Refused before any state is made: refused connects of unknown keys must not
                 # fill the coordinator's memory.
+                if 0 <= presented <= self._floor:
+                    raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was fenced (the key was "
+                                          "deleted); only a new task (epoch -1) may connect")
                 raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was never given (the key has "
                                       f"none yet); only a new task (epoch -1) may connect")
             now = self._clock()
@@ -289,6 +305,8 @@ class TransactionKeys:
                 if state.deleted:
                     state.deleted = False
                     state.created_ms = self._clock()
+                if state.epoch == NO_EPOCH:
+                    state.epoch = self._floor      # a new key starts above every forgotten one
                 state.epoch += 1                   # 1. fences the older epoch's requests at once
                 state.epoch_ms = self._clock()
                 epoch = state.epoch
@@ -409,7 +427,58 @@ class TransactionKeys:
             fenced, ending = state.txn, await self._abort_open(state)
         await self._wait_for_participants(state, fenced, ending)
 
+    async def purge_deleted(self, older_than_ms: int) -> int:
+        """Forget the keys deleted at least `older_than_ms` ago whose transactions have all
+        ended, and those whose first connect failed (never given an epoch); returns how many.
+        Their records are deleted and the epoch floor raised to their epochs in one write."""
+        now = self._clock()
+        gone = [state for state in self._keys.values() if self._forgettable(state, now, older_than_ms)]
+        if not gone:
+            return 0
+        # Forgotten in memory in this event-loop turn, with the floor raised: a connect from now
+        # on makes a new state above it, and its record's write is queued after this one.
+        self._floor = max([self._floor, *(state.epoch for state in gone)])
+        for state in gone:
+            self._forget(state)
+        db = self.env.db("meta")
+        records = [RECORD_PREFIX + state.id.encode() for state in gone]
+        floor = str(self._floor).encode()
+
+        def write(txn) -> None:
+            for record in records:
+                txn.delete(record, db=db)
+            txn.put(FLOOR_RECORD, floor, db=db)
+
+        # (Should this write fail, the records are back after a restart, still below the
+        # floor in memory until then: either way no epoch is given twice.)
+        await self.env.submit(write)
+        log.info("forgot %d deleted transaction key(s); new keys start above epoch %d", len(gone), self._floor)
+        return len(gone)
+
+    def _forgettable(self, state: KeyState, now: int, older_than_ms: int) -> bool:
+        if state.lock.locked():
+            return False                           # a connect or a deletion under way
+        if state.epoch == NO_EPOCH:
+            return True
+        if not state.deleted or now - state.epoch_ms < older_than_ms:
+            return False
+        return all(self._has_ended(txn) for txn in (state.txn, *(bound for bound, _ in state.history))
+                   if txn is not None)
+
+    def _forget(self, state: KeyState) -> None:
+        if self._keys.get(state.id) is state:
+            del self._keys[state.id]
+        for txn in (state.txn, *(bound for bound, _ in state.history)):
+            if txn is not None and self._bindings.get(txn, (None,))[0] is state:
+                del self._bindings[txn]
+
     # --- helpers --------------------------------------------------------------------------
+
+    def _has_ended(self, txn: TxnId) -> bool:
+        try:
+            return self.service.get(txn).status.is_terminal
+        except TransactionNotFoundError:
+            return True                            # ended, and past its retention
 
     def _is_open(self, txn: TxnId) -> bool:
         try:

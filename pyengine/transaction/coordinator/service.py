@@ -585,6 +585,9 @@ class TransactionCoordinatorService:
     async def _purge_and_rearm(self) -> None:
         try:
             await self.purge_finished()
+            # Deleted transaction keys are kept as long as finished transactions are: a request
+            # of one of their transactions is answered "expired" until then.
+            await self.keys.purge_deleted(self._store_options["finished_retention_ms"])
         except Exception:
             log.exception("purging finished transactions failed; retrying at the next interval")
         if self._state == "running":

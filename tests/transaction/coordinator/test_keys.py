@@ -20,6 +20,7 @@ from pyengine.transaction import TxnAction, TxnStatus
 from pyengine.transaction.coordinator.keys import (
     ANONYMOUS,
     HISTORY,
+    RECORD_PREFIX,
     KeyNotFoundError,
     check_transaction_key,
     coordinator_for,
@@ -267,8 +268,9 @@ async def test_old_bindings_beyond_the_history_are_forgotten(harness):
 
 
 class KeyMachine(RuleBasedStateMachine):
-    """Random connects, transactions and deletes of a few keys against a model: the current
-    epoch per key, the epoch of each txn, and which txns must be expired."""
+    """Random connects, transactions, deletes and purges of deleted keys, of a few keys, against
+    a model: the current epoch per key, the epoch of each txn, which txns must be expired, and
+    the epoch floor of the forgotten keys."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -284,6 +286,8 @@ class KeyMachine(RuleBasedStateMachine):
         self.loop.run_until_complete(self.harness.start())
         self.epoch: dict[str, int] = {}            # model: current epoch (tombstones included)
         self.deleted: set[str] = set()
+        self.forgotten: dict[str, int] = {}        # deleted keys purged: their last epoch
+        self.floor = -1                            # the highest of those: new keys start above
         self.txns: list[tuple[str, int, object]] = []
         self.committed: set[object] = set()
 
@@ -292,16 +296,17 @@ class KeyMachine(RuleBasedStateMachine):
 
     @rule(key=st.sampled_from(["a", "b"]), reconnect=st.booleans())
     def connect(self, key, reconnect) -> None:
-        current = self.epoch.get(key, -1)
+        current = self.epoch.get(key, self.forgotten.get(key, -1))
         presented = current if reconnect and current >= 0 else -1
-        if presented >= 0 and key in self.deleted:
+        if presented >= 0 and (key in self.deleted or key in self.forgotten):
             with pytest.raises(NotAllowedError):
                 self.run(connect(self.harness.service, key, presented))
             return
         got = self.run(connect(self.harness.service, key, presented))
-        assert got == current + 1
+        assert got == (current if key in self.epoch else self.floor) + 1
         self.epoch[key] = got
         self.deleted.discard(key)
+        self.forgotten.pop(key, None)
         latest = next((i for i in reversed(range(len(self.txns))) if self.txns[i][0] == key), None)
         if presented >= 0 and latest is not None and self.txns[latest][1] == presented:
             self.txns[latest] = (key, got, self.txns[latest][2])     # the holder's goes on with it
@@ -347,6 +352,18 @@ class KeyMachine(RuleBasedStateMachine):
         self.run(self.harness.service.keys.delete(ANONYMOUS, key))
         self.epoch[key] += 1
         self.deleted.add(key)
+
+    @rule()
+    def purge_deleted(self) -> None:
+        """Every deleted key's transactions have ended here (its deletion waited for them)."""
+        service = self.harness.service
+        assert all(service.get(txn).status.is_terminal for key, _, txn in self.txns if key in self.deleted)
+        assert self.run(service.keys.purge_deleted(0)) == len(self.deleted)
+        for key in self.deleted:
+            self.forgotten[key] = self.epoch.pop(key)
+            self.floor = max(self.floor, self.forgotten[key])
+        self.txns = [entry for entry in self.txns if entry[0] not in self.deleted]
+        self.deleted.clear()
 
     @rule()
     def restart(self) -> None:
@@ -493,3 +510,109 @@ async def test_a_connect_whose_record_cannot_be_written_fences_nobody(harness, m
     assert not holder.closed and keys.find(ANONYMOUS, "k").epoch == epoch
     keys.check_epoch(ANONYMOUS, "k", epoch)                        # the holder is not fenced
     assert await service.end_transaction(txn, TxnAction.COMMIT) is TxnStatus.COMMITTED
+
+
+# --- deleted keys forgotten (purge_deleted) ------------------------------------------------------
+
+RETENTION_MS = 60_000
+
+
+def key_record(service, key: str) -> bytes | None:
+    env = service.keys.env
+    with env.read() as txn:
+        return txn.get(RECORD_PREFIX + f"{ANONYMOUS}&{key}".encode(), db=env.db("meta"))
+
+
+async def test_a_deleted_key_is_forgotten_once_its_transactions_ended_and_the_retention_passed(harness, clock):
+    """Before, every deleted key stayed as a tombstone record (and its transactions' bindings)
+    for good. Its epoch must still never be given again: the floor takes it over."""
+    service = harness.service
+    await connect(service, "gone")
+    txn = await service.keys.new_transaction(ANONYMOUS, "gone", 0, tc("gone"), 60_000)
+    await service.keys.delete(ANONYMOUS, "gone")                  # epoch 1, the txn aborted
+    assert await service.keys.purge_deleted(RETENTION_MS) == 0    # within the retention
+    with pytest.raises(ExpiredTransactionError):
+        service.keys.check_txn(txn)
+    clock.advance(RETENTION_MS)
+    assert await service.keys.purge_deleted(RETENTION_MS) == 1
+    assert key_record(service, "gone") is None
+    assert await service.keys.purge_deleted(RETENTION_MS) == 0
+    with pytest.raises(NotAllowedError, match="was deleted"):     # its holder still cannot come back
+        await connect(service, "gone", presented=0)
+    service = await harness.restart()
+    assert key_record(service, "gone") is None
+    assert await connect(service, "gone") == 2                    # above the forgotten epoch 1
+    assert await connect(service, "new") == 2                     # the floor holds for every new key
+    assert await connect(service, "new") == 3
+    service = await harness.restart()
+    assert await connect(service, "gone") == 3
+
+
+async def test_the_coordinators_sweep_forgets_deleted_keys(data_dir, participants, clock):
+    harness = ServiceHarness(data_dir, participants, clock, num_coordinators=N, purge_interval_ms=20,
+                             finished_retention_ms=RETENTION_MS)
+    service = await harness.start()
+    try:
+        await connect(service, "gone")
+        await service.keys.delete(ANONYMOUS, "gone")
+        await asyncio.sleep(0.1)                                  # sweeps ran: within the retention
+        assert key_record(service, "gone") is not None
+        clock.advance(RETENTION_MS)
+        await eventually(lambda: key_record(service, "gone") is None)
+        assert await connect(service, "gone") == 2
+    finally:
+        await harness.stop()
+
+
+async def test_a_deleted_key_whose_transaction_is_still_ending_is_kept(harness, participants, clock):
+    service = harness.service
+    service.keys.fence_wait_ms = 100
+    await connect(service, "gone")
+    txn = await open_transaction_of(service, "gone", 0)
+    release = participants.block(IN)
+    await service.keys.delete(ANONYMOUS, "gone")
+    clock.advance(RETENTION_MS)
+    assert service.get(txn).status == TxnStatus.ABORTING
+    assert await service.keys.purge_deleted(RETENTION_MS) == 0
+    with pytest.raises(ExpiredTransactionError):                   # its requests are still told why
+        await service.end_transaction(txn, TxnAction.COMMIT)
+    release.set()
+    await eventually(lambda: service.get(txn).status == TxnStatus.ABORTED)
+    assert await service.keys.purge_deleted(RETENTION_MS) == 1
+    assert key_record(service, "gone") is None
+
+
+async def test_keys_in_use_and_a_deletion_under_way_are_not_forgotten(harness, monkeypatch):
+    service = harness.service
+    keys = service.keys
+    await connect(service, "live")
+    await connect(service, "gone")
+    persist, written = keys._persist, asyncio.Event()
+
+    async def slow_persist(state):
+        await written.wait()
+        await persist(state)
+    monkeypatch.setattr(keys, "_persist", slow_persist)
+    deleting = asyncio.create_task(keys.delete(ANONYMOUS, "gone"))
+    await asyncio.sleep(0.05)                                     # its tombstone is being written
+    assert await keys.purge_deleted(0) == 0
+    written.set()
+    await deleting
+    assert await keys.purge_deleted(0) == 1
+    assert [state.key for state in keys.keys()] == ["live"]
+    assert key_record(service, "live") is not None
+
+
+async def test_a_first_connect_whose_record_failed_leaves_nothing_for_good(harness, monkeypatch):
+    service = harness.service
+    keys = service.keys
+
+    async def disk_full(state):
+        raise OSError("no space left on device")
+    monkeypatch.setattr(keys, "_persist", disk_full)
+    with pytest.raises(OSError):
+        await connect(service, "k")
+    monkeypatch.undo()
+    assert await keys.purge_deleted(RETENTION_MS) == 1             # its state in memory, never given
+    assert await keys.purge_deleted(RETENTION_MS) == 0
+    assert await connect(service, "k") == 0
