@@ -18,6 +18,7 @@ from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
     DELAYED_DELIVERY_POLICIES,
+    INACTIVE_TOPIC_POLICIES,
     DONE,
     INCLUDE_SYSTEM_TOPIC,
     MESSAGE_TTL,
@@ -29,7 +30,8 @@ from pyengine.admin.schemas import (
     error,
     errors,
 )
-from pyengine.broker.policies import BacklogQuota, DelayedDelivery, NamespacePolicies, Retention, check_message_ttl
+from pyengine.broker.policies import (BacklogQuota, DelayedDelivery, InactiveTopicPolicies, NamespacePolicies, Retention,
+                                     check_message_ttl)
 from pyengine.scalable.resources import ScalableTopicResources
 from pyengine.schema import CompatibilityStrategy
 
@@ -48,6 +50,7 @@ def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
             "is_allow_auto_update_schema": policies.is_allow_auto_update_schema,
             "schema_validation_enforced": policies.schema_validation_enforced,
             "delayed_delivery_policies": policies.delayed_delivery,
+            "inactive_topic_policies": policies.inactive_topic_policies,
             "message_ttl_in_seconds": policies.message_ttl_seconds,
             # Pulsar's Policies names; null: the topic's or the broker's applies.
             "max_producers_per_topic": policies.max_producers_per_topic,
@@ -73,6 +76,11 @@ POLICIES_REPLY = {**NAMESPACE_POLICIES, "properties": {
 def _delayed_delivery(body: Any) -> dict[str, Any] | None:
     """NamespacePolicies' field for a DelayedDeliveryPolicies body (None: no policy)."""
     return None if body is None else DelayedDelivery.from_json(body).to_json()
+
+
+def _inactive_topic_policies(body: Any) -> dict[str, Any] | None:
+    """NamespacePolicies' field for an InactiveTopicPolicies body (None: no policy)."""
+    return None if body is None else InactiveTopicPolicies.from_json(body).to_json()
 
 
 def _retention(policies: NamespacePolicies) -> dict[str, int] | None:
@@ -119,6 +127,7 @@ async def create_namespace(call: Call) -> None:
                                  schema_validation_enforced=body.get("schema_validation_enforced"),
                                  properties=body.get("properties", {}),
                                  delayed_delivery=_delayed_delivery(body.get("delayed_delivery_policies")),
+                                 inactive_topic_policies=_inactive_topic_policies(body.get("inactive_topic_policies")),
                                  message_ttl_seconds=body.get("message_ttl_in_seconds"),
                                  backlog_quota_map=quotas or None,
                                  **{name: body.get(name) for name in _LIMIT_FIELDS}, **retention)
@@ -260,6 +269,17 @@ _namespace_policy("/delayedDelivery", "namespace_delayed_delivery", DELAYED_DELI
     "and the longest delay a producer may ask for.",
     "Remove the namespace's delayed delivery policy (the broker's default applies)."),
     field="delayed_delivery", validate=_delayed_delivery)
+
+
+# --- inactive topics ---------------------------------------------------------------------------
+
+_namespace_policy("/inactiveTopicPolicies", "namespace_inactive_topic_policies", INACTIVE_TOPIC_POLICIES,
+                  "InactiveTopicPolicies", (
+    "Get the namespace's inactive topic policies.",
+    "Set whether the namespace's topics are deleted once inactive, after how long, and what inactive means "
+    "(no subscription, or none with a backlog). A topic's retention time is waited for too.",
+    "Remove the namespace's inactive topic policies (the broker's default applies)."),
+    field="inactive_topic_policies", validate=_inactive_topic_policies)
 
 
 # --- message TTL ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
     BOOLEAN,
     DELAYED_DELIVERY_POLICIES,
+    INACTIVE_TOPIC_POLICIES,
     DONE,
     FORCE,
     INCLUDE_SYSTEM_TOPIC,
@@ -48,7 +49,7 @@ from pyengine.admin.schemas import (
     errors,
 )
 from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION
-from pyengine.broker.policies import DelayedDelivery, Retention, check_partitioned_topic_name
+from pyengine.broker.policies import DelayedDelivery, InactiveTopicPolicies, Retention, check_partitioned_topic_name
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import PARTITION_SUFFIX, TopicName
@@ -467,6 +468,18 @@ _topic_policy("/delayedDelivery", "delayed_delivery", "delayedDeliveryPolicies",
     "Remove the topic's delayed delivery policy (the namespace's applies)."),
     lambda service, topic: service.policies.delayed_delivery(topic).to_json(),
     validate=lambda body: DelayedDelivery.from_json(body).to_json())
+
+
+# --- topic-level inactive topic policies ------------------------------------------------------
+
+_topic_policy("/inactiveTopicPolicies", "inactive_topic_policies", "inactiveTopicPolicies", INACTIVE_TOPIC_POLICIES,
+              "InactiveTopicPolicies", (
+    "Get the topic's inactive topic policies.",
+    "Set whether the topic is deleted once inactive, after how long, and what inactive means (no subscription, "
+    "or none with a backlog). Its retention time is waited for too.",
+    "Remove the topic's inactive topic policies (the namespace's apply)."),
+    lambda service, topic: service.policies.inactive_topic_policies(topic).to_json(),
+    validate=lambda body: InactiveTopicPolicies.from_json(body).to_json())
 
 
 # --- topic-level message TTL ------------------------------------------------------------------

@@ -51,6 +51,21 @@ DELAYED_DELIVERY_POLICIES = {
     "properties": {"active": BOOLEAN, "tickTime": DELAY_MS, "maxDeliveryDelayInMillis": DELAY_MS},
     "additionalProperties": False,
 }
+INACTIVE_TOPIC_POLICIES = {
+    "type": "object",
+    "description": "Pulsar's InactiveTopicPolicies: whether a topic inactive for maxInactiveDurationSeconds (and for "
+                   "its retention time) is deleted (deleteWhileInactive), and what inactive means besides having no "
+                   "producer and no consumer: no subscription (delete_when_no_subscriptions) or none with a backlog "
+                   "(delete_when_subscriptions_caught_up). A missing field is its default: delete_when_no_subscriptions, "
+                   "60, true",
+    "properties": {
+        "inactiveTopicDeleteMode": {"type": "string",
+                                    "enum": ["delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"]},
+        "maxInactiveDurationSeconds": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+        "deleteWhileInactive": BOOLEAN,
+    },
+    "additionalProperties": False,
+}
 # A message TTL in seconds (a Java int in Pulsar; 0: messages never expire). A negative one is
 # refused with 412 "Invalid value for message TTL", as Pulsar does, by the handlers.
 MESSAGE_TTL = {"type": "integer", "maximum": 2**31 - 1,
@@ -70,6 +85,7 @@ NAMESPACE_POLICIES = {
         "is_allow_auto_update_schema": {"type": "boolean", "nullable": True},
         "schema_validation_enforced": {"type": "boolean", "nullable": True},
         "delayed_delivery_policies": {**DELAYED_DELIVERY_POLICIES, "nullable": True},
+        "inactive_topic_policies": {**INACTIVE_TOPIC_POLICIES, "nullable": True},
         "message_ttl_in_seconds": {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**31 - 1,
                                    "description": "message TTL in seconds (null: the broker's default; "
                                                   "0: messages do not expire)"},

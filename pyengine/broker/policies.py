@@ -66,6 +66,8 @@ class NamespacePolicies:
     max_consumers_per_subscription: int | None = None
     # Pulsar's backlog_quota_map: BacklogQuota JSON by BacklogQuotaType name (None: none set).
     backlog_quota_map: dict[str, dict[str, Any]] | None = None
+    # Pulsar's inactive_topic_policies: InactiveTopicPolicies JSON (None: the broker's default).
+    inactive_topic_policies: dict[str, Any] | None = None
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -140,6 +142,48 @@ class DelayedDelivery:
     def to_json(self) -> dict[str, Any]:
         return {"active": self.active, "tickTime": self.tick_time_ms,
                 "maxDeliveryDelayInMillis": self.max_delivery_delay_ms}
+
+
+INACTIVE_TOPIC_DELETE_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
+
+
+@dataclass(frozen=True)
+class InactiveTopicPolicies:
+    """Pulsar's InactiveTopicPolicies: whether a topic left inactive for
+    `max_inactive_duration_seconds` is deleted (`delete_while_inactive`), and what inactive
+    means besides having no producer and no consumer (`mode`): no subscription at all
+    (`delete_when_no_subscriptions`), or none with a backlog (`delete_when_subscriptions_caught_up`,
+    which deletes the caught-up subscriptions with the topic). See `pyengine.broker.inactive`."""
+
+    mode: str = "delete_when_no_subscriptions"
+    max_inactive_duration_seconds: int = 60
+    delete_while_inactive: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in INACTIVE_TOPIC_DELETE_MODES:
+            raise ValueError(f"inactiveTopicDeleteMode must be one of {', '.join(INACTIVE_TOPIC_DELETE_MODES)}, "
+                             f"not {self.mode!r}")
+        value = self.max_inactive_duration_seconds
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+            raise ValueError(f"maxInactiveDurationSeconds must be a whole number of seconds in [0, {MAX_INT}], "
+                             f"not {value!r}")
+        if not isinstance(self.delete_while_inactive, bool):
+            raise ValueError(f"deleteWhileInactive must be a boolean, not {self.delete_while_inactive!r}")
+
+    @classmethod
+    def from_json(cls, data: Any) -> InactiveTopicPolicies:
+        """The admin API's body, `{"inactiveTopicDeleteMode": M, "maxInactiveDurationSeconds": S,
+        "deleteWhileInactive": B}` (a field left out takes Pulsar's default)."""
+        fields = {"inactiveTopicDeleteMode", "maxInactiveDurationSeconds", "deleteWhileInactive"}
+        if not isinstance(data, dict) or set(data) - fields:
+            raise ValueError('inactive topic policies are {"inactiveTopicDeleteMode": str, '
+                             f'"maxInactiveDurationSeconds": int, "deleteWhileInactive": bool}}, not {data!r}')
+        return cls(data.get("inactiveTopicDeleteMode", "delete_when_no_subscriptions"),
+                   data.get("maxInactiveDurationSeconds", 60), data.get("deleteWhileInactive", True))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"inactiveTopicDeleteMode": self.mode, "maxInactiveDurationSeconds": self.max_inactive_duration_seconds,
+                "deleteWhileInactive": self.delete_while_inactive}
 
 
 MAX_MESSAGE_TTL = 2**31 - 1        # Pulsar keeps a TTL in a Java int
@@ -256,7 +300,8 @@ class BrokerPolicies:
                  delayed_delivery_default: DelayedDelivery | None = None,
                  message_ttl_default: int = 0, unacked_limits_default: UnackedLimits | None = None,
                  connection_limits_default: ConnectionLimits | None = None,
-                 backlog_quota_default: BacklogQuota | None = None) -> None:
+                 backlog_quota_default: BacklogQuota | None = None,
+                 inactive_topic_default: InactiveTopicPolicies | None = None) -> None:
         self.env = env
         self._db = env.db("metadata")
         self.deduplication_default = deduplication_default
@@ -266,6 +311,7 @@ class BrokerPolicies:
         self.unacked_limits_default = unacked_limits_default or UnackedLimits()
         self.connection_limits_default = connection_limits_default or ConnectionLimits()
         self.backlog_quota_default = backlog_quota_default or BacklogQuota()
+        self.inactive_topic_default = inactive_topic_default or InactiveTopicPolicies()
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
         self._writing: dict[str, asyncio.Future[Any]] = {}     # key -> its latest write, until durable
@@ -608,6 +654,20 @@ class BrokerPolicies:
         if self.namespace_exists(name.namespace_name):
             return self.policies(name.namespace_name).delayed_delivery
         return None
+
+    def inactive_topic_policies(self, topic: str) -> InactiveTopicPolicies:
+        """Topic policy (`inactiveTopicPolicies`), else namespace policy, else the broker's
+        default (Pulsar's order). A stored policy that does not parse counts as absent."""
+        name = TopicName.parse(topic)
+        namespace_value = (self.policies(name.namespace_name).inactive_topic_policies
+                           if self.namespace_exists(name.namespace_name) else None)
+        for value in (self.topic_policies(topic).get("inactiveTopicPolicies"), namespace_value):
+            if value is not None:
+                try:
+                    return InactiveTopicPolicies.from_json(value)
+                except ValueError:
+                    log.warning("ignoring malformed inactive topic policies %r of %s", value, topic)
+        return self.inactive_topic_default
 
     def message_ttl(self, topic: str) -> int:
         """Seconds after its publish time a message of `topic` expires (0: never): the topic

@@ -21,8 +21,9 @@ from typing import Any
 from pyengine.broker.backlog_quota import enforce as enforce_backlog_quotas
 from pyengine.broker.expiry import expire_topic
 from pyengine.broker.periodic import PeriodicTopicCheck
-from pyengine.broker.policies import (BacklogQuota, BrokerPolicies, ConnectionLimits, DelayedDelivery, Retention,
-                                     UnackedLimits, check_message_ttl)
+from pyengine.broker.inactive import delete_if_inactive, inactive
+from pyengine.broker.policies import (BacklogQuota, BrokerPolicies, ConnectionLimits, DelayedDelivery,
+                                     InactiveTopicPolicies, Retention, UnackedLimits, check_message_ttl)
 from pyengine.broker.schemas import TopicSchemas
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
@@ -148,6 +149,22 @@ class BrokerConfig:
     # How often the rates of the topic stats are computed, each over the interval since the
     # previous computation (Pulsar's statsUpdateFrequencyInSecs: 60).
     stats_update_interval_s: float = 60.0
+    # Inactive topics where no topic or namespace policy says (Pulsar's brokerDeleteInactiveTopics-
+    # Enabled, -Mode and -MaxInactiveDurationSeconds, with their defaults; None: the check's
+    # frequency), checked every `delete_inactive_topics_frequency_s` (-FrequencySeconds: 60). A
+    # topic is deleted only past its retention time too, as in Pulsar: with ours unlimited by
+    # default, nothing is deleted unless a retention time is set (see pyengine.broker.inactive).
+    delete_inactive_topics_enabled: bool = True
+    delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
+    delete_inactive_topics_max_inactive_duration_s: int | None = None
+    delete_inactive_topics_frequency_s: float = 60.0
+
+    def inactive_topic_policies(self) -> InactiveTopicPolicies:
+        """The broker's default InactiveTopicPolicies (what BrokerPolicies falls back on)."""
+        duration = self.delete_inactive_topics_max_inactive_duration_s
+        if duration is None:
+            duration = max(int(self.delete_inactive_topics_frequency_s), 0)
+        return InactiveTopicPolicies(self.delete_inactive_topics_mode, duration, self.delete_inactive_topics_enabled)
 
     def backlog_quota_default(self) -> BacklogQuota:
         """The broker's default backlog quota (what BrokerPolicies falls back on)."""
@@ -192,7 +209,8 @@ class BrokerConfig:
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, not {value}")
         for name in ("retention_check_interval_s", "message_expiry_check_interval_s", "backlog_quota_check_interval_s",
-                     "stats_update_interval_s", "deduplication_inactivity_check_interval_s"):
+                     "stats_update_interval_s", "deduplication_inactivity_check_interval_s",
+                     "delete_inactive_topics_frequency_s"):
             interval = getattr(self, name)
             if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 86400:
                 raise ValueError(f"{name} must be a number of seconds in (0, 86400], not {interval!r}")
@@ -203,6 +221,7 @@ class BrokerConfig:
         self.unacked_limits()
         self.connection_limits()
         self.backlog_quota_default()
+        self.inactive_topic_policies()
 
 
 class BrokerService:
@@ -213,7 +232,8 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._deleting_partitioned: dict[str, int] = {}    # partitioned topic -> its deletions under way
-        self._deleting_topics: set[str] = set()            # closed by their deletion, which forgets them
+        # Topics closed by their deletion, which forgets them: resolved when it is over.
+        self._deleting_topics: dict[str, asyncio.Future[None]] = {}
         self._loads_abandoned = False       # the close stopped waiting for loads under way
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled,
@@ -222,7 +242,8 @@ class BrokerService:
                                        message_ttl_default=config.ttl_duration_default_seconds,
                                        unacked_limits_default=config.unacked_limits(),
                                        connection_limits_default=config.connection_limits(),
-                                       backlog_quota_default=config.backlog_quota_default())
+                                       backlog_quota_default=config.backlog_quota_default(),
+                                       inactive_topic_default=config.inactive_topic_policies())
         self.policies.on_policy_change(self.refresh_policies)
         self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
                                     strategy=config.schema_compatibility_strategy,
@@ -248,6 +269,8 @@ class BrokerService:
                                                _update_rates)
         self.dedup_purge = PeriodicTopicCheck(self, config.deduplication_inactivity_check_interval_s,
                                               "inactive producers' de-duplication purge", self._purge_inactive_producers)
+        self.inactive_topics = PeriodicTopicCheck(self, config.delete_inactive_topics_frequency_s,
+                                                  "inactive topic deletion", delete_if_inactive)
         self._started = False
         self._closed = False
         self._producer_name_instance = 0
@@ -269,6 +292,7 @@ class BrokerService:
         self.backlog_quotas.start()
         self.stats_update.start()
         self.dedup_purge.start()
+        self.inactive_topics.start()
 
     def generate_producer_name(self) -> str:
         """A name for a producer that gave none: `cluster-broker-instance-n`, unique for this
@@ -396,8 +420,32 @@ class BrokerService:
                 del self._deleting_partitioned[name]
 
     async def delete_topic(self, name: str) -> None:
-        topic = await self.get_topic(name, create=False)
-        self._deleting_topics.add(topic.name)
+        while True:
+            topic = await self.get_topic(name, create=False)
+            deletion = self._deleting_topics.get(topic.name)
+            if deletion is None:
+                break
+            # Being deleted already (the inactive-topic check, another caller): once that is
+            # over the topic is gone (TopicNotFoundError above), or it failed and this tries.
+            await asyncio.shield(deletion)
+        await self._delete_loaded(topic)
+
+    async def delete_inactive_topic(self, topic: Topic, policies: InactiveTopicPolicies) -> bool:
+        """Delete `topic` if it is still loaded and inactive under `policies` (checked in the
+        same event-loop turn as its close begins, which refuses every producer and consumer
+        from then on: none can attach in between, as Pulsar's delete refuses a busy topic);
+        with `delete_when_subscriptions_caught_up`, its caught-up subscriptions go with it.
+        False: it was not deleted."""
+        if (self.topics.get(topic.name) is not topic or topic.closed or topic.name in self._deleting_topics
+                or not inactive(topic, policies.mode)):
+            return False
+        log.info("deleting topic %s: inactive for %d s at least (%s)", topic.name,
+                 policies.max_inactive_duration_seconds, policies.mode)
+        await self._delete_loaded(topic)
+        return True
+
+    async def _delete_loaded(self, topic: Topic) -> None:
+        self._deleting_topics[topic.name] = asyncio.get_running_loop().create_future()
         # Its schemas and topic-level policies go with it, as in Pulsar (which deletes them
         # before the ledger), here in the topic's own LMDB write: kept by name, left by a crash
         # they would be a topic's created again under it. A partition's stay with its
@@ -413,7 +461,7 @@ class BrokerService:
         finally:
             # Closed either way: if its deletion failed it is still stored, and its next use
             # loads it again (kept, the closed topic would refuse every send until a restart).
-            self._deleting_topics.discard(topic.name)
+            self._deleting_topics.pop(topic.name).set_result(None)
             if self.topics.get(topic.name) is topic:
                 del self.topics[topic.name]
 
@@ -586,6 +634,7 @@ class BrokerService:
         await self.backlog_quotas.close()
         await self.stats_update.close()
         await self.dedup_purge.close()
+        await self.inactive_topics.close()
         await self.coordinator_v4.close()
         if self.v5 is not None:
             await self.v5.close()

@@ -85,6 +85,8 @@ class Topic:
         self._named_readers: dict[str, Subscription] = {}    # the non-durable subscriptions, by name
         self._closed = False
         self._closing = RunOnce(self._close)
+        # Last seen active by the inactive-topic check (Pulsar's lastActive), from its load on.
+        self.last_active_ms = service.config.clock()
         # Published since the topic was loaded (Pulsar's msgInCounter / bytesInCounter).
         self.rate_in = RateCounter()
         self.rate_out = RateCounter()          # delivered to its consumers and readers

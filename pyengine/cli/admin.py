@@ -241,6 +241,28 @@ def _delayed_delivery(a: argparse.Namespace) -> dict[str, Any]:
     return {"active": a.enable, "tickTime": a.time, "maxDeliveryDelayInMillis": a.max_delay}
 
 
+INACTIVE_ENABLE = (("-e", "--enable-delete-while-inactive"), {"action": "store_true", "dest": "delete_enable",
+                                                              "help": "delete the topics once inactive"})
+INACTIVE_DISABLE = (("-d", "--disable-delete-while-inactive"), {"action": "store_true", "dest": "delete_disable",
+                                                                "help": "never delete them for being inactive"})
+INACTIVE_DURATION = (("-t", "--max-inactive-duration"), {"type": ttl_seconds, "required": True, "dest": "max_inactive",
+                                                         "help": "how long a topic must be inactive: seconds, or "
+                                                                 "30s, 10m, 3h, 2d"})
+INACTIVE_MODE = (("-m", "--delete-mode"), {"required": True, "dest": "delete_mode",
+                                           "choices": ("delete_when_no_subscriptions",
+                                                       "delete_when_subscriptions_caught_up"),
+                                           "help": "inactive: no subscription, or none with a backlog"})
+INACTIVE_OPTIONS = (INACTIVE_ENABLE, INACTIVE_DISABLE, INACTIVE_DURATION, INACTIVE_MODE)
+
+
+def _inactive_topic_policies(a: argparse.Namespace) -> dict[str, Any]:
+    if a.delete_enable == a.delete_disable:
+        raise AdminCallError("set-inactive-topic-policies takes either --enable-delete-while-inactive (-e) or "
+                             "--disable-delete-while-inactive (-d)")
+    return {"inactiveTopicDeleteMode": a.delete_mode, "maxInactiveDurationSeconds": a.max_inactive,
+            "deleteWhileInactive": a.delete_enable}
+
+
 SCHEMA_FILE = (("-f", "--filename"), {"required": True,
                                       "help": 'JSON file: {"type": "AVRO", "schema": "...", "properties": {}}'})
 STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE",
@@ -318,6 +340,14 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/delayedDelivery", _delayed_delivery(a))),
     ("namespaces", "remove-delayed-delivery", (), "remove the namespace's delayed delivery policy", (NAMESPACE,),
      lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/delayedDelivery", None)),
+    ("namespaces", "get-inactive-topic-policies", (), "show the namespace's inactive topic policies", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/inactiveTopicPolicies", None)),
+    ("namespaces", "set-inactive-topic-policies", (), "delete the namespace's topics once inactive (-e) or not (-d), "
+     "after how long (-t), and what inactive means (-m)", (NAMESPACE, *INACTIVE_OPTIONS),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/inactiveTopicPolicies",
+                _inactive_topic_policies(a))),
+    ("namespaces", "remove-inactive-topic-policies", (), "remove the namespace's inactive topic policies",
+     (NAMESPACE,), lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/inactiveTopicPolicies", None)),
     ("namespaces", "get-message-ttl", (), "show the namespace's message TTL (seconds)", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/messageTTL", None)),
     ("namespaces", "set-message-ttl", (), "expire the namespace's messages -ttl seconds after they were published",
@@ -405,6 +435,13 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{_topic(a)}/delayedDelivery", _delayed_delivery(a))),
     ("topics", "remove-delayed-delivery", (), "remove the topic's delayed delivery policy", (TOPIC,),
      lambda a: ("DELETE", f"{_topic(a)}/delayedDelivery", None)),
+    ("topics", "get-inactive-topic-policies", (), "show the topic's inactive topic policies", (TOPIC, APPLIED),
+     lambda a: ("GET", f"{_topic(a)}/inactiveTopicPolicies" + _query(applied=a.applied or None), None)),
+    ("topics", "set-inactive-topic-policies", (), "delete the topic once inactive (-e) or not (-d), after how long "
+     "(-t), and what inactive means (-m)", (TOPIC, *INACTIVE_OPTIONS),
+     lambda a: ("POST", f"{_topic(a)}/inactiveTopicPolicies", _inactive_topic_policies(a))),
+    ("topics", "remove-inactive-topic-policies", (), "remove the topic's inactive topic policies", (TOPIC,),
+     lambda a: ("DELETE", f"{_topic(a)}/inactiveTopicPolicies", None)),
     ("topics", "get-retention", (), "show the topic's retention policy",
      (TOPIC, (("--applied",), {"action": "store_true", "help": "the policy in force"})),
      lambda a: ("GET", f"{_topic(a)}/retention" + _query(applied=a.applied or None), None)),

@@ -130,6 +130,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stats-update-interval-seconds", type=positive_seconds, default=60.0,
                    help="how often the rates of the topic stats (msgRateIn, msgRateOut, ...) are computed, each "
                         "over the interval since the last (Pulsar's statsUpdateFrequencyInSecs: 60)")
+    p.add_argument("--no-delete-inactive-topics", action="store_true",
+                   help="never delete topics for being inactive where no policy says (Pulsar's "
+                        "brokerDeleteInactiveTopicsEnabled=false). Even when on, a topic is kept for its retention "
+                        "time, unlimited by default")
+    p.add_argument("--delete-inactive-topics-mode", default="delete_when_no_subscriptions",
+                   choices=("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"),
+                   help="what inactive means besides no producer and no consumer: no subscription, or none with a "
+                        "backlog (Pulsar's brokerDeleteInactiveTopicsMode, delete_when_no_subscriptions)")
+    p.add_argument("--delete-inactive-topics-max-inactive-duration-seconds", type=message_ttl, default=None,
+                   help="how long a topic must be inactive to be deleted (Pulsar's "
+                        "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds; default: the check's frequency)")
+    p.add_argument("--delete-inactive-topics-frequency-seconds", type=positive_seconds, default=60.0,
+                   help="how often topics are checked for inactivity (Pulsar's "
+                        "brokerDeleteInactiveTopicsFrequencySeconds: 60)")
     p.add_argument("--no-scalable-topics", action="store_true",
                    help="refuse scalable topics (topic://, segment://) and never run their controllers "
                         "(Pulsar's scalableTopicEnabled=false)")
@@ -304,7 +318,12 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         backlog_quota_default_limit_seconds=args.backlog_quota_default_limit_second,
                         backlog_quota_default_retention_policy=args.backlog_quota_default_retention_policy,
                         backlog_quota_check_interval_s=args.backlog_quota_check_interval_seconds,
-                        stats_update_interval_s=args.stats_update_interval_seconds)
+                        stats_update_interval_s=args.stats_update_interval_seconds,
+                        delete_inactive_topics_enabled=not args.no_delete_inactive_topics,
+                        delete_inactive_topics_mode=args.delete_inactive_topics_mode,
+                        delete_inactive_topics_max_inactive_duration_s=(
+                            args.delete_inactive_topics_max_inactive_duration_seconds),
+                        delete_inactive_topics_frequency_s=args.delete_inactive_topics_frequency_seconds)
 
 
 async def run_broker(args: argparse.Namespace) -> None:

@@ -81,6 +81,10 @@ class TransactionBuffer(ABC):
     @abstractmethod
     def is_txn_aborted(self, txn: TxnId) -> bool: ...
 
+    @abstractmethod
+    def ongoing_txns(self) -> list[tuple[TxnId, Position]]:
+        """The open txns with an entry on the topic, with the position of their first."""
+
     def hides(self, entry: Entry) -> bool:
         """True for a transactional entry no reader may ever see: one of an aborted txn (and,
         v5, a write that lost the race with its txn's commit). Markers are the caller's."""
