@@ -640,50 +640,38 @@ class BrokerPolicies:
 
     def delayed_delivery(self, topic: str) -> DelayedDelivery:
         """Topic policy (`delayedDeliveryPolicies`), else namespace policy, else the broker's
-        default (Pulsar's order). A stored policy that does not parse counts as absent."""
-        for value in (self.topic_policies(topic).get("delayedDeliveryPolicies"), self._namespace_delayed(topic)):
-            if value is not None:
-                try:
-                    return DelayedDelivery.from_json(value)
-                except ValueError:
-                    log.warning("ignoring malformed delayed delivery policies %r of %s", value, topic)
-        return self.delayed_delivery_default
-
-    def _namespace_delayed(self, topic: str) -> Any:
-        name = TopicName.parse(topic)
-        if self.namespace_exists(name.namespace_name):
-            return self.policies(name.namespace_name).delayed_delivery
-        return None
+        default (Pulsar's order)."""
+        return self._in_force(topic, "delayedDeliveryPolicies", "delayed_delivery", DelayedDelivery.from_json,
+                              self.delayed_delivery_default, "delayed delivery policies")
 
     def inactive_topic_policies(self, topic: str) -> InactiveTopicPolicies:
         """Topic policy (`inactiveTopicPolicies`), else namespace policy, else the broker's
-        default (Pulsar's order). A stored policy that does not parse counts as absent."""
-        name = TopicName.parse(topic)
-        namespace_value = (self.policies(name.namespace_name).inactive_topic_policies
-                           if self.namespace_exists(name.namespace_name) else None)
-        for value in (self.topic_policies(topic).get("inactiveTopicPolicies"), namespace_value):
-            if value is not None:
-                try:
-                    return InactiveTopicPolicies.from_json(value)
-                except ValueError:
-                    log.warning("ignoring malformed inactive topic policies %r of %s", value, topic)
-        return self.inactive_topic_default
+        default (Pulsar's order)."""
+        return self._in_force(topic, "inactiveTopicPolicies", "inactive_topic_policies", InactiveTopicPolicies.from_json,
+                              self.inactive_topic_default, "inactive topic policies")
 
     def message_ttl(self, topic: str) -> int:
         """Seconds after its publish time a message of `topic` expires (0: never): the topic
         policy (`messageTTLInSeconds`), else the namespace policy (`message_ttl_in_seconds`),
         else the broker's default (ttlDurationDefaultInSeconds), Pulsar's order. An explicit 0
-        turns expiry off over a default. A stored value that does not parse counts as absent."""
+        turns expiry off over a default."""
+        return self._in_force(topic, "messageTTLInSeconds", "message_ttl_seconds", check_message_ttl,
+                              self.message_ttl_default, "message TTL")
+
+    def _in_force(self, topic: str, topic_key: str, namespace_field: str, parse: Callable[[Any], Any],
+                  default: Any, what: str) -> Any:
+        """`parse` of the topic policy `topic_key`, else of the namespace's `namespace_field`,
+        else `default`. A stored value that does not parse (ValueError) counts as absent."""
         name = TopicName.parse(topic)
-        namespace_value = (self.policies(name.namespace_name).message_ttl_seconds
+        namespace_value = (getattr(self.policies(name.namespace_name), namespace_field)
                            if self.namespace_exists(name.namespace_name) else None)
-        for value in (self.topic_policies(topic).get("messageTTLInSeconds"), namespace_value):
+        for value in (self.topic_policies(topic).get(topic_key), namespace_value):
             if value is not None:
                 try:
-                    return check_message_ttl(value)
+                    return parse(value)
                 except ValueError:
-                    log.warning("ignoring malformed message TTL %r of %s", value, topic)
-        return self.message_ttl_default
+                    log.warning("ignoring malformed %s %r of %s", what, value, topic)
+        return default
 
     def unacked_limits(self, topic: str) -> UnackedLimits:
         """Each limit from the topic policy (`maxUnackedMessagesOnConsumer`,

@@ -4,7 +4,6 @@ across a SIGTERM restart and exits 0; bad flags and taken ports are clear errors
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import socket
 import subprocess
@@ -21,6 +20,7 @@ from pyengine.client import Client
 from pyengine.metadata import open_metadata_store
 from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
 from pyengine.testing import ServeProcess, serve_command
+from tests.cli.serve_flags import serve_args
 
 TOPIC = "persistent://public/default/serve-contract"
 
@@ -147,12 +147,6 @@ def test_bad_flags_are_refused_before_anything_starts(tmp_path: Path, capsys, ar
     assert exit_info.value.code == 2
     assert complaint in capsys.readouterr().err
     assert not (tmp_path / "data").exists()             # nothing was created
-
-
-def serve_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    serve.add_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["serve", *argv])
 
 
 def test_the_retention_flags_are_the_brokers_default_policy(tmp_path: Path) -> None:

@@ -4,20 +4,14 @@ become BrokerConfig's defaults; BrokerConfig refuses values that are not ones.""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
 from pyengine.broker.policies import DelayedDelivery
 from pyengine.broker.service import BrokerConfig
-from pyengine.cli import main, serve
-
-
-def serve_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    serve.add_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["serve", *argv])
+from pyengine.cli import serve
+from tests.cli.serve_flags import assert_refused_before_start, serve_args
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -41,11 +35,7 @@ def test_flags(tmp_path: Path) -> None:
                                   ("--delayed-delivery-max-delay-ms", "1.5"),
                                   ("--delayed-delivery-max-delay-ms", "soon")])
 def test_bad_flags_are_refused_before_anything_starts(tmp_path: Path, capsys, argv) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["serve", "--data-dir", str(tmp_path / "data"), *argv])
-    assert exit_info.value.code == 2
-    assert argv[0] in capsys.readouterr().err
-    assert not (tmp_path / "data").exists()
+    assert_refused_before_start(tmp_path, capsys, argv)
 
 
 @pytest.mark.parametrize("field, value, error", [

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pyengine.broker.policies import InactiveTopicPolicies
-from pyengine.cli import main, serve
-from tests.cli.test_serve_delayed_delivery_flags import serve_args
+from pyengine.cli import serve
+from tests.cli.serve_flags import assert_refused_before_start, serve_args
 
 
 def test_defaults_are_pulsars(tmp_path: Path) -> None:
@@ -32,8 +32,4 @@ def test_flags(tmp_path: Path) -> None:
                                   ("--delete-inactive-topics-max-inactive-duration-seconds", "-1"),
                                   ("--delete-inactive-topics-frequency-seconds", "0")])
 def test_bad_flags_are_refused_before_anything_starts(tmp_path: Path, capsys, argv) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["serve", "--data-dir", str(tmp_path / "data"), *argv])
-    assert exit_info.value.code == 2
-    assert argv[0] in capsys.readouterr().err
-    assert not (tmp_path / "data").exists()
+    assert_refused_before_start(tmp_path, capsys, argv)
