@@ -62,7 +62,7 @@ import contextlib
 import json
 import logging
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +139,9 @@ class KeyState:
     holder: Any = None
     on_fenced: Callable[[], None] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Connects, transactions and deletions holding or waiting for the lock (`_holding`): a
+    # released lock looks free before its next waiter runs, so `locked()` alone does not tell.
+    users: int = 0
 
     @property
     def id(self) -> str:
@@ -289,15 +292,15 @@ class TransactionKeys:
                 # Refused before any state is made: refused connects of unknown keys must not
                 # fill the coordinator's memory.
                 if 0 <= presented <= self._floor:
-                    raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was fenced (the key was "
-                                          "deleted); only a new task (epoch -1) may connect")
+                    raise NotAllowedError(f"transaction key {key!r}: epoch {presented} is not the key's (it has "
+                                          "none: deleted, or never given); only a new task (epoch -1) may connect")
                 raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was never given (the key has "
                                       f"none yet); only a new task (epoch -1) may connect")
             now = self._clock()
             state = self._keys[key_id(owner, key)] = KeyState(owner, key, coordinator_id, created_ms=now, epoch_ms=now)
         previous_holder = previous_close = None
         try:
-            async with state.lock:
+            async with self._holding(state):
                 if presented != NO_EPOCH and (presented != state.epoch or state.deleted):
                     raise NotAllowedError(f"transaction key {key!r}: epoch {presented} was fenced (the key is at "
                                           f"epoch {state.epoch}); only a new task (epoch -1) may connect")
@@ -356,7 +359,7 @@ class TransactionKeys:
         """A transaction of the key, under its current `epoch` (NotAllowed if fenced, or if the
         key's previous transaction is still open)."""
         state = self.check_epoch(owner, key, epoch)
-        async with state.lock:
+        async with self._holding(state):
             self.check_epoch(owner, key, epoch)    # fenced while waiting for the lock
             if state.txn is not None and self._is_open(state.txn):
                 raise NotAllowedError(f"transaction key {key!r} already has an open transaction {state.txn}: "
@@ -380,11 +383,11 @@ class TransactionKeys:
         return (state for state in self._keys.values() if not state.deleted and state.epoch > NO_EPOCH)
 
     def keys_that_may_connect(self) -> Iterator[KeyState]:
-        """The keys, and those whose lock is held (a deletion or a connect under way): a connect
-        waiting for it checked its coordinator already, against the number of coordinators then,
+        """The keys, and those whose lock is held or waited for (a deletion or a connect under
+        way): a connect waiting for it checked its coordinator already, against the number of coordinators then,
         and would take the key back (deleted or new) under that number (see connects_held)."""
         return (state for state in self._keys.values()
-                if (not state.deleted and state.epoch > NO_EPOCH) or state.lock.locked())
+                if (not state.deleted and state.epoch > NO_EPOCH) or state.users)
 
     def info(self, state: KeyState) -> KeyInfo:
         status = None
@@ -408,7 +411,7 @@ class TransactionKeys:
         """Fence the key's holder, abort its transaction and remove the key (a tombstone keeps
         its epoch so that it never goes backwards)."""
         state = self.find(owner, key)
-        async with state.lock:
+        async with self._holding(state):
             if state.deleted:
                 raise KeyNotFoundError(f"transaction key {key!r} of {owner!r} does not exist")
             before = self._snapshot(state)
@@ -452,12 +455,13 @@ class TransactionKeys:
         # (Should this write fail, the records are back after a restart, still below the
         # floor in memory until then: either way no epoch is given twice.)
         await self.env.submit(write)
-        log.info("forgot %d deleted transaction key(s); new keys start above epoch %d", len(gone), self._floor)
+        log.info("forgot %d transaction key(s) (deleted, or never given an epoch); new keys start above epoch %d",
+                 len(gone), self._floor)
         return len(gone)
 
     def _forgettable(self, state: KeyState, now: int, older_than_ms: int) -> bool:
-        if state.lock.locked():
-            return False                           # a connect or a deletion under way
+        if state.users:
+            return False                           # a connect, transaction or deletion under way or waiting
         if state.epoch == NO_EPOCH:
             return True
         if not state.deleted or now - state.epoch_ms < older_than_ms:
@@ -473,6 +477,18 @@ class TransactionKeys:
                 del self._bindings[txn]
 
     # --- helpers --------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, state: KeyState) -> AsyncIterator[None]:
+        """The key's lock, counted in `state.users` from before it is waited for: a state with
+        users is never forgotten (a connect that waited would give an epoch on a state no longer
+        the key's, and the next connect the same epoch again)."""
+        state.users += 1
+        try:
+            async with state.lock:
+                yield
+        finally:
+            state.users -= 1
 
     def _has_ended(self, txn: TxnId) -> bool:
         try:

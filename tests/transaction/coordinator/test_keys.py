@@ -537,7 +537,7 @@ async def test_a_deleted_key_is_forgotten_once_its_transactions_ended_and_the_re
     assert await service.keys.purge_deleted(RETENTION_MS) == 1
     assert key_record(service, "gone") is None
     assert await service.keys.purge_deleted(RETENTION_MS) == 0
-    with pytest.raises(NotAllowedError, match="was deleted"):     # its holder still cannot come back
+    with pytest.raises(NotAllowedError, match="deleted, or never given"):  # its holder still cannot come back
         await connect(service, "gone", presented=0)
     service = await harness.restart()
     assert key_record(service, "gone") is None
@@ -555,8 +555,14 @@ async def test_the_coordinators_sweep_forgets_deleted_keys(data_dir, participant
     try:
         await connect(service, "gone")
         await service.keys.delete(ANONYMOUS, "gone")
-        await asyncio.sleep(0.1)                                  # sweeps ran: within the retention
-        assert key_record(service, "gone") is not None
+        sweeps, purge = [], service.keys.purge_deleted
+
+        async def counted(older_than_ms):
+            sweeps.append(older_than_ms)
+            return await purge(older_than_ms)
+        service.keys.purge_deleted = counted
+        await eventually(lambda: len(sweeps) >= 2)
+        assert sweeps[0] == RETENTION_MS and key_record(service, "gone") is not None   # within the retention
         clock.advance(RETENTION_MS)
         await eventually(lambda: key_record(service, "gone") is None)
         assert await connect(service, "gone") == 2
@@ -616,3 +622,35 @@ async def test_a_first_connect_whose_record_failed_leaves_nothing_for_good(harne
     assert await keys.purge_deleted(RETENTION_MS) == 1             # its state in memory, never given
     assert await keys.purge_deleted(RETENTION_MS) == 0
     assert await connect(service, "k") == 0
+
+
+@pytest.mark.parametrize("deleted_before", [False, True])
+async def test_a_connect_waiting_for_the_key_keeps_it_from_being_forgotten(harness, clock, deleted_before):
+    """Found by a review: a released lock looks free before its next waiter runs. A connect whose
+    record failed (its state back to never-given, or to an old tombstone) released the lock; the
+    purge ran before the waiting connect, forgot the state, and that connect then took an epoch
+    on a state no longer the key's: the next connect was given the same epoch."""
+    keys = harness.service.keys
+    if deleted_before:
+        await connect(harness.service, "k")
+        await keys.delete(ANONYMOUS, "k")
+        clock.advance(RETENTION_MS)
+    persist, written, calls = keys._persist, asyncio.Event(), []
+
+    async def first_write_fails(state):
+        calls.append(state.epoch)
+        if len(calls) == 1:
+            await written.wait()
+            asyncio.get_running_loop().create_task(keys.purge_deleted(RETENTION_MS))   # the sweep, due first
+            raise OSError("no space left on device")
+        await persist(state)
+    keys._persist = first_write_fails
+    failing = asyncio.create_task(connect(harness.service, "k"))
+    await asyncio.sleep(0)                                        # it holds the lock, its write under way
+    waiting = asyncio.create_task(connect(harness.service, "k"))
+    await asyncio.sleep(0)                                        # this one waits for the lock
+    written.set()
+    with pytest.raises(OSError):
+        await failing
+    first = await waiting
+    assert await connect(harness.service, "k") == first + 1
