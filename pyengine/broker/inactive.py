@@ -9,7 +9,9 @@ policy in force — topic policy, else namespace policy, else the broker's defau
   mode, while it has a subscription (`delete_when_no_subscriptions`, the default) or a
   subscription with a backlog (`delete_when_subscriptions_caught_up`). Ours also counts a
   transaction that wrote to it and is still open: its end must find the topic (Pulsar leaves
-  that to chance). An active topic's `last_active_ms` is now;
+  that to chance), and a subscription being created or deleted. An active topic's
+  `last_active_ms` is now, and so is that of a topic whose last producer, consumer or
+  subscription just went;
 * an inactive one is deleted once it has been inactive for `maxInactiveDurationSeconds`, and
   for its retention time too (Pulsar's shouldTopicBeRetained): a retention time of -1 keeps it
   for good, since its data is to be kept. Our default retention is -1 (a data dir is also what
@@ -39,7 +41,8 @@ log = logging.getLogger(__name__)
 
 def inactive(topic: Topic, mode: str) -> bool:
     """Whether `topic` is inactive under the delete mode `mode` (see the module's docstring)."""
-    if topic.producers or topic.number_of_consumers() or topic.buffer.ongoing_txns():
+    if (topic.producers or topic.number_of_consumers() or topic.buffer.ongoing_txns()
+            or topic.subscriptions_changing()):
         return False
     if mode == "delete_when_no_subscriptions":
         return not topic.subscriptions

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from collections.abc import AsyncIterator, Callable
@@ -163,7 +164,7 @@ class BrokerConfig:
         """The broker's default InactiveTopicPolicies (what BrokerPolicies falls back on)."""
         duration = self.delete_inactive_topics_max_inactive_duration_s
         if duration is None:
-            duration = max(int(self.delete_inactive_topics_frequency_s), 0)
+            duration = math.ceil(self.delete_inactive_topics_frequency_s)
         return InactiveTopicPolicies(self.delete_inactive_topics_mode, duration, self.delete_inactive_topics_enabled)
 
     def backlog_quota_default(self) -> BacklogQuota:
@@ -234,6 +235,7 @@ class BrokerService:
         self._deleting_partitioned: dict[str, int] = {}    # partitioned topic -> its deletions under way
         # Topics closed by their deletion, which forgets them: resolved when it is over.
         self._deleting_topics: dict[str, asyncio.Future[None]] = {}
+        self._inactive_deletions: set[asyncio.Future[bool]] = set()
         self._loads_abandoned = False       # the close stopped waiting for loads under way
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled,
@@ -426,8 +428,10 @@ class BrokerService:
             if deletion is None:
                 break
             # Being deleted already (the inactive-topic check, another caller): once that is
-            # over the topic is gone (TopicNotFoundError above), or it failed and this tries.
+            # over the topic is gone, as asked, or its deletion failed and this one tries.
             await asyncio.shield(deletion)
+            if not self.topic_exists(topic.name):
+                return
         await self._delete_loaded(topic)
 
     async def delete_inactive_topic(self, topic: Topic, policies: InactiveTopicPolicies) -> bool:
@@ -436,12 +440,26 @@ class BrokerService:
         from then on: none can attach in between, as Pulsar's delete refuses a busy topic);
         with `delete_when_subscriptions_caught_up`, its caught-up subscriptions go with it.
         False: it was not deleted."""
+        # A task of its own, which the broker's close waits for: cancelled with the periodic
+        # check, a deletion stopped half-way and the close went on under the closing topic.
+        deletion = asyncio.ensure_future(self._delete_if_inactive(topic, policies))
+        self._inactive_deletions.add(deletion)
+        deletion.add_done_callback(self._inactive_deletion_done)
+        return await asyncio.shield(deletion)
+
+    def _inactive_deletion_done(self, deletion: asyncio.Future[bool]) -> None:
+        self._inactive_deletions.discard(deletion)
+        if not deletion.cancelled() and deletion.exception() is not None:
+            # (Its check, if still waiting, logs it too; if cancelled, only this does.)
+            log.warning("deleting inactive topic failed: %r", deletion.exception())
+
+    async def _delete_if_inactive(self, topic: Topic, policies: InactiveTopicPolicies) -> bool:
         if (self.topics.get(topic.name) is not topic or topic.closed or topic.name in self._deleting_topics
                 or not inactive(topic, policies.mode)):
             return False
         log.info("deleting topic %s: inactive for %d s at least (%s)", topic.name,
                  policies.max_inactive_duration_seconds, policies.mode)
-        await self._delete_loaded(topic)
+        await self._delete_loaded(topic)        # its close begins in this turn
         return True
 
     async def _delete_loaded(self, topic: Topic) -> None:
@@ -635,6 +653,8 @@ class BrokerService:
         await self.stats_update.close()
         await self.dedup_purge.close()
         await self.inactive_topics.close()
+        if self._inactive_deletions:
+            await asyncio.wait(list(self._inactive_deletions))
         await self.coordinator_v4.close()
         if self.v5 is not None:
             await self.v5.close()

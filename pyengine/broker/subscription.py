@@ -162,6 +162,7 @@ class Subscription:
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self.dispatcher.remove_consumer(consumer)
+        self.topic.touch()
 
     def check_unsubscribe_by(self, consumer: Consumer | None) -> None:
         """A consumer may delete its subscription only as its one consumer: else Apache's

@@ -209,6 +209,16 @@ class Topic:
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.touch()
+
+    def subscriptions_changing(self) -> bool:
+        """A subscription is being created or deleted."""
+        return bool(self._opening_subscriptions or self._deleting_subscriptions)
+
+    def touch(self) -> None:
+        """A producer, consumer or subscription went: the topic was active until now (its
+        inactive time counts from here, as Pulsar's lastActive once a cursor is deleted)."""
+        self.last_active_ms = self.service.config.clock()
 
     def disconnect_producers(self) -> int:
         """Close every producer from the broker side (Pulsar's Producer.disconnect, as its
@@ -389,8 +399,14 @@ class Topic:
                                    lambda: self._create_subscription(subscription_name, initial_position))
 
     async def _create_subscription(self, subscription_name: str, initial_position: str) -> Subscription:
-        cursor = await self.ledger.open_cursor(subscription_name, initial_position)
-        subscription = self.subscriptions.get(subscription_name) or await self._attach_subscription(cursor)
+        try:
+            cursor = await self.ledger.open_cursor(subscription_name, initial_position)
+            subscription = self.subscriptions.get(subscription_name) or await self._attach_subscription(cursor)
+        except Exception:
+            # The topic closed under it (unloaded, deleted): its clients' TopicFencedError, on
+            # which they attach again, rather than the closed ledger's PersistenceError.
+            self._check_open()
+            raise
         if self._closed:
             # Attached after the topic's close went over its subscriptions: closed here instead
             # (its pending-ack handle would stay open).
@@ -400,6 +416,7 @@ class Topic:
         return subscription
 
     def unsubscribe_reader(self, subscription: Subscription) -> None:
+        self.touch()
         self._readers = [r for r in self._readers if r is not subscription]
         for name in [n for n, r in self._named_readers.items() if r is subscription]:
             del self._named_readers[name]
@@ -418,6 +435,7 @@ class Topic:
         finally:
             del self._deleting_subscriptions[subscription_name]
             deleting.set_result(None)
+            self.touch()
 
     async def _unsubscribe(self, subscription_name: str, subscription: Subscription) -> None:
         if subscription_name == COMPACTION_SUBSCRIPTION:

@@ -191,17 +191,115 @@ async def test_a_client_that_attached_since_the_check_keeps_the_topic(tmp_path, 
         await producer.send(b"still here")
 
 
-async def test_an_admin_deletion_meeting_an_inactive_deletion_under_way(tmp_path, clock):
+async def deletion_under_way(broker, topic: str = T) -> asyncio.Future[bool]:
+    service = broker.service
+    loaded = service.topics[topic]
+    deletion = asyncio.ensure_future(service.delete_inactive_topic(loaded, service.policies.inactive_topic_policies(topic)))
+    for _ in range(10):
+        if topic in service._deleting_topics:
+            return deletion
+        await asyncio.sleep(0)
+    raise AssertionError("the deletion did not start")
+
+
+async def test_an_admin_deletion_meeting_an_inactive_deletion_under_way_is_done_by_it(tmp_path, clock):
+    """Found by a review: the admin deletion raised TopicNotFoundError, and a partitioned
+    topic's deletion meeting one of its partitions' stopped half-way with a 404."""
     async with broker_with(tmp_path, clock) as broker:
         await used(broker)
-        service = broker.service
-        topic = service.topics[T]
-        first = asyncio.ensure_future(service.delete_inactive_topic(topic, service.policies.inactive_topic_policies(T)))
-        await asyncio.sleep(0)
-        assert T in service._deleting_topics
-        with pytest.raises(TopicNotFoundError):
-            await service.delete_topic(T)                     # waited for it, then found it gone
-        assert await first is True
+        inactive_deletion = await deletion_under_way(broker)
+        await broker.service.delete_topic(T)                  # waited for it: deleted, as asked
+        assert await inactive_deletion is True and not exists(broker)
+
+
+async def test_a_partitioned_deletion_meeting_an_inactive_partition_deletion(tmp_path, clock):
+    from pyengine.admin.server import AdminServer
+    import aiohttp
+    async with broker_with(tmp_path, clock) as broker:
+        await broker.service.policies.create_partitioned_topic("persistent://public/default/parts", 2)
+        for index in range(2):
+            await used(broker, f"persistent://public/default/parts-partition-{index}")
+        admin = AdminServer(broker.service, port=0)
+        await admin.start()
+        try:
+            await deletion_under_way(broker, "persistent://public/default/parts-partition-0")
+            async with aiohttp.ClientSession() as session:
+                async with session.delete(f"{admin.url}/admin/v2/persistent/public/default/parts/partitions") as reply:
+                    assert reply.status == 204, await reply.text()
+        finally:
+            await admin.stop()
+        assert broker.service.policies.partitions("persistent://public/default/parts") == 0
+        assert not exists(broker, "persistent://public/default/parts-partition-1")
+
+
+async def test_a_subscription_being_created_keeps_the_topic(tmp_path, clock):
+    """Found by a review: a subscribe under way on an idle topic had it deleted under it, and
+    failed with the closed ledger's error."""
+    async with broker_with(tmp_path, clock) as broker:
+        await used(broker)
+        clock.advance(MINUTE_MS)
+        topic = broker.service.topics[T]
+        subscribing = asyncio.ensure_future(broker.subscribe(T, "s", initial_position="earliest"))
+        for _ in range(10):
+            if topic.subscriptions_changing():
+                break
+            await asyncio.sleep(0)
+        assert topic.subscriptions_changing()
+        await check(broker)
+        consumer = await asyncio.wait_for(subscribing, 10)
+        assert (await asyncio.wait_for(consumer.receive(), 10)).data == b"m"
+        assert exists(broker)
+
+
+async def test_the_inactive_time_counts_from_when_the_last_subscription_went(tmp_path, clock):
+    async with broker_with(tmp_path, clock) as broker:
+        await used(broker)
+        consumer = await broker.subscribe(T, "s")
+        await consumer.close()
+        await check(broker)                                   # active: it has a subscription
+        clock.advance(59_000)
+        await broker.service.topics[T].unsubscribe("s")       # (as the admin API: no consumer)
+        clock.advance(1_000)
+        await check(broker)
+        assert exists(broker)                                 # inactive for 1 s only
+        clock.advance(59_000)
+        await check(broker)
+        assert not exists(broker)
+
+
+async def test_the_inactive_time_counts_from_when_the_last_producer_went(tmp_path, clock):
+    async with broker_with(tmp_path, clock) as broker:
+        producer = await broker.create_producer(T)
+        clock.advance(10 * MINUTE_MS)                         # active all along, never checked
+        await producer.close()
+        await check(broker)
+        assert exists(broker)
+        clock.advance(MINUTE_MS)
+        await check(broker)
+        assert not exists(broker)
+
+
+async def test_the_broker_closes_after_a_deletion_under_way(tmp_path, clock, monkeypatch, caplog):
+    """Found by a review: the close cancelled the check in the middle of a deletion, forgot the
+    topic and closed the storage under its closing parts."""
+    from pyengine.broker.topic import Topic
+    close = Topic._close
+
+    async def slow_close(self):
+        await asyncio.sleep(0.2)
+        await close(self)
+    monkeypatch.setattr(Topic, "_close", slow_close)
+    async with broker_with(tmp_path, clock, delete_inactive_topics_frequency_s=0.02) as broker:
+        await used(broker)
+        clock.advance(MINUTE_MS)                              # the broker's own check deletes it
+        for _ in range(200):
+            if T in broker.service._deleting_topics:
+                break
+            await asyncio.sleep(0.01)
+        assert T in broker.service._deleting_topics
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], caplog.records
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        assert not broker.service.topic_exists(T)
 
 
 async def test_a_partition_is_deleted_and_its_partitioned_topic_stays(tmp_path, clock):
@@ -276,3 +374,5 @@ def test_the_broker_default_takes_the_frequency_as_its_duration(tmp_path):
     config = BrokerConfig(data_dir=tmp_path, delete_inactive_topics_frequency_s=30,
                           delete_inactive_topics_max_inactive_duration_s=None)
     assert config.inactive_topic_policies().max_inactive_duration_seconds == 30
+    config = BrokerConfig(data_dir=tmp_path, delete_inactive_topics_frequency_s=0.5)
+    assert config.inactive_topic_policies().max_inactive_duration_seconds == 1    # never below the frequency

@@ -172,3 +172,22 @@ async def test_a_v5_transaction_on_a_segment_ends_as_without_an_unload(tmp_path,
         await consumer.redeliver_unacknowledged_messages()
         seen = sorted(m.data for m in await drain(consumer, 0.5))
         assert seen == ([b"out"] if commit else [b"in"])
+
+
+async def test_a_subscribe_under_way_when_the_topic_is_unloaded_attaches_again(tmp_path):
+    """Found by a review: the subscription's cursor met the closed ledger, and the subscribe
+    failed with its PersistenceError, which no client takes for a reason to attach again.
+    Now it is the closed topic's TopicFencedError, and the embedded subscribe goes on."""
+    async with Broker.embedded(tmp_path, sync=False) as broker:
+        producer = await broker.create_producer(T)
+        await producer.send(b"m")
+        topic = broker.service.topics[T]
+        subscribing = asyncio.ensure_future(broker.subscribe(T, "s", initial_position="earliest"))
+        for _ in range(10):
+            if topic.subscriptions_changing():
+                break
+            await asyncio.sleep(0)
+        assert topic.subscriptions_changing()
+        assert await broker.service.unload_topic(T)
+        consumer = await asyncio.wait_for(subscribing, 10)
+        assert (await asyncio.wait_for(consumer.receive(), 10)).data == b"m"
