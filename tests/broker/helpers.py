@@ -175,3 +175,15 @@ async def timed_out(txn: EmbeddedTransaction) -> None:
     every participant told."""
     await eventually(lambda: txn.state == "timed_out"
                      and txn.service.coordinator.get(txn.txn_id).status == TxnStatus.TIME_OUT)
+
+
+async def subscribing_from_earliest(broker, topic: str, subscription: str = "s") -> asyncio.Future:
+    """An embedded subscribe to `topic`, returned once its subscription is being created (its
+    cursor not yet written): what the caller does next meets a subscription under way."""
+    loaded = broker.service.topics[topic]
+    subscribing = asyncio.ensure_future(broker.subscribe(topic, subscription, initial_position="earliest"))
+    for _ in range(10):
+        if loaded.subscriptions_changing():
+            return subscribing
+        await asyncio.sleep(0)
+    raise AssertionError(f"no subscription of {topic} was being created")

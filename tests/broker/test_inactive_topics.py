@@ -17,6 +17,7 @@ from pyengine.client import MessageId
 from pyengine.errors import TopicNotFoundError
 from pyengine.naming import TopicName
 from pyengine.transaction.coordinator.clock import wall_clock_ms
+from tests.broker.helpers import subscribing_from_earliest
 from tests.transaction.coordinator.fakes import FakeClock
 
 T = "persistent://public/default/idle"
@@ -238,13 +239,7 @@ async def test_a_subscription_being_created_keeps_the_topic(tmp_path, clock):
     async with broker_with(tmp_path, clock) as broker:
         await used(broker)
         clock.advance(MINUTE_MS)
-        topic = broker.service.topics[T]
-        subscribing = asyncio.ensure_future(broker.subscribe(T, "s", initial_position="earliest"))
-        for _ in range(10):
-            if topic.subscriptions_changing():
-                break
-            await asyncio.sleep(0)
-        assert topic.subscriptions_changing()
+        subscribing = await subscribing_from_earliest(broker, T)
         await check(broker)
         consumer = await asyncio.wait_for(subscribing, 10)
         assert (await asyncio.wait_for(consumer.receive(), 10)).data == b"m"

@@ -17,7 +17,7 @@ from pyengine.broker.policies import NotFoundError
 from pyengine.broker.topic import Topic
 from pyengine.errors import InvalidTopicNameError, ServiceNotReadyError
 from pyengine.transaction import TxnStatus
-from tests.broker.helpers import drain
+from tests.broker.helpers import drain, subscribing_from_earliest
 from tests.broker.test_embedded_retries_on_a_closed_topic import hold_deletion
 
 T = "persistent://public/default/unloaded"
@@ -181,13 +181,7 @@ async def test_a_subscribe_under_way_when_the_topic_is_unloaded_attaches_again(t
     async with Broker.embedded(tmp_path, sync=False) as broker:
         producer = await broker.create_producer(T)
         await producer.send(b"m")
-        topic = broker.service.topics[T]
-        subscribing = asyncio.ensure_future(broker.subscribe(T, "s", initial_position="earliest"))
-        for _ in range(10):
-            if topic.subscriptions_changing():
-                break
-            await asyncio.sleep(0)
-        assert topic.subscriptions_changing()
+        subscribing = await subscribing_from_earliest(broker, T)
         assert await broker.service.unload_topic(T)
         consumer = await asyncio.wait_for(subscribing, 10)
         assert (await asyncio.wait_for(consumer.receive(), 10)).data == b"m"
