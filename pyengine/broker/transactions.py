@@ -44,9 +44,12 @@ def default_transaction_version(topic: TopicName) -> int:
 
 def check_txn_design(buffer: object, txn: TxnId, topic: str) -> None:
     """A v5 txn on a topic served by v4 would never end there (the v5 coordinator tells no
-    participant): refused, as the v5 buffer refuses v4 txns."""
-    if txn.most_bits == V5_COORDINATOR_ID and not isinstance(buffer, MetadataTransactionBuffer):
+    participant), and a v4 txn on a v5 topic neither (v5 topics take no markers): refused."""
+    v5_buffer = isinstance(buffer, MetadataTransactionBuffer)
+    if txn.most_bits == V5_COORDINATOR_ID and not v5_buffer:
         raise NotAllowedError(f"{topic} takes v4 transactions only; {txn} is a v5 (scalable-topic) transaction")
+    if txn.most_bits != V5_COORDINATOR_ID and v5_buffer:
+        raise NotAllowedError(f"{topic} takes v5 (metadata-driven) transactions only; {txn} is a v4 transaction")
 
 
 def append_condition(txn: TxnId, registration: asyncio.Future[Any] | None) -> asyncio.Future[Any] | None:

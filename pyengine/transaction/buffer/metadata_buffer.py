@@ -259,6 +259,14 @@ class MetadataTransactionBuffer(TransactionBuffer):
         task.add_done_callback(self._appending.discard)
         return outcome
 
+    def append_checked(self, txn: TxnId, data: bytes, num_messages: int, publish_time: int,
+                       after: asyncio.Future[Any] | None = None) -> asyncio.Future[Position]:
+        # Only a v4 txn comes with a registration to wait for (`append_condition`): `append`
+        # refuses it with the reason a client can act on.
+        if after is not None and not is_v5(txn):
+            return self.append(txn, data, num_messages=num_messages, publish_time=publish_time)
+        return super().append_checked(txn, data, num_messages, publish_time, after)
+
     def _settled(self, txn: TxnId, outcome: asyncio.Future) -> None:
         flights = self._in_flight.get(txn)
         if flights is not None:

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pyengine.errors import PersistenceError, TransactionConflictError
+from pyengine.errors import NotAllowedError, PersistenceError, TransactionConflictError
 from pyengine.metadata import MetadataStore, MetadataStoreError, NotFoundError, Record
 from pyengine.transaction.coordinator.metadata_headers import TxnHeaderCache
 from pyengine.transaction.coordinator.metadata_metrics import V5Metrics
@@ -390,8 +390,8 @@ class MetadataPendingAckHandle(PendingAckHandleImpl):
         if not isinstance(txn, TxnId):
             raise TypeError(f"txn must be a TxnId, not {type(txn).__name__}")
         if not is_v5(txn):
-            raise TransactionConflictError(f"[{self._name}] Transaction:{txn} is a v4 transaction; "
-                                           "segment subscriptions take v5 transactions only")
+            raise NotAllowedError(f"[{self._name}] Transaction:{txn} is a v4 transaction; "
+                                  "segment subscriptions take v5 transactions only")
         state = await self.headers.get(txn)
         if state.header is None or state.header.state is not HeaderState.OPEN:
             raise TransactionConflictError(f"[{self._name}] Transaction:{txn} is "

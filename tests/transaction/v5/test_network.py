@@ -57,12 +57,24 @@ async def test_v4_and_v5_coexist_and_refuse_each_others_topics(client):
     on_persistent = await client.create_producer(PERSISTENT)
     await on_persistent.send(b"v4", txn=v4_txn)
     await on_segment.send(b"v5", txn=v5_txn)
-    with pytest.raises(NotAllowedError):
+    # the reason, not the storage's ordering detail: a v4 send waits for its registration
+    with pytest.raises(NotAllowedError, match="takes v5 .* only; .* is a v4 transaction"):
         await on_segment.send(b"v4-on-segment", txn=v4_txn)
     with pytest.raises((NotAllowedError, TransactionConflictError)):
         await on_persistent.send(b"v5-on-persistent", txn=v5_txn)
     await v4_txn.abort()
     await v5_txn.abort()
+
+
+async def test_a_v4_acknowledgement_on_a_segment_is_refused_with_its_reason(client):
+    await (await client.create_producer(SEGMENT)).send(b"plain")
+    consumer = await client.subscribe(SEGMENT, "v4-acks", initial_position="earliest")
+    message = await consumer.receive(timeout=5)
+    v4_txn = await client.new_transaction()
+    with pytest.raises(NotAllowedError, match="takes v5 .* only; .* is a v4 transaction"):
+        await consumer.acknowledge(message, txn=v4_txn)
+    await v4_txn.abort()
+    await consumer.acknowledge(message)         # the message was not taken by the refused ack
 
 
 async def test_malformed_scalable_transaction_requests(client):

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from pyengine.errors import ServiceNotReadyError, TransactionConflictError
+from pyengine.errors import NotAllowedError, ServiceNotReadyError, TransactionConflictError
 from pyengine.metadata import MetadataStoreError
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import ManagedLedger
@@ -147,7 +147,7 @@ async def test_ack_in_an_ended_or_unknown_txn_is_a_conflict(v5):
         await handle.individual_ack(txn, [IndividualAck(positions[0])])
     with pytest.raises(TransactionConflictError, match="unknown"):
         await handle.individual_ack(TxnId(V5_COORDINATOR_ID, 10**9), [IndividualAck(positions[0])])
-    with pytest.raises(TransactionConflictError, match="v4"):
+    with pytest.raises(NotAllowedError, match="v4"):     # not a conflict: the wrong design
         await handle.individual_ack(TxnId(1, 1), [IndividualAck(positions[0])])
     with pytest.raises(TypeError):
         await handle.individual_ack("txn", [IndividualAck(positions[0])])
