@@ -53,6 +53,23 @@ async def test_a_send_to_a_terminated_parent_is_rerouted(client, service):
     assert segment_id == (1 if key_hash("k") <= 0x7FFF else 2)
 
 
+async def test_a_segment_terminated_by_hand_takes_sends_again_once_split(client, service):
+    """The Segments API's terminate seals a segment that is still active in the layout (as the
+    spec says: producers get TopicTerminated). A send hashing there waits until a split (or
+    merge) seals the segment in the layout too, then goes to the child (README)."""
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    producer = await client.create_producer(T)
+    await producer.send(b"first", key="k")
+    await scalable.segments.terminate("segment://public/default/orders/0000-ffff-0")
+    send = asyncio.ensure_future(producer.send(b"second", key="k"))
+    done, _ = await asyncio.wait([send], timeout=0.5)
+    assert not done                                  # no active segment takes it yet
+    await scalable.split_segment(T, 0)
+    segment_id, _ = await asyncio.wait_for(send, 10)
+    assert segment_id == (1 if key_hash("k") <= 0x7FFF else 2)
+
+
 async def test_watch_and_queue_consumer_refusals(client, service):
     with pytest.raises(TopicNotFoundError):
         await client.create_producer("topic://public/default/missing")
