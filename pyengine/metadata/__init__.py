@@ -661,7 +661,8 @@ class MetadataStore(abc.ABC):
                                guard_mod_revision: int | None = None) -> None:
         """Delete the record at `path` and every record below `path/` (and the sequence
         counters of those parents). Atomic on the local backends; on etcd one record at a time,
-        as Pulsar's `deleteRecursive`.
+        as Pulsar's `deleteRecursive`, each retried while it changes between its read and its
+        delete, and BadVersionError if it changed every time of `etcd_store.DELETE_TRIES`.
 
         With a guard, each record is deleted only while the record at `guard_path` is the one
         last written at `guard_mod_revision`; `GuardFailedError` once it is not (the local

@@ -83,6 +83,7 @@ LIST_PAGE = 256              # records per range of list_prefix, to start with
 LIST_PAGE_MAX = 4096         # ... grown up to this while the responses stay small
 LIST_PAGE_BYTES = 1 << 20    # "small": a page under a quarter of this
 LIST_RESTARTS = 3            # a list_prefix whose snapshot got compacted meanwhile starts over
+DELETE_TRIES = 16            # a delete's read-then-compare, retried while the record changes in between
 RECONNECT_MIN = 0.05
 RECONNECT_MAX = 2.0
 
@@ -394,7 +395,7 @@ class EtcdMetadataStore(MetadataStore):
         names; none for a record outside indexed prefixes), retried from the read while the
         record changes in between."""
         key = self._rkey(path)
-        while True:
+        for _ in range(DELETE_TRIES):
             kv = await self._get_guarded_kv(path, guard)
             if kv is None:
                 raise NotFoundError(f"{path} does not exist")
@@ -408,6 +409,9 @@ class EtcdMetadataStore(MetadataStore):
             response = await self._guarded_txn([_cmp(key, "MOD", "EQUAL", kv.mod_revision)], ops, guard)
             if response.succeeded:
                 return
+        # bounded: a writer that changes the record between every read and delete would hold
+        # the caller here for good (a livelock); it decides what to do now
+        raise BadVersionError(f"{path} changed {DELETE_TRIES} times while it was being deleted")
 
     async def _guarded_txn(self, compare: list, success: list, guard: tuple[str, int] | None,
                            failure: list | None = None) -> Any:

@@ -51,3 +51,36 @@ async def test_a_record_modified_during_delete_recursive_is_deleted(backend, bac
     assert await store.get("/topic/t") is not None
     if indexed:
         assert {r.path for r in await store.range_query("by-value")} in ({"/topic/t"}, {"/topic/t", RACED})
+
+
+@pytest.mark.parametrize("backend_name", ["etcd"])     # the local stores delete the tree in one write
+async def test_a_record_changed_before_every_delete_fails_the_call_instead_of_holding_it(backend):
+    """On etcd each record's delete is a read then a compare: a writer that changes the record
+    in every gap used to hold `delete_recursive` in that loop for good (a livelock). It now
+    gives up after a bounded number of tries with BadVersionError, and the caller decides."""
+    from pyengine.metadata import BadVersionError
+    from pyengine.metadata.etcd_store import DELETE_TRIES
+
+    store = await backend.new().start()
+    other = await backend.new().start()
+    for path in TREE:
+        await store.put(path, b"v0")
+    get_kv = store._get_kv
+    writes = []
+
+    async def always_racing_get_kv(path):
+        kv = await get_kv(path)
+        if path == RACED:
+            writes.append(await other.put(path, b"heartbeat %d" % len(writes)))
+        return kv
+
+    store._get_kv = always_racing_get_kv
+    try:
+        with pytest.raises(BadVersionError, match="changed"):
+            await asyncio.wait_for(store.delete_recursive("/topic/t/subs"), 30)
+    finally:
+        del store._get_kv
+    assert len(writes) == DELETE_TRIES
+    assert await store.get(RACED) is not None        # what the writer keeps writing stays
+    await store.delete_recursive("/topic/t/subs")     # and goes once the writer pauses
+    assert await store.get(RACED) is None
