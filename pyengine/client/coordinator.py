@@ -29,7 +29,7 @@ from google.protobuf.message import Message as ProtoMessage
 from pyengine.client.backoff import Backoff
 from pyengine.client.connection import ClientConnection
 from pyengine.client.errors import AlreadyClosedError, ConnectError
-from pyengine.client.handler import CLOSED, CLOSING, READY, ConnectionHandler
+from pyengine.client.handler import CLOSED, CLOSING, FATAL_ERRORS, READY, ConnectionHandler
 from pyengine.errors import ExpiredTransactionError, NotAllowedError, TransactionCoordinatorNotFoundError
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command, command_body
@@ -49,6 +49,9 @@ TC_CLIENT_CONNECT_VERSION = 19
 
 
 class CoordinatorHandler(ConnectionHandler):
+    # A keyed connect refused (NotAllowed: a newer epoch of the key fenced this one) is final.
+    reconnect_fatal_errors = FATAL_ERRORS
+
     def __init__(self, core: ClientCore, tc_id: int, topic: str, transaction_key: str | None = None) -> None:
         super().__init__(core, topic)
         self.tc_id = tc_id

@@ -37,11 +37,19 @@ FATAL_ERRORS = (ConsumerBusyError, ConsumerAssignError, ProducerBusyError, Produ
                 NotAllowedError, InvalidTopicNameError, SubscriptionNotFoundError, IncompatibleSchemaError,
                 ProducerBlockedQuotaExceededException, TypeError, ValueError,
                 AlreadyClosedError)      # the client was closed: no connection will come
+# Errors after which a producer or consumer created before stops reconnecting, as the Java
+# client's: a fenced producer, a terminated topic, a topic deleted that may not be created
+# again. Any other refusal on a reconnect (another client took the only producer slot or the
+# Exclusive subscription meanwhile, a schema or policy changed) may pass: retried with back-off
+# ("in any case", as the C++ client says), the sends waiting meanwhile bounded by their timeout.
+RECONNECT_FATAL_ERRORS = (ProducerFencedError, TopicTerminatedError, TopicNotFoundError, TypeError, ValueError,
+                          AlreadyClosedError)
 
 CONNECTING, READY, CLOSING, CLOSED, FAILED = "connecting", "ready", "closing", "closed", "failed"
 
 
 class ConnectionHandler(abc.ABC):
+    reconnect_fatal_errors: tuple[type[BaseException], ...] = RECONNECT_FATAL_ERRORS
     def __init__(self, core: ClientCore, topic: str) -> None:
         self._core = core
         self.topic = topic
@@ -124,12 +132,15 @@ class ConnectionHandler(abc.ABC):
                 log.info("%s: reconnect refused: %s", self, exc)
                 self._refused_on_reconnect(exc)
                 continue
-            except FATAL_ERRORS as exc:
+            except self.reconnect_fatal_errors as exc:
                 log.warning("%s: cannot reconnect: %s", self, exc)
                 self.state = FAILED
                 self.failure = exc
                 self._failed(exc)
                 return
+            except FATAL_ERRORS as exc:
+                log.warning("%s: reconnect refused, retrying: %s", self, exc)
+                continue
             except Exception as exc:
                 log.info("%s: reconnect failed: %s", self, exc)
                 continue
