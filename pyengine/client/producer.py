@@ -146,7 +146,7 @@ class ProducerOptions:
         check_int("max_pending_messages", self.max_pending_messages, 1)
         check_int("send_timeout_ms", self.send_timeout_ms, 0)
         if self.initial_sequence_id is not None:
-            check_int("initial_sequence_id", self.initial_sequence_id, -1)
+            check_int("initial_sequence_id", self.initial_sequence_id, -1, (1 << 63) - 1)   # as a send's
 
 
 @dataclass(slots=True)
@@ -679,9 +679,22 @@ class PartitionProducer(ConnectionHandler):
             # One entry per key, keyed by its first message so that Key_Shared routes it by key.
             for keyed in batch.batches():
                 keyed.container.gate = batch.gate
-                self._send_batch(keyed.container, keyed.partition_key, keyed.ordering_key)
+                self._send_batch_or_fail(keyed.container, keyed.partition_key, keyed.ordering_key)
         else:
-            self._send_batch(batch)
+            self._send_batch_or_fail(batch)
+
+    def _send_batch_or_fail(self, batch: BatchContainer, partition_key: str | None = None,
+                            ordering_key: bytes | None = None) -> None:
+        try:
+            self._send_batch(batch, partition_key, ordering_key)
+        except Exception as exc:
+            # Taken off the producer already: unless failed here, its sends would be in no
+            # queue, not even the send timeout's (often in a timer's callback: nobody to raise to)
+            log.exception("%s: could not send a batch", self)
+            for future in batch.futures:
+                if not future.done():
+                    future.set_exception(exc)
+            self._wake_space_waiters()
 
     def _send_batch(self, batch: BatchContainer, partition_key: str | None = None,
                     ordering_key: bytes | None = None) -> None:
@@ -707,16 +720,19 @@ class PartitionProducer(ConnectionHandler):
             metadata.compression = self._codec
             metadata.uncompressed_size = len(payload)
             payload = self._compress(payload)
-            if len(payload) > self.max_message_size:
-                # As Pulsar's clients: a batch too large once compressed fails as a whole.
-                error = MessageTooBigError(f"a batch of {count} messages of {len(payload)} bytes compressed "
-                                           f"({metadata.uncompressed_size} uncompressed) is larger than the "
-                                           f"broker's maximum of {self.max_message_size}")
-                for future in batch.futures:
-                    if not future.done():
-                        future.set_exception(error)
-                self._wake_space_waiters()
-                return None
+        if len(payload) > self.max_message_size:
+            # As Pulsar's clients: a batch too large (once compressed, or uncompressed when
+            # batching_max_allowed_size_in_bytes is above the broker's limit) fails as a whole;
+            # sent, the broker would refuse it, or drop the connection and the batch come again.
+            described = (f"{len(payload)} bytes compressed ({metadata.uncompressed_size} uncompressed)"
+                         if self._compress is not None else f"{len(payload)} bytes")
+            error = MessageTooBigError(f"a batch of {count} messages of {described} is larger than the "
+                                       f"broker's maximum of {self.max_message_size}")
+            for future in batch.futures:
+                if not future.done():
+                    future.set_exception(error)
+            self._wake_space_waiters()
+            return None
         if self.schema_version:
             metadata.schema_version = self.schema_version
         send = pb.CommandSend(producer_id=self.producer_id, sequence_id=batch.first_sequence_id,
@@ -814,15 +830,18 @@ class PartitionProducer(ConnectionHandler):
         if sequence_id < op.sequence_id:
             log.debug("%s: stale receipt for %d (head is %d)", self, sequence_id, op.sequence_id)
             return
-        if sequence_id > op.highest_sequence_id:
+        if sequence_id > op.highest_sequence_id and sequence_id > op.sequence_id:
             # Receipts are in send order: one past the head means the stream is not ours any more.
+            # (The head's highest id is its last message's: with sequence ids given by the
+            # caller it can be below its first, which the receipt carries; as Java's
+            # getHighestSequenceId, the larger of the two bounds it.)
             log.warning("%s: receipt for %d while %d is the oldest pending; reconnecting", self, sequence_id,
                         op.sequence_id)
             if self.connection is not None:
                 self.connection.close()
             return
         self._settle_head(op)
-        self.last_sequence_id_published = max(self.last_sequence_id_published, op.highest_sequence_id)
+        self.last_sequence_id_published = max(self.last_sequence_id_published, op.highest_sequence_id, op.sequence_id)
         ledger_id = entry_id = -1
         if receipt.HasField("message_id"):
             message_id = MessageId.from_proto(receipt.message_id)
@@ -911,9 +930,12 @@ class PartitionProducer(ConnectionHandler):
     async def flush(self) -> None:
         """Send the open batch and wait until every message sent before has its receipt
         (failures are reported by their own send futures, not here)."""
+        # The open batch first: a send held behind it (the queue full) may wait for the room
+        # only its receipt frees; then again, for what the held sends batched meanwhile.
+        self._flush_batch()
         if self._held_submitter is not None:
             await asyncio.wait([self._held_submitter])
-        self._flush_batch()
+            self._flush_batch()
         futures = [future for op in self._pending for future in op.futures]
         futures += [future for _, op in self._blocked for future in op.futures]
         if futures:
