@@ -24,12 +24,9 @@ TOPIC = "persistent://public/default/failover-inactive-cumulative"
 
 @pytest.fixture
 async def broker(tmp_path):
-    network_broker = NetworkBroker(tmp_path / "data", num_coordinators=1, active_consumer_failover_delay_time_ms=0)
-    await network_broker.start()
-    try:
+    async with NetworkBroker(tmp_path / "data", num_coordinators=1,
+                             active_consumer_failover_delay_time_ms=0) as network_broker:
         yield network_broker
-    finally:
-        await network_broker.stop()
 
 
 async def _handed_over(client, messages: int, take: int):

@@ -67,15 +67,18 @@ class NetworkBroker:
         await self.stop()
         await self.start()
 
+    async def __aenter__(self) -> NetworkBroker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[NetworkBroker]:
-    network_broker = NetworkBroker(tmp_path / "data", num_coordinators=4)
-    await network_broker.start()
-    try:
+    async with NetworkBroker(tmp_path / "data", num_coordinators=4) as network_broker:
         yield network_broker
-    finally:
-        await network_broker.stop()
 
 
 @pytest.fixture

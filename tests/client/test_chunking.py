@@ -24,12 +24,8 @@ TOPIC = "persistent://public/default/chunks"
 
 @pytest.fixture
 async def small_broker(tmp_path: Path) -> AsyncIterator[NetworkBroker]:
-    network_broker = NetworkBroker(tmp_path / "data", num_coordinators=1, max_message_size=LIMIT)
-    await network_broker.start()
-    try:
+    async with NetworkBroker(tmp_path / "data", num_coordinators=1, max_message_size=LIMIT) as network_broker:
         yield network_broker
-    finally:
-        await network_broker.stop()
 
 
 @pytest.fixture

@@ -25,12 +25,8 @@ NS = "persistent://public/default"
 
 @pytest.fixture
 async def one_producer_broker(tmp_path):
-    network_broker = NetworkBroker(tmp_path / "data", num_coordinators=1, max_producers_per_topic=1)
-    await network_broker.start()
-    try:
+    async with NetworkBroker(tmp_path / "data", num_coordinators=1, max_producers_per_topic=1) as network_broker:
         yield network_broker
-    finally:
-        await network_broker.stop()
 
 
 async def test_a_producer_refused_on_a_reconnect_keeps_retrying(one_producer_broker, monkeypatch):

@@ -16,12 +16,8 @@ TOPIC = "persistent://public/default/restart"
 
 @pytest.fixture
 async def dedup_broker(tmp_path):
-    broker = NetworkBroker(tmp_path / "data", num_coordinators=2, deduplication_enabled=True)
-    await broker.start()
-    try:
+    async with NetworkBroker(tmp_path / "data", num_coordinators=2, deduplication_enabled=True) as broker:
         yield broker
-    finally:
-        await broker.stop()
 
 
 async def test_pending_sends_are_stored_once_across_a_restart(dedup_broker, monkeypatch):
