@@ -802,12 +802,12 @@ class PartitionConsumer(ConnectionHandler):
             target = _cumulative_target_with_ack_set(message_id)
         else:
             target = _cumulative_target(message_id)
-            if target is None:
-                return
+            if 0 <= message_id.batch_index < message_id.batch_size - 1:
+                self._batch_acked_up_to(message_id)
         if self._batch_remaining or self._batch_left or self._chunked_unacked:
             # The batches and chunked messages it covers are settled: forget them (not the
             # entry of a batch it covers only in part).
-            covered = (target.ledgerId, target.entryId)
+            covered = (target.ledgerId, _signed(target.entryId))
             in_part = bool(target.ack_set)
             for table in (self._batch_remaining, self._batch_left, self._chunked_unacked):
                 for key in [k for k in table if (entry := (k[0] & _MASK64, k[1] & _MASK64)) < covered
@@ -816,6 +816,20 @@ class PartitionConsumer(ConnectionHandler):
         if self._cumulative is None or _cumulative_order(target) > _cumulative_order(self._cumulative):
             self._cumulative = target
         self._schedule_ack_flush()
+
+    def _batch_acked_up_to(self, message_id: MessageId) -> None:
+        """Without batch-index acks, a cumulative ack inside a batch acknowledges the entry
+        before it (the broker would take the rest of the batch as acknowledged too): its
+        indexes up to `message_id` count as acknowledged here, so that the batch completes (and
+        its entry is acknowledged) once the others are, in either order (the C++ client's
+        BatchMessageAcker)."""
+        key = (message_id.ledger_id, message_id.entry_id)
+        remaining = self._batch_remaining.get(key)
+        if remaining is None:
+            return
+        remaining.difference_update(range(message_id.batch_index + 1))
+        if not remaining:
+            self._batch_complete(key, message_id.batch_size)
 
     def _schedule_ack_flush(self) -> None:
         if self._ack_flush is None:
@@ -1021,16 +1035,15 @@ def _permits_of(headers_and_payload: bytes | None, ack_set: Sequence[int] = ()) 
     return messages
 
 
-def _cumulative_target(message_id: MessageId) -> pb.MessageIdData | None:
+def _cumulative_target(message_id: MessageId) -> pb.MessageIdData:
     """What a cumulative ack of `message_id` sends without batch-index acks (the broker would
     take an ack set as the whole entry's ack): its entry, or for a batch message that is not
-    its batch's last, the entry before (the rest of its batch is not acknowledged yet). None
-    when there is no entry before it in its ledger to acknowledge."""
+    its batch's last, the entry before (the rest of its batch is not acknowledged yet): for the
+    first entry of a ledger (ledger, -1), everything before the ledger, as the C++ client's
+    getPreviousMessageId and Java's prevMessageId."""
     entry_id = message_id.entry_id
     if message_id.batch_index >= 0 and message_id.batch_index < message_id.batch_size - 1:
         entry_id -= 1
-        if entry_id < 0:
-            return None
     return pb.MessageIdData(ledgerId=message_id.ledger_id & _MASK64, entryId=entry_id & _MASK64)
 
 
@@ -1038,7 +1051,7 @@ def _cumulative_order(target: pb.MessageIdData) -> tuple[int, int, int]:
     """How far a cumulative ack's `target` reaches: its entry, then within it the fewer indexes
     its ack set leaves unacknowledged (none: the whole entry), the further."""
     left = sum(bin(word & _MASK64).count("1") for word in target.ack_set)
-    return target.ledgerId, target.entryId, -left
+    return target.ledgerId, _signed(target.entryId), -left      # (ledger, -1): before its entry 0
 
 
 _Item = TypeVar("_Item")
