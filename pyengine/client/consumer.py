@@ -1438,7 +1438,12 @@ class Consumer:
         from pyengine.client.transaction import Transaction
 
         handler, message_id = self._resolve(message)
-        self._check_open()
+        try:
+            self._check_open()
+        except Exception as exc:
+            if isinstance(txn, Transaction):
+                txn._refused(exc)       # as a closed producer's send: the commit must not succeed
+            raise
         if txn is None:
             self._acknowledged(handler, message_id, cumulative)
             if cumulative:

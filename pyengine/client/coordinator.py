@@ -76,6 +76,10 @@ class CoordinatorHandler(ConnectionHandler):
             await connection.request(cmd, self._core.config.operation_timeout)
         if self.state in (CLOSING, CLOSED):
             return
+        if connection.closed.done():
+            # lost while TC_CLIENT_CONNECT was answered: its close listener would never run, and
+            # a handler ready on it would never reconnect
+            raise ConnectError(f"{self}: the connection closed as the coordinator was connected")
         connection.add_close_listener(self.on_connection_closed)
         self.connection = connection
         self.state = READY
@@ -163,6 +167,9 @@ class CoordinatorHandler(ConnectionHandler):
                 await asyncio.sleep(min(retry_backoff.next(), max(deadline - loop.time(), 0)))
             except ConnectError as exc:
                 log.info("%s: %s; sending again once reconnected", self, exc)
+                # (a connection that failed to write while this handler still takes it for its
+                # own: reconnect, rather than write on it again at once, for ever)
+                self._reconnect_now(connection)
 
     async def close(self) -> None:
         self.state = CLOSED

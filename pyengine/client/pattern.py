@@ -423,13 +423,24 @@ class MultiTopicsConsumer:
     async def acknowledge(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
         """Acknowledge a message, or a received message's id (with `txn`: as part of the
         transaction) on its topic."""
-        self._check_open()
+        self._check_open_for(txn)
         await self._consumer_of(message).acknowledge(message, txn)
 
     async def acknowledge_cumulative(self, message: Message | MessageId, txn: Transaction | None = None) -> None:
         """Acknowledge every message of the message's topic up to it (Exclusive, Failover)."""
-        self._check_open()
+        self._check_open_for(txn)
         await self._consumer_of(message).acknowledge_cumulative(message, txn)
+
+    def _check_open_for(self, txn: Transaction | None) -> None:
+        """`_check_open` for an ack: one of a transaction refused here fails its commit too."""
+        from pyengine.client.transaction import Transaction
+
+        try:
+            self._check_open()
+        except AlreadyClosedError as exc:
+            if isinstance(txn, Transaction):
+                txn._refused(exc)
+            raise
 
     async def negative_acknowledge(self, message: Message | MessageId) -> None:
         self._check_open()

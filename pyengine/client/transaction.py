@@ -8,7 +8,7 @@ that is committed, aborted or past its timeout refuses further use locally
 (InvalidTxnStatusError), as the Java client's does.
 
 An end whose outcome the coordinator did not tell (no answer within the operation timeout, the
-coordinator unreachable, the call cancelled) leaves the transaction COMMITTING (ABORTING), and
+coordinator unreachable or failing to write the decision, the call cancelled) leaves the transaction COMMITTING (ABORTING), and
 the same decision may be asked again: the coordinator answers a repeated decision with success
 (Pulsar #19629; the Java client keeps COMMITTING / ABORTING then too). Only the coordinator's
 refusal (InvalidTxnStatus, TransactionNotFound, ...) puts it in ERROR.
@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from pyengine.client.errors import AlreadyClosedError, ConnectError, TransactionHasOperationFailedError
+from pyengine.client.errors import TransactionHasOperationFailedError
 from pyengine.errors import (
-    InvalidTxnStatusError, ServiceNotReadyError, TransactionCoordinatorNotFoundError, TransactionNotFoundError,
+    ExpiredTransactionError, InvalidTxnStatusError, NotAllowedError, TransactionConflictError, TransactionNotFoundError,
 )
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine_kernels import TxnId
@@ -44,12 +44,15 @@ def _failed_op(op: asyncio.Future[object]) -> bool:
     return op.cancelled() or op.exception() is not None
 
 
-def _in_doubt(error: BaseException) -> bool:
-    """Whether an END_TXN that failed with `error` may have been decided all the same (or
-    not sent at all): no answer came from the coordinator, so asking again is how to know. The
-    client closing under it (AlreadyClosedError) is one of those: END_TXN may have been applied."""
-    return isinstance(error, (TimeoutError, ConnectError, TransactionCoordinatorNotFoundError, ServiceNotReadyError,
-                              AlreadyClosedError, asyncio.CancelledError))
+def _refusal(error: BaseException) -> bool:
+    """Whether an END_TXN that failed with `error` was refused by the coordinator for good (the
+    transaction is not open there, not known, expired, of another epoch of its key): it can
+    only end in ERROR. Any other failure leaves its outcome unknown (no answer, the client
+    closing under it, the coordinator failing to write the decision): the same end may be asked
+    again, as the Java client's TransactionImpl, which errs only on TransactionNotFound and
+    InvalidTxnStatus."""
+    return isinstance(error, (InvalidTxnStatusError, TransactionNotFoundError, ExpiredTransactionError,
+                              NotAllowedError, TransactionConflictError))
 
 
 class Transaction:
@@ -110,6 +113,12 @@ class Transaction:
             self._prune_at = max(_PRUNE_AT, 2 * len(operations))
         operations.append(operation)
 
+    def _refused(self, error: BaseException) -> None:
+        """A send or ack of this (still open) transaction refused before it began (a closed or
+        failed producer or consumer): recorded, so that the commit fails with it."""
+        if self.state == OPEN:
+            self._track_failure(error)
+
     def _track_failure(self, error: BaseException) -> None:
         """A send or ack of this transaction that failed before it was under way (a message
         too big, a full queue, a closed producer): the commit fails with it, as the Java client
@@ -159,10 +168,10 @@ class Transaction:
         try:
             await self._coordinator.end(self.txn_id, action)
         except BaseException as exc:
-            if _in_doubt(exc):
-                self._retry = state
-            else:
+            if _refusal(exc):
                 self.state = ERROR
+            else:
+                self._retry = state
             raise
 
     async def commit(self) -> None:
