@@ -130,7 +130,10 @@ class NetworkProducer:
             self.topic.remove_producer(self.producer)
 
     async def wait_idle(self) -> None:
-        """Wait until every queued send is stored (or failed)."""
+        """Wait until every queued send is stored (or failed), and answer them: a send settled
+        before this ran may have its answer's callback still queued behind it, which would find
+        the producer closed and drop it."""
         outcomes = [p.outcome for p in self._pending if p.outcome is not None and not p.outcome.done()]
         if outcomes:
             await asyncio.wait(outcomes)
+        self._drain()
