@@ -50,13 +50,14 @@ from pyengine.client.negative_acks import NegativeAckTracker
 from pyengine.client.pattern import MultiTopicsConsumer, subscribe_target
 from pyengine.client.producer import check_delivery, check_ordering_key
 from pyengine.client.reader import has_more, position_before_last
+from pyengine.client.transaction import is_end_refusal
 from pyengine.client.validation import (
     check_consumer_type, check_initial_position, check_int, check_name, check_send_fields, check_timeout,
     check_topic,
 )
 from pyengine.errors import (
     InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, TopicFencedError,
-    TransactionConflictError, to_pulsar_error,
+    TransactionConflictError, TransactionNotFoundError, to_pulsar_error,
 )
 from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
@@ -600,19 +601,25 @@ class EmbeddedTransaction:
             self.state = "aborted"
             await self._rewind_cumulative_consumers()      # as an abort (Java's commit aborts)
             raise to_pulsar_error(failure)
-        try:
-            await self._end(TxnAction.COMMIT, "committing")
-        except PulsarError:
-            self.state = "error"
-            raise
+        await self._end(TxnAction.COMMIT, "committing")
         self.state = "committed"
 
     async def _end(self, action: TxnAction, state: str) -> None:
+        """End it at the coordinator. Refused for good there (not open, unknown, expired...):
+        "error"; failed otherwise (cancelled under way, the decision not written): the same
+        end may be asked again, as with pyengine.client's transactions."""
         try:
             await self.service.coordinator.end_transaction(self.txn_id, action)
         except asyncio.CancelledError:
             self._retry = state         # the decision may or may not be taken: ask again to know
             raise
+        except Exception as exc:
+            error = to_pulsar_error(exc)
+            if is_end_refusal(error):
+                self.state = "error"
+            else:
+                self._retry = state
+            raise error from exc
 
     async def abort(self) -> None:
         """Abort: what the transaction sent is dropped, its acks are released. One past its
@@ -627,7 +634,10 @@ class EmbeddedTransaction:
         except asyncio.CancelledError:
             self._retry = "aborting"
             raise
-        await self._end(TxnAction.ABORT, "aborting")
+        try:
+            await self._end(TxnAction.ABORT, "aborting")
+        except TransactionNotFoundError:
+            pass                        # ended and forgotten by the coordinator already (as the client's)
         self.state = "aborted"
         await self._rewind_cumulative_consumers()
 
@@ -700,18 +710,19 @@ class EmbeddedProducer:
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         self._next_sequence = max(self._next_sequence, sequence_id + 1)
+        counted = False     # in txn._in_flight already: a send held while the producer attaches again
         if self._held_sends is not None or self._producer.disconnected or self._topic.closed:
             # no await after this one before the message is handed to the topic (send order)
             if txn is not None:
+                txn._check_open()
                 txn._in_flight += 1         # a commit meanwhile waits for it, and fails with it
+                counted = True              # (and it goes on once let go, the txn committing by then)
             try:
                 await self._attached_again()
             except BaseException as exc:    # refused again (say, a terminated topic)
                 if txn is not None:
                     txn._operation_ended(exc)
                 raise
-            if txn is not None:
-                txn._operation_ended()      # counted again, with no await between, once it is sent
         publish_time = _now_ms()
         fields: dict[str, Any] = {}
         if key is not None:
@@ -734,7 +745,7 @@ class EmbeddedProducer:
                 raise to_pulsar_error(exc) from exc
         else:
             # The per-message path of a transaction: no call that a test of a field spares.
-            if txn.state != "open":
+            if txn.state != "open" and not counted:
                 txn._check_open()
             metadata = (message_metadata(self._producer.name, sequence_id, publish_time, **fields).SerializeToString()
                         + txn._metadata_fields)
@@ -747,8 +758,16 @@ class EmbeddedProducer:
                                              sequence_id=sequence_id, publish_time=publish_time, txn=txn.txn_id,
                                              after=append_condition(txn.txn_id, registration), deliver_at=delay)
             except Exception as exc:
-                raise to_pulsar_error(exc) from exc
-            txn._in_flight += 1         # from here the commit waits for it, and aborts if it fails
+                # refused before it was stored (a delay past the policy's limit, a v5 txn on a
+                # v4 topic...): a send of the transaction failed, so its commit must not succeed
+                error = to_pulsar_error(exc)
+                if counted:
+                    txn._operation_ended(error)
+                else:
+                    txn._fail(error)
+                raise error from exc
+            if not counted:
+                txn._in_flight += 1     # from here the commit waits for it, and aborts if it fails
             try:
                 position = await stored
                 if registration is not None:
@@ -1268,8 +1287,18 @@ class EmbeddedConsumer:
         words[message_id.batch_index // 64] &= ~(1 << (message_id.batch_index % 64))
         return IndividualAck(message_id.position, size, tuple(_signed(w) for w in words))
 
+    async def _attached_for(self, txn: EmbeddedTransaction | None) -> None:
+        """`_attached`, for an ack: one of a transaction refused here (a closed consumer) fails
+        the transaction's commit, as the network client's."""
+        try:
+            await self._attached()
+        except Exception as exc:
+            if isinstance(txn, EmbeddedTransaction):
+                txn._fail(exc)
+            raise
+
     async def acknowledge(self, message: Message | MessageId, txn: EmbeddedTransaction | None = None) -> None:
-        await self._attached()
+        await self._attached_for(txn)
         assert self._subscription is not None
         message_id = self._message_id(message)
         if txn is not None:
@@ -1300,7 +1329,7 @@ class EmbeddedConsumer:
             # first of all, as the network client
             raise CumulativeAcknowledgementNotAllowedError(
                 f"cumulative acknowledgement is not allowed on a {subscription.sub_type} subscription")
-        await self._attached()
+        await self._attached_for(txn)
         subscription = self._subscription       # (another, if it was attached again meanwhile)
         assert subscription is not None
         message_id = self._message_id(message)

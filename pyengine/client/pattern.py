@@ -433,13 +433,12 @@ class MultiTopicsConsumer:
 
     def _check_open_for(self, txn: Transaction | None) -> None:
         """`_check_open` for an ack: one of a transaction refused here fails its commit too."""
-        from pyengine.client.transaction import Transaction
-
         try:
             self._check_open()
         except AlreadyClosedError as exc:
-            if isinstance(txn, Transaction):
-                txn._refused(exc)
+            refused = getattr(txn, "_refused", None)     # pyengine.client's or the embedded API's
+            if refused is not None:
+                refused(exc)
             raise
 
     async def negative_acknowledge(self, message: Message | MessageId) -> None:

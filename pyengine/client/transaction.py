@@ -44,7 +44,7 @@ def _failed_op(op: asyncio.Future[object]) -> bool:
     return op.cancelled() or op.exception() is not None
 
 
-def _refusal(error: BaseException) -> bool:
+def is_end_refusal(error: BaseException) -> bool:
     """Whether an END_TXN that failed with `error` was refused by the coordinator for good (the
     transaction is not open there, not known, expired, of another epoch of its key): it can
     only end in ERROR. Any other failure leaves its outcome unknown (no answer, the client
@@ -168,7 +168,7 @@ class Transaction:
         try:
             await self._coordinator.end(self.txn_id, action)
         except BaseException as exc:
-            if _refusal(exc):
+            if is_end_refusal(exc):
                 self.state = ERROR
             else:
                 self._retry = state
