@@ -32,6 +32,7 @@ from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION
 from pyengine.broker.subscription import Subscription
 from pyengine.broker.topic import Topic
 from pyengine.errors import NotAllowedError, SubscriptionNotFoundError
+from pyengine.protocol.lookup import resolve_topic
 from pyengine.storage.managed_ledger import ManagedLedger
 from pyengine_kernels import Position
 
@@ -54,6 +55,8 @@ async def topics_of(call: Call, *, create_partitions: bool = False, create_topic
     service = call.service
     partitions = service.policies.partitions(str(name))
     if not partitions:
+        if create_topic and not service.topic_exists(str(name)):
+            resolve_topic(service, str(name))   # as a client's: no partition beyond its topic's count (404)
         topic = await service.get_topic(str(name)) if create_topic else await existing_topic(service, name)
         if topic.closed:
             # Being deleted (closed, loaded until its deletion ends): its closed subscriptions
@@ -73,6 +76,15 @@ async def subscriptions_of(call: Call) -> list[Subscription]:
     if not found:
         raise SubscriptionNotFoundError(f"subscription {name} does not exist on {requested_topic(call)}")
     return found
+
+
+def _unacknowledged_from(first: int, size: int) -> list[int]:
+    """The ack set (set bits: not acknowledged, signed 64-bit words) of a batch of `size`
+    whose messages before index `first` are acknowledged."""
+    words = [0] * ((size + 63) // 64)
+    for index in range(first, size):
+        words[index // 64] |= 1 << (index % 64)
+    return [word - (1 << 64) if word >= 1 << 63 else word for word in words]
 
 
 def start_of(message_id: dict[str, Any] | None) -> Position | str:
@@ -156,10 +168,19 @@ async def reset_cursor_to_time(call: Call) -> None:
 @routes.add("POST", SUB_URL + "/resetcursor", summary="Reset a subscription so that a message id is read next.",
             params=SUB_PATH, body=MESSAGE_ID, body_required=True, replies={204: DONE, **errors(400, 404, 405, 412)})
 async def reset_cursor_to_message(call: Call) -> None:
-    subscriptions = await subscriptions_of(call)
-    if call.service.policies.partitions(str(requested_topic(call))):
+    if call.service.policies.partitions(str(requested_topic(call))):      # first, as Pulsar
         raise AdminError(METHOD_NOT_ALLOWED, "Not supported for partitioned topics: reset a partition")
-    (subscription,) = subscriptions
+    (subscription,) = await subscriptions_of(call)
+    batch_index = call.body.get("batchIndex", -1)
+    if batch_index is not None and batch_index >= 0 and start_of(call.body) not in ("earliest", "latest"):
+        # into a batch, as Pulsar's internalResetCursorOnPosition: its earlier indexes (and the
+        # message itself when excluded) acknowledged; not a batch, the message id as it is
+        position = Position(call.body["ledgerId"], call.body["entryId"])
+        entry = subscription.topic.ledger.read_entry(position)
+        if entry is not None and entry.num_messages > 1 and batch_index < entry.num_messages:
+            first = batch_index + 1 if call.body.get("isExcluded") else batch_index
+            await subscription.seek(position, ack_set=_unacknowledged_from(first, entry.num_messages))
+            return
     start = start_of(call.body)
     if start == "earliest":
         start = subscription.topic.ledger.first_position()

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from pyengine.admin import stats
-from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, UNPROCESSABLE, AdminError
+from pyengine.admin.errors import (
+    BAD_REQUEST, CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, UNPROCESSABLE, AdminError,
+)
 from pyengine.admin.lifecycle import topic_change
 from pyengine.admin.names import namespace_name, topic_name, without_system_topics
 from pyengine.admin.policy_routes import add_policy_routes
@@ -49,10 +51,13 @@ from pyengine.admin.schemas import (
     errors,
 )
 from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION
-from pyengine.broker.policies import DelayedDelivery, InactiveTopicPolicies, Retention, check_partitioned_topic_name
+from pyengine.broker.policies import (
+    TC_ASSIGN_TOPIC, DelayedDelivery, InactiveTopicPolicies, Retention, check_partitioned_topic_name,
+)
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import PARTITION_SUFFIX, TopicName
+from pyengine.protocol.lookup import is_transaction_internal
 from pyengine.schema import CompatibilityStrategy, schema_id
 
 routes = RouteTable("persistent topics")
@@ -142,10 +147,18 @@ def check_non_partitioned_topic_name(service: BrokerService, name: TopicName) ->
                                               f"{partitions} partitions (0 to {partitions - 1}): it cannot be created")
 
 
+def check_not_transaction_internal(name: TopicName) -> None:
+    """As Pulsar's validateCreateTopic: no topic is created by hand under the name of one of the
+    transactions' internal topics (it would be taken for one, and hidden as a system topic)."""
+    if is_transaction_internal(name):
+        raise AdminError(BAD_REQUEST, f"Cannot create topic in system topic format! ({name})")
+
+
 @routes.add("PUT", TOPIC_URL, summary="Create a non-partitioned topic (or a partition of a partitioned topic).",
-            params=TOPIC_PATH, replies={204: DONE, **errors(404, 409, 412)})
+            params=TOPIC_PATH, replies={204: DONE, **errors(400, 404, 409, 412)})
 async def create_topic(call: Call) -> None:
     name = requested_topic(call)
+    check_not_transaction_internal(name)
     async with topic_change(call.service, name):         # checked and created in one turn
         await _create_topic(call.service, name)
 
@@ -185,6 +198,7 @@ async def _delete_topic(call: Call, name: TopicName) -> None:
 async def create_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
     check_partitioned_topic_name(name)                         # 412 first, as Pulsar
+    check_not_transaction_internal(name)
     service = call.service
     async with topic_change(service, name):     # a plain topic being created is not stored yet
         await service.load_settled(str(name))     # nor one a producer is creating
@@ -208,10 +222,18 @@ UPDATE_FORCE = Param("force", BOOLEAN, "also when topics named as partitions bey
 
 @routes.add("POST", TOPIC_URL + "/partitions", summary="Increase the number of partitions of a partitioned topic.",
             params=(*TOPIC_PATH, UPDATE_FORCE), body=NEW_PARTITIONS, body_required=True,
-            replies={204: DONE, **errors(400, 406, 409, 412, 422)})
+            replies={204: DONE, **errors(400, 406, 409, 412, 422, 503)})
 async def update_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
     check_partitioned_topic_name(name)                         # 412 first, as Pulsar
+    if str(name) == TC_ASSIGN_TOPIC:
+        # Its partitions are the coordinators (as in Pulsar): scaled with their checks, and
+        # started, as POST /admin/v3/transactions/transactionCoordinator/replicas does
+        from pyengine.admin.routes_transactions import scale_coordinators
+
+        if call.body != call.service.policies.partitions(TC_ASSIGN_TOPIC):
+            await scale_coordinators(call.service, call.body)
+        return
     async with topic_change(call.service, name):    # a deletion meanwhile left the added partitions
         await _update_partitioned_topic(call, name)
 
@@ -268,7 +290,9 @@ CHECK_ALLOW_AUTO_CREATION = Param(
             params=(*TOPIC_PATH, CHECK_ALLOW_AUTO_CREATION),
             replies={200: Reply("PartitionedTopicMetadata", PARTITIONED_METADATA), **errors(404, 412)})
 async def get_partitioned_metadata(call: Call) -> dict[str, Any]:
-    name = str(requested_topic(call))
+    topic = requested_topic(call)
+    call.service.policies.policies(topic.namespace_name)        # 404 first, as Pulsar (and PARTITIONED_METADATA)
+    name = str(topic)
     partitions = call.service.policies.partitions(name)
     # As Pulsar's admin (apache/pulsar#10601): 0 partitions means a non-partitioned topic
     # only if there is one; a topic that does not exist is 404.
@@ -278,9 +302,11 @@ async def get_partitioned_metadata(call: Call) -> dict[str, Any]:
 
 
 @routes.add("DELETE", TOPIC_URL + "/partitions", summary="Delete a partitioned topic and its partitions.",
-            params=(*TOPIC_PATH, FORCE), replies={204: DONE, **errors(400, 404, 412)})
+            params=(*TOPIC_PATH, FORCE), replies={204: DONE, **errors(400, 404, 405, 412)})
 async def delete_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
+    if str(name) == TC_ASSIGN_TOPIC:
+        raise AdminError(METHOD_NOT_ALLOWED, f"{name} lists the transaction coordinators: it cannot be deleted")
     async with topic_change(call.service, name):    # no partition created or added meanwhile
         await _delete_partitioned_topic(call, name)
 

@@ -324,7 +324,12 @@ async def get_position_stats_in_pending_ack(call: Call) -> dict[str, Any]:
                                 "would be refused)"),
                      **errors(503)})
 async def scale_transaction_coordinators(call: Call) -> None:
-    service, replicas = call.service, call.body
+    await scale_coordinators(call.service, call.body)
+
+
+async def scale_coordinators(service: BrokerService, replicas: int) -> None:
+    """Scale the v4 coordinators up to `replicas` (also what an update of the partitioned topic
+    transaction_coordinator_assign does, as in Pulsar, where its partitions are the coordinators)."""
     v4 = service.coordinator.v4
     policies = service.policies
     # Checked and recorded in one event-loop turn (update_partitions caches the new count

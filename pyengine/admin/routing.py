@@ -103,6 +103,12 @@ class RouteTable:
         if declared != in_path:
             raise ValueError(f"{method} {path}: path parameters {sorted(in_path)} declared as {sorted(declared)}")
 
+        if BAD_REQUEST not in replies and any(p.location == "query" and p.schema.get("type") in ("boolean", "integer")
+                                              for p in params):
+            # a malformed typed query parameter is answered 400 before the handler runs
+            replies = {**replies, BAD_REQUEST: Reply("Malformed request: a query parameter of the wrong type",
+                                                     {"$ref": "#/components/schemas/ErrorData"})}
+
         def register(handler: Handler) -> Handler:
             self.routes.append(Route(method, path, handler, summary, self.tag, params, body, body_required,
                                      replies))

@@ -88,6 +88,11 @@ def topics_of_namespace(service: BrokerService, namespace: str, mode: int) -> li
 
 def _is_system_topic(name: str) -> bool:
     base = TopicName.parse(name).partitioned_topic
-    full = str(base)
-    return (base.local_name in _EVENTS_TOPIC_NAMES or full.startswith(_TRANSACTION_INTERNAL_PREFIXES)
-            or full.endswith(_PENDING_ACK_STORE_SUFFIX))
+    return base.local_name in _EVENTS_TOPIC_NAMES or is_transaction_internal(base)
+
+
+def is_transaction_internal(topic: TopicName) -> bool:
+    """Pulsar's SystemTopicNames.isTransactionInternalName: the coordinators' assign topic and
+    logs, and the pending-ack stores' `<topic>-<subscription>__transaction_pending_ack`."""
+    full = str(topic.partitioned_topic)
+    return full.startswith(_TRANSACTION_INTERNAL_PREFIXES) or full.endswith(_PENDING_ACK_STORE_SUFFIX)
