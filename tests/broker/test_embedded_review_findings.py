@@ -17,37 +17,25 @@ from tests.broker.test_embedded_retries_on_a_closed_topic import hold_deletion
 T = "persistent://public/default/review-findings"
 
 
-async def test_ack_in_a_txn_on_a_closed_consumer_fails_the_commit(tmp_path):
+@pytest.mark.parametrize("ack, topics", [("acknowledge", T), ("acknowledge_cumulative", T),
+                                         ("acknowledge", [T, T + "-2"])],
+                         ids=["individual", "cumulative", "multi-topic"])
+async def test_ack_in_a_txn_on_a_closed_consumer_fails_the_commit(tmp_path, ack, topics):
     # pyengine.client: an ack refused by a closed consumer calls txn._refused, so the commit
-    # aborts and raises (as a closed producer's send does here too).
+    # aborts and raises (as a closed producer's send does here too). A list's consumer is the
+    # client's MultiTopicsConsumer, which recorded the refusal only for the client's transactions.
     async with Broker.embedded(tmp_path, sync=False) as broker:
         producer = await broker.create_producer(T)
-        consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        consumer = await broker.subscribe(topics, "s", initial_position="earliest")
         await producer.send(b"m")
         message = await consumer.receive(timeout=2)
         await consumer.close()
         txn = await broker.new_transaction()
         await producer.send(b"out", txn=txn)
         with pytest.raises(AlreadyClosedError):
-            await consumer.acknowledge(message, txn=txn)
+            await getattr(consumer, ack)(message, txn=txn)
         with pytest.raises(PulsarError):
             await txn.commit()          # the ack of the processed input failed: must not commit
-        assert txn.state == "aborted"
-
-
-async def test_cumulative_ack_in_a_txn_on_a_closed_consumer_fails_the_commit(tmp_path):
-    async with Broker.embedded(tmp_path, sync=False) as broker:
-        producer = await broker.create_producer(T)
-        consumer = await broker.subscribe(T, "s", initial_position="earliest")
-        await producer.send(b"m")
-        message = await consumer.receive(timeout=2)
-        await consumer.close()
-        txn = await broker.new_transaction()
-        await producer.send(b"out", txn=txn)
-        with pytest.raises(AlreadyClosedError):
-            await consumer.acknowledge_cumulative(message, txn=txn)
-        with pytest.raises(PulsarError):
-            await txn.commit()
         assert txn.state == "aborted"
 
 
@@ -147,21 +135,3 @@ async def test_a_held_send_of_a_txn_committed_meanwhile_is_committed_or_fails_th
             asyncio.gather(sending, committing, return_exceptions=True), 5)
         assert not (isinstance(send_result, BaseException) and commit_result is None), (
             f"the send failed ({send_result!r}) but the commit succeeded")
-
-
-async def test_ack_in_a_txn_on_a_closed_multi_topic_consumer_fails_the_commit(tmp_path):
-    # MultiTopicsConsumer._check_open_for records the refusal only for a pyengine.client
-    # Transaction: an EmbeddedTransaction's commit goes through.
-    async with Broker.embedded(tmp_path, sync=False) as broker:
-        producer = await broker.create_producer(T)
-        consumer = await broker.subscribe([T, T + "-2"], "s", initial_position="earliest")
-        await producer.send(b"m")
-        message = await consumer.receive(timeout=2)
-        await consumer.close()
-        txn = await broker.new_transaction()
-        await producer.send(b"out", txn=txn)
-        with pytest.raises(AlreadyClosedError):
-            await consumer.acknowledge(message, txn=txn)
-        with pytest.raises(PulsarError):
-            await txn.commit()
-        assert txn.state == "aborted"

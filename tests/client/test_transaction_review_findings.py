@@ -12,25 +12,12 @@ T_IN = "persistent://public/default/review-txn-in"
 T_OUT = "persistent://public/default/review-txn-out"
 
 
-async def test_an_ack_refused_by_a_closed_consumer_fails_the_commit(client):
+@pytest.mark.parametrize("topics", [T_IN, [T_IN, T_OUT]], ids=["one-topic", "multi-topic"])
+async def test_an_ack_refused_by_a_closed_consumer_fails_the_commit(client, topics):
     """As a send refused by a closed producer does (and the Java client, which registers the
     ack op before the consumer's state check fails it): the commit must not succeed."""
     producer = await client.create_producer(T_IN)
-    consumer = await client.subscribe(T_IN, "s", initial_position="earliest")
-    await producer.send(b"m")
-    message = await consumer.receive(timeout=5)
-    txn = await client.new_transaction()
-    await consumer.close()
-    with pytest.raises(AlreadyClosedError):
-        await consumer.acknowledge(message, txn=txn)
-    with pytest.raises(AlreadyClosedError):
-        await txn.commit()              # the ack of the transaction failed: it must abort
-    assert txn.state == ABORTED
-
-
-async def test_an_ack_refused_by_a_closed_multi_topic_consumer_fails_the_commit(client):
-    producer = await client.create_producer(T_IN)
-    consumer = await client.subscribe([T_IN, T_OUT], "multi", initial_position="earliest")
+    consumer = await client.subscribe(topics, "s", initial_position="earliest")
     await producer.send(b"m")
     message = await consumer.receive(timeout=5)
     txn = await client.new_transaction()
@@ -38,7 +25,7 @@ async def test_an_ack_refused_by_a_closed_multi_topic_consumer_fails_the_commit(
     with pytest.raises(AlreadyClosedError):
         await consumer.acknowledge_cumulative(message, txn=txn)
     with pytest.raises(AlreadyClosedError):
-        await txn.commit()
+        await txn.commit()              # the ack of the transaction failed: it must abort
     assert txn.state == ABORTED
 
 
