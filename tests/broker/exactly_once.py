@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from pyengine.broker import Broker
 from pyengine.client import Client
 from pyengine.client.consumer import READY
-from pyengine.client.transaction import _in_doubt
+from pyengine.client.transaction import is_end_refusal
 from pyengine.errors import PulsarError
 from tests.client.conftest import NetworkBroker
 
@@ -139,7 +139,7 @@ class ExactlyOnceMachine(RuleBasedStateMachine):
                 return None
             except PulsarError as exc:
                 failure = exc
-                if not _in_doubt(exc):
+                if is_end_refusal(exc):
                     return exc
                 self.log.append(f"  {name}'s commit in doubt: {exc!r}; asked again")
                 event("a commit in doubt across a restart, asked again")
