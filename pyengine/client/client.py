@@ -414,6 +414,9 @@ class Client:
         name = check_topic(topic)
         if not isinstance(start_message_id, MessageId):
             raise TypeError(f"start_message_id must be a MessageId, not {type(start_message_id).__name__}")
+        if start_message_id.topic_name and start_message_id.topic_name != name:
+            # as Reader.seek: another topic's ledger and entry ids name nothing here
+            raise ValueError(f"start_message_id {start_message_id} is of {start_message_id.topic_name}, not of {name}")
         partitions = await self._core.lookup.partitions(name)
         if partitions > 0 and start_message_id not in (MessageId.earliest, MessageId.latest):
             raise ValueError("a reader of a partitioned topic starts at MessageId.earliest or MessageId.latest")

@@ -1108,6 +1108,7 @@ class Producer:
         more than a plain send: the common case (its partition registered, or its registration
         in flight, and nothing held or blocking) is `_submit_in_txn` with its layers inlined;
         everything else takes that full path."""
+        producer = None
         if not self._closed and txn.state == OPEN:
             producer = self._partitions[self._router.choose(key) if self._partitioned else 0]
             gate = txn._partitions.get(producer.topic)
@@ -1128,8 +1129,9 @@ class Producer:
                 else:
                     txn._track(future)
                 return future
-        return self._submit_in_txn(self._partition_in_txn(key, txn), payload, key, props, event_time, sequence_id,
-                                   txn, deliver_at, ordering_key=ordering_key)
+        # (the partition chosen above, if one was: a router asked twice skipped a partition)
+        return self._submit_in_txn(producer or self._partition_in_txn(key, txn), payload, key, props, event_time,
+                                   sequence_id, txn, deliver_at, ordering_key=ordering_key)
 
     def _partition_in_txn(self, key: str | None, txn: Transaction) -> PartitionProducer:
         """The partition of a send in `txn`; a closed producer fails the send and the commit."""
