@@ -530,13 +530,13 @@ class Subscription:
         order (messages after them, delivered already, come again too), not the released
         messages after later ones."""
         if again and self.sub_type in SINGLE_ACTIVE_TYPES:
-            # What the cursor acknowledged meanwhile (a plain cumulative ack over them) does not
-            # come again: it makes no consumer's copies stale (it stayed stale, for good)
-            again = {position for position in again if not self.cursor.is_acked(position)}
-        if again and self.sub_type in SINGLE_ACTIVE_TYPES:
-            earliest = min(again)
+            # What the cursor acknowledged meanwhile (a plain cumulative ack, a skip) does not
+            # come again, so it makes no consumer's later copies stale (the consumer stayed
+            # stale for good: nothing asked for the stream again)
+            unacked = [position for position in again if not self.cursor.is_acked(position)]
+            earliest = min(unacked) if unacked else None
             for consumer in self.consumers:
-                if consumer.last_delivered is not None and consumer.last_delivered >= earliest:
+                if earliest is not None and consumer.last_delivered is not None and consumer.last_delivered >= earliest:
                     consumer.stale_since(earliest)
                 again.update(consumer.pending)
         self.dispatcher.redeliver(sorted(again))
