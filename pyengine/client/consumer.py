@@ -400,9 +400,19 @@ class PartitionConsumer(ConnectionHandler):
         self.start = _start_id(options.start_message_id, options.start_message_id_inclusive)
         self.start_inclusive = options.start_message_id_inclusive
         self.last_dequeued: MessageId | None = None
+        # Resubscribed before the last message handed out (at a chunked message it had not
+        # finished, which other messages interleave): what comes at or before it is dropped.
+        self._handed_out_through: MessageId | None = None
         # The last seek was by publish time: until something is read, only the broker knows
         # where the subscription is (has_message_available asks for its mark-delete position).
         self.sought_by_timestamp = False
+        # A reader's last seek by publish time while nothing was read since: a reader that
+        # subscribes again anew (its connection lost, the topic moved) seeks to it again, as its
+        # new subscription starts at the reader's initial position. The broker closes a reader
+        # for its seek and keeps its moved subscription for the next SUBSCRIBE: no seek then.
+        self._sought_time: int | None = None
+        self._seek_kept_by_broker = False
+        self._seeking_again: asyncio.Task[None] | None = None
         # Chunked messages being put back together (created with the first chunk).
         self._chunks: ChunkAssembler | None = None
         # The chunks of each chunked message queued here and not acknowledged, by its last
@@ -444,8 +454,12 @@ class PartitionConsumer(ConnectionHandler):
             if firsts:
                 self.start, self.start_inclusive = min(firsts), True
                 self.sought_by_timestamp = False        # the start names a message now
+                self._handed_out_through = self.last_dequeued
             elif self.last_dequeued is not None:
                 self.start, self.start_inclusive = self.last_dequeued, False
+            if self.start is not None:
+                self._sought_time = None
+        seek_kept, self._seek_kept_by_broker = self._seek_kept_by_broker, False
         # As Java's clearReceiverQueue, with the start taken: what was queued comes again, so
         # none of it is handed out while the SUBSCRIBE is on its way (it would come twice), nor
         # counted (a batch receive would take the count for messages it cannot have).
@@ -479,13 +493,30 @@ class PartitionConsumer(ConnectionHandler):
         self.connection = connection
         self.state = READY
         self._ready.set()
-        self._flow(self.options.receiver_queue_size)
+        if self._sought_time is not None and not seek_kept:
+            self._seek_again(self._sought_time)     # it asks for messages once there
+        else:
+            self._flow(self.options.receiver_queue_size)
         self._flush_acks()
 
     def on_connection_closed(self, connection: ClientConnection) -> None:
         if connection is self.connection:
             self._ready.clear()
+            self._seek_kept_by_broker = False         # a reader's subscription ends with it
         super().on_connection_closed(connection)
+
+    def _seek_again(self, publish_time: int) -> None:
+        async def seek() -> None:
+            try:
+                await self.seek(publish_time)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:                # noqa: BLE001 - logged, and reading goes on
+                if self.state == READY:
+                    log.warning("%s: could not seek again to publish time %d: %s", self, publish_time, exc)
+                    self._flow(self.options.receiver_queue_size)
+                # else: it subscribes again, and seeks again then
+        self._seeking_again = asyncio.get_running_loop().create_task(seek())
 
     def on_closed_by_broker(self) -> None:
         self._ready.clear()
@@ -550,7 +581,8 @@ class PartitionConsumer(ConnectionHandler):
             self._batch_delivered(messages[0].message_id, {m.message_id.batch_index for m in messages},
                                   with_ack_set=bool(command.ack_set))
         if self.start is not None:          # a reader's start, or a seek's message id
-            kept = [m for m in messages if not self._before_start(m.message_id)]
+            kept = [m for m in messages
+                    if not self._before_start(m.message_id) and not self._handed_out_already(m.message_id)]
             skipped += len(messages) - len(kept)
             messages = kept
         if skipped:
@@ -619,7 +651,8 @@ class PartitionConsumer(ConnectionHandler):
             event_time=md.event_time, publish_time=md.publish_time, producer_name=md.producer_name,
             sequence_id=md.sequence_id, redelivery_count=command.redelivery_count,
             schema_version=_schema_version(md.schema_version) if md.HasField("schema_version") else None)
-        if self.start is not None and self._before_start(message.message_id):
+        if self.start is not None and (self._before_start(message.message_id)
+                                       or self._handed_out_already(message.message_id)):
             self.credit(1)
             return True
         messages = [message]
@@ -658,6 +691,18 @@ class PartitionConsumer(ConnectionHandler):
             # then are this consumer's to receive.
             return False
         return before_start(message_id, start, self.start_inclusive)
+
+    def _handed_out_already(self, message_id: MessageId) -> bool:
+        """A reader resubscribed at a chunked message it had not finished: whether this message,
+        which came again with it, was handed out before (the filter ends at the first that was
+        not: they come in order)."""
+        through = self._handed_out_through
+        if through is None:
+            return False
+        if before_start(message_id, through, False):
+            return True
+        self._handed_out_through = None
+        return False
 
     def _reject(self, ledger_id: int, entry_id: int, validation_error: int, permits: int = 1) -> None:
         # As the C++ client: a message that cannot be read is acknowledged with the reason.
@@ -933,6 +978,8 @@ class PartitionConsumer(ConnectionHandler):
         self._forget_deliveries()
         self._consumed_since_flow = 0
         self.last_dequeued = None
+        self._handed_out_through = None
+        self._sought_time = None if isinstance(target, MessageId) or self.options.durable else target
         if isinstance(target, MessageId):
             # The broker moves the cursor to the id's entry; as Pulsar's clients, what comes
             # before the id (in its batch too) is dropped here, and the id itself unless
@@ -946,6 +993,8 @@ class PartitionConsumer(ConnectionHandler):
             # The broker moved the cursor and forgot this consumer's permits (a broker that
             # closes the consumer instead makes it subscribe again, with a fresh FLOW).
             self._flow(self.options.receiver_queue_size)
+        elif connection.usable:
+            self._seek_kept_by_broker = not self.options.durable
 
     async def get_last_message_id(self) -> MessageId:
         return (await self.get_last_message_id_and_position())[0]
@@ -982,6 +1031,9 @@ class PartitionConsumer(ConnectionHandler):
 
     def _closed_locally(self) -> None:
         self.state = CLOSED
+        if self._seeking_again is not None:
+            self._seeking_again.cancel()
+            self._seeking_again = None
         self._ready.set()                   # the operations waiting for a connection end now
         self._stop_reconnecting()
         if self._chunk_timer is not None:
