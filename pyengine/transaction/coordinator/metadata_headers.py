@@ -61,6 +61,8 @@ class TxnHeaderCache:
         self.recheck_interval_s = recheck_interval_s
         self._entries: dict[TxnId, CachedHeader] = {}
         self._reading: dict[TxnId, int] = {}             # txn -> gets in flight
+        self._deleted: dict[TxnId, int] = {}             # txn -> revision of its header's deletion
+        #                                                  told while a get of it was in flight
         self._reopens = 0                                # watch generation: bumped by each reopen
         self._listeners: dict[TxnId, list[Listener]] = {}
         self._watch: Watch | None = None
@@ -107,10 +109,16 @@ class TxnHeaderCache:
                 # a decision the broken watch lost, and the resync did not know of this read.
         finally:
             left = self._reading[txn] - 1
+            deleted_at = self._deleted.get(txn)
             if left:
                 self._reading[txn] = left
             else:
                 del self._reading[txn]
+                self._deleted.pop(txn, None)
+        if record is not None and deleted_at is not None and record.mod_revision < deleted_at:
+            # Read before the GC sweep deleted it, returned after the watch told so: cached,
+            # the decided header would stay for good (its deletion is told only once).
+            record = None
         if record is None:          # not cached: unknown ids must not fill the memory
             self._entries.pop(txn, None)
             self._fire(txn, None)
@@ -223,6 +231,8 @@ class TxnHeaderCache:
         self.notifications_applied += 1
         if notification.type is NotificationType.DELETED:
             if notification.record is None:     # the header itself is gone (GC)
+                if txn in self._reading:
+                    self._deleted[txn] = notification.revision
                 self._entries.pop(txn, None)
                 self._fire(txn, None)
             return
