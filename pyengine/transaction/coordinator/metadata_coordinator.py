@@ -159,7 +159,7 @@ class MetadataTransactionCoordinator:
             if self._next_id >= self._id_limit:
                 while True:
                     record = await self.store.get(ID_BLOCK_PATH)
-                    start = 0 if record is None else int(json.loads(record.value))
+                    start = 0 if record is None else _id_block_start(record.value)
                     try:
                         await self.store.put(ID_BLOCK_PATH, json.dumps(start + self.id_block).encode(),
                                              -1 if record is None else record.version)
@@ -438,6 +438,20 @@ class MetadataTransactionCoordinator:
     def _check_running(self) -> None:
         if self._state != "running":
             raise ServiceNotReadyError(f"the v5 transaction coordinator is {self._state}")
+
+
+def _id_block_start(value: bytes) -> int:
+    """The next free id the allocator record holds. Anything but a whole number that leaves
+    room for a block of 64-bit ids is corrupt: read leniently (`1.5`, `true` as 1), it handed
+    out ids given before; a negative one failed each NEW_TXN with an UnknownError."""
+    try:
+        start = json.loads(value)
+    except ValueError:
+        start = None
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < 2**63:
+        raise CorruptTxnRecordError(f"the v5 txn id allocator {ID_BLOCK_PATH} holds {bytes(value)[:64]!r}, "
+                                    "not a next id")
+    return start
 
 
 def _done() -> asyncio.Future[Any]:
