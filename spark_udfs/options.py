@@ -3,7 +3,7 @@
 | option | default | meaning |
 | --- | --- | --- |
 | `path` (or `load(path)`) | required | the broker's data dir |
-| `topics` | every topic | comma-separated names and patterns, or a list of them (`.option("topics", [...])` passes the list's `str()`, read back as a Python or JSON list of strings): a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`, `segment://public/default/orders/0000-ffff-0`), a partitioned topic (its stored `-partition-N` topics, as its consumers read them), a scalable topic (`topic://public/default/orders`: its stored `segment://` topics), a namespace (`public/default`: its topics, segments included), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*` = `persistent://...`, `segment://public/default/orders/*`). A name that is not stored, or a pattern that matches nothing, is an error. |
+| `topics` | every topic | comma-separated names and patterns, or a list of them (`.option("topics", [...])` passes the list's `str()`, read back as a Python or JSON list of strings): a topic (`orders`, `public/default/orders`, `persistent://public/default/orders`, `segment://public/default/orders/0000-ffff-0`), a partitioned topic (its stored `-partition-N` topics, as its consumers read them), a scalable topic (`topic://public/default/orders`: its stored `segment://` topics), a namespace (`public/default`: its topics, segments included), or a glob over full names (`persistent://public/default/orders-*`, `public/default/orders-*` = `persistent://...`, `segment://public/default/orders/*`). A name that is not stored, or a pattern that matches nothing, is an error (a stream: a name not stored when it begins; one deleted later is no longer read, and a pattern may match nothing). |
 | `isolation` | `read_committed` | `read_committed`: what a READ_COMMITTED consumer receives (no aborted or open txn's messages, nothing past the read horizon, no markers; v5 `segment://` topics: from the transaction records of the data dir's LMDB metadata store, see `spark_udfs.state`). `read_uncommitted`: every message, committed or not (PIP-31's READ_UNCOMMITTED); markers are control entries and stay out unless `includeMarkers`. |
 | `includeMarkers` | `false` | with `read_uncommitted`: also the commit/abort marker rows (`is_marker` true), i.e. every stored entry (audits, or your own `committed_filter`) |
 | `startPosition` | `earliest` | first position read, inclusive: `earliest`, `latest`, `LEDGER:ENTRY`, or a JSON object `{"topic": "LEDGER:ENTRY", ...}` (each key a topic that is read; others start at `earliest`) |
@@ -247,13 +247,14 @@ def _exact_topic(pattern: str, stored: list[str]) -> list[str]:
     return [stored_name for stored_name in stored if _partition_of(stored_name) == name]
 
 
-def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str], *, patterns_may_match_none: bool = False
-                   ) -> list[str]:
+def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str], *, patterns_may_match_none: bool = False,
+                   names_may_be_gone: bool = False) -> list[str]:
     """The stored topics the patterns name, in stored (name) order. Without patterns: every
     topic except system ones (local name starting with `__`). A pattern (glob, namespace,
     scalable topic) that matches nothing is an error, unless `patterns_may_match_none` (a
     stream: its topics may come later, or all be deleted, as with Kafka's subscribePattern);
-    a topic named exactly that is not stored always is."""
+    a topic named exactly that is not stored is too, unless `names_may_be_gone` (a stream
+    that has begun: the topic was deleted while it ran, as Kafka's `subscribe` reads on)."""
     def is_system(name: str) -> bool:
         return name.rpartition("/")[2].startswith("__")
 
@@ -282,7 +283,10 @@ def resolve_topics(patterns: tuple[str, ...] | None, stored: list[str], *, patte
                        and str(TopicName.parse(name).scalable_topic) == scalable]
             if not matched and not patterns_may_match_none:
                 raise OptionError(f"scalable topic {scalable!r} has no stored segment:// topic in this data dir")
-        else:                                   # a topic name matching nothing stored (see above)
+        elif names_may_be_gone:                 # a topic name matching nothing stored (see above)
+            _normalize(pattern, "topics")
+            matched = []
+        else:
             raise OptionError(f"unknown topic {_normalize(pattern, 'topics')!r}: it is not stored in this data dir")
         chosen.update(matched)
     return [name for name in stored if name in chosen]

@@ -171,7 +171,10 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def _topics(self, snapshot: Snapshot, check_start: bool = False) -> list[str]:
-        names = resolve_topics(self.options.topics, snapshot.topic_names(), patterns_may_match_none=True)
+        # A topic named exactly must be stored when the query begins; one deleted since is no
+        # longer read (failOnDataLoss tells it), rather than failing every micro-batch for good.
+        names = resolve_topics(self.options.topics, snapshot.topic_names(), patterns_may_match_none=True,
+                               names_may_be_gone=not check_start)
         stray = sorted(set(self.options.start.per_topic) - set(names)) if check_start else []
         if stray:
             raise OptionError(f"startPosition names {', '.join(map(repr, stray))}, which is not among the topics "
