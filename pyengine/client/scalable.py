@@ -75,6 +75,17 @@ async def _forward(consumer: Consumer, closed: Callable[[], bool], put: Callable
 # then raise AlreadyClosedError (each puts it back for the next one), as a Consumer's do.
 _CLOSED = object()
 
+async def _next_queued(queue: asyncio.Queue[Any], remaining: float | None, timeout: float | None) -> Any:
+    """The next item of a scalable consumer's queue, waiting at most `remaining` s (None: no
+    limit). One queued already is taken even with no time left, as Consumer.receive does
+    (asyncio.wait_for with 0 cancels the get before it runs: receive(timeout=0) got nothing)."""
+    with contextlib.suppress(asyncio.QueueEmpty):
+        return queue.get_nowait()
+    if remaining is not None and remaining <= 0:
+        raise TimeoutError(f"no message within {timeout}s")
+    return await asyncio.wait_for(queue.get(), remaining)
+
+
 # A QueueConsumer's checks of a sealed segment's backlog: at once after an ack of one of its
 # messages here, else polled, backing off from DRAIN_POLL to DRAIN_POLL_MAX seconds.
 DRAIN_POLL = 0.1
@@ -801,7 +812,7 @@ class QueueConsumer:
             if self._closed:
                 raise AlreadyClosedError(f"the queue consumer of {self.watch.topic} is closed")
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            queued = await asyncio.wait_for(self._queue.get(), remaining)
+            queued = await _next_queued(self._queue, remaining, timeout)
             if queued is _CLOSED:
                 self._queue.put_nowait(_CLOSED)            # for every other receive waiting
                 continue
@@ -1122,7 +1133,7 @@ class StreamConsumer:
             if self._closed and self._ended is None:     # (ended: what was queued is handed out first)
                 raise AlreadyClosedError(f"stream consumer {self.consumer_name} of {self.watch.topic} is closed")
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            queued = await asyncio.wait_for(self._queue.get(), remaining)
+            queued = await _next_queued(self._queue, remaining, timeout)
             if queued is _CLOSED:
                 self._queue.put_nowait(_CLOSED)        # for every other receive waiting
                 continue
