@@ -400,9 +400,11 @@ class ScalableProducer:
         one operation settled with its outcome — the attempt that a sealed parent refused was
         not stored and is no failed operation of it; the one sent again to the child is (and
         a send of unknown outcome fails the commit)."""
+        # checked before the key is routed: key_hash takes bytes(key) of anything, so an int key
+        # was hashed (bytes(10**12) allocates 1 TB) or refused with another error than a Producer's
+        data, properties = _check_message(data, key, properties, None, None, txn)
         if txn is None:
             return await self._send(data, key, properties, None)
-        data, properties = _check_message(data, key, properties, None, None, txn)
         if txn.state != OPEN:
             txn._check_open()
         operation: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
@@ -421,7 +423,7 @@ class ScalableProducer:
 
     async def _send(self, data: bytes, key: str | None, properties: dict[str, str] | None,
                     txn: Transaction | None) -> tuple[int, MessageId]:
-        """`send`; with `txn`, `data` and `properties` are checked, and each attempt is sent
+        """`send`, `data`, `key` and `properties` checked; with `txn`, each attempt is sent
         untracked by the transaction (`send` tracks the logical send)."""
         order = next(self._orders)
         turn: _Turn | None = None

@@ -28,3 +28,19 @@ async def test_a_poll_with_no_time_left_takes_a_queued_message(client, service):
         with pytest.raises(TimeoutError):
             await consumer.receive(0)
     await producer.close()
+
+
+@pytest.mark.parametrize("key", [-1, 3, 1.5, b"k", ["k"]])
+async def test_a_key_that_is_no_string_is_refused_before_it_is_routed(client, service, key):
+    """A ScalableProducer hashed the key before any check (bytes(key) of whatever it was): an
+    int key was hashed as that many zero bytes (key=10**12: a 1 TB allocation) and then
+    refused by the segment's producer, a negative one raised ValueError("negative count"), a
+    list "'str' object cannot be interpreted as an integer". Now TypeError, as a Producer's,
+    before anything is opened."""
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    producer = await client.create_producer(T)
+    with pytest.raises(TypeError, match="key must be a string"):
+        await producer.send(b"m", key=key)
+    assert producer._producers == {}                 # no segment producer opened for it
+    await producer.close()
