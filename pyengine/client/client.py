@@ -261,7 +261,8 @@ class Client:
     async def subscribe_queue(self, topic: str, subscription_name: str, *, receiver_queue_size: int = 1000,
                               consumer_name: str | None = None) -> QueueConsumer:
         """A QueueConsumer of a `topic://` scalable topic: Shared on every segment, no controller."""
-        check_name("subscription_name", subscription_name)
+        # checked now, as subscribe does: the segments' consumers get them later
+        ConsumerOptions(subscription_name, receiver_queue_size=receiver_queue_size, consumer_name=consumer_name)
         watch = await self.watch_scalable_topic(topic)
         consumer = QueueConsumer(self, watch, subscription_name,
                                  {"receiver_queue_size": receiver_queue_size, "consumer_name": consumer_name})
@@ -277,7 +278,8 @@ class Client:
         """A StreamConsumer of a `topic://` scalable topic: ordered per key, its segments assigned
         by the controller leader to the subscription's consumers (by name, kept across
         reconnects within the grace period)."""
-        check_name("subscription_name", subscription_name)
+        # checked now: a segment's subscribe gets them only once one is assigned (maybe never)
+        ConsumerOptions(subscription_name, receiver_queue_size=receiver_queue_size, consumer_name=consumer_name)
         check_name("consumer_name", consumer_name)
         watch = await self.watch_scalable_topic(topic)
         consumer = StreamConsumer(self, watch, subscription_name, consumer_name,

@@ -44,3 +44,21 @@ async def test_a_key_that_is_no_string_is_refused_before_it_is_routed(client, se
         await producer.send(b"m", key=key)
     assert producer._producers == {}                 # no segment producer opened for it
     await producer.close()
+
+
+@pytest.mark.parametrize("size, error", [(0, ValueError), ("10", TypeError)])
+async def test_a_bad_receiver_queue_size_of_a_stream_consumer_is_refused_at_once(client, service, size, error):
+    """subscribe_stream passed receiver_queue_size on to each segment's subscribe, unchecked: a
+    consumer assigned no segment yet (the only one is another consumer's) was registered with
+    it, and each later assignment then failed to subscribe, logged and retried for good."""
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    first = await client.subscribe_stream(T, "s", "c1")
+    with pytest.raises(error, match="receiver_queue_size"):
+        await client.subscribe_stream(T, "s", "c2", receiver_queue_size=size)
+    with pytest.raises(error, match="receiver_queue_size"):
+        await client.subscribe_queue(T, "q", receiver_queue_size=size)
+    controller = await scalable.leader(T)
+    consumers = (await controller.stats())["subscriptions"]["s"]["consumers"]
+    assert [c["consumerName"] for c in consumers] == ["c1"]     # nothing registered for c2
+    await first.close()
