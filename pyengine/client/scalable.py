@@ -1255,9 +1255,19 @@ class CheckpointConsumer(StreamConsumer):
             if self._outdated(assignment):
                 return
             layout = self.watch.layout
-            if layout is None or layout.epoch < assignment.layout_epoch:
-                layout = await self.watch.wait_newer_than(assignment.layout_epoch - 1,
-                                                          self._core.config.operation_timeout)
+            while layout is None or layout.epoch < assignment.layout_epoch:
+                # Until the DAG watch brings it, however late (a watch re-opening): given up,
+                # the assignment was never applied, and the consumer kept its old segments.
+                try:
+                    layout = await self.watch.wait_newer_than(assignment.layout_epoch - 1,
+                                                              self._core.config.operation_timeout)
+                except TimeoutError:
+                    if strict:                          # registering: within the operation timeout
+                        raise
+                    if self._outdated(assignment):      # closed, or a newer one to apply
+                        return
+                    log.info("checkpoint consumer %s: still waiting for the layout of epoch %d",
+                             self.consumer_name, assignment.layout_epoch)
             if self._closed:
                 return
             await self._stop_reading()
