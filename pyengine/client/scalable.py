@@ -75,6 +75,7 @@ async def _forward(consumer: Consumer, closed: Callable[[], bool], put: Callable
 # then raise AlreadyClosedError (each puts it back for the next one), as a Consumer's do.
 _CLOSED = object()
 
+
 async def _next_queued(queue: asyncio.Queue[Any], remaining: float | None, timeout: float | None) -> Any:
     """The next item of a scalable consumer's queue, waiting at most `remaining` s (None: no
     limit). One queued already is taken even with no time left, as Consumer.receive does
