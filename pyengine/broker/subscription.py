@@ -464,7 +464,9 @@ class Subscription:
         indexes = IndividualAck(ack.position, size, tuple(free))
         if self._txn_view_compacted(consumer):
             indexes = self._compacted_out_taken_by_txn(indexes)
-        if before > covered:
+        # (ledger, -1): no stored entry precedes the batch (the ledgers before it, consumed,
+        # were trimmed), so there is nothing to acknowledge cumulatively.
+        if before.entry_id >= 0 and before > covered:
             await pending.cumulative_ack_in_batch(txn, before, indexes, after=after)
             self._taken_by_txn(consumer, txn, cumulative=before, acks=[indexes])
         else:

@@ -1,0 +1,40 @@
+"""Review findings on the v4 pending acknowledgements as the subscription uses them."""
+
+import asyncio
+
+from pyengine.broker import Broker
+from pyengine.broker.policies import Retention
+from pyengine.storage import ManagedLedgerConfig
+from tests.broker.helpers import drain, publish_batch
+
+T = "persistent://public/default/pending-ack-review"
+
+
+async def test_a_cumulative_txn_ack_inside_the_first_batch_after_trimmed_ledgers(tmp_path):
+    """A transactional cumulative ack of a message inside a batch that is the first entry of
+    the oldest ledger left (those before it consumed and trimmed) failed with an unknown
+    error: the entry before the batch, the cumulative part of the request, was (ledger, -1),
+    which names no entry, and the pending acks refused it as malformed (ValueError). Nothing
+    unacknowledged lies before such a batch: the request is its batch indexes alone."""
+    config = dict(retention=Retention(0, 0), ledger=ManagedLedgerConfig(max_entries_per_ledger=2))
+    async with Broker.embedded(tmp_path, **config) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="exclusive", initial_position="earliest")
+        await producer.send(b"m0")
+        await producer.send(b"m1")
+        await consumer.acknowledge_cumulative((await drain(consumer))[-1])
+        await publish_batch(broker, producer, [b"a", b"b", b"c"])
+        batch = await drain(consumer)
+        topic = broker.service.topics[T]
+        for _ in range(100):                        # the first ledger is trimmed once consumed
+            if 1 not in topic.ledger.ledgers:
+                break
+            await asyncio.sleep(0.02)
+        assert list(topic.ledger.ledgers) == [2]
+        txn = await broker.new_transaction()
+        await consumer.acknowledge_cumulative(batch[1], txn=txn)
+        await txn.commit()
+        cursor = topic.subscriptions["s"].cursor
+        position = batch[0].message_id.position
+        assert cursor.batch_ack_set(position) == [0b100]          # a and b acknowledged, c not
+        assert topic.subscriptions["s"].backlog() == 1
