@@ -216,17 +216,18 @@ class SnapshotStore:
         segments of `segment_aborts` each, in marker order; what stays unsealed. Only those: an
         abort applied after this snapshot has its marker beyond it (its txn's entries, before
         the marker, held the read position back until it ended), so no later abort can fall
-        below a sealed segment."""
+        below a sealed segment. Aborts sharing a marker position (txns ended on a terminated
+        topic are all at its LAC) go into one segment, then larger: a segment is named by its
+        last marker, and what stays unsealed is what lies after it."""
         after = unsealed.since(max_read_position.next())
         if len(unsealed) - len(after) < self.segment_aborts:
             return unsealed
+        items = [(txn, marker) for txn, marker in unsealed.items() if marker <= max_read_position]
         chunk, count = AbortedTxnSet(), 0
-        for txn, marker in unsealed.items():
-            if marker > max_read_position:
-                break
+        for index, (txn, marker) in enumerate(items):
             chunk.add(txn, marker)
             count += 1
-            if count == self.segment_aborts:
+            if count >= self.segment_aborts and (index + 1 == len(items) or items[index + 1][1] != marker):
                 self._segments.append(SnapshotSegment(marker, count))
                 self._unwritten[marker] = chunk.to_bytes()
                 chunk, count = AbortedTxnSet(), 0

@@ -1,0 +1,26 @@
+"""Findings of a review of the v4 transaction buffer (one test per bug, named by what went wrong)."""
+
+from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
+from pyengine_kernels import TxnId
+from tests.transaction.buffer.helpers import open_buffer, restart_without_closing, visible_positions
+
+
+async def test_aborts_sharing_a_marker_position_are_all_kept_by_a_sealed_snapshot(reopen):
+    """Txns aborted on a terminated topic have no marker: each is remembered at the LAC, all
+    at the same position. Sealing a snapshot segment cut them at `snapshot_segment_aborts`
+    and kept as unsealed only the aborts after the segment's last marker: the others at that
+    same position were in neither, so after a restart their entries were visible."""
+    config = TopicTransactionBufferConfig(snapshot_segment_aborts=2)
+    env = reopen()
+    ledger, buffer = await open_buffer(env, config)
+    plain = await ledger.append(b"plain")
+    written = [await buffer.append(TxnId(1, least), b"x") for least in range(3)]
+    await ledger.terminate()
+    for least in range(3):
+        await buffer.abort(TxnId(1, least), -1)
+    assert visible_positions(ledger, buffer) == {plain}
+    await buffer.take_snapshot()
+    env, ledger, buffer = await restart_without_closing(env, reopen)
+    assert all(buffer.is_txn_aborted(TxnId(1, least)) for least in range(3))
+    assert visible_positions(ledger, buffer) == {plain}
+    assert not set(written) & visible_positions(ledger, buffer)
