@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)pyengine/transaction/buffer/records.proto\x12\x1bpyengine.transaction.buffer\"r\n\x11\x43oordinatorRecord\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x02(\x03\x12\x19\n\rlow_watermark\x18\x02 \x01(\x03:\x02-1\x12\x15\n\tcommitted\x18\x03 \x03(\x03\x42\x02\x10\x01\x12\x13\n\x07\x61\x62orted\x18\x04 \x03(\x03\x42\x02\x10\x01\"k\n\x15SnapshotSegmentRecord\x12\x1d\n\x15last_marker_ledger_id\x18\x01 \x02(\x03\x12\x1c\n\x14last_marker_entry_id\x18\x02 \x02(\x03\x12\x15\n\raborted_count\x18\x03 \x02(\x03\"\x87\x02\n\x1fTransactionBufferSnapshotRecord\x12\x1a\n\x12max_read_ledger_id\x18\x01 \x02(\x03\x12\x19\n\x11max_read_entry_id\x18\x02 \x02(\x03\x12\x0f\n\x07\x61\x62orted\x18\x03 \x02(\x0c\x12\x44\n\x0c\x63oordinators\x18\x04 \x03(\x0b\x32..pyengine.transaction.buffer.CoordinatorRecord\x12\x10\n\x08taken_ms\x18\x05 \x01(\x03\x12\x44\n\x08segments\x18\x06 \x03(\x0b\x32\x32.pyengine.transaction.buffer.SnapshotSegmentRecord')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)pyengine/transaction/buffer/records.proto\x12\x1bpyengine.transaction.buffer\"\x92\x01\n\x11\x43oordinatorRecord\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x02(\x03\x12\x19\n\rlow_watermark\x18\x02 \x01(\x03:\x02-1\x12\x15\n\tcommitted\x18\x03 \x03(\x03\x42\x02\x10\x01\x12\x13\n\x07\x61\x62orted\x18\x04 \x03(\x03\x42\x02\x10\x01\x12\x1e\n\x12\x63ommitted_unmarked\x18\x05 \x03(\x03\x42\x02\x10\x01\"k\n\x15SnapshotSegmentRecord\x12\x1d\n\x15last_marker_ledger_id\x18\x01 \x02(\x03\x12\x1c\n\x14last_marker_entry_id\x18\x02 \x02(\x03\x12\x15\n\raborted_count\x18\x03 \x02(\x03\"\x87\x02\n\x1fTransactionBufferSnapshotRecord\x12\x1a\n\x12max_read_ledger_id\x18\x01 \x02(\x03\x12\x19\n\x11max_read_entry_id\x18\x02 \x02(\x03\x12\x0f\n\x07\x61\x62orted\x18\x03 \x02(\x0c\x12\x44\n\x0c\x63oordinators\x18\x04 \x03(\x0b\x32..pyengine.transaction.buffer.CoordinatorRecord\x12\x10\n\x08taken_ms\x18\x05 \x01(\x03\x12\x44\n\x08segments\x18\x06 \x03(\x0b\x32\x32.pyengine.transaction.buffer.SnapshotSegmentRecord')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COORDINATORRECORD'].fields_by_name['committed']._serialized_options = b'\020\001'
   _globals['_COORDINATORRECORD'].fields_by_name['aborted']._loaded_options = None
   _globals['_COORDINATORRECORD'].fields_by_name['aborted']._serialized_options = b'\020\001'
-  _globals['_COORDINATORRECORD']._serialized_start=74
-  _globals['_COORDINATORRECORD']._serialized_end=188
-  _globals['_SNAPSHOTSEGMENTRECORD']._serialized_start=190
-  _globals['_SNAPSHOTSEGMENTRECORD']._serialized_end=297
-  _globals['_TRANSACTIONBUFFERSNAPSHOTRECORD']._serialized_start=300
-  _globals['_TRANSACTIONBUFFERSNAPSHOTRECORD']._serialized_end=563
+  _globals['_COORDINATORRECORD'].fields_by_name['committed_unmarked']._loaded_options = None
+  _globals['_COORDINATORRECORD'].fields_by_name['committed_unmarked']._serialized_options = b'\020\001'
+  _globals['_COORDINATORRECORD']._serialized_start=75
+  _globals['_COORDINATORRECORD']._serialized_end=221
+  _globals['_SNAPSHOTSEGMENTRECORD']._serialized_start=223
+  _globals['_SNAPSHOTSEGMENTRECORD']._serialized_end=330
+  _globals['_TRANSACTIONBUFFERSNAPSHOTRECORD']._serialized_start=333
+  _globals['_TRANSACTIONBUFFERSNAPSHOTRECORD']._serialized_end=596
 # @@protoc_insertion_point(module_scope)

@@ -7,16 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CoordinatorRecord(_message.Message):
-    __slots__ = ("coordinator_id", "low_watermark", "committed", "aborted")
+    __slots__ = ("coordinator_id", "low_watermark", "committed", "aborted", "committed_unmarked")
     COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
     LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     ABORTED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_UNMARKED_FIELD_NUMBER: _ClassVar[int]
     coordinator_id: int
     low_watermark: int
     committed: _containers.RepeatedScalarFieldContainer[int]
     aborted: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, coordinator_id: _Optional[int] = ..., low_watermark: _Optional[int] = ..., committed: _Optional[_Iterable[int]] = ..., aborted: _Optional[_Iterable[int]] = ...) -> None: ...
+    committed_unmarked: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, coordinator_id: _Optional[int] = ..., low_watermark: _Optional[int] = ..., committed: _Optional[_Iterable[int]] = ..., aborted: _Optional[_Iterable[int]] = ..., committed_unmarked: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SnapshotSegmentRecord(_message.Message):
     __slots__ = ("last_marker_ledger_id", "last_marker_entry_id", "aborted_count")

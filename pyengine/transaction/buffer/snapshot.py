@@ -75,7 +75,8 @@ class TransactionBufferSnapshot:
             record.coordinators.append(CoordinatorRecord(
                 coordinator_id=coordinator_id, low_watermark=low_watermark,
                 committed=sorted(k for k, v in outcomes.items() if v is TxnAction.COMMIT),
-                aborted=sorted(k for k, v in outcomes.items() if v is TxnAction.ABORT)))
+                aborted=sorted(k for k, v in outcomes.items() if v is TxnAction.ABORT),
+                committed_unmarked=self.ended.unmarked_commits(coordinator_id)))
         for segment in segments:
             record.segments.append(SnapshotSegmentRecord(
                 last_marker_ledger_id=segment.last_marker.ledger_id,
@@ -97,6 +98,7 @@ class TransactionBufferSnapshot:
                 ended.advance_low_watermark(coordinator.coordinator_id, coordinator.low_watermark)
                 ended.add_many(coordinator.coordinator_id, list(coordinator.committed), TxnAction.COMMIT)
                 ended.add_many(coordinator.coordinator_id, list(coordinator.aborted), TxnAction.ABORT)
+                ended.add_unmarked_commits(coordinator.coordinator_id, list(coordinator.committed_unmarked))
             segments = []
             for stored in record.segments:
                 segment = SnapshotSegment(Position(stored.last_marker_ledger_id, stored.last_marker_entry_id),

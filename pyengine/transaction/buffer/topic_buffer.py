@@ -381,6 +381,10 @@ class TopicTransactionBuffer(TransactionBuffer):
         # An aborted txn's entries are hidden as if its marker were the last entry.
         self._apply_end(txn, action, self.ledger.lac if had_entries else None)
         if had_entries:
+            if action is TxnAction.COMMIT:
+                # Nothing else would tell a replay of its entries that it ended, once a low
+                # watermark pruned its record (it was open again, then aborted by that watermark).
+                self._ended.add_unmarked_commits(txn.most_bits, [txn.least_bits])
             self._unsaved_ends.add(txn)
             await self._save_terminated_end(txn)
 

@@ -24,3 +24,27 @@ async def test_aborts_sharing_a_marker_position_are_all_kept_by_a_sealed_snapsho
     assert all(buffer.is_txn_aborted(TxnId(1, least)) for least in range(3))
     assert visible_positions(ledger, buffer) == {plain}
     assert not set(written) & visible_positions(ledger, buffer)
+
+
+async def test_a_commit_on_a_terminated_topic_stays_committed_across_a_replay(reopen):
+    """A txn committed on the terminated topic (no marker), whose ended record a later low
+    watermark pruned, was known nowhere. A replay after a crash (the snapshot's horizon before
+    its entries, held by another coordinator's open txn) found its entries and no marker: it
+    was open again, and the low watermark then aborted it: committed messages were hidden."""
+    env = reopen()
+    ledger, buffer = await open_buffer(env)
+    plain = await ledger.append(b"plain")
+    other = TxnId(2, 1)
+    held = await buffer.append(other, b"another coordinator's, still open")
+    committed = TxnId(1, 1)
+    written = [await buffer.append(committed, b"c%d" % i) for i in range(3)]
+    await ledger.terminate()
+    await buffer.commit(committed, -1)
+    await buffer.commit(TxnId(1, 5), 3)                # a low watermark past it: its record goes
+    await buffer.take_snapshot()                       # as the snapshot timer would
+    env, ledger, buffer = await restart_without_closing(env, reopen)
+    assert [txn for txn, _ in buffer.ongoing_txns()] == [other]
+    assert not buffer.is_txn_aborted(committed)
+    await buffer.commit(other, -1)
+    assert buffer.max_read_position() == ledger.lac
+    assert visible_positions(ledger, buffer) == {plain, held, *written}
