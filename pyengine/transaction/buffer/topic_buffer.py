@@ -350,6 +350,16 @@ class TopicTransactionBuffer(TransactionBuffer):
             # the txn may have moved on while the property was written.
             await asyncio.shield(self._mark_transactional())
         if self.ledger.terminated_at is not None:
+            if after is not None:
+                # No marker is written with the decision here: applied before it is durable,
+                # the end stayed though the decision failed (the txn open again, and its abort
+                # then a conflict). Then look again: the txn may have moved on meanwhile.
+                await asyncio.wait([after])
+                if after.cancelled() or after.exception() is not None:
+                    raise PersistenceError(f"cannot end txn {txn} on {self.ledger.name}: its coordinator's "
+                                           f"decision was not written")
+                await self._end_on_topic(txn, action)
+                return
             await self._end_on_terminated_topic(txn, action)
             return
         try:

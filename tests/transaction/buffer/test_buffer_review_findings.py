@@ -1,8 +1,14 @@
 """Findings of a review of the v4 transaction buffer (one test per bug, named by what went wrong)."""
 
+import asyncio
+
+import pytest
+
+from pyengine.errors import PersistenceError
+from pyengine.storage import StorageError
 from pyengine.transaction.buffer.config import TopicTransactionBufferConfig
 from pyengine_kernels import TxnId
-from tests.transaction.buffer.helpers import open_buffer, restart_without_closing, visible_positions
+from tests.transaction.buffer.helpers import fail_next_commit, open_buffer, restart_without_closing, visible_positions
 
 
 async def test_aborts_sharing_a_marker_position_are_all_kept_by_a_sealed_snapshot(reopen):
@@ -48,3 +54,33 @@ async def test_a_commit_on_a_terminated_topic_stays_committed_across_a_replay(re
     await buffer.commit(other, -1)
     assert buffer.max_read_position() == ledger.lac
     assert visible_positions(ledger, buffer) == {plain, held, *written}
+
+
+async def test_an_end_on_a_terminated_topic_waits_for_the_decision_and_fails_with_it(env):
+    """The coordinator tells a partition its decision while writing it (`after`): a marker is
+    written with it, or not at all. On a terminated topic, which takes no marker, the end was
+    applied (and its snapshot written) at once: when the decision's write then failed, the
+    txn was open again at the coordinator but committed here for good, and its abort (the
+    client's, or the timeout's) was refused as a conflict, retried forever."""
+    ledger, buffer = await open_buffer(env)
+    plain = await ledger.append(b"plain")
+    txn = TxnId(1, 1)
+    written = await buffer.append(txn, b"x")
+    await ledger.terminate()
+    decision = asyncio.get_running_loop().create_future()
+    commit = asyncio.ensure_future(buffer.commit(txn, -1, after=decision))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not commit.done() and txn in dict(buffer.ongoing_txns())     # not before the decision
+    decision.set_exception(StorageError("the decision was not written"))
+    with pytest.raises(PersistenceError):
+        await commit
+    assert txn in dict(buffer.ongoing_txns())
+    await buffer.abort(txn, -1)                        # the coordinator decided again
+    assert buffer.is_txn_aborted(txn)
+    assert visible_positions(ledger, buffer) == {plain}
+    assert written not in visible_positions(ledger, buffer)
+    landed = asyncio.get_running_loop().create_future()
+    landed.set_result(None)
+    other = TxnId(1, 2)
+    await buffer.commit(other, -1, after=landed)
