@@ -378,13 +378,23 @@ class Subscription:
         else:
             # Refused whole (as the pending acks refuse a request in conflict): reserving the
             # rest would commit acks its client was told failed.
-            for ack in acks or ():
+            acks = [self._whole_entry_sized(consumer, ack) for ack in acks or ()]
+            for ack in acks:
                 self.check_batch_ack(consumer, ack)
             # Computed and reserved in one event-loop turn: no other request runs between.
             acks = [self._compacted_out_taken_by_txn(ack) for ack in acks] if self._txn_view_compacted(consumer) \
                 else list(acks or [])
             await pending.individual_ack(txn, acks, after=after)
             self._taken_by_txn(consumer, txn, acks=acks)
+
+    def _whole_entry_sized(self, consumer: Consumer | None, ack: IndividualAck) -> IndividualAck:
+        """A whole-entry ack (no ack set) comes with size 1; the pending acks check it against
+        the indexes the cursor holds acknowledged by that size, so it takes the entry's: by
+        index 0 alone, it was refused when index 0 was acknowledged, taken when index 1 was."""
+        if ack.ack_set is not None or ack.batch_size != 1:
+            return ack
+        size = self._entry_batch_size(ack.position, consumer)
+        return ack if size is None or size == 1 else IndividualAck(ack.position, size)
 
     def _txn_pending_ack(self, txn: TxnId) -> PendingAckHandle:
         if self.pending_ack is None:

@@ -2,9 +2,13 @@
 
 import asyncio
 
+import pytest
+
 from pyengine.broker import Broker
+from pyengine.errors import TransactionConflictError
 from pyengine.broker.policies import Retention
 from pyengine.storage import ManagedLedgerConfig
+from pyengine.transaction.pendingack import IndividualAck
 from tests.broker.helpers import drain, publish_batch
 
 T = "persistent://public/default/pending-ack-review"
@@ -38,3 +42,27 @@ async def test_a_cumulative_txn_ack_inside_the_first_batch_after_trimmed_ledgers
         position = batch[0].message_id.position
         assert cursor.batch_ack_set(position) == [0b100]          # a and b acknowledged, c not
         assert topic.subscriptions["s"].backlog() == 1
+
+
+@pytest.mark.parametrize("acked_index", [0, 1])
+async def test_a_whole_entry_txn_ack_of_a_partly_acked_batch_conflicts_whichever_index_was_acked(tmp_path,
+                                                                                               acked_index):
+    """A transactional ack of a whole batch entry (no ack set: the wire's and the embedding
+    API's whole-entry ack, batch size 1) over a batch the cursor holds partly acknowledged
+    is a conflict, as the same ack with the batch's size is. It was decided by index 0 alone
+    (the size 1 it came with): refused when index 0 was acknowledged, taken when only index 1
+    was, and its commit then acknowledged index 1 a second time."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        await publish_batch(broker, producer, [b"a", b"b", b"c"])
+        batch = await drain(consumer)
+        await consumer.acknowledge(batch[acked_index])
+        subscription = broker.service.topics[T].subscriptions["s"]
+        position = batch[0].message_id.position
+        assert subscription.cursor.batch_ack_set(position) is not None
+        txn = await broker.new_transaction()
+        with pytest.raises(TransactionConflictError, match="already acked before"):
+            await subscription.ack_with_transaction(None, txn.txn_id, [IndividualAck(position)])
+        assert position not in subscription.pending_ack.individual_ack_positions
+        await txn.abort()
