@@ -24,6 +24,7 @@ from pyengine.errors import (ConsumerAssignError, ConsumerBusyError, MetadataErr
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import Entry, ManagedCursor
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
+from pyengine.transaction.pendingack.validation import check_ack_set
 from pyengine_kernels import (Position, TxnId, ackset_acked_indexes, ackset_and, ackset_andnot,
                               ackset_is_fully_acked, ackset_new, ackset_or)
 
@@ -381,6 +382,11 @@ class Subscription:
             acks = [self._whole_entry_sized(consumer, ack) for ack in acks or ()]
             for ack in acks:
                 self.check_batch_ack(consumer, ack)
+                if ack.ack_set is not None:
+                    try:        # a client's malformed ack set: refused, not an internal error
+                        check_ack_set(ack.ack_set, ack.batch_size)
+                    except (TypeError, ValueError) as exc:
+                        raise NotAllowedError(f"acknowledgement of {ack.position} refused: {exc}") from None
             # Computed and reserved in one event-loop turn: no other request runs between.
             acks = [self._compacted_out_taken_by_txn(ack) for ack in acks] if self._txn_view_compacted(consumer) \
                 else list(acks or [])

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from pyengine.broker import Broker
-from pyengine.errors import TransactionConflictError
+from pyengine.errors import NotAllowedError, TransactionConflictError
 from pyengine.broker.policies import Retention
 from pyengine.storage import ManagedLedgerConfig
 from pyengine.transaction.pendingack import IndividualAck
@@ -64,5 +64,23 @@ async def test_a_whole_entry_txn_ack_of_a_partly_acked_batch_conflicts_whichever
         txn = await broker.new_transaction()
         with pytest.raises(TransactionConflictError, match="already acked before"):
             await subscription.ack_with_transaction(None, txn.txn_id, [IndividualAck(position)])
+        assert position not in subscription.pending_ack.individual_ack_positions
+        await txn.abort()
+
+
+@pytest.mark.parametrize("ack_set", [(0b11000,), (0b111,), (0, 0), (-1,)])
+async def test_a_malformed_ack_set_of_a_txn_ack_is_refused_as_not_allowed(tmp_path, ack_set):
+    """A transactional batch-index ack whose ack set has bits beyond its batch, acknowledges
+    none of it, or has words too many: refused with NotAllowedError (what a client's bad input
+    gets), not the pending acks' ValueError that the wire answered as an UnknownError."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
+        await publish_batch(broker, producer, [b"a", b"b", b"c"])
+        position = (await drain(consumer))[0].message_id.position
+        subscription = broker.service.topics[T].subscriptions["s"]
+        txn = await broker.new_transaction()
+        with pytest.raises(NotAllowedError, match="refused"):
+            await subscription.ack_with_transaction(None, txn.txn_id, [IndividualAck(position, 3, ack_set)])
         assert position not in subscription.pending_ack.individual_ack_positions
         await txn.abort()
