@@ -588,6 +588,9 @@ class TopicTransactionBuffer(TransactionBuffer):
 
     def _snapshot_written(self, position: Position, taken_ms: int, ends: set[TxnId],
                           saved: asyncio.Future[None]) -> None:
+        if saved.cancelled():                   # the storage closed with it pending
+            self._queued_snapshot_position = None
+            return
         error = saved.exception()
         if error is not None:
             log.warning("%s: transaction-buffer snapshot failed: %s", self.ledger.name, error)

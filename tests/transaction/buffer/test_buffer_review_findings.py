@@ -84,3 +84,17 @@ async def test_an_end_on_a_terminated_topic_waits_for_the_decision_and_fails_wit
     landed.set_result(None)
     other = TxnId(1, 2)
     await buffer.commit(other, -1, after=landed)
+
+
+async def test_a_snapshot_write_cancelled_with_its_storage_is_no_error_in_a_callback(reopen):
+    """The storage closed with a snapshot's write pending cancels its future; the buffer's
+    done-callback asked it for its exception, which raises CancelledError there (an
+    "Exception in callback" in the log, and the next snapshot not retried)."""
+    env = reopen()
+    ledger, buffer = await open_buffer(env, TopicTransactionBufferConfig())
+    written = await buffer.append(TxnId(1, 0), b"x")
+    saved = asyncio.get_running_loop().create_future()
+    saved.cancel()
+    buffer._queued_snapshot_position = written
+    buffer._snapshot_written(written, 0, set(), saved)
+    assert buffer._queued_snapshot_position is None
