@@ -189,6 +189,10 @@ class TransactionCommands:
         txn = None
         try:
             txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
+            # Unset (or an unknown value, which proto2 keeps aside) reads as COMMIT, the
+            # enum's default: a malformed request must not commit.
+            if not body.HasField("txn_action"):
+                raise NotAllowedError("END_TXN needs a txn_action: COMMIT or ABORT")
             # The txn's fence is the coordinator's to check: the repeat of a commit decided
             # before the fence is answered with the truth (committed), not as expired.
             try:
