@@ -361,6 +361,10 @@ class TransactionKeys:
         state = self.check_epoch(owner, key, epoch)
         async with self._holding(state):
             self.check_epoch(owner, key, epoch)    # fenced while waiting for the lock
+            if state.txn is not None:
+                # Its end submitted but not yet durable: should that write fail, it is OPEN
+                # again, and the key would have two open transactions.
+                await self.service.decision_written(state.txn)
             if state.txn is not None and self._is_open(state.txn):
                 raise NotAllowedError(f"transaction key {key!r} already has an open transaction {state.txn}: "
                                       "commit or abort it first (one open transaction per key)")

@@ -378,6 +378,17 @@ class TransactionCoordinatorService:
             raise
         return done
 
+    async def decision_written(self, txn: TxnId) -> None:
+        """Return once no decision of `txn` is being written: until then its status says
+        COMMITTING / ABORTING, but a failed write leaves it OPEN again (the outcome of the
+        write is the caller's to read from the status)."""
+        ending = self._endings.get(txn)
+        if ending is None or ending.decided.done():
+            return
+        decided = ending.decided.waiter()
+        decided.add_done_callback(mark_retrieved)
+        await asyncio.wait({decided})
+
     def poll_timeouts(self) -> int:
         """Abort every OPEN txn whose timeout has passed; returns how many. The service's timer
         does this on its own; a test that moves an injected clock calls it directly."""
