@@ -1143,10 +1143,16 @@ class ManagedLedger:
     async def close(self) -> None:
         if self._closed:
             return
-        while self._in_flight:
-            await self.env.barrier()
-        for cursor in self.cursors.values():
-            await cursor.flush()
+        while True:
+            while self._in_flight:
+                await self.env.barrier()
+            for cursor in list(self.cursors.values()):
+                await cursor.flush()
+            # Appends taken while the cursors were saved are waited for too: one still in flight
+            # when the ledger is closed (and deleted) would be acknowledged after it, or, failing,
+            # write its ledger's record back under a deleted topic.
+            if not self._in_flight:
+                break
         self._closed = True
         if self._trimming is not None:
             await asyncio.wait([self._trimming])     # its deletion lands or fails as a whole
