@@ -490,7 +490,8 @@ class ManagedLedger:
         hot loop of a producer's burst: no call per entry); returns the index of the first one
         not added."""
         current = self._current
-        assert current is not None
+        if current is None:             # the last `_add` filled (and closed) the ledger
+            return index
         ledger_id, prefix, items, added = current.ledger_id, self._prefix, batch.items, batch.positions
         entry_id, size, count = self._next_entry, current.size, len(values)
         max_entries, max_bytes = self.config.max_entries_per_ledger, self.config.max_ledger_bytes
@@ -507,6 +508,7 @@ class ManagedLedger:
         current.entries += index - start
         current.size = size
         self._next_entry = entry_id
+        self._close_if_full(current)
         return index
 
     def queued_write_of(self, appended: asyncio.Future) -> tuple[object, asyncio.Future] | None:
@@ -557,9 +559,7 @@ class ManagedLedger:
 
     def _add(self, batch: _AppendBatch, value: bytes) -> Position:
         current = self._current
-        if current is None or self._should_roll(current):
-            if current is not None:
-                self._close_current_ledger(self._next_entry - 1)
+        if current is None:
             self._start_ledger()
             current = self._current
             assert current is not None
@@ -570,11 +570,17 @@ class ManagedLedger:
         position = Position(current.ledger_id, entry_id)
         batch.items.append((self._prefix + pack_position(current.ledger_id, entry_id), value))
         batch.positions.append(position)
+        self._close_if_full(current)
         return position
 
-    def _should_roll(self, current: LedgerInfo) -> bool:
-        return (self._next_entry >= self.config.max_entries_per_ledger
-                or current.size >= self.config.max_ledger_bytes)
+    def _close_if_full(self, current: LedgerInfo) -> None:
+        """Close the current ledger with the append that fills it (Pulsar's closeWhenDone), not
+        with the next one: a full ledger left open until then was never trimmed while the topic
+        got no append, however long ago every cursor consumed it. The next append starts a
+        new ledger."""
+        if (self._next_entry >= self.config.max_entries_per_ledger
+                or current.size >= self.config.max_ledger_bytes):
+            self._close_current_ledger(self._next_entry - 1)
 
     def _seal(self) -> None:
         self._queued = None

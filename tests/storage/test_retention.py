@@ -45,7 +45,7 @@ async def test_consumed_ledgers_past_the_retention_time_are_deleted(env):
 
 
 async def test_retention_time_counts_from_the_close_of_a_ledger(env):
-    ml, positions = await filled(env, entries=6, per_ledger=3, retention_ms=MINUTE)
+    ml, positions = await filled(env, entries=5, per_ledger=3, retention_ms=MINUTE)
     first = ml.ledgers[positions[0].ledger_id]
     first.created_ms -= 10 * MINUTE              # opened long ago, closed just now: retained
     assert await ml.trim(first.closed_ms + MINUTE) == []          # not older than the retention

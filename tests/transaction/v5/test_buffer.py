@@ -266,7 +266,7 @@ async def test_trimmed_ledgers_take_their_aborts_with_them(v5):
     old_position = await buffer.append(old, b"old")
     await v5.coordinator.end_transaction(old, ABORT)
     await eventually(lambda: buffer.is_txn_aborted(old))
-    for i in range(4):
+    for i in range(3):
         await ledger.append(b"p%d" % i)
     recent = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
     await buffer.append(recent, b"recent")
