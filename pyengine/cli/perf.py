@@ -189,7 +189,9 @@ MAX_BATCH_DELAY_MS = 3_600_000     # an hour: a batch held longer outlasts any s
 positive_int = _number(int, 1, "a whole number >= 1")
 non_negative_int = _number(int, 0, "a whole number >= 0")
 non_negative_float = _number(float, 0, "a number >= 0")
-positive_float = _number(float, 1e-9, "a number > 0")
+# The client's connection timeout is whole milliseconds, at least 1: a shorter operation
+# timeout made it 0 and the client refused it with a traceback.
+operation_timeout = _number(float, 0.001, "a number of seconds >= 0.001")
 message_size = _number(int, 1, "a whole number >= 1", MAX_MESSAGE_SIZE,
                        " bytes (the largest message a Pulsar broker can take)")
 batch_delay_ms = _number(int, 0, "a whole number >= 0", MAX_BATCH_DELAY_MS, " ms (an hour)")
@@ -237,7 +239,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                              "rounds up to whole transactions)")
     common.add_argument("--warmup", type=seconds, default=0.0,
                         help="seconds run before measuring starts (not in the figures)")
-    common.add_argument("--operation-timeout", type=positive_float, default=30.0,
+    common.add_argument("--operation-timeout", type=operation_timeout, default=30.0,
                         help="seconds for connecting, lookups and each request")
     common.add_argument("--json", action="store_true", help="print the figures as one JSON object last")
     common.add_argument("--plot", type=Path, metavar="FILE.png", help="draw the latency percentiles into FILE.png")
