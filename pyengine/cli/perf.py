@@ -863,10 +863,21 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
                     for _ in range(per_txn):
                         if not pacer.take():
                             await pacer.wait(stop=run.stop)
+                        # The run is over: the rest of the transaction is not sent (sent at
+                        # once, it went far above --rate and was counted in the figures).
+                        if run.stop.is_set():
+                            break
                         future = producer.send_async(payload, txn=txn)
                         if measured:
                             future.add_done_callback(functools.partial(settled, clock()))
                         futures.append(future)
+                    window.release(per_txn - len(futures))
+                    if not futures:         # nothing sent in it: nothing to commit or wait for
+                        try:
+                            await txn.abort()
+                        except (PulsarError, TimeoutError) as exc:
+                            run.failed(exc)
+                        break
                 else:
                     sent = clock()
                     futures = [producer.send_async(payload, txn=txn) for _ in range(per_txn)]

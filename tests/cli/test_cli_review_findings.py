@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+
 import pytest
 
 from pyengine.cli import main
+from pyengine.testing import ServeProcess
 
 NOWHERE = "pulsar://127.0.0.1:1"      # never reached: the arguments are refused first
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory) -> Iterator[ServeProcess]:
+    with ServeProcess(tmp_path_factory.mktemp("cli-review-broker") / "data", "--num-coordinators", "2",
+                      fsync=False) as process:
+        yield process
+
+
+def perf(capsys, *argv: str) -> tuple[int, dict, str]:
+    """Run `pyengine perf ARGV --json --quiet` in this process: exit code, the JSON line, stderr."""
+    code = main(["perf", *argv, "--json", "--quiet"])
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    return code, json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}, err
 
 
 @pytest.mark.parametrize("value", ["0.0001", "1e-9"])
@@ -26,3 +45,19 @@ def test_an_operation_timeout_of_a_millisecond_is_accepted(capsys):
     assert main(["perf", "produce", "--url", NOWHERE, "--operation-timeout", "0.001", "--duration", "0.1",
                  "--quiet"]) == 1
     assert capsys.readouterr().err.startswith("pyengine perf: ")
+
+
+@pytest.mark.parametrize("rate, per_txn, most", [("2", "100", 3), ("0.5", "1", 1)])
+def test_a_paced_txn_run_sends_nothing_after_its_end(broker, capsys, rate, per_txn, most):
+    """At the end of --duration, the open transaction of a paced `perf txn` sent the rest of
+    its messages at once and committed them: `--rate 2 --messages-per-txn 100 --duration 1`
+    reported 100 messages (100 msg/s). Now it commits what it sent on time (and aborts a
+    transaction it sent nothing in), and each transaction committed is still seen by the
+    commit-to-visible consumer."""
+    code, result, err = perf(capsys, "txn", "persistent://public/default/review-paced-end", "--url", broker.url,
+                             "--rate", rate, "--messages-per-txn", per_txn, "--duration", "1")
+    assert code == 0, err
+    assert result["errors"] == 0 and result["committed_not_seen"] == 0
+    assert 1 <= result["messages"] <= most
+    assert result["latency_ms"]["publish"]["count"] == result["messages"]
+    assert result["latency_ms"]["commit-to-visible"]["count"] == result["transactions"]
