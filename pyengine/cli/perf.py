@@ -737,23 +737,27 @@ async def measure_consume(client: Client, run: Run) -> dict[str, Any]:
 
 class Visibility:
     """Commit-to-visible: when each transaction's commit was acknowledged and when its first
-    message reached the consumer; the latency is recorded once both are known."""
+    message reached the consumer; the latency is recorded once both are known. A transaction
+    begun in the warm-up is matched but not recorded, as its other figures are not."""
 
     def __init__(self, latency: Latency) -> None:
         self.latency = latency
         self.committed: dict[int, float] = {}
         self.seen: dict[int, float] = {}
+        self.unmeasured: set[int] = set()       # of `committed`: begun in the warm-up
         self.measured = 0
         self.early = 0
 
     def forget_early(self) -> None:
         self.early = 0
 
-    def on_commit(self, txn_number: int, at: float) -> None:
+    def on_commit(self, txn_number: int, at: float, measured: bool = True) -> None:
         seen = self.seen.pop(txn_number, None)
         if seen is None:
             self.committed[txn_number] = at
-        else:
+            if not measured:
+                self.unmeasured.add(txn_number)
+        elif measured:
             self.early += 1             # delivered before the client had the commit's response
             self._record(0.0)
 
@@ -762,6 +766,8 @@ class Visibility:
         if committed is None:
             if txn_number not in self.seen:
                 self.seen[txn_number] = at
+        elif txn_number in self.unmeasured:
+            self.unmeasured.discard(txn_number)
         elif at < committed:            # it arrived first, and its report came after the commit's
             self.early += 1
             self._record(0.0)
@@ -826,7 +832,7 @@ async def measure_txn(client: Client, run: Run) -> dict[str, Any]:
         if measured:
             end_txn.record(done - asked)
         if visibility is not None:
-            visibility.on_commit(number, acknowledged)
+            visibility.on_commit(number, acknowledged, measured)
         if run.measuring:
             transactions += measured
         run.count(len(futures), size, measured)

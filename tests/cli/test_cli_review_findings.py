@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from pyengine.cli import main
+from pyengine.cli.perf import Latency, Visibility
 from pyengine.testing import ServeProcess
 
 NOWHERE = "pulsar://127.0.0.1:1"      # never reached: the arguments are refused first
@@ -61,3 +62,33 @@ def test_a_paced_txn_run_sends_nothing_after_its_end(broker, capsys, rate, per_t
     assert 1 <= result["messages"] <= most
     assert result["latency_ms"]["publish"]["count"] == result["messages"]
     assert result["latency_ms"]["commit-to-visible"]["count"] == result["transactions"]
+
+
+def test_commit_to_visible_counts_no_transaction_of_the_warmup(broker, capsys):
+    """Publish and end-txn leave out a transaction begun in the warm-up, but commit-to-visible
+    recorded every one whose commit or first message came after it: `--warmup 0.5 --messages
+    300 --messages-per-txn 10` reported 30 transactions and 33 commit-to-visible samples."""
+    code, result, err = perf(capsys, "txn", "persistent://public/default/review-warmup-visible", "--url", broker.url,
+                             "--warmup", "0.5", "--messages", "300", "--duration", "0", "--messages-per-txn", "10")
+    assert code == 0, err
+    assert result["transactions"] == 30 and result["errors"] == 0 and result["committed_not_seen"] == 0
+    latency = result["latency_ms"]
+    assert latency["commit-to-visible"]["count"] == latency["end-txn"]["count"] == result["transactions"]
+    assert result["visible_before_commit_ack"] <= result["transactions"]
+
+
+def test_a_warmup_transaction_is_matched_but_not_recorded():
+    """The model of the run above: a transaction of the warm-up committed (or seen) after the
+    warm-up's figures were discarded is paired with its message, and neither recorded nor
+    counted as early, whichever of the two comes first."""
+    latency = Latency("commit-to-visible")
+    visibility = Visibility(latency)
+    visibility.on_commit(1, 10.0, measured=False)
+    visibility.on_message(1, 10.5)
+    visibility.on_message(2, 10.5)
+    visibility.on_commit(2, 11.0, measured=False)
+    visibility.on_commit(3, 12.0)
+    visibility.on_message(3, 12.25)
+    assert (visibility.measured, visibility.early) == (1, 0)
+    assert not visibility.committed and not visibility.seen and not visibility.unmeasured
+    assert latency.roll()[0] == 1
