@@ -37,6 +37,7 @@ from typing import Any, Callable, Coroutine
 import uvloop
 
 from pyengine.admin import AdminServer
+from pyengine.admin.schemas import MAX_PARTITIONS
 from pyengine.cli.argtypes import whole_number
 from pyengine.broker.policies import BACKLOG_RETENTION_POLICIES, Retention
 from pyengine.broker.service import BrokerConfig, BrokerService
@@ -59,7 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="lmdb (inside the data dir), memory, or etcd://HOST:PORT")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--broker-id", default="0", help="this broker's name in a cluster")
-    p.add_argument("--num-coordinators", type=positive_int, default=16, help="transaction coordinators (Pulsar: 16)")
+    p.add_argument("--num-coordinators", type=coordinators, default=16,
+                   help=f"transaction coordinators (Pulsar: 16; at most {MAX_PARTITIONS})")
     p.add_argument("--no-fsync", action="store_true",
                    help="do not fsync group commits (a machine crash may lose the last ones)")
     p.add_argument("--dedup", action="store_true",
@@ -163,7 +165,9 @@ def port_number(text: str) -> int:
     return port
 
 
-positive_int = whole_number(1)
+# As many as the admin API lets them grow to (each is started at once: a typo of a few more
+# digits held the start for minutes and ran the host out of memory).
+coordinators = whole_number(1, MAX_PARTITIONS, unit=" transaction coordinators")
 non_negative_int = whole_number(0)
 message_ttl = whole_number(0, 2**31 - 1, unit=" seconds")
 retention_limit = whole_number(-1, meaning=" (-1: no limit)")

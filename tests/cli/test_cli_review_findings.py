@@ -10,6 +10,7 @@ import pytest
 from pyengine.cli import main
 from pyengine.cli.perf import Latency, Visibility
 from pyengine.testing import ServeProcess
+from tests.cli.serve_flags import assert_refused_before_start, serve_args
 
 NOWHERE = "pulsar://127.0.0.1:1"      # never reached: the arguments are refused first
 
@@ -92,3 +93,15 @@ def test_a_warmup_transaction_is_matched_but_not_recorded():
     assert (visibility.measured, visibility.early) == (1, 0)
     assert not visibility.committed and not visibility.seen and not visibility.unmeasured
     assert latency.roll()[0] == 1
+
+
+@pytest.mark.parametrize("value", ["10001", "100000000"])
+def test_serve_refuses_more_coordinators_than_the_admin_api_allows(tmp_path, capsys, value):
+    """`--num-coordinators` had no upper bound while the admin API lets them grow to 10000 at
+    most: every one is started at once, and `--num-coordinators 100000000` held the start for
+    minutes and ran the host out of memory. Now a usage error before anything starts."""
+    assert_refused_before_start(tmp_path, capsys, ("--num-coordinators", value))
+
+
+def test_serve_takes_as_many_coordinators_as_the_admin_api_allows():
+    assert serve_args("--data-dir", "d", "--num-coordinators", "10000").num_coordinators == 10_000
