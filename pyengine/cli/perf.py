@@ -553,11 +553,15 @@ async def _publish_loop(run: Run, producer: Any, payload: bytes, rate: float, wi
     record = publish.record
     stop = run.stop
     limit = window.limit
-    while run.may_send():
-        measured = run.measuring
+    while True:
         # Awaited only when they have to wait: a coroutine per message costs more than the send.
         if not pacer.free_turn() and not await pacer.turn(stop):
             break
+        # Whether it may go and is measured once it is its turn: asked before, a send that
+        # waited through the end of the warm-up was not measured (--rate 1 lost a message).
+        if not run.may_send():
+            break
+        measured = run.measuring
         if window.in_flight >= limit:
             await window.acquire()
         else:
@@ -620,10 +624,12 @@ async def _publish_in_order(run: Run, producer: Any, payload: bytes, rate: float
 
     reaper = asyncio.ensure_future(reap())
     try:
-        while run.may_send():
-            measured = run.measuring
+        while True:
             if not pacer.free_turn() and not await pacer.turn(stop):
                 break
+            if not run.may_send():          # (once it is its turn, as in `_publish_loop`)
+                break
+            measured = run.measuring
             while len(pending) >= limit:
                 room = loop.create_future()
                 await room

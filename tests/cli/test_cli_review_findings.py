@@ -105,3 +105,19 @@ def test_serve_refuses_more_coordinators_than_the_admin_api_allows(tmp_path, cap
 
 def test_serve_takes_as_many_coordinators_as_the_admin_api_allows():
     assert serve_args("--data-dir", "d", "--num-coordinators", "10000").num_coordinators == 10_000
+
+
+@pytest.mark.parametrize("partitions", [0, 2])
+def test_a_paced_send_due_after_the_warmup_is_measured(broker, capsys, partitions):
+    """A paced producer decided whether a send was measured before waiting for its turn: with
+    `--rate 1 --warmup 0.5 --duration 2` the send due at 1 s (after the warm-up) was left out,
+    and the run reported 1 message (0.5 msg/s) of the 2 sent in the measured period."""
+    topic = f"persistent://public/default/review-warmup-paced-{partitions}"
+    if partitions:
+        assert main(["admin", "--url", broker.http_url, "topics", "create-partitioned-topic", topic,
+                     "-p", str(partitions)]) == 0
+    code, result, err = perf(capsys, "produce", topic, "--url", broker.url, "--rate", "1", "--warmup", "0.5",
+                             "--duration", "2")
+    assert code == 0, err
+    assert (result["messages"], result["messages_with_warmup"]) == (2, 3)
+    assert result["latency_ms"]["publish"]["count"] == 2
