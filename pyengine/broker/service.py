@@ -351,7 +351,10 @@ class BrokerService:
                 task = asyncio.ensure_future(loading.result().close())
                 task.add_done_callback(lambda done: done.cancelled() or done.exception())
                 return
-            self.topics[key] = loading.result()
+            topic = self.topics[key] = loading.result()
+            # A policy changed during the load reached only the topics loaded then: this one
+            # took its de-duplication switch when its load began.
+            self._apply_policies(topic)
 
     async def load_settled(self, name: str) -> None:
         """Wait until no load of topic `name` (normalised) is under way (a producer's first
@@ -385,10 +388,13 @@ class BrokerService:
     def refresh_policies(self) -> None:
         """Apply changed namespace/topic policies to the loaded topics."""
         for topic in self.topics.values():
-            topic.dedup.enabled = self.policies.deduplication_enabled(topic.name)
-            self.apply_retention(topic.ledger)
-            for subscription in topic.subscriptions.values():
-                subscription.dispatcher.notify()        # a changed unacked-messages limit applies now
+            self._apply_policies(topic)
+
+    def _apply_policies(self, topic: Topic) -> None:
+        topic.dedup.enabled = self.policies.deduplication_enabled(topic.name)
+        self.apply_retention(topic.ledger)
+        for subscription in topic.subscriptions.values():
+            subscription.dispatcher.notify()        # a changed unacked-messages limit applies now
 
     def apply_retention(self, ledger: ManagedLedger) -> None:
         """Give `ledger` the retention its policies say, and trim by it."""
