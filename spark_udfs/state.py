@@ -383,7 +383,7 @@ class PreparedState:
 
     def hidden_rows(self, index: int, ledger_id, entry_id) -> np.ndarray:
         """The rows at the hidden positions (v5 late writes) of topic `index`."""
-        ledgers, entries = _int64_numpy(ledger_id), _int64_numpy(entry_id)
+        ledgers, entries = _int64_numpy(ledger_id, "ledger ids"), _int64_numpy(entry_id, "entry ids")
         hidden = np.zeros(len(ledgers), dtype=np.bool_)
         for ledger, hidden_entries in self.hidden[index].items():
             rows = ledgers == ledger
@@ -396,7 +396,7 @@ class PreparedState:
         holds: newer than the capture (not visible yet) or gone by then (trimmed by retention,
         or of a deleted topic: not visible). Raises for a ledger of a stored topic the capture
         left out (its rows cannot be judged)."""
-        ledgers = _int64_numpy(ledger_id)
+        ledgers = _int64_numpy(ledger_id, "ledger ids")
         top = self.max_ledger_id
         owner = self.topic_of_ledger[np.clip(ledgers, -1, top + 1)]   # -1 wraps to the "none" slot
         if self.state.other_ledgers:
@@ -446,13 +446,13 @@ class PreparedState:
         return visible, counts
 
 
-def _int64_numpy(array) -> np.ndarray:
+def _int64_numpy(array, what: str) -> np.ndarray:
     if isinstance(array, np.ndarray):
         return array
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if array.null_count:
-        raise ValueError("ledger ids must not be null")
+        raise ValueError(f"{what} must not be null")
     return array.to_numpy(zero_copy_only=False)
 
 

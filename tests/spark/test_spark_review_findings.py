@@ -28,3 +28,15 @@ def test_a_topic_named_exactly_deleted_while_the_stream_runs(tmp_path, fail_on_d
         assert batches.next() == [b"b2"]
         send(tmp_path, A, b"again")              # created again: read from its beginning
         assert batches.next() == [b"again"]
+
+
+def test_a_null_entry_id_is_named_as_such():
+    """Null ids in the rows a committed filter judges are refused: a null entry id was reported
+    as a null ledger id."""
+    import pyarrow as pa
+
+    from spark_udfs.state import _int64_numpy
+
+    with pytest.raises(ValueError, match="entry ids must not be null"):
+        _int64_numpy(pa.array([1, None], pa.int64()), "entry ids")
+    assert _int64_numpy(pa.chunked_array([[1], [2]], pa.int64()), "ledger ids").tolist() == [1, 2]
