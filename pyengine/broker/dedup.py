@@ -63,6 +63,7 @@ class MessageDeduplication:
         self._persisted: dict[str, int] = {}
         self._pushed: dict[str, int] = {}
         self._in_flight: dict[tuple[str, int], asyncio.Future[Position]] = {}
+        self._numbering = 0             # bumped when switched off: sends of an earlier one are not ours
         self._unsealed: dict[tuple[Any, ...], int] = {}     # queued record writes: their value
         # Late sends (entry appended after the send was accepted) not settled yet: where their
         # entry can be at the earliest (after this position); in acceptance order.
@@ -168,6 +169,8 @@ class MessageDeduplication:
         after any record still queued, which it thus overrides)."""
         self._persisted.clear()
         self._pushed.clear()
+        self._in_flight.clear()
+        self._numbering += 1
         self._inactive.clear()
         self._unsealed.clear()      # a record queued before is replaced, not merged, by a later one
         self._late.clear()
@@ -266,13 +269,15 @@ class MessageDeduplication:
             late = self._late_accepted()
         flight_key = (producer_name, highest_sequence_id)
         self._in_flight[flight_key] = stored
+        numbering = self._numbering
 
         def settled(future: asyncio.Future[Position]) -> None:
-            self._in_flight.pop(flight_key, None)
+            if self._in_flight.get(flight_key) is stored:
+                del self._in_flight[flight_key]
             if late is not None:
                 self._late.pop(late, None)
-            if not self._enabled:
-                return              # switched off meanwhile: it forgot everything
+            if not self._enabled or numbering != self._numbering:
+                return              # switched off meanwhile: it forgot everything, this send too
             if not future.cancelled() and future.exception() is None:
                 self._persisted[producer_name] = max(self._persisted.get(producer_name, -1), highest_sequence_id)
                 if queued is None and not self.ledger.env.closed:

@@ -3,7 +3,11 @@ MessageDeduplication deletes its cursor and clears its maps when disabled): sequ
 remembered from before it was switched off must not drop the messages a producer of the
 same name sends after it is switched on again."""
 
+import asyncio
+
 from pyengine.broker import Broker
+from pyengine.errors import PersistenceError
+from pyengine_kernels import Position
 from tests.broker.helpers import drain
 
 T = "persistent://public/default/dedup-toggled"
@@ -47,3 +51,29 @@ async def test_records_of_a_topic_loaded_with_dedup_disabled_are_not_used_when_i
         await new.send(b"new-0")                            # 0
         await _set_dedup(broker, True)
         assert (await new.send(b"new-1")).entry_id >= 0     # 1: never seen with dedup on
+
+
+async def test_a_send_in_flight_when_dedup_was_switched_off_does_not_count_after_it_is_on_again(tmp_path):
+    """A send accepted with de-duplication on and settled only after it was switched off and
+    on again belongs to the forgotten numbering: its sequence id (here 100) recorded then made
+    the producer's renumbered sends (1, 2, ...) duplicates, and its in-flight entry answered a
+    new send of the same id as a duplicate of it."""
+    async with Broker.embedded(tmp_path) as broker:
+        await _set_dedup(broker, True)
+        producer = await broker.create_producer(T, producer_name="app")
+        await producer.send(b"first")
+        dedup = broker.service.topics[T].dedup
+        old_write = asyncio.get_running_loop().create_future()     # stands for a write in flight
+        dedup.record("app", 100, old_write)
+        dedup.enabled = False
+        dedup.enabled = True
+        new_write = asyncio.get_running_loop().create_future()
+        dedup.record("app", 100, new_write)                  # the new numbering reached 100 too
+        old_write.set_result(Position(99, 0))
+        await asyncio.sleep(0)
+        assert dedup.duplicate_of("app", 100, 100) is new_write
+        new_write.set_exception(PersistenceError("not stored"))
+        new_write.exception()
+        await asyncio.sleep(0)
+        assert dedup.last_sequence_id("app") == -1
+        assert dedup.duplicate_of("app", 1, 1) is None
