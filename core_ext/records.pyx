@@ -293,10 +293,15 @@ cdef int _parse_metadata(const unsigned char* data, Py_ssize_t size, Metadata* m
         elif field == 6 and wire_type == WIRE_LENGTH_DELIMITED:  # partition_key
             pos = _delimited(data, size, pos, &md.key_start, &md.key_length)
             md.has_key = True
-        elif field == 8 and wire_type == WIRE_VARINT:  # compression
-            pos = _varint(data, size, pos, &md.compression)
-        elif field == 9 and wire_type == WIRE_VARINT:  # uncompressed_size
-            pos = _varint(data, size, pos, &md.uncompressed_size)
+        elif field == 8 and wire_type == WIRE_VARINT:  # compression (a proto2 enum)
+            pos = _varint(data, size, pos, &value)
+            # As protobuf: an enum is read as an int32, and a value it does not know is an
+            # unknown field, leaving the field as it was (NONE by default).
+            if <uint64_t><uint32_t>value <= CODEC_SNAPPY:
+                md.compression = <uint32_t>value
+        elif field == 9 and wire_type == WIRE_VARINT:  # uncompressed_size (uint32)
+            pos = _varint(data, size, pos, &value)
+            md.uncompressed_size = <uint32_t>value     # the low 32 bits, as protobuf keeps
         elif field == 11 and wire_type == WIRE_VARINT:  # num_messages_in_batch (int32)
             pos = _varint(data, size, pos, &value)
             md.num_messages = <int32_t><uint32_t>value
