@@ -536,6 +536,11 @@ def decompress(uint64_t codec, bytes payload, uint64_t uncompressed_size):
     if codec == CODEC_NONE:
         return payload
     if codec == CODEC_ZLIB:
+        if uncompressed_size > 0xFFFFFFFF:
+            # MessageMetadata's is a uint32; and uncompressed_size + 1 below must not wrap to
+            # 0, which zlib reads as "no limit".
+            raise RecordFormatError(f"ZLIB payload does not decompress to its uncompressed_size "
+                                    f"of {uncompressed_size} bytes, more than a uint32 holds")
         try:
             # Never more than it states (one byte past it tells too much): a small payload
             # that inflates to gigabytes is refused after uncompressed_size + 1 bytes (after

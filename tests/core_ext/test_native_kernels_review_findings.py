@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import resource
+import time
 import zlib
 
 import pytest
 
-from core_ext.records import decode_entries
+from core_ext.records import RecordFormatError, decode_entries, decompress
+from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import message_metadata
 from pyengine.storage.entry import encode_entry, headers_and_payload
 from tests.core_ext.test_records import column_rows
@@ -46,3 +49,21 @@ def test_compression_fields_are_read_like_protobuf(extra, payload):
     failed on messages the consumers read."""
     entry = _entry(extra, payload)
     assert column_rows(decode_entries([1], [0], [entry])) == ref.decode_entries([1], [0], [entry])
+
+
+def _zlib_bomb() -> bytes:
+    deflating, zeros = zlib.compressobj(9), bytes(1 << 20)
+    return b"".join(deflating.compress(zeros) for _ in range(256)) + deflating.flush()   # 256 MiB
+
+
+def test_zlib_claim_past_32_bits_is_refused_before_inflating():
+    """An uncompressed_size of 2**64 - 1 made the inflate limit `uncompressed_size + 1` wrap to
+    0, which zlib reads as "no limit": a small payload inflated in full (here 256 MiB; gigabytes
+    for larger ones) before the size check refused it. MessageMetadata's uncompressed_size is a
+    uint32, so anything larger is refused up front, as the other codecs already were."""
+    bomb = _zlib_bomb()
+    peak, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic()
+    with pytest.raises(RecordFormatError):
+        decompress(pb.ZLIB, bomb, (1 << 64) - 1)
+    assert time.monotonic() - start < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 100_000          # KiB
