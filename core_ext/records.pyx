@@ -56,6 +56,8 @@ cdef enum:
 
 # Highest signed 32-bit offset: a column of one call must stay below 2 GiB (Arrow int32 offsets).
 cdef int64_t MAX_OFFSET = 2147483647
+# Latest time (ms) whose microseconds, what the time columns hold, fit an int64.
+cdef uint64_t MAX_TIME_MS = 9223372036854775
 
 
 class RecordFormatError(ValueError):
@@ -470,6 +472,13 @@ cdef class _Columns:
                  const unsigned char* producer, Py_ssize_t producer_length,
                  bint has_key, const unsigned char* key, Py_ssize_t key_length,
                  const unsigned char* value, Py_ssize_t value_length) except -1:
+        # A later time would wrap around in microseconds: no timestamp can hold it.
+        if publish_ms > MAX_TIME_MS:
+            raise RecordFormatError(f"entry {ledger}:{entry}: publish_time {publish_ms} ms is past "
+                                    "the range of microsecond timestamps")
+        if event_ms > MAX_TIME_MS:
+            raise RecordFormatError(f"entry {ledger}:{entry}: event_time {event_ms} ms is past "
+                                    "the range of microsecond timestamps")
         self.ledger_id.put_i64(ledger)
         self.entry_id.put_i64(entry)
         self.batch_index.put_i32(batch_index)

@@ -67,3 +67,30 @@ def test_zlib_claim_past_32_bits_is_refused_before_inflating():
         decompress(pb.ZLIB, bomb, (1 << 64) - 1)
     assert time.monotonic() - start < 1.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 100_000          # KiB
+
+
+@pytest.mark.parametrize("field, value", [
+    ("publish_time", 1 << 62),
+    ("publish_time", (1 << 64) - 1),
+    ("event_time", 1 << 62),
+    ("event_time", (1 << 63) + 7),
+])
+def test_times_past_the_microsecond_range_are_refused_not_wrapped(field, value):
+    """Times are milliseconds (uint64) turned into int64 microseconds: a producer's
+    publish_time of 2**62 ms came out as 0 (the product wrapped), an event_time of 2**63 + 7 as
+    7000, silently. Such a time has no timestamp (Spark's own conversion fails on it): the
+    entry is refused with a RecordFormatError naming it."""
+    fields = {"publish_time": 5000, field: value}
+    md = message_metadata("p", 1, fields.pop("publish_time"), **fields)
+    entry = encode_entry(headers_and_payload(md.SerializeToString(), b"x"), num_messages=1, publish_time=5000)
+    with pytest.raises(RecordFormatError, match=f"entry 7:3: {field}"):
+        decode_entries([7], [3], [entry])
+
+
+def test_times_at_the_edge_of_the_microsecond_range_still_decode():
+    """The largest millisecond count whose microseconds fit an int64 is kept exactly."""
+    edge = (2**63 - 1) // 1000
+    md = message_metadata("p", 1, edge, event_time=edge)
+    entry = encode_entry(headers_and_payload(md.SerializeToString(), b"x"), num_messages=1, publish_time=5000)
+    columns = decode_entries([7], [3], [entry])
+    assert columns["publish_time"].tolist() == columns["event_time"].tolist() == [edge * 1000]
