@@ -155,7 +155,8 @@ impl AbortedTxnSet {
             bitmap
                 .serialize_into(&mut canonical)
                 .expect("writing to a Vec cannot fail");
-            if canonical != bitmap_bytes {
+            // An empty 32-bit bitmap serialises back the same, but no set writes one.
+            if canonical != bitmap_bytes || bitmap.bitmaps().any(|(_, b)| b.is_empty()) {
                 return Err(format!("coordinator {most}: non-canonical bitmap encoding"));
             }
             match bitmap.max() {
@@ -386,5 +387,30 @@ impl AbortedTxnSet {
             self.markers.len(),
             self.bitmaps.len()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_32_bit_bitmap_is_not_canonical() {
+        let mut bitmaps = Vec::new();
+        bitmaps.extend_from_slice(&2u64.to_le_bytes());
+        for (high, lows) in [(0u32, vec![]), (1, vec![5u32])] {
+            bitmaps.extend_from_slice(&high.to_le_bytes());
+            let inner: roaring::RoaringBitmap = lows.into_iter().collect();
+            inner.serialize_into(&mut bitmaps).unwrap();
+        }
+        let mut data = b"PEAB\x01".to_vec();
+        data.extend_from_slice(&1u64.to_le_bytes());
+        data.extend_from_slice(&3i64.to_le_bytes());
+        data.extend_from_slice(&(bitmaps.len() as u64).to_le_bytes());
+        data.extend_from_slice(&bitmaps);
+        data.extend_from_slice(&1i64.to_le_bytes());
+        data.extend_from_slice(&2i64.to_le_bytes());
+        let error = AbortedTxnSet::deserialize(&data).err().expect("refused");
+        assert!(error.contains("non-canonical"), "{error}");
     }
 }
