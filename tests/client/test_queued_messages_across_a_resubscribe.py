@@ -35,6 +35,11 @@ async def restarted(broker, reader) -> None:
     (handler,) = reader._handlers.values()
     generation = handler.generation
     await broker.restart()
+    await resubscribed(handler, generation)
+
+
+async def resubscribed(handler, generation: int) -> None:
+    """Wait until `handler` (a partition's consumer) has subscribed again since `generation`."""
     for _ in range(1000):
         if handler.generation != generation and handler.state == "ready":
             return

@@ -13,6 +13,7 @@ from pyengine.client import Client
 from pyengine.client.message import MessageId
 
 from .conftest import NetworkBroker
+from .test_queued_messages_across_a_resubscribe import read_all, resubscribed
 
 LIMIT = 10_000
 
@@ -27,21 +28,13 @@ def _payload(size: int) -> bytes:
     return bytes(i * 7 % 251 for i in range(size))
 
 
-async def _resubscribed(handler, generation: int) -> None:
-    for _ in range(1000):
-        if handler.generation != generation and handler.state == "ready":
+async def _ready_again(handler) -> None:
+    """Wait until the reader is subscribed (the broker closes it for a seek: it subscribes again)."""
+    for _ in range(500):
+        if handler.state == "ready" and handler.connection is not None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the reader never subscribed again")
-
-
-async def _read_all(reader, timeout: float = 1.0) -> list[bytes]:
-    got = []
-    while True:
-        try:
-            got.append((await reader.read_next(timeout=timeout)).data)
-        except TimeoutError:
-            return got
 
 
 @pytest.mark.parametrize("completed_before_reconnect", [False, True])
@@ -89,12 +82,12 @@ async def test_reader_reconnect_around_a_chunked_message_does_not_repeat_what_it
             assert handler.queued == 1
         generation = handler.generation
         handler.connection.close()
-        await _resubscribed(handler, generation)
+        await resubscribed(handler, generation)
         if not completed_before_reconnect:
             for op, messages, gate in held:
                 enqueue(op, messages, gate)
             await asyncio.wait_for(pending, 5)
-        assert await _read_all(reader) == [big]
+        assert await read_all(reader) == [big]
 
 
 async def test_a_reader_sought_by_time_that_reconnects_before_anything_arrives_still_reads_from_that_time(broker):
@@ -114,16 +107,13 @@ async def test_a_reader_sought_by_time_that_reconnects_before_anything_arrives_s
         flow = handler._flow
         handler._flow = lambda permits: None
         await reader.seek(0)                        # by publish time: everything
-        for _ in range(500):                        # the broker closes the consumer on a seek
-            if handler.state == "ready" and handler.connection is not None:
-                break
-            await asyncio.sleep(0.01)
+        await _ready_again(handler)                 # the broker closes the consumer on a seek
         assert handler.queued == 0 and handler.last_dequeued is None
         generation = handler.generation
         handler._flow = flow
         handler.connection.close()                  # the connection drops before any message came
-        await _resubscribed(handler, generation)
-        assert await _read_all(reader) == [b"m0", b"m1", b"m2"]
+        await resubscribed(handler, generation)
+        assert await read_all(reader) == [b"m0", b"m1", b"m2"]
 
 
 async def test_a_reader_seeks_by_time_once_when_the_broker_keeps_its_subscription(broker):
@@ -151,13 +141,10 @@ async def test_a_reader_seeks_by_time_once_when_the_broker_keeps_its_subscriptio
         await asyncio.sleep(0.3)
         assert seeks == [0]
         await reader.seek(0)                        # again, then the connection drops
-        for _ in range(500):
-            if handler.state == "ready" and handler.connection is not None:
-                break
-            await asyncio.sleep(0.01)
+        await _ready_again(handler)
         generation = handler.generation
         handler.connection.close()
-        await _resubscribed(handler, generation)
-        got = await _read_all(reader)
+        await resubscribed(handler, generation)
+        got = await read_all(reader)
         assert seeks in ([0, 0], [0, 0, 0]), seeks  # the second's re-seek only when nothing came first
         assert got == [b"m0", b"m1", b"m2"]

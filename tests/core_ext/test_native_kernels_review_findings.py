@@ -12,16 +12,8 @@ from core_ext.records import RecordFormatError, decode_entries, decompress
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import message_metadata
 from pyengine.storage.entry import encode_entry, headers_and_payload
-from tests.core_ext.test_records import column_rows
+from tests.core_ext.test_records import _varint, column_rows
 from tests.reference import records as ref
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    return bytes(out) + bytes([value])
 
 
 def _entry(extra_metadata: bytes, payload: bytes) -> bytes:
