@@ -90,19 +90,23 @@ async def test_reader_reconnect_around_a_chunked_message_does_not_repeat_what_it
         assert await read_all(reader) == [big]
 
 
+async def _three_sent_and_a_reader_at_latest(client: Client, topic: str):
+    producer = await client.create_producer(topic)
+    for i in range(3):
+        await producer.send(b"m%d" % i)
+    reader = await client.create_reader(topic, MessageId.latest)
+    (handler,) = reader._handlers.values()
+    return reader, handler
+
+
 async def test_a_reader_sought_by_time_that_reconnects_before_anything_arrives_still_reads_from_that_time(broker):
     """seek(publish time) moves the broker's cursor; the reader's own start becomes None. If the
     connection drops before the first message arrives (nothing queued, nothing handed out), the
     reader subscribes again with no start id: the broker puts it at the reader's initial position
     (latest), and everything after the sought time is skipped."""
     topic = "persistent://public/default/reader-seek-time-reconnect"
-    async with Client(broker.url, operation_timeout_seconds=10) as producing, \
-            Client(broker.url, operation_timeout_seconds=10) as reading:
-        producer = await producing.create_producer(topic)
-        for i in range(3):
-            await producer.send(b"m%d" % i)
-        reader = await reading.create_reader(topic, MessageId.latest)
-        (handler,) = reader._handlers.values()
+    async with Client(broker.url, operation_timeout_seconds=10) as client:
+        reader, handler = await _three_sent_and_a_reader_at_latest(client, topic)
         # (the messages are on their way: no FLOW reaches the broker until the reconnect)
         flow = handler._flow
         handler._flow = lambda permits: None
@@ -121,13 +125,8 @@ async def test_a_reader_seeks_by_time_once_when_the_broker_keeps_its_subscriptio
     SUBSCRIBE that follows finds it, and the reader must not seek again (each seek closes it
     once more: it would seek for ever). After a lost connection it seeks once more, then reads."""
     topic = "persistent://public/default/reader-seek-time-once"
-    async with Client(broker.url, operation_timeout_seconds=10) as producing, \
-            Client(broker.url, operation_timeout_seconds=10) as reading:
-        producer = await producing.create_producer(topic)
-        for i in range(3):
-            await producer.send(b"m%d" % i)
-        reader = await reading.create_reader(topic, MessageId.latest)
-        (handler,) = reader._handlers.values()
+    async with Client(broker.url, operation_timeout_seconds=10) as client:
+        reader, handler = await _three_sent_and_a_reader_at_latest(client, topic)
         seeks = []
         seek = handler.seek
 

@@ -273,11 +273,15 @@ def test_a_malformed_starts_in_an_offset_is_refused(tmp_path):
         with pytest.raises(OptionError, match="offset|start of"):
             reader.latestOffset({A: "1:0", "$starts": starts}, reader.getDefaultReadLimit())
 
+@pytest.mark.parametrize("named", ["by a pattern", "exactly"])
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
-def test_a_topic_of_a_pattern_deleted_after_the_query_read_it(tmp_path, fail_on_data_loss):
+def test_a_topic_deleted_after_the_query_read_it(tmp_path, fail_on_data_loss, named):
+    """Named exactly too: the names were resolved again for each micro-batch, as at the start,
+    and one deleted since failed every micro-batch for good ("unknown topic"), also from the
+    checkpoint. It is no longer read, as Kafka's `subscribe` reads on."""
     send(tmp_path, A, b"a")
     send(tmp_path, B, b"b")
-    batches = stream(tmp_path, fail_on_data_loss, topics=NS + "loss-*")
+    batches = stream(tmp_path, fail_on_data_loss, topics=NS + "loss-*" if named == "by a pattern" else f"{A},{B}")
     assert batches.next() == [b"a", b"b"]
     delete(tmp_path, A)
     send(tmp_path, B, b"b2")
