@@ -594,22 +594,30 @@ class EtcdMetadataStore(MetadataStore):
     async def _pump(self, watch: Watch, key: bytes, range_end: bytes | None, since: int,
                     convert: Callable[[Any], Any], etcd_watch: Any) -> None:
         # `last`: the newest revision delivered from, `seen`: the keys of its events delivered
-        # so far. A revision's events may be cut by a broken stream, so a reconnect resumes at
+        # so far. etcd sends a revision's events in one response (without `fragment`), so a
+        # broken stream leaves `last` whole and a reconnect resumes after it: resuming at it
+        # would fail when etcd compacted up to the next one, though nothing needed is gone.
+        # Only a failed conversion cuts a revision (`cut`): then the reconnect resumes at
         # `last` itself and skips what was already delivered.
-        last, seen = since, set()
+        last, seen, cut = since, set(), False
         delay = RECONNECT_MIN
         try:
             while not watch.closed:
                 try:
                     if etcd_watch is None:
-                        resume = last if last > since else _after(since)
+                        resume = last if cut else _after(last)
                         etcd_watch = await self.client.watch(key, range_end=range_end, start_revision=resume)
                         log.info("etcd watch on %r resumed from revision %d", key, resume)
                     async for event in etcd_watch:
                         revision = event.kv.mod_revision
                         if revision < last or (revision == last and (revision == since or event.kv.key in seen)):
                             continue
-                        notification = await convert(event)
+                        try:
+                            notification = await convert(event)
+                        except Exception:
+                            cut = revision == last      # (a newer revision: `last` is whole)
+                            raise
+                        cut = False
                         if revision > last:
                             last, seen = revision, set()
                         seen.add(event.kv.key)
@@ -625,7 +633,8 @@ class EtcdMetadataStore(MetadataStore):
                     if isinstance(error, CompactedError):
                         watch._fail(error)
                         return
-                    log.warning("etcd watch on %r interrupted (%s); resuming at revision %d", key, error, last)
+                    log.warning("etcd watch on %r interrupted (%s); resuming after revision %d", key, error,
+                                last - 1 if cut else last)
                     etcd_watch = None
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RECONNECT_MAX)

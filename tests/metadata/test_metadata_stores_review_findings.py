@@ -1,0 +1,80 @@
+"""Findings of the metadata-store review (memory, lmdb, etcd, leader election)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyengine.metadata import CompactedError, NotificationType
+from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
+from pyengine.metadata.etcd_store import EtcdMetadataStore, _op_put
+from pyengine.metadata.keys import encode_remote
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """An etcd of the test's own: it is restarted and compacted (server-wide)."""
+    server = LocalEtcd(tmp_path / "etcd")
+    try:
+        server.start()
+    except EtcdUnavailableError as exc:
+        pytest.fail(f"this test needs a local etcd: {exc}", pytrace=False)
+    yield server
+    server.stop()
+
+
+async def test_a_watch_resumes_after_a_compaction_of_what_it_delivered(etcd):
+    """After a broken stream the etcd watch resumed at the revision it had last delivered,
+    not after it. When etcd had compacted up to the next revision meanwhile (nothing the
+    watch still needed was gone), the resume was refused and the watch failed with
+    CompactedError: the consumer had to re-read although no change was lost."""
+    store = await EtcdMetadataStore(etcd.host, etcd.port, root="/resume").start()
+    try:
+        watch = await store.watch("/w/", prefix=True)
+        await store.put("/w/a", b"1")
+        assert (await watch.next(5)).path == "/w/a"
+        other = await store.put("/o", b"x")          # outside the watch: the next revision
+        await store.client.compact(other.mod_revision, physical=True)
+        etcd.stop()                                   # the watch stream breaks
+        etcd.start()
+        written = await store.put("/w/b", b"2")
+        try:
+            second = await watch.next(10)
+        except CompactedError as exc:
+            pytest.fail(f"the watch failed although it had missed nothing: {exc}")
+        assert (second.type, second.path, second.revision) == (NotificationType.CREATED, "/w/b",
+                                                               written.mod_revision)
+        assert watch.pending() == 0
+        watch.close()
+    finally:
+        await store.close()
+
+
+async def test_a_revision_cut_by_a_failed_conversion_is_resumed_without_duplicates(etcd):
+    """The other side of the resume point: when the watch stopped in the middle of a
+    revision (converting one of its events failed), it resumes at that revision and
+    delivers only the events of it not delivered yet."""
+    store = await EtcdMetadataStore(etcd.host, etcd.port, root="/cut").start()
+    try:
+        watch = await store.watch("/w/", prefix=True)
+        record = store._record
+        failed = []
+
+        def failing_once(kv):
+            if kv.key.endswith(b"/w/b") and not failed:
+                failed.append(kv.key)
+                raise RuntimeError("conversion failed")
+            return record(kv)
+
+        store._record = failing_once
+        # one revision with two records (as a foreign multi-key transaction writes them)
+        reply = await store._txn([], [_op_put(store._rkey(p), encode_remote(None, [], b"v")) for p in ("/w/a", "/w/b")])
+        got = [await watch.next(10), await watch.next(10)]
+        assert failed
+        assert [(n.path, n.revision) for n in got] == [("/w/a", reply.header.revision),
+                                                       ("/w/b", reply.header.revision)]
+        later = await store.put("/w/c", b"c")
+        assert (await watch.next(10)).revision == later.mod_revision
+        assert watch.pending() == 0
+        watch.close()
+    finally:
+        await store.close()
