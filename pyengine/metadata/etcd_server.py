@@ -126,17 +126,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-port", type=int, default=None)
     args = parser.parse_args(argv)
     etcd = LocalEtcd(args.data_dir, port=args.port, peer_port=args.peer_port)
+
+    # SIGTERM's default action would end this process and leave etcd (in a session of its
+    # own) running: it interrupts the wait as SIGINT does, and etcd is stopped either way
+    def interrupted(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
     try:
-        etcd.start()
-    except EtcdUnavailableError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"ready {etcd.url} (pid {etcd.process.pid if etcd.process else '?'})", flush=True)
-    try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        try:
+            etcd.start()
+        except EtcdUnavailableError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"ready {etcd.url} (pid {etcd.process.pid if etcd.process else '?'})", flush=True)
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        return 0
     finally:
+        # a repeated signal must not cut the stop short either
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         etcd.stop()
-    return 0
 
 
 if __name__ == "__main__":

@@ -78,3 +78,51 @@ async def test_a_revision_cut_by_a_failed_conversion_is_resumed_without_duplicat
         watch.close()
     finally:
         await store.close()
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_etcd_runner_stops_its_etcd_on_sigterm(tmp_path):
+    """`python -m pyengine.metadata.etcd_server DIR` "runs until interrupted", but only
+    SIGINT stopped its etcd: it waited in `sigwait` without blocking the signals, so SIGTERM
+    (a supervisor's or CI's stop) killed it by the default action and left the etcd (in a
+    session of its own) running, holding its ports and data dir."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pyengine.metadata.etcd_server import LocalEtcd
+
+    if LocalEtcd(tmp_path / "probe").executable is None:
+        pytest.fail("this test needs a local etcd (etcd-server)", pytrace=False)
+    runner = subprocess.Popen([sys.executable, "-m", "pyengine.metadata.etcd_server", str(tmp_path / "data")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    etcd_pid = None
+    try:
+        line = runner.stdout.readline()
+        found = re.search(r"ready .* \(pid (\d+)\)", line)
+        assert found, f"the runner did not start: {line!r}"
+        etcd_pid = int(found.group(1))
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(20)
+        deadline = time.monotonic() + 5
+        while _running(etcd_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(etcd_pid), "etcd kept running after its runner was terminated"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        runner.stdout.close()
+        if etcd_pid is not None and _running(etcd_pid):
+            os.kill(etcd_pid, signal.SIGKILL)
