@@ -667,6 +667,7 @@ class MetadataStore(abc.ABC):
         With a guard, each record is deleted only while the record at `guard_path` is the one
         last written at `guard_mod_revision`; `GuardFailedError` once it is not (the local
         backends then delete nothing; on etcd what went while the guard held stays deleted).
+        A guard record inside the tree is deleted with it (on etcd, last).
         A mod revision is never reused, so a guard also tells a record deleted and written
         again from the one it read."""
         check_path(path)

@@ -441,6 +441,11 @@ class EtcdMetadataStore(MetadataStore):
             if not response.more:
                 break
             after = response.kvs[-1].key + b"\x00"
+        # a guard record in the tree goes last: every delete before it is checked against it
+        last = [guard[0]] if guard is not None and guard[0] in paths else []
+        if last:
+            paths.remove(guard[0])
+        counters = self._s + (path + "/").encode()
         for victim in paths:
             # read-then-delete, retried while the record changes in between (a record written
             # meanwhile is deleted too, in its new state, with its new index entries)
@@ -448,10 +453,14 @@ class EtcdMetadataStore(MetadataStore):
                 await self._delete_indexed(victim, None, guard=guard)
             except NotFoundError:
                 pass
-        counters = self._s + (path + "/").encode()
         await self._guarded_txn([], [_op_delete(self._s + path.encode()),
                                      rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(
                                          key=counters, range_end=prefix_end(counters)))], guard)
+        for victim in last:
+            try:
+                await self._delete_indexed(victim, None, guard=guard)
+            except NotFoundError:
+                pass
         for parent in [p for p in self._seq_next if p == path or p.startswith(path + "/")]:
             self._seq_next.pop(parent, None)
 

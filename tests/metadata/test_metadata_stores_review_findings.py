@@ -126,3 +126,18 @@ def test_the_etcd_runner_stops_its_etcd_on_sigterm(tmp_path):
         runner.stdout.close()
         if etcd_pid is not None and _running(etcd_pid):
             os.kill(etcd_pid, signal.SIGKILL)
+
+
+async def test_delete_recursive_of_a_tree_holding_its_guard_record(store):
+    """`delete_recursive` guarded by a record inside the tree it deletes (a leader removing a
+    tree with its own election record). The local stores delete the tree at once while the
+    guard holds; etcd deleted record by record in path order, so the guard record went
+    before the records after it, whose deletes then failed their guard: GuardFailedError
+    and half a tree left. The guard record now goes last."""
+    for path in ("/t", "/t/a", "/t/leader", "/t/z", "/t/z/y"):
+        await store.put(path, b"v")
+    await store.put("/t/seq/", b"s", sequential=True)
+    leader = await store.get("/t/leader")
+    await store.delete_recursive("/t", guard_path="/t/leader", guard_mod_revision=leader.mod_revision)
+    assert (await store.list_prefix("/t")).records == []
+    assert (await store.put("/t/seq/", b"s", sequential=True)).path == "/t/seq/0000000000"
