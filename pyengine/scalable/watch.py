@@ -63,6 +63,11 @@ class DagWatchSession:
         except ScalableTopicNotFoundError as error:
             self._end(error)
             return False
+        if self.layout is not None and layout.incarnation != self.layout.incarnation:
+            # deleted and created again before this re-read: the watched topic is gone (its
+            # successor's epochs start again at 0, so the epoch check below would not see it)
+            self._end(ScalableTopicNotFoundError(f"scalable topic {self.topic} was deleted"))
+            return False
         leader = await self.resources.store.get(self.resources.controller_path(self.topic))
         url = leader.value.decode() if leader is not None else None
         if self.layout is not None and layout.epoch == self.layout.epoch and url == self.controller_url:
