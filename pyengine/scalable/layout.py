@@ -345,6 +345,11 @@ class SegmentLayout:
                 if child in self.all_segments and sid not in self.all_segments[child].parent_ids:
                     raise LayoutError(f"segment {sid} lists child {child} that does not list it as a parent")
             for parent in info.parent_ids:
+                # ids are handed out in creation order, a child after its parents: this also
+                # keeps the DAG acyclic (a cycle made lineage() and the coordinator's drain
+                # gate recurse without end)
+                if parent >= sid:
+                    raise LayoutError(f"segment {sid} lists parent {parent}, not created before it")
                 if parent in self.all_segments and sid not in self.all_segments[parent].child_ids:
                     raise LayoutError(f"segment {sid} lists parent {parent} that does not list it as a child")
         expected = HASH_MIN

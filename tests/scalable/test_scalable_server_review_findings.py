@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from pyengine.scalable.layout import LayoutError, SegmentLayout
 from pyengine.scalable.resources import ScalableTopicNotFoundError
 from pyengine.scalable.service import scalable_topic_name
 from pyengine.scalable.watch import DagWatchSession
@@ -39,3 +42,27 @@ async def test_a_watch_whose_topic_was_deleted_and_created_again_before_its_rere
     assert len(updates) == 1 and len(errors) == 1 and isinstance(errors[0], ScalableTopicNotFoundError)
     assert session.ended
     session.close()
+
+
+def _segment(sid, state, parents=(), children=(), created=0, sealed=0, start=0, end=0xFFFF):
+    return {"segmentId": sid, "hashRange": {"start": start, "end": end}, "state": state,
+            "parentIds": list(parents), "childIds": list(children), "createdAtEpoch": created,
+            "sealedAtEpoch": sealed}
+
+
+def test_a_layout_whose_parent_links_form_a_cycle_is_refused():
+    """from_metadata checked that links point both ways, not that they go from older segments
+    to newer ones: two sealed segments naming each other as parent and child were accepted,
+    and lineage() (and the coordinator's drain gate, walking up from an active child) then
+    recursed until RecursionError instead of the metadata being refused with a LayoutError."""
+    raw = {"epoch": 2, "nextSegmentId": 4, "segments": {
+        "1": _segment(1, "SEALED", parents=[2], children=[2, 3], sealed=1),
+        "2": _segment(2, "SEALED", parents=[1], children=[1], sealed=1),
+        "3": _segment(3, "ACTIVE", parents=[1], created=1)}}
+    with pytest.raises(LayoutError, match="parent 2"):
+        SegmentLayout.from_metadata(raw)
+    # a parent listed by itself is refused too
+    raw = {"epoch": 1, "nextSegmentId": 2, "segments": {
+        "0": _segment(0, "ACTIVE"), "1": _segment(1, "SEALED", parents=[1], children=[1], sealed=1)}}
+    with pytest.raises(LayoutError):
+        SegmentLayout.from_metadata(raw)
