@@ -358,8 +358,14 @@ class ScalableTopicController:
 
     async def get_layout(self) -> SegmentLayout:
         """The layout as stored now (any instance)."""
-        self.layout, self.version = await self.resources.load(self.topic)
-        return self.layout
+        layout, version = await self.resources.load(self.topic)
+        held = self.layout
+        # Read outside the lock: a read answered after a split's compare-and-set is older than
+        # the layout the split stored here, and must not put the sealed parent back (the next
+        # subscription would be created on it and not on the children).
+        if held is None or layout.incarnation != held.incarnation or layout.epoch >= held.epoch:
+            self.layout, self.version = layout, version
+        return layout
 
     # --- split and merge --------------------------------------------------------------------
 

@@ -66,3 +66,34 @@ def test_a_layout_whose_parent_links_form_a_cycle_is_refused():
         "0": _segment(0, "ACTIVE"), "1": _segment(1, "SEALED", parents=[1], children=[1], sealed=1)}}
     with pytest.raises(LayoutError):
         SegmentLayout.from_metadata(raw)
+
+
+async def test_a_stats_read_landing_after_a_split_does_not_roll_the_leaders_layout_back(broker, services):
+    """The controller's `get_layout` (used by `stats`, outside the controller's lock) stored
+    what it read as the leader's layout. A read issued before a split's compare-and-set and
+    answered after it put the pre-split layout back, and the next subscription was then created
+    on the sealed parent and not on the children: its consumers never saw the messages written
+    to them. A read no longer replaces a newer layout."""
+    service = await services("a")
+    await service.create_topic(T, 1)
+    controller = await service.controller(T)
+    load, stale_read, split_done = service.resources.load, asyncio.Event(), asyncio.Event()
+
+    async def slow_load(topic):
+        result = await load(topic)
+        if not stale_read.is_set():
+            stale_read.set()
+            await split_done.wait()             # answered only once the split is done
+        return result
+    service.resources.load = slow_load
+    reading = asyncio.ensure_future(controller.get_layout())
+    await stale_read.wait()
+    service.resources.load = load
+    layout = await service.split_segment(T, 0)
+    split_done.set()
+    assert (await reading).epoch == 0           # the read itself answers what it read
+    assert controller.layout.epoch == layout.epoch == 1
+    await controller.create_subscription("late")
+    for child in layout.active_segments:
+        topic = await broker.service.get_topic(child.topic_name(scalable_topic_name(T)), create=False)
+        assert "late" in topic.subscriptions, child
