@@ -94,12 +94,16 @@ class ClientCore:
 
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]:
         """The topics of `namespace` (GET_TOPICS_OF_NAMESPACE, asked of the service URL's broker
-        as Pulsar's clients do; `mode`: CommandGetTopicsOfNamespace.Mode), partitions by name."""
-        connection = await self.pool.get(self.lookup.service_address())
-        cmd = base_command(pb.BaseCommand.GET_TOPICS_OF_NAMESPACE, request_id=connection.new_request_id(),
-                           namespace=namespace, mode=mode)
-        response = await connection.request(cmd, self.config.operation_timeout)
-        return list(response.topics)
+        as Pulsar's clients do; `mode`: CommandGetTopicsOfNamespace.Mode), partitions by name.
+        A host that cannot be reached is passed over for the next (`LookupService.retrying`)."""
+        async def attempt() -> list[str]:
+            connection = await self.pool.get(self.lookup.service_address())
+            cmd = base_command(pb.BaseCommand.GET_TOPICS_OF_NAMESPACE, request_id=connection.new_request_id(),
+                               namespace=namespace, mode=mode)
+            response = await connection.request(cmd, self.config.operation_timeout)
+            return list(response.topics)
+
+        return await self.lookup.retrying(f"topics of {namespace}", attempt)
 
     def forget(self, closed: Producer | Consumer) -> None:
         if closed in self.open_objects:
@@ -437,11 +441,15 @@ class Client:
         name = check_topic(topic)
         if version is not None:
             check_int("version", version, 0)
-        connection = await self._core.pool.get(await self._core.lookup.lookup(name))
-        cmd = base_command(pb.BaseCommand.GET_SCHEMA, topic=name, request_id=connection.new_request_id())
-        if version is not None:
-            cmd.getSchema.schema_version = encode_version(version)
-        response = await connection.request(cmd, self._core.config.operation_timeout)
+        async def attempt() -> pb.CommandGetSchemaResponse:
+            connection = await self._core.pool.get(await self._core.lookup.lookup(name))
+            cmd = base_command(pb.BaseCommand.GET_SCHEMA, topic=name, request_id=connection.new_request_id())
+            if version is not None:
+                cmd.getSchema.schema_version = encode_version(version)
+            return await connection.request(cmd, self._core.config.operation_timeout)
+
+        # A host of the service URL that cannot be reached is passed over for the next.
+        response = await self._core.lookup.retrying(f"schema of {name}", attempt)
         return SchemaInfo(decode_version(response.schema_version), schema_from_proto(response.schema))
 
     async def new_transaction(self, timeout_ms: int = 60_000, *, scalable: bool = False) -> Transaction:

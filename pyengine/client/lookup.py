@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from pyengine.client.backoff import Backoff
 from pyengine.client.config import ClientConfig
@@ -16,6 +18,7 @@ from pyengine.protocol.commands import base_command
 MAX_REDIRECTS = 20
 _RETRYABLE = (ConnectError, TimeoutError, ServiceNotReadyError, TooManyRequestsError)
 _Lookup = pb.CommandLookupTopicResponse
+T = TypeVar("T")
 
 
 class LookupService:
@@ -32,22 +35,27 @@ class LookupService:
         return address
 
     async def partitions(self, topic: str) -> int:
-        """How many partitions `topic` has (0: it is not partitioned). A broker that cannot be
-        reached or is not ready is asked again with back-off until the operation timeout, as
-        the C++ client's retrying lookup service does."""
+        """How many partitions `topic` has (0: it is not partitioned)."""
+        return await self.retrying(f"partitioned metadata of {topic}", lambda: self._partitions_once(topic))
+
+    async def retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`attempt()`, asked again with back-off while the broker cannot be reached or is not
+        ready, until the operation timeout, as the C++ client's retrying lookup service does
+        its lookups, topic lists and schemas: each attempt that asks the service URL goes to
+        its next host, so a host that is down is passed over."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config.operation_timeout
         backoff = Backoff(self._config.initial_backoff, self._config.max_backoff)
         while True:
             try:
                 async with asyncio.timeout_at(deadline):    # not wait_for: 3.11's loses a late cancel
-                    return await self._partitions_once(topic)
+                    return await attempt()
             except _RETRYABLE as exc:
                 delay = backoff.next()
                 if loop.time() + delay >= deadline:
                     if isinstance(exc, TimeoutError):
                         raise
-                    raise TimeoutError(f"partitioned metadata of {topic}: {exc}") from exc
+                    raise TimeoutError(f"{what}: {exc}") from exc
                 await asyncio.sleep(delay)
 
     async def _partitions_once(self, topic: str) -> int:
