@@ -45,16 +45,17 @@ def parse_broker_url(url: str) -> BrokerAddress:
 
 def _parse_host_port(url: str, hostport: str) -> BrokerAddress:
     if hostport.startswith("["):                       # [::1]:6650
-        host, _, tail = hostport[1:].partition("]")
+        host, bracket, tail = hostport[1:].partition("]")
         port_text = tail[1:] if tail.startswith(":") else ""
-        if tail and not tail.startswith(":"):
+        if not bracket or (tail and not tail.startswith(":")):     # "[::1:6650" is another address
             raise ValueError(f"invalid service URL {url!r}: bad address {hostport!r}")
     else:
         host, _, port_text = hostport.partition(":")
     if not host or any(ch.isspace() for ch in host):
         raise ValueError(f"invalid service URL {url!r}: missing or bad host in {hostport!r}")
     if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        # ASCII digits only: str.isdigit takes "²" (int() refuses it) and "६६५०" (int() reads 6650)
+        if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
             raise ValueError(f"invalid service URL {url!r}: bad port {port_text!r}")
         port = int(port_text)
     else:

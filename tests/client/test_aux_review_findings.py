@@ -6,7 +6,10 @@ from __future__ import annotations
 import re
 import socket
 
+import pytest
+
 from pyengine.client import Client
+from pyengine.client.url import parse_service_url
 from pyengine.schema import SchemaData, SchemaType
 
 NS = "persistent://public/default"
@@ -48,3 +51,12 @@ async def test_schema_lookup_fails_over_from_a_dead_first_host(broker):
         assert info.version == 0
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize("url", ["pulsar://[::1:6650", "pulsar://[::1", "pulsar://host:²", "pulsar://host:६६५०"])
+def test_malformed_service_urls_are_refused_as_such(url):
+    """An IPv6 address missing its "]" was taken as it stood ("[::1:6650" named the host
+    ::1:6650 on the default port, another address); a port of non-ASCII digits was taken
+    ("६६५०" as 6650) or failed with int()'s message, not the URL's."""
+    with pytest.raises(ValueError, match="invalid service URL"):
+        parse_service_url(url)
