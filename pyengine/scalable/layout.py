@@ -190,6 +190,8 @@ class SegmentLayout:
         return self._active  # type: ignore[attr-defined]
 
     def segment(self, segment_id: int) -> SegmentInfo:
+        if isinstance(segment_id, bool):        # True would look up (and split) segment 1
+            raise TypeError(f"segment id must be an int, not {type(segment_id).__name__}")
         try:
             return self.all_segments[segment_id]
         except (KeyError, TypeError):

@@ -82,6 +82,15 @@ def test_invalid_operations_are_refused_and_change_nothing():
         one_wide.split_segment(0)
 
 
+def test_a_segment_id_that_is_a_bool_is_refused():
+    """True looked up (and split) segment 1, False segment 0: a Python caller's mistake."""
+    layout = SegmentLayout.initial(2)
+    for op in (lambda: layout.split_segment(True), lambda: layout.merge_segments(False, True),
+               lambda: layout.segment(True)):
+        with pytest.raises(TypeError, match="segment id must be an int"):
+            op()
+
+
 def _meta(**changes):
     raw = json.loads(SPEC_EXAMPLE)
     for path, value in changes.items():
