@@ -203,6 +203,8 @@ MAX_PENDING = 1_000_000             # messages in flight per producer
 MAX_SECONDS = 31 * 24 * 3600.0      # a month of --duration or --warmup
 rate = _number(float, 0, "a number >= 0", MAX_RATE, " messages per second")
 max_pending = _number(int, 1, "a whole number >= 1", MAX_PENDING, " messages")
+# A transaction's sends go out together (unpaced): as many as may be in flight, at most.
+messages_per_txn = _number(int, 1, "a whole number >= 1", MAX_PENDING, " messages")
 seconds = _number(float, 0, "a number >= 0", MAX_SECONDS, " seconds (a month)")
 receiver_queue_size = _number(int, 1, "a whole number >= 1", 2**31 - 1, " messages")
 txn_timeout_ms = _number(int, 1, "a whole number >= 1", 2**63 - 1, " ms")
@@ -270,14 +272,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     consume.add_argument("--receiver-queue-size", type=receiver_queue_size, default=1000)
     consume.add_argument("--txn", action="store_true",
                          help="acknowledge in transactions (pulsar-perf consume's -txn) and measure end-txn")
-    consume.add_argument("--messages-per-txn", type=positive_int, default=50,
+    consume.add_argument("--messages-per-txn", type=messages_per_txn, default=50,
                          help="with --txn: acknowledgements per transaction")
     consume.add_argument("--txn-timeout-ms", type=txn_timeout_ms, default=60_000, help="with --txn: transaction timeout")
     consume.set_defaults(measure=measure_consume)
 
     txn = modes.add_parser("txn", parents=[common, sending],
                            help="publish in transactions and measure end-txn and commit-to-visible latency")
-    txn.add_argument("--messages-per-txn", type=positive_int, default=100, help="messages per transaction")
+    txn.add_argument("--messages-per-txn", type=messages_per_txn, default=100, help="messages per transaction")
     txn.add_argument("--txn-timeout-ms", type=txn_timeout_ms, default=60_000, help="transaction timeout")
     txn.add_argument("--no-visibility", dest="visibility", action="store_false",
                      help="do not run the consumer that measures commit-to-visible")

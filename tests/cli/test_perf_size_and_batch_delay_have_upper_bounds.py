@@ -49,3 +49,17 @@ def test_a_size_this_host_cannot_hold_ends_the_run_with_a_message(monkeypatch, c
     assert main(["perf", "produce", "--size", str(LARGEST_MESSAGE), "--url", NOWHERE, "--quiet"]) == 1
     assert capsys.readouterr().err == (f"pyengine perf: MemoryError: not enough memory for messages of "
                                        f"{LARGEST_MESSAGE} bytes\n")
+
+
+@pytest.mark.parametrize("mode", ["txn", "consume"])
+def test_messages_per_txn_past_what_may_be_in_flight_exits_2(capsys, mode):
+    """An unpaced transaction's sends are all made at once: --messages-per-txn had no bound, and
+    a value of a few more digits made that many futures before the first was sent."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perf", mode, "--messages-per-txn", str(10**12), "--url", NOWHERE, "--quiet"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--messages-per-txn: expected at most 1000000 messages" in err and "Traceback" not in err
+    parser = argparse.ArgumentParser(prog="pyengine")
+    perf.add_parser(parser.add_subparsers(dest="command"))
+    assert parser.parse_args(["perf", mode, "--messages-per-txn", "1000000"]).messages_per_txn == 1_000_000
