@@ -363,8 +363,8 @@ def _check_avro(existing: Sequence[SchemaData], new: SchemaData, strategy: Compa
     if strategy in (S.UNDEFINED, S.ALWAYS_INCOMPATIBLE):
         raise IncompatibleSchemaError(f"Schema compatibility strategy is {strategy.value}")
     try:
-        new_schema = parse_avro(new.data)
-        olds = [parse_avro(old.data) for old in existing]
+        new_schema = _checked_form(new.data)
+        olds = [_checked_form(old.data) for old in existing]
     except InvalidSchemaDataError as exc:
         raise IncompatibleSchemaError(str(exc)) from None
     backward = strategy in (S.BACKWARD, S.BACKWARD_TRANSITIVE, S.FULL, S.FULL_TRANSITIVE)
@@ -375,6 +375,43 @@ def _check_avro(existing: Sequence[SchemaData], new: SchemaData, strategy: Compa
         if problem:
             raise IncompatibleSchemaError(f"Error during schema compatibility check with strategy "
                                           f"{strategy.value}: {problem}")
+
+
+def _checked_form(data: bytes) -> avro.schema.Schema:
+    """The Avro schema `data` defines, as compatibility checks read it: its named types'
+    aliases made full names. Java's parser (Pulsar's) takes an alias without a dot as one in
+    the type's namespace; Avro's Python checker compares the aliases as written with the
+    writer's full name, so `"aliases": ["Old"]` in namespace `n` did not match `n.Old`."""
+    schema = parse_avro(data)
+    if b"aliases" not in data:
+        return schema
+    return parse_avro(json.dumps(_qualified_aliases(json.loads(data), "")).encode())
+
+
+def _qualified_aliases(node: Any, namespace: str) -> Any:
+    """A schema's JSON with the aliases of its named types resolved as Java resolves them:
+    a dotted alias is a full name, another one is in the type's namespace (the namespace of
+    its dotted name, else its `namespace`, else the enclosing type's)."""
+    if isinstance(node, list):                  # a union
+        return [_qualified_aliases(branch, namespace) for branch in node]
+    if not isinstance(node, dict):
+        return node
+    out = dict(node)
+    if out.get("type") in _NAMED_TYPES and isinstance(out.get("name"), str):
+        name = out["name"]
+        if "." in name:
+            namespace = name.rpartition(".")[0]
+        elif isinstance(out.get("namespace"), str):
+            namespace = out["namespace"]
+        if isinstance(out.get("aliases"), list):
+            out["aliases"] = [f"{namespace}.{alias}" if isinstance(alias, str) and "." not in alias and namespace
+                              else alias for alias in out["aliases"]]
+    for key in ("type", "items", "values"):
+        if isinstance(out.get(key), (dict, list)):
+            out[key] = _qualified_aliases(out[key], namespace)
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [_qualified_aliases(f, namespace) if isinstance(f, dict) else f for f in out["fields"]]
+    return out
 
 
 def _check_json(existing: Sequence[SchemaData], new: SchemaData, strategy: CompatibilityStrategy) -> None:
