@@ -440,7 +440,7 @@ class Client:
         self._check_open()
         name = check_topic(topic)
         if version is not None:
-            check_int("version", version, 0)
+            check_int("version", version, 0, 2**63 - 1)     # the wire's int64: past it, struct.error
         async def attempt() -> pb.CommandGetSchemaResponse:
             connection = await self._core.pool.get(await self._core.lookup.lookup(name))
             cmd = base_command(pb.BaseCommand.GET_SCHEMA, topic=name, request_id=connection.new_request_id())
