@@ -71,6 +71,20 @@ async def _forward(consumer: Consumer, closed: Callable[[], bool], put: Callable
         put(message)
 
 
+def _drop_queued(queue: asyncio.Queue[Any], dropped: Callable[[Any], bool]) -> None:
+    """Remove the items of `queue` that `dropped` selects (markers such as _CLOSED stay)."""
+    kept = []
+    while True:
+        try:
+            item = queue.get_nowait()
+        except asyncio.QueueEmpty:
+            break
+        if item is _CLOSED or item is _ENDED or not dropped(item):
+            kept.append(item)
+    for item in kept:
+        queue.put_nowait(item)
+
+
 # Queued by close(): wakes the receive() calls waiting on a scalable consumer's queue, which
 # then raise AlreadyClosedError (each puts it back for the next one), as a Consumer's do.
 _CLOSED = object()
@@ -850,6 +864,16 @@ class QueueConsumer:
         if acked is not None:
             acked.set()
 
+    async def redeliver_unacknowledged_messages(self) -> None:
+        """Have every segment send again what it sent here and is not acknowledged (as
+        Consumer's: after a transaction's abort released its acks, the only way short of a
+        close to get them again). What is queued here is dropped first: it comes again."""
+        if self._closed:
+            raise AlreadyClosedError(f"the queue consumer of {self.watch.topic} is closed")
+        _drop_queued(self._queue, lambda item: True)
+        for consumer in list(self._consumers.values()):
+            await consumer.redeliver_unacknowledged_messages()
+
     @property
     def segments(self) -> list[int]:
         """The ids of the segments read here: every active segment, and each sealed one until
@@ -1164,6 +1188,17 @@ class StreamConsumer:
             raise ValueError("not a message of a segment this consumer is assigned")
         await consumer.acknowledge(message, txn=txn)
 
+    async def redeliver_unacknowledged_messages(self) -> None:
+        """Have the assigned segments send again what they sent here and is not acknowledged
+        (after a transaction's abort released its acks, the only way short of a close to get
+        them again). What is queued here is dropped first: it comes again, in order."""
+        if self._closed:
+            raise AlreadyClosedError(f"stream consumer {self.consumer_name} of {self.watch.topic} is closed")
+        consumers = list(self._consumers.values())
+        _drop_queued(self._queue, lambda item: item[0] in consumers)
+        for consumer in consumers:
+            await consumer.redeliver_unacknowledged_messages()
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -1372,6 +1407,9 @@ class CheckpointConsumer(StreamConsumer):
 
     async def acknowledge(self, message: Message) -> None:
         raise NotAllowedError("a CheckpointConsumer acknowledges nothing: its position is checkpoint()")
+
+    async def redeliver_unacknowledged_messages(self) -> None:
+        raise NotAllowedError("a CheckpointConsumer acknowledges nothing: it resumes from a checkpoint()")
 
     async def close(self) -> None:
         if self._closed:
