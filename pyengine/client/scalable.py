@@ -85,6 +85,18 @@ def _drop_queued(queue: asyncio.Queue[Any], dropped: Callable[[Any], bool]) -> N
         queue.put_nowait(item)
 
 
+def _follow_redeliveries(consumer: Consumer, queue: asyncio.Queue[Any], is_its: Callable[[Any], bool]) -> None:
+    """When messages segment consumer `consumer` delivered come again (a reconnect, a
+    redeliver-all, a broker's rewind after an abort, a nack), its copies already moved into the
+    scalable consumer's `queue` (the items `is_its` selects; a message is an item's last
+    element) are dropped with its own, as the pattern consumer's buffer: else those come twice."""
+    def drop_queued_too(handler: Any, coming_again: Callable[[MessageId], bool] | None) -> None:
+        _drop_queued(queue, lambda item: is_its(item)
+                     and (coming_again is None or coming_again(item[-1].message_id)))
+
+    consumer.on_entries_coming_again = drop_queued_too
+
+
 # Queued by close(): wakes the receive() calls waiting on a scalable consumer's queue, which
 # then raise AlreadyClosedError (each puts it back for the next one), as a Consumer's do.
 _CLOSED = object()
@@ -764,6 +776,7 @@ class QueueConsumer:
             await consumer.close()
             return
         self._consumers[sid] = consumer
+        _follow_redeliveries(consumer, self._queue, lambda item: item[0] == sid)
         self._forwarding[sid] = self._spawn(_forward(
             consumer, lambda: self._closed, lambda message: self._queue.put_nowait((sid, message)),
             f"queue consumer of {self.watch.topic}, segment {sid}"))
@@ -870,8 +883,7 @@ class QueueConsumer:
         close to get them again). What is queued here is dropped first: it comes again."""
         if self._closed:
             raise AlreadyClosedError(f"the queue consumer of {self.watch.topic} is closed")
-        _drop_queued(self._queue, lambda item: True)
-        for consumer in list(self._consumers.values()):
+        for consumer in list(self._consumers.values()):      # (the queued copies go too)
             await consumer.redeliver_unacknowledged_messages()
 
     @property
@@ -1091,6 +1103,7 @@ class StreamConsumer:
                     await consumer.close()
                     return True
                 self._consumers[topic] = consumer
+                _follow_redeliveries(consumer, self._queue, lambda item, c=consumer: item[0] is c)
                 self._pumps[topic] = asyncio.get_running_loop().create_task(_forward(
                     consumer, lambda: self._closed, self._pumped(consumer),
                     f"stream consumer {self.consumer_name} on {consumer.topic}"))
@@ -1194,9 +1207,7 @@ class StreamConsumer:
         them again). What is queued here is dropped first: it comes again, in order."""
         if self._closed:
             raise AlreadyClosedError(f"stream consumer {self.consumer_name} of {self.watch.topic} is closed")
-        consumers = list(self._consumers.values())
-        _drop_queued(self._queue, lambda item: item[0] in consumers)
-        for consumer in consumers:
+        for consumer in list(self._consumers.values()):      # (the queued copies go too)
             await consumer.redeliver_unacknowledged_messages()
 
     async def close(self) -> None:
