@@ -129,11 +129,13 @@ async def test_v4_txn_on_a_segment_and_v5_txn_on_persistent_are_refused(client, 
         await v4.commit()
     plain = await client.create_producer("persistent://public/default/p")
     v5 = await client.new_transaction(scalable=True)
+    await producer.send(b"in-v5", key="k", txn=v5)
     with pytest.raises(NotAllowedError, match="v4 transactions only.*v5"):
         await plain.send(b"x", txn=v5)
     with pytest.raises(NotAllowedError):
-        await v5.commit()
-    assert [m.data for m in await drain(queue, 0.3)] == []
+        await v5.commit()                                 # aborted instead: nothing shows
+    assert v5.state == "aborted"
+    assert [m.data for m in await drain(queue, 0.5)] == []
 
 
 async def test_consume_transform_produce_across_splits_of_both_topics(client, broker):
@@ -443,6 +445,89 @@ async def test_messages_queued_in_a_scalable_consumer_come_once_across_a_reconne
     # (the one received before the restart comes again: it was not acknowledged)
     assert counts == Counter(b"m%d" % i for i in range(10)) + Counter([first.data]), counts
     await txn.commit()
+
+
+
+async def test_checkpoint_consumer_reads_committed_only_across_a_split(client, broker):
+    """A CheckpointConsumer (non-durable readers) hands out nothing of an open txn, then all
+    of a committed one and nothing of an aborted one, across a split of a segment they wrote."""
+    scalable = await broker.service.scalable_topics()
+    await scalable.create_topic(IN, 1)
+    feed = await client.create_producer(IN)
+    reader = await client.subscribe_checkpoint(IN, "cp", "c1")
+    committed = await client.new_transaction(scalable=True)
+    aborted = await client.new_transaction(scalable=True)
+    for i in range(4):
+        await feed.send(b"c%d" % i, key=f"k{i}", txn=committed)
+        await feed.send(b"a%d" % i, key=f"k{i}", txn=aborted)
+    await feed.send(b"plain", key="k0")
+    await scalable.split_segment(IN, 0)
+    await feed.watch.wait_newer_than(0, 5)
+    for i in range(4):
+        await feed.send(b"c2-%d" % i, key=f"k{i}", txn=committed)
+    early = [m.data for m in await drain(reader, 0.5)]
+    assert not [d for d in early if d[:1] in (b"a", b"c")], early
+    await committed.commit()
+    await aborted.abort()
+    got = early + [m.data for m in await drain(reader, 2.0)]
+    expected = [b"plain"] + [b"c%d" % i for i in range(4)] + [b"c2-%d" % i for i in range(4)]
+    assert Counter(got) == Counter(expected), got
+
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_stream_consumer_handover_mid_transaction(client, broker, commit):
+    """c1 acks in a txn and goes; c2 takes its segment: it gets nothing the open txn acked;
+    committed, those stay acked; aborted, they come again to c2, in order, once."""
+    scalable = await broker.service.scalable_topics()
+    await scalable.create_topic(IN, 1)
+    feed = await client.create_producer(IN)
+    for i in range(12):
+        await feed.send(b"m%02d" % i, key="k")
+    c1 = await client.subscribe_stream(IN, "s", "c1")
+    taken = [await c1.receive(timeout=5) for _ in range(6)]
+    txn = await client.new_transaction(scalable=True)
+    for message in taken:
+        await c1.acknowledge(message, txn=txn)
+    await c1.close()
+    c2 = await client.subscribe_stream(IN, "s", "c2")
+    rest = [m.data for m in await drain(c2, 1.5)]
+    assert rest == [b"m%02d" % i for i in range(6, 12)], rest
+    if commit:
+        await txn.commit()
+        await c2.redeliver_unacknowledged_messages()
+        assert [m.data for m in await drain(c2, 1.0)] == rest
+    else:
+        await txn.abort()
+        await c2.redeliver_unacknowledged_messages()
+        again = [m.data for m in await drain(c2, 1.0)]
+        assert again == [b"m%02d" % i for i in range(12)], again
+
+
+
+async def test_timeout_while_the_broker_is_down(client, broker):
+    """A txn whose timeout passes while its broker is down is aborted by the restarted one:
+    its messages never show, its acks are released."""
+    scalable = await broker.service.scalable_topics()
+    await scalable.create_topic(IN, 2)
+    feed = await client.create_producer(IN)
+    for i in range(4):
+        await feed.send(b"plain%d" % i, key=f"k{i}")
+    reader = await client.subscribe_queue(IN, "r")
+    plain = await drain(reader, 0.5)
+    txn = await client.new_transaction(timeout_ms=800, scalable=True)
+    for i in range(4):
+        await feed.send(b"t%d" % i, key=f"k{i}", txn=txn)
+    for message in plain:
+        await reader.acknowledge(message, txn=txn)
+    await broker.stop()
+    await asyncio.sleep(1.2)
+    await broker.start()
+    await asyncio.sleep(0.5)
+    watcher = await client.subscribe_queue(IN, "w")
+    assert Counter(m.data for m in await drain(watcher, 1.0)) == Counter(m.data for m in plain)
+    await reader.redeliver_unacknowledged_messages()
+    assert Counter(m.data for m in await drain(reader, 1.0)) == Counter(m.data for m in plain)
 
 
 # -- a model: random sends (plain / in one of three txns) on two scalable topics, splits,
