@@ -8,23 +8,13 @@ from __future__ import annotations
 import pytest
 
 from pyengine.metadata import CompactedError, NotificationType
-from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
 from pyengine.metadata.etcd_store import EtcdMetadataStore
 
 
-@pytest.fixture
-def etcd(tmp_path):
-    server = LocalEtcd(tmp_path / "etcd")
-    try:
-        server.start()
-    except EtcdUnavailableError as exc:
-        pytest.fail(f"this test needs a local etcd: {exc}", pytrace=False)
-    yield server
-    server.stop()
 
 
-async def test_watch_from_compacted_history_fails_at_once_and_the_compaction_revision_is_kept(etcd):
-    store = await EtcdMetadataStore(etcd.host, etcd.port, root="/compaction").start()
+async def test_watch_from_compacted_history_fails_at_once_and_the_compaction_revision_is_kept(own_etcd):
+    store = await EtcdMetadataStore(own_etcd.host, own_etcd.port, root="/compaction").start()
     try:
         revisions = [(await store.put("/c/a", str(i).encode())).mod_revision for i in range(4)]
         compacted = revisions[2]

@@ -5,37 +5,27 @@ from __future__ import annotations
 import pytest
 
 from pyengine.metadata import CompactedError, NotificationType
-from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
+from pyengine.metadata.etcd_server import LocalEtcd
 from pyengine.metadata.etcd_store import EtcdMetadataStore, _op_put
 from pyengine.metadata.keys import encode_remote
 
 
-@pytest.fixture
-def etcd(tmp_path):
-    """An etcd of the test's own: it is restarted and compacted (server-wide)."""
-    server = LocalEtcd(tmp_path / "etcd")
-    try:
-        server.start()
-    except EtcdUnavailableError as exc:
-        pytest.fail(f"this test needs a local etcd: {exc}", pytrace=False)
-    yield server
-    server.stop()
 
 
-async def test_a_watch_resumes_after_a_compaction_of_what_it_delivered(etcd):
+async def test_a_watch_resumes_after_a_compaction_of_what_it_delivered(own_etcd):
     """After a broken stream the etcd watch resumed at the revision it had last delivered,
     not after it. When etcd had compacted up to the next revision meanwhile (nothing the
     watch still needed was gone), the resume was refused and the watch failed with
     CompactedError: the consumer had to re-read although no change was lost."""
-    store = await EtcdMetadataStore(etcd.host, etcd.port, root="/resume").start()
+    store = await EtcdMetadataStore(own_etcd.host, own_etcd.port, root="/resume").start()
     try:
         watch = await store.watch("/w/", prefix=True)
         await store.put("/w/a", b"1")
         assert (await watch.next(5)).path == "/w/a"
         other = await store.put("/o", b"x")          # outside the watch: the next revision
         await store.client.compact(other.mod_revision, physical=True)
-        etcd.stop()                                   # the watch stream breaks
-        etcd.start()
+        own_etcd.stop()                                   # the watch stream breaks
+        own_etcd.start()
         written = await store.put("/w/b", b"2")
         try:
             second = await watch.next(10)
@@ -49,11 +39,11 @@ async def test_a_watch_resumes_after_a_compaction_of_what_it_delivered(etcd):
         await store.close()
 
 
-async def test_a_revision_cut_by_a_failed_conversion_is_resumed_without_duplicates(etcd):
+async def test_a_revision_cut_by_a_failed_conversion_is_resumed_without_duplicates(own_etcd):
     """The other side of the resume point: when the watch stopped in the middle of a
     revision (converting one of its events failed), it resumes at that revision and
     delivers only the events of it not delivered yet."""
-    store = await EtcdMetadataStore(etcd.host, etcd.port, root="/cut").start()
+    store = await EtcdMetadataStore(own_etcd.host, own_etcd.port, root="/cut").start()
     try:
         watch = await store.watch("/w/", prefix=True)
         record = store._record

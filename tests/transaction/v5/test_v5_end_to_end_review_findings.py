@@ -15,6 +15,7 @@ from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.client import Client
 from pyengine.errors import NotAllowedError, PulsarError
 from pyengine.protocol.server import ProtocolServer
+from tests.transaction.v5.test_scalable import drain
 
 IN = "topic://public/default/in"
 OUT = "topic://public/default/out"
@@ -66,15 +67,6 @@ async def broker(tmp_path):
 async def client(broker):
     async with Client(broker.url, operation_timeout_seconds=10) as client:
         yield client
-
-
-async def drain(consumer, wait: float = 0.5) -> list:
-    got = []
-    while True:
-        try:
-            got.append(await consumer.receive(timeout=wait))
-        except (TimeoutError, asyncio.TimeoutError):
-            return got
 
 
 async def reconnected(consumer, before):
