@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import HealthCheck, settings
 
+from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
 from pyengine.storage import StorageEnvironment
 
 # Timing is not what these properties check, and the machines that run them are shared and
@@ -34,3 +35,16 @@ def reopen(tmp_path):
     yield _reopen
     for environment in opened:
         environment.close()
+
+
+@pytest.fixture
+def own_etcd(tmp_path):
+    """An etcd of the test's own, for tests that restart, compact or
+    share it between processes (server-wide), stopped at the test's end."""
+    server = LocalEtcd(tmp_path / "etcd")
+    try:
+        server.start()
+    except EtcdUnavailableError as exc:
+        pytest.fail(f"this test needs a local etcd: {exc}", pytrace=False)
+    yield server
+    server.stop()

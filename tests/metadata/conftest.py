@@ -35,18 +35,6 @@ def etcd_server(tmp_path_factory):
     etcd.stop()
 
 
-@pytest.fixture
-def own_etcd(tmp_path):
-    """An etcd of the test's own, for tests that restart or compact it (server-wide)."""
-    server = LocalEtcd(tmp_path / "etcd")
-    try:
-        server.start()
-    except EtcdUnavailableError as exc:
-        pytest.fail(f"this test needs a local etcd: {exc}", pytrace=False)
-    yield server
-    server.stop()
-
-
 class Backend:
     """Opens stores of one backend; closes what it opened."""
 

@@ -17,7 +17,6 @@ import pytest
 from pyengine.testing import ServeProcess
 from pyengine.client import Client
 from pyengine.metadata import open_metadata_store
-from pyengine.metadata.etcd_server import EtcdUnavailableError, LocalEtcd
 from pyengine.naming import TopicName
 from pyengine.scalable.layout import SegmentLayout
 from pyengine.scalable.resources import ScalableTopicResources
@@ -39,21 +38,10 @@ def http(method: str, url: str) -> tuple[int, object]:
 
 
 @pytest.fixture
-def etcd(tmp_path):
-    server = LocalEtcd(tmp_path / "etcd")
-    try:
-        server.start()
-    except EtcdUnavailableError as exc:
-        pytest.fail(f"the cluster test needs a local etcd: {exc}", pytrace=False)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def brokers(etcd, tmp_path):
+def brokers(own_etcd, tmp_path):
     started = []
     for i in range(3):
-        broker = ServeProcess(tmp_path / f"b{i}", "--metadata-store", etcd.url, "--broker-id", f"b{i}",
+        broker = ServeProcess(tmp_path / f"b{i}", "--metadata-store", own_etcd.url, "--broker-id", f"b{i}",
                               "--scalable-session-ttl", str(TTL_S), fsync=False)
         started.append(broker.start())
     yield started
@@ -71,7 +59,7 @@ async def stored_layout(etcd) -> tuple[SegmentLayout, object]:
         await store.close()
 
 
-async def test_kill_the_leader_in_the_middle_of_a_split(brokers, etcd):
+async def test_kill_the_leader_in_the_middle_of_a_split(brokers, own_etcd):
     owner, leader, third = brokers
     assert http("PUT", f"{owner.http_url}{BASE}?numInitialSegments=2")[0] == 204      # segments on b0
     for broker in (leader, owner, third):               # b1 campaigns first: it leads
@@ -124,7 +112,7 @@ async def test_kill_the_leader_in_the_middle_of_a_split(brokers, etcd):
 
         # the new leader completed or rolled back the split: a consistent layout, no operation left
         for _ in range(100):
-            layout, pending = await stored_layout(etcd)
+            layout, pending = await stored_layout(own_etcd)
             if pending is None:
                 break
             await asyncio.sleep(0.05)
@@ -153,7 +141,7 @@ async def test_kill_the_leader_in_the_middle_of_a_split(brokers, etcd):
             await asyncio.sleep(0.02)
         consuming.cancel()
         assert set(received) == set(sent) and max(Counter(received).values()) == 1      # none lost, none twice
-        final, _ = await stored_layout(etcd)
+        final, _ = await stored_layout(own_etcd)
         assert len(final.active_segments) == 2 * len(layout.active_segments)
         owners = {http("GET", f"{owner.http_url}/admin/v2/segments/public/default/orders/{s.descriptor}")[1]["exists"]
                   for s in final.active_segments}

@@ -242,20 +242,27 @@ async def test_abort_gives_the_acked_messages_to_another_consumer(client, broker
     assert Counter(m.data for m in again) == Counter(m.data for m in got)
 
 
-async def test_timeout_while_a_split_is_under_way(client, broker):
-    """A txn timing out around a split: none of its messages ever show, its acks are released."""
+async def _txn_sending_and_acking(client, broker, count: int, *, timeout_ms: int):
+    """IN with `count` plain messages read by a queue consumer "r", then a txn (timing out
+    after `timeout_ms`) that sends `count` more and acks the plain ones."""
     scalable = await broker.service.scalable_topics()
     await scalable.create_topic(IN, 2)
     feed = await client.create_producer(IN)
-    for i in range(6):
+    for i in range(count):
         await feed.send(b"plain%d" % i, key=f"k{i}")
     reader = await client.subscribe_queue(IN, "r")
     plain = await drain(reader, 0.5)
-    txn = await client.new_transaction(timeout_ms=600, scalable=True)
-    for i in range(6):
+    txn = await client.new_transaction(timeout_ms=timeout_ms, scalable=True)
+    for i in range(count):
         await feed.send(b"t%d" % i, key=f"k{i}", txn=txn)
     for message in plain:
         await reader.acknowledge(message, txn=txn)
+    return scalable, feed, reader, plain, txn
+
+
+async def test_timeout_while_a_split_is_under_way(client, broker):
+    """A txn timing out around a split: none of its messages ever show, its acks are released."""
+    scalable, feed, reader, plain, txn = await _txn_sending_and_acking(client, broker, 6, timeout_ms=600)
     split = asyncio.ensure_future(scalable.split_segment(IN, 0))
     await asyncio.sleep(1.0)
     await split
@@ -500,18 +507,7 @@ async def test_stream_consumer_handover_mid_transaction(client, broker, commit):
 async def test_timeout_while_the_broker_is_down(client, broker):
     """A txn whose timeout passes while its broker is down is aborted by the restarted one:
     its messages never show, its acks are released."""
-    scalable = await broker.service.scalable_topics()
-    await scalable.create_topic(IN, 2)
-    feed = await client.create_producer(IN)
-    for i in range(4):
-        await feed.send(b"plain%d" % i, key=f"k{i}")
-    reader = await client.subscribe_queue(IN, "r")
-    plain = await drain(reader, 0.5)
-    txn = await client.new_transaction(timeout_ms=800, scalable=True)
-    for i in range(4):
-        await feed.send(b"t%d" % i, key=f"k{i}", txn=txn)
-    for message in plain:
-        await reader.acknowledge(message, txn=txn)
+    _, _, reader, plain, _ = await _txn_sending_and_acking(client, broker, 4, timeout_ms=800)
     await broker.stop()
     await asyncio.sleep(1.2)
     await broker.start()
