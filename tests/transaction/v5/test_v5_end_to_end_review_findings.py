@@ -584,9 +584,10 @@ async def run_model(data_dir, steps) -> None:
                     # An ack is sent without an answer (no ack receipts, as Pulsar's default): one
                     # still on its way when the broker stops is lost and its message comes again
                     # (at-least-once). A request behind it on the same connection tells it was read.
+                    # (copies: a layout change may assign segments while a request is out)
                     for watcher in watchers:
-                        for segment_consumer in watcher._consumers.values():
-                            for handler in segment_consumer._handlers.values():
+                        for segment_consumer in list(watcher._consumers.values()):
+                            for handler in list(segment_consumer._handlers.values()):
                                 await handler.get_last_message_id()
                     before = [await reconnected(w, None) for w in watchers]
                     await broker.restart()
