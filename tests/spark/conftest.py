@@ -37,9 +37,11 @@ def workload(tmp_path_factory) -> Workload:
     return asyncio.run(write_workload(tmp_path_factory.mktemp("spark") / "data", seed=20261122))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`--dist loadgroup`), every Spark test runs in one worker: one JVM and
-    one workload for the run, not one per worker."""
+    one workload for the run, not one per worker. First, so that the group is there when
+    xdist's own implementation of this hook reads it."""
     here = __file__.rsplit("/", 1)[0]
     for item in items:
         if str(item.path).startswith(here + "/"):
