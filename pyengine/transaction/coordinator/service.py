@@ -114,6 +114,9 @@ class TransactionCoordinatorService:
         # those whose write failed (`wait_for_endings` waits for both).
         self._final_writes: set[asyncio.Future[Any]] = set()
         self._final_retries: set[asyncio.Task[Any]] = set()
+        # Fenced txns whose abort decision could not be written, being decided again (else
+        # they would stay OPEN, holding their partitions' read horizon, until their timeout).
+        self._fence_retries: dict[TxnId, asyncio.Task[Any]] = {}
         self._timeouts = TimeoutTracker(clock, self._on_timeout)
         self._counters = Counters()
         self._purge_timer: asyncio.TimerHandle | None = None
@@ -229,6 +232,7 @@ class TransactionCoordinatorService:
         endings = dict(self._endings)
         tasks = [ending.task for ending in endings.values() if ending.task is not None]
         tasks += self._final_retries     # (a stopped one is resumed by recovery)
+        tasks += self._fence_retries.values()   # (recovery aborts fenced txns too)
         if self._purge_task is not None:
             tasks.append(self._purge_task)
         for task in tasks:
@@ -243,9 +247,9 @@ class TransactionCoordinatorService:
     async def wait_for_endings(self) -> None:
         """Wait until no transaction is being ended and every terminal record is written (for
         a graceful stop, and for tests)."""
-        while self._endings or self._final_writes or self._final_retries:
+        while self._endings or self._final_writes or self._final_retries or self._fence_retries:
             await asyncio.wait([*(ending.task for ending in self._endings.values() if ending.task is not None),
-                                *self._final_writes, *self._final_retries])
+                                *self._final_writes, *self._final_retries, *self._fence_retries.values()])
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -351,8 +355,34 @@ class TransactionCoordinatorService:
         are told in the background regardless, each call repeated until it confirms (as for
         any ending). A txn whose commit was decided before the fence ends committed (that
         decision was taken under its valid epoch): the future is that ending's. None: the txn
-        had already ended (or is no longer known)."""
+        had already ended (or is no longer known). If the decision cannot be written, the
+        error is raised and the abort is decided again in the background, with back-off, for
+        as long as the txn stays open and fenced."""
+        try:
+            return await self._decide_fenced_abort(txn)
+        except Exception:
+            self._retry_fenced_abort(txn)
+            raise
+
+    def _retry_fenced_abort(self, txn: TxnId) -> None:
+        if self._state != "running" or txn in self._fence_retries:
+            return
+        retry = asyncio.ensure_future(until_confirmed(
+            partial(self._decide_fenced_abort, txn, only_if_fenced=True), f"aborting fenced transaction {txn}",
+            self.backoff, gone=(ServiceNotReadyError,), local=True))
+        self._fence_retries[txn] = retry
+        retry.add_done_callback(partial(self._fence_retry_done, txn))
+
+    def _fence_retry_done(self, txn: TxnId, retry: asyncio.Task[Any]) -> None:
+        if self._fence_retries.get(txn) is retry:
+            del self._fence_retries[txn]
+        if not retry.cancelled() and retry.exception() is not None:
+            log.error("could not abort fenced transaction %s (its timeout will): %s", txn, retry.exception())
+
+    async def _decide_fenced_abort(self, txn: TxnId, *, only_if_fenced: bool = False) -> asyncio.Future[TxnStatus] | None:
         self._check_running()
+        if only_if_fenced and not self.keys.fenced(txn):
+            return None
         store = self._store_of(txn)
         ending = self._endings.get(txn)
         if ending is None:
