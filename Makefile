@@ -7,9 +7,10 @@ PY     := $(VENV)/bin/python
 STAMPS := $(VENV)/.stamps
 PYTEST_ARGS ?=
 # Test workers (pytest-xdist): most tests wait on sockets, timers and fsyncs, so on a 2-core
-# machine three workers beat two (measured 2026-11-28, same machine: 12:49 against 16:06; the
-# tests' summed time grew 15% with the contention). Spark tests share one worker (one JVM).
-TEST_WORKERS ?= 3
+# machine more workers than cores pay (measured 2026-11-28: three 12:49 against two 16:06;
+# 2026-11-29, idle machine, back to back: four 12:51 against three 13:35). Spark tests share
+# one worker (one JVM).
+TEST_WORKERS ?= 4
 
 RUST_SRC   := $(shell find bindings/src bindings/python -type f 2>/dev/null) bindings/Cargo.toml bindings/pyproject.toml
 CYTHON_SRC := $(wildcard core_ext/*.pyx core_ext/*.pxd) setup.py pyproject.toml
@@ -22,8 +23,11 @@ setup: $(STAMPS)/core_ext
 run: setup
 	$(VENV)/bin/pyengine serve --data-dir ./data --port 6650 --http-port 8080
 
+# Each worker collects every test, and pytest's assertion rewriting of ~700 test files costs
+# ~18 s of CPU per worker unless its bytecode cache is written: it is, for this run, also where
+# PYTHONDONTWRITEBYTECODE is set (collection 27.7 -> 9.2 s per worker on the next run).
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m benchmarks kernels
