@@ -2,12 +2,12 @@
 document publishes, so the document and the server cannot disagree).
 
 A small subset of JSON Schema, the part the admin API uses: `type` (one or a list, `nullable`),
-integer bounds, string length and pattern, `enum`, arrays of `items`, objects with `properties`,
-`required` and `additionalProperties`. A value of the right type that breaks the schema's
-bounds, length or pattern is a 400 unless the schema names another status in
-`x-invalid-status` (Pulsar answers 412 for an invalid name, 406 for a number of partitions out
-of range). Unknown object members are accepted unless
-`additionalProperties` is false (Pulsar ignores unknown JSON fields too).
+integer bounds, string length and pattern, `enum`, arrays of `items` (`maxItems`), objects with
+`properties`, `required`, `additionalProperties` and `maxProperties`. A value of the right type
+that breaks the schema's bounds, length or pattern is a 400 unless the schema names another
+status in `x-invalid-status` (Pulsar answers 412 for an invalid name, 406 for a number of
+partitions out of range). Unknown object members are accepted unless `additionalProperties` is
+false (Pulsar ignores unknown JSON fields too).
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ def check(value: Any, schema: dict[str, Any], where: str) -> None:
         for index, item in enumerate(value):
             check(item, schema.get("items", {}), f"{where}[{index}]")
     elif isinstance(value, dict):
+        # A keyword the document publishes and the server did not check is a limit nobody keeps.
+        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+            raise AdminError(BAD_REQUEST, f"{where}: more than {schema['maxProperties']} members")
         for name in schema.get("required", ()):
             if name not in value:
                 raise AdminError(BAD_REQUEST, f"{where}: missing {name!r}")
