@@ -161,7 +161,10 @@ async def evict_for_size(topic: Topic, quota: BacklogQuota) -> None:
         # Rounded up (Pulsar rounds down, and may stop short of the target). Whole stored
         # entries, as Pulsar's skipEntries: the backlog counts markers and aborted entries,
         # so a skip of messages only would take more messages than the share over the target.
-        to_skip = math.ceil((size - target) / size * slowest.backlog())
+        # The share is of the entries the size measured, up to the read horizon: those behind
+        # an open transaction would make it a share of far more entries than there are.
+        entries = topic.ledger.entries_between(slowest.cursor.mark_delete, topic.buffer.max_read_position())
+        to_skip = math.ceil((size - target) / size * entries)
         if to_skip <= 0:
             return
         previous = (slowest, slowest.cursor.mark_delete)
