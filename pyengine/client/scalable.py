@@ -37,7 +37,7 @@ from pyengine.client.consumer import Consumer
 from pyengine.client.errors import AlreadyClosedError, ConnectError, SendOutcomeUnknownError
 from pyengine.client.handler import FAILED
 from pyengine.client.message import Message, MessageId
-from pyengine.client.producer import PartitionProducer, Producer, _check_message
+from pyengine.client.producer import PartitionProducer, Producer, ProducerOptions, _check_message
 from pyengine.client.transaction import OPEN
 from pyengine.client.url import parse_broker_url
 from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError,
@@ -360,6 +360,10 @@ class ScalableProducer:
         self._client = client
         self.watch = watch
         self._options = producer_options
+        # how long a send waits for draining segments: its send timeout, as a Pulsar producer's
+        # pending send (None: send_timeout_ms=0, no limit)
+        send_timeout_ms = ProducerOptions(**producer_options).send_timeout_ms
+        self._send_timeout: float | None = send_timeout_ms / 1000 if send_timeout_ms > 0 else None
         self._producers: dict[int, Producer] = {}
         self._opening: dict[int, asyncio.Future[Producer]] = {}
         self._round_robin = itertools.count()
@@ -541,13 +545,13 @@ class ScalableProducer:
         first waiting send. Its turn stays in the queue (it leaves it once queued in its
         segment's producer, and the key's next send may go)."""
         loop = asyncio.get_running_loop()
-        timeout = self._client._core.config.operation_timeout
-        deadline = loop.time() + timeout
+        timeout = self._send_timeout
+        deadline = loop.time() + timeout if timeout is not None else float("inf")
         while True:
             while not turn.ready.done() and loop.time() < deadline:
                 await asyncio.wait([turn.ready], timeout=min(REPUMP_S, max(deadline - loop.time(), 0)))
                 if not turn.ready.done():
-                    if not self._draining:
+                    if not self._draining and timeout is not None:
                         # only behind the key's earlier send, waiting for room in its segment's
                         # producer: as a send blocked there, no deadline (the timeout is the drains')
                         deadline = loop.time() + timeout
@@ -556,7 +560,8 @@ class ScalableProducer:
                     # draining segment holds the key back.
                     self._pump(key)
             if not turn.ready.done():
-                raise TimeoutError(f"a send to {self.topic} waited {timeout}s for segments "
+                assert timeout is not None                      # (no deadline without it)
+                raise TimeoutError(f"a send to {self.topic} waited send_timeout_ms={timeout * 1000:.0f} for segments "
                                    f"{sorted(self._draining)} to be sealed and drained")
             turn.ready.result()                                 # AlreadyClosedError once closed
             if not self._gated(key) and (key is None or self._waiting[key][0] is turn):

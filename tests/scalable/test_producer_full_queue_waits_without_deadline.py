@@ -1,7 +1,7 @@
 """ScalableProducer: a send that meets its segment producer's full queue holds its key's turn
 until it is queued there (so the key's next sends do not overtake it); the key's next sends
-waiting behind it then wait as sends blocked by a full queue do, without the operation timeout
-(that timeout bounds the waits for draining segments only)."""
+waiting behind it then wait as sends blocked by a full queue do, without a deadline (the send
+timeout bounds the waits for draining segments only; the operation timeout none)."""
 
 from __future__ import annotations
 
