@@ -5,13 +5,14 @@
     pyengine admin namespaces create public/x
     pyengine admin topics create-partitioned-topic persistent://public/default/t -p 4
     pyengine admin topics stats persistent://public/default/t-partition-0
+    pyengine admin topics create-subscription persistent://public/default/t-partition-0 -s my-sub
     pyengine admin topics skip persistent://public/default/t-partition-0 -s my-sub -n 10
     pyengine admin topics compact persistent://public/default/t
-    pyengine admin topics compaction-status persistent://public/default/t -w
+    pyengine admin topics compaction-status persistent://public/default/t-partition-0 -w
     pyengine admin transactions coordinator-stats
     pyengine admin transactions get-metadata 0 12
     pyengine admin transactions abort 0 12
-    pyengine admin transactions position-stats-in-pending-ack t -s my-sub -l 3 -e 12
+    pyengine admin transactions position-stats-in-pending-ack t-partition-0 -s my-sub -l 3 -e 12
     pyengine admin transactions get-transaction-key my-task
     pyengine admin scalable create topic://public/default/orders -n 4
     pyengine admin scalable split-segment topic://public/default/orders 0
