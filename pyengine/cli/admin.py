@@ -152,6 +152,37 @@ def ttl_seconds(text: str) -> int:
     return seconds
 
 
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def retention_minutes(text: str) -> int:
+    """pulsar-admin's set-retention --time: seconds, or `100m`, `3h`, `2d`, `5w` (-1: no
+    limit), stored in minutes as pulsar-admin converts it (`-t 120`: 2 minutes)."""
+    if text == "-1":
+        return -1
+    match = re.fullmatch(r"(\d{1,12})([smhdw]?)", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected seconds, a time like 100m, 3h, 2d or 5w, or -1, not {text!r}")
+    minutes = int(match[1]) * _DURATION_UNITS[match[2] or "s"] // 60
+    if minutes > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than {2**31 - 1} minutes")
+    return minutes
+
+
+def retention_mb(text: str) -> int:
+    """pulsar-admin's set-retention --size: bytes, or `4096`, `10M`, `16G`, `3T` (k/K, m/M,
+    g/G, t/T; -1: no limit), stored in MB as pulsar-admin converts it (under 1 MB: 0)."""
+    if text == "-1":
+        return -1
+    match = re.fullmatch(r"(\d{1,19})([kKmMgGtT]?)", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected bytes, a size like 10M, 16G or 3T, or -1, not {text!r}")
+    megabytes = int(match[1]) * _SIZE_UNITS[match[2].lower()] // 1024**2
+    if megabytes > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is too large")
+    return megabytes
+
+
 def admin_url(text: str) -> str:
     """`--url` (or $PYENGINE_ADMIN_URL): http(s)://HOST[:PORT][/prefix], checked before any call."""
     try:
@@ -197,9 +228,13 @@ COORDINATOR = (("-c", "--coordinator-id"), {"type": int, "help": "only this coor
 METADATA = (("-m", "--metadata"), {"action": "store_true",
                                    "help": "Pulsar's flag: add the ledgers' metadata (these logs have none)"})
 ENABLE = (("--enable",), {"action": "store_true", "help": "enable (default: disable)"})
-RETENTION_TIME = (("--time",), {"type": int, "required": True,
-                                "help": "minutes to keep consumed messages (-1: no limit; 0 with --size 0: none)"})
-RETENTION_SIZE = (("--size",), {"type": int, "required": True, "help": "MB of consumed messages to keep (-1: no limit)"})
+RETENTION_TIME = (("-t", "--time"), {"type": retention_minutes, "required": True,
+                                      "help": "how long to keep consumed messages: seconds, or 100m, 3h, 2d, 5w "
+                                              "(as pulsar-admin; kept in whole minutes; -1: no limit; 0 with "
+                                              "--size 0: none)"})
+RETENTION_SIZE = (("-s", "--size"), {"type": retention_mb, "required": True,
+                                     "help": "how much consumed data to keep: bytes, or 10M, 16G, 3T (as "
+                                             "pulsar-admin; kept in whole MB; -1: no limit)"})
 
 
 NAMESPACE_TTL = (("-ttl", "--messageTTL", "--message-ttl"), {"type": ttl_seconds, "required": True, "dest": "ttl",
@@ -358,7 +393,7 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      (NAMESPACE,), lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/messageTTL", None)),
     ("namespaces", "get-retention", (), "show the namespace's retention policy", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/retention", None)),
-    ("namespaces", "set-retention", (), "keep consumed messages --time minutes / --size MB",
+    ("namespaces", "set-retention", (), "keep consumed messages for -t TIME / up to -s SIZE",
      (NAMESPACE, RETENTION_TIME, RETENTION_SIZE),
      lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/retention", _retention(a))),
     ("namespaces", "remove-retention", (), "remove the namespace's retention policy", (NAMESPACE,),
@@ -446,7 +481,7 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
     ("topics", "get-retention", (), "show the topic's retention policy",
      (TOPIC, (("--applied",), {"action": "store_true", "help": "the policy in force"})),
      lambda a: ("GET", f"{_topic(a)}/retention" + _query(applied=a.applied or None), None)),
-    ("topics", "set-retention", (), "keep the topic's consumed messages --time minutes / --size MB",
+    ("topics", "set-retention", (), "keep the topic's consumed messages for -t TIME / up to -s SIZE",
      (TOPIC, RETENTION_TIME, RETENTION_SIZE), lambda a: ("POST", f"{_topic(a)}/retention", _retention(a))),
     ("topics", "remove-retention", (), "remove the topic's retention policy", (TOPIC,),
      lambda a: ("DELETE", f"{_topic(a)}/retention", None)),
