@@ -81,6 +81,10 @@ def _plan(args: argparse.Namespace):
         raise SystemExit(f"pyengine pipeline export: {args.out} exists (--mode overwrite or append)")
     with open_snapshot(args.data_dir) as snapshot:
         names = resolve_topics(parsed.topics, snapshot.topic_names())
+        if not names:
+            # Only without --topics (a pattern matching nothing is refused above): Spark would
+            # be started to fail on an empty topic list, with its traceback.
+            raise OptionError(f"{args.data_dir} stores no topic to export (system topics aside)")
         stray = sorted(set(parsed.start.per_topic) - set(names))
         if stray:           # the per-topic starts below name only the topics read
             raise OptionError(f"--start-position names {', '.join(map(repr, stray))}, which is not among the "

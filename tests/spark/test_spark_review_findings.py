@@ -1,0 +1,38 @@
+"""Findings of a review of the Spark side (spark_udfs, `pyengine pipeline export`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyengine.broker import Broker
+from pyengine.cli import main
+
+A, B, A_COMMA_B = ("persistent://public/default/a", "persistent://public/default/b",
+                   "persistent://public/default/a,b")
+
+
+async def _write(data_dir, messages: dict[str, list[bytes]]) -> None:
+    async with Broker.embedded(data_dir, sync=False) as broker:
+        for topic, values in messages.items():
+            producer = await broker.create_producer(topic)
+            for value in values:
+                await producer.send(value)
+
+
+def _no_spark(*args, **kwargs):
+    raise AssertionError("Spark started")
+
+
+def test_an_export_of_a_data_dir_without_topics_is_refused_before_spark(tmp_path, monkeypatch):
+    """A data dir storing no topic (a broker that never got one): the export started Spark and
+    failed inside it on the empty topic list it passed (`topics is empty`, an internal option
+    the user never gave), with Spark's traceback. It is refused before Spark starts now."""
+    import spark_udfs
+
+    data_dir = tmp_path / "data"
+    asyncio.run(_write(data_dir, {}))
+    monkeypatch.setattr(spark_udfs, "session", _no_spark)
+    with pytest.raises(SystemExit, match="stores no topic to export"):
+        main(["pipeline", "export", "--data-dir", str(data_dir), "--out", str(tmp_path / "out"), "--no-progress"])
