@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -62,7 +63,9 @@ def read(spark: SparkSession, data_dir: str, *, topics: str | list[str] | None =
     """`spark.read.format("pyengine")` with its options as arguments (list of topics allowed)."""
     reader = spark.read.format("pyengine").option("isolation", isolation)
     if topics is not None:
-        reader = reader.option("topics", topics if isinstance(topics, str) else ",".join(topics))
+        # A list as JSON (which the option reads back as a list): a topic's local name may hold a
+        # comma, which a comma-joined list would split into other topics.
+        reader = reader.option("topics", topics if isinstance(topics, str) else json.dumps(list(topics)))
     for key, value in options.items():
         reader = reader.option(key, str(value).lower() if isinstance(value, bool) else str(value))
     return reader.load(str(data_dir))

@@ -36,3 +36,17 @@ def test_an_export_of_a_data_dir_without_topics_is_refused_before_spark(tmp_path
     monkeypatch.setattr(spark_udfs, "session", _no_spark)
     with pytest.raises(SystemExit, match="stores no topic to export"):
         main(["pipeline", "export", "--data-dir", str(data_dir), "--out", str(tmp_path / "out"), "--no-progress"])
+
+
+def test_read_with_a_list_of_topics_keeps_a_name_with_a_comma_whole(spark, tmp_path):
+    """`spark_udfs.read(topics=[...])` (and so the export, which passes the topics it resolved)
+    joined the list with commas, and a topic whose local name holds a comma (a valid name) was
+    split: `a,b` read the topics `a` and `b` instead, silently the wrong rows."""
+    import spark_udfs
+
+    data_dir = tmp_path / "data"
+    asyncio.run(_write(data_dir, {A: [b"of-a"], B: [b"of-b"], A_COMMA_B: [b"of-a,b"]}))
+    rows = spark_udfs.read(spark, str(data_dir), topics=[A_COMMA_B]).select("topic", "value").collect()
+    assert [(r.topic, bytes(r.value)) for r in rows] == [(A_COMMA_B, b"of-a,b")]
+    both = spark_udfs.read(spark, str(data_dir), topics=[A_COMMA_B, B]).select("value").collect()
+    assert sorted(bytes(r.value) for r in both) == [b"of-a,b", b"of-b"]
