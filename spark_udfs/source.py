@@ -136,7 +136,10 @@ class PyengineDataSource(DataSource):
 
 
 def _check_schema(schema: StructType) -> None:
-    if [f.name for f in schema.fields] != SCHEMA.fieldNames():
+    # Types and nullability too: Spark checks every batch a task yields against the schema it
+    # was given, so one differing anywhere but in names failed each task with its traceback.
+    if [(f.name, f.dataType, f.nullable) for f in schema.fields] != [(f.name, f.dataType, f.nullable)
+                                                                    for f in SCHEMA.fields]:
         raise OptionError("the pyengine data source has a fixed schema (spark_udfs.SCHEMA): "
                           "select columns after load() instead of passing a schema")
 

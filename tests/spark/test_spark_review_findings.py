@@ -50,3 +50,28 @@ def test_read_with_a_list_of_topics_keeps_a_name_with_a_comma_whole(spark, tmp_p
     assert [(r.topic, bytes(r.value)) for r in rows] == [(A_COMMA_B, b"of-a,b")]
     both = spark_udfs.read(spark, str(data_dir), topics=[A_COMMA_B, B]).select("value").collect()
     assert sorted(bytes(r.value) for r in both) == [b"of-a,b", b"of-b"]
+
+
+@pytest.mark.parametrize("change", ["type", "nullability"])
+def test_a_schema_of_the_right_names_but_other_types_is_refused_when_planned(spark, tmp_path, change):
+    """A schema passed to the reader was checked by its column names only: one with another
+    type (`ledger_id int`) or other nullability (a DDL string makes every column nullable)
+    was accepted and every task then failed in its Python worker with Spark's schema mismatch
+    traceback, not the source's own clear refusal."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from spark_udfs import SCHEMA
+
+    data_dir = tmp_path / "data"
+    asyncio.run(_write(data_dir, {A: [b"x"]}))
+    if change == "type":
+        fields = [StructField(f.name, IntegerType() if f.name == "ledger_id" else f.dataType, f.nullable)
+                  for f in SCHEMA.fields]
+    else:
+        fields = [StructField(f.name, f.dataType, True) for f in SCHEMA.fields]
+    with pytest.raises(Exception, match="fixed schema") as raised:
+        spark.read.format("pyengine").schema(StructType(fields)).load(str(data_dir)).collect()
+    assert "DATA_SOURCE_RETURN_SCHEMA_MISMATCH" not in str(raised.value)
+    with pytest.raises(Exception, match="fixed schema"):
+        spark.readStream.format("pyengine").schema(StructType(fields)).load(str(data_dir)) \
+            .writeStream.format("noop").start().awaitTermination(60)
