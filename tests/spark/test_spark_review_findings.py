@@ -75,3 +75,24 @@ def test_a_schema_of_the_right_names_but_other_types_is_refused_when_planned(spa
     with pytest.raises(Exception, match="fixed schema"):
         spark.readStream.format("pyengine").schema(StructType(fields)).load(str(data_dir)) \
             .writeStream.format("noop").start().awaitTermination(60)
+
+
+def test_committed_column_is_false_not_null_for_a_null_marker_flag(spark, tmp_path):
+    """`committed_column` was `NOT is_marker AND udf(...)`: for a row whose marker flag is null
+    (an exported DataFrame) it was null, not false, so `filter(~committed_column(state))` (the
+    rows a consumer does not receive) left that row out too, and a `visible` column made from
+    it had a third value. It is false now, as the UDF and the other filters say."""
+    from pyspark.sql import functions as F
+
+    import spark_udfs
+
+    data_dir = tmp_path / "data"
+    asyncio.run(_write(data_dir, {A: [b"x"]}))
+    state = spark_udfs.capture_state(data_dir)
+    raw = spark_udfs.read(spark, str(data_dir), isolation="read_uncommitted")
+    rows = spark.createDataFrame(raw.collect(), raw.schema)
+    assert [r[0] for r in rows.select(spark_udfs.committed_column(state)).collect()] == [True]
+    nulls = rows.withColumn("is_marker", F.lit(None).cast("boolean"))
+    assert [r[0] for r in nulls.select(spark_udfs.committed_column(state)).collect()] == [False]
+    assert nulls.filter(~spark_udfs.committed_column(state)).count() == 1
+    assert spark_udfs.committed_filter(nulls, state).count() == 0
