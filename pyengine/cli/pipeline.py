@@ -99,6 +99,12 @@ def _plan(args: argparse.Namespace):
     for name, info in infos.items():
         start = parsed.start.for_topic(name)
         stored = first_stored(info, Position.EARLIEST if start == "earliest" else start) if start != "latest" else None
+        if stored is None and isinstance(start, Position):
+            # Nothing stored at or after the start (ledger ids are the data dir's, and one
+            # start applies to every topic): read nothing of it, in Spark's snapshot too. As
+            # a start after the pinned end, the source would refuse the whole read.
+            starts[name] = ends[name] = "latest"
+            continue
         starts[name] = f"{stored.ledger_id}:{stored.entry_id}" if stored is not None else str(start)
     return names, state, ends, starts
 
