@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 import threading
 from pathlib import Path
@@ -160,9 +161,13 @@ def export(args: argparse.Namespace) -> int:
 
 
 def _data_dir_changed(error: str) -> str | None:
-    """The message of a DataDirChangedError in the text of a Spark error (None: none is)."""
-    _, found, rest = error.partition("DataDirChangedError: ")
-    return rest.splitlines()[0].strip() if found else None
+    """The message of a DataDirChangedError in the text of a Spark error (None: none is).
+    Its subclasses too: the traceback names the class raised (PlannedEntriesGoneError, ...)."""
+    from spark_udfs.source import DataDirChangedError
+
+    names = "|".join(cls.__name__ for cls in (DataDirChangedError, *DataDirChangedError.__subclasses__()))
+    found = re.search(rf"\b(?:{names}): ([^\n]*)", error)
+    return found.group(1).strip() if found else None
 
 
 class _Progress:

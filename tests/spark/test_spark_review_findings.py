@@ -117,3 +117,29 @@ def test_an_export_from_a_position_past_the_end_of_some_topics_exports_the_other
                  "--start-position", f"{first_of_b.ledger_id}:{first_of_b.entry_id}", "--master", "local[2]",
                  "--no-progress"]) == 0
     assert sorted(pq.read_table(out).column("value").to_pylist()) == [b"b-0", b"b-1"]
+
+
+def test_an_export_whose_planned_ledgers_are_trimmed_before_its_tasks_says_to_run_it_again(spark, tmp_path,
+                                                                                          monkeypatch):
+    """Entries trimmed after Spark planned the export, before a task read them, fail the task
+    with PlannedEntriesGoneError (a DataDirChangedError). The export recognised only the base
+    class's name in Spark's error text: it re-raised Spark's raw error and, with --mode error,
+    left the empty output dir behind, in the way of the retry it should have asked for."""
+    import spark_udfs.udfs
+    from tests.spark.test_pipeline_export_trimmed_before_spark_plans import T, trim, write
+
+    data_dir = tmp_path / "data"
+    asyncio.run(write(data_dir, 10))
+    committed_rows = spark_udfs.udfs.committed_rows
+
+    def trimmed_once_planned(raw, state, counts):
+        planned = raw.rdd                     # Spark plans the read here (partitions, per ledger)
+        asyncio.run(trim(data_dir))
+        return committed_rows(spark.createDataFrame(planned, raw.schema), state, counts)
+
+    monkeypatch.setattr(spark_udfs.udfs, "committed_rows", trimmed_once_planned)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="the data dir changed during the export: .*run the export again"):
+        main(["pipeline", "export", "--data-dir", str(data_dir), "--out", str(out), "--topics", T,
+              "--master", "local[2]", "--no-progress"])
+    assert not out.exists()
