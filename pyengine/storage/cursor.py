@@ -98,8 +98,7 @@ class ManagedCursor:
             # Checked before any is taken: the bitmaps hold uint32 entry ids, and one out of
             # range (a client's malformed message id) failed half-way with an OverflowError,
             # the acks before it taken in memory, neither saved nor moving the mark-delete.
-            if not 0 <= position.entry_id <= _MAX_ENTRY_ID:
-                raise ValueError(f"cannot acknowledge {position}: not the position of an entry")
+            self._check_entry(position)
         for position in positions:
             bitmap = self._acked.get(position.ledger_id)
             if bitmap is None:
@@ -118,6 +117,7 @@ class ManagedCursor:
         that stays unacknowledged. When no index is left, the whole entry is acknowledged."""
         if self.is_acked(position):
             return self._unchanged()
+        self._check_entry(position)
         current = self._batch_acks.get(position) or ackset_new(batch_size)
         merged = ackset_and(current, ack_set)
         if ackset_is_fully_acked(merged, batch_size):
@@ -131,12 +131,25 @@ class ManagedCursor:
         """Acknowledge everything up to and including `position`."""
         if position <= self.mark_delete:
             return self._unchanged()
+        self._check_written(position)
         self.mark_delete = position
         self._drop_acks_up_to(position)
         self._advance_mark_delete()
         if self.read_position <= self.mark_delete:
             self.read_position = self.ledger.next_position(self.mark_delete)
         return self.persist()
+
+    def _check_entry(self, position: Position) -> None:
+        if not 0 <= position.entry_id <= _MAX_ENTRY_ID:
+            raise ValueError(f"cannot acknowledge {position}: not the position of an entry")
+        self._check_written(position)
+
+    def _check_written(self, position: Position) -> None:
+        """Refuse an ack after the LAC, as Pulsar's ManagedCursor does: it names no entry yet,
+        and the one written there later would count as acknowledged, never delivered."""
+        lac = self.ledger.lac
+        if position > lac:
+            raise ValueError(f"cannot acknowledge {position}: after the last entry ({lac}) of {self.ledger.name}")
 
     def _unchanged(self) -> asyncio.Future[None]:
         """The answer to an ack that changes nothing in memory: done at once when the state it

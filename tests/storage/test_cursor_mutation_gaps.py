@@ -127,9 +127,10 @@ async def test_a_new_cursor_is_durable_once_opened(env, reopen):
 
 async def test_the_largest_entry_id_a_bitmap_holds_can_be_acked(env):
     """The entry id range check bounds ids to what a roaring bitmap holds, 2**32 - 1
-    included."""
-    ml, p = await filled(env, 3)
+    included (in a ledger before the LAC's: an ack after the LAC is refused)."""
+    ml, p = await filled(env, 5)
     c = await ml.open_cursor("s", "earliest")
     largest = Position(p[0].ledger_id, (1 << 32) - 1)
+    assert largest < ml.lac
     await c.ack([largest])
     assert c.is_acked(largest) and not c.is_acked(p[1])
