@@ -60,6 +60,7 @@ class ManagedCursor:
         if initial_position not in ("earliest", "latest"):
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
         key = ledger._prefix + name.encode()
+        ledger.env.check_key(key, f"the cursor name {name[:64]!r}")
         with ledger.env.read() as txn:
             raw = txn.get(key, db=ledger.env.db("cursors"))
         if raw is not None:

@@ -207,6 +207,14 @@ class StorageEnvironment:
     def db(self, name: str) -> Any:
         return self._dbs[name]
 
+    def check_key(self, key: bytes, what: str) -> None:
+        """Refuse (ValueError) a key LMDB cannot store, empty or over its maximum key size,
+        before a write of it is queued: found by the group commit (MDB_BAD_VALSIZE), it failed
+        the whole batch, and so the writes of others that shared it."""
+        if not 0 < len(key) <= self._env.max_key_size():
+            raise ValueError(f"{what} makes an LMDB key of {len(key)} bytes: it must be 1 to "
+                             f"{self._env.max_key_size()}")
+
     def read(self) -> lmdb.Transaction:
         """A read-only transaction (use as a context manager) on the last committed state."""
         self._check_open()

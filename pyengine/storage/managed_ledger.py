@@ -298,6 +298,7 @@ class ManagedLedger:
                    config: ManagedLedgerConfig | None = None) -> ManagedLedger:
         """Open the managed ledger `name`, creating it if needed, recovering ledgers left open."""
         config = config or ManagedLedgerConfig()
+        env.check_key(name.encode(), f"the managed ledger name {name[:64]!r}")
         topics = env.db("topics")
         with env.read() as txn:
             raw = txn.get(name.encode(), db=topics)

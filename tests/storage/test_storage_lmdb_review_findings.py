@@ -1,5 +1,8 @@
 """Storage on LMDB, findings of a review: each test failed before its fix."""
 
+import asyncio
+import threading
+
 import pytest
 
 from pyengine.storage import ManagedLedger, ManagedLedgerConfig
@@ -32,3 +35,35 @@ async def test_an_ack_after_the_last_entry_is_refused_and_later_entries_stay_una
     assert cursor.backlog() == 4 and not any(cursor.is_acked(p) for p in later)
     await cursor.ack_cumulative(later[-1])           # up to the LAC: taken
     assert cursor.backlog() == 0
+
+
+def holding(started: threading.Event, release: threading.Event):
+    """A write that holds the writer thread (its group commit in flight) until `release`."""
+    def write(txn):
+        started.set()
+        release.wait(10)
+    return write
+
+
+@pytest.mark.parametrize("what", ["topic", "empty topic", "cursor"])
+async def test_a_name_lmdb_cannot_key_is_refused_before_it_fails_the_appends_sharing_its_commit(env, what):
+    """A topic name LMDB cannot take as a key (over 511 bytes, or empty), or a cursor name
+    that makes its record's key too long, was found out by the group commit: MDB_BAD_VALSIZE
+    failed the whole batch, and with it the appends of other topics that shared it. It is
+    refused at once (ValueError), and nothing else is written or failed."""
+    ml = await ManagedLedger.open(env, TOPIC)
+    started, release = threading.Event(), threading.Event()
+    env.submit(holding(started, release))           # the next batch gathers behind it
+    await asyncio.to_thread(started.wait, 10)
+    appended = ml.append(b"m")
+    if what == "cursor":
+        opening = asyncio.ensure_future(ml.open_cursor("s" * 510, "earliest"))
+    else:
+        opening = asyncio.ensure_future(ManagedLedger.open(env, "t" * 600 if what == "topic" else ""))
+    for _ in range(5):
+        await asyncio.sleep(0)                      # (its write, if any, is queued by now)
+    release.set()
+    with pytest.raises(ValueError, match="LMDB key"):
+        await opening
+    assert await appended == Position(ml.lac.ledger_id, 0)
+    assert list(ml.cursors) == []
