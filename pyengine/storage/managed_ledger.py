@@ -695,6 +695,11 @@ class ManagedLedger:
         """Set a durable property of the managed ledger (e.g. that it holds transactional
         entries, which lets a topic that never had any skip transaction-buffer recovery)."""
         self._check_open()
+        # Checked before `properties` takes it: the record refused it only after, and the topic
+        # reported a property that was never stored.
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"a property's key and value must be str, not {type(key).__name__} "
+                            f"and {type(value).__name__}")
         if self.properties.get(key) == value and key not in self._unsaved_properties:
             return
         self.properties[key] = value

@@ -67,3 +67,19 @@ async def test_a_name_lmdb_cannot_key_is_refused_before_it_fails_the_appends_sha
         await opening
     assert await appended == Position(ml.lac.ledger_id, 0)
     assert list(ml.cursors) == []
+
+
+@pytest.mark.parametrize("key, value", [("k", 1), (2, "v"), (b"k", "v"), ("k", b"v")])
+async def test_a_property_that_is_not_a_string_is_refused_and_not_kept_in_memory(env, reopen, key, value):
+    """set_property took a key or value that is not a str into `properties` before the record
+    refused it (TypeError): the topic then reported, for as long as it was loaded, a property
+    that was never stored."""
+    ml = await ManagedLedger.open(env, TOPIC)
+    await ml.set_property("kept", "1")
+    with pytest.raises(TypeError, match="must be str"):
+        await ml.set_property(key, value)
+    assert ml.properties == {"kept": "1"}
+    await ml.set_property("other", "2")             # the record's later saves go on as before
+    await ml.close()
+    ml = await ManagedLedger.open(reopen(env), TOPIC)
+    assert ml.properties == {"kept": "1", "other": "2"}
