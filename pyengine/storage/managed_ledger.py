@@ -308,7 +308,10 @@ class ManagedLedger:
             await env.submit(lambda txn: txn.put(key, value, db=topics))
             ledgers: list[LedgerInfo] = []
         else:
-            record = TopicRecord.FromString(raw)
+            try:
+                record = TopicRecord.FromString(raw)
+            except Exception as exc:        # protobuf's DecodeError, as the ledger records'
+                raise CorruptRecordError(f"topic record of {name!r}: {exc}") from exc
             ledgers = cls._load_ledgers(env, record.topic_id)
         ledger = cls(env, record, ledgers, config)
         ledger._floor, noted = _noted_deletions(env, ledger._prefix)

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from pyengine.storage import ManagedLedger, ManagedLedgerConfig
+from pyengine.storage import CorruptRecordError, ManagedLedger, ManagedLedgerConfig
 from pyengine_kernels import Position
 
 TOPIC = "persistent://public/default/t"
@@ -83,3 +83,13 @@ async def test_a_property_that_is_not_a_string_is_refused_and_not_kept_in_memory
     await ml.close()
     ml = await ManagedLedger.open(reopen(env), TOPIC)
     assert ml.properties == {"kept": "1", "other": "2"}
+
+
+async def test_a_topic_record_that_cannot_be_decoded_is_a_corrupt_record_error(env):
+    """Opening a managed ledger whose topic record is damaged raised protobuf's DecodeError,
+    no StorageError at all, where its ledger and cursor records (and the StoreReader's read of
+    the same record) raise CorruptRecordError."""
+    key = TOPIC.encode()
+    env.write_now(lambda txn: txn.put(key, b"\xff\xff\xff", db=env.db("topics")))
+    with pytest.raises(CorruptRecordError, match="topic record"):
+        await ManagedLedger.open(env, TOPIC)
