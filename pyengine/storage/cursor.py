@@ -227,7 +227,12 @@ class ManagedCursor:
         reset forward past whole ledgers lets them be trimmed once saved, as any other move of
         the mark-delete position does (Pulsar resets through its mark-delete path). `ack_set`
         (set bit = unacknowledged): the batch at `position` has its other indexes acknowledged
-        (a seek to a message inside a batch, as Pulsar's cursor takes the reset position's)."""
+        (a seek to a message inside a batch, as Pulsar's cursor takes the reset position's).
+        A position after the next one to be written is taken as that one: left there, the
+        entries written before it would count as acknowledged, never delivered."""
+        following = self.ledger.lac.next()
+        if position > following:
+            position, ack_set = following, None
         self.mark_delete = self.ledger.previous_position(position) if position.entry_id >= 0 else position
         self._acked.clear()
         self._batch_acks.clear()

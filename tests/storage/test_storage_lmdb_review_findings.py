@@ -93,3 +93,20 @@ async def test_a_topic_record_that_cannot_be_decoded_is_a_corrupt_record_error(e
     env.write_now(lambda txn: txn.put(key, b"\xff\xff\xff", db=env.db("topics")))
     with pytest.raises(CorruptRecordError, match="topic record"):
         await ManagedLedger.open(env, TOPIC)
+
+
+@pytest.mark.parametrize("ahead", [3, 1 << 20])
+async def test_a_seek_past_the_next_entry_to_be_written_goes_to_it(env, ahead):
+    """A cursor reset to a position after the next one to be written (the embedding API's
+    consumer.seek to a message id not written yet) left the mark-delete position after the
+    LAC: the entries then written up to it counted as acknowledged and were never delivered.
+    The seek goes to the next entry to be written, as the protocol's and the admin API's do."""
+    ml = await ManagedLedger.open(env, TOPIC)
+    first = await ml.append(b"m")
+    cursor = await ml.open_cursor("s", "earliest")
+    await cursor.seek(Position(first.ledger_id, first.entry_id + ahead), ack_set=[0b10])
+    assert cursor.mark_delete == first and cursor.batch_ack_set(first.next()) is None
+    later = [await ml.append(b"m") for _ in range(4)]
+    assert cursor.read_position == later[0]
+    assert cursor.backlog() == 4 and not any(cursor.is_acked(p) for p in later)
+    assert [e.position for e in ml.read_entries(cursor.read_position, 10)] == later
