@@ -1007,11 +1007,14 @@ class ManagedLedger:
             return []
         ledgers_db, meta_db, prefix = self.env.db("ledgers"), self.env.db("meta"), self._prefix
         ledger_keys = [prefix + pack_i64(info.ledger_id) for info in doomed]
-        # Doomed ledgers are the first ones (trims go oldest first): every entry before `floor`
-        # is theirs (or an earlier trim's, not removed yet).
-        floor = Position(doomed[-1].ledger_id + 1, -1)
-        mark, mark_end = PURGE_MARK + prefix, self._key(floor)
-        has_entries = any(info.last_entry_id >= 0 or info.entries > 0 for info in doomed)
+        # Doomed ledgers holding entries are the first ones that hold any (trims go oldest
+        # first): every entry before `floor` is theirs (or an earlier trim's, not removed yet).
+        # Not after the last doomed ledger: an empty one is doomed wherever it is, also after
+        # ledgers not consumed, whose entries the floor would then delete.
+        with_entries = [info for info in doomed if info.last_entry_id >= 0 or info.entries > 0]
+        has_entries = bool(with_entries)
+        floor = Position(with_entries[-1].ledger_id + 1, -1) if has_entries else None
+        mark, mark_end = PURGE_MARK + prefix, self._key(floor) if floor is not None else None
         extra: list[WriteFn] = []
         if self._trim_writers:
             gone = {info.ledger_id for info in doomed}
@@ -1063,7 +1066,7 @@ class ManagedLedger:
             raise
         for info in doomed:
             del self.ledgers[info.ledger_id]
-        if has_entries and (self._floor is None or self._floor < floor):
+        if floor is not None and (self._floor is None or self._floor < floor):
             self._floor = floor
         first = self.first_position()
         for listener in list(self._trim_listeners):

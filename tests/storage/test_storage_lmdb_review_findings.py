@@ -5,8 +5,9 @@ import threading
 
 import pytest
 
-from pyengine.storage import CorruptRecordError, ManagedLedger, ManagedLedgerConfig
+from pyengine.storage import CorruptRecordError, ManagedLedger, ManagedLedgerConfig, StorageError
 from pyengine_kernels import Position
+from tests.storage.helpers import fail_next_save, settled
 
 TOPIC = "persistent://public/default/t"
 
@@ -110,3 +111,32 @@ async def test_a_seek_past_the_next_entry_to_be_written_goes_to_it(env, ahead):
     assert cursor.read_position == later[0]
     assert cursor.backlog() == 4 and not any(cursor.is_acked(p) for p in later)
     assert [e.position for e in ml.read_entries(cursor.read_position, 10)] == later
+
+
+async def test_a_trim_of_an_empty_ledger_after_unconsumed_ones_deletes_none_of_their_entries(env, reopen):
+    """A trim deletes every empty closed ledger, also one after ledgers a cursor has not
+    consumed (a ledger closed empty by a failed append). The position before which the trim
+    took every entry as deleted was the one after the last ledger it deleted: that empty
+    ledger's, past the unconsumed ledgers. Reads then skipped their entries, and the removal of
+    deleted entries removed them from LMDB: never delivered, lost for good."""
+    config = ManagedLedgerConfig(max_entries_per_ledger=2, retention_ms=0, retention_bytes=0)
+    ml = await ManagedLedger.open(env, TOPIC, config)
+    cursor = await ml.open_cursor("s", "earliest")
+    consumed = [await ml.append(b"m") for _ in range(2)]        # the first ledger, filled
+    kept = [await ml.append(b"m") for _ in range(2)]            # the second, filled
+    fail_next_save(env, "append")
+    with pytest.raises(StorageError):
+        await ml.append(b"lost")                                # a third, closed empty
+    empty = max(ml.ledgers)
+    assert ml.ledgers[empty].closed and ml.ledgers[empty].entries == 0
+    await cursor.ack_cumulative(consumed[-1])
+    await settled(ml)
+    await ml.trim()                                             # (waits for the removal too)
+    assert consumed[0].ledger_id not in ml.ledgers and empty not in ml.ledgers
+    assert [e.position for e in ml.read_entries(cursor.read_position, 10)] == kept
+    assert cursor.backlog() == 2 and ml.number_of_entries == 2
+    await ml.close()
+    ml = await ManagedLedger.open(reopen(env), TOPIC, config)
+    cursor = await ml.open_cursor("s")
+    assert [e.position for e in ml.read_entries(cursor.read_position, 10)] == kept
+    assert cursor.backlog() == 2
