@@ -247,14 +247,20 @@ class ManagedCursor:
 
     def backlog(self) -> int:
         """Entries after the mark-delete position, up to the LAC, not yet acknowledged."""
-        lac = self.ledger.lac
+        lac, ledgers = self.ledger.lac, self.ledger.ledgers
         pending = self.ledger.entries_between(self.mark_delete, lac)
         acked = 0
         for ledger_id, bitmap in self._acked.items():
-            if ledger_id < lac.ledger_id:
-                acked += len(bitmap)
-            elif ledger_id == lac.ledger_id:
-                acked += bitmap.range_cardinality(0, lac.entry_id + 1)
+            # Only acks of entries that are there, as `pending` counts them: an ack of a position
+            # past a ledger's last entry, or in a ledger the topic does not have (any more), is
+            # taken as it is (a client's stale or malformed message id), but counted it made
+            # the backlog fall short, down to negative numbers.
+            info = ledgers.get(ledger_id)
+            if info is None or ledger_id > lac.ledger_id:
+                continue
+            last = lac.entry_id if ledger_id == lac.ledger_id else info.last_entry_id
+            if last >= 0:
+                acked += bitmap.range_cardinality(0, last + 1)
         return pending - acked
 
     # --- persistence ----------------------------------------------------------------------

@@ -140,3 +140,23 @@ async def test_a_trim_of_an_empty_ledger_after_unconsumed_ones_deletes_none_of_t
     cursor = await ml.open_cursor("s")
     assert [e.position for e in ml.read_entries(cursor.read_position, 10)] == kept
     assert cursor.backlog() == 2
+
+
+async def test_the_backlog_counts_no_ack_of_a_position_that_holds_no_entry(env):
+    """The backlog took off every individual ack after the mark-delete position, also those of
+    positions no entry is at (past a closed ledger's last entry, in a ledger id the topic does
+    not have or no longer has: a client's stale or malformed message id, taken as it is before
+    the LAC), so it fell short of what is left, down to negative numbers. Pulsar counts the
+    acknowledged entries of the range, those that exist."""
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=2))
+    other = await ManagedLedger.open(env, "persistent://public/default/other")
+    positions = [await ml.append(b"m") for _ in range(2)]      # a full ledger
+    await other.append(b"m")                                    # (takes the next ledger id)
+    positions.append(await ml.append(b"m"))                     # one entry in the next
+    assert positions[2].ledger_id == positions[0].ledger_id + 2
+    cursor = await ml.open_cursor("s", "earliest")
+    nowhere = [Position(positions[0].ledger_id, entry) for entry in (2, 3, 4, 5, 7)]
+    await cursor.ack([*nowhere, Position(positions[0].ledger_id + 1, 0)])      # (the other topic's ledger)
+    assert cursor.backlog() == 3
+    await cursor.ack([positions[1]])
+    assert cursor.backlog() == 2
