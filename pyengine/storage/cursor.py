@@ -233,11 +233,16 @@ class ManagedCursor:
         following = self.ledger.lac.next()
         if position > following:
             position, ack_set = following, None
+        # Checked before the cursor moves: a malformed set raised after it had moved in memory
+        # and dropped its acks, none of it saved.
+        held = None
+        if ack_set and position.entry_id >= 0 and not ackset_is_fully_acked(ack_set):
+            held = list(ack_set)
         self.mark_delete = self.ledger.previous_position(position) if position.entry_id >= 0 else position
         self._acked.clear()
         self._batch_acks.clear()
-        if ack_set and position.entry_id >= 0 and not ackset_is_fully_acked(ack_set):
-            self._batch_acks[position] = list(ack_set)
+        if held is not None:
+            self._batch_acks[position] = held
         self.read_position = self.ledger.next_position(self.mark_delete)
         return self.persist()
 

@@ -160,3 +160,19 @@ async def test_the_backlog_counts_no_ack_of_a_position_that_holds_no_entry(env):
     assert cursor.backlog() == 3
     await cursor.ack([positions[1]])
     assert cursor.backlog() == 2
+
+
+@pytest.mark.parametrize("ack_set", [["a"], [1 << 64], "ab", 5])
+async def test_a_seek_with_a_malformed_ack_set_leaves_the_cursor_as_it_was(env, ack_set):
+    """A seek whose ack set is not a list of int64 words raised only after the cursor had moved
+    in memory and dropped its individual acks, none of it saved: the cursor then said it was
+    where no seek took it, and the next save made that durable."""
+    ml = await ManagedLedger.open(env, TOPIC)
+    positions = [await ml.append(b"m") for _ in range(4)]
+    cursor = await ml.open_cursor("s", "earliest")
+    await cursor.ack([positions[2]])
+    before = (cursor.mark_delete, cursor.read_position, cursor.individually_deleted_ranges())
+    with pytest.raises((TypeError, ValueError)):
+        cursor.seek(positions[1], ack_set=ack_set)
+    assert (cursor.mark_delete, cursor.read_position, cursor.individually_deleted_ranges()) == before
+    assert cursor.backlog() == 3
