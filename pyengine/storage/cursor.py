@@ -206,6 +206,8 @@ class ManagedCursor:
         if md != self.mark_delete:
             self.mark_delete = md
             self._drop_acks_up_to(md)
+            if self.read_position <= md:       # (acked before read: as Pulsar, read on after them)
+                self.read_position = self.ledger.next_position(md)
 
     def _drop_acks_up_to(self, position: Position) -> None:
         for ledger_id in [lid for lid in self._acked if lid <= position.ledger_id]:

@@ -176,3 +176,19 @@ async def test_a_seek_with_a_malformed_ack_set_leaves_the_cursor_as_it_was(env, 
         cursor.seek(positions[1], ack_set=ack_set)
     assert (cursor.mark_delete, cursor.read_position, cursor.individually_deleted_ranges()) == before
     assert cursor.backlog() == 3
+
+
+async def test_individual_acks_that_move_the_mark_delete_past_the_read_position_move_it_too(env):
+    """Individual acks of entries not read yet (a consumer's acks of messages it got before a
+    reconnect) moved the mark-delete position past the read position, which stayed behind it:
+    reads from the read position got acknowledged entries again, and the subscription's stats
+    showed a read position before its mark-delete position. Pulsar moves the read position on
+    with the mark-delete position, as a cumulative ack did here already."""
+    ml = await ManagedLedger.open(env, TOPIC, ManagedLedgerConfig(max_entries_per_ledger=2))
+    positions = [await ml.append(b"m") for _ in range(4)]
+    cursor = await ml.open_cursor("s", "earliest")
+    assert cursor.read_position == positions[0]
+    await cursor.ack([positions[1], positions[2], positions[0]])
+    assert cursor.mark_delete == positions[2]
+    assert cursor.read_position == positions[3]
+    assert [e.position for e in ml.read_entries(cursor.read_position, 10)] == [positions[3]]
