@@ -23,6 +23,7 @@ from pyengine.errors import (ConsumerAssignError, ConsumerBusyError, MetadataErr
                              TransactionConflictError)
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import Entry, ManagedCursor
+from pyengine.transaction.outcome import mark_retrieved
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
 from pyengine.transaction.pendingack.validation import check_ack_set
 from pyengine_kernels import (Position, TxnId, ackset_acked_indexes, ackset_and, ackset_andnot,
@@ -89,6 +90,8 @@ class Subscription:
         # they asked since (see redeliver_unacknowledged); the tasks of those rewinds.
         self._rewinding: dict[Consumer, _WaitingRewind] = {}
         self._rewinds: set[asyncio.Task[None]] = set()
+        # Transactions being ended here (`end_txn`), by (txn, commit).
+        self._ending_txns: dict[tuple[TxnId, bool], asyncio.Task[None]] = {}
         # Message expiry (Pulsar's totalMsgExpired, lastExpireTimestamp): entries expired since
         # the topic was loaded, and when an expiry last moved the cursor (ms, 0: never).
         self.total_msg_expired = 0
@@ -498,6 +501,25 @@ class Subscription:
     async def end_txn(self, txn: TxnId, commit: bool, low_watermark: int) -> None:
         if self.pending_ack is None:
             return
+        # Carried to its end though the caller is cancelled (the coordinator abandons a call
+        # that takes too long, then repeats it): the handle's part goes on regardless, and the
+        # repeat finds the txn ended there, with nothing left to give back. A repeat while it
+        # runs waits for it rather than give the same messages back a second time.
+        key = (txn, commit)
+        ending = self._ending_txns.get(key)
+        if ending is None:
+            ending = asyncio.ensure_future(self._end_txn(txn, commit, low_watermark))
+            self._ending_txns[key] = ending
+            ending.add_done_callback(partial(self._txn_ended, key))
+        await asyncio.shield(ending)
+
+    def _txn_ended(self, key: tuple[TxnId, bool], ending: asyncio.Task[None]) -> None:
+        if self._ending_txns.get(key) is ending:
+            del self._ending_txns[key]
+        mark_retrieved(ending)          # its caller may be gone; a repeat raises it again
+
+    async def _end_txn(self, txn: TxnId, commit: bool, low_watermark: int) -> None:
+        assert self.pending_ack is not None
         if commit:
             acked = await self.pending_ack.commit(txn, low_watermark)
             self._reserved_by_txn.pop(txn, None)

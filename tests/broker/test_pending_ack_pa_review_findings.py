@@ -1,0 +1,43 @@
+"""Review findings (pa) on the v4 pending acknowledgements as the subscription uses them."""
+
+import asyncio
+
+import pytest
+
+from pyengine.broker import Broker
+from tests.broker.helpers import drain
+
+T = "persistent://public/default/pending-ack-pa-review"
+
+
+@pytest.mark.parametrize("kind", ["shared", "exclusive"])
+async def test_an_abort_whose_first_call_was_abandoned_gives_back_on_the_repeat(tmp_path, kind):
+    """The coordinator abandons an END_TXN_ON_SUBSCRIPTION that takes too long (its call
+    timeout cancels the call) and repeats it. The handle's abort went on (it is shielded),
+    but the subscription's give-back after it was lost with the cancelled call, and the
+    repeat found the transaction already ended in the handle: nothing to give back. After a
+    reload (nothing in flight at a consumer: the dispatcher passed over what the transaction
+    held), its messages were stranded, neither acknowledged nor ever delivered again."""
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type=kind, initial_position="earliest")
+        for i in range(3):
+            await producer.send(b"m%d" % i)
+        got = await drain(consumer)
+        txn = await broker.new_transaction()
+        if kind == "shared":
+            for message in got:
+                await consumer.acknowledge(message, txn=txn)
+        else:
+            await consumer.acknowledge_cumulative(got[-1], txn=txn)
+        await broker.service.unload_topic(T)
+        assert await drain(consumer, 0.5) == []          # held by the open transaction
+        subscription = broker.service.topics[T].subscriptions["s"]
+        abandoned = asyncio.ensure_future(subscription.end_txn(txn.txn_id, False, -1))
+        await asyncio.sleep(0)                           # the handle's abort is under way
+        abandoned.cancel()
+        while subscription.pending_ack._ending:
+            await asyncio.sleep(0.01)
+        await subscription.end_txn(txn.txn_id, False, -1)     # the coordinator's repeat
+        assert sorted(m.data for m in await drain(consumer, 0.5)) == [b"m0", b"m1", b"m2"]
+        await txn.abort()
