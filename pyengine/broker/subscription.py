@@ -194,6 +194,7 @@ class Subscription:
         size is not the entry's (see `check_batch_ack`) is left out, the others taken: the
         future then fails with NotAllowedError once they are durable."""
         self._check_ackable(ack.position for ack in acks)
+        _check_names_entries(ack.position for ack in acks)
         reasons = [self._batch_ack_refusal(consumer, ack) for ack in acks]
         refused = [reason for reason in reasons if reason is not None]
         if refused:
@@ -373,7 +374,9 @@ class Subscription:
         """`after`: the txn's registration of this subscription while it is being written
         (`pyengine.broker.transactions.append_condition`)."""
         pending = self._txn_pending_ack(txn)
-        self._check_ackable([cumulative] if cumulative is not None else [ack.position for ack in acks or ()])
+        positions = [cumulative] if cumulative is not None else [ack.position for ack in acks or ()]
+        self._check_ackable(positions)
+        _check_names_entries(positions)
         if cumulative is not None:
             self._check_cumulative_txn_ack()
             self._check_cumulative_txn_ack_of(consumer, txn, cumulative)
@@ -965,6 +968,17 @@ def _settle_after(result: asyncio.Future[None] | None, done: asyncio.Future[None
         settle()
     else:
         result.add_done_callback(settle)
+
+
+def _check_names_entries(positions: Iterable[Position]) -> None:
+    """An individual or transactional ack of a position that names no entry ((-1, -1),
+    (ledger, -1): a client's earliest or malformed message id) is its bad input: refused,
+    as one past the last entry is, rather than failing in the cursor's or the pending acks'
+    checks with a ValueError (an UnknownError on the wire). A plain cumulative ack may name
+    (ledger, -1): everything before the ledger's first entry."""
+    for position in positions:
+        if position.ledger_id < 0 or position.entry_id < 0:
+            raise NotAllowedError(f"Invalid position {position}: it names no entry")
 
 
 def _refusal(reasons: list[str]) -> str:

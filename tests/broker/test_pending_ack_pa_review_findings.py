@@ -41,3 +41,37 @@ async def test_an_abort_whose_first_call_was_abandoned_gives_back_on_the_repeat(
         await subscription.end_txn(txn.txn_id, False, -1)     # the coordinator's repeat
         assert sorted(m.data for m in await drain(consumer, 0.5)) == [b"m0", b"m1", b"m2"]
         await txn.abort()
+
+
+@pytest.mark.parametrize("entry_id", [-1, None])
+@pytest.mark.parametrize("how", ["plain", "txn", "txn-cumulative"])
+async def test_an_ack_of_a_position_that_names_no_entry_is_refused_as_not_allowed(tmp_path, how, entry_id):
+    """An acknowledgement of a message id that names no entry ((-1, -1), (ledger, -1): what a
+    client's MessageId.earliest or a malformed id decodes to) on a durable subscription
+    reached the pending acks' checks, whose ValueError the wire answered as an UnknownError
+    ("ValueError: position -1:-1 does not name an entry"). It is the client's bad input:
+    NotAllowedError, as an ack past the last entry is; nothing of the request is taken."""
+    from pyengine.errors import NotAllowedError
+    from pyengine.transaction.pendingack import IndividualAck
+    from pyengine_kernels import Position
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        consumer = await broker.subscribe(T, "s", consumer_type="exclusive", initial_position="earliest")
+        for i in range(2):
+            await producer.send(b"m%d" % i)
+        got = await drain(consumer)
+        subscription = broker.service.topics[T].subscriptions["s"]
+        first = got[0].message_id.position
+        bad = Position(-1, -1) if entry_id is None else Position(first.ledger_id, entry_id)
+        txn = await broker.new_transaction()
+        with pytest.raises(NotAllowedError, match="names no entry"):
+            if how == "plain":
+                await subscription.ack_individual(None, [IndividualAck(first), IndividualAck(bad)])
+            elif how == "txn":
+                await subscription.ack_with_transaction(None, txn.txn_id, [IndividualAck(first), IndividualAck(bad)])
+            else:
+                await subscription.ack_with_transaction(None, txn.txn_id, cumulative=bad)
+        assert not subscription.cursor.is_acked(first)
+        assert subscription.pending_ack.individual_ack_positions == {}
+        await txn.abort()
