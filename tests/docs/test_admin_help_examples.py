@@ -6,10 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from pyengine.testing import ServeProcess
 
@@ -23,16 +20,6 @@ def admin(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYENGINE_ADMIN_URL": url}
     return subprocess.run([sys.executable, "-m", "pyengine", "admin", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = ServeProcess(tmp_path_factory.mktemp("admin-help") / "data")
-    process.start()
-    try:
-        yield process
-    finally:
-        assert process.stop() == 0
 
 
 def test_the_examples_of_admin_help_run_in_order(broker: ServeProcess):

@@ -5,10 +5,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from pyengine.testing import ServeProcess
 
@@ -29,17 +26,6 @@ def run_example(name: str, *, broker: ServeProcess | None = None) -> subprocess.
         assert "pulsar://127.0.0.1:6650" in code
         code = code.replace("pulsar://127.0.0.1:6650", broker.url)
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    """`pyengine serve` as the quickstart starts it, on free ports."""
-    process = ServeProcess(tmp_path_factory.mktemp("readme") / "data")
-    process.start()
-    try:
-        yield process
-    finally:
-        assert process.stop() == 0
 
 
 def test_the_quickstart_main_job_is_pyengine_serve_on_ports_6650_and_8080():
