@@ -80,6 +80,15 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def _named_position(message_id: pb.MessageIdData) -> Position:
+    """The position a client's message id names. Read as Java's signed longs, an id below -1
+    (2^64-2 on the wire) names no entry: NotAllowed, as any ack of a position holding none."""
+    ledger_id, entry_id = _signed(message_id.ledgerId), _signed(message_id.entryId)
+    if ledger_id < -1 or entry_id < -1:
+        raise NotAllowedError(f"message id ({ledger_id}, {entry_id}) names no entry")
+    return Position(ledger_id, entry_id)
+
+
 def _metadata_facts(raw: bytes) -> tuple[int, bool, int | None, int] | None:
     """The publish time of a SEND's MessageMetadata (seeks by time find entries by it),
     whether it is a chunk before its message's last (de-duplication skips those, as Apache's
@@ -979,13 +988,12 @@ class ServerConnection(asyncio.Protocol):
         (`Subscription.check_batch_ack`): its ack set was built for that size. Without one
         (0: none), the size the broker knows."""
         if message_id.ack_set and message_id.batch_size:
-            return IndividualAck(Position(_signed(message_id.ledgerId), _signed(message_id.entryId)),
-                                 message_id.batch_size, tuple(message_id.ack_set))
+            return IndividualAck(_named_position(message_id), message_id.batch_size, tuple(message_id.ack_set))
         return ServerConnection._individual_ack(consumer, message_id)
 
     @staticmethod
     def _individual_ack(consumer: NetworkConsumer, message_id: pb.MessageIdData) -> IndividualAck:
-        position = Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
+        position = _named_position(message_id)
         if not message_id.ack_set:
             return IndividualAck(position)
         size = consumer.broker_consumer.pending.get(position) if consumer.broker_consumer else None
@@ -1057,7 +1065,9 @@ class ServerConnection(asyncio.Protocol):
         if consumer is None or consumer.subscription is None or consumer.broker_consumer is None:
             return
         if body.message_ids and consumer.sub_type in ("shared", "key_shared"):
-            positions = [Position(_signed(m.ledgerId), _signed(m.entryId)) for m in body.message_ids]
+            # (an id that names no entry has nothing to redeliver: no answer to refuse it in)
+            positions = [Position(_signed(m.ledgerId), _signed(m.entryId)) for m in body.message_ids
+                         if _signed(m.ledgerId) >= -1 and _signed(m.entryId) >= -1]
             consumer.subscription.redeliver_unacknowledged(consumer.broker_consumer, positions)
         else:
             # Exclusive/Failover (and the id-less form): everything unacknowledged, as Apache.
@@ -1078,8 +1088,8 @@ class ServerConnection(asyncio.Protocol):
         if body.HasField("message_id"):
             position = _start_position(topic, body.message_id)
             earliest = _signed(body.message_id.ledgerId) < 0
-            if body.message_id.ack_set and position == Position(_signed(body.message_id.ledgerId),
-                                                                _signed(body.message_id.entryId)):
+            if body.message_id.ack_set and not earliest and _signed(body.message_id.entryId) >= -1 \
+                    and position == _named_position(body.message_id):
                 ack_set = list(body.message_id.ack_set)     # into a batch (the Java client's seek)
         elif body.HasField("message_publish_time"):
             position = topic.ledger.find_by_publish_time(body.message_publish_time)
