@@ -19,6 +19,7 @@ from pyengine.errors import InvalidTopicNameError, ServiceNotReadyError
 from pyengine.transaction import TxnStatus
 from tests.broker.helpers import drain, subscribing_from_earliest
 from tests.broker.test_embedded_retries_on_a_closed_topic import hold_deletion
+from tests.waiting import eventually
 
 T = "persistent://public/default/unloaded"
 
@@ -43,8 +44,12 @@ async def test_an_unloaded_topic_is_freed_and_loads_again_as_stored(tmp_path):
         loaded = await _used_and_left(broker)
         assert await broker.service.unload_topic("unloaded")       # any spelling of the name
         assert T not in broker.service.topics
-        gc.collect()
-        assert loaded() is None, [type(r) for r in gc.get_referrers(loaded())]    # nothing holds it
+        # Nothing holds it for good (a background check already under way when the unload came
+        # may hold it until it ends: seen once in a fresh-clone CI run on a loaded machine).
+        try:
+            await eventually(lambda: gc.collect() >= 0 and loaded() is None, timeout_s=5)
+        except AssertionError:
+            raise AssertionError([type(r) for r in gc.get_referrers(loaded())]) from None
         assert not await broker.service.unload_topic(T)           # not loaded: nothing to do
 
         consumer = await broker.subscribe(T, "s", consumer_type="shared")
