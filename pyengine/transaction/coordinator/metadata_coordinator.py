@@ -229,8 +229,7 @@ class MetadataTransactionCoordinator:
                 self.metrics.cas("conflict")        # changed since: read it (below)
             else:
                 self.metrics.cas("ok")
-                self._counters.record_ended(TxnStatus.TIME_OUT if timed_out else wanted.status)
-                return wanted.status
+                return self._ended(wanted, timed_out)
         while True:
             record = await self.store.get(path)
             if record is None:
@@ -251,8 +250,14 @@ class MetadataTransactionCoordinator:
                 self.metrics.cas("conflict")
                 continue                            # changed under us: read it again
             self.metrics.cas("ok")
-            self._counters.record_ended(TxnStatus.TIME_OUT if timed_out else wanted.status)
-            return wanted.status
+            return self._ended(wanted, timed_out)
+
+    def _ended(self, wanted: HeaderState, timed_out: bool) -> TxnStatus:
+        """Count the decision this coordinator's CAS landed. A timeout's is TIME_OUT: the
+        sweep counts only those (an abort found already decided was someone else's)."""
+        status = TxnStatus.TIME_OUT if timed_out else wanted.status
+        self._counters.record_ended(status)
+        return status
 
     # --- sweeps ---------------------------------------------------------------------------
 
@@ -264,7 +269,7 @@ class MetadataTransactionCoordinator:
         for record in expired:
             try:
                 txn = txn_of_path(record.path)
-                if await self._decide(txn, TxnAction.ABORT, timed_out=True) is TxnStatus.ABORTED:
+                if await self._decide(txn, TxnAction.ABORT, timed_out=True) is TxnStatus.TIME_OUT:
                     aborted += 1
                     log.info("v5 transaction %s timed out: aborted", txn)
             except (InvalidTxnStatusError, TransactionNotFoundError):

@@ -1,0 +1,40 @@
+"""Review findings on v5 (PIP-473) transactions under metadata-store failures: failed or
+racing header CAS, a watch lost and a failed re-read after it, failed op-record deletes."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyengine.transaction.coordinator.metadata_coordinator import MetadataTransactionCoordinator
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
+
+
+pytestmark = pytest.mark.parametrize("backend_name", ["memory", "lmdb"])
+
+
+async def test_a_timeout_sweep_counts_only_the_aborts_it_decided(v5, clock, monkeypatch):
+    """A txn past its deadline that another broker's sweep (or its client) aborted between
+    this sweep's index query and its CAS was counted as aborted by this sweep too (its re-read
+    found ABORTED, the answer of a retried END_TXN): two brokers' sweeps reported two timeouts
+    of one txn, and logged it timed out though the client aborted it."""
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 1000)
+    other = MetadataTransactionCoordinator(v5.store, clock=clock)
+    await other.start(sweep=False)
+    clock.now += 2000
+    real = v5.store.range_query
+    first = True
+
+    async def query_then_other_sweep(*args, **kwargs):
+        nonlocal first
+        found = await real(*args, **kwargs)
+        if first:                       # (the other broker shares the store object here)
+            first = False
+            assert await other.sweep_timeouts() == 1      # the other broker's sweep decides first
+        return found
+
+    monkeypatch.setattr(v5.store, "range_query", query_then_other_sweep)
+    try:
+        assert await v5.coordinator.sweep_timeouts() == 0
+    finally:
+        await other.close()
+    assert v5.coordinator.stats()["timed_out_total"] == 0
