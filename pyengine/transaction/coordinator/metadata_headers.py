@@ -14,7 +14,8 @@ re-reads each cached OPEN header with listeners whose deadline has passed: a stu
 horizon is bounded by the txn's timeout plus the coordinator's timeout sweep, never longer.
 A watch that fails (for instance compacted history after a long disconnection) is reopened,
 backed off while it keeps failing, and every cached OPEN header re-read (also those nobody
-subscribed to yet: a participant reads a header, then subscribes later); a read of a header
+subscribed to yet: a participant reads a header, then subscribes later; one whose re-read fails
+is re-read at each recheck until it succeeds); a read of a header
 in flight across the reopen is repeated, as its answer may predate a decision the broken
 watch lost. Cached decided headers are re-read too: those collected meanwhile are dropped.
 """
@@ -64,6 +65,7 @@ class TxnHeaderCache:
         self._deleted: dict[TxnId, int] = {}             # txn -> revision of its header's deletion
         #                                                  told while a get of it was in flight
         self._reopens = 0                                # watch generation: bumped by each reopen
+        self._unsynced: set[TxnId] = set()               # resync re-reads that failed: redone
         self._listeners: dict[TxnId, list[Listener]] = {}
         self._watch: Watch | None = None
         self._tasks: list[asyncio.Task] = []
@@ -192,12 +194,23 @@ class TxnHeaderCache:
                 if self._watch is not None:
                     self._watch.close()         # reopened as close() ran
                 return
-            for txn in self._maybe_stale():
-                try:
-                    await self.get(txn, fresh=True)
-                except (MetadataStoreError, CorruptTxnRecordError) as exc:
-                    log.warning("re-reading the header of %s failed: %s", txn, exc)
+            self._unsynced.update(self._maybe_stale())
+            await self._resync()
             await self._forget_collected()
+
+    async def _resync(self) -> None:
+        """Re-read the headers whose decision a broken watch may have lost. One whose read
+        fails stays to re-read (the recheck loop retries it): skipped, a decision lost with the
+        watch would wait for the txn's deadline (hours) to be seen."""
+        for txn in list(self._unsynced):
+            try:
+                await self.get(txn, fresh=True)
+            except MetadataStoreError as exc:
+                log.warning("re-reading the header of %s failed (retried): %s", txn, exc)
+                continue
+            except CorruptTxnRecordError as exc:
+                log.warning("re-reading the header of %s failed: %s", txn, exc)
+            self._unsynced.discard(txn)
 
     async def _forget_collected(self) -> None:
         """Drop the cached decided headers that are gone: the broken watch may have lost their
@@ -271,6 +284,8 @@ class TxnHeaderCache:
         while not self._closed:
             await asyncio.sleep(self.recheck_interval_s)
             try:
+                if self._unsynced:
+                    await self._resync()
                 await self.recheck_expired()
             except asyncio.CancelledError:
                 raise

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from pyengine.metadata import MetadataStoreError
+from pyengine.transaction import TxnAction
 from pyengine.transaction.coordinator.metadata_coordinator import MetadataTransactionCoordinator
-from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
+from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID, header_path
 
+from .conftest import eventually
+from .test_header_watch_reopen import PROMPTLY_S, visible, while_the_watch_is_down
 
 pytestmark = pytest.mark.parametrize("backend_name", ["memory", "lmdb"])
 
@@ -38,3 +42,30 @@ async def test_a_timeout_sweep_counts_only_the_aborts_it_decided(v5, clock, monk
     finally:
         await other.close()
     assert v5.coordinator.stats()["timed_out_total"] == 0
+
+
+async def test_a_commit_lost_with_the_watch_whose_re_read_failed_is_still_seen(v5, monkeypatch):
+    """The header watch broke, the txn committed meanwhile (its notification lost with the
+    watch), and the resync's re-read of the header after the reopen failed (the store still
+    flaky): the failure was logged and the txn left cached OPEN, so its committed entries stayed
+    invisible until the deadline re-read - up to the txn's timeout (hours), never sooner."""
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)   # the clock never moves
+    await buffer.append(txn, b"t")
+    real = v5.store.get
+    failures = 1
+
+    async def flaky_get(path):
+        nonlocal failures
+        if path == header_path(txn) and failures:
+            failures -= 1
+            raise MetadataStoreError("etcd is unreachable")
+        return await real(path)
+
+    async def commit_then_flaky():
+        await v5.coordinator.end_transaction(txn, TxnAction.COMMIT)
+        monkeypatch.setattr(v5.store, "get", flaky_get)
+
+    await while_the_watch_is_down(v5, monkeypatch, commit_then_flaky)
+    await eventually(lambda: failures == 0, timeout=PROMPTLY_S)
+    await eventually(lambda: visible(ledger, buffer) == [b"t"], timeout=PROMPTLY_S)
