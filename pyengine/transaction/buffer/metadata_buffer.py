@@ -502,15 +502,14 @@ class MetadataTransactionBuffer(TransactionBuffer):
                 committed = await self._collected_commit(txn)
             else:
                 committed = header.state is HeaderState.COMMITTED
-            if committed:
-                self._committed_total += 1
-            elif txn not in self._aborted:
+            # (a commit is counted at the end, once: a failed try is redone whole)
+            if not committed and txn not in self._aborted:
                 self._aborted_total += 1
                 last = self._last.get(txn)
                 if last is not None:
                     self._aborted.add(txn, last)
                     await self._save_aborted()
-            elif txn in self._ops:
+            elif not committed and txn in self._ops:
                 # Added by a try whose save failed: saved before the op records go (the
                 # abort must outlive them, or a restart finds neither).
                 await self._save_aborted()
@@ -518,6 +517,8 @@ class MetadataTransactionBuffer(TransactionBuffer):
             self._last.pop(txn, None)
             self._notify()
             await self._delete_ops(txn)
+            if committed:
+                self._committed_total += 1
         except (MetadataStoreError, PersistenceError, StorageError) as exc:
             # Stays as it is in the store: the restart (or the next decision event) redoes it.
             log.warning("materialising %s on %s failed, retrying: %s", txn, self.segment, exc)

@@ -69,3 +69,27 @@ async def test_a_commit_lost_with_the_watch_whose_re_read_failed_is_still_seen(v
     await while_the_watch_is_down(v5, monkeypatch, commit_then_flaky)
     await eventually(lambda: failures == 0, timeout=PROMPTLY_S)
     await eventually(lambda: visible(ledger, buffer) == [b"t"], timeout=PROMPTLY_S)
+
+
+async def test_a_commit_whose_op_record_delete_failed_is_counted_once(v5, monkeypatch):
+    """A commit's materialisation that failed deleting the op records is retried whole, and
+    each try counted the commit again: the buffer's `committed_total` grew by one per retry."""
+    ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"t")
+    real = v5.store.delete
+    failures = 2
+
+    async def flaky_delete(path, *args, **kwargs):
+        nonlocal failures
+        if path.startswith("/txn-op/") and failures:
+            failures -= 1
+            raise MetadataStoreError("etcd is unreachable")
+        return await real(path, *args, **kwargs)
+
+    monkeypatch.setattr(v5.store, "delete", flaky_delete)
+    await v5.coordinator.end_transaction(txn, TxnAction.COMMIT)
+    await eventually(lambda: failures == 0 and not buffer._ops, timeout=3)
+    await buffer.wait_materialised()
+    assert visible(ledger, buffer) == [b"t"]
+    assert buffer.stats()["committed_total"] == 1
