@@ -549,6 +549,12 @@ class MetadataTransactionBuffer(TransactionBuffer):
             if theirs is not None:
                 if self._first_kept is not None:
                     theirs = theirs.since(self._first_kept)     # not what this buffer trimmed
+                for txn, position in theirs.items():
+                    if position == Position.LATEST:
+                        # Stored by the GC sweep, which cannot place it: at the LAC (after its
+                        # entries), as recovery does, or no trim would ever drop it.
+                        theirs.remove(txn)
+                        theirs.add(txn, self.ledger.lac)
                 self._aborted.update(theirs)
             try:
                 await self.store.put(buffer_path(self.segment), self._aborted.to_bytes(), version)

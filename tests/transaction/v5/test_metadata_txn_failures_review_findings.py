@@ -13,9 +13,10 @@ from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID,
 from .conftest import eventually
 from .test_header_watch_reopen import PROMPTLY_S, visible, while_the_watch_is_down
 
-pytestmark = pytest.mark.parametrize("backend_name", ["memory", "lmdb"])
+LOCAL = pytest.mark.parametrize("backend_name", ["memory", "lmdb"])     # (etcd: slower, same code)
 
 
+@LOCAL
 async def test_a_timeout_sweep_counts_only_the_aborts_it_decided(v5, clock, monkeypatch):
     """A txn past its deadline that another broker's sweep (or its client) aborted between
     this sweep's index query and its CAS was counted as aborted by this sweep too (its re-read
@@ -44,6 +45,7 @@ async def test_a_timeout_sweep_counts_only_the_aborts_it_decided(v5, clock, monk
     assert v5.coordinator.stats()["timed_out_total"] == 0
 
 
+@LOCAL
 async def test_a_commit_lost_with_the_watch_whose_re_read_failed_is_still_seen(v5, monkeypatch):
     """The header watch broke, the txn committed meanwhile (its notification lost with the
     watch), and the resync's re-read of the header after the reopen failed (the store still
@@ -71,6 +73,7 @@ async def test_a_commit_lost_with_the_watch_whose_re_read_failed_is_still_seen(v
     await eventually(lambda: visible(ledger, buffer) == [b"t"], timeout=PROMPTLY_S)
 
 
+@LOCAL
 async def test_a_commit_whose_op_record_delete_failed_is_counted_once(v5, monkeypatch):
     """A commit's materialisation that failed deleting the op records is retried whole, and
     each try counted the commit again: the buffer's `committed_total` grew by one per retry."""
@@ -93,3 +96,37 @@ async def test_a_commit_whose_op_record_delete_failed_is_counted_once(v5, monkey
     await buffer.wait_materialised()
     assert visible(ledger, buffer) == [b"t"]
     assert buffer.stats()["committed_total"] == 1
+
+
+@pytest.mark.parametrize("backend_name", ["memory"])         # a separate store: the GC cannot place aborts
+async def test_an_abort_the_gc_recorded_is_trimmed_with_its_entries(v5, clock):
+    """The GC sweep records the abort of a txn whose participant had not materialised it at
+    the end of the segment (Position.LATEST: it cannot know the entries' positions on a
+    separate store). Recovery moves it to the LAC, but a running buffer merging the stored set
+    while saving another abort took it as it was: at LATEST, it outlived every trim, one
+    aborted-set entry kept for good (in memory and stored) per such txn."""
+    from pyengine.storage import ManagedLedgerConfig
+
+    ledger, buffer = await v5.buffer(config=ManagedLedgerConfig(max_entries_per_ledger=2))
+    late = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    other = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(late, b"late")
+    await buffer.append(other, b"other")
+    v5.headers.unsubscribe(late, buffer._on_decided)           # its decision is slow to arrive
+    await v5.coordinator.end_transaction(late, TxnAction.ABORT)
+    clock.now += 10_000
+    assert await v5.coordinator.collect_garbage() == 1         # stores the abort, at LATEST
+    await v5.coordinator.end_transaction(other, TxnAction.ABORT)
+    await eventually(lambda: buffer.is_txn_aborted(other))
+    await buffer.wait_materialised()
+    buffer._on_decided(late, None)                             # the header is gone, it learns
+    await buffer.wait_materialised()
+    assert buffer.is_txn_aborted(late)
+    last = await ledger.append(b"p1")
+    await ledger.append(b"p2")                                 # a new ledger: the first can go
+    cursor = await ledger.open_cursor("all", "earliest")
+    await cursor.ack_cumulative(last)
+    ledger.set_retention(0, -1)
+    assert await ledger.trim(now_ms=1 << 62)
+    await eventually(lambda: buffer._trimming is not None and buffer._trimming.done())
+    assert buffer.aborted.items() == []
