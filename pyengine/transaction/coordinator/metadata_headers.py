@@ -66,6 +66,7 @@ class TxnHeaderCache:
         #                                                  told while a get of it was in flight
         self._reopens = 0                                # watch generation: bumped by each reopen
         self._unsynced: set[TxnId] = set()               # resync re-reads that failed: redone
+        self._uncollected: set[TxnId] = set()            # decided ones to re-read: collected?
         self._listeners: dict[TxnId, list[Listener]] = {}
         self._watch: Watch | None = None
         self._tasks: list[asyncio.Task] = []
@@ -196,6 +197,8 @@ class TxnHeaderCache:
                 return
             self._unsynced.update(self._maybe_stale())
             await self._resync()
+            self._uncollected.update(txn for txn, entry in self._entries.items()
+                                     if entry.header is not None and entry.header.state.final)
             await self._forget_collected()
 
     async def _resync(self) -> None:
@@ -213,16 +216,16 @@ class TxnHeaderCache:
             self._unsynced.discard(txn)
 
     async def _forget_collected(self) -> None:
-        """Drop the cached decided headers that are gone: the broken watch may have lost their
-        deletion (the GC sweep), the only thing that drops them - cached for good, else."""
-        decided = [txn for txn, entry in self._entries.items()
-                   if entry.header is not None and entry.header.state.final]
-        for txn in decided:
+        """Drop the cached decided headers (`_uncollected`) that are gone: the broken watch may
+        have lost their deletion (the GC sweep), the only thing that drops them - cached for
+        good, else. One whose re-read fails stays, re-read at the next recheck."""
+        for txn in list(self._uncollected):
             try:
                 gone = await self.store.get(header_path(txn)) is None
             except MetadataStoreError as exc:
-                log.warning("re-reading the header of %s failed: %s", txn, exc)
+                log.warning("re-reading the header of %s failed (retried): %s", txn, exc)
                 continue
+            self._uncollected.discard(txn)
             entry = self._entries.get(txn)
             if gone and entry is not None and entry.header is not None and entry.header.state.final:
                 del self._entries[txn]
@@ -286,6 +289,8 @@ class TxnHeaderCache:
             try:
                 if self._unsynced:
                     await self._resync()
+                if self._uncollected:
+                    await self._forget_collected()
                 await self.recheck_expired()
             except asyncio.CancelledError:
                 raise

@@ -130,3 +130,36 @@ async def test_an_abort_the_gc_recorded_is_trimmed_with_its_entries(v5, clock):
     assert await ledger.trim(now_ms=1 << 62)
     await eventually(lambda: buffer._trimming is not None and buffer._trimming.done())
     assert buffer.aborted.items() == []
+
+
+@LOCAL
+async def test_a_decided_header_collected_during_an_outage_whose_re_read_failed_leaves_the_cache(
+        v5, clock, monkeypatch):
+    """The resync after a reopened watch re-reads the cached decided headers to drop those the
+    GC collected meanwhile; one whose re-read failed was skipped and stayed cached for good (its
+    deletion was told only to the broken watch): one entry per such txn for the broker's life."""
+    _ledger, buffer = await v5.buffer()
+    txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)
+    await buffer.append(txn, b"c")
+    await v5.coordinator.end_transaction(txn, TxnAction.COMMIT)
+    await eventually(lambda: buffer.ongoing_txns() == [])
+    await buffer.wait_materialised()
+    assert v5.headers.cached(txn).header.state.final
+    clock.now += 10_000
+    real = v5.store.get
+    failures = 1
+
+    async def flaky_get(path):
+        nonlocal failures
+        if path == header_path(txn) and failures:
+            failures -= 1
+            raise MetadataStoreError("etcd is unreachable")
+        return await real(path)
+
+    async def collect_then_flaky():
+        assert await v5.coordinator.collect_garbage() == 1
+        monkeypatch.setattr(v5.store, "get", flaky_get)
+
+    await while_the_watch_is_down(v5, monkeypatch, collect_then_flaky)
+    await eventually(lambda: failures == 0, timeout=PROMPTLY_S)
+    await eventually(lambda: v5.headers.cached(txn) is None, timeout=PROMPTLY_S)
