@@ -129,6 +129,7 @@ class SubscriptionCoordinator:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._unregistered: PulsarError | None = None      # what unregister_all told the consumers
+        self._drained: set[int] = set()     # sealed segments found drained on this subscription
 
     async def restore(self) -> None:
         """Load the persisted registrations (a new leader): all disconnected, fresh timers.
@@ -336,7 +337,12 @@ class SubscriptionCoordinator:
             for parent in self.layout.parents(sid):
                 pid = parent.segment_id
                 if pid not in drained:
-                    drained[pid] = await self._backlog(pid) == 0
+                    drained[pid] = pid in self._drained or await self._backlog(pid) == 0
+                    if drained[pid]:
+                        # a parent is sealed: nothing is written to it any more, so drained it
+                        # stays. Not asked again: its broker, once down, held up every rebalance
+                        # (a consumer joining, a split's notify) for good
+                        self._drained.add(pid)
                 ancestors = await undrained_ancestors(pid)
                 out.extend(ancestors)
                 if not drained[pid] and not ancestors:
