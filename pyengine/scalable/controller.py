@@ -487,7 +487,15 @@ class ScalableTopicController:
 
     async def _notify(self, layout: SegmentLayout) -> None:
         for coordinator in list(self.subscriptions.values()):
-            await coordinator.on_layout_change(layout)
+            try:
+                await coordinator.on_layout_change(layout)
+            except NotLeaderError:
+                raise
+            except Exception as error:
+                # it has the layout and retries the rebalance itself (its drain watch): the
+                # split or merge is done, and the subscriptions after it must hear of it too
+                log.warning("controller of %s: rebalancing %s at epoch %d failed (retrying): %s",
+                            self.topic, coordinator.subscription, layout.epoch, error)
         for listener in list(self.layout_listeners):
             try:
                 listener(layout)
