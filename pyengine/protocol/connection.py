@@ -35,6 +35,7 @@ from pyengine.errors import (
     ChecksumError,
     ConsumerBusyError,
     IncompatibleSchemaError,
+    InvalidTopicNameError,
     MetadataError,
     NotAllowedError,
     ProducerBusyError,
@@ -50,8 +51,9 @@ from pyengine.protocol.commands import BODY_FIELD, ProtocolError, parse_command
 from pyengine.protocol.network_consumer import NetworkConsumer
 from pyengine.protocol.network_producer import NetworkProducer
 from pyengine.protocol.transactions import TransactionCommands, txn_id
-from pyengine.protocol.scalable import ScalableTopicCommands
+from pyengine.protocol.scalable import ScalableTopicCommands, consumer_assignment, scalable_topic_update
 from pyengine.protocol.schema_codec import schema_from_proto
+from pyengine.protocol.text import undecodable_text
 from pyengine.schema import decode_version, encode_version, schema_id
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine.transaction.outcome import mark_retrieved
@@ -243,6 +245,14 @@ class ServerConnection(asyncio.Protocol):
             self.close()
             return
         body = getattr(cmd, BODY_FIELD[type_])
+        refuse = _TEXT_REFUSALS.get(type_)
+        if refuse is not None:
+            path = undecodable_text(body)
+            if path is not None:
+                error_type = InvalidTopicNameError if path.split(".")[-1].split("[")[0] in (
+                    "topic", "partitions") else NotAllowedError
+                refuse(self, body, error_type(f"{BaseCommand.Type.Name(type_)}: {path} is not UTF-8 text"))
+                return
         try:
             handler(self, body, frame)
         except Exception as exc:           # a bug: answer if we can, never take the broker down
@@ -1208,6 +1218,48 @@ def _log_ack_failure(future: asyncio.Future[None]) -> None:
 
 
 _LOOKUP_TYPES = frozenset({BaseCommand.PARTITIONED_METADATA, BaseCommand.LOOKUP})
+
+
+def _refuse_with_error(connection: ServerConnection, body: Any, error: PulsarError) -> None:
+    connection.write(replies.error(body.request_id, error.server_error, str(error)))
+
+
+def _refuse_txn_request(response: int) -> Callable[[ServerConnection, Any, PulsarError], None]:
+    def refuse(connection: ServerConnection, body: Any, error: PulsarError) -> None:
+        txn = None
+        if body.DESCRIPTOR.fields_by_name.get("txnid_most_bits") is not None:
+            txn = TxnId(body.txnid_most_bits, body.txnid_least_bits)
+        connection.write(replies.txn_response(response, body.request_id, txn, error.server_error, str(error)))
+    return refuse
+
+
+# Requests whose names the broker reads, refused in their own answer when a string field is
+# not UTF-8 (see pyengine.protocol.text). The others (CONNECT's client version, ACK's
+# properties, the close commands' broker URLs) carry text the broker never reads: a close is
+# never refused for it.
+_TEXT_REFUSALS: dict[int, Callable[[ServerConnection, Any, PulsarError], None]] = {
+    BaseCommand.PARTITIONED_METADATA: lambda connection, body, error: connection.write(
+        replies.partitioned_metadata_failed(body.request_id, error.server_error, str(error))),
+    BaseCommand.LOOKUP: lambda connection, body, error: connection.write(
+        replies.lookup_failed(body.request_id, error.server_error, str(error))),
+    BaseCommand.GET_TOPICS_OF_NAMESPACE: _refuse_with_error,
+    BaseCommand.GET_SCHEMA: lambda connection, body, error: connection.write(
+        replies.schema_error(body.request_id, error.server_error, str(error))),
+    BaseCommand.GET_OR_CREATE_SCHEMA: lambda connection, body, error: connection.write(
+        replies.get_or_create_schema_error(body.request_id, error.server_error, str(error))),
+    BaseCommand.PRODUCER: _refuse_with_error,
+    BaseCommand.SUBSCRIBE: _refuse_with_error,
+    BaseCommand.TC_CLIENT_CONNECT_REQUEST: _refuse_txn_request(BaseCommand.TC_CLIENT_CONNECT_RESPONSE),
+    BaseCommand.ADD_PARTITION_TO_TXN: _refuse_txn_request(BaseCommand.ADD_PARTITION_TO_TXN_RESPONSE),
+    BaseCommand.ADD_SUBSCRIPTION_TO_TXN: _refuse_txn_request(BaseCommand.ADD_SUBSCRIPTION_TO_TXN_RESPONSE),
+    BaseCommand.END_TXN_ON_PARTITION: _refuse_txn_request(BaseCommand.END_TXN_ON_PARTITION_RESPONSE),
+    BaseCommand.END_TXN_ON_SUBSCRIPTION: _refuse_txn_request(BaseCommand.END_TXN_ON_SUBSCRIPTION_RESPONSE),
+    BaseCommand.SCALABLE_TOPIC_LOOKUP: lambda connection, body, error: connection.write(
+        scalable_topic_update(body.session_id, error=error.server_error, message=str(error))),
+    BaseCommand.SCALABLE_CONSUMER_REGISTER: lambda connection, body, error: connection.write(
+        consumer_assignment(body.consumer_id, request_id=body.request_id, error=error.server_error,
+                            message=str(error))),
+}
 
 _HANDLERS: dict[int, Callable[[ServerConnection, Any, Any], None]] = {
     BaseCommand.CONNECT: ServerConnection._on_connect,

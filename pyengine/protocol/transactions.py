@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from dataclasses import dataclass
 
 from pyengine.errors import (
-    InvalidTransactionKeyError,
     NotAllowedError,
     TransactionCoordinatorNotFoundError,
     TransactionNotFoundError,
@@ -107,11 +106,6 @@ class TransactionCommands:
 
     async def _connect_key(self, body: pb.CommandTcClientConnectRequest) -> None:
         owner, key = self.owner, body.transaction_key
-        if isinstance(key, bytes):
-            # Not UTF-8: the parser hands proto2 string fields over unchecked, as bytes.
-            self._answer(BaseCommand.TC_CLIENT_CONNECT_RESPONSE, body.request_id, None, InvalidTransactionKeyError(
-                f"a transaction key must be valid text (UTF-8): {key!r}"))
-            return
         presented = body.epoch if body.HasField("epoch") else NO_EPOCH
         # One key per coordinator on a connection: NEW_TXN names no key, and a second key's
         # session replaced the first one's, which then kept this connection as its holder after
