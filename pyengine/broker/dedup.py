@@ -128,8 +128,8 @@ class MessageDeduplication:
                 except Exception:
                     continue            # not a producer's message: nothing to recover from it
                 name = metadata.producer_name
-                if not name or metadata.chunk_id < metadata.num_chunks_from_msg - 1:
-                    continue
+                if not name or type(name) is not str or metadata.chunk_id < metadata.num_chunks_from_msg - 1:
+                    continue            # (a name that is not UTF-8 is no producer's: PRODUCER refuses it)
                 highest = max(metadata.highest_sequence_id, metadata.sequence_id + entry.num_messages - 1)
                 found[name] = max(found.get(name, -1), highest)
             if len(entries) < _REPLAY_CHUNK:

@@ -111,7 +111,9 @@ def entry_key(entry: Entry) -> bytes:
             return base64.b64decode(md.partition_key, validate=True)
         except ValueError:
             return NONE_KEY             # Pulsar's decoder throws there: peekStickyKey's fallback
-    return md.partition_key.encode()
+    key = md.partition_key
+    # A key that is not UTF-8 comes as bytes (pyengine.protocol.text): routed by those bytes.
+    return key if type(key) is bytes else key.encode()
 
 
 class ReplayQueue:
