@@ -45,6 +45,19 @@ async def test_a_timeout_sweep_counts_only_the_aborts_it_decided(v5, clock, monk
     assert v5.coordinator.stats()["timed_out_total"] == 0
 
 
+class _FailingOnce:
+    """The store's `get`, failing once on `path` (the store still flaky); `failures` left."""
+
+    def __init__(self, get, path) -> None:
+        self.get, self.path, self.failures = get, path, 1
+
+    async def __call__(self, path):
+        if path == self.path and self.failures:
+            self.failures -= 1
+            raise MetadataStoreError("etcd is unreachable")
+        return await self.get(path)
+
+
 @LOCAL
 async def test_a_commit_lost_with_the_watch_whose_re_read_failed_is_still_seen(v5, monkeypatch):
     """The header watch broke, the txn committed meanwhile (its notification lost with the
@@ -54,22 +67,14 @@ async def test_a_commit_lost_with_the_watch_whose_re_read_failed_is_still_seen(v
     ledger, buffer = await v5.buffer()
     txn = await v5.coordinator.new_transaction(V5_COORDINATOR_ID, 60_000)   # the clock never moves
     await buffer.append(txn, b"t")
-    real = v5.store.get
-    failures = 1
-
-    async def flaky_get(path):
-        nonlocal failures
-        if path == header_path(txn) and failures:
-            failures -= 1
-            raise MetadataStoreError("etcd is unreachable")
-        return await real(path)
+    flaky_get = _FailingOnce(v5.store.get, header_path(txn))
 
     async def commit_then_flaky():
         await v5.coordinator.end_transaction(txn, TxnAction.COMMIT)
         monkeypatch.setattr(v5.store, "get", flaky_get)
 
     await while_the_watch_is_down(v5, monkeypatch, commit_then_flaky)
-    await eventually(lambda: failures == 0, timeout=PROMPTLY_S)
+    await eventually(lambda: flaky_get.failures == 0, timeout=PROMPTLY_S)
     await eventually(lambda: visible(ledger, buffer) == [b"t"], timeout=PROMPTLY_S)
 
 
@@ -146,20 +151,12 @@ async def test_a_decided_header_collected_during_an_outage_whose_re_read_failed_
     await buffer.wait_materialised()
     assert v5.headers.cached(txn).header.state.final
     clock.now += 10_000
-    real = v5.store.get
-    failures = 1
-
-    async def flaky_get(path):
-        nonlocal failures
-        if path == header_path(txn) and failures:
-            failures -= 1
-            raise MetadataStoreError("etcd is unreachable")
-        return await real(path)
+    flaky_get = _FailingOnce(v5.store.get, header_path(txn))
 
     async def collect_then_flaky():
         assert await v5.coordinator.collect_garbage() == 1
         monkeypatch.setattr(v5.store, "get", flaky_get)
 
     await while_the_watch_is_down(v5, monkeypatch, collect_then_flaky)
-    await eventually(lambda: failures == 0, timeout=PROMPTLY_S)
+    await eventually(lambda: flaky_get.failures == 0, timeout=PROMPTLY_S)
     await eventually(lambda: v5.headers.cached(txn) is None, timeout=PROMPTLY_S)
