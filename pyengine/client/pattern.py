@@ -456,7 +456,7 @@ class MultiTopicsConsumer:
     async def seek(self, target: MessageId | int) -> None:
         """As the C++ MultiTopicsConsumerImpl: a received message's id moves its own topic's
         subscription (the id names its topic); MessageId.earliest / .latest or a publish time
-        in ms since the epoch move every topic's. Buffered messages of a moved topic are dropped."""
+        in ms since the epoch move every topic's. Buffered messages of a moved partition are dropped."""
         self._check_open()
         if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
             raise TypeError(f"seek takes a MessageId or a timestamp in ms, not {type(target).__name__}")
@@ -468,8 +468,10 @@ class MultiTopicsConsumer:
             await asyncio.gather(*(self._seek_one(c, target) for c in list(self._consumers.values())))
 
     async def _seek_one(self, consumer: Consumer, target: MessageId | int) -> None:
+        # Its buffered messages of before the seek are dropped as each partition moves (the
+        # listener of `_follow_redeliveries`), not once all have: a partition moved first may
+        # have sent messages of its new position by then, and those must stay.
         await consumer.seek(target)
-        self._drop_buffered(consumer)       # at once: from now on its messages are of the new position
 
     async def unsubscribe(self) -> None:
         """Delete the subscription on every topic, then close. As the C++ MultiTopicsConsumerImpl:
