@@ -976,6 +976,9 @@ class PartitionConsumer(ConnectionHandler):
         if self._chunks is not None:
             self._chunks.clear()
         self._forget_deliveries()
+        # Now, not once the other partitions have moved too: what this one sends from its new
+        # position meanwhile is received, and must time out if it is not acknowledged.
+        self._parent._handler_reset(self)
         self._consumed_since_flow = 0
         self.last_dequeued = None
         self._handed_out_through = None
@@ -1694,11 +1697,8 @@ class Consumer:
                 raise ValueError(f"message id {target} is of {target.topic_name}, not of {handler.topic}")
             if self._partitioned:           # as pulsar-client: only the id's partition moves
                 await handler.seek(target)
-                self._handler_reset(handler)
                 return
         await asyncio.gather(*(h.seek(target) for h in self._handlers.values()))
-        for handler in self._handlers.values():
-            self._handler_reset(handler)
 
     async def get_last_message_id(self) -> MessageId:
         """The id of the last message stored on the topic. Not on a partitioned topic, where

@@ -42,7 +42,6 @@ async def _has_more_from_position(handler: PartitionConsumer) -> bool:
     inclusive = handler.start_inclusive and not handler.sought_by_timestamp
     if inclusive:
         await handler.seek(last)
-        handler._parent._handler_reset(handler)
     return mark_delete is not None and position_before_last(mark_delete, last, inclusive)
 
 

@@ -45,3 +45,51 @@ async def test_multi_topic_seek_keeps_what_a_partition_sent_from_its_new_positio
             break
     assert sorted(m.data for m in again) == sorted(m.data for m in first)
     await consumer.close()
+
+
+async def _slow_seek_on(broker, monkeypatch, partition_topic: str, seconds: float) -> None:
+    """The broker takes `seconds` to move the subscription "s" of `partition_topic`."""
+    subscription = broker.service.topics[partition_topic].subscriptions["s"]
+    seek = subscription.seek
+
+    async def slow_seek(*args, **kwargs):
+        await asyncio.sleep(seconds)
+        await seek(*args, **kwargs)
+    monkeypatch.setattr(subscription, "seek", slow_seek)
+
+
+async def test_partitioned_seek_keeps_the_ack_timeout_of_what_a_moved_partition_sent(client, broker, monkeypatch):
+    """A partitioned consumer's seek forgot, once every partition had moved, the ack-timeout
+    tracking of each partition: messages a partition moved first had sent from its new
+    position, received by the application meanwhile and never acknowledged, never timed out
+    (they stayed with this consumer until it reconnected)."""
+    from pyengine.client import consumer as consumer_module
+
+    monkeypatch.setattr(consumer_module, "MIN_UNACKED_MESSAGES_TIMEOUT_MS", 1)
+    topic = f"{NS}/rf-seek-ack-timeout"
+    await broker.service.policies.create_partitioned_topic(topic, 2)
+    producer = await client.create_producer(topic, batching_enabled=False)
+    for i in range(6):
+        await producer.send(str(i).encode())
+    consumer = await client.subscribe(topic, "s", consumer_type="shared", initial_position="earliest",
+                                      unacked_messages_timeout_ms=500)
+    first = [await consumer.receive(timeout=5) for _ in range(6)]
+    for message in first:
+        await consumer.acknowledge(message)
+    await _slow_seek_on(broker, monkeypatch, f"{topic}-partition-1", 0.6)
+    seeking = asyncio.ensure_future(consumer.seek(MessageId.earliest))
+    early = [await consumer.receive(timeout=5) for _ in range(3)]     # partition 0's, moved first
+    assert not seeking.done() and {m.message_id.partition for m in early} == {0}
+    await seeking
+    again = []
+    deadline = asyncio.get_running_loop().time() + 2
+    while (left := deadline - asyncio.get_running_loop().time()) > 0:
+        try:
+            message = await consumer.receive(timeout=left)
+        except TimeoutError:
+            break
+        again.append(message)
+        await consumer.acknowledge(message)
+    # partition 1's from the seek, and partition 0's once more: their ack timeout passed
+    assert sorted(m.data for m in again if m.message_id.partition == 0) == sorted(m.data for m in early)
+    await consumer.close()
