@@ -333,9 +333,10 @@ class MultiTopicsConsumer:
             if self._closed or self._consumers.get(topic) is not consumer:
                 return
             log.warning("%s: the consumer of %s failed: %s; subscribing it again", self, topic, exc)
+            # Known as being subscribed again before the close below: a rediscovery meanwhile
+            # would subscribe it too, and the resubscription replace (and leak) that consumer.
+            self._resubscribing[topic] = asyncio.ensure_future(self._resubscribe(topic))
             await self._remove(topic)
-            if not self._closed:
-                self._resubscribing[topic] = asyncio.ensure_future(self._resubscribe(topic))
 
     async def _resubscribe(self, topic: str) -> None:
         """Subscribe `topic` again, with back-off, until it works or this consumer closes."""

@@ -93,3 +93,41 @@ async def test_partitioned_seek_keeps_the_ack_timeout_of_what_a_moved_partition_
     # partition 1's from the seek, and partition 0's once more: their ack timeout passed
     assert sorted(m.data for m in again if m.message_id.partition == 0) == sorted(m.data for m in early)
     await consumer.close()
+
+
+async def test_a_rediscovery_while_a_failed_topic_closes_does_not_subscribe_it_twice(client, broker, monkeypatch):
+    """A pattern consumer whose topic's consumer failed for good closes it, then subscribes the
+    topic again; a rediscovery while it closed found the topic neither subscribed nor being
+    subscribed again, and subscribed it too: the resubscription then replaced that consumer,
+    which went on unseen (two consumers of the subscription on the topic, one of them leaked)."""
+    import re
+
+    from pyengine.client.errors import ConnectError
+    from tests.client.conftest import consumers_on_broker
+
+    topic = f"{NS}/rf-twice-a"
+    await (await client.create_producer(topic)).close()
+    consumer = await client.subscribe(re.compile(f"{NS}/rf-twice-.*"), "s", consumer_type="shared",
+                                      pattern_auto_discovery_period=3600)
+    failed = consumer._consumers[topic]
+    closing, release = asyncio.Event(), asyncio.Event()
+    close = failed.close
+
+    async def slow_close() -> None:
+        closing.set()
+        await release.wait()
+        await close()
+    monkeypatch.setattr(failed, "close", slow_close)
+    failed._handler_failed(next(iter(failed._handlers.values())), ConnectError("failed for good"))
+    await asyncio.wait_for(closing.wait(), 5)
+    await consumer._rediscover()
+    release.set()
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if not consumer._resubscribing and topic in consumer._consumers:
+            break
+    await asyncio.sleep(0.3)
+    assert not consumer._resubscribing and consumer.topics == [topic]
+    assert consumers_on_broker(broker, topic) == 1
+    await consumer.close()
+    assert consumers_on_broker(broker, topic) == 0
