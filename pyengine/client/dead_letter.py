@@ -75,8 +75,19 @@ def check_dead_letter_policy(value: Any) -> ConsumerDeadLetterPolicy | None:
                     f"not {type(value).__name__}")
 
 
+def _text(value: str | bytes) -> str:
+    # A key or property that is not UTF-8 comes as bytes (pyengine.protocol.text), which a send
+    # refuses: it goes as the Java client's dead letter producer has it, U+FFFD for each invalid
+    # sequence (refused, the message never reached the DLQ but came back at every redelivery).
+    return value.decode(errors="replace") if type(value) is bytes else value
+
+
+def dead_letter_key(message: Message) -> str | None:
+    return None if message.partition_key is None else _text(message.partition_key)
+
+
 def dead_letter_properties(message: Message) -> dict[str, str]:
-    properties = dict(message.properties)
+    properties = {_text(key): _text(value) for key, value in message.properties.items()}
     properties[ORIGIN_MESSAGE_ID] = str(message.message_id)
     properties[REAL_TOPIC] = message.topic
     return properties
@@ -128,10 +139,10 @@ class DeadLetterSender:
         producer = await self._producer(self.topic_for(consumer_topic))
         send_copy = getattr(producer, "_send_copy", None)
         if send_copy is None:           # a scalable topic's producer: no ordering key to give
-            await producer.send(message.data, key=message.partition_key, properties=dead_letter_properties(message))
+            await producer.send(message.data, key=dead_letter_key(message), properties=dead_letter_properties(message))
             return
         # Its keys as well as its payload and properties (the C++ client's processPossibleToDLQ).
-        await send_copy(message.data, message.partition_key, message.ordering_key, dead_letter_properties(message))
+        await send_copy(message.data, dead_letter_key(message), message.ordering_key, dead_letter_properties(message))
 
     async def close(self) -> None:
         self._closed = True
