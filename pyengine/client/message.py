@@ -180,6 +180,10 @@ def decode_entry(topic: str, position: Position, data: bytes, *, partition: int 
                         ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
                         event_time=md.event_time, sequence_id=md.sequence_id, **common)]
     count = md.num_messages_in_batch
+    if count <= 0:
+        # Nothing to hand out, yet the broker took a permit for the entry and keeps it in the
+        # backlog: undecodable, so the consumer acknowledges it and gives the permit back.
+        raise DecodeError(f"entry {position} of {topic}: a batch of no message")
     try:
         pieces = decode_batch(payload, count)       # compiled: each message's fields, no protobuf object
     except ValueError as exc:

@@ -5,6 +5,7 @@ reaches the application as bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from pyengine.client import ConsumerDeadLetterPolicy
@@ -49,3 +50,23 @@ async def test_a_message_whose_key_and_properties_are_not_utf8_is_dead_lettered(
     letter = await dead.receive(5)
     assert letter.data == b"poison" and letter.partition_key == "\ufffd\ufffd"
     assert letter.properties["\ufffd\ufffd"] == "\ufffd\ufffd"
+
+
+async def test_a_batch_of_no_message_is_acknowledged_and_its_permit_given_back(broker, client):
+    """An entry announcing a batch of no message (num_messages_in_batch 0, empty payload)
+    decoded to no message: the consumer neither acknowledged it nor gave back the permit the
+    broker took for it (one, as for any entry). With a receiver queue of one, the message after
+    it never came; and the entry stayed in the backlog for good."""
+    now = int(time.time() * 1000)
+    await _store(broker, TOPIC, message_metadata("p", 0, now, num_messages_in_batch=0).SerializeToString(), b"")
+    await _store(broker, TOPIC, message_metadata("p", 1, now).SerializeToString(), b"after")
+    consumer = await client.subscribe(TOPIC, "s", initial_position="earliest", receiver_queue_size=1)
+    message = await consumer.receive(5)
+    assert message.data == b"after"
+    await consumer.acknowledge(message)
+    subscription = (await broker.service.get_topic(TOPIC)).subscriptions["s"]
+    for _ in range(100):
+        if subscription.cursor.mark_delete.entry_id == message.message_id.entry_id:
+            break
+        await asyncio.sleep(0.02)
+    assert subscription.cursor.mark_delete.entry_id == message.message_id.entry_id
