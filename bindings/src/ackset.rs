@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use numpy::{PyArray1, PyUntypedArray};
 use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
 
 use crate::ackset_merge::{merge_many, merge_row, MergeOp, Sets};
 use crate::arrow_io::{python_type_name, require_same_len, Int64Column, Int64View};
@@ -88,7 +89,10 @@ fn allocating_batch_size_arg(batch_size: i64) -> PyResult<usize> {
 
 /// An ack set given as a sequence of signed 64-bit ints, or a NumPy/Arrow int64 array.
 fn words_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<i64>> {
-    if obj.cast::<PyUntypedArray>().is_ok() || obj.hasattr("__arrow_c_array__")? {
+    // A list or tuple (the broker's ack sets) goes straight to the extraction: asking it for
+    // `__arrow_c_array__` raised and cleared an AttributeError, most of a small call's cost.
+    let plain = obj.is_exact_instance_of::<PyList>() || obj.is_exact_instance_of::<PyTuple>();
+    if !plain && (obj.cast::<PyUntypedArray>().is_ok() || obj.hasattr("__arrow_c_array__")?) {
         return Ok(Int64Column::extract_non_null(obj, name)?
             .view()
             .values()
