@@ -150,7 +150,10 @@ def build_app(service: BrokerService) -> web.Application:
     app[openapi.ROUTES] = routes
     app[metrics.REGISTRY] = metrics.metrics_registry(service)
     for route in routes:
-        app.router.add_route(route.method, route.path, aiohttp_handler(route, service))
+        if route.method == "GET":   # HEAD too, as Pulsar's Jersey answers it for every GET
+            app.router.add_get(route.path, aiohttp_handler(route, service))
+        else:
+            app.router.add_route(route.method, route.path, aiohttp_handler(route, service))
     return app
 
 
