@@ -31,6 +31,7 @@ from pyengine.storage.entry import Entry
 from pyengine.storage.environment import WriteFn, all_of
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import TransactionBuffer
+from pyengine.transaction.pendingack import PendingAckReplayError
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine_kernels import Position, TxnId
 
@@ -112,7 +113,7 @@ class Topic:
             await buffer.recover()
             for cursor_name in topic._stored_cursor_names():
                 cursor = await ledger.open_cursor(cursor_name)
-                await topic._attach_subscription(cursor)
+                await topic._attach_subscription(cursor, keep_unreplayed=True)
             topic.compaction.load()
             service.apply_retention(ledger)      # once its subscriptions hold back what they need
         except BaseException:
@@ -136,13 +137,22 @@ class Topic:
                     names.append(key[len(prefix):].decode())
         return names
 
-    async def _attach_subscription(self, cursor: ManagedCursor, sub_type: str | None = None) -> Subscription:
+    async def _attach_subscription(self, cursor: ManagedCursor, sub_type: str | None = None, *,
+                                   keep_unreplayed: bool = False) -> Subscription:
+        """`keep_unreplayed`: a stored subscription whose pending acks cannot be replayed is
+        kept, refusing its consumers (`subscribe` tries the replay again), as Pulsar's
+        subscription waits for its pending-ack handle: failing the load over it, the whole
+        topic was down, its producers and other subscriptions too."""
         subscription = Subscription(self, cursor.name, cursor, pending_ack=None, sub_type=sub_type)
         if cursor.durable:
             subscription.pending_ack = self.service.new_pending_ack_handle(
                 cursor, sub_type, on_release=subscription.released_by_pending_ack,
                 on_acked=subscription.committed_by_pending_ack)
-            await subscription.pending_ack.replay()
+            try:
+                await subscription.pending_ack.replay()
+            except PendingAckReplayError:
+                if not keep_unreplayed:
+                    raise
         if cursor.durable:
             self.subscriptions[cursor.name] = subscription
         return subscription
@@ -327,6 +337,10 @@ class Topic:
         if durable:
             new = subscription_name not in self.subscriptions
             subscription = await self.open_subscription(subscription_name, initial_position)
+            if subscription.pending_ack is not None and subscription.pending_ack.replay_failed:
+                # Refused (ServiceNotReady: its client retries) while its pending acks cannot
+                # be rebuilt; the log may have been repaired since.
+                await subscription.pending_ack.replay()
             # Closed while the subscription was opened: its consumer would never be told.
             self._check_open()
             from_start = new and initial_position == "earliest"

@@ -367,36 +367,69 @@ async def test_14760_a_topic_whose_buffer_recovery_failed_can_be_loaded_again(tm
 
 
 async def test_14760_a_failed_load_leaves_nothing_running(tmp_path, monkeypatch):
-    """The same with a pending-ack log that cannot be replayed, which fails the load after the
-    buffer recovered: that buffer is closed (its snapshot timer would otherwise outlive the
-    failed topic and write stale snapshots beside the next load's)."""
+    """A load that fails after the transaction buffer recovered (here the compacted view's
+    load): that buffer is closed (its snapshot timer would otherwise outlive the failed topic
+    and write stale snapshots beside the next load's), and the next load starts afresh."""
+    from pyengine.broker.compaction import TopicCompaction
     from pyengine.transaction.buffer import BufferState
-    from pyengine.transaction.pendingack import PendingAckReplayError
+
+    async with Broker.embedded(tmp_path) as broker:
+        producer = await broker.create_producer(T)
+        await producer.send(b"m")
+        await broker.subscribe(T, "s", initial_position="earliest")
+    async with Broker.embedded(tmp_path) as broker:
+        service = broker.service
+        buffers = []
+        new_buffer = service.new_transaction_buffer
+        monkeypatch.setattr(service, "new_transaction_buffer", lambda ledger: buffers.append(new_buffer(ledger))
+                            or buffers[-1])
+        load = TopicCompaction.load
+
+        def failing_load(self):
+            raise RuntimeError("the compacted view cannot be read")
+
+        monkeypatch.setattr(TopicCompaction, "load", failing_load)
+        with pytest.raises(RuntimeError, match="compacted view"):
+            await service.get_topic(T)
+        assert T not in service.topics and buffers[-1].state is BufferState.CLOSED
+        monkeypatch.setattr(TopicCompaction, "load", load)
+        consumer = await broker.subscribe(T, "s")
+        assert [m.data for m in await drain(consumer)] == [b"m"]
+        assert buffers[-1].state is BufferState.READY
+
+
+async def test_a_subscription_whose_pending_acks_cannot_be_replayed_takes_down_only_itself(tmp_path):
+    """A pending-ack log that cannot be replayed failed the whole topic's load: its producers
+    and its other subscriptions were down too. As Pulsar's (a subscription's consumers wait
+    for its pending-ack handle, PersistentSubscription.addConsumer), the topic serves and only
+    that subscription refuses its consumers (ServiceNotReady, retried by clients); each
+    attach tries the replay again, so a repaired log serves without a reload."""
+    from pyengine.errors import ServiceNotReadyError
 
     async with Broker.embedded(tmp_path) as broker:
         producer = await broker.create_producer(T)
         await producer.send(b"m")
         consumer = await broker.subscribe(T, "s", initial_position="earliest")
+        await broker.subscribe(T, "other", initial_position="earliest")
         message = await consumer.receive(timeout=2)
         txn = await broker.new_transaction()
         await consumer.acknowledge(message, txn=txn)
     async with Broker.embedded(tmp_path) as broker:
-        service, env = broker.service, broker.service.env
-        buffers = []
-        new_buffer = service.new_transaction_buffer
-        monkeypatch.setattr(service, "new_transaction_buffer", lambda ledger: buffers.append(new_buffer(ledger))
-                            or buffers[-1])
+        env = broker.service.env
         with env.read() as read:
             keys = [key for key, _ in read.cursor(db=env.db("pending_ack"))]
         assert len(keys) == 1
         await env.submit(lambda t: t.put(keys[0], b"\xff\xff\xff", db=env.db("pending_ack")))
-        with pytest.raises(PendingAckReplayError):
-            await service.get_topic(T)
-        assert T not in service.topics and buffers[-1].state is BufferState.CLOSED
+        producer = await broker.create_producer(T)
+        await producer.send(b"after")
+        other = await broker.subscribe(T, "other")
+        assert [m.data for m in await drain(other)] == [b"m", b"after"]
+        for _ in range(2):
+            with pytest.raises(ServiceNotReadyError, match="pending-ack"):
+                await broker.subscribe(T, "s")
         await env.submit(lambda t: t.delete(keys[0], db=env.db("pending_ack")))
         consumer = await broker.subscribe(T, "s")
-        assert [m.data for m in await drain(consumer)] == [b"m"]
-        assert buffers[-1].state is BufferState.READY
+        assert [m.data for m in await drain(consumer)] == [b"m", b"after"]
 
 
 # --- commit and coordinator semantics ---------------------------------------------------------

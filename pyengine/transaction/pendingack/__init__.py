@@ -43,6 +43,11 @@ class PendingAckHandle(ABC):
         """Rebuild the pending acks before the subscription serves; fails loudly
         (PendingAckReplayError) rather than hanging when its records cannot be read."""
 
+    @property
+    def replay_failed(self) -> bool:
+        """Whether its last replay failed: it refuses every call until a replay succeeds."""
+        return False
+
     @abstractmethod
     async def individual_ack(self, txn: TxnId, acks: list[IndividualAck], *,
                              after: asyncio.Future[Any] | None = None) -> None:

@@ -210,6 +210,10 @@ class PendingAckHandleImpl(PendingAckHandle):
         self._replay_error = None
         self.state = HandleState.READY
 
+    @property
+    def replay_failed(self) -> bool:
+        return self.state is HandleState.ERROR
+
     def _replay_one(self, logged: LoggedAck) -> None:
         txn = logged.txn
         self._records.setdefault(txn, []).append(logged.seq)
