@@ -46,7 +46,7 @@ from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, Se
 from pyengine.naming import TopicName
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.commands import base_command
-from pyengine.scalable.layout import HashRange, SegmentInfo, SegmentLayout, key_hash
+from pyengine.scalable.layout import HashRange, LayoutError, SegmentInfo, SegmentLayout, key_hash
 from pyengine.scalable.wire import dag_to_layout
 
 if TYPE_CHECKING:
@@ -237,14 +237,25 @@ class DagWatch:
                 first.set_exception(error)
             elif isinstance(error, TopicNotFoundError):
                 log.warning("DAG watch of %s ended: %s", self.topic, update.message)
-            elif not self._closed and connection is self._connection:
+            else:
                 # The broker's session failed (a metadata-store error): a new one is opened, or
                 # every later change of the DAG would be missed (PIP-468: every change is pushed).
-                log.warning("DAG watch of %s failed (%s): opening it again", self.topic, update.message)
-                self._connection = None
-                self._reopen = asyncio.get_running_loop().create_task(self._reopen_loop())
+                self._session_failed(connection, update.message)
             return
-        layout, controller, brokers = dag_to_layout(update.dag)
+        try:
+            layout, controller, brokers = dag_to_layout(update.dag)
+        except LayoutError as exc:
+            # A DAG this client cannot read: routed by, it would send keys to wrong segments;
+            # dropped, the layout before it would be kept until the next change (maybe never).
+            # The session ends: an opening fails with the error, an open watch opens it again.
+            error = LayoutError(f"the DAG of {self.topic} from {connection.address.logical} is invalid: {exc}")
+            if connection.dag_sessions.pop(session_id, None) is not None and connection.usable:
+                connection.send_command(base_command(pb.BaseCommand.SCALABLE_TOPIC_CLOSE, session_id=session_id))
+            if not first.done():
+                first.set_exception(error)
+            else:
+                self._session_failed(connection, str(error))
+            return
         if self.layout is None or layout.epoch >= self.layout.epoch:
             self.layout, self.controller_url, self.segment_brokers = layout, controller, brokers
             changed, self._changed = self._changed, asyncio.Event()
@@ -256,6 +267,14 @@ class DagWatch:
                     log.exception("DAG listener failed")
         if not first.done():
             first.set_result(None)
+
+    def _session_failed(self, connection: ClientConnection, reason: str) -> None:
+        """The established session on `connection` ended on the broker's or this side: open another."""
+        if self._closed or connection is not self._connection:
+            return
+        log.warning("DAG watch of %s failed (%s): opening it again", self.topic, reason)
+        self._connection = None
+        self._reopen = asyncio.get_running_loop().create_task(self._reopen_loop())
 
     def _connection_closed(self, connection: ClientConnection) -> None:
         if self._closed or connection is not self._connection:
