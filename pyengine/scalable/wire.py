@@ -38,6 +38,8 @@ def dag_to_layout(dag: pb.ScalableTopicDAG) -> tuple[SegmentLayout, str | None, 
     for segment in dag.segments:
         if segment.state not in _STATE_FROM_WIRE:
             raise LayoutError(f"segment {segment.segment_id}: unknown state {segment.state}")
+        if segment.segment_id in segments:      # which record holds is anyone's guess
+            raise LayoutError(f"segment {segment.segment_id} is listed twice")
         segments[segment.segment_id] = SegmentInfo(
             segment.segment_id, HashRange(segment.hash_start, segment.hash_end), _STATE_FROM_WIRE[segment.state],
             tuple(segment.parent_ids), tuple(segment.child_ids), segment.created_at_epoch, segment.sealed_at_epoch)

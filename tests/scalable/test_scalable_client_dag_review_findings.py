@@ -8,7 +8,8 @@ import pytest
 
 from pyengine.protocol import scalable as protocol_scalable
 from pyengine.scalable import LayoutError
-from pyengine.scalable.wire import layout_to_dag
+from pyengine.protocol import pulsar_api_pb2 as pb
+from pyengine.scalable.wire import dag_to_layout, layout_to_dag
 
 T = "topic://public/default/orders"
 
@@ -63,3 +64,15 @@ async def test_a_malformed_later_dag_opens_the_watch_again(client, service, monk
     await scalable.split_segment(T, 0)
     assert (await watch.wait_newer_than(0, 5)).epoch == 1
     await watch.close()
+
+
+def test_a_dag_listing_a_segment_twice_is_refused():
+    """dag_to_layout kept the last of two records of one segment id: a DAG saying both that
+    segment 0 is the only active segment, over the whole hash space, and that it covers the
+    lower half beside segment 1 was read as the latter, and keys routed by a guess. A DAG
+    whose records contradict each other is invalid (LayoutError)."""
+    dag = pb.ScalableTopicDAG(epoch=0, next_segment_id=2)
+    for sid, start, end in ((0, 0, 0xFFFF), (0, 0, 0x7FFF), (1, 0x8000, 0xFFFF)):
+        dag.segments.add(segment_id=sid, hash_start=start, hash_end=end, state=pb.SEGMENT_ACTIVE)
+    with pytest.raises(LayoutError, match="segment 0 .*twice"):
+        dag_to_layout(dag)
