@@ -216,6 +216,10 @@ class DagWatch:
                 raise ConnectError(f"the connection closed while opening the DAG watch of {self.topic}")
             if not first.done():
                 raise TimeoutError(f"no DAG of {self.topic} from {connection.address.logical}")
+            if session_id not in connection.dag_sessions:
+                # ended right behind its first update (an error, an invalid DAG), before this
+                # resumed, so not re-opened then: kept, it would never bring a change again
+                raise ConnectError(f"the DAG watch session of {self.topic} ended as it opened")
         except BaseException:
             answered = first.done() and not first.cancelled() and first.exception() is not None
             if connection.dag_sessions.pop(session_id, None) is not None and not answered and connection.usable:

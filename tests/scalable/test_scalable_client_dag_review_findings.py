@@ -76,3 +76,31 @@ def test_a_dag_listing_a_segment_twice_is_refused():
         dag.segments.add(segment_id=sid, hash_start=start, hash_end=end, state=pb.SEGMENT_ACTIVE)
     with pytest.raises(LayoutError, match="segment 0 .*twice"):
         dag_to_layout(dag)
+
+
+@pytest.mark.parametrize("ending", ["error", "malformed"])
+async def test_a_session_ended_right_after_its_first_dag_is_opened_again(client, service, monkeypatch, ending):
+    """An update ending the session (an error update, or a DAG the client cannot read) that
+    came right behind the first one, before the opening resumed, found the session not
+    established yet and opened nothing again; the opening then went on and kept the dead
+    session: the watch never saw a change again. Now the opening sees its session gone and
+    opens another."""
+    from pyengine.client.scalable import DagWatch
+    scalable = await service.scalable_topics()
+    await scalable.create_topic(T, 1)
+    on_update, injected = DagWatch._on_update, []
+
+    def on_update_then_end(watch, connection, session_id, first, update):
+        on_update(watch, connection, session_id, first, update)
+        if not injected:
+            injected.append(session_id)
+            end = pb.CommandScalableTopicUpdate(session_id=session_id)
+            if ending == "error":
+                end.error, end.message = pb.MetadataError, "the metadata store is away"
+            on_update(watch, connection, session_id, first, end)
+    monkeypatch.setattr(DagWatch, "_on_update", on_update_then_end)
+    watch = await client.watch_scalable_topic(T)
+    assert injected
+    await scalable.split_segment(T, 0)
+    assert (await watch.wait_newer_than(0, 5)).epoch == 1
+    await watch.close()
