@@ -1274,7 +1274,9 @@ class CheckpointConsumer(StreamConsumer):
     of a split goes on to the consumer of the children, in order, before their own messages.
     A sealed segment assigned in place of its children (the controller holds children back
     until their parents are drained on the subscription) is read to its end and then drained
-    on the subscription (its cursor moved to the end), so the children follow."""
+    on the subscription (its cursor moved to the end), so the children follow. Its position is
+    its own: a segment moved to another checkpoint consumer of the subscription (a merge, a
+    consumer joining) is read there from the start, so delivery is at-least-once across moves."""
 
     def __init__(self, client: Client, watch: DagWatch, subscription: str, consumer_name: str,
                  options: dict[str, Any], checkpoint: dict[int, MessageId] | None = None) -> None:
