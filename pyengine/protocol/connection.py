@@ -20,6 +20,7 @@ lookup service and its producers/consumers), so no state is keyed by request id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -42,6 +43,7 @@ from pyengine.errors import (
     PulsarError,
     ServiceNotReadyError,
     TopicFencedError,
+    TransactionNotFoundError,
     to_pulsar_error,
 )
 from pyengine.protocol import lookup, replies
@@ -1228,7 +1230,8 @@ def _refuse_txn_request(response: int) -> Callable[[ServerConnection, Any, Pulsa
     def refuse(connection: ServerConnection, body: Any, error: PulsarError) -> None:
         txn = None
         if body.DESCRIPTOR.fields_by_name.get("txnid_most_bits") is not None:
-            txn = TxnId(body.txnid_most_bits, body.txnid_least_bits)
+            with contextlib.suppress(TransactionNotFoundError):     # bits that name no txn: none told
+                txn = txn_id(body.txnid_most_bits, body.txnid_least_bits)
         connection.write(replies.txn_response(response, body.request_id, txn, error.server_error, str(error)))
     return refuse
 
