@@ -27,13 +27,14 @@ Keys, under a root prefix (default `/pyengine`; several clusters or tests can sh
   keep-alive task refreshes them (aetcd has no keep-alive of its own). Ephemeral records and
   their index entries are attached to the lease: etcd deletes them all in one revision when
   the lease is revoked or expires.
-* Watches are etcd watches from an explicit start revision. A watch's pump task remembers the
+* Watches are etcd watches from an explicit start revision (the client takes replies of any
+  size: etcd sends a catching-up watch many revisions at once). A watch's pump task remembers the
   last revision it delivered; when the stream breaks (etcd restarted, connection lost) it
   re-creates the etcd watch from the next revision, with backoff, so an open watch loses no
   notification. If etcd has compacted that history the watch fails with `CompactedError`.
   Range watches watch the index entries and read each record at the revision of its event.
 * Range queries read the index entries and then the records at the same revision (etcd MVCC):
-  one consistent snapshot. `list_prefix` reads in pages (a gRPC response is at most 4 MiB),
+  one consistent snapshot. `list_prefix` reads in pages (bounded replies),
   each at the revision of the first: one snapshot too, however many records it returns.
 * Versions and revisions are etcd's int64 (the public methods refuse larger ones); an expected
   version whose etcd version (+1) would not fit compares as never matching, as on the local
@@ -189,7 +190,11 @@ class EtcdMetadataStore(MetadataStore):
     # --- plumbing -------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        self._client = aetcd.Client(self.host, self.port, timeout=self.timeout)
+        # no receive limit: a watch catching up gets up to 1000 revisions in one reply, which
+        # can exceed gRPC's default 4 MiB; the client would drop the stream every time, and
+        # the watch, resuming from the same revision, would never deliver again
+        self._client = aetcd.Client(self.host, self.port, timeout=self.timeout,
+                                    options={"grpc.max_receive_message_length": -1})
         try:
             await self._client.connect()
             await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1))
@@ -493,8 +498,8 @@ class EtcdMetadataStore(MetadataStore):
     async def _scan(self, first: bytes, end: bytes, *, limit: int | None = None,
                     keys_only: bool = False) -> tuple[list[Any], int, bool]:
         """The keys in [first, end) (at most `limit`), the revision they were read at, and
-        whether there are more. In pages: one etcd range of every key could exceed gRPC's 4 MiB
-        reply limit. The first page fixes the revision, the others read at it: one snapshot. A
+        whether there are more. In pages: one etcd range of every key could be huge (or exceed a
+        client's reply limit). The first page fixes the revision, the others read at it: one snapshot. A
         page that is too large is asked again with half as many keys; small pages grow."""
         size = LIST_PAGE
         for attempt in range(LIST_RESTARTS + 1):
