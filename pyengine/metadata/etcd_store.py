@@ -47,9 +47,10 @@ Keys, under a root prefix (default `/pyengine`; several clusters or tests can sh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aetcd
@@ -158,6 +159,20 @@ def _error(exc: BaseException, what: str) -> MetadataStoreError:
     return MetadataStoreError(f"{what}: {exc!r}")
 
 
+class _Unreadable(MetadataStoreError):
+    """A key or value under the store's root that it cannot read (not written by a pyengine
+    store, or corrupt): a watch meeting one fails with it, as a read does; retrying would only
+    meet it again."""
+
+
+@contextlib.contextmanager
+def _reading(what: str) -> Iterator[None]:
+    try:
+        yield
+    except MetadataStoreError as exc:
+        raise _Unreadable(f"{what}: {exc}") from exc
+
+
 class _SeqLock:
     """Per-parent lock for sequential puts, dropped when nobody holds or waits for it."""
 
@@ -250,8 +265,14 @@ class EtcdMetadataStore(MetadataStore):
 
     def _record(self, kv: Any) -> Record:
         partition_key, _entries, value = decode_remote(kv.value)
-        return Record(kv.key[len(self._r):].decode(), value, kv.version - 1, kv.create_revision, kv.mod_revision,
+        return Record(self._path(kv.key), value, kv.version - 1, kv.create_revision, kv.mod_revision,
                       kv.lease or None, partition_key)
+
+    def _path(self, key: bytes) -> str:
+        try:
+            return key[len(self._r):].decode()
+        except UnicodeDecodeError:
+            raise MetadataStoreError(f"not a pyengine metadata record: key {key!r}") from None
 
     async def _current_revision(self) -> int:
         response = await self._range(rpc.RangeRequest(key=self._r, keys_only=True, limit=1))
@@ -442,7 +463,7 @@ class EtcdMetadataStore(MetadataStore):
         while True:
             response = await self._range(rpc.RangeRequest(key=after, range_end=prefix_end(base), keys_only=True,
                                                           limit=1000))
-            paths += [kv.key[len(self._r):].decode() for kv in response.kvs]
+            paths += [self._path(kv.key) for kv in response.kvs]
             if not response.more:
                 break
             after = response.kvs[-1].key + b"\x00"
@@ -477,8 +498,8 @@ class EtcdMetadataStore(MetadataStore):
         while True:
             response = await self._range(rpc.RangeRequest(key=start, range_end=end, keys_only=True, limit=1000))
             for kv in response.kvs:
-                child, _slash, _rest = kv.key[len(base):].partition(b"/")
-                name = child.decode()
+                self._path(kv.key)          # a key that is not UTF-8: MetadataStoreError
+                name = kv.key[len(base):].partition(b"/")[0].decode()
                 if not children or children[-1] != name:
                     children.append(name)
             if not response.more:
@@ -644,7 +665,7 @@ class EtcdMetadataStore(MetadataStore):
                     raise
                 except Exception as exc:
                     error = _error(exc, "watch")
-                    if isinstance(error, CompactedError):
+                    if isinstance(error, (CompactedError, _Unreadable)):
                         watch._fail(error)
                         return
                     log.warning("etcd watch on %r interrupted (%s); resuming after revision %d", key, error,
@@ -664,11 +685,13 @@ class EtcdMetadataStore(MetadataStore):
         range_end = prefix_end(key) if prefix else None
 
         async def convert(event: Any) -> Notification:
-            path = event.kv.key[len(self._r):].decode()
-            if event.kind == "DELETE":
-                return Notification(NotificationType.DELETED, path, event.kv.mod_revision)
+            with _reading("watch"):
+                path = self._path(event.kv.key)
+                if event.kind == "DELETE":
+                    return Notification(NotificationType.DELETED, path, event.kv.mod_revision)
+                record = self._record(event.kv)
             kind = NotificationType.CREATED if event.kv.version == 1 else NotificationType.MODIFIED
-            return Notification(kind, path, event.kv.mod_revision, self._record(event.kv))
+            return Notification(kind, path, event.kv.mod_revision, record)
 
         return await self._open(key, range_end, since, convert)
 
@@ -677,15 +700,18 @@ class EtcdMetadataStore(MetadataStore):
         start, end = self._index_bounds(spec.name, bounds)
 
         async def convert(event: Any) -> Notification:
-            index_key, path = decode_index_entry(event.kv.key[len(base):])
+            with _reading("range watch"):
+                index_key, path = decode_index_entry(event.kv.key[len(base):])
             revision = event.kv.mod_revision
             if event.kind == "DELETE":
                 return Notification(NotificationType.DELETED, path, revision, None, spec.name, index_key)
             reply = await self._range(rpc.RangeRequest(key=self._rkey(path), revision=revision))
             if not reply.kvs:
-                raise MetadataStoreError(f"index {spec.name!r} entry without its record {path}")
+                raise _Unreadable(f"range watch: index {spec.name!r} entry without its record {path}")
+            with _reading("range watch"):
+                record = self._record(reply.kvs[0])
             kind = NotificationType.CREATED if event.kv.version == 1 else NotificationType.MODIFIED
-            return Notification(kind, path, revision, self._record(reply.kvs[0]), spec.name, index_key)
+            return Notification(kind, path, revision, record, spec.name, index_key)
 
         return await self._open(start, end, since, convert)
 

@@ -71,7 +71,14 @@ def encode_index_prefix(key: IndexKey) -> bytes:
 
 
 def decode_index_entry(data: bytes) -> tuple[IndexKey, str]:
-    """(key, path) from `encode_index_key(key) + path`."""
+    """(key, path) from `encode_index_key(key) + path`; MetadataStoreError when `data` is not one."""
+    try:
+        return _decode_index_entry(data)
+    except (struct.error, ValueError) as exc:      # (cut short, or not UTF-8)
+        raise MetadataStoreError(f"corrupt index entry: {exc}") from None
+
+
+def _decode_index_entry(data: bytes) -> tuple[IndexKey, str]:
     elements: list[Any] = []
     i = 0
     n = len(data)
@@ -220,5 +227,8 @@ def encode_remote(partition_key: str | None, entries: list[tuple[str, bytes]], v
 def decode_remote(data: bytes) -> tuple[str | None, list[tuple[str, bytes]], bytes]:
     if not data or data[0] != _FORMAT:
         raise MetadataStoreError("not a pyengine metadata record")
-    partition_key, entries, offset = decode_meta(data, 1)
+    try:
+        partition_key, entries, offset = decode_meta(data, 1)
+    except (struct.error, ValueError) as exc:      # (cut short, or not UTF-8)
+        raise MetadataStoreError(f"corrupt metadata record: {exc}") from None
     return partition_key, entries, bytes(data[offset:])

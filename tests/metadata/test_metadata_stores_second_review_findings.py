@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from pyengine.metadata import MetadataStoreError, NotificationType
+from pyengine.metadata.etcd_store import _op_put
+from pyengine.metadata.keys import encode_index_key
 
 BIG = 1_100_000          # per record: under etcd's request limit; four exceed a 4 MiB gRPC message
 
@@ -26,3 +30,68 @@ async def test_a_watch_catches_up_on_more_than_a_grpc_message_of_changes(store):
         watch.close()
     assert [(n.type, n.path, n.revision, n.value) for n in got] == [
         (NotificationType.CREATED, r.path, r.mod_revision, r.value) for r in written]
+
+
+@pytest.fixture
+async def etcd_store(etcd_server):
+    from pyengine.metadata.etcd_store import EtcdMetadataStore
+
+    store = await EtcdMetadataStore(etcd_server.host, etcd_server.port, root=f"/unreadable-{uuid.uuid4().hex[:8]}").start()
+    yield store
+    await store.close()
+
+
+# a key or value under the store's root that no pyengine store wrote (another tool, a corrupt
+# write): each is not a record the store can read
+UNREADABLE = [("/w/not-ours", b"\x07foreign"), ("/w/cut-short", b"\x01\x00"),
+              ("/w/bad-partition-key", b"\x01\x00\x01\xff\x00\x00"), (b"/w/\xff", b"\x01\xff\xff\x00\x00")]
+
+
+@pytest.mark.parametrize("path, raw", UNREADABLE, ids=["foreign", "cut-short", "bad-utf8", "bad-key"])
+async def test_a_watch_meeting_an_unreadable_record_fails(etcd_store, path, raw):
+    """The etcd watch pump took a record it could not decode for a broken stream: it logged,
+    reconnected from the same revision, failed on the same record again, for good. The watch
+    delivered nothing more (not even the records written after it) and its consumer never
+    learnt why. It now fails with a MetadataStoreError, as a read of that record does."""
+    store = etcd_store
+    key = store._r + (path if isinstance(path, bytes) else path.encode())
+    watch = await store.watch("/w/", prefix=True)
+    await store._txn([], [_op_put(key, raw)])
+    await store.put("/w/after", b"ok")
+    with pytest.raises(MetadataStoreError):
+        await watch.next(10)
+    assert watch.closed
+
+
+@pytest.mark.parametrize("path, raw", UNREADABLE, ids=["foreign", "cut-short", "bad-utf8", "bad-key"])
+async def test_reading_an_unreadable_record_raises_a_store_error(etcd_store, path, raw):
+    """A read of a record cut short or holding bytes that are not UTF-8 raised struct.error or
+    UnicodeDecodeError out of the store, where callers catch MetadataStoreError."""
+    store = etcd_store
+    key = store._r + (path if isinstance(path, bytes) else path.encode())
+    await store._txn([], [_op_put(key, raw)])
+    if isinstance(path, str):
+        with pytest.raises(MetadataStoreError):
+            await store.get(path)
+    with pytest.raises(MetadataStoreError):
+        await store.list_prefix("/w/")
+    if isinstance(path, bytes):
+        with pytest.raises(MetadataStoreError):
+            await store.get_children("/w")
+
+
+async def test_a_range_watch_meeting_an_unreadable_index_entry_fails(etcd_store):
+    """The same for a range watch: an index entry it cannot decode, or whose record is missing
+    at the entry's revision, held it retrying for good."""
+    store = etcd_store
+    store.declare_index("by-value", "/w/", lambda record: record.value.decode())
+    watch = await store.range_watch("by-value")
+    base = store._i + b"by-value\x00"
+    await store._txn([], [_op_put(base + encode_index_key("k") + b"/w/missing", b"")])
+    await store.put("/w/after", b"ok")
+    with pytest.raises(MetadataStoreError):
+        await watch.next(10)
+    watch2 = await store.range_watch("by-value")
+    await store._txn([], [_op_put(base + b"\x30unterminated", b"")])
+    with pytest.raises(MetadataStoreError):
+        await watch2.next(10)
