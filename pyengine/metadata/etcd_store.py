@@ -208,7 +208,9 @@ class EtcdMetadataStore(MetadataStore):
         # no receive limit: a watch catching up gets up to 1000 revisions in one reply, which
         # can exceed gRPC's default 4 MiB; the client would drop the stream every time, and
         # the watch, resuming from the same revision, would never deliver again
-        self._client = aetcd.Client(self.host, self.port, timeout=self.timeout,
+        # an IPv6 address goes in brackets: gRPC reads "::1:2379" as a host name
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        self._client = aetcd.Client(host, self.port, timeout=self.timeout,
                                     options={"grpc.max_receive_message_length": -1})
         try:
             await self._client.connect()

@@ -95,3 +95,44 @@ async def test_a_range_watch_meeting_an_unreadable_index_entry_fails(etcd_store)
     await store._txn([], [_op_put(base + b"\x30unterminated", b"")])
     with pytest.raises(MetadataStoreError):
         await watch2.next(10)
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+async def test_an_etcd_store_at_an_ipv6_address(tmp_path):
+    """`--metadata-store etcd://[::1]:PORT` (or `EtcdMetadataStore("::1", PORT)`) never
+    connected: the address went to gRPC unbracketed, as `::1:PORT`, which it cannot resolve
+    ("Misformatted domain name")."""
+    from pyengine.metadata import open_metadata_store
+    from pyengine.metadata.etcd_server import LocalEtcd
+
+    if not _ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+
+    class DualStackEtcd(LocalEtcd):
+        def command(self) -> list[str]:
+            command = super().command()
+            at = command.index("--listen-client-urls") + 1
+            command[at] += f",http://[::1]:{self.port}"
+            return command
+
+    etcd = DualStackEtcd(tmp_path / "etcd")
+    etcd.start()
+    try:
+        store = await open_metadata_store(f"etcd://[::1]:{etcd.port}")
+        try:
+            assert (await store.put("/v6", b"ok")).version == 0
+            assert (await store.get("/v6")).value == b"ok"
+        finally:
+            await store.close()
+    finally:
+        etcd.stop()
