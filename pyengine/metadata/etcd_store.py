@@ -613,6 +613,13 @@ class EtcdMetadataStore(MetadataStore):
             raise self._call_cancelled("watch") from None
         except Exception as exc:
             raise _error(exc, "watch") from exc
+        if self._closed:
+            # created while the store closed: close() did not see it, nothing would end it
+            try:
+                await etcd_watch.cancel()
+            except Exception:
+                pass
+            raise MetadataStoreError("watch: the metadata store is closed")
         pump: asyncio.Task
 
         def on_close(watch: Watch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -136,3 +137,33 @@ async def test_an_etcd_store_at_an_ipv6_address(tmp_path):
             await store.close()
     finally:
         etcd.stop()
+
+
+async def test_a_watch_opened_while_the_store_closes_is_refused(etcd_server):
+    """A watch whose etcd watch was created while the store closed (after `close()` had
+    closed the store's watches and cancelled their pumps) was returned open: nothing would
+    ever close it, and its pump, on the closed client, delivered nothing, for good. It is
+    refused now, as a session created while the store closes is."""
+    from pyengine.metadata.etcd_store import EtcdMetadataStore
+
+    store = await EtcdMetadataStore(etcd_server.host, etcd_server.port, root=f"/closing-{uuid.uuid4().hex[:8]}").start()
+    created, go_on = asyncio.Event(), asyncio.Event()
+    watch_of = store.client.watch
+
+    async def slow_watch(*args, **kwargs):
+        etcd_watch = await watch_of(*args, **kwargs)
+        created.set()
+        await go_on.wait()          # its reply "arrives" once the store is closed
+        return etcd_watch
+
+    store.client.watch = slow_watch
+    opening = asyncio.ensure_future(store.watch("/k"))
+    await asyncio.wait_for(created.wait(), 10)
+    await store.close()
+    go_on.set()
+    try:
+        with pytest.raises(MetadataStoreError):
+            watch = await asyncio.wait_for(opening, 10)
+            watch.close()
+    finally:
+        assert not store._pumps, "a watch pump outlived its closed store"
