@@ -88,7 +88,8 @@ class TopicTransactionBuffer(TransactionBuffer):
         self._ongoing_least_bits: dict[int, list[int]] = {}     # coordinator -> heap (may hold stale ids)
         self._aborted = AbortedTxnSet()
         self._ended = EndedTxns()
-        self._ending: dict[TxnId, tuple[TxnAction, Outcome[None]]] = {}
+        # txn -> (action, outcome, its marker's position: None if the append failed at once)
+        self._ending: dict[TxnId, tuple[TxnAction, Outcome[None], Position | None]] = {}
         self._queued: deque[_QueuedAppend] = deque()
         self._transactional = ledger.properties.get(TXN_PROPERTY) == "true"
         self._marking: asyncio.Task | None = None     # writing the PIP-373 property
@@ -374,11 +375,11 @@ class TopicTransactionBuffer(TransactionBuffer):
         """Append `txn`'s marker (durable with or after `after`) and count the txn as ending
         here: its outcome, and the marker's write (raises StorageError)."""
         data, marker_type, publish_time = marker_entry(action, txn)
-        _position, durable = self.ledger.append_entry(
+        position, durable = self.ledger.append_entry(
             data, txn_most=txn.most_bits, txn_least=txn.least_bits, marker_type=marker_type,
             publish_time=publish_time, after=after)
         done: Outcome[None] = Outcome()
-        self._ending[txn] = (action, done)
+        self._ending[txn] = (action, done, position)
         return done, durable
 
     async def _end_on_terminated_topic(self, txn: TxnId, action: TxnAction) -> None:
@@ -577,7 +578,7 @@ class TopicTransactionBuffer(TransactionBuffer):
             done: asyncio.Future[None] = loop.create_future()
             done.set_result(None)
             return done
-        position = self._horizon(self.ledger.lac)
+        position = self._snapshot_position(self.ledger.lac)
         taken_ms = _now_ms()
         snapshot = TransactionBufferSnapshot(position, self._aborted, self._ended, taken_ms)
         self._ended_since_snapshot = 0
@@ -585,6 +586,17 @@ class TopicTransactionBuffer(TransactionBuffer):
         saved = self._snapshots.save(snapshot)
         saved.add_done_callback(partial(self._snapshot_written, position, taken_ms, set(self._unsaved_ends)))
         return saved
+
+    def _snapshot_position(self, limit: Position) -> Position:
+        """The max read position a snapshot may record: the horizon, but before every marker
+        not applied yet. A marker is durable (the LAC past it) a loop turn before its end is
+        applied; a snapshot taken in between (its timer, a trim) without that end but past its
+        marker made recovery skip the marker and forget the txn ended."""
+        position = self._horizon(limit)
+        for _action, _done, marker in self._ending.values():
+            if marker is not None and marker <= position:
+                position = self.ledger.previous_position(marker)
+        return position
 
     def _snapshot_written(self, position: Position, taken_ms: int, ends: set[TxnId],
                           saved: asyncio.Future[None]) -> None:
@@ -654,7 +666,7 @@ class TopicTransactionBuffer(TransactionBuffer):
             # Entries the buffer has not read (yet): the trim waits for a later attempt.
             raise StorageError(f"not trimmed: the transaction buffer of {self.ledger.name} is "
                                f"{self.state.value} and has not read the entries to delete yet")
-        position, taken_ms = self._horizon(limit), _now_ms()
+        position, taken_ms = self._snapshot_position(limit), _now_ms()
         write = self._snapshots.write_of(TransactionBufferSnapshot(position, self._aborted, self._ended, taken_ms),
                                          first_kept=first_position)
         self._trim_snapshot = (position, taken_ms)
