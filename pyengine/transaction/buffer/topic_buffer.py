@@ -116,7 +116,7 @@ class TopicTransactionBuffer(TransactionBuffer):
         ledger.add_listener(self._on_lac_moved)
         ledger.add_trim_writer(self._snapshot_for_trim)
         ledger.add_trim_listener(self._on_trimmed)
-        ledger.add_trim_bound(self.max_read_position)     # an open transaction's entries stay
+        ledger.add_trim_bound(self._trim_bound)     # an open transaction's entries stay
         ledger.add_failure_listener(self._on_append_failed)
 
     # --- reads ----------------------------------------------------------------------------
@@ -592,7 +592,13 @@ class TopicTransactionBuffer(TransactionBuffer):
         not applied yet. A marker is durable (the LAC past it) a loop turn before its end is
         applied; a snapshot taken in between (its timer, a trim) without that end but past its
         marker made recovery skip the marker and forget the txn ended."""
-        position = self._horizon(limit)
+        return self._before_unapplied_markers(self._horizon(limit))
+
+    def _trim_bound(self) -> Position:
+        # Nor may a trim delete such a marker: its snapshot does not hold the end either.
+        return self._before_unapplied_markers(self.max_read_position())
+
+    def _before_unapplied_markers(self, position: Position) -> Position:
         for _action, _done, marker in self._ending.values():
             if marker is not None and marker <= position:
                 position = self.ledger.previous_position(marker)
