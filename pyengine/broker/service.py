@@ -507,7 +507,9 @@ class BrokerService:
         finally:
             # Forgotten though its close failed (as a failed deletion): kept, the closed topic
             # would refuse everything until a restart; loaded again, it recovers from storage.
-            if self.topics.get(name) is topic:
+            # Not if a deletion came during the close: that forgets it once written (forgotten
+            # now, its next use loaded it again and the deletion removed its storage under it).
+            if self.topics.get(name) is topic and name not in self._deleting_topics:
                 del self.topics[name]
         log.info("unloaded topic %s", name)
         return True
