@@ -341,9 +341,9 @@ class BrokerPolicies:
         self._cache[key] = value
         return value
 
-    async def _put(self, key: str, value: Any) -> None:
+    async def _put(self, key: str, value: Any, durable: Callable[[], None] | None = None) -> None:
         raw, db = json.dumps(value, sort_keys=True).encode(), self._db
-        await self._write(key, value, lambda txn: txn.put(key.encode(), raw, db=db))
+        await self._write(key, value, lambda txn: txn.put(key.encode(), raw, db=db), durable=durable)
 
     async def _delete(self, key: str, also: WriteFn | None = None, durable: Callable[[], None] | None = None) -> None:
         """Delete `key`'s record; `also`: what goes in the same LMDB write, `durable`: what is
@@ -490,8 +490,9 @@ class BrokerPolicies:
 
     async def set_policies(self, namespace: str, policies: NamespacePolicies) -> None:
         self.policies(namespace)
-        await self._put(f"/admin/namespaces/{namespace}", policies.to_json())
-        self._policies_changed()
+        # Applied once written, though the caller stops waiting: stored, a change left out of
+        # the loaded topics stayed out of them until they were loaded again.
+        await self._put(f"/admin/namespaces/{namespace}", policies.to_json(), durable=self._policies_changed)
 
     async def delete_namespace(self, namespace: str, *, has_topics: bool, also: WriteFn | None = None,
                                durable: Callable[[], None] | None = None) -> None:
@@ -581,8 +582,7 @@ class BrokerPolicies:
             policies.pop(name, None)
         else:
             policies[name] = value
-        await self._put(key, policies)
-        self._policies_changed()
+        await self._put(key, policies, durable=self._policies_changed)      # (as set_policies)
 
     async def delete_topic_policies(self, topic: str) -> None:
         """Forget the topic-level policies of `topic`, a non-partitioned or partitioned topic
