@@ -57,14 +57,16 @@ async def topics_of(call: Call, *, create_partitions: bool = False, create_topic
     if not partitions:
         if create_topic and not service.topic_exists(str(name)):
             resolve_topic(service, str(name))   # as a client's: no partition beyond its topic's count (404)
-        topic = await service.get_topic(str(name)) if create_topic else await existing_topic(service, name)
+        topic = await (service.get_open_topic(str(name)) if create_topic else existing_topic(service, name))
         if topic.closed:
-            # Being deleted (closed, loaded until its deletion ends): its closed subscriptions
+            # Being deleted (closed, loaded until its deletion ends; one being unloaded is
+            # loaded again, see get_open_topic): its closed subscriptions
             # do nothing, so 404 as its ledger answers then, not 204 for what was not done.
             raise AdminError(NOT_FOUND, f"topic {name} is being deleted")
         return [topic]
-    # A partition being deleted is one deleted already.
-    topics = [await service.get_topic(p) for p in partition_names(name, partitions)
+    # A partition being deleted is one deleted already (one being unloaded is loaded again:
+    # passed over, what the request did left it out).
+    topics = [await service.get_open_topic(p) for p in partition_names(name, partitions)
               if create_partitions or service.topic_exists(p)]
     return [topic for topic in topics if not topic.closed]
 

@@ -72,11 +72,12 @@ def requested_topic(call: Call) -> TopicName:
 
 
 async def existing_topic(service: BrokerService, name: TopicName) -> Topic:
-    """The stored topic `name` (404 if it does not exist, also for a partitioned topic's name)."""
+    """The stored topic `name` (404 if it does not exist, also for a partitioned topic's name),
+    loaded again if it is being unloaded (closed, it is being deleted)."""
     if service.policies.partitions(str(name)):
         raise AdminError(NOT_FOUND, f"{name} is a partitioned topic: ask for one of its partitions "
                                     "or for the partitioned topic's own resource")
-    return await service.get_topic(str(name), create=False)
+    return await service.get_open_topic(str(name), create=False)
 
 
 def has_clients(topic: Topic) -> bool:

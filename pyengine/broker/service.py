@@ -236,6 +236,8 @@ class BrokerService:
         # Topics closed by their deletion, which forgets them: resolved when it is over.
         self._deleting_topics: dict[str, asyncio.Future[None]] = {}
         self._inactive_deletions: set[asyncio.Future[bool]] = set()
+        # Topics closed by their unload: resolved once it is over (see get_open_topic).
+        self._unloading: dict[str, asyncio.Future[None]] = {}
         self._loads_abandoned = False       # the close stopped waiting for loads under way
         self.policies = BrokerPolicies(self.env, num_coordinators=config.num_coordinators,
                                        deduplication_default=config.deduplication_enabled,
@@ -342,6 +344,17 @@ class BrokerService:
             # got a CancelledError of their own) nor leaves it unregistered.
             loading.add_done_callback(lambda done: self._loaded(key, done))
         return await asyncio.shield(loading)
+
+    async def get_open_topic(self, name: str, *, create: bool = True) -> Topic:
+        """`get_topic`, past an unload under way: a topic closed by its unload is waited for and
+        loaded again (what a client does on its TopicFencedError). Closed, it is being deleted
+        (or the broker closes)."""
+        while True:
+            topic = await self.get_topic(name, create=create)
+            unloading = self._unloading.get(topic.name)
+            if not topic.closed or unloading is None:
+                return topic
+            await asyncio.wait([unloading])
 
     def _loaded(self, key: str, loading: asyncio.Future[Topic]) -> None:
         del self._loading[key]
@@ -502,6 +515,10 @@ class BrokerService:
         topic = self.topics.get(name)
         if topic is None or name in self._deleting_topics:
             return False
+        unloaded = self._unloading.get(name)
+        first = unloaded is None
+        if first:
+            unloaded = self._unloading[name] = asyncio.get_running_loop().create_future()
         try:
             await topic.close()
         finally:
@@ -511,6 +528,9 @@ class BrokerService:
             # now, its next use loaded it again and the deletion removed its storage under it).
             if self.topics.get(name) is topic and name not in self._deleting_topics:
                 del self.topics[name]
+            if first:
+                del self._unloading[name]
+                unloaded.set_result(None)
         log.info("unloaded topic %s", name)
         return True
 
