@@ -161,6 +161,10 @@ class Consumer:
         # Shared/Key_Shared: the consumer reached its unacked-messages limit and gets nothing
         # more until acknowledgements bring it down to half the limit (Pulsar's rule).
         self.blocked_on_unacked = False
+        # False while its sink cannot take more now (a network consumer's connection has a full
+        # write buffer): nothing more is dispatched to it until it can, as Pulsar dispatches
+        # only to a writable channel. Its sink tells the dispatcher when it can again.
+        self.writable = True
         self.active = False
         self.connected = True
         self.auto_consume_schema = False            # subscribed with AUTO_CONSUME: takes the topic's schema

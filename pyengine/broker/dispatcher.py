@@ -76,6 +76,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_BATCH = 200            # entries read from storage per step
+# What one pass gives out at most, then the next pass goes on (on a later loop turn, after the
+# connections wrote it and said whether they can take more): a consumer with huge permits read
+# the whole backlog into its connection's buffer in one pass.
+PASS_BYTES = 1 << 20
+PASS_ENTRIES = 5 * READ_BATCH
 READ_RETRY_S = (0.1, 10.0)  # a pass whose read failed is tried again after this, doubling up to a cap
 RING_POINTS = 100           # points per consumer on the Key_Shared hash ring (Pulsar's default)
 FAILOVER_RING_POINTS = 100  # points per consumer on a Failover topic's ring (CONSUMER_CONSISTENT_HASH_REPLICAS)
@@ -308,6 +313,7 @@ class Dispatcher:
         self._draining: dict[int, DrainingHash] = {}
         self._draining_cleared: dict[Consumer, int] = {}
         self._replaying = False             # during a pass: offering entries put back for redelivery
+        self._more = False                  # during a pass: it stopped at its bounds (`PASS_BYTES`)
         self._closed = False
         # Exclusive/Failover: the consumer picked as the active one, and the handover to it
         # while a Failover switch waits (activeConsumerFailoverDelayTimeMillis).
@@ -656,6 +662,7 @@ class Dispatcher:
         compacted = self._compaction_horizon()
         self._delay_policy = None
         limited = self._look_up_limits()
+        given = [0, 0]                      # entries and bytes given out by this pass
 
         def offer(entry: Entry, from_view: bool = False) -> bool:
             """Deliver `entry` or leave it to be delivered later. False when nobody can take
@@ -683,6 +690,9 @@ class Dispatcher:
                     batch_ack_set = mask if batch_ack_set is None else ackset_and(batch_ack_set, mask)
             if self.blocked_on_unacked and not self._replaying:
                 return False            # as Pulsar, the subscription's limit stops new reads only
+            if given[0] >= PASS_ENTRIES or given[1] >= PASS_BYTES:
+                self._more = True       # the next pass goes on from here
+                return False
             hash_value = self.key_hash(entry_key(entry)) if keyed else None
             consumer = select(entry) if hash_value is None else self._select_by_key(hash_value)
             if consumer is None:
@@ -708,14 +718,19 @@ class Dispatcher:
                 self._update_blocks(consumer)
             outbox.setdefault(consumer, []).append(
                 Delivery(entry, self.redelivery_counts.get(position, 0), batch_ack_set))
+            given[0] += 1
+            given[1] += len(entry.data)
             return True
 
+        self._more = False
         try:
             self._read_and_offer(offer, compacted, horizon)
         finally:
             # Also after a failed read: what was given out (permits taken, pending acks, the
             # cursor moved past it) must reach its consumer, or it is held there unsent.
             self._send(outbox, auto_acked)
+        if self._more:
+            self.notify()
 
     def _read_and_offer(self, offer: Callable[..., bool], compacted: Position | None, horizon: Position) -> None:
         """The steps of a pass that read (see `_dispatch`)."""
@@ -884,14 +899,14 @@ class Dispatcher:
         (Pulsar's readMoreEntries replays while blockedDispatcherOnUnackmsgs)."""
         if self.subscription.sub_type in ("exclusive", "failover"):
             active = self.active_consumer()
-            return active is not None and active.permits > 0
+            return active is not None and active.permits > 0 and active.writable
         if self.blocked_on_unacked and not replay:
             return False
         return any(self._can_take(c) for c in self.consumers)
 
     def _can_take(self, consumer: Consumer) -> bool:
         """Shared, Key_Shared: whether `consumer` may be given a message now."""
-        return consumer.permits > 0 and not consumer.blocked_on_unacked
+        return consumer.permits > 0 and consumer.writable and not consumer.blocked_on_unacked
 
     def _look_up_limits(self) -> bool:
         """At the start of a pass: the unacked-messages limits that apply (none on Exclusive
@@ -939,7 +954,8 @@ class Dispatcher:
         sub_type = self.subscription.sub_type
         if sub_type in ("exclusive", "failover"):
             active = self.active_consumer()
-            return lambda entry: active if active is not None and active.permits > 0 else None
+            return lambda entry: (active if active is not None and active.permits > 0 and active.writable
+                                  else None)
         return self._select_round_robin
 
     def _select_round_robin(self, entry: Entry) -> Consumer | None:

@@ -168,6 +168,7 @@ class ServerConnection(asyncio.Protocol):
         self._over_pending_sends = False
         self._over_publish_buffer = False
         self._shutting_down = False
+        self._writable = True           # the transport's write buffer is below its high mark
         self._heard = True
         self._ping_outstanding = False
         self._keepalive: asyncio.TimerHandle | None = None
@@ -216,10 +217,21 @@ class ServerConnection(asyncio.Protocol):
         self._teardown()
 
     def pause_writing(self) -> None:
-        pass                            # permits bound what consumers are sent
+        # Its write buffer is full: its consumers are given nothing more until it drains (as
+        # Pulsar's dispatchers skip a consumer whose channel is not writable), or a consumer
+        # with huge permits that does not read makes the broker hold the whole backlog.
+        self._writable = False
+        for consumer in self.consumers.values():
+            if consumer.broker_consumer is not None:
+                consumer.broker_consumer.writable = False
 
     def resume_writing(self) -> None:
-        pass
+        self._writable = True
+        for consumer in list(self.consumers.values()):
+            if consumer.broker_consumer is not None:
+                consumer.broker_consumer.writable = True
+                if consumer.subscription is not None:
+                    consumer.subscription.dispatcher.notify()
 
     # --- dispatch -------------------------------------------------------------------------
 
@@ -852,6 +864,7 @@ class ServerConnection(asyncio.Protocol):
                                        sticky_ranges=sticky, allow_out_of_order_delivery=out_of_order,
                                        consumer_epoch=epoch)
             broker_consumer.auto_consume_schema = auto_consume
+            broker_consumer.writable = self._writable
             subscription = await self._attach(topic, body, sub_type, broker_consumer)
             consumer.attach(subscription, broker_consumer)
             if self.closed:
@@ -868,6 +881,9 @@ class ServerConnection(asyncio.Protocol):
                 self._release_consumer(consumer)
                 raise ServiceNotReadyError(f"consumer {consumer_id} was closed before its creation was complete")
             self.consumers[consumer_id] = consumer
+            if broker_consumer.writable is not self._writable:      # changed while it was attached
+                broker_consumer.writable = self._writable
+                subscription.dispatcher.notify()
             if sub_type == "failover" and not broker_consumer.active:
                 # Apache tells every joining Failover consumer whether it is the active one.
                 consumer.active_changed(False)
