@@ -8,10 +8,11 @@ tasks. Replies are collected and written once per event-loop turn (`writelines`)
 What makes this connection close, and only this one: a frame that cannot be split or is larger
 than allowed, a command that does not decode (or lacks a required field), a command type a
 broker does not receive, anything before CONNECT or a second CONNECT, a SEND for a producer
-this connection never created (Apache's rule), and keep-alive silence (a PING goes out after
-`keepalive_interval` seconds without any frame from the client; another interval of silence
-closes). Everything else gets the protocol's answer: errors of requests inside their own
-responses for lookups and transaction commands, SEND_ERROR for sends, ERROR otherwise.
+this connection never created (Apache's rule), no CONNECT within `keepalive_interval` seconds,
+and keep-alive silence (a PING goes out after `keepalive_interval` seconds without any frame
+from the client; another interval of silence closes). Everything else gets the protocol's
+answer: errors of requests inside their own responses for lookups and transaction commands,
+SEND_ERROR for sends, ERROR otherwise.
 
 Request ids are only echoed: the client runs two independent counters on one connection (its
 lookup service and its producers/consumers), so no state is keyed by request id.
@@ -383,6 +384,13 @@ class ServerConnection(asyncio.Protocol):
     def _keepalive_tick(self) -> None:
         if self.closed:
             return
+        if not self.connected:
+            # As Pulsar's keep-alive: no CONNECT within an interval closes, whatever came (a peer
+            # trickling bytes of a frame that never ends was heard, and kept for good).
+            log.info("%s: closing the connection, no CONNECT after %.1f s", self.peer,
+                     self.server.keepalive_interval)
+            self.close()
+            return
         if self._heard:
             self._heard = False
             self._ping_outstanding = False
@@ -391,7 +399,7 @@ class ServerConnection(asyncio.Protocol):
             # PING cannot be seen, so silence proves nothing (as Pulsar's handleKeepAliveTimeout,
             # which closes only a channel that reads).
             pass
-        elif self._ping_outstanding or not self.connected:
+        elif self._ping_outstanding:
             log.info("%s: closing the connection after %.1f s of silence", self.peer, self.server.keepalive_interval)
             self.close()
             return

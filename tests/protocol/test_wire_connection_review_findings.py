@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from pyengine.broker.service import BrokerService
 from pyengine.protocol.server import ProtocolServer
-from tests.protocol.wire_driver import BaseCommand, WireClient, metadata
+from tests.protocol.wire_driver import BaseCommand, WireClient, frame, metadata
 
 Connect = Callable[..., Awaitable[WireClient]]
 TOPIC = "persistent://public/default/wire-connection-review"
@@ -39,3 +40,30 @@ async def test_a_huge_flow_to_a_client_that_does_not_read_buffers_a_bounded_amou
         message, _ = await reader.message()
         ids.append((message.message_id.ledgerId, message.message_id.entryId))
     assert ids == sorted(set(ids))
+
+
+async def test_a_connection_trickling_bytes_that_never_make_a_connect_is_closed(
+        service: BrokerService, connect: Connect) -> None:
+    """A peer that sends a byte of a frame now and then but never a whole CONNECT: each byte
+    counted as heard, so the keep-alive never closed it, and it held its connection (and a
+    decoder buffer that may grow to the frame limit) for as long as it kept trickling.
+    Pulsar's keep-alive closes a connection whose handshake is not done at its first timeout."""
+    server = ProtocolServer(service, "127.0.0.1", 0, keepalive_interval=0.2)
+    await server.start()
+    try:
+        slow = await connect(server.port, handshake=False)
+        connect_frame = frame("CONNECT", client_version="slow", protocol_version=20)
+        closed = False
+        for byte in connect_frame[:-1]:             # never the last byte
+            slow.send_raw(bytes([byte]))
+            try:
+                await asyncio.wait_for(slow.reader.read(1 << 16), 0.05)
+            except TimeoutError:
+                continue
+            except ConnectionError:
+                pass
+            closed = True                           # EOF (the server sends nothing before CONNECTED)
+            break
+        assert closed, f"still open after {len(connect_frame) * 0.05:.1f} s without a CONNECT"
+    finally:
+        await server.stop()
