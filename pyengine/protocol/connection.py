@@ -910,7 +910,14 @@ class ServerConnection(asyncio.Protocol):
         kept = self.server.take_seeked_reader(topic, body.subscription)
         if kept is not None:
             broker_consumer.read_compacted = read_compacted
-            kept.add_consumer(broker_consumer, sub_type)
+            try:
+                kept.add_consumer(broker_consumer, sub_type)
+            except BaseException:
+                # Refused (say, Sticky ranges that are not valid): kept again for a retry, or it
+                # stays on the topic with no consumer and no timer to drop it.
+                if not kept.consumers:
+                    self.server.keep_seeked_reader(topic.name, body.subscription, kept)
+                raise
             return kept
         return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
                                      initial_position=initial, durable=False,

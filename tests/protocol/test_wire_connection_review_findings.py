@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from pyengine.broker.service import BrokerService
+from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.server import ProtocolServer
 from tests.protocol.wire_driver import BaseCommand, WireClient, frame, metadata
 
@@ -67,3 +68,37 @@ async def test_a_connection_trickling_bytes_that_never_make_a_connect_is_closed(
         assert closed, f"still open after {len(connect_frame) * 0.05:.1f} s without a CONNECT"
     finally:
         await server.stop()
+
+
+async def test_a_reader_refused_when_it_comes_back_after_its_seek_leaves_no_subscription_for_good(
+        server: ProtocolServer, service: BrokerService, client: WireClient) -> None:
+    """A non-durable subscription moved by a seek is kept for its consumer's return. When that
+    SUBSCRIBE was refused by the kept subscription (here: Sticky hash ranges that are not
+    valid), the subscription had been taken out of the kept ones and was left on the topic
+    with no consumer and no timer: never dropped, its cursor held for as long as the topic
+    stayed loaded. It is kept again (its grace restarts), so a retry still finds it."""
+    topic_name = TOPIC + "-kept-reader"
+    await client.create_producer(topic_name, producer_id=1, request_id=1)
+    await client.publish(1, 0, b"m")
+    sticky = pb.KeySharedMeta(keySharedMode=pb.STICKY, hashRanges=[pb.IntRange(start=0, end=65535)])
+    reply = await client.subscribe(topic_name, "nd", consumer_id=1, request_id=2, durable=False,
+                                   sub_type=pb.CommandSubscribe.Key_Shared, keySharedMeta=sticky)
+    assert isinstance(reply, pb.CommandSuccess), reply
+    client.send("SEEK", consumer_id=1, request_id=3, message_publish_time=0)
+    assert (await client.receive()).type == BaseCommand.CLOSE_CONSUMER
+    assert (await client.expect("SUCCESS")).request_id == 3
+    await asyncio.sleep(0.05)
+    assert (topic_name, "nd") in server._kept_readers
+    bad = pb.KeySharedMeta(keySharedMode=pb.STICKY, hashRanges=[pb.IntRange(start=10, end=5)])
+    reply = await client.subscribe(topic_name, "nd", consumer_id=2, request_id=4, durable=False,
+                                   sub_type=pb.CommandSubscribe.Key_Shared, keySharedMeta=bad)
+    assert reply.error == pb.ConsumerAssignError, reply
+    topic = await service.get_topic(topic_name)
+    reader = topic._named_readers.get("nd")
+    assert reader is None or (topic_name, "nd") in server._kept_readers, \
+        "a reader's subscription with no consumer, neither kept nor dropped"
+    # The retry with valid ranges finds the moved subscription.
+    reply = await client.subscribe(topic_name, "nd", consumer_id=3, request_id=5, durable=False,
+                                   sub_type=pb.CommandSubscribe.Key_Shared, keySharedMeta=sticky)
+    assert isinstance(reply, pb.CommandSuccess), reply
+    assert topic._named_readers.get("nd") is reader
