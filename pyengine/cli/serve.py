@@ -52,13 +52,14 @@ log = logging.getLogger("pyengine.serve")
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run a broker (Pulsar binary protocol) on a data dir")
-    p.add_argument("--data-dir", type=Path, required=True, help="where the broker stores everything (LMDB)")
+    p.add_argument("--data-dir", type=data_dir_path, required=True, help="where the broker stores everything (LMDB)")
     p.add_argument("--port", type=port_number, default=6650, help="Pulsar protocol port (0: pick a free one)")
     p.add_argument("--http-port", type=port_number, default=8080,
                    help="admin REST API, /openapi.json and /metrics (0: pick a free one)")
     p.add_argument("--metadata-store", type=metadata_store_url, default="lmdb",
                    help="lmdb (inside the data dir), memory, or etcd://HOST:PORT")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--host", type=listen_host, default="127.0.0.1",
+                   help="address to listen on (0.0.0.0 or ::: every interface)")
     p.add_argument("--broker-id", default="0", help="this broker's name in a cluster")
     p.add_argument("--num-coordinators", type=coordinators, default=16,
                    help=f"transaction coordinators (Pulsar: 16; at most {MAX_PARTITIONS})")
@@ -153,6 +154,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds a dead scalable-topic controller leader keeps its lock (failover time)")
     p.add_argument("--scalable-grace-period", type=positive_seconds, default=30.0,
                    help="seconds a disconnected ordered consumer of a scalable topic keeps its segments")
+
+
+# An empty value (a script's unset variable) is refused: as a path it was the current directory,
+# as a host every interface, announced as `pulsar://:PORT`, a URL no client can use.
+def data_dir_path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path is not a data dir")
+    return Path(text)
+
+
+def listen_host(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty address: give one, or 0.0.0.0 or :: for every interface")
+    return text
 
 
 def port_number(text: str) -> int:
