@@ -109,15 +109,35 @@ def _ipv6_loopback() -> bool:
         return False
 
 
+async def test_an_ipv6_etcd_address_goes_to_grpc_in_brackets(monkeypatch):
+    """`EtcdMetadataStore("::1", PORT)` handed gRPC `::1:PORT`, which it cannot resolve
+    ("Misformatted domain name"). Checked without an etcd, so it runs on any machine."""
+    from pyengine.metadata import etcd_store
+
+    given = []
+
+    class Refused(Exception):
+        pass
+
+    def client(host, port, **kwargs):
+        given.append((host, port))
+        raise Refused
+
+    monkeypatch.setattr(etcd_store.aetcd, "Client", client)
+    for host, expected in (("::1", "[::1]"), ("[::1]", "[::1]"), ("127.0.0.1", "127.0.0.1")):
+        with pytest.raises(Refused):
+            await etcd_store.EtcdMetadataStore(host, 2379)._start()
+        assert given[-1] == (expected, 2379)
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to run an etcd on; "
+                    "test_an_ipv6_etcd_address_goes_to_grpc_in_brackets checks the address without one")
 async def test_an_etcd_store_at_an_ipv6_address(tmp_path):
     """`--metadata-store etcd://[::1]:PORT` (or `EtcdMetadataStore("::1", PORT)`) never
     connected: the address went to gRPC unbracketed, as `::1:PORT`, which it cannot resolve
     ("Misformatted domain name")."""
     from pyengine.metadata import open_metadata_store
     from pyengine.metadata.etcd_server import LocalEtcd
-
-    if not _ipv6_loopback():
-        pytest.skip("no IPv6 loopback here")
 
     class DualStackEtcd(LocalEtcd):
         def command(self) -> list[str]:
