@@ -356,9 +356,10 @@ async def run_broker(args: argparse.Namespace) -> None:
         service = await start_service(args, components)
         await start_protocol_server(args, service, components, endpoints)
         await start_admin_server(args, service, components, endpoints)
-        with settled_garbage_collector():
-            announce_ready(args, endpoints)
-            await stop.wait()
+        if not stop.is_set():        # a stop asked for during the start: no ready line to act on
+            with settled_garbage_collector():
+                announce_ready(args, endpoints)
+                await stop.wait()
         log.info("stopping")
     log.info("stopped")
 

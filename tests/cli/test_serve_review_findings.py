@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import signal
 import subprocess
 import time
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pyengine.cli import serve
 from pyengine.testing import serve_command
 from tests.cli.serve_flags import serve_args
 
@@ -45,3 +48,23 @@ def test_ctrl_c_while_serve_starts_stops_it_without_a_traceback(tmp_path: Path) 
     out, err = process.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert process.returncode in (0, 130), err
+
+
+async def test_sigterm_during_start_up_stops_without_announcing_ready(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A SIGTERM that arrived while the broker started (loading its coordinators from the data
+    dir can take a while) was handled only after the start: the broker printed its ready line,
+    which tells a supervisor or a test harness to connect, and stopped right after it."""
+    start_service = serve.start_service
+
+    async def start_service_and_receive_sigterm(*args):
+        service = await start_service(*args)
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(3):                       # the loop's signal handler runs on a later turn
+            await asyncio.sleep(0.01)
+        return service
+
+    monkeypatch.setattr(serve, "start_service", start_service_and_receive_sigterm)
+    args = serve_args("--data-dir", str(tmp_path / "data"), "--port", "0", "--http-port", "0",
+                      "--num-coordinators", "1")
+    await asyncio.wait_for(serve.run_broker(args), 60)
+    assert "ready" not in capsys.readouterr().out
