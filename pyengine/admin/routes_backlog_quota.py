@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from pyengine.admin.errors import PRECONDITION_FAILED, AdminError
-from pyengine.admin.lifecycle import topic_change
+from pyengine.broker.topic_changes import topic_change
 from pyengine.admin.routes_limits import APPLIED, NAMESPACE_PARAMS, NAMESPACE_URL, TOPIC_PARAMS, TOPIC_URL
 from pyengine.admin.routes_limits import _namespace, _requested_topic, _topic
 from pyengine.admin.routing import Call, Param, Reply, RouteTable

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyengine.admin.errors import NOT_FOUND, PRECONDITION_FAILED, AdminError
-from pyengine.admin.lifecycle import topic_change
+from pyengine.broker.topic_changes import topic_change
 from pyengine.admin.names import namespace_name, topic_name
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routing import Call, Param, RouteTable

@@ -9,18 +9,20 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from pyengine.admin.errors import METHOD_NOT_ALLOWED, PRECONDITION_FAILED, AdminError
-from pyengine.admin.lifecycle import namespace_settled
+from pyengine.admin.errors import METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, PRECONDITION_FAILED, AdminError
+from pyengine.broker.topic_changes import namespace_settled
 from pyengine.admin.names import namespace_name, tenant_name, without_system_topics
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routes_backlog_quota import BACKLOG_QUOTA_MAP, _fits_retention
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
+    AUTO_TOPIC_CREATION_OVERRIDE,
     BOOLEAN,
     DELAYED_DELIVERY_POLICIES,
     INACTIVE_TOPIC_POLICIES,
     DONE,
     INCLUDE_SYSTEM_TOPIC,
+    MAX_PARTITIONS,
     MESSAGE_TTL,
     NAMESPACE,
     NAMESPACE_POLICIES,
@@ -30,8 +32,8 @@ from pyengine.admin.schemas import (
     error,
     errors,
 )
-from pyengine.broker.policies import (BacklogQuota, DelayedDelivery, InactiveTopicPolicies, NamespacePolicies, Retention,
-                                     check_message_ttl)
+from pyengine.broker.policies import (AutoTopicCreation, BacklogQuota, DelayedDelivery, InactiveTopicPolicies,
+                                     NamespacePolicies, Retention, check_message_ttl)
 from pyengine.scalable.resources import ScalableTopicResources
 from pyengine.schema import CompatibilityStrategy
 
@@ -51,6 +53,7 @@ def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
             "schema_validation_enforced": policies.schema_validation_enforced,
             "delayed_delivery_policies": policies.delayed_delivery,
             "inactive_topic_policies": policies.inactive_topic_policies,
+            "autoTopicCreationOverride": policies.auto_topic_creation_override,
             "message_ttl_in_seconds": policies.message_ttl_seconds,
             # Pulsar's Policies names; null: the topic's or the broker's applies.
             "max_producers_per_topic": policies.max_producers_per_topic,
@@ -81,6 +84,22 @@ def _delayed_delivery(body: Any) -> dict[str, Any] | None:
 def _inactive_topic_policies(body: Any) -> dict[str, Any] | None:
     """NamespacePolicies' field for an InactiveTopicPolicies body (None: no policy)."""
     return None if body is None else InactiveTopicPolicies.from_json(body).to_json()
+
+
+def _auto_topic_creation(body: Any) -> dict[str, Any] | None:
+    """NamespacePolicies' field for an AutoTopicCreationOverride body (None: no override): 412
+    with Pulsar's reason when it does not validate, 406 for more partitions than a partitioned
+    topic may have (Pulsar's maxNumPartitionsPerPartitionedTopic)."""
+    if body is None:
+        return None
+    try:
+        override = AutoTopicCreation.from_json(body)
+    except ValueError as exc:
+        raise AdminError(PRECONDITION_FAILED, f"Invalid configuration for autoTopicCreationOverride. the detail is "
+                                              f"{exc}") from None
+    if override.partitions > MAX_PARTITIONS:
+        raise AdminError(NOT_ACCEPTABLE, f"Number of partitions should be less than or equal to {MAX_PARTITIONS}")
+    return override.to_json()
 
 
 def _retention(policies: NamespacePolicies) -> dict[str, int] | None:
@@ -128,6 +147,8 @@ async def create_namespace(call: Call) -> None:
                                  properties=body.get("properties", {}),
                                  delayed_delivery=_delayed_delivery(body.get("delayed_delivery_policies")),
                                  inactive_topic_policies=_inactive_topic_policies(body.get("inactive_topic_policies")),
+                                 auto_topic_creation_override=_auto_topic_creation(
+                                     body.get("autoTopicCreationOverride")),
                                  message_ttl_seconds=body.get("message_ttl_in_seconds"),
                                  backlog_quota_map=quotas or None,
                                  **{name: body.get(name) for name in _LIMIT_FIELDS}, **retention)
@@ -280,6 +301,17 @@ _namespace_policy("/inactiveTopicPolicies", "namespace_inactive_topic_policies",
     "(no subscription, or none with a backlog). A topic's retention time is waited for too.",
     "Remove the namespace's inactive topic policies (the broker's default applies)."),
     field="inactive_topic_policies", validate=_inactive_topic_policies)
+
+
+# --- auto topic creation -----------------------------------------------------------------------
+
+_namespace_policy("/autoTopicCreation", "auto_topic_creation", AUTO_TOPIC_CREATION_OVERRIDE,
+                  "AutoTopicCreationOverride", (
+    "Get the namespace's override of the broker's auto topic creation.",
+    "Override whether producers and consumers create the namespace's topics that do not exist, and whether as "
+    "partitioned topics (created by the client's lookup of the partitioned metadata) or non-partitioned ones.",
+    "Remove the namespace's override (the broker's allowAutoTopicCreation settings apply)."),
+    field="auto_topic_creation_override", validate=_auto_topic_creation)
 
 
 # --- message TTL ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyengine.admin.errors import CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, AdminError
-from pyengine.admin.lifecycle import topic_change
+from pyengine.broker.topic_changes import topic_change
 from pyengine.admin.names import subscription_name
 from pyengine.admin.routes_topics import TOPIC_URL, existing_topic, partition_names, requested_topic
 from pyengine.admin.routing import Call, Param, Reply, RouteTable

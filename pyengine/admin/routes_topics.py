@@ -19,7 +19,7 @@ from pyengine.admin import stats
 from pyengine.admin.errors import (
     BAD_REQUEST, CONFLICT, METHOD_NOT_ALLOWED, NOT_FOUND, PRECONDITION_FAILED, UNPROCESSABLE, AdminError,
 )
-from pyengine.admin.lifecycle import topic_change
+from pyengine.broker.topic_changes import topic_change
 from pyengine.admin.names import namespace_name, topic_name, without_system_topics
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routes_backlog_quota import _fits_retention
@@ -57,6 +57,7 @@ from pyengine.broker.policies import (
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.naming import PARTITION_SUFFIX, TopicName
+from pyengine.protocol import lookup
 from pyengine.protocol.lookup import is_transaction_internal
 from pyengine.schema import CompatibilityStrategy, schema_id
 
@@ -283,8 +284,10 @@ async def _copy_subscriptions_of_partition_0(service: BrokerService, name: Topic
 
 
 CHECK_ALLOW_AUTO_CREATION = Param(
-    "checkAllowAutoCreation", BOOLEAN, "answer 0 partitions for a topic that does not exist yet (it would be created "
-    "as a non-partitioned topic on first use) instead of 404", default=False)
+    "checkAllowAutoCreation", BOOLEAN, "a topic that does not exist is answered as a client's lookup finds it, where "
+    "auto topic creation is allowed: created now as a partitioned topic where topics are created so, else 0 "
+    "partitions (created as a non-partitioned topic on first use); 404 where creation is not allowed",
+    default=False)
 
 
 @routes.add("GET", TOPIC_URL + "/partitions", summary="Get a topic's partitioned metadata (0 partitions: not partitioned).",
@@ -294,12 +297,16 @@ async def get_partitioned_metadata(call: Call) -> dict[str, Any]:
     topic = requested_topic(call)
     call.service.policies.policies(topic.namespace_name)        # 404 first, as Pulsar (and PARTITIONED_METADATA)
     name = str(topic)
-    partitions = call.service.policies.partitions(name)
+    service = call.service
+    partitions = service.policies.partitions(name)
+    if partitions or service.topic_exists(name):
+        return {"partitions": partitions}
+    if call["checkAllowAutoCreation"] and service.auto_creates(topic):
+        created = lookup.auto_partitions(service, topic)
+        return {"partitions": await lookup.create_partitioned_topic(service, topic, created) if created else 0}
     # As Pulsar's admin (apache/pulsar#10601): 0 partitions means a non-partitioned topic
     # only if there is one; a topic that does not exist is 404.
-    if not partitions and not call["checkAllowAutoCreation"] and not call.service.topic_exists(name):
-        raise AdminError(NOT_FOUND, f"Topic {name} not found")
-    return {"partitions": partitions}
+    raise AdminError(NOT_FOUND, f"Topic {name} not found")
 
 
 @routes.add("DELETE", TOPIC_URL + "/partitions", summary="Delete a partitioned topic and its partitions.",

@@ -72,6 +72,21 @@ MESSAGE_TTL = {"type": "integer", "maximum": 2**31 - 1,
                "description": "message TTL in seconds (0: messages do not expire; negative: 412)"}
 EXPIRE_TIME = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1,
                "description": "expire the messages published this many seconds ago or earlier"}
+AUTO_TOPIC_CREATION_OVERRIDE = {
+    "type": "object",
+    "description": "Pulsar's AutoTopicCreationOverride: whether a producer or consumer creates a topic that does not "
+                   "exist (allowAutoTopicCreation) and as what: a non-partitioned topic, or a partitioned topic of "
+                   "defaultNumPartitions partitions (created by the client's lookup of its partitioned metadata). "
+                   "The type and count are needed, and checked, only when creation is allowed",
+    "properties": {
+        "allowAutoTopicCreation": BOOLEAN,
+        "topicType": {"type": "string", "nullable": True, "description": "partitioned or non-partitioned"},
+        "defaultNumPartitions": {"type": "integer", "nullable": True, "minimum": -2**31, "maximum": 2**31 - 1,
+                                 "description": "for the partitioned type (and only for it)"},
+    },
+    "required": ["allowAutoTopicCreation"],
+    "additionalProperties": False,
+}
 NAMESPACE_POLICIES = {
     "type": "object",
     "description": "Pulsar's Policies, the fields this broker applies",
@@ -86,6 +101,7 @@ NAMESPACE_POLICIES = {
         "schema_validation_enforced": {"type": "boolean", "nullable": True},
         "delayed_delivery_policies": {**DELAYED_DELIVERY_POLICIES, "nullable": True},
         "inactive_topic_policies": {**INACTIVE_TOPIC_POLICIES, "nullable": True},
+        "autoTopicCreationOverride": {**AUTO_TOPIC_CREATION_OVERRIDE, "nullable": True},
         "message_ttl_in_seconds": {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**31 - 1,
                                    "description": "message TTL in seconds (null: the broker's default; "
                                                   "0: messages do not expire)"},

@@ -221,13 +221,18 @@ class EmbeddedClient:
         controller creates segments, and an empty copy made here would be taken at recovery for
         a segment created again, clearing the real segment's v5 state in the shared store.
         `again`: attached again after the topic was closed (deleted): a segment then must exist,
-        as on the wire (made again, no scalable topic would route to it)."""
+        as on the wire (made again, no scalable topic would route to it).
+
+        Any other missing topic is created only where auto topic creation is allowed (the
+        namespace's override, else the broker's setting; TopicNotFoundError otherwise), and
+        always as a non-partitioned topic: this API attaches to one topic by its name, it does
+        not discover partitions as a network client does."""
         private = self.service.config.metadata_store in ("lmdb", "memory")
+        topic_name = lookup.resolve_topic(self.service, check_topic(name))
         # As on the wire: a partition beyond its partitioned topic's count is refused
         # (TopicNotFoundError), not created as a stray topic of that name.
-        lookup.check_attachable(self.service, lookup.resolve_topic(self.service, check_topic(name)),
-                                existing_segment=again or not private)
-        return await self.service.get_topic(name)
+        lookup.check_attachable(self.service, topic_name, existing_segment=again or not private)
+        return await self.service.get_topic(name, create=self.service.auto_creates(topic_name))
 
     async def create_producer(self, topic: str, *, producer_name: str | None = None,
                               initial_sequence_id: int | None = None,

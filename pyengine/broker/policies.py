@@ -68,6 +68,8 @@ class NamespacePolicies:
     backlog_quota_map: dict[str, dict[str, Any]] | None = None
     # Pulsar's inactive_topic_policies: InactiveTopicPolicies JSON (None: the broker's default).
     inactive_topic_policies: dict[str, Any] | None = None
+    # Pulsar's autoTopicCreationOverride: AutoTopicCreation JSON (None: the broker's setting).
+    auto_topic_creation_override: dict[str, Any] | None = None
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -186,6 +188,61 @@ class InactiveTopicPolicies:
                 "deleteWhileInactive": self.delete_while_inactive}
 
 
+TOPIC_TYPES = ("non-partitioned", "partitioned")       # Pulsar's TopicType names
+
+
+@dataclass(frozen=True)
+class AutoTopicCreation:
+    """Pulsar's allowAutoTopicCreation, allowAutoTopicCreationType and defaultNumPartitions, or a
+    namespace's AutoTopicCreationOverride: whether a producer or consumer (and a lookup of the
+    partitioned metadata) creates a topic that does not exist, and as a partitioned topic of
+    `default_num_partitions` or a non-partitioned one. Checked as Pulsar's validateOverride:
+    the type and partition count only matter, and are only checked, when creation is allowed."""
+
+    allowed: bool = True
+    topic_type: str = "non-partitioned"
+    default_num_partitions: int | None = None        # set for (and only for) "partitioned"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.allowed, bool):
+            raise ValueError(f"allowAutoTopicCreation must be a boolean, not {self.allowed!r}")
+        count = self.default_num_partitions
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+            raise ValueError(f"defaultNumPartitions must be a whole number, not {count!r}")
+        if not self.allowed:
+            return
+        if self.topic_type not in TOPIC_TYPES:
+            raise ValueError(f"Unknown topic type [{self.topic_type}]: {' or '.join(TOPIC_TYPES)}")
+        if self.topic_type == "partitioned":
+            if count is None:
+                raise ValueError("[defaultNumPartitions] cannot be null when the type is partitioned.")
+            if count < 1:
+                raise ValueError("[defaultNumPartitions] cannot be less than 1 for partition type.")
+        elif count is not None:
+            raise ValueError("[defaultNumPartitions] is not allowed to be set when the type is non-partition.")
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions a topic is created with (0: a non-partitioned topic)."""
+        if self.allowed and self.topic_type == "partitioned" and self.default_num_partitions is not None:
+            return self.default_num_partitions
+        return 0
+
+    @classmethod
+    def from_json(cls, data: Any) -> AutoTopicCreation:
+        """The admin API's body, `{"allowAutoTopicCreation": B, "topicType": T,
+        "defaultNumPartitions": N}` (the type and count may be left out when B is false)."""
+        fields = {"allowAutoTopicCreation", "topicType", "defaultNumPartitions"}
+        if not isinstance(data, dict) or set(data) - fields or "allowAutoTopicCreation" not in data:
+            raise ValueError('an auto topic creation override is {"allowAutoTopicCreation": bool, "topicType": '
+                             f'"partitioned" | "non-partitioned", "defaultNumPartitions": int}}, not {data!r}')
+        return cls(data["allowAutoTopicCreation"], data.get("topicType"), data.get("defaultNumPartitions"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"allowAutoTopicCreation": self.allowed, "topicType": self.topic_type,
+                "defaultNumPartitions": self.default_num_partitions}
+
+
 MAX_MESSAGE_TTL = 2**31 - 1        # Pulsar keeps a TTL in a Java int
 
 
@@ -301,7 +358,8 @@ class BrokerPolicies:
                  message_ttl_default: int = 0, unacked_limits_default: UnackedLimits | None = None,
                  connection_limits_default: ConnectionLimits | None = None,
                  backlog_quota_default: BacklogQuota | None = None,
-                 inactive_topic_default: InactiveTopicPolicies | None = None) -> None:
+                 inactive_topic_default: InactiveTopicPolicies | None = None,
+                 auto_topic_creation_default: AutoTopicCreation | None = None) -> None:
         self.env = env
         self._db = env.db("metadata")
         self.deduplication_default = deduplication_default
@@ -312,6 +370,7 @@ class BrokerPolicies:
         self.connection_limits_default = connection_limits_default or ConnectionLimits()
         self.backlog_quota_default = backlog_quota_default or BacklogQuota()
         self.inactive_topic_default = inactive_topic_default or InactiveTopicPolicies()
+        self.auto_topic_creation_default = auto_topic_creation_default or AutoTopicCreation()
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
         self._writing: dict[str, asyncio.Future[Any]] = {}     # key -> its latest write, until durable
@@ -649,6 +708,20 @@ class BrokerPolicies:
         default (Pulsar's order)."""
         return self._in_force(topic, "inactiveTopicPolicies", "inactive_topic_policies", InactiveTopicPolicies.from_json,
                               self.inactive_topic_default, "inactive topic policies")
+
+    def auto_topic_creation(self, namespace: str) -> AutoTopicCreation:
+        """The namespace's override (autoTopicCreationOverride), else the broker's setting (there
+        is no topic policy for it: the topic does not exist yet). A stored override that does not
+        parse counts as absent."""
+        if self.namespace_exists(namespace):
+            stored = self.policies(namespace).auto_topic_creation_override
+            if stored is not None:
+                try:
+                    return AutoTopicCreation.from_json(stored)
+                except ValueError:
+                    log.warning("%s: ignoring a stored auto topic creation override that does not parse: %r",
+                                namespace, stored)
+        return self.auto_topic_creation_default
 
     def message_ttl(self, topic: str) -> int:
         """Seconds after its publish time a message of `topic` expires (0: never): the topic

@@ -23,8 +23,9 @@ from pyengine.broker.backlog_quota import enforce as enforce_backlog_quotas
 from pyengine.broker.expiry import expire_topic
 from pyengine.broker.periodic import PeriodicTopicCheck
 from pyengine.broker.inactive import delete_if_inactive, inactive
-from pyengine.broker.policies import (BacklogQuota, BrokerPolicies, ConnectionLimits, DelayedDelivery,
-                                     InactiveTopicPolicies, Retention, UnackedLimits, check_message_ttl)
+from pyengine.broker.policies import (TOPIC_TYPES, AutoTopicCreation, BacklogQuota, BrokerPolicies, ConnectionLimits,
+                                     DelayedDelivery, InactiveTopicPolicies, Retention, UnackedLimits,
+                                     check_message_ttl)
 from pyengine.broker.schemas import TopicSchemas
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
@@ -159,6 +160,12 @@ class BrokerConfig:
     delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
     delete_inactive_topics_max_inactive_duration_s: int | None = None
     delete_inactive_topics_frequency_s: float = 60.0
+    # Whether a producer or consumer creates a topic that does not exist, and as what, where the
+    # namespace has no override (Pulsar's allowAutoTopicCreation, allowAutoTopicCreationType and
+    # defaultNumPartitions, with their defaults; the count is used for "partitioned" only).
+    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation_type: str = "non-partitioned"
+    default_num_partitions: int = 1
 
     def inactive_topic_policies(self) -> InactiveTopicPolicies:
         """The broker's default InactiveTopicPolicies (what BrokerPolicies falls back on)."""
@@ -166,6 +173,12 @@ class BrokerConfig:
         if duration is None:
             duration = math.ceil(self.delete_inactive_topics_frequency_s)
         return InactiveTopicPolicies(self.delete_inactive_topics_mode, duration, self.delete_inactive_topics_enabled)
+
+    def auto_topic_creation(self) -> AutoTopicCreation:
+        """The broker's auto topic creation setting (what BrokerPolicies falls back on)."""
+        partitioned = self.allow_auto_topic_creation_type == "partitioned"
+        return AutoTopicCreation(self.allow_auto_topic_creation, self.allow_auto_topic_creation_type,
+                                 self.default_num_partitions if partitioned else None)
 
     def backlog_quota_default(self) -> BacklogQuota:
         """The broker's default backlog quota (what BrokerPolicies falls back on)."""
@@ -197,13 +210,13 @@ class BrokerConfig:
             raise ValueError("the broker's schema compatibility strategy cannot be UNDEFINED (it is the default "
                              "that namespaces fall back on)")
         for flag in ("allow_auto_update_schema", "schema_validation_enforced", "delayed_delivery_enabled",
-                     "delayed_delivery_deliver_at_time_strict"):
+                     "delayed_delivery_deliver_at_time_strict", "allow_auto_topic_creation"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, not {getattr(self, flag)!r}")
         for name in ("delayed_delivery_tick_time_ms", "delayed_delivery_max_delay_ms",
                      "key_shared_look_ahead_msg_in_replay_threshold_per_consumer",
                      "key_shared_look_ahead_msg_in_replay_threshold_per_subscription",
-                     "active_consumer_failover_delay_time_ms"):
+                     "active_consumer_failover_delay_time_ms", "default_num_partitions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, not {value!r}")
@@ -223,6 +236,12 @@ class BrokerConfig:
         self.connection_limits()
         self.backlog_quota_default()
         self.inactive_topic_policies()
+        if self.allow_auto_topic_creation_type not in TOPIC_TYPES:     # checked even when creation is off
+            raise ValueError(f"allow_auto_topic_creation_type must be one of {', '.join(TOPIC_TYPES)}, "
+                             f"not {self.allow_auto_topic_creation_type!r}")
+        if self.default_num_partitions < 1:
+            raise ValueError(f"default_num_partitions must be >= 1, not {self.default_num_partitions}")
+        self.auto_topic_creation()
 
 
 class BrokerService:
@@ -247,7 +266,8 @@ class BrokerService:
                                        unacked_limits_default=config.unacked_limits(),
                                        connection_limits_default=config.connection_limits(),
                                        backlog_quota_default=config.backlog_quota_default(),
-                                       inactive_topic_default=config.inactive_topic_policies())
+                                       inactive_topic_default=config.inactive_topic_policies(),
+                                       auto_topic_creation_default=config.auto_topic_creation())
         self.policies.on_policy_change(self.refresh_policies)
         self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
                                     strategy=config.schema_compatibility_strategy,
@@ -368,6 +388,17 @@ class BrokerService:
             # A policy changed during the load reached only the topics loaded then: this one
             # took its de-duplication switch when its load began.
             self._apply_policies(topic)
+
+    def auto_creates(self, topic: TopicName) -> bool:
+        """Whether a producer or consumer creates `topic` when it does not exist (Pulsar's
+        isAllowAutoTopicCreation): the namespace's override, else the broker's setting. A
+        partition of an existing partitioned topic is part of a topic created on purpose; a
+        segment is created by its controller; the system namespace holds the broker's own."""
+        if topic.is_segment or topic.namespace_name == "pulsar/system":
+            return True
+        if 0 <= topic.partition_index < self.policies.partitions(str(topic.partitioned_topic)):
+            return True
+        return self.policies.auto_topic_creation(topic.namespace_name).allowed
 
     async def load_settled(self, name: str) -> None:
         """Wait until no load of topic `name` (normalised) is under way (a producer's first

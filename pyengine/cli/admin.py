@@ -299,6 +299,23 @@ def _inactive_topic_policies(a: argparse.Namespace) -> dict[str, Any]:
             "deleteWhileInactive": a.delete_enable}
 
 
+AUTO_CREATION_ENABLE = (("-e", "--enable"), {"action": "store_true",
+                                              "help": "create topics on first use (default: refuse them)"})
+AUTO_CREATION_TYPE = (("-t", "--type"), {"choices": ("non-partitioned", "partitioned"), "default": "non-partitioned",
+                                         "help": "what a topic is created as (default: non-partitioned)"})
+AUTO_CREATION_PARTITIONS = (("-n", "--num-partitions"), {"type": int, "dest": "num_partitions",
+                                                         "help": "the partitions of a partitioned topic"})
+
+
+def _auto_topic_creation(a: argparse.Namespace) -> dict[str, Any]:
+    override: dict[str, Any] = {"allowAutoTopicCreation": a.enable}
+    if a.enable:
+        override["topicType"] = a.type
+        if a.num_partitions is not None:
+            override["defaultNumPartitions"] = a.num_partitions
+    return override
+
+
 SCHEMA_FILE = (("-f", "--filename"), {"required": True,
                                       "help": 'JSON file: {"type": "AVRO", "schema": "...", "properties": {}}'})
 STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE",
@@ -384,6 +401,14 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
                 _inactive_topic_policies(a))),
     ("namespaces", "remove-inactive-topic-policies", (), "remove the namespace's inactive topic policies",
      (NAMESPACE,), lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/inactiveTopicPolicies", None)),
+    ("namespaces", "get-auto-topic-creation", (), "show the namespace's override of the broker's auto topic creation",
+     (NAMESPACE,), lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoTopicCreation", None)),
+    ("namespaces", "set-auto-topic-creation", (), "create the namespace's topics on first use (-e) or not, as "
+     "non-partitioned or partitioned topics (-t) of how many partitions (-n)",
+     (NAMESPACE, AUTO_CREATION_ENABLE, AUTO_CREATION_TYPE, AUTO_CREATION_PARTITIONS),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoTopicCreation", _auto_topic_creation(a))),
+    ("namespaces", "remove-auto-topic-creation", (), "remove the namespace's override (the broker's setting applies)",
+     (NAMESPACE,), lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoTopicCreation", None)),
     ("namespaces", "get-message-ttl", (), "show the namespace's message TTL (seconds)", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/messageTTL", None)),
     ("namespaces", "set-message-ttl", (), "expire the namespace's messages -ttl seconds after they were published",

@@ -39,7 +39,7 @@ import uvloop
 from pyengine.admin import AdminServer
 from pyengine.admin.schemas import MAX_PARTITIONS
 from pyengine.cli.argtypes import whole_number
-from pyengine.broker.policies import BACKLOG_RETENTION_POLICIES, Retention
+from pyengine.broker.policies import BACKLOG_RETENTION_POLICIES, TOPIC_TYPES, Retention
 from pyengine.broker.service import BrokerConfig, BrokerService
 from pyengine.cli.gc_tuning import settled_garbage_collector
 from pyengine.cli.malloc_tuning import keep_freed_heap
@@ -147,6 +147,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delete-inactive-topics-frequency-seconds", type=positive_seconds, default=60.0,
                    help="how often topics are checked for inactivity (Pulsar's "
                         "brokerDeleteInactiveTopicsFrequencySeconds: 60)")
+    p.add_argument("--no-auto-topic-creation", action="store_true",
+                   help="a producer or consumer of a topic that does not exist is refused (TopicNotFound) where no "
+                        "namespace override says (Pulsar's allowAutoTopicCreation=false)")
+    p.add_argument("--auto-topic-creation-type", default="non-partitioned", choices=TOPIC_TYPES,
+                   help="what a topic created on first use is where no namespace override says (Pulsar's "
+                        "allowAutoTopicCreationType, non-partitioned)")
+    p.add_argument("--default-num-partitions", type=partition_count, default=1,
+                   help="the partitions of a topic created on first use as partitioned (Pulsar's "
+                        f"defaultNumPartitions: 1; at most {MAX_PARTITIONS})")
     p.add_argument("--no-scalable-topics", action="store_true",
                    help="refuse scalable topics (topic://, segment://) and never run their controllers "
                         "(Pulsar's scalableTopicEnabled=false)")
@@ -183,6 +192,7 @@ def port_number(text: str) -> int:
 # As many as the admin API lets them grow to (each is started at once: a typo of a few more
 # digits held the start for minutes and ran the host out of memory).
 coordinators = whole_number(1, MAX_PARTITIONS, unit=" transaction coordinators")
+partition_count = whole_number(1, MAX_PARTITIONS, unit=" partitions")
 non_negative_int = whole_number(0)
 message_ttl = whole_number(0, 2**31 - 1, unit=" seconds")
 retention_limit = whole_number(-1, meaning=" (-1: no limit)")
@@ -342,7 +352,10 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         delete_inactive_topics_mode=args.delete_inactive_topics_mode,
                         delete_inactive_topics_max_inactive_duration_s=(
                             args.delete_inactive_topics_max_inactive_duration_seconds),
-                        delete_inactive_topics_frequency_s=args.delete_inactive_topics_frequency_seconds)
+                        delete_inactive_topics_frequency_s=args.delete_inactive_topics_frequency_seconds,
+                        allow_auto_topic_creation=not args.no_auto_topic_creation,
+                        allow_auto_topic_creation_type=args.auto_topic_creation_type,
+                        default_num_partitions=args.default_num_partitions)
 
 
 async def run_broker(args: argparse.Namespace) -> None:

@@ -47,6 +47,7 @@ from pyengine.errors import (
     TransactionNotFoundError,
     to_pulsar_error,
 )
+from pyengine.naming import TopicName
 from pyengine.protocol import lookup, replies
 from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.protocol.access_modes import SHARED, TOPIC_EPOCH_PROPERTY
@@ -476,11 +477,26 @@ class ServerConnection(asyncio.Protocol):
     def _on_partitioned_metadata(self, body: pb.CommandPartitionedTopicMetadata, frame: Any) -> None:
         try:
             partitions = lookup.partition_count(self.service, body.topic)
+            created = 0 if partitions else lookup.auto_partitions(self.service, TopicName.parse(body.topic))
         except Exception as exc:
-            error = to_pulsar_error(exc)
-            self.write(replies.partitioned_metadata_failed(body.request_id, error.server_error, str(error)))
+            self._partitioned_metadata_failed(body.request_id, exc)
+            return
+        if created:
+            self._spawn(self._create_partitioned_topic(body, created))
             return
         self.write(replies.partitioned_metadata(body.request_id, partitions))
+
+    async def _create_partitioned_topic(self, body: pb.CommandPartitionedTopicMetadata, partitions: int) -> None:
+        try:
+            partitions = await lookup.create_partitioned_topic(self.service, TopicName.parse(body.topic), partitions)
+        except Exception as exc:
+            self._partitioned_metadata_failed(body.request_id, exc)
+            return
+        self.write(replies.partitioned_metadata(body.request_id, partitions))
+
+    def _partitioned_metadata_failed(self, request_id: int, exc: Exception) -> None:
+        error = to_pulsar_error(exc)
+        self.write(replies.partitioned_metadata_failed(request_id, error.server_error, str(error)))
 
     def _on_lookup(self, body: pb.CommandLookupTopic, frame: Any) -> None:
         try:
@@ -586,7 +602,7 @@ class ServerConnection(asyncio.Protocol):
         self._creating.add(key)
         try:
             lookup.check_attachable(self.service, topic_name)
-            topic = await self.service.get_topic(str(topic_name))
+            topic = await self.service.get_topic(str(topic_name), create=self.service.auto_creates(topic_name))
             schema = schema_from_proto(body.schema) if body.HasField("schema") else None
             schema_version = encode_version(await self.service.schemas.for_producer(topic.name, schema))
             name = body.producer_name or self.service.generate_producer_name()
@@ -856,7 +872,8 @@ class ServerConnection(asyncio.Protocol):
         try:
             lookup.check_attachable(self.service, topic_name)
             sub_type = _SUB_TYPES[body.subType]
-            topic = await self.service.get_topic(str(topic_name), create=body.force_topic_creation)
+            topic = await self.service.get_topic(
+                str(topic_name), create=body.force_topic_creation and self.service.auto_creates(topic_name))
             auto_consume = body.HasField("schema") and body.schema.type == pb.Schema.AUTO_CONSUME
             if body.HasField("schema") and not auto_consume:
                 await self.service.schemas.for_consumer(topic, schema_from_proto(body.schema))

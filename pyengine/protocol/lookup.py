@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pyengine.broker.policies import TC_ASSIGN_TOPIC
 from pyengine.broker.service import BrokerService
+from pyengine.broker.topic_changes import topic_change
 from pyengine.errors import NotAllowedError, TopicNotFoundError
 from pyengine.naming import TopicName
 from pyengine.protocol.pulsar_api_pb2 import CommandGetTopicsOfNamespace
@@ -68,6 +69,35 @@ def partition_count(service: BrokerService, name: str) -> int:
     if not service.policies.namespace_exists(topic.namespace_name):
         raise TopicNotFoundError(f"namespace {topic.namespace_name} does not exist")
     return service.policies.partitions(str(topic))
+
+
+def auto_partitions(service: BrokerService, topic: TopicName) -> int:
+    """How many partitions a lookup of `topic`'s partitioned metadata creates it with now (0:
+    none): where auto topic creation makes partitioned topics and `topic` exists neither as a
+    partitioned nor as a plain topic. A partition, a segment, the system namespace's and the
+    broker's own topics are never created so."""
+    if (topic.partition_index >= 0 or topic.is_segment or topic.is_scalable
+            or topic.namespace_name == "pulsar/system" or _is_system_topic(str(topic))):
+        return 0
+    partitions = service.policies.auto_topic_creation(topic.namespace_name).partitions
+    if not partitions or service.policies.partitions(str(topic)) or service.topic_exists(str(topic)):
+        return 0
+    return partitions
+
+
+async def create_partitioned_topic(service: BrokerService, topic: TopicName, partitions: int) -> int:
+    """Auto topic creation of a partitioned topic (Pulsar's createDefaultPartitionedTopicAsync:
+    its metadata; each partition is created as its first producer or consumer attaches). In
+    the topic's turn of changes, as the admin API's creation: a producer creating the plain
+    topic, or an admin request creating or deleting it, meanwhile wins. Its partition count."""
+    name = str(topic)
+    async with topic_change(service, topic):
+        await service.load_settled(name)
+        existing = service.policies.partitions(name)
+        if existing or service.topic_exists(name):
+            return existing
+        await service.policies.create_partitioned_topic(name, partitions)
+        return partitions
 
 
 def topics_of_namespace(service: BrokerService, namespace: str, mode: int) -> list[str]:

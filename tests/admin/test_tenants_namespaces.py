@@ -48,7 +48,8 @@ async def test_namespace_lifecycle(api):
     assert (await api.get(f"{NS}/acme/orders")).body == {
         "deduplicationEnabled": True, "retention_policies": None, "schema_compatibility_strategy": "UNDEFINED",
         "is_allow_auto_update_schema": None, "schema_validation_enforced": None,
-        "delayed_delivery_policies": None, "inactive_topic_policies": None, "message_ttl_in_seconds": None,
+        "delayed_delivery_policies": None, "inactive_topic_policies": None, "autoTopicCreationOverride": None,
+        "message_ttl_in_seconds": None,
         "properties": {},
         "max_producers_per_topic": None, "max_consumers_per_topic": None, "max_consumers_per_subscription": None,
         "max_unacked_messages_per_consumer": None, "max_unacked_messages_per_subscription": None,

@@ -1,4 +1,5 @@
-"""The admin requests that create, delete or change a topic run one at a time per topic name.
+"""The requests that create, delete or change a topic run one at a time per topic name (the
+admin API's, and a lookup that creates a partitioned topic: auto topic creation).
 
 Each of them checks the stored state, then awaits its writes (a topic's load, its partitions,
 its deletion): two of them at once both passed their checks and left what neither allows. A
