@@ -34,7 +34,9 @@ async def trigger_compaction(call: Call) -> None:
     name = requested_topic(call)
     partitions = service.policies.partitions(str(name))
     if partitions:
-        topics = [await service.get_topic(p) for p in partition_names(name, partitions) if service.topic_exists(p)]
+        # (a partition being unloaded: on the one loaded again, not the closing one it drops)
+        topics = [await service.get_open_topic(p) for p in partition_names(name, partitions)
+                  if service.topic_exists(p)]
     else:
         topics = [await existing_topic(service, name)]
     running = [topic for topic in topics if topic.compaction.running]

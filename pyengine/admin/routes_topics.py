@@ -273,12 +273,13 @@ async def _copy_subscriptions_of_partition_0(service: BrokerService, name: Topic
     first = str(name.partition(0))
     if not service.topic_exists(first):
         return                              # nothing subscribed yet
-    subscriptions = [n for n, s in (await service.get_topic(first, create=False)).subscriptions.items()
+    # A partition being unloaded is waited for and loaded again: the closing one refuses.
+    subscriptions = [n for n, s in (await service.get_open_topic(first, create=False)).subscriptions.items()
                      if n != COMPACTION_SUBSCRIPTION and s.durable]
     if not subscriptions:
         return
     for index in range(1, partitions):
-        partition = await service.get_topic(str(name.partition(index)))
+        partition = await service.get_open_topic(str(name.partition(index)))
         for subscription in subscriptions:
             await partition.open_subscription(subscription, "earliest")
 
