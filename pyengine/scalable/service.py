@@ -61,6 +61,7 @@ class ScalableTopicService:
         self._session: Session | None = None
         self._session_lock = asyncio.Lock()
         self._reclaiming: asyncio.Future[None] | None = None
+        self._renewing: asyncio.Task | None = None
         self._closed = False
 
     async def start(self) -> ScalableTopicService:
@@ -108,6 +109,29 @@ class ScalableTopicService:
         for controller in self.controllers.values():
             controller.abandon(tell=True)       # its leadership is gone with the session
         self.controllers.clear()
+        if session.state == "expired" and self.web_service_url and not self._closed and self._renewing is None:
+            # The broker's registration went with the session: written again only by a new
+            # controller, a broker holding segments but none stayed "not running" for the
+            # other brokers (their operations on its segments failed) for good.
+            self._renewing = asyncio.get_running_loop().create_task(self._renew_session(),
+                                                                     name="scalable-session-renewal")
+
+    async def _renew_session(self) -> None:
+        """Open a new session (and register the broker with it), retried while the store
+        cannot be reached."""
+        delay = 0.05
+        try:
+            while not self._closed:
+                try:
+                    await self._ensure_session()
+                    return
+                except Exception as exc:
+                    log.warning("scalable topics: a new metadata session for %s failed (retried): %s",
+                                self.broker_url, exc)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, self.session_ttl)
+        finally:
+            self._renewing = None
 
     # --- controllers ------------------------------------------------------------------------
 
@@ -280,6 +304,7 @@ class ScalableTopicService:
         if self._closed:
             return
         self._closed = True
+        await self._stop_renewing()
         for controller in list(self.controllers.values()):
             try:
                 await controller.close()
@@ -295,10 +320,17 @@ class ScalableTopicService:
         if close is not None:
             await close()
 
+    async def _stop_renewing(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+            await asyncio.gather(self._renewing, return_exceptions=True)
+
     def crash(self) -> None:
         """Stop as a killed broker would (tests): controllers stop, the session is left to
         expire in the store."""
         self._closed = True
+        if self._renewing is not None:
+            self._renewing.cancel()
         for controller in self.controllers.values():
             controller.abandon()
         self.controllers.clear()
