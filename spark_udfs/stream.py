@@ -21,7 +21,8 @@ only and refused here):
   Spark's Kafka source starts a read_committed query at the last stable offset).
 * Topics matched by a pattern (`topics` a namespace or glob) that appear later are read from
   their beginning, as Spark's Kafka source reads new partitions; a topic deleted while the
-  query runs is no longer planned. A pattern may match nothing, at the start or once its
+  query runs is no longer planned, and leaves the offsets (as a deleted partition leaves
+  Kafka's). A pattern may match nothing, at the start or once its
   topics are deleted: its micro-batches are then empty (Kafka's subscribePattern).
 * `maxEntriesPerTrigger` (as Kafka's maxOffsetsPerTrigger): at most about that many entries per
   micro-batch (a batched entry holds several messages), shared among the topics in proportion
@@ -128,7 +129,12 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ReadMaxRows limit, by its share of that many entries."""
         begin, starts = _positions(start), _starts(start)
         with open_snapshot(self.options.path) as snapshot:
-            end = dict(begin)
+            # A topic no longer stored (deleted) leaves the offsets, as a deleted partition
+            # leaves Kafka's: kept, the offsets of a pattern over topics that come and go
+            # grew for good. `partitions` tells its deletion (failOnDataLoss) from the start
+            # offset; one created again later is a new topic, read from its beginning.
+            stored = set(snapshot.topic_names())
+            end = {name: position for name, position in begin.items() if name in stored}
             infos = {}
             for name in self._topics(snapshot):
                 if self._target is not None and name not in self._target:
@@ -158,7 +164,8 @@ class PyengineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with open_snapshot(self.options.path) as snapshot:
             stored = set(snapshot.topic_names())
             if self.options.fail_on_data_loss:
-                _check_no_data_lost(snapshot, stored, begin, stop)
+                # (a topic deleted before `latestOffset` is in `begin` only: see there)
+                _check_no_data_lost(snapshot, stored, begin, {**dict.fromkeys(begin), **stop})
             ranges = {name: (begin.get(name, Position.EARLIEST), position) for name, position in stop.items()
                       if name in stored and begin.get(name, Position.EARLIEST) < position}
             state = snapshot.state(sorted(ranges)) if self.options.read_committed and ranges else None
