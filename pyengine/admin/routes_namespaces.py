@@ -16,6 +16,7 @@ from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routes_backlog_quota import BACKLOG_QUOTA_MAP, _fits_retention
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
+    AUTO_SUBSCRIPTION_CREATION_OVERRIDE,
     AUTO_TOPIC_CREATION_OVERRIDE,
     BOOLEAN,
     DELAYED_DELIVERY_POLICIES,
@@ -54,6 +55,7 @@ def _policies_json(policies: NamespacePolicies) -> dict[str, Any]:
             "delayed_delivery_policies": policies.delayed_delivery,
             "inactive_topic_policies": policies.inactive_topic_policies,
             "autoTopicCreationOverride": policies.auto_topic_creation_override,
+            "autoSubscriptionCreationOverride": policies.auto_subscription_creation_override,
             "message_ttl_in_seconds": policies.message_ttl_seconds,
             # Pulsar's Policies names; null: the topic's or the broker's applies.
             "max_producers_per_topic": policies.max_producers_per_topic,
@@ -149,6 +151,7 @@ async def create_namespace(call: Call) -> None:
                                  inactive_topic_policies=_inactive_topic_policies(body.get("inactive_topic_policies")),
                                  auto_topic_creation_override=_auto_topic_creation(
                                      body.get("autoTopicCreationOverride")),
+                                 auto_subscription_creation_override=body.get("autoSubscriptionCreationOverride"),
                                  message_ttl_seconds=body.get("message_ttl_in_seconds"),
                                  backlog_quota_map=quotas or None,
                                  **{name: body.get(name) for name in _LIMIT_FIELDS}, **retention)
@@ -312,6 +315,15 @@ _namespace_policy("/autoTopicCreation", "auto_topic_creation", AUTO_TOPIC_CREATI
     "partitioned topics (created by the client's lookup of the partitioned metadata) or non-partitioned ones.",
     "Remove the namespace's override (the broker's allowAutoTopicCreation settings apply)."),
     field="auto_topic_creation_override", validate=_auto_topic_creation)
+
+
+_namespace_policy("/autoSubscriptionCreation", "auto_subscription_creation", AUTO_SUBSCRIPTION_CREATION_OVERRIDE,
+                  "AutoSubscriptionCreationOverride", (
+    "Get the namespace's override of the broker's auto subscription creation.",
+    "Override whether consumers create the durable subscriptions of the namespace's topics that do not exist (and "
+    "producers their initial subscriptions).",
+    "Remove the namespace's override (the broker's allowAutoSubscriptionCreation applies)."),
+    field="auto_subscription_creation_override")
 
 
 # --- message TTL ---------------------------------------------------------------------------------

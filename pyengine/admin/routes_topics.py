@@ -26,6 +26,7 @@ from pyengine.admin.routes_backlog_quota import _fits_retention
 from pyengine.admin.routes_namespaces import message_ttl_of
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
 from pyengine.admin.schemas import (
+    AUTO_SUBSCRIPTION_CREATION_OVERRIDE,
     BOOLEAN,
     DELAYED_DELIVERY_POLICIES,
     INACTIVE_TOPIC_POLICIES,
@@ -515,6 +516,17 @@ _topic_policy("/inactiveTopicPolicies", "inactive_topic_policies", "inactiveTopi
     "Remove the topic's inactive topic policies (the namespace's apply)."),
     lambda service, topic: service.policies.inactive_topic_policies(topic).to_json(),
     validate=lambda body: InactiveTopicPolicies.from_json(body).to_json())
+
+
+# --- topic-level auto subscription creation ----------------------------------------------------
+
+_topic_policy("/autoSubscriptionCreation", "auto_subscription_creation", "autoSubscriptionCreation",
+              AUTO_SUBSCRIPTION_CREATION_OVERRIDE, "AutoSubscriptionCreationOverride", (
+    "Get the topic's override of auto subscription creation.",
+    "Override whether consumers create the topic's durable subscriptions that do not exist (and producers their "
+    "initial subscriptions).",
+    "Remove the topic's override (the namespace's applies)."),
+    lambda service, topic: {"allowAutoSubscriptionCreation": service.policies.auto_subscription_creation(topic)})
 
 
 # --- topic-level message TTL ------------------------------------------------------------------

@@ -87,6 +87,14 @@ AUTO_TOPIC_CREATION_OVERRIDE = {
     "required": ["allowAutoTopicCreation"],
     "additionalProperties": False,
 }
+AUTO_SUBSCRIPTION_CREATION_OVERRIDE = {
+    "type": "object",
+    "description": "Pulsar's AutoSubscriptionCreationOverride: whether a consumer creates a durable subscription that "
+                   "does not exist (else SubscriptionNotFound), and a producer its initial subscription",
+    "properties": {"allowAutoSubscriptionCreation": BOOLEAN},
+    "required": ["allowAutoSubscriptionCreation"],
+    "additionalProperties": False,
+}
 NAMESPACE_POLICIES = {
     "type": "object",
     "description": "Pulsar's Policies, the fields this broker applies",
@@ -102,6 +110,7 @@ NAMESPACE_POLICIES = {
         "delayed_delivery_policies": {**DELAYED_DELIVERY_POLICIES, "nullable": True},
         "inactive_topic_policies": {**INACTIVE_TOPIC_POLICIES, "nullable": True},
         "autoTopicCreationOverride": {**AUTO_TOPIC_CREATION_OVERRIDE, "nullable": True},
+        "autoSubscriptionCreationOverride": {**AUTO_SUBSCRIPTION_CREATION_OVERRIDE, "nullable": True},
         "message_ttl_in_seconds": {"type": "integer", "nullable": True, "minimum": 0, "maximum": 2**31 - 1,
                                    "description": "message TTL in seconds (null: the broker's default; "
                                                   "0: messages do not expire)"},

@@ -59,6 +59,7 @@ from pyengine.errors import (
     InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, TopicFencedError,
     TransactionConflictError, TransactionNotFoundError, to_pulsar_error,
 )
+from pyengine.naming import TopicName
 from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
@@ -265,6 +266,7 @@ class EmbeddedClient:
             attached = await _retried_while_held(lambda: loaded.add_producer(producer_name), send_timeout_ms)
             if initial_subscription_name is not None and initial_subscription_name not in loaded.subscriptions:
                 try:
+                    lookup.check_initial_subscription(self.service, loaded)
                     await loaded.open_subscription(initial_subscription_name, "earliest")
                 except Exception as exc:
                     loaded.remove_producer(attached)
@@ -330,6 +332,8 @@ class EmbeddedClient:
                                                _OPERATION_TIMEOUT_MS)
 
         async def subscribe_on(consumer: EmbeddedConsumer, loaded: Topic) -> tuple[Subscription, Consumer]:
+            self.service.check_subscription_creation(TopicName.parse(loaded.name), subscription_name,
+                                                     loaded.subscriptions)
             broker_side = Consumer(consumer, name=consumer_name, priority=priority, sticky_ranges=sticky_ranges,
                                    allow_out_of_order_delivery=out_of_order)
             try:

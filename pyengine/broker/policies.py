@@ -70,6 +70,9 @@ class NamespacePolicies:
     inactive_topic_policies: dict[str, Any] | None = None
     # Pulsar's autoTopicCreationOverride: AutoTopicCreation JSON (None: the broker's setting).
     auto_topic_creation_override: dict[str, Any] | None = None
+    # Pulsar's autoSubscriptionCreationOverride: {"allowAutoSubscriptionCreation": B} (None: the
+    # broker's setting).
+    auto_subscription_creation_override: dict[str, Any] | None = None
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -243,6 +246,16 @@ class AutoTopicCreation:
                 "defaultNumPartitions": self.default_num_partitions}
 
 
+def auto_subscription_creation_of(data: Any) -> bool:
+    """Pulsar's AutoSubscriptionCreationOverride, `{"allowAutoSubscriptionCreation": B}`: whether
+    a consumer creates a durable subscription that does not exist (else SubscriptionNotFound)."""
+    if not isinstance(data, dict) or set(data) != {"allowAutoSubscriptionCreation"} or not isinstance(
+            data["allowAutoSubscriptionCreation"], bool):
+        raise ValueError(f'an auto subscription creation override is {{"allowAutoSubscriptionCreation": bool}}, '
+                         f'not {data!r}')
+    return data["allowAutoSubscriptionCreation"]
+
+
 MAX_MESSAGE_TTL = 2**31 - 1        # Pulsar keeps a TTL in a Java int
 
 
@@ -359,7 +372,8 @@ class BrokerPolicies:
                  connection_limits_default: ConnectionLimits | None = None,
                  backlog_quota_default: BacklogQuota | None = None,
                  inactive_topic_default: InactiveTopicPolicies | None = None,
-                 auto_topic_creation_default: AutoTopicCreation | None = None) -> None:
+                 auto_topic_creation_default: AutoTopicCreation | None = None,
+                 auto_subscription_creation_default: bool = True) -> None:
         self.env = env
         self._db = env.db("metadata")
         self.deduplication_default = deduplication_default
@@ -371,6 +385,7 @@ class BrokerPolicies:
         self.backlog_quota_default = backlog_quota_default or BacklogQuota()
         self.inactive_topic_default = inactive_topic_default or InactiveTopicPolicies()
         self.auto_topic_creation_default = auto_topic_creation_default or AutoTopicCreation()
+        self.auto_subscription_creation_default = auto_subscription_creation_default
         self.num_coordinators = num_coordinators
         self._cache: dict[str, Any] = {}
         self._writing: dict[str, asyncio.Future[Any]] = {}     # key -> its latest write, until durable
@@ -722,6 +737,14 @@ class BrokerPolicies:
                     log.warning("%s: ignoring a stored auto topic creation override that does not parse: %r",
                                 namespace, stored)
         return self.auto_topic_creation_default
+
+    def auto_subscription_creation(self, topic: str) -> bool:
+        """Whether a consumer of `topic` creates a durable subscription that does not exist: the
+        topic policy (`autoSubscriptionCreation`), else the namespace's override, else the
+        broker's allowAutoSubscriptionCreation (Pulsar's order)."""
+        return self._in_force(topic, "autoSubscriptionCreation", "auto_subscription_creation_override",
+                              auto_subscription_creation_of, self.auto_subscription_creation_default,
+                              "auto subscription creation override")
 
     def message_ttl(self, topic: str) -> int:
         """Seconds after its publish time a message of `topic` expires (0: never): the topic

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from pyengine.broker.schemas import TopicSchemas
 from pyengine.broker.subscription import wire_sub_type
 from pyengine.broker.topic import Topic
 from pyengine.broker.transactions import CoordinatorRouter, V5Transactions, default_transaction_version
-from pyengine.errors import NotAllowedError, ServiceNotReadyError, TopicNotFoundError
+from pyengine.errors import NotAllowedError, ServiceNotReadyError, SubscriptionNotFoundError, TopicNotFoundError
 from pyengine.naming import TopicName
 from pyengine.scalable.resources import ScalableTopicResources
 from pyengine.scalable.segments import LocalSegments, RoutedSegments
@@ -166,6 +166,9 @@ class BrokerConfig:
     allow_auto_topic_creation: bool = True
     allow_auto_topic_creation_type: str = "non-partitioned"
     default_num_partitions: int = 1
+    # Whether a consumer creates a durable subscription that does not exist where no topic or
+    # namespace policy says (Pulsar's allowAutoSubscriptionCreation, with its default).
+    allow_auto_subscription_creation: bool = True
 
     def inactive_topic_policies(self) -> InactiveTopicPolicies:
         """The broker's default InactiveTopicPolicies (what BrokerPolicies falls back on)."""
@@ -210,7 +213,8 @@ class BrokerConfig:
             raise ValueError("the broker's schema compatibility strategy cannot be UNDEFINED (it is the default "
                              "that namespaces fall back on)")
         for flag in ("allow_auto_update_schema", "schema_validation_enforced", "delayed_delivery_enabled",
-                     "delayed_delivery_deliver_at_time_strict", "allow_auto_topic_creation"):
+                     "delayed_delivery_deliver_at_time_strict", "allow_auto_topic_creation",
+                     "allow_auto_subscription_creation"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, not {getattr(self, flag)!r}")
         for name in ("delayed_delivery_tick_time_ms", "delayed_delivery_max_delay_ms",
@@ -267,7 +271,8 @@ class BrokerService:
                                        connection_limits_default=config.connection_limits(),
                                        backlog_quota_default=config.backlog_quota_default(),
                                        inactive_topic_default=config.inactive_topic_policies(),
-                                       auto_topic_creation_default=config.auto_topic_creation())
+                                       auto_topic_creation_default=config.auto_topic_creation(),
+                                       auto_subscription_creation_default=config.allow_auto_subscription_creation)
         self.policies.on_policy_change(self.refresh_policies)
         self.schemas = TopicSchemas(LmdbSchemaRegistry(self.env), self.policies,
                                     strategy=config.schema_compatibility_strategy,
@@ -399,6 +404,16 @@ class BrokerService:
         if 0 <= topic.partition_index < self.policies.partitions(str(topic.partitioned_topic)):
             return True
         return self.policies.auto_topic_creation(topic.namespace_name).allowed
+
+    def check_subscription_creation(self, topic: TopicName, subscription: str, existing: Container[str]) -> None:
+        """SubscriptionNotFoundError where a consumer may not create the durable `subscription`
+        of `topic`, not among the `existing` (Pulsar's allowAutoSubscriptionCreation and its
+        namespace and topic overrides; persistent:// only, as Pulsar: a segment's subscriptions
+        are made by its scalable topic's consumers as it splits)."""
+        if (subscription not in existing and topic.domain == "persistent"
+                and not self.policies.auto_subscription_creation(str(topic))):
+            raise SubscriptionNotFoundError(f"Subscription does not exist: {subscription} on {topic} (auto "
+                                            "subscription creation is not allowed)")
 
     async def load_settled(self, name: str) -> None:
         """Wait until no load of topic `name` (normalised) is under way (a producer's first

@@ -301,6 +301,8 @@ def _inactive_topic_policies(a: argparse.Namespace) -> dict[str, Any]:
 
 AUTO_CREATION_ENABLE = (("-e", "--enable"), {"action": "store_true",
                                               "help": "create topics on first use (default: refuse them)"})
+AUTO_SUBSCRIPTION_ENABLE = (("-e", "--enable"), {"action": "store_true",
+                                                  "help": "consumers create subscriptions (default: refused)"})
 AUTO_CREATION_TYPE = (("-t", "--type"), {"choices": ("non-partitioned", "partitioned"), "default": "non-partitioned",
                                          "help": "what a topic is created as (default: non-partitioned)"})
 AUTO_CREATION_PARTITIONS = (("-n", "--num-partitions"), {"type": int, "dest": "num_partitions",
@@ -409,6 +411,16 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoTopicCreation", _auto_topic_creation(a))),
     ("namespaces", "remove-auto-topic-creation", (), "remove the namespace's override (the broker's setting applies)",
      (NAMESPACE,), lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoTopicCreation", None)),
+    ("namespaces", "get-auto-subscription-creation", (),
+     "show the namespace's override of the broker's auto subscription creation", (NAMESPACE,),
+     lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoSubscriptionCreation", None)),
+    ("namespaces", "set-auto-subscription-creation", (), "let consumers create the namespace's subscriptions (-e) "
+     "or not", (NAMESPACE, AUTO_SUBSCRIPTION_ENABLE),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoSubscriptionCreation",
+                {"allowAutoSubscriptionCreation": a.enable})),
+    ("namespaces", "remove-auto-subscription-creation", (), "remove the namespace's override (the broker's setting "
+     "applies)", (NAMESPACE,),
+     lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoSubscriptionCreation", None)),
     ("namespaces", "get-message-ttl", (), "show the namespace's message TTL (seconds)", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/messageTTL", None)),
     ("namespaces", "set-message-ttl", (), "expire the namespace's messages -ttl seconds after they were published",
@@ -496,6 +508,14 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("POST", f"{_topic(a)}/delayedDelivery", _delayed_delivery(a))),
     ("topics", "remove-delayed-delivery", (), "remove the topic's delayed delivery policy", (TOPIC,),
      lambda a: ("DELETE", f"{_topic(a)}/delayedDelivery", None)),
+    ("topics", "get-auto-subscription-creation", (), "show the topic's override of auto subscription creation",
+     (TOPIC, APPLIED),
+     lambda a: ("GET", f"{_topic(a)}/autoSubscriptionCreation" + _query(applied=a.applied or None), None)),
+    ("topics", "set-auto-subscription-creation", (), "let consumers create the topic's subscriptions (-e) or not",
+     (TOPIC, AUTO_SUBSCRIPTION_ENABLE),
+     lambda a: ("POST", f"{_topic(a)}/autoSubscriptionCreation", {"allowAutoSubscriptionCreation": a.enable})),
+    ("topics", "remove-auto-subscription-creation", (), "remove the topic's override (the namespace's applies)",
+     (TOPIC,), lambda a: ("DELETE", f"{_topic(a)}/autoSubscriptionCreation", None)),
     ("topics", "get-inactive-topic-policies", (), "show the topic's inactive topic policies", (TOPIC, APPLIED),
      lambda a: ("GET", f"{_topic(a)}/inactiveTopicPolicies" + _query(applied=a.applied or None), None)),
     ("topics", "set-inactive-topic-policies", (), "delete the topic once inactive (-e) or not (-d), after how long "

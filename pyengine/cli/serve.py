@@ -156,6 +156,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--default-num-partitions", type=partition_count, default=1,
                    help="the partitions of a topic created on first use as partitioned (Pulsar's "
                         f"defaultNumPartitions: 1; at most {MAX_PARTITIONS})")
+    p.add_argument("--no-auto-subscription-creation", action="store_true",
+                   help="a consumer of a durable subscription that does not exist is refused (SubscriptionNotFound), "
+                        "and a producer's initial subscription is not created, where no topic or namespace override "
+                        "says (Pulsar's allowAutoSubscriptionCreation=false)")
     p.add_argument("--no-scalable-topics", action="store_true",
                    help="refuse scalable topics (topic://, segment://) and never run their controllers "
                         "(Pulsar's scalableTopicEnabled=false)")
@@ -355,7 +359,8 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
                         delete_inactive_topics_frequency_s=args.delete_inactive_topics_frequency_seconds,
                         allow_auto_topic_creation=not args.no_auto_topic_creation,
                         allow_auto_topic_creation_type=args.auto_topic_creation_type,
-                        default_num_partitions=args.default_num_partitions)
+                        default_num_partitions=args.default_num_partitions,
+                        allow_auto_subscription_creation=not args.no_auto_subscription_creation)
 
 
 async def run_broker(args: argparse.Namespace) -> None:

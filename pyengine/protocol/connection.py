@@ -700,11 +700,12 @@ class ServerConnection(asyncio.Protocol):
     async def _create_initial_subscription(self, topic: Any, network: NetworkProducer, name: str) -> None:
         """CommandProducer.initial_subscription_name: as Pulsar's ServerCnx.handleProducer, once
         the producer is on the topic, a durable subscription `name` is created at the earliest
-        position if the topic has none of that name (pyengine has no allowAutoSubscriptionCreation
-        policy: always allowed, Pulsar's default). If it cannot be, the producer is not created."""
+        position if the topic has none of that name, where auto subscription creation is allowed.
+        If it cannot be, the producer is not created."""
         if name in topic.subscriptions:
             return
         try:
+            lookup.check_initial_subscription(self.service, topic)
             await topic.open_subscription(name, "earliest")
         except Exception as exc:
             self.server.detach_producer(network)
@@ -921,6 +922,8 @@ class ServerConnection(asyncio.Protocol):
         initial = "earliest" if body.initialPosition == pb.CommandSubscribe.Earliest else "latest"
         read_compacted = body.read_compacted
         if body.durable:
+            self.service.check_subscription_creation(TopicName.parse(topic.name), body.subscription,
+                                                     topic.subscriptions)
             return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
                                          initial_position=initial, read_compacted=read_compacted)
         # A reader that comes back after its seek finds its (moved) subscription kept for it.

@@ -49,6 +49,7 @@ async def test_namespace_lifecycle(api):
         "deduplicationEnabled": True, "retention_policies": None, "schema_compatibility_strategy": "UNDEFINED",
         "is_allow_auto_update_schema": None, "schema_validation_enforced": None,
         "delayed_delivery_policies": None, "inactive_topic_policies": None, "autoTopicCreationOverride": None,
+        "autoSubscriptionCreationOverride": None,
         "message_ttl_in_seconds": None,
         "properties": {},
         "max_producers_per_topic": None, "max_consumers_per_topic": None, "max_consumers_per_subscription": None,

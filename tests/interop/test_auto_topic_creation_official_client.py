@@ -1,7 +1,7 @@
-"""Auto topic creation as the official `pulsar-client` meets it: refused with TopicNotFound where
-a namespace turns it off, and a missing topic made partitioned by the client's own lookup of the
-partitioned metadata where that is the namespace's type (its producer then spreads over the
-partitions and its consumer reads them all)."""
+"""Auto topic and subscription creation as the official `pulsar-client` meets them: refused
+where a namespace turns them off, and a missing topic made partitioned by the client's own
+lookup of the partitioned metadata where that is the namespace's type (its producer then spreads
+over the partitions and its consumer reads them all)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pulsar
 import pytest
 
 from pyengine.testing import ServeProcess
+from tests.interop.conftest import QUIET
 
 
 @pytest.fixture
@@ -52,3 +53,24 @@ def test_a_missing_topic_is_made_partitioned_by_the_clients_lookup(broker: Serve
     assert received == {f"m{i}".encode() for i in range(9)}
     assert broker.admin("GET", f"/admin/v2/persistent/{namespace}/spread/partitions") == {"partitions": 3}
     consumer.close()
+
+
+def test_a_missing_subscription_is_refused_where_subscription_creation_is_off(
+        broker: ServeProcess, official: pulsar.Client, namespace: str) -> None:
+    broker.admin("POST", f"/admin/v2/namespaces/{namespace}/autoSubscriptionCreation",
+                 {"allowAutoSubscriptionCreation": False})
+    topic = f"persistent://{namespace}/subscribed"
+    broker.admin("PUT", f"/admin/v2/persistent/{namespace}/subscribed")
+    # The C++ client takes SubscriptionNotFound for retryable (lib/ResultUtils.h), as against
+    # Apache's broker: it asks again until its operation timeout.
+    impatient = pulsar.Client(broker.url, logger=QUIET, operation_timeout_seconds=2)
+    try:
+        with pytest.raises(pulsar.Timeout):
+            impatient.subscribe(topic, "new-sub")
+    finally:
+        impatient.close()
+    assert "new-sub" not in broker.admin("GET", f"/admin/v2/persistent/{namespace}/subscribed/subscriptions")
+    broker.admin("PUT", f"/admin/v2/persistent/{namespace}/subscribed/subscription/made")
+    official.subscribe(topic, "made").close()
+    reader = official.create_reader(topic, pulsar.MessageId.earliest)          # not a durable subscription
+    reader.close()
