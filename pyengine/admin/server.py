@@ -29,6 +29,7 @@ from pyengine.admin import (
     metrics,
     openapi,
     routes_backlog_quota,
+    routes_brokers,
     routes_compaction,
     routes_limits,
     routes_namespaces,
@@ -97,7 +98,7 @@ async def list_clusters(call: Call) -> list[str]:
 ROUTE_TABLES = (routes_tenants.routes, routes_namespaces.routes, routes_topics.routes, routes_subscriptions.routes,
                 routes_transactions.routes, routes_transaction_keys.routes, routes_scalable.routes,
                 routes_schemas.routes, routes_compaction.routes, routes_limits.routes,
-                routes_backlog_quota.routes, lookup_routes, metrics.routes,
+                routes_backlog_quota.routes, routes_brokers.routes, lookup_routes, metrics.routes,
                 openapi.routes)
 
 

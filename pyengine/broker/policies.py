@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[-=:.\w]+$")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
 TC_ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
+HEALTH_CHECK_TOPIC = "persistent://pulsar/system/healthcheck"      # see pyengine.admin.routes_brokers
 
 
 class NotFoundError(PulsarError):

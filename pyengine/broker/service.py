@@ -708,6 +708,11 @@ class BrokerService:
         """Closing or closed: no topic is loaded any more."""
         return self._closed
 
+    @property
+    def serving(self) -> bool:
+        """Started, and not closing."""
+        return self._started and not self._closed
+
     async def close(self) -> None:
         if self._closed:
             return

@@ -347,6 +347,13 @@ SCALABLE_V2 = V2 + "/scalable"
 SEGMENTS_V2 = V2 + "/segments"
 
 COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
+    ("brokers", "healthcheck", (), "run a health check: a message sent on the broker's heartbeat topic comes back "
+     "(ok)", (), lambda a: ("GET", f"{V2}/brokers/health", None)),
+    ("brokers", "ready", (), "whether the broker has started and serves (ok)", (),
+     lambda a: ("GET", f"{V2}/brokers/ready", None)),
+    ("brokers", "list", (), "list the active brokers of a cluster", ((("cluster",), {"help": "cluster name"}),),
+     lambda a: ("GET", f"{V2}/brokers/{urllib.parse.quote(a.cluster, safe='')}", None)),
+    ("brokers", "version", (), "show the broker's version", (), lambda a: ("GET", f"{V2}/brokers/version", None)),
     ("tenants", "list", (), "list the tenants", (), lambda a: ("GET", f"{V2}/tenants", None)),
     ("tenants", "get", (), "show a tenant", ((("tenant",), {}),),
      lambda a: ("GET", f"{V2}/tenants/{_quote(a.tenant)}", None)),
@@ -686,14 +693,20 @@ REPLY_CHECKS: dict[tuple[str, str], Callable[[argparse.Namespace, Any, Callable[
 
 # --- HTTP -----------------------------------------------------------------------------------
 
+class PlainText(str):
+    """A text/plain reply (a health check's `ok`): printed as it is, not as JSON."""
+
+
 def call(url: str, method: str, path: str, body: Any = None) -> Any:
-    """One admin call: the reply's JSON (None for an empty reply), or AdminCallError."""
+    """One admin call: the reply's JSON (None for an empty reply; PlainText for a text/plain
+    one), or AdminCallError."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
                                      headers={"Content-Type": "application/json", "Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
             raw = reply.read()
+            plain = reply.headers.get_content_type() == "text/plain"
     except urllib.error.HTTPError as exc:
         raise AdminCallError(f"HTTP {exc.code}: {_reason(_error_body(exc)) or exc.reason}") from None
     except http.client.IncompleteRead as exc:
@@ -707,6 +720,8 @@ def call(url: str, method: str, path: str, body: Any = None) -> Any:
         raise AdminCallError(f"cannot reach the admin API at {url}: {reason}") from None
     if not raw.strip():
         return None
+    if plain:
+        return PlainText(raw.decode(errors="replace"))
     try:
         return json.loads(raw)
     except ValueError:
@@ -761,6 +776,8 @@ def run(args: argparse.Namespace) -> int:
     except AdminCallError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if reply is not None:
+    if isinstance(reply, PlainText):
+        print(reply)
+    elif reply is not None:
         print(json.dumps(reply, indent=2, sort_keys=True))
     return 0

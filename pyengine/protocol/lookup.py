@@ -7,7 +7,7 @@ against a lookup (it would wait for its timeout).
 
 from __future__ import annotations
 
-from pyengine.broker.policies import TC_ASSIGN_TOPIC
+from pyengine.broker.policies import HEALTH_CHECK_TOPIC, TC_ASSIGN_TOPIC
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
 from pyengine.broker.topic_changes import topic_change
@@ -128,7 +128,8 @@ def topics_of_namespace(service: BrokerService, namespace: str, mode: int) -> li
 
 def _is_system_topic(name: str) -> bool:
     base = TopicName.parse(name).partitioned_topic
-    return base.local_name in _EVENTS_TOPIC_NAMES or is_transaction_internal(base)
+    return (base.local_name in _EVENTS_TOPIC_NAMES or is_transaction_internal(base)
+            or str(base) == HEALTH_CHECK_TOPIC)         # Pulsar's heartbeat topics are system topics
 
 
 def is_transaction_internal(topic: TopicName) -> bool:
