@@ -171,6 +171,18 @@ class ManagedCursor:
         bitmap = self._acked.get(position.ledger_id)
         return bitmap is not None and position.entry_id in bitmap
 
+    def acked_between(self, after: Position, upto: Position) -> int:
+        """How many entries in (after, upto] are acknowledged individually (beyond the
+        mark-delete position)."""
+        count = 0
+        for ledger_id, bitmap in self._acked.items():
+            if after.ledger_id <= ledger_id <= upto.ledger_id:
+                first = after.entry_id + 1 if ledger_id == after.ledger_id else 0
+                end = upto.entry_id + 1 if ledger_id == upto.ledger_id else _MAX_ENTRY_ID + 1
+                if first < end:
+                    count += bitmap.range_cardinality(max(first, 0), end)
+        return count
+
     def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
         """The entries acknowledged after the mark-delete position, as Pulsar's
         individuallyDeletedMessages: open-closed ranges (before the first, the last], in order."""

@@ -859,6 +859,28 @@ class ManagedLedger:
             count += max(0, last - first + 1)
         return count
 
+    def position_after(self, after: Position, count: int) -> Position | None:
+        """The `count`-th entry (1-based) after `after`, up to the LAC; None when fewer entries
+        follow. Counted over the ledgers' spans (as Pulsar's getPositionAfterN), reading none."""
+        if count <= 0:
+            raise ValueError(f"count must be > 0, not {count}")
+        lac = self.lac
+        for ledger_id, info in self.ledgers.items():
+            if ledger_id < after.ledger_id or ledger_id > lac.ledger_id or info.last_entry_id < 0:
+                continue
+            first = after.entry_id + 1 if ledger_id == after.ledger_id else 0
+            last = min(info.last_entry_id, lac.entry_id) if ledger_id == lac.ledger_id else info.last_entry_id
+            floor = self._floor                 # (before it: deleted, maybe not removed yet)
+            if floor is not None and ledger_id <= floor.ledger_id:
+                first = max(first, floor.entry_id) if ledger_id == floor.ledger_id else last + 1
+            available = last - first + 1
+            if available <= 0:
+                continue
+            if count <= available:
+                return Position(ledger_id, first + count - 1)
+            count -= available
+        return None
+
     @property
     def number_of_entries(self) -> int:
         return self.entries_between(Position(-1, -1), self.lac)
