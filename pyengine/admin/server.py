@@ -32,6 +32,7 @@ from pyengine.admin import (
     routes_brokers,
     routes_compaction,
     routes_limits,
+    routes_messages,
     routes_namespaces,
     routes_scalable,
     routes_schemas,
@@ -96,8 +97,8 @@ async def list_clusters(call: Call) -> list[str]:
 
 
 ROUTE_TABLES = (routes_tenants.routes, routes_namespaces.routes, routes_topics.routes, routes_subscriptions.routes,
-                routes_transactions.routes, routes_transaction_keys.routes, routes_scalable.routes,
-                routes_schemas.routes, routes_compaction.routes, routes_limits.routes,
+                routes_messages.routes, routes_transactions.routes, routes_transaction_keys.routes,
+                routes_scalable.routes, routes_schemas.routes, routes_compaction.routes, routes_limits.routes,
                 routes_backlog_quota.routes, routes_brokers.routes, lookup_routes, metrics.routes,
                 openapi.routes)
 

@@ -24,6 +24,7 @@ class Reply:
     status: int
     body: Any          # decoded JSON, the text when it is not JSON, None when empty
     headers: Any
+    data: bytes = b""  # the body as received (a binary one is not text)
 
 
 class Api:
@@ -37,12 +38,13 @@ class Api:
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
         async with self.session.request(method, self.url + path, data=data,
                                         headers={"Content-Type": "application/json"}) as reply:
-            text = await reply.text()
+            data = await reply.read()
             try:
+                text = data.decode("utf-8")
                 decoded = json.loads(text) if text else None
-            except ValueError:
-                decoded = text
-            return Reply(reply.status, decoded, reply.headers)
+            except ValueError:          # (UnicodeDecodeError included: a binary body)
+                decoded = data.decode("utf-8", "replace")
+            return Reply(reply.status, decoded, reply.headers, data)
 
     async def get(self, path: str) -> Reply:
         return await self.call("GET", path)
