@@ -7,6 +7,7 @@
     pyengine admin topics stats persistent://public/default/t-partition-0
     pyengine admin topics create-subscription persistent://public/default/t-partition-0 -s my-sub
     pyengine admin topics skip persistent://public/default/t-partition-0 -s my-sub -n 10
+    pyengine admin topics peek-messages persistent://public/default/t-partition-0 -s my-sub -n 5
     pyengine admin topics compact persistent://public/default/t
     pyengine admin topics compaction-status persistent://public/default/t-partition-0 -w
     pyengine admin transactions coordinator-stats
@@ -18,13 +19,16 @@
     pyengine admin scalable split-segment topic://public/default/orders 0
     pyengine admin segments terminate segment://public/default/orders/0000-3fff-0
 
-A reply with a body is printed as JSON; a failure prints the server's reason to stderr and
+A reply with a body is printed as JSON (messages as objects: id, times, key, properties, and the
+payload as text, or payloadBase64 when it is not UTF-8); a failure prints the server's reason to stderr and
 exits with 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime
 import http.client
 import json
 import os
@@ -37,8 +41,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from core_ext.batch import split_batch
 from pyengine.errors import InvalidTopicNameError
 from pyengine.naming import TopicName
+from pyengine.protocol.pulsar_api_pb2 import SingleMessageMetadata
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 60.0
@@ -671,6 +677,143 @@ def _reset_cursor(a: argparse.Namespace) -> Request:
     return "POST", f"{_sub(a)}/resetcursor", a.messageId
 
 
+# --- messages (peek-messages, examine-message, get-message-by-id) ---------------------------
+# The broker answers one entry at a time, its payload as the body and its metadata in headers;
+# as Pulsar's admin client, this side splits a batch into its messages and, for peek-messages,
+# drops server markers (unless --show-server-marker) and, READ_COMMITTED, the messages of
+# aborted transactions and those past the read horizon (an open transaction's).
+
+PROPERTY_PREFIX = "x-pulsar-property-"
+TXN_ABORTED = "X-Pulsar-txn-aborted"
+TXN_UNCOMMITTED = "X-Pulsar-txn-uncommitted"
+BATCH_HEADERS = ("X-Pulsar-num-batch-message", "X-Pulsar-batch-size")
+ISOLATION_LEVELS = ("READ_COMMITTED", "READ_UNCOMMITTED")
+NO_MORE_MESSAGES = "Message not found"          # the broker's 404 past the last entry
+
+
+def _epoch_ms(text: str | None) -> int:
+    """Milliseconds since the epoch of an X-Pulsar-...-time header (ISO 8601 with an offset)."""
+    if not text:
+        return 0
+    try:
+        return round(datetime.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise AdminCallError(f"the broker sent a time that is not ISO 8601: {text[:40]!r}") from None
+
+
+def _payload(data: bytes) -> dict[str, str]:
+    try:
+        return {"payload": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"payloadBase64": base64.b64encode(data).decode("ascii")}
+
+
+def entry_messages(headers: http.client.HTTPMessage, body: bytes, *, show_server_marker: bool = True,
+                   isolation: str = "READ_UNCOMMITTED") -> list[dict[str, Any]]:
+    """The messages of one entry answered by the broker, as Pulsar's admin client reads them
+    (getMessagesFromHttpResponse): none for a marker not shown or, READ_COMMITTED, for an
+    aborted or uncommitted transaction's entry; a batch split unless encrypted."""
+    marker = headers.get("X-Pulsar-marker-type")
+    if marker is not None and not show_server_marker:
+        return []
+    properties: dict[str, str] = {}
+    for flag in (TXN_ABORTED, TXN_UNCOMMITTED):
+        if (headers.get(flag) or "").lower() == "true":
+            if isolation == "READ_COMMITTED":
+                return []
+            properties[flag] = "true"
+    properties.update({name: headers[name] for name in BATCH_HEADERS if headers.get(name) is not None})
+    properties.update({name[len(PROPERTY_PREFIX):]: value for name, value in headers.items()
+                       if name.lower().startswith(PROPERTY_PREFIX)})
+    message_id = headers.get("X-Pulsar-Message-ID", "")
+    common: dict[str, Any] = {"publishTime": _epoch_ms(headers.get("X-Pulsar-publish-time")),
+                              "eventTime": _epoch_ms(headers.get("X-Pulsar-event-time")),
+                              "producerName": headers.get("X-Pulsar-producer-name"),
+                              "sequenceId": int(headers.get("X-Pulsar-sequence-id") or 0)}
+    if headers.get("X-Pulsar-partition-key") is not None:
+        common["key"] = headers["X-Pulsar-partition-key"]
+    if marker is not None:
+        common["markerType"] = int(marker)
+    encrypted = (headers.get("X-Pulsar-Is-Encrypted") or "").lower() == "true"
+    batch_size = headers.get("X-Pulsar-num-batch-message")
+    if encrypted or batch_size is None:
+        return [{"messageId": message_id, **common, "properties": properties, **_payload(body)}]
+    try:
+        singles = split_batch(body, int(batch_size))
+    except ValueError as exc:
+        raise AdminCallError(f"entry {message_id}: the batch does not split: {exc}") from None
+    messages = []
+    for index, (raw_metadata, payload) in enumerate(singles):
+        single = SingleMessageMetadata.FromString(raw_metadata)
+        own = {**properties, **{kv.key: kv.value for kv in single.properties}}
+        message = {"messageId": f"{message_id}:{index}", **common, "properties": own, **_payload(payload)}
+        if single.HasField("partition_key"):
+            message["key"] = single.partition_key
+        if single.HasField("event_time"):
+            message["eventTime"] = single.event_time
+        messages.append(message)
+    return messages
+
+
+def _peek_messages(a: argparse.Namespace) -> list[dict[str, Any]]:
+    """pulsar-admin's peek-messages: the 1st, 2nd... entry after the mark-delete position until
+    --count messages are found or there are no more (404), filtered as Pulsar's client does."""
+    if a.count < 1:
+        raise AdminCallError(f"--count must be at least 1, not {a.count}")
+    messages: list[dict[str, Any]] = []
+    nth = 1
+    while len(messages) < a.count:
+        try:
+            headers, body = exchange(a.url, "GET", f"{_sub(a)}/position/{nth}")
+        except AdminHttpError as exc:
+            if exc.status == 404 and exc.reason == NO_MORE_MESSAGES:     # (not a topic or subscription)
+                break                                                   # what was found so far
+            raise
+        messages.extend(entry_messages(headers, body, show_server_marker=a.show_server_marker,
+                                       isolation=a.transaction_isolation_level))
+        nth += 1
+    return messages[:a.count]
+
+
+def _one_message(a: argparse.Namespace, path: str) -> dict[str, Any] | None:
+    """The first message of the entry at `path`, as pulsar-admin's examine-message and
+    get-message-by-id print it (nothing filtered)."""
+    messages = entry_messages(*exchange(a.url, "GET", path))
+    return messages[0] if messages else None
+
+
+def _examine_message(a: argparse.Namespace) -> dict[str, Any] | None:
+    query = _query(initialPosition=a.initialPosition, messagePosition=a.messagePosition)
+    return _one_message(a, f"{_topic(a)}/examinemessage{query}")
+
+
+def _message_by_id(a: argparse.Namespace) -> dict[str, Any] | None:
+    return _one_message(a, f"{_topic(a)}/ledger/{a.ledgerId}/entry/{a.entryId}")
+
+
+# Commands that make their own calls: (group, name, aliases, help, arguments, runner).
+MESSAGE_COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Callable[[argparse.Namespace], Any]]] = [
+    ("topics", "peek-messages", (), "show the next -n messages of a subscription (a partition's, not a partitioned "
+     "topic's), as JSON: markers and uncommitted or aborted transactions' messages left out unless asked",
+     (TOPIC, SUBSCRIPTION, (("-n", "--count"), {"type": int, "default": 1, "help": "number of messages (default 1)"}),
+      (("-ssm", "--show-server-marker"), {"action": "store_true", "help": "also the transactions' markers"}),
+      (("-til", "--transaction-isolation-level"),
+       {"choices": ISOLATION_LEVELS, "default": "READ_COMMITTED",
+        "help": "READ_COMMITTED (default): committed messages only; READ_UNCOMMITTED: also those of open and "
+                "aborted transactions"})),
+     _peek_messages),
+    ("topics", "examine-message", (), "show the -m-th message from the latest (default) or the earliest",
+     (TOPIC, (("-i", "--initialPosition"), {"choices": ("latest", "earliest"), "default": "latest",
+                                            "help": "count from the latest (default) or the earliest message"}),
+      (("-m", "--messagePosition"), {"type": int, "default": 1, "help": "the position (default 1)"})),
+     _examine_message),
+    ("topics", "get-message-by-id", (), "show the message of a ledger id and entry id",
+     (TOPIC, (("-l", "--ledgerId"), {"type": int, "required": True, "help": "ledger id"}),
+      (("-e", "--entryId"), {"type": int, "required": True, "help": "entry id"})),
+     _message_by_id),
+]
+
+
 COMPACTION_POLL_S = 1.0            # pulsar-admin's compaction-status --wait-complete polls each second
 
 
@@ -700,15 +843,39 @@ class PlainText(str):
 def call(url: str, method: str, path: str, body: Any = None) -> Any:
     """One admin call: the reply's JSON (None for an empty reply; PlainText for a text/plain
     one), or AdminCallError."""
+    headers, raw = exchange(url, method, path, body)
+    if not raw.strip():
+        return None
+    if headers.get_content_type() == "text/plain":
+        return PlainText(raw.decode(errors="replace"))
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise AdminCallError(f"{url} did not answer as the admin API does (the reply is not JSON: "
+                             f"{raw[:80].decode(errors='replace')!r})") from None
+
+
+class AdminHttpError(AdminCallError):
+    """The server answered with an error status."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"HTTP {status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+def exchange(url: str, method: str, path: str, body: Any = None) -> tuple[http.client.HTTPMessage, bytes]:
+    """One admin call: the reply's headers and body, or AdminCallError (AdminHttpError for an
+    error status)."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Accept": "application/json, application/octet-stream"})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
-            raw = reply.read()
-            plain = reply.headers.get_content_type() == "text/plain"
+            return reply.headers, reply.read()
     except urllib.error.HTTPError as exc:
-        raise AdminCallError(f"HTTP {exc.code}: {_reason(_error_body(exc)) or exc.reason}") from None
+        raise AdminHttpError(exc.code, _reason(_error_body(exc)) or exc.reason) from None
     except http.client.IncompleteRead as exc:
         raise AdminCallError(f"the reply of the admin API at {url} was cut short "
                              f"({len(exc.partial)} bytes, {exc.expected} more expected)") from None
@@ -718,15 +885,6 @@ def call(url: str, method: str, path: str, body: Any = None) -> Any:
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         raise AdminCallError(f"cannot reach the admin API at {url}: {reason}") from None
-    if not raw.strip():
-        return None
-    if plain:
-        return PlainText(raw.decode(errors="replace"))
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise AdminCallError(f"{url} did not answer as the admin API does (the reply is not JSON: "
-                             f"{raw[:80].decode(errors='replace')!r})") from None
 
 
 def _error_body(exc: urllib.error.HTTPError) -> bytes:
@@ -764,15 +922,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         for flags, options in arguments:
             command.add_argument(*flags, **options)
         command.set_defaults(admin_request=builder, admin_reply=REPLY_CHECKS.get((group, name)))
+    for group, name, aliases, help_text, arguments, runner in MESSAGE_COMMANDS:
+        command = group_parsers[group].add_parser(name, aliases=list(aliases), help=help_text)
+        for flags, options in arguments:
+            command.add_argument(*flags, **options)
+        command.set_defaults(admin_run=runner)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        method, path, body = args.admin_request(args)
-        reply = call(args.url, method, path, body)
-        check = getattr(args, "admin_reply", None)
-        if check is not None:
-            reply = check(args, reply, lambda: call(args.url, method, path, body))
+        if getattr(args, "admin_run", None) is not None:
+            reply = args.admin_run(args)
+        else:
+            method, path, body = args.admin_request(args)
+            reply = call(args.url, method, path, body)
+            check = getattr(args, "admin_reply", None)
+            if check is not None:
+                reply = check(args, reply, lambda: call(args.url, method, path, body))
     except AdminCallError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

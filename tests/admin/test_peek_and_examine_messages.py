@@ -1,5 +1,6 @@
 """Reading stored messages through the admin API (Pulsar's peekNthMessage, examineMessage and
-getMessageById): the payload as the body, the metadata in X-Pulsar-* headers as Pulsar names and formats them,
+getMessageById) and `pyengine admin topics peek-messages | examine-message | get-message-by-id`:
+the payload as the body, the metadata in X-Pulsar-* headers as Pulsar names and formats them,
 transactions' states flagged for the client to filter."""
 
 from __future__ import annotations
@@ -206,3 +207,53 @@ async def test_property_values_that_http_cannot_carry_are_escaped(api, client):
     assert reply.headers["X-Pulsar-PROPERTY-line"] == "a%0D%0AInjected: 1"
     assert reply.headers["X-Pulsar-PROPERTY-k%20y"] == "100%25"
     assert "Injected" not in reply.headers
+
+
+# --- the command line -------------------------------------------------------------------------
+
+async def test_cli_peek_messages_filters_as_pulsar_admin(api, client, service, admin):
+    producer = await _setup(api, client)
+    await _publish_batch(service, producer, [(b"b0", "k0", {"p": "0"}), (b"b1", "k1", {})], compressed=True)
+    aborted = await client.new_transaction()
+    await producer.send(b"aborted", txn=aborted)
+    await aborted.abort()
+    await producer.send(b"plain", properties={"a": "1"})
+    still_open = await client.new_transaction()
+    await producer.send(b"open", txn=still_open)
+
+    status, out, err = await admin("topics", "peek-messages", TOPIC, "-s", "s", "-n", "10")
+    assert status == 0, err
+    assert [m["payload"] for m in out] == ["b0", "b1", "plain"]
+    first = out[0]
+    assert first["messageId"].endswith(":0") and out[1]["messageId"].endswith(":1")
+    assert (first["key"], first["properties"]["p"], first["publishTime"]) == ("k0", "0", PUBLISH_MS)
+    assert first["properties"]["X-Pulsar-num-batch-message"] == "2"
+    assert out[2]["properties"] == {"a": "1"} and out[2]["producerName"] == "p1"
+
+    status, out, _ = await admin("topics", "peek-messages", TOPIC, "-s", "s", "-n", "10", "--show-server-marker",
+                                 "--transaction-isolation-level", "READ_UNCOMMITTED")
+    assert [m["payload"] for m in out] == ["b0", "b1", "aborted", "", "plain", "open"]
+    assert out[2]["properties"]["X-Pulsar-txn-aborted"] == "true" and out[3]["markerType"] == 22
+    assert out[5]["properties"]["X-Pulsar-txn-uncommitted"] == "true"
+
+    status, out, _ = await admin("topics", "peek-messages", TOPIC, "-s", "s", "-n", "2")
+    assert [m["payload"] for m in out] == ["b0", "b1"]
+
+    status, out, err = await admin("topics", "peek-messages", TOPIC, "-s", "nope")
+    assert status == 1 and "Subscription not found" in err
+
+
+async def test_cli_examine_message_and_get_message_by_id(api, client, admin):
+    producer = await _setup(api, client)
+    first = await producer.send(b"first", key="k")
+    await producer.send(bytes([0xff, 0x00]))
+    status, out, err = await admin("topics", "examine-message", TOPIC, "-i", "earliest", "-m", "1")
+    assert status == 0, err
+    assert (out["payload"], out["key"], out["messageId"]) == ("first", "k", f"{first.ledger_id}:{first.entry_id}")
+    status, out, _ = await admin("topics", "examine-message", TOPIC)
+    assert out["payloadBase64"] == "/wA="
+    status, out, _ = await admin("topics", "get-message-by-id", TOPIC, "-l", str(first.ledger_id),
+                                 "-e", str(first.entry_id))
+    assert out["payload"] == "first"
+    status, out, err = await admin("topics", "get-message-by-id", TOPIC, "-l", str(first.ledger_id), "-e", "99")
+    assert status == 1 and "Message id not found" in err
