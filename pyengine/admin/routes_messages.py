@@ -116,6 +116,33 @@ async def get_message_by_id(call: Call) -> web.Response:
     return entry_reply(topic, _read(topic, Position(call["ledgerId"], call["entryId"]), "Message id not found"))
 
 
+MESSAGE_ID_REPLY = {"type": "object", "description": "Pulsar's MessageIdImpl",
+                    "properties": {"ledgerId": {"type": "integer"}, "entryId": {"type": "integer"},
+                                   "partitionIndex": {"type": "integer"}},
+                    "required": ["ledgerId", "entryId", "partitionIndex"]}
+
+
+PUBLISHED_AT = Param("timestamp", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                     "publish time (ms since the epoch)", "path", required=True)
+
+
+@routes.add("GET", TOPIC_URL + "/messageid/{timestamp}",
+            summary="The id of the first message published at or after a time (ms since the epoch).",
+            params=(*TOPIC_PATH, PUBLISHED_AT), replies={200: Reply("MessageId", MESSAGE_ID_REPLY),
+                                                      **errors(400, 404, 405, 412)})
+async def get_message_id_by_timestamp(call: Call) -> dict[str, int]:
+    name = requested_topic(call)
+    if call.service.policies.partitions(str(name)):
+        raise AdminError(METHOD_NOT_ALLOWED, "Get message ID by timestamp on a partitioned topic is not allowed, "
+                                             "please try do it on specific topic partition")
+    (topic,) = await topics_of(call)
+    ledger = topic.ledger
+    position = ledger.find_by_publish_time(call["timestamp"])
+    if position > ledger.lac:               # nothing published then or since (Pulsar's null)
+        raise AdminError(NOT_FOUND, "Message ID not found")
+    return {"ledgerId": position.ledger_id, "entryId": position.entry_id, "partitionIndex": name.partition_index}
+
+
 def _read(topic: Topic, position: Position, missing: str) -> Entry:
     entry = topic.ledger.read_entry(position) if position.entry_id >= 0 else None
     if entry is None:

@@ -352,6 +352,21 @@ TXN_KEYS = V2 + "/transactions/transaction-keys"
 SCALABLE_V2 = V2 + "/scalable"
 SEGMENTS_V2 = V2 + "/segments"
 
+def publish_time_ms(text: str) -> int:
+    """A time as pulsar-admin's get-message-id takes it (ISO 8601; ours also takes ms since
+    the epoch), in ms since the epoch."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time nor ms since the epoch: {text!r}") from None
+    ms = round(moment.astimezone().timestamp() * 1000)        # without an offset: local time, as Pulsar
+    if ms < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is before the epoch")
+    return ms
+
+
 COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
     ("brokers", "healthcheck", (), "run a health check: a message sent on the broker's heartbeat topic comes back "
      "(ok)", (), lambda a: ("GET", f"{V2}/brokers/health", None)),
@@ -485,6 +500,11 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      (TOPIC, SUBSCRIPTION, (("-t", "--time"), {"type": duration_ms, "help": "this long ago: 30s, 10m, 3h, 2d"}),
       (("-m", "--messageId"), {"type": message_id, "help": "earliest, latest or ledgerId:entryId"})),
      lambda a: _reset_cursor(a)),
+    ("topics", "get-message-id", (), "show the id of the first message published at or after a time",
+     (TOPIC, (("-d", "--datetime"), {"type": publish_time_ms, "required": True, "dest": "datetime",
+                                     "help": "ISO 8601 (2026-11-29T10:00:00Z; without an offset: local time) "
+                                             "or ms since the epoch"})),
+     lambda a: ("GET", f"{_topic(a)}/messageid/{a.datetime}", None)),
     ("topics", "clear-backlog", ("skip-all",), "skip every message on a subscription", (TOPIC, SUBSCRIPTION),
      lambda a: ("POST", f"{_sub(a)}/skip_all", None)),
     ("topics", "skip", (), "skip the next -n messages of a subscription (not on a partitioned topic)",
