@@ -11,7 +11,7 @@ from typing import Any
 
 from pyengine.admin.errors import METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, PRECONDITION_FAILED, AdminError
 from pyengine.broker.topic_changes import namespace_settled
-from pyengine.admin.names import namespace_name, tenant_name, without_system_topics
+from pyengine.admin.names import SUBSCRIPTION_SCHEMA, namespace_name, subscription_name, tenant_name, without_system_topics
 from pyengine.admin.policy_routes import add_policy_routes
 from pyengine.admin.routes_backlog_quota import BACKLOG_QUOTA_MAP, _fits_retention
 from pyengine.admin.routing import Call, Param, Reply, RouteTable
@@ -35,6 +35,9 @@ from pyengine.admin.schemas import (
 )
 from pyengine.broker.policies import (AutoTopicCreation, BacklogQuota, DelayedDelivery, InactiveTopicPolicies,
                                      NamespacePolicies, Retention, check_message_ttl)
+from pyengine.broker.compaction import COMPACTION_SUBSCRIPTION
+from pyengine.broker.subscription import Subscription
+from pyengine.errors import NotAllowedError, SubscriptionNotFoundError, TopicNotFoundError
 from pyengine.scalable.resources import ScalableTopicResources
 from pyengine.schema import CompatibilityStrategy
 
@@ -223,6 +226,65 @@ async def unload_namespace(call: Call) -> None:
     namespace = _namespace(call)
     call.service.policies.policies(namespace)          # 404 for an unknown namespace
     await call.service.unload_namespace(namespace)
+
+
+NAMESPACE_SUBSCRIPTION = Param("subscription", SUBSCRIPTION_SCHEMA, "subscription name (URL-encoded)", "path",
+                               required=True)
+CLEAR_FORCE = Param("force", BOOLEAN, "accepted for pulsar-admin's sake (its confirmation prompt): no effect",
+                    default=False)
+
+
+async def _subscriptions_of_namespace(call: Call, name: str | None) -> list[Subscription]:
+    """The durable subscriptions (all, or those named `name`) of every stored topic of the
+    namespace, partitions included, loading the topics (Pulsar's walk the namespace's bundles'
+    topics: ours has no bundles, and a topic not loaded is a topic all the same). The topics'
+    compaction subscriptions are the broker's own: left alone."""
+    namespace = _namespace(call)
+    service = call.service
+    service.policies.policies(namespace)          # 404 for an unknown namespace
+    found = []
+    for topic_name in without_system_topics(service.list_topics(namespace), False):     # not the broker's own
+        try:
+            topic = await service.get_open_topic(topic_name, create=False)
+        except TopicNotFoundError:
+            continue                              # deleted meanwhile
+        found += [subscription for subscription_name, subscription in topic.subscriptions.items()
+                  if subscription_name != COMPACTION_SUBSCRIPTION and name in (None, subscription_name)]
+    return found
+
+
+@routes.add("POST", NAMESPACE_PATH + "/clearBacklog",
+            summary="Clear the backlog of every subscription of the namespace's topics (up to each topic's read "
+                    "horizon: an open transaction's messages are still delivered if it commits).",
+            params=(TENANT, NAMESPACE, CLEAR_FORCE), replies={204: DONE, **errors(404, 412)})
+async def clear_namespace_backlog(call: Call) -> None:
+    for subscription in await _subscriptions_of_namespace(call, None):
+        await subscription.clear_backlog()
+
+
+@routes.add("POST", NAMESPACE_PATH + "/clearBacklog/{subscription}",
+            summary="Clear the backlog of one subscription on every topic of the namespace that has it.",
+            params=(TENANT, NAMESPACE, NAMESPACE_SUBSCRIPTION, CLEAR_FORCE), replies={204: DONE, **errors(404, 412)})
+async def clear_namespace_subscription_backlog(call: Call) -> None:
+    for subscription in await _subscriptions_of_namespace(call, subscription_name(call["subscription"])):
+        await subscription.clear_backlog()
+
+
+@routes.add("POST", NAMESPACE_PATH + "/unsubscribe/{subscription}",
+            summary="Delete a subscription from every topic of the namespace that has it (412 if one of them has "
+                    "connected consumers: the others are deleted).",
+            params=(TENANT, NAMESPACE, NAMESPACE_SUBSCRIPTION), replies={204: DONE, **errors(404, 412)})
+async def unsubscribe_namespace(call: Call) -> None:
+    busy = []
+    for subscription in await _subscriptions_of_namespace(call, subscription_name(call["subscription"])):
+        try:
+            await subscription.topic.unsubscribe(subscription.name)
+        except NotAllowedError:
+            busy.append(subscription.topic.name)
+        except SubscriptionNotFoundError:
+            pass                                  # deleted meanwhile
+    if busy:
+        raise AdminError(PRECONDITION_FAILED, f"Subscription has active connected consumers on {', '.join(busy)}")
 
 
 async def _change_policies(call: Call, **changes: Any) -> None:

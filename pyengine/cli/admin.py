@@ -449,6 +449,16 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
     ("namespaces", "remove-auto-subscription-creation", (), "remove the namespace's override (the broker's setting "
      "applies)", (NAMESPACE,),
      lambda a: ("DELETE", f"{V2}/namespaces/{namespace_path(a.namespace)}/autoSubscriptionCreation", None)),
+    ("namespaces", "clear-backlog", (), "clear the backlog of every subscription (or of -s) on every topic of the "
+     "namespace", (NAMESPACE, (("-s", "--sub"), {"dest": "subscription", "help": "only this subscription"}),
+                   (("-force", "--force"), {"action": "store_true", "help": "accepted as pulsar-admin's (no prompt "
+                                                                             "here)"})),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/clearBacklog"
+                + (f"/{urllib.parse.quote(a.subscription, safe='')}" if a.subscription is not None else ""), None)),
+    ("namespaces", "unsubscribe", (), "delete a subscription from every topic of the namespace",
+     (NAMESPACE, (("-s", "--sub"), {"dest": "subscription", "required": True, "help": "subscription name"})),
+     lambda a: ("POST", f"{V2}/namespaces/{namespace_path(a.namespace)}/unsubscribe/"
+                f"{urllib.parse.quote(a.subscription, safe='')}", None)),
     ("namespaces", "get-message-ttl", (), "show the namespace's message TTL (seconds)", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/namespaces/{namespace_path(a.namespace)}/messageTTL", None)),
     ("namespaces", "set-message-ttl", (), "expire the namespace's messages -ttl seconds after they were published",
