@@ -197,6 +197,18 @@ def identity_form(data: bytes) -> avro.schema.Schema | None:
         return None
 
 
+def identity_key(data: bytes) -> Any:
+    """A plain value of `identity_form(data)`, equal to another's exactly when the two forms
+    are `==` (Avro compares records, arrays and maps by their JSON, primitives, enums and fixed
+    by their properties), to keep and compare without parsing again. None if not Avro."""
+    form = identity_form(data)
+    if form is None:
+        return None
+    if isinstance(form, avro.schema.EqualByPropsMixin):
+        return ("props", form.props)
+    return ("json", json.loads(str(form)))
+
+
 # The types of a Jackson JsonSchema (JsonFormatTypes): an old-format JSON schema is one of
 # them; an Avro definition that is not valid (a record named "1bad") is not.
 _JSON_SCHEMA_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null", "any"})

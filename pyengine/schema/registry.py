@@ -9,6 +9,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyengine.schema import (
@@ -41,11 +42,23 @@ def _from_json(record: dict[str, Any]) -> StoredSchema:
     return StoredSchema(record["version"], schema, record["timestamp"], record["deleted"])
 
 
+_UNPARSED = object()
+
+
+@dataclass
+class _Cached:
+    """A schema id's stored versions, and the identity keys (`rules.identity_key`) of those an
+    identical-schema lookup parsed, by version: each is parsed once, not at every lookup."""
+
+    versions: list[StoredSchema]
+    identity_keys: dict[int, Any] = field(default_factory=dict)
+
+
 class LmdbSchemaRegistry(SchemaRegistry):
     def __init__(self, env: StorageEnvironment, *, clock_ms: Callable[[], int] | None = None) -> None:
         self.env = env
         self._db = env.db("metadata")
-        self._cache: dict[str, list[StoredSchema]] = {}
+        self._cache: dict[str, _Cached] = {}
         # schema id -> its lock and how many hold or wait for it: dropped when none do, so
         # the ids of topics deleted long ago keep no lock
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
@@ -76,34 +89,51 @@ class LmdbSchemaRegistry(SchemaRegistry):
                 # Not cached: any name can be looked up (GET_SCHEMA, the admin API), and one
                 # entry per name asked about would grow for good.
                 return []
-            cached = [_from_json(r) for r in json.loads(raw)]
-            self._cache[schema_id] = cached
-        return list(cached)
+            cached = self._cache[schema_id] = _Cached([_from_json(r) for r in json.loads(raw)])
+        return list(cached.versions)
 
     async def _store(self, schema_id: str, versions: list[StoredSchema]) -> None:
         key, db = self._key(schema_id), self._db
         if versions:
             raw = json.dumps([_to_json(v) for v in versions], sort_keys=True).encode()
             await self.env.submit(lambda txn: txn.put(key, raw, db=db), key=("schemas", schema_id))
-            self._cache[schema_id] = versions
+            # the keys parsed stay, but for a delete's: the versions before a tombstone no longer count
+            before = self._cache.get(schema_id)
+            kept = before.identity_keys if before is not None and not versions[-1].deleted else {}
+            self._cache[schema_id] = _Cached(versions, kept)
         else:
             await self.env.submit(lambda txn: txn.delete(key, db=db), key=("schemas", schema_id))
             self._cache.pop(schema_id, None)    # absent: read (as none) when asked, not kept
 
     def find_version(self, schema_id: str, schema: SchemaData) -> int | None:
-        return self._identical(self.live(schema_id), schema)
+        return self._identical(schema_id, self.live(schema_id), schema)
 
-    def _identical(self, live: list[StoredSchema], schema: SchemaData) -> int | None:
-        """The oldest live version that is the same schema: the same Avro schema for the
-        Avro-defined types (as Java's `Schema.equals` has it: docs and aliases aside), the same
-        bytes otherwise (and the same type; properties aside)."""
-        parsed = rules.identity_form(schema.data) if schema.type in AVRO_BASED else None
-        for stored in live:
-            if stored.schema.type != schema.type:
-                continue
+    def _identical(self, schema_id: str, live: list[StoredSchema], schema: SchemaData) -> int | None:
+        """The live version that is the same schema (as Apache's SchemaRegistryServiceImpl has
+        it): the same type, and the same Avro schema for the Avro-defined types (Java's
+        `Schema.equals`: docs and aliases aside), the same bytes otherwise (properties aside).
+
+        The same bytes are looked for first, with nothing parsed: what a producer connecting
+        again sends. `put_if_absent` never stores a schema the same as a live one, so at most
+        one live version is, and a version of the same bytes is that one. Only then is the
+        schema parsed, once, against the stored versions' identity keys, each parsed once and
+        kept with the cached versions."""
+        same_type = [stored for stored in live if stored.schema.type == schema.type]
+        for stored in same_type:
             if rules.same_definition(stored.schema, schema):
                 return stored.version
-            if parsed is not None and rules.identity_form(stored.schema.data) == parsed:
+        if schema.type not in AVRO_BASED or not same_type:
+            return None
+        key = rules.identity_key(schema.data)
+        if key is None:
+            return None
+        cached = self._cache.get(schema_id)
+        known: dict[int, Any] = cached.identity_keys if cached is not None else {}
+        for stored in same_type:
+            stored_key = known.get(stored.version, _UNPARSED)
+            if stored_key is _UNPARSED:
+                stored_key = known[stored.version] = rules.identity_key(stored.schema.data)
+            if stored_key == key:
                 return stored.version
         return None
 
@@ -115,7 +145,7 @@ class LmdbSchemaRegistry(SchemaRegistry):
         async with self._locked(schema_id):
             versions = self.versions(schema_id)
             live = self.live(schema_id)
-            same = self._identical(live, schema)
+            same = self._identical(schema_id, live, schema)
             if same is not None:
                 return same
             rules.check(self._to_check(live, strategy), schema, strategy)
