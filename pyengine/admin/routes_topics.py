@@ -565,7 +565,7 @@ _topic_policy("/schemaValidationEnforced", "schema_validation_enforced", "schema
               "Enforced or not", (
     "Get whether producers without a schema are refused on the topic.",
     "Refuse (true) or allow (false) producers without a schema on a topic that has one, over the "
-    "namespace's and the broker's setting.",
+    "namespace's setting (a broker that enforces validation refuses them whatever the topic's).",
     "Remove the topic's setting (the namespace's and the broker's apply)."),
     lambda service, topic: service.schemas.validation_enforced(topic))
 

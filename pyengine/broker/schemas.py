@@ -9,7 +9,8 @@
   schema, no producers, no other consumers, no data); otherwise it must be able to read the
   topic's schema (BACKWARD). AUTO_CONSUME consumers take whatever the topic has.
 * The strategy comes from the topic's policies, else the namespace's, else the broker's;
-  auto-update and validation from the namespace's, else the broker's.
+  auto-update from the namespace's, else the broker's. Validation is enforced when the
+  broker enforces it or the topic does (its policy, else its namespace's).
 """
 
 from __future__ import annotations
@@ -58,13 +59,15 @@ class TopicSchemas:
         return self.default_allow_auto_update if value is None else value
 
     def validation_enforced(self, topic: str) -> bool:
-        """The topic's setting if it has one (Pulsar's topic policy), else as Apache's
-        ServerCnx: the broker's setting OR the namespace's, so a namespace can turn the check
-        on but not off where the broker enforces it."""
+        """As Apache's ServerCnx: the broker's setting OR the topic's (its topic policy if it
+        has one, else its namespace's), so a topic or namespace can turn the check on but not
+        off where the broker enforces it."""
+        if self.default_validation_enforced:
+            return True
         topic_value = self.policies.topic_policies(topic).get("schemaValidationEnforced")
         if topic_value is not None:
             return bool(topic_value)
-        return self.default_validation_enforced or bool(self._namespace_policies(topic).schema_validation_enforced)
+        return bool(self._namespace_policies(topic).schema_validation_enforced)
 
     # --- producers and consumers ----------------------------------------------------------
 

@@ -3,8 +3,12 @@ GET_OR_CREATE_SCHEMA, as Apache's broker answers them."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +29,22 @@ def schema(definition: dict | None = None, kind: int = pb.Schema.JSON, **propert
     data = b"" if definition is None else json.dumps(definition).encode()
     return {"name": "JSON", "schema_data": data, "type": kind,
             "properties": [{"key": k, "value": v} for k, v in properties.items()]}
+
+
+@contextlib.asynccontextmanager
+async def serving(data_dir: Path, **config: Any) -> AsyncIterator[tuple[BrokerService, WireClient]]:
+    """A broker of `config` serving on a free port, and a connection to it."""
+    service = BrokerService(BrokerConfig(data_dir=data_dir, sync=False, num_coordinators=1, **config))
+    await service.start()
+    server = ProtocolServer(service, "127.0.0.1", 0)
+    await server.start()
+    client = await WireClient.connect(server.port)
+    try:
+        yield service, client
+    finally:
+        await client.close()
+        await server.stop()
+        await service.close()
 
 
 async def test_producers_register_versions_and_get_them_in_producer_success(client: WireClient) -> None:
@@ -176,20 +196,10 @@ async def test_a_namespace_cannot_turn_off_the_brokers_schema_validation(tmp_pat
     """Apache refuses a schema-less producer on a topic with a schema when the broker's
     schemaValidationEnforced OR the namespace's is set: a namespace's `false` does not lift
     the broker's `true` (it did here)."""
-    service = BrokerService(BrokerConfig(data_dir=tmp_path, sync=False, num_coordinators=1,
-                                         schema_validation_enforced=True))
-    await service.start()
-    server = ProtocolServer(service, "127.0.0.1", 0)
-    await server.start()
-    client = await WireClient.connect(server.port)
-    try:
+    async with serving(tmp_path, schema_validation_enforced=True) as (service, client):
         policies = service.policies.policies("public/default")
         await service.policies.set_policies("public/default", dataclasses.replace(
             policies, schema_validation_enforced=namespace_value))
         await client.create_producer(TOPIC, producer_id=1, request_id=1, schema=schema(Rec))
         reply = await client.create_producer(TOPIC, producer_id=2, request_id=2)
         assert reply.error == pb.IncompatibleSchema and "without a schema" in reply.message
-    finally:
-        await client.close()
-        await server.stop()
-        await service.close()

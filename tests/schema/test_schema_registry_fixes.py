@@ -8,13 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from pyengine.protocol import pulsar_api_pb2 as pb
 from pyengine.schema import CompatibilityStrategy, SchemaData, SchemaType
 from pyengine.schema import compatibility as rules
 from pyengine.schema.registry import LmdbSchemaRegistry
 from pyengine.storage import StorageEnvironment
+from tests.protocol.test_server_schemas import Rec, serving
+from tests.protocol.test_server_schemas import schema as wire_schema
 
 S = CompatibilityStrategy
 ID = "public/default/t"
+TOPIC = "persistent://public/default/typed"
 
 
 def record(fields: int, **extra: object) -> SchemaData:
@@ -84,3 +88,18 @@ async def test_identity_keys_kept_do_not_outlive_a_delete(env) -> None:
     assert registry.find_version(ID, record(2, doc="b")) is None
     assert await registry.put_if_absent(ID, a, S.FULL) == 2
     assert registry.find_version(ID, record(1, doc="a")) == 2
+
+
+@pytest.mark.parametrize("topic_value", [None, False, True])
+async def test_a_topic_cannot_turn_off_the_brokers_schema_validation(tmp_path, topic_value) -> None:
+    """Apache refuses a schema-less producer on a topic with a schema when the broker's
+    schemaValidationEnforced OR the topic's is set: a topic policy's `false` replaced the
+    broker's `true` here, and let such producers write to a typed topic."""
+    async with serving(tmp_path, schema_validation_enforced=True) as (service, client):
+        await client.create_producer(TOPIC, producer_id=1, request_id=1, schema=wire_schema(Rec))
+        if topic_value is not None:
+            await service.policies.set_topic_policy(TOPIC, "schemaValidationEnforced", topic_value)
+        reply = await client.create_producer(TOPIC, producer_id=2, request_id=2)
+        assert not isinstance(reply, pb.CommandProducerSuccess)
+        assert reply.error == pb.IncompatibleSchema and "without a schema" in reply.message
+
