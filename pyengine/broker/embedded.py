@@ -235,6 +235,13 @@ class EmbeddedClient:
         lookup.check_attachable(self.service, topic_name, existing_segment=again or not private)
         return await self.service.get_topic(name, create=self.service.auto_creates(topic_name))
 
+    async def _add_producer(self, topic: Topic, name: str | None, send_timeout_ms: int) -> Producer:
+        """A producer of bytes (it declares no schema) on `topic`: refused as the broker refuses a
+        PRODUCER without a schema, on a topic with a schema where validation is enforced
+        (IncompatibleSchemaError), and held past a producer_request_hold backlog quota."""
+        await self.service.schemas.for_producer(topic.name, None)
+        return await _retried_while_held(lambda: topic.add_producer(name), send_timeout_ms)
+
     async def create_producer(self, topic: str, *, producer_name: str | None = None,
                               initial_sequence_id: int | None = None,
                               initial_subscription_name: str | None = None,
@@ -251,7 +258,11 @@ class EmbeddedClient:
         ProducerBlockedQuotaExceededError; past a producer_exception quota they fail at once. On a
         topic being deleted (closed) the creation is retried for up to pyengine.client's operation
         timeout, and a send waits for up to `send_timeout_ms` for the topic created again, as a
-        network client's producer reconnects."""
+        network client's producer reconnects.
+
+        The producer sends bytes: as a network client's producer without a schema, it is refused
+        (IncompatibleSchemaError) on a topic with a schema where schema validation is enforced
+        (by the broker, the namespace or the topic)."""
         self._check_open()
         check_topic(topic)
         check_name("producer_name", producer_name, optional=True)
@@ -263,7 +274,7 @@ class EmbeddedClient:
         async def attach(again: bool) -> tuple[Topic, Producer]:
             self._check_open()
             loaded = await self._attachable_topic(topic, again=again)
-            attached = await _retried_while_held(lambda: loaded.add_producer(producer_name), send_timeout_ms)
+            attached = await self._add_producer(loaded, producer_name, send_timeout_ms)
             if initial_subscription_name is not None and initial_subscription_name not in loaded.subscriptions:
                 try:
                     lookup.check_initial_subscription(self.service, loaded)
@@ -838,7 +849,7 @@ class EmbeddedProducer:
                 # Deleted: the topic created again (or loaded again, if its deletion failed), as
                 # the network client's producer reconnects to it.
                 self._topic = await self._client._attachable_topic(self._topic.name, again=True)
-            return await _retried_while_held(lambda: self._topic.add_producer(name), self._send_timeout_ms)
+            return await self._client._add_producer(self._topic, name, self._send_timeout_ms)
 
         try:
             self._producer = await _retried_while_closed(attach, self._client.service, self._send_timeout_ms)
