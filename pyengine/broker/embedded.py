@@ -239,7 +239,7 @@ class EmbeddedClient:
         """A producer of bytes (it declares no schema) on `topic`: refused as the broker refuses a
         PRODUCER without a schema, on a topic with a schema where validation is enforced
         (IncompatibleSchemaError), and held past a producer_request_hold backlog quota."""
-        await self.service.schemas.for_producer(topic.name, None)
+        await self.service.schemas.for_producer(topic, None)
         return await _retried_while_held(lambda: topic.add_producer(name), send_timeout_ms)
 
     async def create_producer(self, topic: str, *, producer_name: str | None = None,

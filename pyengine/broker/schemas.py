@@ -71,21 +71,27 @@ class TopicSchemas:
 
     # --- producers and consumers ----------------------------------------------------------
 
-    async def add(self, topic: str, schema: SchemaData) -> int:
-        """Register `schema` for `topic` (or find it): its version."""
-        sid = schema_id(topic)
-        if self.allow_auto_update(topic):
-            return await self.registry.put_if_absent(sid, schema, self.strategy(topic))
+    async def add(self, topic: str | Topic, schema: SchemaData) -> int:
+        """Register `schema` for `topic` (or find it): its version. A loaded topic (what a
+        producer or consumer attaches to) must still be open once the schema's lock is taken
+        (TopicFencedError, which clients retry): a deletion written meanwhile took its schemas
+        away, and the schema stored after it would outlive the topic."""
+        name, check = (topic, None) if isinstance(topic, str) else (topic.name, topic._check_open)
+        sid = schema_id(name)
+        if self.allow_auto_update(name):
+            return await self.registry.put_if_absent(sid, schema, self.strategy(name), check=check)
         version = self.registry.find_version(sid, schema)
         if version is None:
             raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
         return version
 
-    async def for_producer(self, topic: str, schema: SchemaData | None) -> int | None:
-        """The schema version a producer of `schema` (None: bytes) gets, or IncompatibleSchemaError."""
+    async def for_producer(self, topic: str | Topic, schema: SchemaData | None) -> int | None:
+        """The schema version a producer of `schema` (None: bytes) gets on `topic` (a name, or
+        the loaded topic it attaches to: see `add`), or IncompatibleSchemaError."""
         if schema is not None and schema.type != SchemaType.NONE:
             return await self.add(topic, schema)
-        if self.validation_enforced(topic) and self.registry.latest(schema_id(topic)) is not None:
+        name = topic if isinstance(topic, str) else topic.name
+        if self.validation_enforced(name) and self.registry.latest(schema_id(name)) is not None:
             raise IncompatibleSchemaError("Producers cannot connect or send message without a schema to topics "
                                           "with a schema")
         return None
@@ -96,7 +102,7 @@ class TopicSchemas:
         busy = (self.registry.latest(sid) is not None or bool(topic.producers) or topic.ledger.total_size != 0
                 or any(not consumer.auto_consume_schema for consumer in topic.consumers()))
         if not busy:
-            await self.add(topic.name, schema)
+            await self.add(topic, schema)
             return
         try:
             self.registry.check_consumer(sid, schema, self.strategy(topic.name))

@@ -549,7 +549,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             topic_name = lookup.resolve_topic(self.service, body.topic)
             topic = await self.service.get_topic(str(topic_name), create=False)
-            version = await self.service.schemas.for_producer(topic.name, schema_from_proto(body.schema))
+            version = await self.service.schemas.for_producer(topic, schema_from_proto(body.schema))
         except Exception as exc:
             error = to_pulsar_error(exc)
             self.write(replies.get_or_create_schema_error(body.request_id, error.server_error, str(error)))
@@ -604,7 +604,7 @@ class ServerConnection(asyncio.Protocol):
             lookup.check_attachable(self.service, topic_name)
             topic = await self.service.get_topic(str(topic_name), create=self.service.auto_creates(topic_name))
             schema = schema_from_proto(body.schema) if body.HasField("schema") else None
-            schema_version = encode_version(await self.service.schemas.for_producer(topic.name, schema))
+            schema_version = encode_version(await self.service.schemas.for_producer(topic, schema))
             name = body.producer_name or self.service.generate_producer_name()
             if self.closed:
                 return

@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyengine.errors import IncompatibleSchemaError, PulsarError
@@ -195,9 +196,12 @@ class SchemaRegistry(abc.ABC):
         return next((s for s in self.live(schema_id) if s.version == version), None)
 
     @abc.abstractmethod
-    async def put_if_absent(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> int:
+    async def put_if_absent(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy, *,
+                            check: Callable[[], None] | None = None) -> int:
         """The version of `schema`: an identical live one's, else a new one if compatible
-        (IncompatibleSchemaError / InvalidSchemaDataError otherwise)."""
+        (IncompatibleSchemaError / InvalidSchemaDataError otherwise). `check` is called once the
+        schema id's lock is taken, before anything is looked up or stored: it raises to refuse
+        (the topic closed while this waited, its deletion having taken the schemas away)."""
 
     @abc.abstractmethod
     async def delete(self, schema_id: str, *, force: bool = False) -> int | None:

@@ -140,9 +140,12 @@ class LmdbSchemaRegistry(SchemaRegistry):
     def _to_check(self, live: list[StoredSchema], strategy: CompatibilityStrategy) -> list[SchemaData]:
         return [s.schema for s in (live if strategy.transitive else live[-1:])]
 
-    async def put_if_absent(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy) -> int:
+    async def put_if_absent(self, schema_id: str, schema: SchemaData, strategy: CompatibilityStrategy, *,
+                            check: Callable[[], None] | None = None) -> int:
         rules.validate(schema)
         async with self._locked(schema_id):
+            if check is not None:
+                check()
             versions = self.versions(schema_id)
             live = self.live(schema_id)
             same = self._identical(schema_id, live, schema)

@@ -3,18 +3,23 @@ every producer connect, and what a topic's policies and deletion let through."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pyengine.protocol import pulsar_api_pb2 as pb
-from pyengine.schema import CompatibilityStrategy, SchemaData, SchemaType
+from pyengine.schema import CompatibilityStrategy, SchemaData, SchemaType, encode_version
 from pyengine.schema import compatibility as rules
 from pyengine.schema.registry import LmdbSchemaRegistry
 from pyengine.storage import StorageEnvironment
 from tests.protocol.test_server_schemas import Rec, serving
 from tests.protocol.test_server_schemas import schema as wire_schema
+from tests.protocol.wire_driver import WireClient
 
 S = CompatibilityStrategy
 ID = "public/default/t"
@@ -103,3 +108,55 @@ async def test_a_topic_cannot_turn_off_the_brokers_schema_validation(tmp_path, t
         assert not isinstance(reply, pb.CommandProducerSuccess)
         assert reply.error == pb.IncompatibleSchema and "without a schema" in reply.message
 
+
+def schema_request(client: WireClient, command: str) -> Awaitable[Any]:
+    """What registers a schema on the wire: a PRODUCER, GET_OR_CREATE_SCHEMA, or a SUBSCRIBE
+    on an idle topic."""
+    if command == "PRODUCER":
+        return client.create_producer(TOPIC, producer_id=3, request_id=3, schema=wire_schema(Rec))
+    if command == "GET_OR_CREATE_SCHEMA":
+        return client.request("GET_OR_CREATE_SCHEMA", request_id=3, topic=TOPIC, schema=wire_schema(Rec))
+    return client.subscribe(TOPIC, "s", consumer_id=3, request_id=3, schema=wire_schema(Rec))
+
+
+@pytest.mark.parametrize("command", ["PRODUCER", "GET_OR_CREATE_SCHEMA", "SUBSCRIBE"])
+async def test_a_schema_registered_while_its_topic_is_deleted_does_not_outlive_it(
+        tmp_path, monkeypatch, command) -> None:
+    """A schema registration arriving while the topic's deletion was being written got the
+    closing topic, waited for the schema's lock the deletion held, then stored version 0 after
+    the deletion: a schema of a topic that no longer exists. It is refused now as a closed topic
+    is (ServiceNotReady: clients retry, and register it on the topic created again)."""
+    async with serving(tmp_path) as (service, client):
+        registry = service.schemas.registry
+        sid = "public/default/typed"
+        reply = await client.create_producer(TOPIC, producer_id=1, request_id=1)
+        assert isinstance(reply, pb.CommandProducerSuccess)
+        await client.request("CLOSE_PRODUCER", producer_id=1, request_id=2)
+        held, release = asyncio.Event(), asyncio.Event()
+        deleting = registry.deleting
+
+        @contextlib.asynccontextmanager
+        async def held_deleting(schema_id: str):
+            async with deleting(schema_id) as write:        # the schema's lock taken
+                held.set()
+                await release.wait()
+                yield write
+        monkeypatch.setattr(registry, "deleting", held_deleting)
+        deletion = asyncio.ensure_future(service.delete_topic(TOPIC))
+        await asyncio.wait_for(held.wait(), 5)
+        registering = asyncio.ensure_future(schema_request(client, command))
+
+        async def waits_for_the_lock() -> None:
+            while registry._locks[sid][1][0] < 2:
+                await asyncio.sleep(0.005)
+        await asyncio.wait_for(waits_for_the_lock(), 5)
+        release.set()
+        await deletion
+        reply = await registering
+        assert not service.topic_exists(TOPIC)
+        assert registry.versions(sid) == []
+        error = reply.error_code if command == "GET_OR_CREATE_SCHEMA" else reply.error
+        assert error == pb.ServiceNotReady
+        # retried, it registers the schema on the topic created again
+        reply = await client.create_producer(TOPIC, producer_id=4, request_id=4, schema=wire_schema(Rec))
+        assert isinstance(reply, pb.CommandProducerSuccess) and reply.schema_version == encode_version(0)
