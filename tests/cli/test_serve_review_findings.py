@@ -43,7 +43,13 @@ def test_ctrl_c_while_serve_starts_stops_it_without_a_traceback(tmp_path: Path) 
     process = subprocess.Popen(serve_command("--data-dir", str(tmp_path / "data"), "--port", "0", "--http-port", "0",
                                              "--num-coordinators", "1"),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)
+    # Not a fixed 0.3 s: a loaded machine can still be starting the interpreter then (a SIGINT in
+    # its `site` import is Python's own fatal error). The commands' imports in main() load the
+    # native kernels first (`demo`), before the broker's: once they are mapped, main() is running.
+    maps, deadline = Path(f"/proc/{process.pid}/maps"), time.monotonic() + 60
+    while "pyengine_kernels" not in maps.read_text():
+        assert process.poll() is None and time.monotonic() < deadline, "pyengine never began importing its commands"
+        time.sleep(0.002)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert "Traceback" not in err, err
