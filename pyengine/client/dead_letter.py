@@ -22,6 +22,13 @@ partition). With `initial_subscription_name`, that subscription of the dead lett
 created by the broker along with the dead letter producer (the producer's own
 `initial_subscription_name`, as in Pulsar), before the first message is sent to it, so none is
 missed.
+
+The dead letter producer has the consumer's schema; an AUTO_CONSUME consumer's, which no producer
+may declare, is replaced as the Java client does it (its dead letter producer is AUTO_PRODUCE_BYTES
+of the consumer's schema, each dead letter sent with the schema it was written with): each dead
+letter goes by a producer with the schema of its own version on the consumer's topic (none for a
+message written without one), its bytes unchanged, so the dead letter topic registers that schema
+and the message carries its version there.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyengine.client.message import Message
 from pyengine.client.validation import check_int, check_name, check_topic
+from pyengine.schema import SchemaType
 
 if TYPE_CHECKING:
     from pyengine.client.client import Client
@@ -93,6 +101,12 @@ def dead_letter_properties(message: Message) -> dict[str, str]:
     return properties
 
 
+def _schema_key(schema: SchemaData | None) -> tuple[Any, ...] | None:
+    if schema is None:
+        return None
+    return schema.type, schema.data, tuple(sorted(schema.properties.items())), schema.name
+
+
 class DeadLetterSender:
     """The consumer's producers on its dead letter topic(s), opened at the first dead letter."""
 
@@ -103,7 +117,11 @@ class DeadLetterSender:
         self._client = client
         self._subscription = subscription
         self._schema = schema
-        self._producers: dict[str, asyncio.Future[Producer]] = {}
+        # AUTO_CONSUME: each message's own schema, looked up by its topic and version (kept).
+        self._writer_schemas = schema is not None and schema.type == SchemaType.AUTO_CONSUME
+        self._schemas: dict[tuple[str, int], SchemaData] = {}
+        # by dead letter topic and schema (_schema_key): one producer each
+        self._producers: dict[tuple[str, tuple[Any, ...] | None], asyncio.Future[Producer]] = {}
         self._closed = False
 
     def topic_for(self, consumer_topic: str) -> str:
@@ -111,32 +129,51 @@ class DeadLetterSender:
             return self.policy.dead_letter_topic
         return f"{consumer_topic}-{self._subscription}{DLQ_SUFFIX}"
 
-    async def _producer(self, topic: str) -> Producer:
-        future = self._producers.get(topic)
+    async def _schema_for(self, message: Message) -> SchemaData | None:
+        """The schema the dead letter producer declares for `message`."""
+        if not self._writer_schemas:
+            return self._schema
+        if message.schema_version is None:
+            return None                          # written without a schema: bytes
+        key = (message.topic, message.schema_version)
+        schema = self._schemas.get(key)
+        if schema is None:
+            info = await self._client.get_schema_info(message.topic, message.schema_version)
+            schema = self._schemas[key] = info.schema
+        return schema
+
+    async def _producer(self, topic: str, schema: SchemaData | None) -> Producer:
+        key = (topic, _schema_key(schema))
+        future = self._producers.get(key)
         if future is None:
-            future = asyncio.ensure_future(self._open(topic))
-            self._producers[topic] = future
+            future = asyncio.ensure_future(self._open(topic, schema))
+            self._producers[key] = future
         try:
             return await asyncio.shield(future)
         except Exception:
-            if self._producers.get(topic) is future:
-                del self._producers[topic]       # tried again at the next dead letter (as C++)
+            if self._producers.get(key) is future:
+                del self._producers[key]         # tried again at the next dead letter (as C++)
             raise
 
-    async def _open(self, topic: str) -> Producer:
+    async def _open(self, topic: str, schema: SchemaData | None) -> Producer:
         # As the Java client's dead letter producer: no batching, never blocks on a full queue,
         # chunking (a chunked message, larger than the broker's limit, can be dead-lettered),
         # and the initial subscription created by the broker with the producer
         # (CommandProducer.initial_subscription_name), before the first dead letter is sent.
         return await self._client.create_producer(
             topic, batching_enabled=False, block_if_queue_full=False, chunking_enabled=True,
-            schema=self._schema, initial_subscription_name=self.policy.initial_subscription_name)
+            schema=schema, initial_subscription_name=self.policy.initial_subscription_name)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the consumer is closed")
 
     async def send(self, consumer_topic: str, message: Message) -> None:
         """Publish `message` to the dead letter topic; raises if it could not be."""
-        if self._closed:
-            raise RuntimeError("the consumer is closed")
-        producer = await self._producer(self.topic_for(consumer_topic))
+        self._check_open()
+        schema = await self._schema_for(message)
+        self._check_open()                  # a producer opened after close() would be left open
+        producer = await self._producer(self.topic_for(consumer_topic), schema)
         send_copy = getattr(producer, "_send_copy", None)
         if send_copy is None:           # a scalable topic's producer: no ordering key to give
             await producer.send(message.data, key=dead_letter_key(message), properties=dead_letter_properties(message))

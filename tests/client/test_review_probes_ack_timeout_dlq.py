@@ -55,11 +55,11 @@ async def test_a_dlq_that_cannot_be_opened_leaves_the_message_to_come_again(clie
     opened = sender._open
     failures = []
 
-    async def refuse_once(topic):
+    async def refuse_once(topic, schema):
         if not failures:
             failures.append(topic)
             raise ConnectionError("refused")
-        return await opened(topic)
+        return await opened(topic, schema)
 
     monkeypatch.setattr(sender, "_open", refuse_once)
     await producer.send(b"poison")
@@ -85,9 +85,9 @@ async def test_closing_a_consumer_with_a_dead_letter_in_flight_leaves_nothing_ru
     sender = consumer._dead_letter
     opened = sender._open
 
-    async def slow_open(topic):
+    async def slow_open(topic, schema):
         await gate.wait()
-        return await opened(topic)
+        return await opened(topic, schema)
 
     monkeypatch.setattr(sender, "_open", slow_open)
     await producer.send(b"poison")
