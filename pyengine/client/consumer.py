@@ -1490,9 +1490,11 @@ class Consumer:
         await self._acknowledge(message, txn, cumulative=True)
 
     async def _acknowledge(self, message: Any, txn: Transaction | None, *, cumulative: bool) -> None:
-        from pyengine.client.transaction import Transaction
+        from pyengine.client.transaction import Transaction, check_same_client
 
         handler, message_id = self._resolve(message)
+        if txn is not None:
+            check_same_client(txn, self._core.coordinator)  # before a closed consumer fails it
         try:
             self._check_open()
         except Exception as exc:

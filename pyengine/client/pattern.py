@@ -26,6 +26,7 @@ from pyengine.client.consumer import (
 )
 from pyengine.client.errors import AlreadyClosedError
 from pyengine.client.message import Message, MessageId
+from pyengine.client.transaction import check_same_client
 from pyengine.concurrency import RunOnce
 from pyengine.client.validation import check_timeout, check_topic
 from pyengine.errors import InvalidTopicNameError
@@ -433,7 +434,10 @@ class MultiTopicsConsumer:
         await self._consumer_of(message).acknowledge_cumulative(message, txn)
 
     def _check_open_for(self, txn: Transaction | None) -> None:
-        """`_check_open` for an ack: one of a transaction refused here fails its commit too."""
+        """`_check_open` for an ack: one of a transaction refused here fails its commit too
+        (another client's transaction is refused before, left as it was)."""
+        if txn is not None:
+            check_same_client(txn, self._core.coordinator)
         try:
             self._check_open()
         except AlreadyClosedError as exc:

@@ -34,7 +34,7 @@ from pyengine.client.key_batching import BatchingType, KeyBasedBatches, check_ba
 from pyengine.client.message import MessageId
 from pyengine.concurrency import RunOnce
 from pyengine.client.router import PartitionRouter, check_hashing_scheme
-from pyengine.client.transaction import COMMITTING, OPEN, Transaction
+from pyengine.client.transaction import COMMITTING, OPEN, Transaction, check_same_client
 from pyengine.client.validation import (
     check_int, check_name, check_payload, check_schema, check_send_fields, option_name,
 )
@@ -1050,6 +1050,8 @@ class Producer:
         message to a consumer by, instead of `key` (which still picks the partition); KeyBased
         batching groups by it first."""
         payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
+        if txn is not None:
+            check_same_client(txn, self._core.coordinator)
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         producer = self._partition_for(key) if txn is None else self._partition_in_txn(key, txn)
@@ -1161,6 +1163,8 @@ class Producer:
         for sends blocked on it count as taken) raises ProducerQueueIsFullError instead of
         blocking. `deliver_after` / `deliver_at` and `ordering_key` as in `send`."""
         payload, props = _check_message(data, key, properties, event_time, sequence_id, txn)
+        if txn is not None:
+            check_same_client(txn, self._core.coordinator)
         delay = None if deliver_after is None and deliver_at is None else check_delivery(deliver_after, deliver_at)
         ordering = None if ordering_key is None else check_ordering_key(ordering_key)
         if callback is not None and not callable(callback):

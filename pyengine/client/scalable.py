@@ -38,7 +38,7 @@ from pyengine.client.errors import AlreadyClosedError, ConnectError, SendOutcome
 from pyengine.client.handler import FAILED
 from pyengine.client.message import Message, MessageId
 from pyengine.client.producer import PartitionProducer, Producer, ProducerOptions, _check_message
-from pyengine.client.transaction import OPEN
+from pyengine.client.transaction import OPEN, check_same_client
 from pyengine.client.url import parse_broker_url
 from pyengine.errors import (ConsumerBusyError, NotAllowedError, PulsarError, ServiceNotReadyError,
                              SubscriptionNotFoundError, TooManyRequestsError, TopicNotFoundError,
@@ -459,6 +459,7 @@ class ScalableProducer:
         data, properties = _check_message(data, key, properties, None, None, txn)
         if txn is None:
             return await self._send(data, key, properties, None)
+        check_same_client(txn, self._client._core.coordinator)
         if txn.state != OPEN:
             txn._check_open()
         operation: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
@@ -889,6 +890,8 @@ class QueueConsumer:
             segment_id = TopicName.parse(message.topic).segment_id
         except (AttributeError, ValueError):
             raise ValueError("not a message received from a scalable topic's segment") from None
+        if txn is not None:
+            check_same_client(txn, self._client._core.coordinator)
         consumer = self._consumers.get(segment_id)
         if consumer is None:
             if segment_id in self._dropped:

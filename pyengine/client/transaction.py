@@ -12,6 +12,12 @@ coordinator unreachable or failing to write the decision, the call cancelled) le
 the same decision may be asked again: the coordinator answers a repeated decision with success
 (Pulsar #19629; the Java client keeps COMMITTING / ABORTING then too). Only the coordinator's
 refusal (InvalidTxnStatus, TransactionNotFound, ...) puts it in ERROR.
+
+A transaction is used by the producers and consumers of its own client only (ValueError
+otherwise, before anything is sent, the transaction left as it was): it registers what it
+touches with its client's coordinator, while the message or ack goes to the other client's
+broker with the txn id alone, which there can name an unrelated transaction (each broker's
+coordinators number theirs from 0) — as the embedded API refuses another broker's.
 """
 
 from __future__ import annotations
@@ -53,6 +59,14 @@ def is_end_refusal(error: BaseException) -> bool:
     InvalidTxnStatus."""
     return isinstance(error, (InvalidTxnStatusError, TransactionNotFoundError, ExpiredTransactionError,
                               NotAllowedError, TransactionConflictError))
+
+
+def check_same_client(txn: Any, coordinator: TransactionCoordinatorClient) -> None:
+    """Refuse `txn` for a send or ack of the client whose coordinator is `coordinator` if it is
+    another client's (see the module); anything but a Transaction is left to the caller."""
+    if isinstance(txn, Transaction) and txn._coordinator is not coordinator:
+        raise ValueError(f"transaction {txn.txn_id} is of another client: a producer or consumer takes the "
+                         "transactions of its own client only")
 
 
 class Transaction:
