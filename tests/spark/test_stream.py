@@ -198,7 +198,9 @@ async def test_a_streaming_query_resumes_from_its_checkpoint(spark, served, brok
         return sorted(bytes(row.value) for row in spark.read.parquet(str(out)).collect())
 
     producer = await broker.create_producer(topic)
-    open_txn = await broker.new_transaction()
+    # Open across a whole Spark run: the default 60 s timeout ran out under load (the commit
+    # below then failed with TIME_OUT).
+    open_txn = await broker.new_transaction(timeout_ms=3_600_000)
     await producer.send(b"one")
     await producer.send(b"open", txn=open_txn)
     await producer.send(b"behind-open")
