@@ -180,6 +180,10 @@ class _EmbeddedCore:
     in-process: the topics of a namespace (as the broker answers GET_TOPICS_OF_NAMESPACE),
     and forgetting a consumer once it is closed."""
 
+    # No network coordinator: a pyengine.client transaction is another client's here, and an
+    # embedded one is checked by each topic's consumer (_check_txn).
+    coordinator = None
+
     def __init__(self, client: EmbeddedClient) -> None:
         self._client = client
         self.config = ClientConfig()        # its back-off, to subscribe a failed topic again
