@@ -320,7 +320,14 @@ async def test_nothing_acknowledged_is_lost_after_kill_9(tmp_path, delay):
     data, report = tmp_path / "crash", tmp_path / "acknowledged"
     proc = subprocess.Popen([sys.executable, "-c", CRASH_WRITER, str(data), str(report)],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    time.sleep(delay + 1.0)            # interpreter start-up, then writes in full flow
+    # Writes in full flow (a first batch acknowledged), then `delay` more: not a fixed time for
+    # the interpreter's start-up, which a loaded machine outlasted (no report written yet).
+    # (Killed in any case: the checks below tell a writer that never got there.)
+    deadline = time.monotonic() + 60
+    while not (report.exists() and "acked" in report.read_text()) and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the writer stopped before it was killed"
