@@ -10,7 +10,7 @@ import pytest
 
 from pyengine.transaction import TxnAction, TxnStatus
 from pyengine_kernels import TxnId
-from tests.transaction.coordinator.crash import Child, restart_and_check
+from tests.transaction.coordinator.crash import Child, JournalView, restart_and_check
 
 
 @pytest.mark.slow
@@ -20,6 +20,12 @@ async def test_sigkill_at_a_random_moment_under_load(tmp_path, seed):
     journal = tmp_path / "journal"
     child = Child(tmp_path / "data", journal, seed)
     child.wait_for("ready")
+    # More than 20 txns created first (the check below), then a random moment: a fixed time
+    # alone was too short on a loaded machine. (Killed in any case: that check tells.)
+    deadline = time.monotonic() + 60
+    while (not journal.exists() or len(JournalView.read(journal).created) <= 20) \
+            and child.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(rng.uniform(0.05, 0.8))
     child.kill()
     view, final = await restart_and_check(tmp_path / "data", journal)
