@@ -876,7 +876,8 @@ def call(url: str, method: str, path: str, body: Any = None) -> Any:
     headers, raw = exchange(url, method, path, body)
     if not raw.strip():
         return None
-    if headers.get_content_type() == "text/plain":
+    # (get_content_type() says text/plain for a reply without a Content-Type: not one of ours)
+    if "Content-Type" in headers and headers.get_content_type() == "text/plain":
         return PlainText(raw.decode(errors="replace"))
     try:
         return json.loads(raw)
