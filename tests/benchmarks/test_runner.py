@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("suite, module", [("kernels", bench_kernels), ("engine", bench_engine)])
 def test_quick_run_prints_every_figure_as_json(suite, module, tmp_path):
     result = subprocess.run([sys.executable, "-m", "benchmarks", suite, "--quick", "--json"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600,
+                            capture_output=True, text=True, timeout=800,
                             env={**os.environ, "TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
@@ -39,7 +39,7 @@ def test_quick_broker_run_measures_every_figure_over_the_network():
     from benchmarks import bench_broker
 
     result = subprocess.run([sys.executable, "-m", "benchmarks", "broker", "--quick", "--json"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(figures) == {f.name for f in bench_broker.FIGURES}
