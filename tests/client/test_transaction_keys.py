@@ -63,9 +63,10 @@ async def test_a_new_task_fences_the_hung_one(broker, client):
         async with Client(broker.url, operation_timeout_seconds=5, transaction_key="job-7") as task2:
             started = time.perf_counter()
             assert await task2.connect_transaction_key() == 1
-            visible = await watcher.receive(timeout=1)
+            visible = await watcher.receive(timeout=30)
             assert visible.data == b"other-committed"
-            assert time.perf_counter() - started < 1.0      # not the 60 s transaction timeout
+            # Not the 60 s transaction timeout (a bound of 1 s left no room for a loaded machine).
+            assert time.perf_counter() - started < 30
 
             consumer2 = await _subscribe_when_free(task2, IN, "job")
             producer2 = await task2.create_producer(OUT)
