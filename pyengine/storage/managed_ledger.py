@@ -20,7 +20,7 @@ import itertools
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -235,6 +235,16 @@ def _purger_of(env: StorageEnvironment) -> _Purger:
     if purger is None:
         purger = _PURGERS[env] = _Purger()
     return purger
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (a lone surrogate, which JSON's \\ud800 spells, does not:
+    the topic record, a protobuf, could not be saved with it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ManagedLedger:
@@ -697,20 +707,37 @@ class ManagedLedger:
     async def set_property(self, key: str, value: str) -> None:
         """Set a durable property of the managed ledger (e.g. that it holds transactional
         entries, which lets a topic that never had any skip transaction-buffer recovery)."""
+        await self.update_properties({key: value})
+
+    async def update_properties(self, changes: Mapping[str, str | None]) -> None:
+        """Set (None: delete) several durable properties in one save of the topic record: all
+        of them are stored, or none (a failed save is repeated by the next call)."""
         self._check_open()
-        # Checked before `properties` takes it: the record refused it only after, and the topic
-        # reported a property that was never stored.
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"a property's key and value must be str, not {type(key).__name__} "
-                            f"and {type(value).__name__}")
-        if self.properties.get(key) == value and key not in self._unsaved_properties:
+        # Checked before `properties` takes any: the record refused one only after, and the
+        # topic reported properties that were never stored.
+        for key, value in changes.items():
+            if not isinstance(key, str) or not (value is None or isinstance(value, str)):
+                raise TypeError(f"a property's key and value must be str, not {type(key).__name__} "
+                                f"and {type(value).__name__}")
+            for text in (key, value):
+                if text is not None and not _is_utf8(text):
+                    raise ValueError(f"a property's key and value must be UTF-8 text: {text[:40]!r} is not")
+        changed = {key: value for key, value in changes.items()
+                   if self.properties.get(key) != value or key in self._unsaved_properties}
+        if not changed:
             return
-        self.properties[key] = value
-        self._record.properties[key] = value
-        self._unsaved_properties.add(key)
+        for key, value in changed.items():
+            if value is None:
+                self.properties.pop(key, None)
+                self._record.properties.pop(key, None)
+            else:
+                self.properties[key] = value
+                self._record.properties[key] = value
+            self._unsaved_properties.add(key)
         await self._put_topic_record()      # a failed save is repeated by the next call
-        if self.properties.get(key) == value:
-            self._unsaved_properties.discard(key)
+        for key, value in changed.items():
+            if self.properties.get(key) == value:
+                self._unsaved_properties.discard(key)
 
     def _current_id(self) -> int:
         return self._current.ledger_id if self._current is not None else -1
