@@ -3,7 +3,9 @@ configuration store and the admin API manages.
 
 Records are JSON under `/admin/...` keys of the data dir's metadata database: tenants
 (`/admin/tenants/<tenant>`), namespaces with their policies (`/admin/namespaces/<t>/<ns>`),
-partitioned topics (`/admin/partitioned/<topic>` -> number of partitions) and topic-level
+partitioned topics (`/admin/partitioned/<topic>` -> number of partitions, or, for one with topic
+properties, `{"partitions": n, "properties": {...}}`: a bare number is what data dirs written
+before topic properties hold, and still what one without them is written as) and topic-level
 policies (`/admin/topic-policies/<topic>`). Tenant `public` with namespace `default`, and the
 system namespace `pulsar/system` holding the transaction coordinators' assign topic, exist from
 the start, as in a Pulsar standalone.
@@ -17,9 +19,10 @@ import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
+from pyengine.broker.topic_properties import check_properties
 from pyengine.errors import InvalidTopicNameError, NotAllowedError, PulsarError
 from pyengine.naming import PARTITION_SUFFIX, TopicName
 from pyengine.storage import StorageEnvironment
@@ -502,7 +505,8 @@ class BrokerPolicies:
             if self._get(f"/admin/namespaces/{namespace}") is None:
                 await self._put(f"/admin/namespaces/{namespace}", NamespacePolicies().to_json())
         if self.partitions(TC_ASSIGN_TOPIC) != self.coordinators_to_run():
-            await self._put(f"/admin/partitioned/{TC_ASSIGN_TOPIC}", self.num_coordinators)
+            await self._put_partitioned(TopicName.parse(TC_ASSIGN_TOPIC), self.num_coordinators,
+                                        self.partitioned_properties(TC_ASSIGN_TOPIC))
 
     def coordinators_to_run(self) -> int:
         """How many v4 coordinators this data dir needs: the number asked for, or the number it
@@ -585,17 +589,33 @@ class BrokerPolicies:
 
     def partitions(self, topic: str) -> int:
         """Number of partitions of `topic` (0: not a partitioned topic)."""
-        return self._get(f"/admin/partitioned/{TopicName.parse(topic)}") or 0
+        return self._partitioned_record(topic)[0]
+
+    def partitioned_properties(self, topic: str) -> dict[str, str]:
+        """The topic properties of the partitioned topic `topic` (PartitionedTopicMetadata's)."""
+        return dict(self._partitioned_record(topic)[1])
+
+    def _partitioned_record(self, topic: str) -> tuple[int, dict[str, str]]:
+        stored = self._get(f"/admin/partitioned/{TopicName.parse(topic)}")
+        if isinstance(stored, dict):
+            return stored["partitions"], stored["properties"]
+        return stored or 0, {}
+
+    async def _put_partitioned(self, name: TopicName, partitions: int, properties: dict[str, str]) -> None:
+        value = {"partitions": partitions, "properties": properties} if properties else partitions
+        await self._put(f"/admin/partitioned/{name}", value)
 
     def partitioned_topics(self, namespace: str) -> list[str]:
         prefix = "/admin/partitioned/"
         return [name for name in self._children(prefix) if TopicName.parse(name).namespace_name == namespace]
 
-    async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+    async def create_partitioned_topic(self, topic: str, partitions: int,
+                                       properties: Mapping[str, str] | None = None) -> None:
         name = TopicName.parse(topic)
         check_partitioned_topic_name(name)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ValueError(f"the number of partitions must be an int >= 1, not {partitions!r}")
+        checked = check_properties(properties or {})
         self.policies(name.namespace_name)
         if self.partitions(str(name)):
             raise ConflictError(f"partitioned topic {name} already exists")
@@ -605,7 +625,7 @@ class BrokerPolicies:
             # before, or created by name) must all be partitions of the new partitioned topic.
             raise ConflictError(f"The topic has a max partition index of {highest}, the number of partitions "
                                 f"must be at least {highest + 1}")
-        await self._put(f"/admin/partitioned/{name}", partitions)
+        await self._put_partitioned(name, partitions, checked)
 
     def max_partition_index(self, topic: str) -> int:
         """The highest n of a stored topic `<topic>-partition-<n>`, -1 if there is none."""
@@ -630,7 +650,23 @@ class BrokerPolicies:
             raise NotFoundError(f"partitioned topic {topic} does not exist")
         if not isinstance(partitions, int) or partitions < current:
             raise ValueError(f"partitions can only grow (from {current}), not become {partitions!r}")
-        await self._put(f"/admin/partitioned/{TopicName.parse(topic)}", partitions)
+        await self._put_partitioned(TopicName.parse(topic), partitions, self.partitioned_properties(topic))
+
+    async def update_partitioned_properties(self, topic: str, changes: Mapping[str, str | None]) -> None:
+        """Set (None: delete) topic properties of the partitioned topic `topic`, merged into
+        the ones it has (as Pulsar's update of PartitionedTopicMetadata.properties)."""
+        checked = check_properties(changes, deletions=True)
+        partitions, properties = self._partitioned_record(topic)
+        if not partitions:
+            raise NotFoundError(f"partitioned topic {topic} does not exist")
+        updated = dict(properties)
+        for key, value in checked.items():
+            if value is None:
+                updated.pop(key, None)
+            else:
+                updated[key] = value
+        if updated != properties:
+            await self._put_partitioned(TopicName.parse(topic), partitions, updated)
 
     async def delete_partitioned_topic(self, topic: str, also: Sequence[WriteFn] = ()) -> None:
         """Forget the partitioned topic `topic` and its topic-level policies (its partitions are

@@ -237,7 +237,7 @@ def _purger_of(env: StorageEnvironment) -> _Purger:
     return purger
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
     """Whether `text` encodes as UTF-8 (a lone surrogate, which JSON's \\ud800 spells, does not:
     the topic record, a protobuf, could not be saved with it)."""
     try:
@@ -720,7 +720,7 @@ class ManagedLedger:
                 raise TypeError(f"a property's key and value must be str, not {type(key).__name__} "
                                 f"and {type(value).__name__}")
             for text in (key, value):
-                if text is not None and not _is_utf8(text):
+                if text is not None and not is_utf8(text):
                     raise ValueError(f"a property's key and value must be UTF-8 text: {text[:40]!r} is not")
         changed = {key: value for key, value in changes.items()
                    if self.properties.get(key) != value or key in self._unsaved_properties}
