@@ -7,6 +7,10 @@ A partitioned topic is its metadata (its number of partitions) and its partition
 topics named `<topic>-partition-<n>`: as Pulsar's tryCreatePartitionsAsync, they are created
 (and loaded) as soon as the metadata is stored or the number grows, so that the topic lists and
 the partitioned stats show every one of them before any client used it.
+
+Topic properties (`.../{topic}/properties`, and the body of a creation) are those of
+`pyengine.broker.topic_properties`: a partitioned topic's in its metadata, any other's in its
+ledger, apart from the broker's own ledger properties.
 """
 
 from __future__ import annotations
@@ -38,16 +42,17 @@ from pyengine.admin.schemas import (
     MAX_PARTITIONS,
     MESSAGE_TTL,
     NAMESPACE,
+    NEW_PARTITIONED_TOPIC,
     NEW_PARTITIONS,
     PARTITIONED_INTERNAL_STATS,
     PARTITIONED_METADATA,
     PARTITIONED_TOPIC_STATS,
-    PARTITIONS,
     RETENTION_POLICIES,
     STRING_LIST,
     TENANT,
     TERMINATED_AT,
     TOPIC_PATH,
+    TOPIC_PROPERTIES,
     TOPIC_STATS,
     errors,
 )
@@ -57,6 +62,9 @@ from pyengine.broker.policies import (
 )
 from pyengine.broker.service import BrokerService
 from pyengine.broker.topic import Topic
+from pyengine.broker.topic_properties import (
+    check_properties, ledger_topic_properties, update_ledger_topic_properties,
+)
 from pyengine.naming import PARTITION_SUFFIX, TopicName
 from pyengine.protocol import lookup
 from pyengine.protocol.lookup import is_transaction_internal
@@ -157,23 +165,28 @@ def check_not_transaction_internal(name: TopicName) -> None:
         raise AdminError(BAD_REQUEST, f"Cannot create topic in system topic format! ({name})")
 
 
-@routes.add("PUT", TOPIC_URL, summary="Create a non-partitioned topic (or a partition of a partitioned topic).",
-            params=TOPIC_PATH, replies={204: DONE, **errors(400, 404, 409, 412)})
+@routes.add("PUT", TOPIC_URL, summary="Create a non-partitioned topic (or a partition of a partitioned topic), "
+                                       "with the topic properties of the body if any.",
+            params=TOPIC_PATH, body={**TOPIC_PROPERTIES, "nullable": True},
+            replies={204: DONE, **errors(400, 404, 409, 412)})
 async def create_topic(call: Call) -> None:
     name = requested_topic(call)
+    properties = check_properties(call.body or {})
     check_not_transaction_internal(name)
     async with topic_change(call.service, name):         # checked and created in one turn
-        await _create_topic(call.service, name)
+        await _create_topic(call.service, name, properties)
 
 
-async def _create_topic(service: BrokerService, name: TopicName) -> None:
+async def _create_topic(service: BrokerService, name: TopicName, properties: dict[str, Any]) -> None:
     service.policies.policies(name.namespace_name)           # 404 first, as Pulsar
     check_non_partitioned_topic_name(service, name)
     if service.policies.partitions(str(name)):
         raise AdminError(CONFLICT, f"{name} already exists as a partitioned topic")
     if service.topic_exists(str(name)):
         raise AdminError(CONFLICT, f"topic {name} already exists")
-    await service.get_topic(str(name))
+    topic = await service.get_topic(str(name))
+    if properties:
+        await update_ledger_topic_properties(topic.ledger, properties)
 
 
 @routes.add("DELETE", TOPIC_URL, summary="Delete a non-partitioned topic (or one partition).",
@@ -196,19 +209,24 @@ async def _delete_topic(call: Call, name: TopicName) -> None:
 
 # --- partitioned topics ----------------------------------------------------------------------
 
-@routes.add("PUT", TOPIC_URL + "/partitions", summary="Create a partitioned topic.", params=TOPIC_PATH,
-            body=PARTITIONS, body_required=True, replies={204: DONE, **errors(400, 404, 406, 409, 412)})
+@routes.add("PUT", TOPIC_URL + "/partitions", summary="Create a partitioned topic (with topic properties when the "
+                                                        "body is its metadata).", params=TOPIC_PATH,
+            body=NEW_PARTITIONED_TOPIC, body_required=True, replies={204: DONE, **errors(400, 404, 406, 409, 412)})
 async def create_partitioned_topic(call: Call) -> None:
     name = requested_topic(call)
     check_partitioned_topic_name(name)                         # 412 first, as Pulsar
     check_not_transaction_internal(name)
+    if isinstance(call.body, dict):
+        partitions, properties = call.body["partitions"], check_properties(call.body.get("properties") or {})
+    else:
+        partitions, properties = call.body, {}
     service = call.service
     async with topic_change(service, name):     # a plain topic being created is not stored yet
         await service.load_settled(str(name))     # nor one a producer is creating
         if service.topic_exists(str(name)):
             raise AdminError(CONFLICT, f"a non-partitioned topic {name} already exists")
-        await service.policies.create_partitioned_topic(str(name), call.body)
-        await _create_missing_partitions(service, name, call.body)
+        await service.policies.create_partitioned_topic(str(name), partitions, properties)
+        await _create_missing_partitions(service, name, partitions)
 
 
 async def _create_missing_partitions(service: BrokerService, name: TopicName, partitions: int) -> None:
@@ -301,8 +319,11 @@ async def get_partitioned_metadata(call: Call) -> dict[str, Any]:
     name = str(topic)
     service = call.service
     partitions = service.policies.partitions(name)
-    if partitions or service.topic_exists(name):
-        return {"partitions": partitions}
+    if partitions:
+        properties = service.policies.partitioned_properties(name)
+        return {"partitions": partitions, **({"properties": properties} if properties else {})}
+    if service.topic_exists(name):
+        return {"partitions": 0}
     if call["checkAllowAutoCreation"] and service.auto_creates(topic):
         created = lookup.auto_partitions(service, topic)
         return {"partitions": await lookup.create_partitioned_topic(service, topic, created) if created else 0}
@@ -338,6 +359,55 @@ async def _delete_partitioned_topic(call: Call, name: TopicName) -> None:
         # is gone (as Pulsar, which deletes the metadata last): a crash leaves it to a retry.
         async with service.schemas.registry.deleting(schema_id(name)) as schemas:
             await service.policies.delete_partitioned_topic(str(name), also=[schemas])
+
+
+# --- topic properties -----------------------------------------------------------------------
+
+def _is_partitioned(service: BrokerService, name: TopicName) -> bool:
+    """Whether `name` is a partitioned topic itself (a partition's properties are its ledger's)."""
+    return name.partition_index < 0 and bool(service.policies.partitions(str(name)))
+
+
+@routes.add("GET", TOPIC_URL + "/properties", summary="Get a topic's properties (a partitioned topic's: those of "
+                                                      "its metadata; a partition's: its own).",
+            params=TOPIC_PATH, replies={200: Reply("Topic properties", TOPIC_PROPERTIES), **errors(404, 412)})
+async def get_topic_properties(call: Call) -> dict[str, str]:
+    name = requested_topic(call)
+    service = call.service
+    service.policies.policies(name.namespace_name)           # 404 for the namespace first
+    if _is_partitioned(service, name):
+        return service.policies.partitioned_properties(str(name))
+    return ledger_topic_properties((await service.get_open_topic(str(name), create=False)).ledger)
+
+
+async def _change_topic_properties(call: Call, changes: dict[str, str | None]) -> None:
+    name = requested_topic(call)
+    service = call.service
+    async with topic_change(service, name):     # not stored after the topic's deletion
+        service.policies.policies(name.namespace_name)
+        if _is_partitioned(service, name):
+            await service.policies.update_partitioned_properties(str(name), changes)
+        else:
+            topic = await service.get_open_topic(str(name), create=False)
+            await update_ledger_topic_properties(topic.ledger, changes)
+
+
+@routes.add("PUT", TOPIC_URL + "/properties", summary="Update a topic's properties: the body's are merged into the "
+                                                      "ones it has (an empty body changes nothing).",
+            params=TOPIC_PATH, body={**TOPIC_PROPERTIES, "nullable": True},
+            replies={204: DONE, **errors(400, 404, 412)})
+async def update_topic_properties(call: Call) -> None:
+    await _change_topic_properties(call, check_properties(call.body or {}))
+
+
+PROPERTY_KEY = Param("key", {"type": "string", "minLength": 1}, "the property to remove", required=True)
+
+
+@routes.add("DELETE", TOPIC_URL + "/properties", summary="Remove one property of a topic (one it does not have: "
+                                                         "nothing changes).",
+            params=(*TOPIC_PATH, PROPERTY_KEY), replies={204: DONE, **errors(400, 404, 412)})
+async def remove_topic_property(call: Call) -> None:
+    await _change_topic_properties(call, check_properties({call["key"]: None}, deletions=True))
 
 
 # --- stats ----------------------------------------------------------------------------------

@@ -121,7 +121,18 @@ _PARTITION_COUNT = {"type": "integer", "minimum": 1, INVALID_STATUS: 406}
 PARTITIONS = {**_PARTITION_COUNT, "maximum": MAX_PARTITIONS, "description": "number of partitions"}
 # POST .../partitions: above MAX_PARTITIONS is 422 with Pulsar's reason (its handler checks it).
 NEW_PARTITIONS = {**_PARTITION_COUNT, "description": f"number of partitions (above {MAX_PARTITIONS}: 422)"}
-PARTITIONED_METADATA = {"type": "object", "properties": {"partitions": COUNT}, "required": ["partitions"]}
+TOPIC_PROPERTIES = {"type": "object", "additionalProperties": {"type": "string"},
+                    "description": "topic properties: non-empty keys, string values"}
+PARTITIONED_METADATA = {"type": "object", "properties": {"partitions": COUNT, "properties": TOPIC_PROPERTIES},
+                        "required": ["partitions"],
+                        "description": "PartitionedTopicMetadata (properties: only where the topic has some)"}
+# PUT .../partitions: the count (application/json), or, as Pulsar's admin client sends it when
+# there are topic properties (application/vnd.partitioned-topic-metadata+json), the metadata.
+NEW_PARTITIONED_TOPIC = {
+    "anyOf": [PARTITIONS, {"type": "object", "required": ["partitions"],
+                           "properties": {"partitions": PARTITIONS, "properties": TOPIC_PROPERTIES}}],
+    "description": "number of partitions, or PartitionedTopicMetadata {partitions, properties}",
+}
 MESSAGE_ID = {
     "type": "object",
     "description": "Pulsar's MessageIdImpl / ResetCursorData: (-1, -1) is earliest, "

@@ -3,7 +3,8 @@ document publishes, so the document and the server cannot disagree).
 
 A small subset of JSON Schema, the part the admin API uses: `type` (one or a list, `nullable`),
 integer bounds, string length and pattern, `enum`, arrays of `items` (`maxItems`), objects with
-`properties`, `required`, `additionalProperties` and `maxProperties`. A value of the right type
+`properties`, `required`, `additionalProperties` and `maxProperties`, and `anyOf` (a value
+checked by the alternative of its type: the error is that alternative's). A value of the right type
 that breaks the schema's bounds, length or pattern is a 400 unless the schema names another
 status in `x-invalid-status` (Pulsar answers 412 for an invalid name, 406 for a number of
 partitions out of range). Unknown object members are accepted unless `additionalProperties` is
@@ -29,6 +30,8 @@ INVALID_STATUS = "x-invalid-status"
 
 def check(value: Any, schema: dict[str, Any], where: str) -> None:
     """Raise AdminError(400) naming `where` when `value` does not match `schema`."""
+    if "anyOf" in schema:
+        _check_any_of(value, schema["anyOf"], where)
     types = schema.get("type")
     if types is not None:
         allowed = [types] if isinstance(types, str) else list(types)
@@ -74,6 +77,21 @@ def check(value: Any, schema: dict[str, Any], where: str) -> None:
                 raise AdminError(BAD_REQUEST, f"{where}: unknown field {name!r}")
             elif isinstance(extra, dict):
                 check(item, extra, f"{where}.{name}")
+
+
+def _check_any_of(value: Any, alternatives: list[dict[str, Any]], where: str) -> None:
+    """`value` against the first alternative of its JSON type (an alternative without a type
+    takes any), whose error it gets: a number of partitions out of range stays a 406 where a
+    body may also be an object."""
+    for alternative in alternatives:
+        types = alternative.get("type")
+        allowed = [types] if isinstance(types, str) else types
+        if allowed is None or any(_is_type(value, name) for name in allowed) or (
+                value is None and alternative.get("nullable")):
+            check(value, alternative, where)
+            return
+    expected = " or ".join(str(a.get("type")) for a in alternatives)
+    raise AdminError(BAD_REQUEST, f"{where}: expected {expected}, got {_describe(value)}")
 
 
 @functools.lru_cache(maxsize=None)

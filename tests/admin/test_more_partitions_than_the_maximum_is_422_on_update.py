@@ -23,6 +23,8 @@ async def test_update_above_the_maximum_is_422(api, service):
 
 async def test_create_above_the_maximum_stays_406(api):
     assert (await api.put(f"{P}/q/partitions", MAX_PARTITIONS + 1)).status == 406
+    # Also where the body is the metadata (a topic created with properties).
+    assert (await api.put(f"{P}/q/partitions", {"partitions": MAX_PARTITIONS + 1, "properties": {}})).status == 406
     assert (await api.get(f"{P}/q/partitions")).status == 404
 
 
@@ -31,4 +33,5 @@ async def test_the_documented_replies(api):
                                                                "/{topic}/partitions"]
     assert "maximum" not in partitions["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "422" in partitions["post"]["responses"]
-    assert partitions["put"]["requestBody"]["content"]["application/json"]["schema"]["maximum"] == MAX_PARTITIONS
+    count, metadata = partitions["put"]["requestBody"]["content"]["application/json"]["schema"]["anyOf"]
+    assert count["maximum"] == metadata["properties"]["partitions"]["maximum"] == MAX_PARTITIONS
