@@ -105,6 +105,11 @@ def properties(text: str) -> tuple[str, str]:
     return key, value
 
 
+def property_list(text: str) -> list[tuple[str, str]]:
+    """pulsar-admin's `-m a=1,b=2`: comma-separated key=value pairs."""
+    return [properties(pair) for pair in text.split(",")]
+
+
 def namespace_path(namespace: str) -> str:
     parts = namespace.split("/")
     if len(parts) != 2 or not all(parts):
@@ -228,6 +233,11 @@ FORCE = (("-f", "--force"), {"action": "store_true", "help": "also when clients 
 FORCE_DELETE = (("-f", "--force"), {"action": "store_true",
                                     "help": "delete what it holds too (if the broker allows forced deletion)"})
 PARTITIONS = (("-p", "--partitions"), {"type": int, "required": True, "help": "number of partitions"})
+TOPIC_METADATA = (("-m", "--metadata"), {"type": property_list, "action": "extend", "default": [],
+                                         "help": "topic properties key=value[,key=value...] (repeatable)"})
+TOPIC_PROPERTY = (("-p", "--property"), {"type": properties, "action": "append", "default": [],
+                                         "help": "a topic property key=value (repeatable)"})
+PROPERTY_KEY = (("-k", "--key"), {"required": True, "help": "the property to remove"})
 MOST = (("most_bits",), {"type": int, "help": "txn id most significant bits (coordinator id)"})
 LEAST = (("least_bits",), {"type": int, "help": "txn id least significant bits"})
 COORDINATOR = (("-c", "--coordinator-id"), {"type": int, "help": "only this coordinator"})
@@ -478,13 +488,22 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("GET", f"{V2}/persistent/{namespace_path(a.namespace)}", None)),
     ("topics", "list-partitioned-topics", (), "list the partitioned topics of a namespace", (NAMESPACE,),
      lambda a: ("GET", f"{V2}/persistent/{namespace_path(a.namespace)}/partitioned", None)),
-    ("topics", "create", (), "create a non-partitioned topic", (TOPIC,), lambda a: ("PUT", _topic(a), None)),
-    ("topics", "create-partitioned-topic", (), "create a partitioned topic", (TOPIC, PARTITIONS),
-     lambda a: ("PUT", f"{_topic(a)}/partitions", a.partitions)),
+    ("topics", "create", (), "create a non-partitioned topic (with -m properties)", (TOPIC, TOPIC_METADATA),
+     lambda a: ("PUT", _topic(a), dict(a.metadata) or None)),
+    ("topics", "create-partitioned-topic", (), "create a partitioned topic (with -m properties)",
+     (TOPIC, PARTITIONS, TOPIC_METADATA),
+     lambda a: ("PUT", f"{_topic(a)}/partitions",
+                {"partitions": a.partitions, "properties": dict(a.metadata)} if a.metadata else a.partitions)),
     ("topics", "update-partitioned-topic", (), "add partitions to a partitioned topic", (TOPIC, PARTITIONS),
      lambda a: ("POST", f"{_topic(a)}/partitions", a.partitions)),
     ("topics", "get-partitioned-topic-metadata", (), "show the number of partitions", (TOPIC,),
      lambda a: ("GET", f"{_topic(a)}/partitions", None)),
+    ("topics", "get-properties", (), "show a topic's properties", (TOPIC,),
+     lambda a: ("GET", f"{_topic(a)}/properties", None)),
+    ("topics", "update-properties", (), "set topic properties (-p key=value ...), kept with the others",
+     (TOPIC, TOPIC_PROPERTY), lambda a: ("PUT", f"{_topic(a)}/properties", dict(a.property))),
+    ("topics", "remove-properties", (), "remove one topic property (-k key)", (TOPIC, PROPERTY_KEY),
+     lambda a: ("DELETE", f"{_topic(a)}/properties" + _query(key=a.key), None)),
     ("topics", "delete", (), "delete a non-partitioned topic", (TOPIC, FORCE),
      lambda a: ("DELETE", _topic(a) + _query(force=a.force), None)),
     ("topics", "delete-partitioned-topic", (), "delete a partitioned topic", (TOPIC, FORCE),

@@ -128,3 +128,18 @@ async def test_bad_properties_are_refused_and_change_nothing(api, service):
     assert (await api.delete(f"{T}/t/properties")).status == 400       # which key?
     assert (await api.delete(f"{T}/t/properties?key=")).status == 400
 
+
+async def test_the_cli(admin):
+    topic = "persistent://public/default/c"
+    assert (await admin("topics", "create", topic, "-m", "a=1,b=2", "-m", "c=3"))[0] == 0
+    assert (await admin("topics", "get-properties", topic))[1] == {"a": "1", "b": "2", "c": "3"}
+    assert (await admin("topics", "update-properties", topic, "-p", "b=two", "-p", "d=x=y"))[0] == 0
+    assert (await admin("topics", "remove-properties", topic, "-k", "a"))[0] == 0
+    assert (await admin("topics", "get-properties", topic))[1] == {"b": "two", "c": "3", "d": "x=y"}
+    partitioned = "persistent://public/default/cp"
+    assert (await admin("topics", "create-partitioned-topic", partitioned, "-p", "2", "-m", "k=v"))[0] == 0
+    assert (await admin("topics", "get-partitioned-topic-metadata", partitioned))[1] == {
+        "partitions": 2, "properties": {"k": "v"}}
+    assert (await admin("topics", "get-properties", partitioned))[1] == {"k": "v"}
+    status, _, err = await admin("topics", "get-properties", "persistent://public/default/none")
+    assert status == 1 and "404" in err
