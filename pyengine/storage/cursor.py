@@ -5,7 +5,9 @@ the entries acknowledged individually beyond it, and, for batch entries acknowle
 the batch's ack set (a set bit is an index still unacknowledged). Individually acknowledged
 entries are kept per ledger as roaring bitmaps of entry ids, which stay small however the acks
 are spread. Durable cursors persist their state with the next group commit after each change;
-a non-durable cursor (a reader's) keeps it in memory only.
+a non-durable cursor (a reader's) keeps it in memory only. The same goes for the cursor's string
+properties, its subscription's properties (Pulsar's cursorProperties, PIP-105): given when the
+cursor is created, replaced as a whole afterwards.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class ManagedCursor:
     def __init__(self, ledger: ManagedLedger, name: str, mark_delete: Position, *, durable: bool,
                  acked: dict[int, BitMap] | None = None,
                  batch_acks: dict[Position, list[int]] | None = None,
-                 properties: dict[str, int] | None = None) -> None:
+                 properties: dict[str, int] | None = None,
+                 cursor_properties: dict[str, str] | None = None) -> None:
         self.ledger = ledger
         self.name = name
         self.durable = durable
@@ -39,6 +42,7 @@ class ManagedCursor:
         self._acked: dict[int, BitMap] = acked or {}
         self._batch_acks: dict[Position, list[int]] = batch_acks or {}
         self.properties: dict[str, int] = properties or {}
+        self.cursor_properties: dict[str, str] = dict(cursor_properties or {})
         self.read_position = ledger.next_position(mark_delete)
         self._key = ledger._prefix + name.encode()
         # A save failed and none succeeded since: memory holds acks that are not durable, so an
@@ -56,7 +60,10 @@ class ManagedCursor:
     # --- opening --------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, ledger: ManagedLedger, name: str, initial_position: str) -> ManagedCursor:
+    async def open(cls, ledger: ManagedLedger, name: str, initial_position: str,
+                   cursor_properties: dict[str, str] | None = None) -> ManagedCursor:
+        """The stored cursor `name`, or a new one at `initial_position` with
+        `cursor_properties` (ignored for a stored one, as Pulsar's asyncOpenCursor)."""
         if initial_position not in ("earliest", "latest"):
             raise ValueError(f"initial_position must be 'earliest' or 'latest', not {initial_position!r}")
         key = ledger._prefix + name.encode()
@@ -66,7 +73,7 @@ class ManagedCursor:
         if raw is not None:
             return cls._from_record(ledger, raw)
         start = ledger.previous_position(ledger.first_position()) if initial_position == "earliest" else ledger.lac
-        cursor = cls(ledger, name, start, durable=True)
+        cursor = cls(ledger, name, start, durable=True, cursor_properties=cursor_properties)
         await cursor.persist()
         return cursor
 
@@ -84,7 +91,7 @@ class ManagedCursor:
         batch = {Position(b.position.ledger_id, b.position.entry_id): list(b.ack_set) for b in rec.batch_acks}
         md = Position(rec.mark_delete.ledger_id, rec.mark_delete.entry_id)
         return cls(ledger, rec.name, md, durable=True, acked=acked, batch_acks=batch,
-                   properties=dict(rec.properties))
+                   properties=dict(rec.properties), cursor_properties=dict(rec.cursor_properties))
 
     # --- acknowledgement ------------------------------------------------------------------
 
@@ -294,7 +301,15 @@ class ManagedCursor:
             batch_acks=[BatchAcks(position=PositionRecord(ledger_id=p.ledger_id, entry_id=p.entry_id),
                                   ack_set=words) for p, words in sorted(self._batch_acks.items())],
             properties=self.properties,
+            cursor_properties=self.cursor_properties,
         )
+
+    def set_cursor_properties(self, cursor_properties: dict[str, str]) -> asyncio.Future[None]:
+        """Replace the cursor's string properties; the future resolves when they are durable.
+        Taken in memory at once, as every change of the cursor: a failed save leaves them to
+        the next one, as it does acks."""
+        self.cursor_properties = dict(cursor_properties)
+        return self.persist()
 
     def persist(self) -> asyncio.Future[None]:
         """Write the cursor's state with the next group commit (coalesced with other changes in

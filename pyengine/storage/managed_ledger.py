@@ -1169,22 +1169,26 @@ class ManagedLedger:
 
     # --- cursors --------------------------------------------------------------------------
 
-    async def open_cursor(self, name: str, initial_position: str = "latest") -> ManagedCursor:
-        """Open the durable cursor `name`, creating it at the earliest or latest position."""
+    async def open_cursor(self, name: str, initial_position: str = "latest",
+                          cursor_properties: dict[str, str] | None = None) -> ManagedCursor:
+        """Open the durable cursor `name`, creating it at the earliest or latest position with
+        `cursor_properties` (an existing cursor keeps its own, as Pulsar's)."""
         self._check_open()
         cursor = self.cursors.get(name)
         if cursor is not None:
             return cursor
         # One cursor object per name: two made by concurrent opens would each hold their own
         # acknowledgements, and the one left over would write over the other's at close.
-        return await single_flight(self._opening_cursors, name, lambda: self._create_cursor(name, initial_position))
+        return await single_flight(self._opening_cursors, name,
+                                   lambda: self._create_cursor(name, initial_position, cursor_properties))
 
-    async def _create_cursor(self, name: str, initial_position: str) -> ManagedCursor:
+    async def _create_cursor(self, name: str, initial_position: str,
+                             cursor_properties: dict[str, str] | None) -> ManagedCursor:
         from pyengine.storage.cursor import ManagedCursor
         # (this task starts a turn after open_cursor: the ledger may have been deleted since,
         # and the new cursor's record would outlive it)
         self._check_open()
-        cursor = await ManagedCursor.open(self, name, initial_position)
+        cursor = await ManagedCursor.open(self, name, initial_position, cursor_properties)
         self.cursors[name] = cursor
         return cursor
 

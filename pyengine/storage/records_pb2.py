@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epyengine/storage/records.proto\x12\x10pyengine.storage\"5\n\x0ePositionRecord\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x02(\x03\"\xab\x02\n\x0bTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x02(\x03\x12\x0c\n\x04name\x18\x02 \x02(\t\x12\x12\n\ncreated_ms\x18\x03 \x01(\x03\x12\x37\n\rterminated_at\x18\x04 \x01(\x0b\x32 .pyengine.storage.PositionRecord\x12\x41\n\nproperties\x18\x05 \x03(\x0b\x32-.pyengine.storage.TopicRecord.PropertiesEntry\x12\x39\n\x0ftrimmed_through\x18\x06 \x01(\x0b\x32 .pyengine.storage.PositionRecord\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x92\x01\n\x0cLedgerRecord\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x19\n\rlast_entry_id\x18\x02 \x01(\x03:\x02-1\x12\x0f\n\x07\x65ntries\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x12\n\ncreated_ms\x18\x05 \x01(\x03\x12\x0e\n\x06\x63losed\x18\x06 \x01(\x08\x12\x11\n\tclosed_ms\x18\x07 \x01(\x03\"2\n\nLedgerAcks\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x11\n\tentry_ids\x18\x02 \x02(\x0c\"T\n\tBatchAcks\x12\x32\n\x08position\x18\x01 \x02(\x0b\x32 .pyengine.storage.PositionRecord\x12\x13\n\x07\x61\x63k_set\x18\x02 \x03(\x03\x42\x02\x10\x01\"\xcf\x02\n\x0c\x43ursorRecord\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x35\n\x0bmark_delete\x18\x02 \x02(\x0b\x32 .pyengine.storage.PositionRecord\x12:\n\x14individually_deleted\x18\x03 \x03(\x0b\x32\x1c.pyengine.storage.LedgerAcks\x12/\n\nbatch_acks\x18\x04 \x03(\x0b\x32\x1b.pyengine.storage.BatchAcks\x12\x42\n\nproperties\x18\x05 \x03(\x0b\x32..pyengine.storage.CursorRecord.PropertiesEntry\x12\x16\n\x0elast_active_ms\x18\x06 \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epyengine/storage/records.proto\x12\x10pyengine.storage\"5\n\x0ePositionRecord\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x02(\x03\"\xab\x02\n\x0bTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x02(\x03\x12\x0c\n\x04name\x18\x02 \x02(\t\x12\x12\n\ncreated_ms\x18\x03 \x01(\x03\x12\x37\n\rterminated_at\x18\x04 \x01(\x0b\x32 .pyengine.storage.PositionRecord\x12\x41\n\nproperties\x18\x05 \x03(\x0b\x32-.pyengine.storage.TopicRecord.PropertiesEntry\x12\x39\n\x0ftrimmed_through\x18\x06 \x01(\x0b\x32 .pyengine.storage.PositionRecord\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x92\x01\n\x0cLedgerRecord\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x19\n\rlast_entry_id\x18\x02 \x01(\x03:\x02-1\x12\x0f\n\x07\x65ntries\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x12\n\ncreated_ms\x18\x05 \x01(\x03\x12\x0e\n\x06\x63losed\x18\x06 \x01(\x08\x12\x11\n\tclosed_ms\x18\x07 \x01(\x03\"2\n\nLedgerAcks\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x11\n\tentry_ids\x18\x02 \x02(\x0c\"T\n\tBatchAcks\x12\x32\n\x08position\x18\x01 \x02(\x0b\x32 .pyengine.storage.PositionRecord\x12\x13\n\x07\x61\x63k_set\x18\x02 \x03(\x03\x42\x02\x10\x01\"\xd9\x03\n\x0c\x43ursorRecord\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x35\n\x0bmark_delete\x18\x02 \x02(\x0b\x32 .pyengine.storage.PositionRecord\x12:\n\x14individually_deleted\x18\x03 \x03(\x0b\x32\x1c.pyengine.storage.LedgerAcks\x12/\n\nbatch_acks\x18\x04 \x03(\x0b\x32\x1b.pyengine.storage.BatchAcks\x12\x42\n\nproperties\x18\x05 \x03(\x0b\x32..pyengine.storage.CursorRecord.PropertiesEntry\x12\x16\n\x0elast_active_ms\x18\x06 \x01(\x03\x12O\n\x11\x63ursor_properties\x18\x07 \x03(\x0b\x32\x34.pyengine.storage.CursorRecord.CursorPropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x37\n\x15\x43ursorPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,6 +37,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BATCHACKS'].fields_by_name['ack_set']._serialized_options = b'\020\001'
   _globals['_CURSORRECORD_PROPERTIESENTRY']._loaded_options = None
   _globals['_CURSORRECORD_PROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_CURSORRECORD_CURSORPROPERTIESENTRY']._loaded_options = None
+  _globals['_CURSORRECORD_CURSORPROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_POSITIONRECORD']._serialized_start=52
   _globals['_POSITIONRECORD']._serialized_end=105
   _globals['_TOPICRECORD']._serialized_start=108
@@ -50,7 +52,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BATCHACKS']._serialized_start=610
   _globals['_BATCHACKS']._serialized_end=694
   _globals['_CURSORRECORD']._serialized_start=697
-  _globals['_CURSORRECORD']._serialized_end=1032
-  _globals['_CURSORRECORD_PROPERTIESENTRY']._serialized_start=983
-  _globals['_CURSORRECORD_PROPERTIESENTRY']._serialized_end=1032
+  _globals['_CURSORRECORD']._serialized_end=1170
+  _globals['_CURSORRECORD_PROPERTIESENTRY']._serialized_start=1064
+  _globals['_CURSORRECORD_PROPERTIESENTRY']._serialized_end=1113
+  _globals['_CURSORRECORD_CURSORPROPERTIESENTRY']._serialized_start=1115
+  _globals['_CURSORRECORD_CURSORPROPERTIESENTRY']._serialized_end=1170
 # @@protoc_insertion_point(module_scope)

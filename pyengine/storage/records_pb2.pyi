@@ -72,7 +72,7 @@ class BatchAcks(_message.Message):
     def __init__(self, position: _Optional[_Union[PositionRecord, _Mapping]] = ..., ack_set: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CursorRecord(_message.Message):
-    __slots__ = ("name", "mark_delete", "individually_deleted", "batch_acks", "properties", "last_active_ms")
+    __slots__ = ("name", "mark_delete", "individually_deleted", "batch_acks", "properties", "last_active_ms", "cursor_properties")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -80,16 +80,25 @@ class CursorRecord(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class CursorPropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     MARK_DELETE_FIELD_NUMBER: _ClassVar[int]
     INDIVIDUALLY_DELETED_FIELD_NUMBER: _ClassVar[int]
     BATCH_ACKS_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVE_MS_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     name: str
     mark_delete: PositionRecord
     individually_deleted: _containers.RepeatedCompositeFieldContainer[LedgerAcks]
     batch_acks: _containers.RepeatedCompositeFieldContainer[BatchAcks]
     properties: _containers.ScalarMap[str, int]
     last_active_ms: int
-    def __init__(self, name: _Optional[str] = ..., mark_delete: _Optional[_Union[PositionRecord, _Mapping]] = ..., individually_deleted: _Optional[_Iterable[_Union[LedgerAcks, _Mapping]]] = ..., batch_acks: _Optional[_Iterable[_Union[BatchAcks, _Mapping]]] = ..., properties: _Optional[_Mapping[str, int]] = ..., last_active_ms: _Optional[int] = ...) -> None: ...
+    cursor_properties: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., mark_delete: _Optional[_Union[PositionRecord, _Mapping]] = ..., individually_deleted: _Optional[_Iterable[_Union[LedgerAcks, _Mapping]]] = ..., batch_acks: _Optional[_Iterable[_Union[BatchAcks, _Mapping]]] = ..., properties: _Optional[_Mapping[str, int]] = ..., last_active_ms: _Optional[int] = ..., cursor_properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
