@@ -107,6 +107,10 @@ class InvalidSubscriptionNameError(NotAllowedError, ValueError):
     """An empty or malformed subscription name (the wire has no code of its own for it)."""
 
 
+class InvalidSubscriptionPropertiesError(NotAllowedError, ValueError):
+    """Subscription properties that cannot be kept: text that is not UTF-8, or too much of it."""
+
+
 class ProducerFencedError(PulsarError):
     server_error = ServerError.ProducerFenced
 

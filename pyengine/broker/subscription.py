@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from pyengine.errors import (ConsumerAssignError, ConsumerBusyError, MetadataErr
                              TransactionConflictError)
 from pyengine.protocol.pulsar_api_pb2 import CommandSubscribe
 from pyengine.storage import Entry, ManagedCursor
+from pyengine.subscription_properties import check_subscription_properties
 from pyengine.transaction.outcome import mark_retrieved
 from pyengine.transaction.pendingack import IndividualAck, PendingAckHandle
 from pyengine.transaction.pendingack.validation import check_ack_set
@@ -106,6 +107,16 @@ class Subscription:
     @property
     def consumers(self) -> list[Consumer]:
         return self.dispatcher.consumers
+
+    @property
+    def subscription_properties(self) -> dict[str, str]:
+        """Its properties (PIP-105), a copy: given when it was created, kept in its cursor."""
+        return dict(self.cursor.cursor_properties)
+
+    async def update_subscription_properties(self, properties: Mapping[str, str]) -> None:
+        """Replace its properties whole (Pulsar's updateSubscriptionProperties): durable when
+        this returns, a reader's kept in memory."""
+        await self.cursor.set_cursor_properties(check_subscription_properties(properties))
 
     # --- consumers ------------------------------------------------------------------------
 

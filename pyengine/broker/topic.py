@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyengine.broker.backlog_quota import check_new_producer
@@ -29,6 +29,7 @@ from pyengine.naming import TopicName, stored_name_problem
 from pyengine.storage import ManagedCursor, ManagedLedger, StorageError
 from pyengine.storage.entry import Entry
 from pyengine.storage.environment import WriteFn, all_of
+from pyengine.subscription_properties import check_subscription_properties
 from pyengine.transaction import TxnAction
 from pyengine.transaction.buffer import TransactionBuffer
 from pyengine.transaction.pendingack import PendingAckReplayError
@@ -311,13 +312,17 @@ class Topic:
 
     async def subscribe(self, subscription_name: str, consumer: Consumer, *, sub_type: str = "exclusive",
                         initial_position: str = "latest", durable: bool = True,
-                        start: Position | None = None, read_compacted: bool = False) -> Subscription:
+                        start: Position | None = None, read_compacted: bool = False,
+                        subscription_properties: Mapping[str, str] | None = None) -> Subscription:
         """Attach `consumer` to the subscription (created at `initial_position` if new). A
         non-durable subscription (a reader) starts at `start`. `read_compacted`: the consumer
         reads the compacted view up to the compaction horizon, then the topic after it
-        (Exclusive and Failover subscriptions and readers only, as in Pulsar)."""
+        (Exclusive and Failover subscriptions and readers only, as in Pulsar).
+        `subscription_properties`: those of a subscription this creates (a reader's kept in
+        memory); one that exists keeps its own, as Pulsar's."""
         self._check_open()
         _check_subscription_name(subscription_name)
+        properties = check_subscription_properties(subscription_properties)
         sub_type = normalize_sub_type(sub_type)
         if read_compacted and sub_type not in ("exclusive", "failover"):
             # Pulsar's PersistentTopic.internalSubscribe, word for word.
@@ -336,7 +341,7 @@ class Topic:
         joined = None if durable else self._named_readers.get(subscription_name)
         if durable:
             new = subscription_name not in self.subscriptions
-            subscription = await self.open_subscription(subscription_name, initial_position)
+            subscription = await self.open_subscription(subscription_name, initial_position, properties)
             if subscription.pending_ack is not None and subscription.pending_ack.replay_failed:
                 # Refused (ServiceNotReady: its client retries) while its pending acks cannot
                 # be rebuilt; the log may have been repaired since.
@@ -348,6 +353,7 @@ class Topic:
             subscription, from_start = joined, False
         else:
             cursor = self.ledger.new_non_durable_cursor(start if start is not None else self.ledger.lac.next())
+            cursor.cursor_properties = properties
             subscription = await self._attach_subscription(cursor, sub_type)
             self._readers = [*self._readers, subscription]
             self._named_readers[subscription_name] = subscription
@@ -394,11 +400,14 @@ class Topic:
         getNumberOfConsumers)."""
         return sum(len(s.consumers) for s in (*self.subscriptions.values(), *self._readers))
 
-    async def open_subscription(self, subscription_name: str, initial_position: str = "latest") -> Subscription:
-        """The durable subscription `subscription_name`, created at `initial_position` if new,
-        with no consumer (the admin API creates subscriptions ahead of their consumers)."""
+    async def open_subscription(self, subscription_name: str, initial_position: str = "latest",
+                                subscription_properties: Mapping[str, str] | None = None) -> Subscription:
+        """The durable subscription `subscription_name`, created at `initial_position` with
+        `subscription_properties` if new, with no consumer (the admin API creates
+        subscriptions ahead of their consumers)."""
         self._check_open()
         _check_subscription_name(subscription_name)
+        properties = check_subscription_properties(subscription_properties)
         while (deleting := self._deleting_subscriptions.get(subscription_name)) is not None:
             # Opened meanwhile, it would take the cursor being deleted (not stored, not holding
             # back the trimming): it is made afresh after the deletion (kept if that failed).
@@ -410,11 +419,12 @@ class Topic:
         # One Subscription per name: two attached by concurrent opens would each dispatch
         # every message to their own consumers.
         return await single_flight(self._opening_subscriptions, subscription_name,
-                                   lambda: self._create_subscription(subscription_name, initial_position))
+                                   lambda: self._create_subscription(subscription_name, initial_position, properties))
 
-    async def _create_subscription(self, subscription_name: str, initial_position: str) -> Subscription:
+    async def _create_subscription(self, subscription_name: str, initial_position: str,
+                                   properties: dict[str, str]) -> Subscription:
         try:
-            cursor = await self.ledger.open_cursor(subscription_name, initial_position)
+            cursor = await self.ledger.open_cursor(subscription_name, initial_position, properties)
             subscription = self.subscriptions.get(subscription_name) or await self._attach_subscription(cursor)
         except Exception:
             # The topic closed under it (unloaded, deleted): its clients' TopicFencedError, on

@@ -921,11 +921,14 @@ class ServerConnection(asyncio.Protocol):
                       broker_consumer: Consumer) -> Subscription:
         initial = "earliest" if body.initialPosition == pb.CommandSubscribe.Earliest else "latest"
         read_compacted = body.read_compacted
+        # Those of a subscription this creates (a key given twice: its last value, as Pulsar's map).
+        properties = {kv.key: kv.value for kv in body.subscription_properties}
         if body.durable:
             self.service.check_subscription_creation(TopicName.parse(topic.name), body.subscription,
                                                      topic.subscriptions)
             return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
-                                         initial_position=initial, read_compacted=read_compacted)
+                                         initial_position=initial, read_compacted=read_compacted,
+                                         subscription_properties=properties)
         # A reader that comes back after its seek finds its (moved) subscription kept for it.
         kept = self.server.take_seeked_reader(topic, body.subscription)
         if kept is not None:
@@ -942,7 +945,7 @@ class ServerConnection(asyncio.Protocol):
         return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
                                      initial_position=initial, durable=False,
                                      start=self._reader_start(topic, body, initial),
-                                     read_compacted=read_compacted)
+                                     read_compacted=read_compacted, subscription_properties=properties)
 
     @staticmethod
     def _reader_start(topic: Topic, body: pb.CommandSubscribe, initial: str) -> Position:
