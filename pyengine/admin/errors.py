@@ -21,6 +21,7 @@ from pyengine.storage.errors import LedgerClosedError
 from pyengine.errors import (
     ConsumerBusyError,
     IncompatibleSchemaError,
+    InvalidSubscriptionPropertiesError,
     InvalidTopicNameError,
     InvalidTxnStatusError,
     NotAllowedError,
@@ -56,6 +57,7 @@ class AdminError(Exception):
 # Most specific first: InvalidTopicNameError is also a ValueError.
 _STATUS_BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
     (InvalidTopicNameError, PRECONDITION_FAILED),        # Pulsar: "... name is not valid"
+    (InvalidSubscriptionPropertiesError, BAD_REQUEST),   # a malformed body (also a NotAllowedError)
     (InvalidSchemaDataError, UNPROCESSABLE),             # Pulsar's InvalidSchemaDataException
     (IncompatibleSchemaError, CONFLICT),
     (NotFoundError, NOT_FOUND),

@@ -1,7 +1,8 @@
 """Subscriptions of persistent topics: `/admin/v2/persistent/{tenant}/{namespace}/{topic}/
-subscription...` (Pulsar's PersistentTopics resource): list, create at a position, delete,
-reset the cursor to a message id or a publish time, skip some messages, skip everything
-(clear the backlog), and expire the messages older than some seconds or up to a message id.
+subscription...` (Pulsar's PersistentTopics resource): list, create at a position (with
+properties), delete, read and replace a subscription's properties (PIP-105), reset the cursor
+to a message id or a publish time, skip some messages, skip everything (clear the backlog),
+and expire the messages older than some seconds or up to a message id.
 
 On a partitioned topic each operation applies to every partition, as in Pulsar, except those
 Pulsar refuses there with 405: a reset to a message id (a message id names one partition) and
@@ -25,6 +26,7 @@ from pyengine.admin.schemas import (
     MESSAGE_ID,
     STRING_LIST,
     SUBSCRIPTION,
+    SUBSCRIPTION_PROPERTIES,
     TOPIC_PATH,
     errors,
 )
@@ -34,6 +36,7 @@ from pyengine.broker.topic import Topic
 from pyengine.errors import NotAllowedError, SubscriptionNotFoundError
 from pyengine.protocol.lookup import resolve_topic
 from pyengine.storage.managed_ledger import ManagedLedger
+from pyengine.subscription_properties import check_subscription_properties
 from pyengine_kernels import Position
 
 routes = RouteTable("subscriptions")
@@ -117,9 +120,15 @@ async def list_subscriptions(call: Call) -> list[str]:
     return sorted(names)
 
 
-@routes.add("PUT", SUB_URL, summary="Create a subscription at a message id (default: latest).",
+# Pulsar's ResetCursorData as createSubscription takes it: a message id and the new
+# subscription's properties.
+CREATE_SUBSCRIPTION = {**MESSAGE_ID, "properties": {**MESSAGE_ID["properties"],
+                                                   "properties": SUBSCRIPTION_PROPERTIES}}
+
+
+@routes.add("PUT", SUB_URL, summary="Create a subscription at a message id (default: latest), with properties.",
             params=(*SUB_PATH, Param("replicated", {"type": "boolean"}, "ignored: no geo-replication")),
-            body=MESSAGE_ID, replies={204: DONE, **errors(400, 404, 405, 409, 412)})
+            body=CREATE_SUBSCRIPTION, replies={204: DONE, **errors(400, 404, 405, 409, 412)})
 async def create_subscription(call: Call) -> None:
     # It may create the topic or its partitions: not while the topic is deleted, which left
     # them (or the subscription, on the closed topic: 405) half-made.
@@ -131,6 +140,7 @@ async def _create_subscription(call: Call) -> None:
     name = subscription_name(call["subName"])
     start = start_of(call.body)
     # Everything that refuses the request is checked before a partition is created for it.
+    properties = check_subscription_properties((call.body or {}).get("properties"), "properties")
     partitions = call.service.policies.partitions(str(requested_topic(call)))
     if isinstance(start, Position) and partitions > 1:
         raise AdminError(METHOD_NOT_ALLOWED, "a message id names one partition: create the subscription "
@@ -143,10 +153,10 @@ async def _create_subscription(call: Call) -> None:
     topics = await topics_of(call, create_partitions=True, create_topic=True)
     for topic in topics:
         if isinstance(start, Position):
-            subscription = await topic.open_subscription(name, "latest")
+            subscription = await topic.open_subscription(name, "latest", properties)
             await subscription.seek(closest_position(topic, start))
         else:
-            await topic.open_subscription(name, start)
+            await topic.open_subscription(name, start, properties)
 
 
 @routes.add("DELETE", SUB_URL, summary="Delete a subscription.", params=(*SUB_PATH, FORCE),
@@ -157,6 +167,28 @@ async def delete_subscription(call: Call) -> None:
             await subscription.topic.unsubscribe(subscription.name, force=call["force"])
         except NotAllowedError:
             raise AdminError(PRECONDITION_FAILED, "Subscription has active connected consumers") from None
+
+
+@routes.add("GET", SUB_URL + "/properties", summary="The properties of a subscription (PIP-105).",
+            params=SUB_PATH, replies={200: Reply("Its properties (a partitioned topic's: every partition's "
+                                                 "together, as Pulsar)", SUBSCRIPTION_PROPERTIES),
+                                      **errors(404, 412)})
+async def get_subscription_properties(call: Call) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for subscription in await subscriptions_of(call):
+        merged.update(subscription.subscription_properties)
+    return merged
+
+
+@routes.add("PUT", SUB_URL + "/properties",
+            summary="Replace the properties of a subscription (on every partition of a partitioned topic).",
+            params=SUB_PATH, body=SUBSCRIPTION_PROPERTIES, body_required=True,
+            replies={204: DONE, **errors(400, 404, 412)})
+async def update_subscription_properties(call: Call) -> None:
+    # Checked whole before any subscription changes (too large: none does).
+    properties = check_subscription_properties(call.body, "body")
+    for subscription in await subscriptions_of(call):
+        await subscription.update_subscription_properties(properties)
 
 
 @routes.add("POST", SUB_URL + "/resetcursor/{timestamp}",

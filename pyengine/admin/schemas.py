@@ -196,6 +196,8 @@ CONSUMER_STATS = {
                                           "items": {"type": "array", "items": {"type": "integer"},
                                                     "minItems": 2, "maxItems": 2}}},
 }
+SUBSCRIPTION_PROPERTIES = {"type": "object", "additionalProperties": {"type": "string"},
+                           "description": "a subscription's properties (PIP-105): string keys to string values"}
 SUBSCRIPTION_STATS = {
     "type": "object",
     "properties": {"msgBacklog": COUNT, **OUT_STATS,
@@ -221,7 +223,10 @@ SUBSCRIPTION_STATS = {
                                                                           "cleared from draining"},
                    "drainingHashesUnackedMessages": {**COUNT, "description": "Key_Shared: its consumers' "
                                                                              "unacknowledged messages of "
-                                                                             "draining hashes"}},
+                                                                             "draining hashes"},
+                   "subscriptionProperties": {**SUBSCRIPTION_PROPERTIES,
+                                              "description": "its properties (PIP-105; a partitioned topic's: "
+                                                             "every partition's together)"}},
     "required": ["msgBacklog", "consumers"],
 }
 TOPIC_STATS = {

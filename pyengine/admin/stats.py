@@ -85,6 +85,7 @@ def subscription_stats(subscription: Subscription) -> dict[str, Any]:
         **({"keySharedMode": subscription.key_shared_mode} if subscription.sub_type == "key_shared" else {}),
         # Key_Shared draining hashes (PIP-379), as Pulsar 4.0: its consumers' summed.
         **{field: sum(c[field] for c in consumers) for field in _DRAINING_TOTALS},
+        "subscriptionProperties": subscription.subscription_properties,
     }
 
 
@@ -169,8 +170,9 @@ def _merge_by_name(into: list[dict[str, Any]], items: list[dict[str, Any]], name
 
 
 def _add_into(whole: dict[str, Any], part: dict[str, Any]) -> None:
-    """Counters and rates summed, flags or-ed, draining hashes listed together, the latest
-    expiry kept; names, ids, types and hash ranges stay the first partition's that has them."""
+    """Counters and rates summed, flags or-ed, draining hashes listed together, subscription
+    properties merged, the latest expiry kept; names, ids, types and hash ranges stay the
+    first partition's that has them."""
     for key, value in part.items():
         if whole.get(key) is None:            # (a type shows once a partition has consumers)
             whole[key] = value
@@ -184,6 +186,8 @@ def _add_into(whole: dict[str, Any], part: dict[str, Any]) -> None:
             whole[key] += value
         elif key == "drainingHashes":
             whole[key] = [*whole[key], *value]
+        elif key == "subscriptionProperties":     # as Pulsar's SubscriptionStatsImpl.add (putAll)
+            whole[key] = {**whole[key], **value}
 
 
 _FIRST_PARTITION_KEEPS = frozenset({"producerId", "producerName", "consumerName", "type", "keyHashRangeArrays"})

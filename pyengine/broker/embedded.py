@@ -25,7 +25,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +65,7 @@ from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
 from pyengine.storage.entry import headers_and_payload
 from pyengine.storage.errors import StorageError
+from pyengine.subscription_properties import check_subscription_properties
 from pyengine.transaction import TxnAction
 from pyengine.transaction.coordinator.metadata_records import V5_COORDINATOR_ID
 from pyengine.transaction.pendingack import IndividualAck
@@ -303,6 +304,7 @@ class EmbeddedClient:
                         read_compacted: bool = False, pattern_auto_discovery_period: float = 60,
                         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
                         key_shared_policy: ConsumerKeySharedPolicy | None = None,
+                        subscription_properties: Mapping[str, str] | None = None,
                         ) -> EmbeddedConsumer | MultiTopicsConsumer:
         """Attach a consumer; `negative_ack_redelivery_delay_ms` as in `pyengine.client` and
         Pulsar's clients (a negatively acknowledged message comes back after it; 0: at once).
@@ -312,6 +314,8 @@ class EmbeddedClient:
         `batch_receive()` returns, as in `pyengine.client`. `key_shared_policy`
         (ConsumerKeySharedPolicy, or pulsar-client's; Key_Shared only): its mode (Sticky: the
         hash ranges taken) and allow_out_of_order_delivery, as in `pyengine.client`.
+        `subscription_properties` (str to str): those of the subscription if this creates it,
+        as in `pyengine.client`.
 
         As `pyengine.client`, `topic` may also be a list of topics or a compiled regex (the
         topics of one namespace whose name matches it in full): then the consumer is a
@@ -331,6 +335,7 @@ class EmbeddedClient:
         check_int("receiver_queue_size", receiver_queue_size, 1)
         check_int("priority", priority, 0)
         _check_read_compacted(read_compacted)
+        properties = check_subscription_properties(subscription_properties)
         delay = negative_ack_redelivery_delay_ms
         if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
             raise ValueError(f"negative_ack_redelivery_delay_ms must be an int >= 0, not {delay!r}")
@@ -353,7 +358,8 @@ class EmbeddedClient:
                                    allow_out_of_order_delivery=out_of_order)
             try:
                 subscription = await loaded.subscribe(subscription_name, broker_side, sub_type=consumer_type,
-                                                      initial_position=initial_position, read_compacted=read_compacted)
+                                                      initial_position=initial_position, read_compacted=read_compacted,
+                                                      subscription_properties=properties)
             except Exception as exc:        # a cursor not saved: PersistenceError, as the wire answers
                 raise to_pulsar_error(exc) from exc
             return subscription, broker_side

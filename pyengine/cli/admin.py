@@ -229,6 +229,8 @@ def _sub(a: argparse.Namespace) -> str:
 TOPIC = (("topic",), {"help": "topic name, e.g. persistent://public/default/t"})
 NAMESPACE = (("namespace",), {"help": "tenant/namespace"})
 SUBSCRIPTION = (("-s", "--subscription"), {"required": True, "help": "subscription name"})
+SUBSCRIPTION_PROPERTY = (("-p", "--property"), {"type": properties, "action": "append", "default": [],
+                                                "help": "a subscription property, key=value (repeatable)"})
 FORCE = (("-f", "--force"), {"action": "store_true", "help": "also when clients are connected"})
 FORCE_DELETE = (("-f", "--force"), {"action": "store_true",
                                     "help": "delete what it holds too (if the broker allows forced deletion)"})
@@ -521,8 +523,15 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
      lambda a: ("GET", f"{_topic(a)}/subscriptions", None)),
     ("topics", "create-subscription", (), "create a subscription",
      (TOPIC, SUBSCRIPTION, (("-m", "--messageId"), {"type": message_id, "default": "latest",
-                                                     "help": "earliest, latest (default) or ledgerId:entryId"})),
-     lambda a: ("PUT", _sub(a), a.messageId)),
+                                                     "help": "earliest, latest (default) or ledgerId:entryId"}),
+      SUBSCRIPTION_PROPERTY),
+     lambda a: ("PUT", _sub(a), {**a.messageId, **({"properties": dict(a.property)} if a.property else {})})),
+    ("topics", "get-subscription-properties", (), "show a subscription's properties", (TOPIC, SUBSCRIPTION),
+     lambda a: ("GET", f"{_sub(a)}/properties", None)),
+    ("topics", "update-subscription-properties", (), "replace a subscription's properties (-p k=v ..., or --clear)",
+     (TOPIC, SUBSCRIPTION, SUBSCRIPTION_PROPERTY,
+      (("-c", "--clear"), {"action": "store_true", "help": "remove every property"})),
+     lambda a: _update_subscription_properties(a)),
     ("topics", "unsubscribe", (), "delete a subscription", (TOPIC, SUBSCRIPTION, FORCE),
      lambda a: ("DELETE", _sub(a) + _query(force=a.force), None)),
     ("topics", "reset-cursor", (), "move a subscription to a time or a message id",
@@ -716,6 +725,15 @@ COMMANDS: list[tuple[str, str, tuple[str, ...], str, tuple, Builder]] = [
     ("transactions", "delete-transaction-key", (), "remove a transaction key, aborting its transaction",
      (TXN_KEY, OWNER), lambda a: ("DELETE", f"{TXN_KEYS}/{_quote(a.transaction_key)}" + _query(owner=a.owner), None)),
 ]
+
+
+def _update_subscription_properties(a: argparse.Namespace) -> Request:
+    # As pulsar-admin: an empty set of properties only by --clear, never by forgetting -p.
+    if not a.property and not a.clear:
+        raise AdminCallError("give the new properties (-p key=value), or --clear to remove them all")
+    if a.property and a.clear:
+        raise AdminCallError("--clear removes every property: give no -p with it")
+    return "PUT", f"{_sub(a)}/properties", dict(a.property)
 
 
 def _reset_cursor(a: argparse.Namespace) -> Request:

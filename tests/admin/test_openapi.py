@@ -69,6 +69,8 @@ async def test_pulsar_admin_paths_are_there(api):
         ("post", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{subName}/resetcursor/{timestamp}"),
         ("post", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{subName}/skip_all"),
         ("post", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{subName}/skip/{numMessages}"),
+        ("get", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{subName}/properties"),
+        ("put", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{subName}/properties"),
         ("get", "/admin/v2/persistent/{tenant}/{namespace}/{topic}/internalStats"),
         ("get", "/admin/v3/transactions/coordinatorStats"),
         ("get", "/admin/v3/transactions/transactionMetadata/{mostSigBits}/{leastSigBits}"),
