@@ -21,6 +21,7 @@ import itertools
 import logging
 import random
 import re
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -336,6 +337,7 @@ class Client:
                         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
                         key_shared_policy: ConsumerKeySharedPolicy | None = None,
                         max_total_receiver_queue_size_across_partitions: int = 50_000,
+                        subscription_properties: Mapping[str, str] | None = None,
                         ) -> Consumer | MultiTopicsConsumer:
         """Subscribe to `topic` (every partition of a partitioned topic). A message of a batch
         is acknowledged by its index (`batch_index_ack_enabled`, which this broker supports);
@@ -373,7 +375,11 @@ class Client:
         (`re.compile("persistent://public/default/orders-.*")`: the topics of that one namespace
         whose name matches it in full): then the consumer is a MultiTopicsConsumer, one consumer
         of the subscription per topic with these options (see pyengine.client.pattern); a
-        pattern's topics are looked for again every `pattern_auto_discovery_period` seconds."""
+        pattern's topics are looked for again every `pattern_auto_discovery_period` seconds.
+
+        `subscription_properties` (str to str, as pulsar-client's): the properties of the
+        subscription when this subscribe creates it (each partition's); one that exists keeps
+        its own (the admin API changes them)."""
         self._check_open()
         target = subscribe_target(topic, pattern_auto_discovery_period)
         options = ConsumerOptions(subscription_name, consumer_type, initial_position, receiver_queue_size,
@@ -390,7 +396,8 @@ class Client:
                                   batch_receive_policy=batch_receive_policy,
                                   key_shared_policy=key_shared_policy,
                                   max_total_receiver_queue_size_across_partitions=(
-                                      max_total_receiver_queue_size_across_partitions))
+                                      max_total_receiver_queue_size_across_partitions),
+                                  subscription_properties=subscription_properties)
         if target.several:
             multi = MultiTopicsConsumer(self._core, subscription_name,
                                         lambda one: self._subscribe_one(one, options, schema), receiver_queue_size,

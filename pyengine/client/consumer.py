@@ -22,7 +22,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, MutableSequence, Sequence
+from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -50,6 +50,7 @@ from pyengine.protocol.schema_codec import fill_schema
 from pyengine.schema import SchemaData
 from pyengine.storage.entry import split_headers_and_payload
 from pyengine.storage.errors import StorageError
+from pyengine.subscription_properties import check_subscription_properties
 from pyengine_kernels import Position, ackset_unacked_count
 
 if TYPE_CHECKING:
@@ -254,9 +255,13 @@ class ConsumerOptions:
     # A partitioned topic's partitions share it (pulsar-client-cpp's default): each gets
     # min(receiver_queue_size, this / partitions), so many partitions do not buffer N times.
     max_total_receiver_queue_size_across_partitions: int = 50_000
+    # Those of the subscription if this subscribe creates it (PIP-105): str to str.
+    subscription_properties: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         check_name("subscription_name", self.subscription_name)
+        object.__setattr__(self, "subscription_properties",
+                           check_subscription_properties(self.subscription_properties))
         object.__setattr__(self, "batch_receive_policy", check_batch_receive_policy(self.batch_receive_policy))
         object.__setattr__(self, "key_shared_policy", check_key_shared_policy(self.key_shared_policy))
         check_int("max_pending_chunked_message", self.max_pending_chunked_message, 0)
@@ -437,6 +442,8 @@ class PartitionConsumer(ConnectionHandler):
             initialPosition=(pb.CommandSubscribe.Earliest if options.initial_position == "earliest"
                              else pb.CommandSubscribe.Latest),
             replicate_subscription_state=False)
+        cmd.subscribe.subscription_properties.extend(
+            pb.KeyValue(key=key, value=value) for key, value in options.subscription_properties.items())
         if options.consumer_type == "key_shared":
             fill_key_shared_meta(cmd.subscribe.keySharedMeta, options.key_shared_policy)
         if options.schema is not None:
