@@ -23,7 +23,7 @@ from pyengine.client.transaction import Transaction
 from pyengine.schema import SchemaData, SchemaInfo, SchemaType
 from pyengine.errors import (
     ChecksumError, ConsumerAssignError, ConsumerBusyError, ConsumerNotFoundError, ExpiredTransactionError, IncompatibleSchemaError,
-    InvalidSubscriptionNameError,
+    InvalidSubscriptionNameError, InvalidSubscriptionPropertiesError,
     InvalidTopicNameError, InvalidTransactionKeyError, InvalidTxnStatusError, MetadataError, NotAllowedError,
     PersistenceError, ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException, ProducerBusyError,
     ProducerFencedError, PulsarError, ServiceNotReadyError, SubscriptionNotFoundError, TooManyRequestsError, TopicFencedError, TopicNotFoundError,
@@ -42,7 +42,7 @@ __all__ = [
     "ProducerQueueIsFullError", "TransactionHasOperationFailedError",
     # the broker's errors
     "ChecksumError", "ConsumerAssignError", "ConsumerBusyError", "ConsumerNotFoundError", "ExpiredTransactionError", "IncompatibleSchemaError",
-    "InvalidSubscriptionNameError", "InvalidTopicNameError", "InvalidTransactionKeyError", "InvalidTxnStatusError",
+    "InvalidSubscriptionNameError", "InvalidSubscriptionPropertiesError", "InvalidTopicNameError", "InvalidTransactionKeyError", "InvalidTxnStatusError",
     "MetadataError", "NotAllowedError", "PersistenceError", "ProducerBlockedQuotaExceededError",
     "ProducerBlockedQuotaExceededException", "ProducerBusyError", "ProducerFencedError", "PulsarError",
     "ServiceNotReadyError", "SubscriptionNotFoundError", "TooManyRequestsError", "TopicFencedError",
