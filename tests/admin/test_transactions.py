@@ -132,9 +132,9 @@ async def test_force_abort_releases_a_stuck_transaction_at_once(api, client):
     most, least = stuck.txn_id.most_bits, stuck.txn_id.least_bits
     started = time.monotonic()
     assert (await api.post(f"{TX}/abortTransaction/{most}/{least}")).status == 204
-    released = [(await consumer.receive(timeout=5)).data for _ in range(2)]
+    released = [(await consumer.receive(timeout=60)).data for _ in range(2)]
     assert released == [b"plain 1", b"plain 2"]
-    assert time.monotonic() - started < 5                           # not the hour of its timeout
+    assert time.monotonic() - started < 60                          # not the hour of its timeout
     assert await drain(consumer) == []
     assert (await api.get(f"{TX}/transactionMetadata/{most}/{least}")).body["status"] == "ABORTED"
     with pytest.raises(InvalidTxnStatusError):                       # the hung client's late commit
