@@ -115,7 +115,7 @@ async def test_11772_a_pending_ack_store_that_cannot_be_opened_fails_the_subscri
             started = time.monotonic()
             with pytest.raises(TimeoutError, match="cannot open the pending-ack log: disk full"):
                 await client.subscribe(T, "s", initial_position="earliest")
-            assert time.monotonic() - started < 2
+            assert time.monotonic() - started < 11     # its 1 s, not the default 30 s (2: load)
             monkeypatch.setattr(service, "new_pending_ack_handle", real)
             consumer = await client.subscribe(T, "s", initial_position="earliest")
             message = await consumer.receive(timeout=2)
@@ -136,7 +136,7 @@ async def test_11772_a_pending_ack_store_that_cannot_be_opened_fails_the_subscri
             started = time.monotonic()
             with pytest.raises(TimeoutError, match="regression-reference/s: record 0 cannot be decoded"):
                 await client.subscribe(T, "s")
-            assert time.monotonic() - started < 2
+            assert time.monotonic() - started < 11     # its 1 s, not the default 30 s (2: load)
             await env.submit(lambda txn: txn.delete(keys[0], db=env.db("pending_ack")))
             consumer = await client.subscribe(T, "s")
             assert (await consumer.receive(timeout=2)).data == b"m"
