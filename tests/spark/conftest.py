@@ -6,16 +6,52 @@ Also the transactional workload the tests read, written once through the embedde
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.spark.workload import Workload, write_workload
 
 
+def worker_python(directory: Path) -> str:
+    """This interpreter for Spark's Python workers, importing pyspark from its installed package
+    (bytecode compiled once and cached) instead of from the pyspark.zip that Spark puts first on
+    a worker's PYTHONPATH, which every worker compiles anew: ~2 s of CPU against ~0.6 s. Spark
+    gives a worker 10 s to connect back (PythonWorkerFactory, not configurable); each reader's
+    planning and each streaming source starts one, and on a loaded machine those 2 s outlasted
+    it ("Python worker failed to connect back"). The same pyspark, from the same wheel."""
+    script = directory / "python"
+    script.write_text("#!/bin/sh\n"
+                      "PYTHONPATH=$(printf '%s' \"$PYTHONPATH\" | tr ':' '\\n' | grep -v '/pyspark/python/lib/'"
+                      " | paste -sd: -)\n"
+                      "export PYTHONPATH\n"
+                      f"exec {shlex.quote(sys.executable)} \"$@\"\n")
+    script.chmod(0o755)
+    return str(script)
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     import spark_udfs
 
+    # Read once, when the context starts (SparkContext.pythonExec): the variable is then restored.
+    chosen = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = worker_python(tmp_path_factory.mktemp("spark-python"))
+    try:
+        session = _session(spark_udfs)
+    finally:
+        if chosen is None:
+            del os.environ["PYSPARK_PYTHON"]
+        else:
+            os.environ["PYSPARK_PYTHON"] = chosen
+    yield session
+    session.stop()
+
+
+def _session(spark_udfs):
     session = spark_udfs.session("local[2]", app_name="pyengine-tests", conf={
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -27,8 +63,7 @@ def spark():
         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     })
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return session
 
 
 @pytest.fixture(scope="session")
