@@ -133,7 +133,9 @@ class ScalableSoak(Soak):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), rnd.uniform(*LAYOUT_PAUSE_S))
                 return
-            topic = rnd.choice(self.layout_topics)
+            # The first change goes to a topic the workers write (not the transfer's): a short run
+            # on a loaded machine made one or two changes, at times none where values were stored.
+            topic = rnd.choice(self.layout_topics if self.layout_changes else self.topics)
             layout = await self.layout(topic)
             if layout is None:
                 continue
