@@ -15,7 +15,7 @@ from tests.scalable.test_producer_key_order_across_splits import T, child_of, ho
 
 @pytest.fixture
 def operation_timeout() -> float:
-    return 10
+    return 60            # far from the 1 s send timeout, and from a loaded machine's stalls
 
 
 async def test_a_refused_send_times_out_without_a_new_layout_after_its_send_timeout(client, service):
@@ -29,8 +29,8 @@ async def test_a_refused_send_times_out_without_a_new_layout_after_its_send_time
     await asyncio.sleep(0.5)
     later = asyncio.create_task(producer.send(b"2", key="k"))     # waits behind it (its own timeout)
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(refused, 5)                         # well before the operation timeout
-    assert time.monotonic() - started < 5
+        await asyncio.wait_for(refused, 30)                        # well before the operation timeout
+    assert time.monotonic() - started < 30
     publish.set()
     await split
     assert (await asyncio.wait_for(later, 5))[0] == child_of("k")
