@@ -103,7 +103,7 @@ async def test_pyengine_client_gives_up_at_once_under_producer_exception(serve: 
     from pyengine.client import Client, ProducerBlockedQuotaExceededException
 
     topic = TOPIC + "-pyengine-exception"
-    client = Client(serve.url, operation_timeout_seconds=10)
+    client = Client(serve.url, operation_timeout_seconds=60)      # far from a loaded machine's stalls
     try:
         await client.subscribe(topic, "slow")
         producer = await client.create_producer(topic)
@@ -116,6 +116,6 @@ async def test_pyengine_client_gives_up_at_once_under_producer_exception(serve: 
         with pytest.raises(ProducerBlockedQuotaExceededException,
                            match="Cannot create producer on topic with backlog quota exceeded"):
             await client.create_producer(topic)
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 30                       # not its operation timeout
     finally:
         await client.close()
