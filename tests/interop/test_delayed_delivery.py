@@ -27,25 +27,27 @@ def test_shared_subscription_receives_deliver_after_message_at_its_time(official
     topic = f"{NS}/delayed-shared-{int(batching)}"
     consumer = official.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
     producer = official.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=5)
+    # Delays of seconds, so that the prompt messages' "at once" has room on a loaded machine
+    # (delays of 2 and 1.5 s left it 1.4 s for five sends and three receives).
     sent = time.monotonic()
-    producer.send(b"after-2s", deliver_after=timedelta(seconds=2))
-    producer.send(b"at-1500ms", deliver_at=int(time.time() * 1000) + 1500)
+    producer.send(b"after-6s", deliver_after=timedelta(seconds=6))
+    producer.send(b"at-5500ms", deliver_at=int(time.time() * 1000) + 5500)
     for i in range(3):
         producer.send(f"now{i}".encode())
     prompt = []
     for _ in range(3):
-        message = consumer.receive(timeout_millis=2000)
+        message = consumer.receive(timeout_millis=5000)
         consumer.acknowledge(message)
         prompt.append(message.data())
     assert prompt == [b"now0", b"now1", b"now2"]
-    assert time.monotonic() - sent < 1.4
+    assert time.monotonic() - sent < 5
     early = receive_or_none(consumer, 200)
     assert early is None, f"received {early.data()!r} before its time"
-    first = consumer.receive(timeout_millis=5000)
-    assert first.data() == b"at-1500ms" and time.monotonic() - sent >= 1.4
+    first = consumer.receive(timeout_millis=10_000)
+    assert first.data() == b"at-5500ms" and time.monotonic() - sent >= 5.4
     consumer.acknowledge(first)
-    second = consumer.receive(timeout_millis=5000)
-    assert second.data() == b"after-2s" and time.monotonic() - sent >= 1.9
+    second = consumer.receive(timeout_millis=10_000)
+    assert second.data() == b"after-6s" and time.monotonic() - sent >= 5.9
     assert second.redelivery_count() == 0
     consumer.acknowledge(second)
     assert receive_or_none(consumer, 300) is None
