@@ -23,6 +23,10 @@ from tests.broker.helpers import drain
 from tests.clocks import PausedWallClock
 
 T = "persistent://public/default/delayed"
+# When the held messages of the tests below are due: seconds, so that what must happen before
+# (other sends, a drain, a commit, a broker restart) has room on a loaded machine (1 s or less
+# did not: a stall of a few tenths of a second let the held message out early).
+DUE_MS = 4000
 
 
 def now_ms() -> int:
@@ -67,7 +71,7 @@ async def test_shared_holds_a_delayed_message_until_its_time_while_others_flow(t
         producer = await broker.create_producer(T)
         consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
         sent = time.monotonic()
-        await send(broker, producer, b"later", deliver_at=now_ms() + 1000)
+        await send(broker, producer, b"later", deliver_at=now_ms() + DUE_MS)
         for i in range(3):
             await producer.send(f"now{i}".encode())
         first = await drain(consumer, 0.3)
@@ -77,9 +81,9 @@ async def test_shared_holds_a_delayed_message_until_its_time_while_others_flow(t
         for message in first:
             await consumer.acknowledge(message)
         assert sub.backlog() == 1                    # held back, still backlog
-        late = await consumer.receive(timeout=3)
+        late = await consumer.receive(timeout=DUE_MS / 1000 + 10)
         assert late.data == b"later" and late.redelivery_count == 0
-        assert time.monotonic() - sent >= 0.95
+        assert time.monotonic() - sent >= DUE_MS / 1000 - 0.05
         assert sub.stats()["msgDelayed"] == 0
         await consumer.acknowledge(late)
         assert sub.backlog() == 0
@@ -111,10 +115,10 @@ async def test_key_shared_delayed_message_does_not_hold_back_its_key(tmp_path):
     async with Broker.embedded(tmp_path, sync=False) as broker:
         producer = await broker.create_producer(T)
         a = await broker.subscribe(T, "s", consumer_type="key_shared", initial_position="earliest")
-        await send(broker, producer, b"k-delayed", key="k", deliver_at=now_ms() + 700)
+        await send(broker, producer, b"k-delayed", key="k", deliver_at=now_ms() + DUE_MS)
         await send(broker, producer, b"k-next", key="k")
         assert [m.data for m in await drain(a, 0.3)] == [b"k-next"]
-        late = await a.receive(timeout=3)
+        late = await a.receive(timeout=DUE_MS / 1000 + 10)
         assert late.data == b"k-delayed"
 
 
@@ -122,7 +126,7 @@ async def test_restart_before_due_holds_it_again_and_after_due_delivers_it(tmp_p
     async with Broker.embedded(tmp_path, sync=False) as broker:
         producer = await broker.create_producer(T)
         consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
-        await send(broker, producer, b"soon", deliver_at=now_ms() + 1500)
+        await send(broker, producer, b"soon", deliver_at=now_ms() + DUE_MS)
         await send(broker, producer, b"much-later", deliver_at=now_ms() + 60_000)
         assert await drain(consumer, 0.2) == []
     async with Broker.embedded(tmp_path, sync=False) as broker:
@@ -130,7 +134,7 @@ async def test_restart_before_due_holds_it_again_and_after_due_delivers_it(tmp_p
         consumer = await broker.subscribe(T, "s", consumer_type="shared")
         assert await drain(consumer, 0.2) == []      # not due: held again
         assert subscription(broker).stats()["msgDelayed"] == 2
-        got = await consumer.receive(timeout=3)
+        got = await consumer.receive(timeout=DUE_MS / 1000 + 10)
         assert got.data == b"soon" and time.monotonic() - started >= 0.5
         await consumer.acknowledge(got)
     await asyncio.sleep(0.1)
@@ -157,7 +161,7 @@ async def test_acks_around_a_delayed_message_move_the_mark_delete_up_to_it(tmp_p
         producer = await broker.create_producer(T)
         consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
         before = [await producer.send(f"b{i}".encode()) for i in range(2)]
-        held = await send(broker, producer, b"held", deliver_at=now_ms() + 800)
+        held = await send(broker, producer, b"held", deliver_at=now_ms() + DUE_MS)
         after = [await producer.send(f"a{i}".encode()) for i in range(3)]
         got = await drain(consumer, 0.3)
         assert [m.data for m in got] == [b"b0", b"b1", b"a0", b"a1", b"a2"]
@@ -168,7 +172,7 @@ async def test_acks_around_a_delayed_message_move_the_mark_delete_up_to_it(tmp_p
         assert cursor.mark_delete == before[-1].position          # stops just before it
         assert all(cursor.is_acked(m.position) for m in after)    # acks after it are kept
         assert not cursor.is_acked(held.position) and sub.backlog() == 1
-        late = await consumer.receive(timeout=3)
+        late = await consumer.receive(timeout=DUE_MS / 1000 + 10)
         assert late.message_id == held
         await consumer.acknowledge(late)
         assert cursor.mark_delete == after[-1].position and sub.backlog() == 0
@@ -205,13 +209,13 @@ async def test_transactional_delayed_message_waits_for_commit_then_for_its_time(
         producer = await broker.create_producer(T)
         consumer = await broker.subscribe(T, "s", consumer_type="shared", initial_position="earliest")
         txn = await broker.new_transaction()
-        await send(broker, producer, b"txn-delayed", deliver_at=now_ms() + 1200, txn=txn)
+        await send(broker, producer, b"txn-delayed", deliver_at=now_ms() + DUE_MS, txn=txn)
         await send(broker, producer, b"txn-plain", txn=txn)
         assert await drain(consumer, 0.2) == []                   # not committed
         await txn.commit()
         committed = time.monotonic()
         assert [m.data for m in await drain(consumer, 0.3)] == [b"txn-plain"]
-        late = await consumer.receive(timeout=3)
+        late = await consumer.receive(timeout=DUE_MS / 1000 + 10)
         assert late.data == b"txn-delayed" and time.monotonic() - committed >= 0.5
 
 
