@@ -211,16 +211,18 @@ def test_txn_at_a_rate_spaces_each_message_and_times_each_send(broker, capsys):
     """A paced transactional run spaces messages, not whole transactions (as pulsar-perf),
     so a send's latency is taken at its own receipt, not when the transaction collects it."""
     code, result, err = perf(capsys, "txn", "persistent://public/default/perf-txn-rate", "--url", broker.url,
-                             "--messages-per-txn", "50", "--producers", "2", "--rate", "400",
-                             "--duration", "1.5", "--warmup", "0.2", "--no-visibility", "--quiet")
+                             "--messages-per-txn", "200", "--producers", "2", "--rate", "400",
+                             "--duration", "3", "--warmup", "0.2", "--no-visibility", "--quiet")
     assert code == 0, err
-    assert 300 <= result["messages"] <= 700, result                    # 1.5 s at 400 msg/s
+    assert 600 <= result["messages"] <= 1800, result                   # 3 s at 400 msg/s
     publish = result["latency_ms"]["publish"]
     # (receipts are timed as they come, transactions counted when committed: the two may
     # differ by the transactions open when the warm-up ended)
-    assert abs(publish["count"] - result["messages"]) <= 2 * 50, (publish, result)
-    # A send waited for by the transaction's end would show ~ its transaction's span (125 ms).
-    assert publish["p50"] < 60, publish
+    assert abs(publish["count"] - result["messages"]) <= 2 * 200, (publish, result)
+    # A send timed when its transaction collects it would show up to its transaction's span (1 s:
+    # 200 sends at 200/s each), ~500 ms at the p50. (Transactions of 50 and a bound of 60 ms left
+    # no room for a loaded machine, where sends timed at their own receipts had a p50 of 92 ms.)
+    assert publish["p50"] < 250, publish
 
 
 @pytest.mark.parametrize("partitions", [0, 3], ids=["one-partition", "partitioned"])
@@ -230,11 +232,13 @@ def test_paced_txn_sends_are_each_timed_once(broker, capsys, partitions):
     topic = f"persistent://public/default/perf-txn-paced-{partitions}"
     if partitions:
         create_partitioned(broker, f"perf-txn-paced-{partitions}", partitions)
-    code, result, err = perf(capsys, "txn", topic, "--url", broker.url, "--messages-per-txn", "20",
-                             "--rate", "2000", "--messages", "400", "--duration", "0", "--no-visibility", "--quiet")
+    code, result, err = perf(capsys, "txn", topic, "--url", broker.url, "--messages-per-txn", "200",
+                             "--rate", "200", "--messages", "400", "--duration", "0", "--no-visibility", "--quiet")
     assert code == 0, err
     assert result["messages"] == 400 and result["latency_ms"]["publish"]["count"] == 400, result
-    assert result["latency_ms"]["publish"]["p50"] < 60, result
+    # Each at its own receipt, not when its transaction collects it (~500 ms at the p50: a span
+    # of 1 s); a loaded machine's receipts took 95 ms at the p50 (a bound of 60 ms was outlasted).
+    assert result["latency_ms"]["publish"]["p50"] < 250, result
 
 
 def test_an_unreachable_broker_is_a_clear_failure(capsys, unused_tcp_port):
