@@ -59,7 +59,6 @@ from pyengine.errors import (
     InvalidTxnStatusError, NotAllowedError, ProducerBlockedQuotaExceededError, PulsarError, TopicFencedError,
     TransactionConflictError, TransactionNotFoundError, to_pulsar_error,
 )
-from pyengine.naming import TopicName
 from pyengine.protocol import lookup
 from pyengine.protocol.commands import message_metadata
 from pyengine.protocol.pulsar_api_pb2 import KeyValue, MessageMetadata
@@ -282,7 +281,7 @@ class EmbeddedClient:
             attached = await self._add_producer(loaded, producer_name, send_timeout_ms)
             if initial_subscription_name is not None and initial_subscription_name not in loaded.subscriptions:
                 try:
-                    lookup.check_initial_subscription(self.service, loaded)
+                    self.service.check_initial_subscription(loaded)
                     await loaded.open_subscription(initial_subscription_name, "earliest")
                 except Exception as exc:
                     loaded.remove_producer(attached)
@@ -352,8 +351,7 @@ class EmbeddedClient:
                                                _OPERATION_TIMEOUT_MS)
 
         async def subscribe_on(consumer: EmbeddedConsumer, loaded: Topic) -> tuple[Subscription, Consumer]:
-            self.service.check_subscription_creation(TopicName.parse(loaded.name), subscription_name,
-                                                     loaded.subscriptions)
+            self.service.check_subscription_creation(loaded, subscription_name)
             broker_side = Consumer(consumer, name=consumer_name, priority=priority, sticky_ranges=sticky_ranges,
                                    allow_out_of_order_delivery=out_of_order)
             try:

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from collections.abc import AsyncIterator, Callable, Container
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -405,15 +405,26 @@ class BrokerService:
             return True
         return self.policies.auto_topic_creation(topic.namespace_name).allowed
 
-    def check_subscription_creation(self, topic: TopicName, subscription: str, existing: Container[str]) -> None:
-        """SubscriptionNotFoundError where a consumer may not create the durable `subscription`
-        of `topic`, not among the `existing` (Pulsar's allowAutoSubscriptionCreation and its
+    def auto_creates_subscriptions(self, topic: Topic) -> bool:
+        """Whether a consumer creates a durable subscription of `topic` that does not exist, and
+        a producer its initial subscription (Pulsar's allowAutoSubscriptionCreation and its
         namespace and topic overrides; persistent:// only, as Pulsar: a segment's subscriptions
         are made by its scalable topic's consumers as it splits)."""
-        if (subscription not in existing and topic.domain == "persistent"
-                and not self.policies.auto_subscription_creation(str(topic))):
-            raise SubscriptionNotFoundError(f"Subscription does not exist: {subscription} on {topic} (auto "
+        persistent = TopicName.parse(topic.name).domain == "persistent"
+        return not persistent or self.policies.auto_subscription_creation(topic.name)
+
+    def check_subscription_creation(self, topic: Topic, subscription: str) -> None:
+        """SubscriptionNotFoundError, as Pulsar's, where a consumer may not create `subscription`."""
+        if subscription not in topic.subscriptions and not self.auto_creates_subscriptions(topic):
+            raise SubscriptionNotFoundError(f"Subscription does not exist: {subscription} on {topic.name} (auto "
                                             "subscription creation is not allowed)")
+
+    def check_initial_subscription(self, topic: Topic) -> None:
+        """NotAllowedError, with Pulsar's reason, where a producer may not create its initial
+        subscription."""
+        if not self.auto_creates_subscriptions(topic):
+            raise NotAllowedError("Could not create the initial subscription due to the auto subscription creation "
+                                  "is not allowed.")
 
     async def load_settled(self, name: str) -> None:
         """Wait until no load of topic `name` (normalised) is under way (a producer's first

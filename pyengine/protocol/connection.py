@@ -705,7 +705,7 @@ class ServerConnection(asyncio.Protocol):
         if name in topic.subscriptions:
             return
         try:
-            lookup.check_initial_subscription(self.service, topic)
+            self.service.check_initial_subscription(topic)
             await topic.open_subscription(name, "earliest")
         except Exception as exc:
             self.server.detach_producer(network)
@@ -924,8 +924,7 @@ class ServerConnection(asyncio.Protocol):
         # Those of a subscription this creates (a key given twice: its last value, as Pulsar's map).
         properties = {kv.key: kv.value for kv in body.subscription_properties}
         if body.durable:
-            self.service.check_subscription_creation(TopicName.parse(topic.name), body.subscription,
-                                                     topic.subscriptions)
+            self.service.check_subscription_creation(topic, body.subscription)
             return await topic.subscribe(body.subscription, broker_consumer, sub_type=sub_type,
                                          initial_position=initial, read_compacted=read_compacted,
                                          subscription_properties=properties)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pyengine.broker.policies import HEALTH_CHECK_TOPIC, TC_ASSIGN_TOPIC
 from pyengine.broker.service import BrokerService
-from pyengine.broker.topic import Topic
 from pyengine.broker.topic_changes import topic_change
 from pyengine.errors import NotAllowedError, TopicNotFoundError
 from pyengine.naming import TopicName
@@ -99,15 +98,6 @@ async def create_partitioned_topic(service: BrokerService, topic: TopicName, par
             return existing
         await service.policies.create_partitioned_topic(name, partitions)
         return partitions
-
-
-def check_initial_subscription(service: BrokerService, topic: Topic) -> None:
-    """A producer's initial subscription is created only where a consumer could create it
-    (NotAllowedError with Pulsar's reason otherwise)."""
-    name = TopicName.parse(topic.name)
-    if name.domain == "persistent" and not service.policies.auto_subscription_creation(topic.name):
-        raise NotAllowedError("Could not create the initial subscription due to the auto subscription creation "
-                              "is not allowed.")
 
 
 def topics_of_namespace(service: BrokerService, namespace: str, mode: int) -> list[str]:
